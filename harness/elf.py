@@ -1,0 +1,102 @@
+"""Opening 32-bit ARM ELF files with pyelftools, with every failure as ElfError."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from dataclasses import dataclass
+
+from elftools.common.exceptions import DWARFError, ELFError
+from elftools.construct.core import ConstructError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from harness.errors import ElfError
+
+# What pyelftools lets escape on malformed input: its own errors, the errors
+# of its vendored `construct`, and plain Python errors from unchecked reads.
+PARSE_ERRORS = (
+    ELFError,
+    DWARFError,
+    ConstructError,
+    struct.error,
+    zlib.error,
+    ValueError,
+    IndexError,
+    KeyError,
+    TypeError,
+    AssertionError,
+    EOFError,
+    OverflowError,
+    RecursionError,  # a CIE pointer that leads back to an FDE
+)
+
+SHF_EXECINSTR = 0x4
+
+
+@dataclass(frozen=True)
+class ElfImage:
+    """A parsed ELF file. `elf` reads from an in-memory copy of the file."""
+
+    path: str
+    elf: ELFFile
+
+
+def open_elf(path: str) -> ElfImage:
+    """Parse `path` as a little-endian 32-bit ARM ELF; ElfError otherwise."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ElfError(f"{path}: cannot read: {e.strerror or e}") from e
+    if not data.startswith(b"\x7fELF"):
+        raise ElfError(f"{path}: not an ELF file")
+    try:
+        elf = ELFFile(io.BytesIO(data))
+        machine, elfclass, little = elf["e_machine"], elf.elfclass, elf.little_endian
+        # Section headers are parsed lazily; read them now so that a
+        # truncated file fails here rather than in some later reader.
+        sections = [(s.name, s["sh_type"], s["sh_offset"], s["sh_size"]) for s in elf.iter_sections()]
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{path}: truncated or corrupt ELF: {e}") from e
+    if machine != "EM_ARM" or elfclass != 32:
+        raise ElfError(f"{path}: not a 32-bit ARM ELF (machine {machine}, ELFCLASS{elfclass})")
+    if not little:
+        raise ElfError(f"{path}: big-endian ARM is not supported")
+    for name, sh_type, offset, size in sections:
+        if sh_type != "SHT_NOBITS" and offset + size > len(data):
+            raise ElfError(f"{path}: truncated or corrupt ELF: section {name} ends past the end of the file")
+    return ElfImage(path, elf)
+
+
+def executable_ranges(image: ElfImage) -> list[tuple[int, int]]:
+    """Sorted [start, end) address ranges of the non-empty executable sections."""
+    return sorted(
+        (s["sh_addr"], s["sh_addr"] + s["sh_size"])
+        for s in image.elf.iter_sections()
+        if s["sh_flags"] & SHF_EXECINSTR and s["sh_size"] > 0
+    )
+
+
+def text_base(image: ElfImage) -> int:
+    """Lowest address of a non-empty executable section."""
+    ranges = executable_ranges(image)
+    if not ranges:
+        raise ElfError(f"{image.path}: no executable section")
+    return ranges[0][0]
+
+
+def function_symbols(image: ElfImage) -> list[tuple[int, int, str]]:
+    """Defined STT_FUNC symbols as sorted (address without Thumb bit, size, name)."""
+    found = set()
+    try:
+        for section in image.elf.iter_sections():
+            if not isinstance(section, SymbolTableSection):
+                continue
+            for sym in section.iter_symbols():
+                if sym["st_info"]["type"] == "STT_FUNC" and sym["st_shndx"] != "SHN_UNDEF":
+                    found.add((sym["st_value"] & ~1, sym["st_size"], sym.name))
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{image.path}: corrupt symbol table: {e}") from e
+    return sorted(found)

@@ -1,0 +1,107 @@
+"""`encode` and `dump` on the committed compiler-built fixtures, and bad input."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.v2 import LAYOUTS, V2Reader
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = sorted((ROOT / "corpus" / "fixtures").glob("*.elf"))
+
+
+def test_fixtures_are_committed():
+    names = {p.name for p in FIXTURES}
+    for program in ("calls", "alloca", "bigframe", "vfp"):
+        for compiler in ("gcc", "clang"):
+            for fp in ("fp", "nofp"):
+                assert f"{program}-{compiler}-{fp}.elf" in names
+
+
+@pytest.mark.parametrize("elf", FIXTURES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_encode_then_dump(elf, layout, tmp_path, capsys):
+    blob = tmp_path / "unwind.bin"
+    assert main(["encode", str(elf), "-o", str(blob), "--layout", layout]) == 0
+    summary = capsys.readouterr().out
+    assert "text base: 0x10000" in summary
+    assert f"table bytes ({layout} layout)" in summary
+    V2Reader.from_blob(blob.read_bytes(), layout)
+    assert main(["dump", str(blob), "--layout", layout, "--text-start", "0x10000"]) == 0
+    listing = capsys.readouterr().out
+    assert "function 0 at 0x10000" in listing
+    assert "finish" in listing
+
+
+def test_dump_is_stable(tmp_path, capsys):
+    blob = tmp_path / "unwind.bin"
+    main(["encode", str(FIXTURES[0]), "-o", str(blob)])
+    capsys.readouterr()
+    main(["dump", str(blob)])
+    first = capsys.readouterr().out
+    main(["dump", str(blob)])
+    assert capsys.readouterr().out == first
+
+
+def test_text_start_override(tmp_path, capsys):
+    blob = tmp_path / "unwind.bin"
+    assert main(["encode", str(FIXTURES[0]), "-o", str(blob), "--text-start", "0xff00"]) == 0
+    assert "text base: 0xff00" in capsys.readouterr().out
+    reader = V2Reader.from_blob(blob.read_bytes())
+    assert reader.lookup(0).instruction_index is not None  # refuse entry before .text
+
+
+def test_epilogue_policies_differ_only_for_gcc(tmp_path, capsys):
+    dropped = {}
+    for elf in FIXTURES:
+        main(["encode", str(elf), "-o", str(tmp_path / "x.bin"), "--epilogue", "drop"])
+        line = next(l for l in capsys.readouterr().out.splitlines() if "rows dropped" in l)
+        dropped[elf.stem] = int(line.rsplit(":", 1)[1])
+    # clang emits no epilogue CFI on arm32; GCC does (with -fno-omit-frame-pointer always).
+    assert all(n == 0 for name, n in dropped.items() if "-clang-" in name)
+    assert all(n > 0 for name, n in dropped.items() if "-gcc-fp" in name)
+
+
+def bad_input_exit(argv, capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("unwind-harness: error: ") and "\n" not in err
+    return err
+
+
+def test_missing_elf(tmp_path, capsys):
+    assert "cannot read" in bad_input_exit(["encode", str(tmp_path / "none.elf"), "-o", "x"], capsys)
+
+
+def test_not_an_elf(tmp_path, capsys):
+    path = tmp_path / "text.elf"
+    path.write_text("hello")
+    assert "not an ELF" in bad_input_exit(["encode", str(path), "-o", str(tmp_path / "x")], capsys)
+
+
+def test_truncated_elf(tmp_path, capsys):
+    path = tmp_path / "cut.elf"
+    path.write_bytes(FIXTURES[0].read_bytes()[:200])
+    err = bad_input_exit(["encode", str(path), "-o", str(tmp_path / "x")], capsys)
+    assert "cut.elf" in err
+
+
+def test_corrupt_blob(tmp_path, capsys):
+    path = tmp_path / "bad.bin"
+    path.write_bytes(b"\x28\x00\x00\x00" + b"\xff" * 40)
+    assert "corrupt v2 table" in bad_input_exit(["dump", str(path)], capsys)
+
+
+def test_python_dash_m_reports_errors_without_traceback(tmp_path):
+    path = tmp_path / "bad.bin"
+    path.write_bytes(b"\x00")
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", "dump", str(path), "--layout", "chrome"],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "header" in result.stderr

@@ -1,0 +1,167 @@
+"""CFI row -> instruction run, epilogue policies, and covering the text."""
+
+import pytest
+
+from harness import ehabi
+from harness.cfi import CfiRow, FunctionCfi
+from harness.errors import EncodeError
+from harness.frame import DWARF_D0
+from harness.v2.encoder import (
+    FINISH_ONLY,
+    REFUSE_RUN,
+    InexpressibleState,
+    cover_text,
+    function_unwind,
+    state_instructions,
+)
+
+D8 = DWARF_D0 + 8
+
+
+def text_of(row: CfiRow) -> str:
+    return ehabi.text(ehabi.decode(state_instructions(row)))
+
+
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        (CfiRow(0), "finish"),
+        (CfiRow(0, 13, 16, ((4, -16), (5, -12), (6, -8), (14, -4))), "pop {r4-r6, r14}; finish"),
+        # Saved registers are not contiguous from r4: the mask form.
+        (CfiRow(0, 13, 12, ((5, -12), (7, -8), (14, -4))), "pop {r5, r7, r14}; finish"),
+        # GCC's `push {r3, lr}`: r3 is padding, not recorded, so it is skipped.
+        (CfiRow(0, 13, 8, ((14, -4),)), "vsp = vsp + 4; pop {r14}; finish"),
+        # A leaf that pushes without lr: pc comes from the live lr.
+        (CfiRow(0, 13, 8, ((4, -8), (5, -4))), "pop {r4-r5}; finish"),
+        # Locals below the saves.
+        (CfiRow(0, 13, 40, ((4, -16), (5, -12), (6, -8), (14, -4))),
+         "vsp = vsp + 24; pop {r4-r6, r14}; finish"),
+        # Varargs: push {r0-r3} above the frame is just more CFA offset.
+        (CfiRow(0, 13, 24, ((4, -24), (14, -20))), "pop {r4, r14}; vsp = vsp + 16; finish"),
+        # Frame pointer: clang's push {r4-r7, lr}; add r7, sp, #12 -> CFA = r7 + 8.
+        (CfiRow(0, 7, 8, ((4, -20), (5, -16), (6, -12), (7, -8), (14, -4))),
+         "vsp = r7; vsp = vsp - 12; pop {r4-r7, r14}; finish"),
+        # GCC's frame pointer at the bottom of the frame: CFA = r7 + 24.
+        (CfiRow(0, 7, 24, ((4, -12), (7, -8), (14, -4))),
+         "vsp = r7; vsp = vsp + 12; pop {r4, r7, r14}; finish"),
+        # VFP saves below the core saves (vpush after push).
+        (CfiRow(0, 13, 24, ((4, -8), (14, -4), (D8, -24), (D8 + 1, -16))),
+         "pop {d8-d9}; pop {r4, r14}; finish"),
+        (CfiRow(0, 13, 8, ((D8 + 2, -8),)), "pop {d10}; finish"),
+        # Registers saved in descending order cannot share one pop.
+        (CfiRow(0, 13, 8, ((4, -4), (5, -8))), "pop {r5}; pop {r4}; finish"),
+    ],
+)
+def test_state_instructions(row, expected):
+    assert text_of(row) == expected
+
+
+@pytest.mark.parametrize(
+    "cfa_offset, expected_hex",
+    [(4, "00b0"), (0x100, "3fb0"), (0x104, "3f00b0"), (0x200, "3f3fb0"), (0x204, "b200b0"),
+     (0x10004, "b2807fb0"), (0x100000 + 8, "b281ff0fb0")],
+)
+def test_large_frames_use_every_vsp_form(cfa_offset, expected_hex):
+    assert state_instructions(CfiRow(0, 13, cfa_offset)).hex() == expected_hex
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        CfiRow(0, 13, 8, ((4, -6),)),  # unaligned save
+        CfiRow(0, 13, 8, ((4, -8), (5, -8))),  # two registers in one slot
+        CfiRow(0, 13, 16, ((D8, -16), (4, -12))),  # core register inside a d-register slot
+        CfiRow(0, 13, 6),  # CFA offset not a multiple of 4
+        CfiRow(0, 15, 0),  # CFA through pc
+    ],
+)
+def test_inexpressible_layouts_raise(row):
+    with pytest.raises(InexpressibleState):
+        state_instructions(row)
+
+
+def test_inexpressible_row_is_reported_and_refused():
+    bad = CfiRow(4, 13, 8, ((4, -8), (5, -8)))
+    function = FunctionCfi("f", 0, 0x20, (CfiRow(0), bad))
+    unwind = function_unwind(function, "keep")
+    assert unwind.address_unwinds[-1].instructions == REFUSE_RUN
+    assert len(unwind.problems) == 1 and "0x4" in unwind.problems[0]
+
+
+def test_row_with_problem_from_the_reader_is_refused():
+    function = FunctionCfi("f", 0, 0x20, (CfiRow(0), CfiRow(4, problem="CFA is a DWARF expression")))
+    assert function_unwind(function, "drop").address_unwinds[-1].instructions == REFUSE_RUN
+
+
+SAVES = ((4, -8), (14, -4))
+GCC_STYLE = FunctionCfi(
+    "gcc",
+    0,
+    0x40,
+    (
+        CfiRow(0),
+        CfiRow(2, 13, 8, SAVES),  # push {r4, lr}
+        CfiRow(4, 13, 24, SAVES),  # sub sp, #16
+        CfiRow(0x10, 13, 8, SAVES),  # add sp, #16 (early epilogue)
+        CfiRow(0x12, 13, 24, SAVES),  # restore_state after pop {r4, pc}
+        CfiRow(0x30, 13, 8, SAVES),  # add sp, #16 (final epilogue)
+    ),
+)
+
+
+def test_policy_keep_encodes_epilogue_rows_and_restore_state():
+    unwind = function_unwind(GCC_STYLE, "keep")
+    assert [u.offset for u in unwind.address_unwinds] == [0, 2, 4, 0x10, 0x12, 0x30]
+    assert unwind.dropped_rows == 0
+
+
+def test_policy_drop_keeps_the_body_state_through_epilogues():
+    unwind = function_unwind(GCC_STYLE, "drop")
+    # The restore_state row repeats the body state, so it adds no entry.
+    assert [u.offset for u in unwind.address_unwinds] == [0, 2, 4]
+    assert unwind.dropped_rows == 2
+
+
+def test_policy_drop_keeps_a_switch_back_from_the_frame_pointer():
+    # mov sp, r7 changes the CFA register, not through an sp decrease: kept.
+    rows = (CfiRow(0), CfiRow(2, 13, 8, SAVES), CfiRow(4, 7, 8, SAVES), CfiRow(0x20, 13, 8, SAVES),
+            CfiRow(0x22, 13, 0))
+    unwind = function_unwind(FunctionCfi("fp", 0, 0x30, rows), "drop")
+    assert [u.offset for u in unwind.address_unwinds] == [0, 2, 4, 0x20]
+    assert unwind.dropped_rows == 1
+
+
+def test_identical_consecutive_states_share_one_entry():
+    rows = (CfiRow(0), CfiRow(2, 13, 8), CfiRow(6, 13, 8), CfiRow(8, 13, 16))
+    unwind = function_unwind(FunctionCfi("f", 0, 0x10, rows), "keep")
+    assert [u.offset for u in unwind.address_unwinds] == [0, 2, 8]
+
+
+def test_cover_text_fills_edges_and_gaps():
+    a = function_unwind(FunctionCfi("a", 0x10, 0x20, (CfiRow(0x10),)), "drop")
+    b = function_unwind(FunctionCfi("b", 0x30, 0x40, (CfiRow(0x30),)), "drop")
+    covered = cover_text([b, a], 0)
+    assert [(f.name, f.start) for f in covered] == [
+        ("<before first function>", 0), ("a", 0x10), ("<gap>", 0x20), ("b", 0x30),
+        ("<after last function>", 0x40),
+    ]
+    assert covered[0].address_unwinds[0].instructions == REFUSE_RUN
+    assert covered[2].address_unwinds[0].instructions == FINISH_ONLY
+    assert covered[4].address_unwinds[0].instructions == REFUSE_RUN
+
+
+@pytest.mark.parametrize(
+    "spans, message",
+    [
+        ([(0x10, 0x30), (0x20, 0x40)], "overlap"),
+        ([(0x11, 0x20)], "misaligned"),
+        ([(0x10, 0x10)], "empty"),
+        ([(0x0, 0x10)], "below the text base"),
+    ],
+)
+def test_cover_text_rejects_bad_functions(spans, message):
+    functions = [
+        function_unwind(FunctionCfi(f"f{i}", s, e, (CfiRow(s),)), "drop") for i, (s, e) in enumerate(spans)
+    ]
+    with pytest.raises(EncodeError, match=message):
+        cover_text(functions, 0x4 if message == "below the text base" else 0)
