@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test fixtures
+.PHONY: setup toolchains run test fixtures
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,14 @@ setup: $(STAMP)
 run: setup
 	$(VENV)/bin/unwind-harness run
 
+# Cross toolchains: tests assemble ARM snippets and rebuild fixtures with them.
+toolchains:
+	@command -v arm-none-eabi-gcc >/dev/null && command -v clang >/dev/null && command -v ld.lld >/dev/null || \
+	  { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -q && \
+	    $$SUDO apt-get install -y -q gcc-arm-none-eabi clang lld >/dev/null; }
+
 # The test suite (CI runs exactly this).
-test: setup
+test: setup toolchains
 	$(VENV)/bin/python -m pytest
 
 # Rebuild the committed ARM32 Thumb-2 ELF fixtures (installs GCC/clang with apt when missing).

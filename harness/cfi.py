@@ -273,7 +273,7 @@ def _describe(name: str, rule: RegisterRule | str) -> str:
         case RegisterRule.VAL_EXPRESSION:
             return f"{name} is a DWARF expression value"
         case _:
-            return f"{name} has a {rule.type.lower()} rule"
+            return f"{name} has an unsupported {rule.type.lower()} rule"
 
 
 def _dwarf_name(reg: int) -> str:

@@ -55,18 +55,23 @@ def open_elf(path: str) -> ElfImage:
     try:
         elf = ELFFile(io.BytesIO(data))
         machine, elfclass, little = elf["e_machine"], elf.elfclass, elf.little_endian
-        # Section headers are parsed lazily; read them now so that a
-        # truncated file fails here rather than in some later reader.
-        sections = [(s.name, s["sh_type"], s["sh_offset"], s["sh_size"]) for s in elf.iter_sections()]
     except PARSE_ERRORS as e:
         raise ElfError(f"{path}: truncated or corrupt ELF: {e}") from e
     if machine != "EM_ARM" or elfclass != 32:
         raise ElfError(f"{path}: not a 32-bit ARM ELF (machine {machine}, ELFCLASS{elfclass})")
     if not little:
         raise ElfError(f"{path}: big-endian ARM is not supported")
+    try:
+        # Section headers are parsed lazily; read them now so that a
+        # truncated file fails here rather than in some later reader.
+        sections = [
+            (s.name, s["sh_type"], s["sh_offset"], s["sh_size"]) for s in elf.iter_sections()
+        ]
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{path}: truncated or corrupt ELF: {e}") from e
     for name, sh_type, offset, size in sections:
         if sh_type != "SHT_NOBITS" and offset + size > len(data):
-            raise ElfError(f"{path}: truncated or corrupt ELF: section {name} ends past the end of the file")
+            raise ElfError(f"{path}: truncated or corrupt ELF: section {name} ends past the file")
     return ElfImage(path, elf)
 
 

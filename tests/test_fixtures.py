@@ -1,5 +1,7 @@
 """Real compiler CFI through the encoder: the shapes the fixtures were built to show."""
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -48,3 +50,16 @@ def test_every_function_starts_with_finish():
     for path in sorted(FIXTURES.glob("*.elf")):
         for name, texts in runs(path.stem).items():
             assert texts[0] == "finish", (path.name, name)
+
+
+TOOLS = ("arm-none-eabi-gcc", "clang", "ld.lld")
+
+
+@pytest.mark.skipif(not all(shutil.which(t) for t in TOOLS),
+                    reason="cross toolchains not installed (`make toolchains`)")
+def test_rebuild_reproduces_the_committed_fixtures(tmp_path):
+    subprocess.run(["bash", str(FIXTURES / "build.sh"), str(tmp_path)], check=True,
+                   capture_output=True)
+    for elf in sorted(FIXTURES.glob("*.elf")):
+        assert (tmp_path / elf.name).read_bytes() == elf.read_bytes(), elf.name
+    assert (tmp_path / "MANIFEST.txt").read_text() == (FIXTURES / "MANIFEST.txt").read_text()

@@ -33,16 +33,7 @@ SEED_FIELDS = (
     "unwind_instruction_table_byte_offset",
     "unwind_instruction_table_size_in_bytes",
 )
-CHROME_FIELDS = (
-    "page_table_byte_offset",
-    "page_table_entries",
-    "function_table_byte_offset",
-    "function_table_entries",
-    "function_offset_table_byte_offset",
-    "function_offset_table_size_in_bytes",
-    "unwind_instruction_table_byte_offset",
-    "unwind_instruction_table_size_in_bytes",
-)
+CHROME_FIELDS = tuple(f for f in SEED_FIELDS if "bitvector" not in f)
 
 
 def header_fields(layout: Layout) -> tuple[str, ...]:
