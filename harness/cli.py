@@ -4,17 +4,21 @@ regression, 2 bad input or usage (one line on stderr, never a traceback)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from pathlib import Path
 
-from harness import __version__, v2
+from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED, default_corpus
+from harness import __version__, report, v2
 from harness.cfi import read_cfi
 from harness.elf import open_elf, text_base
 from harness.errors import InputError
+from harness.unwinders import UNWINDER_NAMES, build_unwinders
 from harness.v2.dump import dump
+from harness.verify import verify_program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-FIXTURES = Path(__file__).resolve().parent.parent / "corpus" / "fixtures"
 
 
 def _address(text: str) -> int:
@@ -70,27 +74,72 @@ def cmd_dump(args) -> int:
     return EXIT_OK
 
 
-def cmd_run(args) -> int:
-    """Until the emulation harness lands: encode every committed fixture."""
-    from rich.console import Console
-    from rich.table import Table
+def verify_all(programs, names, console) -> tuple[list, float]:
+    """Verify every program with a progress bar; (results, seconds)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    table = Table(title="v2 tables for the committed ELF fixtures (seed layout)")
-    for column in ("fixture", "functions", "rows", "dropped (drop)", "bytes (drop)",
-                   "bytes (keep)", "bytes/function", "bytes/address", "problems"):
-        table.add_column(column, justify="left" if column == "fixture" else "right")
-    for path in sorted(FIXTURES.glob("*.elf")):
-        drop = encode_elf(str(path), "drop", None)
-        keep = encode_elf(str(path), "keep", None)
-        size_drop = len(drop.blob())
-        table.add_row(
-            path.name, str(len(drop.functions)), str(drop.rows), str(drop.dropped_rows),
-            str(size_drop), str(len(keep.blob())),
-            f"{size_drop / len(drop.functions):.1f}", f"{size_drop / max(drop.addresses, 1):.2f}",
-            str(len(drop.problems)),
-        )
-    Console().print(table)
-    return EXIT_OK
+    results = []
+    started = time.perf_counter()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("verifying programs", total=len(programs))
+        for program in programs:
+            results.append(verify_program(program, build_unwinders(program, names)))
+            progress.advance(task)
+    return results, time.perf_counter() - started
+
+
+def write_reports(data: dict, directory: Path, json_path: str | None, title: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    Path(json_path or directory / "latest.json").write_text(report.dumps(data))
+    (directory / "latest.md").write_text(report.markdown(data, title))
+    report.chart(data, directory / "latest.png")
+
+
+def finish_run(data: dict, results, seconds: float, args, console) -> int:
+    report.print_table(data, console)
+    stops = sum(r.stops for r in results)
+    console.print(f"verified {stops} stops x {len(args.unwinder or UNWINDER_NAMES)} unwinders "
+                  f"in {seconds:.1f} s: {stops / max(seconds, 1e-9):,.0f} stops/s")
+    status = EXIT_OK
+    for result in results:
+        if not result.self_check_ok:
+            print(f"unwind-harness: {result.program}: self-check failed: "
+                  f"{result.fault or f'returned {result.result:#x}, expected {result.expected:#x}'}",
+                  file=sys.stderr)
+            status = EXIT_FAILED
+    baseline_path = Path(args.reports) / "baseline.json"
+    if args.write_baseline:
+        baseline_path.write_text(report.dumps(data))
+        console.print(f"wrote {baseline_path}")
+    if args.check_baseline:
+        try:
+            baseline = json.loads(baseline_path.read_text())
+        except (OSError, ValueError) as error:
+            raise InputError(f"{baseline_path}: cannot read the baseline: {error}") from None
+        if baseline.get("seed") != data["seed"] or baseline.get("input") != data["input"]:
+            raise InputError(f"{baseline_path} was recorded for input {baseline.get('input')!r}, "
+                             f"seed {baseline.get('seed')}; this run is {data['input']!r}, seed {data['seed']}")
+        risen = report.regressions(data, baseline)
+        for line in risen:
+            print(f"unwind-harness: regression: {line}", file=sys.stderr)
+        if risen:
+            status = EXIT_FAILED
+        else:
+            console.print(f"no failure count rose above {baseline_path}")
+    return status
+
+
+def cmd_run(args) -> int:
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    programs = default_corpus(args.seed, args.programs)
+    names = args.unwinder or list(UNWINDER_NAMES)
+    results, seconds = verify_all(programs, names, console)
+    data = report.report_data(results, names, args.seed, "generated")
+    write_reports(data, Path(args.reports), args.json, "unwind-harness: generated corpus")
+    return finish_run(data, results, seconds, args, console)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,7 +150,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="the main job")
+    run = commands.add_parser("run", help="the main job: verify the generated corpus at every stop")
+    run.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    run.add_argument("--programs", type=int, default=DEFAULT_PROGRAMS,
+                     help=f"programs in the generated corpus (default {DEFAULT_PROGRAMS})")
+    run.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
+                     help="verify only these (repeatable; default: all)")
+    run.add_argument("--json", help="write the JSON report here (default: REPORTS/latest.json)")
+    run.add_argument("--reports", default="reports", help="report directory (default: reports)")
+    run.add_argument("--check-baseline", action="store_true",
+                     help="exit 1 if a failure count rose above REPORTS/baseline.json")
+    run.add_argument("--write-baseline", action="store_true",
+                     help="record this run as REPORTS/baseline.json")
     run.set_defaults(handler=cmd_run)
 
     encode = commands.add_parser("encode", help="v2 blob from an ELF's DWARF CFI")

@@ -1,0 +1,228 @@
+"""The only module that touches Unicorn.
+
+Loads a program's segments, maps a stack, calls the entry in Thumb state with
+lr = a sentinel address, and calls back before every instruction. Faults
+(unmapped access, undefined instruction, a runaway loop) end the run with an
+`EmulationFault` naming the pc and the cause.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from typing import Callable, Iterable
+
+from unicorn import (
+    UC_ARCH_ARM,
+    UC_HOOK_CODE,
+    UC_MODE_THUMB,
+    UC_PROT_ALL,
+    Uc,
+    UcError,
+)
+from unicorn import arm_const as arm
+from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
+
+from harness.errors import BadRead, HarnessError
+
+PAGE = 0x1000
+SENTINEL = 0x0000F000  # the entry "returns" here; nothing else is mapped nearby
+STACK_TOP = 0x7F000000
+STACK_SIZE = 16 << 20  # room for several frames over 1 MiB
+CORE_REGS = [arm.UC_ARM_REG_R0 + i for i in range(13)] + [
+    arm.UC_ARM_REG_SP,
+    arm.UC_ARM_REG_LR,
+    arm.UC_ARM_REG_PC,
+]
+STATUS_REGS = CORE_REGS + [arm.UC_ARM_REG_CPSR]
+VFP_CALLEE_SAVED = [arm.UC_ARM_REG_D8 + i for i in range(8)]
+
+
+class EmulationFault(HarnessError):
+    """The emulated program stopped abnormally."""
+
+    def __init__(self, pc: int, cause: str):
+        super().__init__(f"emulation fault at pc {pc:#x}: {cause}")
+        self.pc = pc
+        self.cause = cause
+
+
+class _BatchReader:
+    """uc_reg_read_batch into preallocated buffers (unicorn 2.1's Python
+    wrapper builds them anew on every call)."""
+
+    def __init__(self, uc: Uc, regs: list[int], ctype):
+        count = len(regs)
+        self._uc = uc
+        self._ids = (ctypes.c_int * count)(*regs)
+        self._values = (ctype * count)()
+        size = ctypes.sizeof(ctype)
+        base = ctypes.addressof(self._values)
+        self._pointers = (ctypes.c_void_p * count)(*(base + size * i for i in range(count)))
+        self._count = count
+
+    def __call__(self) -> list[int]:
+        status = uclib.uc_reg_read_batch(self._uc._uch, self._ids, self._pointers, self._count)
+        if status:
+            raise UcError(status)
+        return self._values[:]
+
+
+class LiveStack:
+    """Stack reader over the paused emulator's memory, [low, high).
+
+    Reads fetch aligned chunks on demand and keep them for this stop only:
+    unwinders touch a few hundred bytes, while a frame may be a megabyte.
+    While `recording`, it notes which chunks were read and the lowest address
+    examined, so a caller can tell later whether the same reads would still
+    give the same answers.
+    """
+
+    __slots__ = ("_uc", "low", "high", "_chunks", "touched", "lowest")
+    CHUNK = 512
+
+    def __init__(self, uc: Uc, low: int, high: int):
+        self._uc = uc
+        self.low = low
+        self.high = high
+        self._chunks: dict[int, bytes] = {}
+        self.touched: set[int] | None = None
+        self.lowest = high
+
+    def start_recording(self) -> None:
+        self.touched = set()
+        self.lowest = self.high
+
+    def stop_recording(self) -> tuple[int, set[int]]:
+        touched, self.touched = self.touched, None
+        return self.lowest, touched
+
+    def contains(self, address: int) -> bool:
+        if self.touched is not None and address < self.lowest:
+            self.lowest = address
+        return self.low <= address <= self.high
+
+    def chunk(self, base: int) -> bytes:
+        """CHUNK bytes from `base` (a multiple of CHUNK); zeros outside the stack."""
+        data = self._chunks.get(base)
+        if data is None:
+            start = max(base, self.low)
+            end = min(base + self.CHUNK, self.high)
+            data = bytes(start - base) + _read(self._uc, start, end - start) if end > start else b""
+            self._chunks[base] = data
+        return data
+
+    def _bytes(self, address: int, size: int) -> bytes:
+        if address < self.low or address + size > self.high:
+            raise BadRead(address, size, self.low, self.high)
+        base = address & ~(self.CHUNK - 1)
+        if self.touched is not None:
+            self.touched.add(base)
+            self.lowest = min(self.lowest, address)
+        if address + size <= base + self.CHUNK:
+            return self.chunk(base)[address - base : address - base + size]
+        if self.touched is not None:
+            self.touched.add(base + self.CHUNK)
+        return self.chunk(base)[address - base :] + self.chunk(base + self.CHUNK)[: address + size - base - self.CHUNK]
+
+    def read_u32(self, address: int) -> int:
+        offset = address & (self.CHUNK - 1)
+        if self.touched is None and self.low <= address and offset <= self.CHUNK - 4 \
+                and address + 4 <= self.high:  # the common case, kept short
+            base = address - offset
+            return _U32(self._chunks.get(base) or self.chunk(base), offset)[0]
+        return _U32(self._bytes(address, 4))[0]
+
+    def read_u64(self, address: int) -> int:
+        return _U64(self._bytes(address, 8))[0]
+
+
+_U32 = struct.Struct("<I").unpack_from
+_U64 = struct.Struct("<Q").unpack_from
+
+
+def _read(uc: Uc, address: int, size: int) -> bytes:
+    buffer = ctypes.create_string_buffer(size)
+    status = uclib.uc_mem_read(uc._uch, address, buffer, size)
+    if status:
+        raise UcError(status)
+    return buffer.raw
+
+
+def _merged_pages(segments: list[tuple[int, bytes]]) -> list[tuple[int, int]]:
+    """Page-aligned ranges covering every segment, merged where they touch."""
+    spans = sorted(
+        (address & ~(PAGE - 1), (address + len(data) + PAGE - 1) & ~(PAGE - 1))
+        for address, data in segments
+    )
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+class Emulator:
+    def __init__(self, segments: Iterable[tuple[int, bytes]]):
+        uc = Uc(UC_ARCH_ARM, UC_MODE_THUMB)
+        # VFP needs an ARMv7-A model, cp10/cp11 access in CPACR, and FPEXC.EN.
+        uc.ctl_set_cpu_model(arm.UC_CPU_ARM_CORTEX_A15)
+        uc.reg_write(arm.UC_ARM_REG_C1_C0_2, uc.reg_read(arm.UC_ARM_REG_C1_C0_2) | (0xF << 20))
+        uc.reg_write(arm.UC_ARM_REG_FPEXC, 0x40000000)
+        segments = [(address, bytes(data)) for address, data in segments]
+        for start, end in _merged_pages(segments):
+            uc.mem_map(start, end - start, UC_PROT_ALL)
+        for address, data in segments:
+            uc.mem_write(address, data)
+        uc.mem_map(SENTINEL, PAGE, UC_PROT_ALL)
+        uc.mem_map(STACK_TOP - STACK_SIZE, STACK_SIZE, UC_PROT_ALL)
+        self._uc = uc
+        self.instructions = 0
+        self.registers = _BatchReader(uc, STATUS_REGS, ctypes.c_uint32)
+        """r0-r15 and cpsr (17 values)."""
+        self.callee_saved_vfp = _BatchReader(uc, VFP_CALLEE_SAVED, ctypes.c_uint64)
+        """d8-d15 as 64-bit integers."""
+
+    def stack(self, sp: int) -> LiveStack:
+        return LiveStack(self._uc, sp, STACK_TOP)
+
+    def read(self, address: int, size: int) -> bytes:
+        return bytes(self._uc.mem_read(address, size))
+
+    def call(self, entry: int, on_stop: Callable[[int], None], budget: int,
+             args: tuple[int, ...] = ()) -> int:
+        """Run `entry` (Thumb) until it returns to the sentinel; return r0.
+
+        `on_stop(pc)` runs before every instruction. Raises EmulationFault when
+        the program faults or executes more than `budget` instructions.
+        """
+        uc = self._uc
+        for index, value in enumerate(args):
+            uc.reg_write(arm.UC_ARM_REG_R0 + index, value)
+        uc.reg_write(arm.UC_ARM_REG_SP, STACK_TOP)
+        uc.reg_write(arm.UC_ARM_REG_LR, SENTINEL | 1)
+        overran: list[int] = []
+
+        def hook(uc_, address, size, user_data):
+            self.instructions += 1
+            if self.instructions > budget:
+                overran.append(address)
+                uc_.emu_stop()
+                return
+            on_stop(address)
+
+        handle = uc.hook_add(UC_HOOK_CODE, hook)
+        try:
+            uc.emu_start(entry | 1, SENTINEL)
+        except UcError as error:
+            raise EmulationFault(uc.reg_read(arm.UC_ARM_REG_PC), str(error)) from None
+        finally:
+            uc.hook_del(handle)
+        if overran:
+            raise EmulationFault(overran[0], f"more than {budget} instructions (runaway loop?)")
+        pc = uc.reg_read(arm.UC_ARM_REG_PC)
+        if pc != SENTINEL:
+            raise EmulationFault(pc, "stopped before returning to the sentinel")
+        return uc.reg_read(arm.UC_ARM_REG_R0)

@@ -1,0 +1,116 @@
+"""The shadow call stack: what every unwinder must reproduce, recorded from
+execution alone (ARCHITECTURE.md, "Ground truth").
+
+- A call (BL, BLX immediate or register) at A with length n that executes
+  pushes a frame: return pc A + n, sp at the call, the caller's r4-r11 (and
+  d8-d15 when the program uses VFP) at that moment.
+- A plain branch into another function (tail call) pushes nothing.
+- A return that lands on the top frame's return pc with sp equal to its sp
+  pops it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ShadowFrame:
+    pc: int  # return address, Thumb bit clear
+    sp: int
+    callee_saved: tuple[int, ...]  # r4-r11
+    vfp: tuple[int, ...] | None  # d8-d15, or None when the program uses no VFP
+    serial: int = 0  # unique per push: identifies this frame and everything below it
+
+
+def instruction_size(code: bytes) -> int:
+    """Size of the Thumb instruction starting `code`: 32-bit when the first
+    half-word's top five bits are 0b11101, 0b11110 or 0b11111."""
+    return 4 if code[1] >> 3 in (0x1D, 0x1E, 0x1F) else 2
+
+
+def call_length(code: bytes) -> int:
+    """Length of the Thumb instruction starting `code` if it is a call, else 0.
+
+    BL and BLX (immediate) are 32-bit: first half-word 11110xxx xxxxxxxx, second
+    11x1xxxx xxxxxxxx (BL) or 11x0xxxx xxxxxxx0 (BLX). BLX register is 16-bit
+    010001111mmmm000.
+    """
+    first = int.from_bytes(code[0:2], "little")
+    if first & 0xFF87 == 0x4780:
+        return 2
+    if first & 0xF800 == 0xF000 and len(code) >= 4:
+        second = int.from_bytes(code[2:4], "little")
+        if second & 0xD000 == 0xD000 or second & 0xD001 == 0xC000:
+            return 4
+    return 0
+
+
+def it_block_length(code: bytes) -> int:
+    """Instructions governed by the IT instruction starting `code`, else 0.
+    IT is 10111111 cccc mmmm with mmmm != 0; the lowest set bit of the mask
+    marks the last instruction of the block."""
+    first = int.from_bytes(code[0:2], "little")
+    mask = first & 0xF
+    if first & 0xFF00 != 0xBF00 or mask == 0:
+        return 0
+    return 4 - ((mask & -mask).bit_length() - 1)
+
+
+class SkippedStops:
+    """Unicorn runs no code hook before an instruction an IT block skips, yet
+    a profiler can sample there. This tracks IT blocks and names the
+    addresses that were passed over without a stop; their register state is
+    that of the next stop (a skipped instruction changes nothing)."""
+
+    def __init__(self, size_at):
+        self._size_at = size_at  # address -> instruction size
+        self._pending: list[int] = []
+
+    def passed_over(self, pc: int) -> list[int]:
+        """Block addresses skipped before reaching `pc` (call at every stop)."""
+        pending = self._pending
+        if not pending:
+            return []
+        if pc in pending or pc == self._end:
+            index = pending.index(pc) if pc in pending else len(pending)
+            skipped, self._pending = pending[:index], pending[index + 1 :]
+            return skipped
+        self._pending = []  # a branch inside the block left it
+        return []
+
+    def entered(self, pc: int, block: int) -> None:
+        """The instruction at pc is an IT governing `block` instructions."""
+        address = pc + 2
+        pending = []
+        for _ in range(block):
+            pending.append(address)
+            address += self._size_at(address)
+        self._pending, self._end = pending, address
+
+
+class ShadowStack:
+    """Frames from the sentinel (bottom, index 0) to the innermost caller."""
+
+    def __init__(self, bottom: ShadowFrame):
+        self.frames: list[ShadowFrame] = [bottom]
+        self._pending: tuple[int, ShadowFrame] | None = None
+        self._serial = bottom.serial
+
+    def observe(self, pc: int, sp: int) -> None:
+        """Account for the instruction that ran since the previous stop."""
+        if self._pending is not None:
+            fall_through, frame = self._pending
+            self._pending = None
+            if pc != fall_through:  # the call was taken (not skipped under IT)
+                self.frames.append(frame)
+                return
+        top = self.frames[-1]
+        if pc == top.pc and sp == top.sp and len(self.frames) > 1:
+            self.frames.pop()
+
+    def before(self, pc: int, length: int, regs, vfp) -> None:
+        """The instruction at pc is a call of `length` bytes about to execute."""
+        self._serial += 1
+        frame = ShadowFrame(pc + length, regs[13], tuple(regs[4:12]), vfp, self._serial)
+        self._pending = (pc + length, frame)

@@ -1,0 +1,74 @@
+"""A program to verify, whatever made it (a generator or a compiler).
+
+Everything the verifier needs and nothing more: memory contents, the entry,
+per-function layout (positions and traits) for classifying stops, and the
+CFI flavours the unwinders are built from.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+from harness.cfi import FunctionCfi
+
+POSITIONS = ("prologue", "body", "epilogue")
+TRAITS = (
+    "leaf",
+    "alloca",
+    "large_frame",
+    "huge_frame",
+    "frame_pointer",
+    "no_frame_pointer",
+    "vfp",
+    "page_crossing",
+    "multi_epilogue",
+)
+
+
+@dataclass(frozen=True)
+class FunctionInfo:
+    """Layout of one function: [start, end), prologue [start, prologue_end),
+    epilogues as [start, end) ranges; everything else is body."""
+
+    name: str
+    start: int
+    end: int
+    prologue_end: int
+    epilogues: tuple[tuple[int, int], ...]
+    traits: frozenset[str]
+
+    def position(self, pc: int) -> str:
+        if pc < self.prologue_end:
+            return "prologue"
+        for start, end in self.epilogues:
+            if start <= pc < end:
+                return "epilogue"
+        return "body"
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    segments: tuple[tuple[int, bytes], ...]  # (address, contents)
+    entry: int
+    text_base: int
+    functions: tuple[FunctionInfo, ...]  # sorted by start, not overlapping
+    cfi: dict[str, tuple[FunctionCfi, ...]] = field(default_factory=dict)  # flavour -> rows
+    expected_result: int | None = None  # what the entry must return
+    uses_vfp: bool = False
+    args: tuple[int, ...] = ()
+
+    def function_at(self, pc: int) -> FunctionInfo | None:
+        starts = [f.start for f in self.functions]
+        index = bisect_right(starts, pc) - 1
+        if index >= 0 and pc < self.functions[index].end:
+            return self.functions[index]
+        return None
+
+    def code(self, address: int, size: int) -> bytes:
+        """Up to `size` bytes at `address` (fewer at the end of a segment)."""
+        for start, data in self.segments:
+            if start <= address < start + len(data):
+                return data[address - start : address - start + size]
+        raise KeyError(f"{address:#x} is not in the program")

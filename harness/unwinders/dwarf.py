@@ -1,0 +1,46 @@
+"""The reference: CFI rows interpreted directly, with no encoding in between."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Sequence
+
+from harness.cfi import CfiRow, FunctionCfi
+from harness.errors import UnwindFailure
+from harness.frame import DWARF_D0, LR, PC, SP, Frame, Stack
+from harness.walk import check_caller
+
+
+class DwarfUnwinder:
+    def __init__(self, functions: Sequence[FunctionCfi], name: str = "dwarf"):
+        self.name = name
+        self.functions = sorted(functions, key=lambda f: f.start)
+        self.starts = [f.start for f in self.functions]
+        self._rows: dict[int, CfiRow] = {}
+
+    def row_for(self, pc: int) -> CfiRow:
+        row = self._rows.get(pc)
+        if row is None:
+            index = bisect_right(self.starts, pc) - 1
+            if index < 0 or pc >= self.functions[index].end:
+                raise UnwindFailure("no_info", f"no CFI covers pc {pc:#x}")
+            row = self._rows[pc] = self.functions[index].row_at(pc)
+        return row
+
+    def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
+        row = self.row_for(frame.pc if innermost else frame.pc - 1)
+        if row.problem:
+            raise UnwindFailure("unsupported", f"CFI at {row.address:#x}: {row.problem}")
+        cfa = frame.r[row.cfa_reg] + row.cfa_offset
+        regs = list(frame.r)
+        dregs = list(frame.d)
+        for reg, offset in row.saved:
+            if reg >= DWARF_D0:
+                dregs[reg - DWARF_D0] = stack.read_u64(cfa + offset)
+            else:
+                regs[reg] = stack.read_u32(cfa + offset)
+        regs[PC] = regs[LR] & ~1  # the return address column is lr
+        regs[SP] = cfa
+        caller = Frame(r=tuple(regs), d=tuple(dregs))
+        check_caller(frame, caller, innermost)
+        return caller

@@ -1,0 +1,251 @@
+"""The per-stop loop: run a program, and before every instruction let each
+unwinder walk the whole stack; compare every frame with the shadow stack.
+
+The verifier knows the unwinders only through `step`; expected values come
+from the shadow stack alone (harness.groundtruth), never from unwind tables.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from harness.emulator import SENTINEL, EmulationFault, Emulator
+from harness.errors import UnwindFailure
+from harness.frame import Frame
+from harness.groundtruth import (
+    ShadowFrame,
+    ShadowStack,
+    SkippedStops,
+    call_length,
+    instruction_size,
+    it_block_length,
+)
+from harness.program import Program
+from harness.walk import Unwinder
+
+DEFAULT_BUDGET = 20_000_000  # instructions per program before it counts as runaway
+NO_INFO_TRAITS = frozenset({"no_info"})  # stops outside every known function
+VFP_NONE = (None,) * 8
+D_TAIL = (None,) * 16
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failing stop of one unwinder."""
+
+    unwinder: str
+    pc: int
+    function: str  # innermost function at the stop
+    position: str
+    kind: str
+    frame: int  # the frame whose unwind went wrong (0: the innermost)
+    culprit: str  # the function that frame is in
+    register: str | None  # for wrong_register
+    detail: str
+
+
+@dataclass
+class ProgramResult:
+    program: str
+    stops: int = 0
+    # (unwinder, traits, position, failure kind or None for a pass) -> stops
+    counts: Counter = field(default_factory=Counter)
+    failures: list[Failure] = field(default_factory=list)
+    result: int | None = None
+    expected: int | None = None
+    fault: str | None = None
+
+    @property
+    def self_check_ok(self) -> bool:
+        return self.fault is None and (self.expected is None or self.result == self.expected)
+
+
+def compare(caller: Frame, expected: ShadowFrame) -> tuple[str, str | None, str] | None:
+    """(kind, register, detail) for the first difference, or None."""
+    if caller.pc != expected.pc:
+        return "wrong_pc", None, f"pc {caller.pc:#x}, expected {expected.pc:#x}"
+    if caller.sp != expected.sp:
+        return "wrong_sp", None, f"sp {caller.sp:#x}, expected {expected.sp:#x}"
+    got = caller.r[4:12]
+    if got != expected.callee_saved:
+        for index, (value, want) in enumerate(zip(got, expected.callee_saved)):
+            if value != want:
+                name = f"r{4 + index}"
+                return "wrong_register", name, f"{name} {value:#x}, expected {want:#x}"
+    if expected.vfp is not None:
+        for index, want in enumerate(expected.vfp):
+            value = caller.d[8 + index]
+            if value is not None and value != want:
+                name = f"d{8 + index}"
+                return "wrong_register", name, f"{name} {value:#x}, expected {want:#x}"
+    return None
+
+
+def without_scratch(frame: Frame) -> Frame:
+    """r0-r3 and r12 are caller-saved: in a caller frame they hold nothing the
+    caller relies on. They are cleared before the walk goes on, so that no
+    unwinder can lean on leftovers of the innermost function."""
+    r = frame.r
+    return Frame(r=(0, 0, 0, 0) + r[4:12] + (0,) + r[13:], d=frame.d)
+
+
+def unwind_and_compare(unwinder: Unwinder, frame: Frame, stack, expected: Sequence[ShadowFrame],
+                       first: int = 0):
+    """None if every frame matches, else (frame index, kind, register, detail)."""
+    for index, want in enumerate(expected, first):
+        try:
+            caller = unwinder.step(frame, stack, index == 0)
+        except UnwindFailure as failure:
+            return index, failure.kind, None, failure.reason
+        mismatch = compare(caller, want)
+        if mismatch is not None:
+            return (index, *mismatch)
+        frame = without_scratch(caller)
+    return None
+
+
+@dataclass(frozen=True)
+class _Proven:
+    """A walk from some caller frame that matched the shadow stack all the way
+    down, and the stack contents it depended on."""
+
+    lowest: int  # lowest address it examined
+    chunks: tuple[tuple[int, bytes], ...]  # every stack chunk it read, as it was
+
+
+class MemoizedWalk:
+    """Exactly the result of unwind_and_compare, without re-walking the outer
+    frames at every stop.
+
+    The walk from frame 1 on is a pure function of that frame's registers,
+    the stack bytes it reads, whether its addresses are inside the stack, and
+    the shadow frames it is compared with. So a walk that matched is reused
+    when the same caller frame is reached under the same shadow frame, every
+    chunk it read is byte-identical, and the stack's low bound still admits
+    every address it examined. Walks that fail are never reused.
+    """
+
+    def __init__(self, unwinder: Unwinder):
+        self.unwinder = unwinder
+        self.proven: dict[tuple[int, Frame], _Proven] = {}
+
+    def __call__(self, frame: Frame, stack, expected: Sequence[ShadowFrame]):
+        unwinder = self.unwinder
+        try:
+            caller = unwinder.step(frame, stack, True)
+        except UnwindFailure as failure:
+            return 0, failure.kind, None, failure.reason
+        mismatch = compare(caller, expected[0])
+        if mismatch is not None:
+            return (0, *mismatch)
+        if len(expected) == 1:
+            return None
+        caller = without_scratch(caller)
+        key = (expected[0].serial, caller)
+        proof = self.proven.get(key)
+        if proof is not None and stack.low <= proof.lowest and all(
+            stack.chunk(base) == data for base, data in proof.chunks
+        ):
+            return None
+        stack.start_recording()
+        try:
+            outcome = unwind_and_compare(unwinder, caller, stack, expected[1:], first=1)
+        finally:
+            lowest, touched = stack.stop_recording()
+        if outcome is None:
+            self.proven[key] = _Proven(lowest, tuple((b, stack.chunk(b)) for b in sorted(touched)))
+        return outcome
+
+
+class _Classifier:
+    """pc -> (function, traits, position), cached per pc."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.cache: dict[int, tuple[str, frozenset[str], str]] = {}
+
+    def __call__(self, pc: int) -> tuple[str, frozenset[str], str]:
+        found = self.cache.get(pc)
+        if found is None:
+            function = self.program.function_at(pc)
+            if function is None:
+                found = (f"{pc:#x}", NO_INFO_TRAITS, "body")
+            else:
+                found = (function.name, function.traits, function.position(pc))
+            self.cache[pc] = found
+        return found
+
+
+def verify_program(program: Program, unwinders: Sequence[Unwinder],
+                   budget: int = DEFAULT_BUDGET, memoize: bool = True,
+                   observe: Callable[[int, list[ShadowFrame]], None] | None = None) -> ProgramResult:
+    """Run `program`, verifying every unwinder at every stop.
+
+    `memoize=False` re-walks every frame at every stop (for checking that the
+    memo changes nothing); `observe(pc, shadow frames)` sees each stop.
+    """
+    emulator = Emulator(program.segments)
+    result = ProgramResult(program.name, expected=program.expected_result)
+    classify = _Classifier(program)
+    decoded_at: dict[int, tuple[int, int]] = {}  # pc -> (call length, IT block length)
+    it_blocks = SkippedStops(lambda address: instruction_size(program.code(address, 4)))
+    uses_vfp = program.uses_vfp
+    counts = result.counts
+    shadow: ShadowStack | None = None
+    walks = [
+        (u, MemoizedWalk(u) if memoize else lambda f, s, e, u=u: unwind_and_compare(u, f, s, e))
+        for u in unwinders
+    ]
+
+    def culprit(frame_pc: int, index: int) -> str:
+        return classify(frame_pc if index == 0 else frame_pc - 1)[0]
+
+    def check(pc: int, regs: tuple[int, ...], vfp, expected, stack) -> None:
+        """Verify every unwinder at one stop."""
+        name, traits, position = classify(pc)
+        frame = Frame(r=regs, d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL)
+        for unwinder, walk in walks:
+            outcome = walk(frame, stack, expected)
+            if outcome is None:
+                counts[(unwinder.name, traits, position, None)] += 1
+                continue
+            index, kind, register, detail = outcome
+            counts[(unwinder.name, traits, position, kind)] += 1
+            frame_pc = pc if index == 0 else expected[index - 1].pc
+            result.failures.append(Failure(unwinder.name, pc, name, position, kind, index,
+                                           culprit(frame_pc, index), register, detail))
+        result.stops += 1
+        if observe is not None:
+            observe(pc, list(shadow.frames))
+
+    def on_stop(pc: int) -> None:
+        nonlocal shadow
+        regs = emulator.registers()
+        vfp = tuple(emulator.callee_saved_vfp()) if uses_vfp else None
+        if shadow is None:  # first stop: the harness's own call into the entry
+            shadow = ShadowStack(ShadowFrame(SENTINEL, regs[13], tuple(regs[4:12]), vfp))
+        else:
+            shadow.observe(pc, regs[13])
+        core = tuple(regs[:16])
+        stack = emulator.stack(regs[13])
+        expected = shadow.frames[::-1]
+        for skipped in it_blocks.passed_over(pc):
+            check(skipped, core[:15] + (skipped,), vfp, expected, stack)
+        check(pc, core, vfp, expected, stack)
+        decoded = decoded_at.get(pc)
+        if decoded is None:
+            code = program.code(pc, 4)
+            decoded = decoded_at[pc] = (call_length(code), it_block_length(code))
+        if decoded[0]:
+            shadow.before(pc, decoded[0], regs, vfp)
+        if decoded[1]:
+            it_blocks.entered(pc, decoded[1])
+
+    try:
+        result.result = emulator.call(program.entry, on_stop, budget, program.args)
+    except EmulationFault as fault:
+        result.fault = str(fault)
+    return result
+

@@ -1,0 +1,87 @@
+"""The shadow call stack, checked against literal values on a hand-written
+program whose call tree is known: calls, a call skipped under IT, a tail call,
+returns."""
+
+from generators.assembler import assemble
+from harness.emulator import SENTINEL, STACK_TOP
+from harness.groundtruth import call_length
+from harness.program import FunctionInfo, Program
+from harness.verify import verify_program
+
+BASE = 0x100000
+SOURCE = [
+    # main @ 0x100000
+    "push {r4, lr}",  # 0x100000
+    "movs r4, #7",  # 0x100002
+    "bl 0x10000c",  # 0x100004: call f, returns to 0x100008
+    "adds r0, #1",  # 0x100008
+    "pop {r4, pc}",  # 0x10000a
+    # f @ 0x10000c
+    "push {r5, lr}",  # 0x10000c
+    "movs r5, #9",  # 0x10000e
+    "cmp r5, #0",  # 0x100010
+    "it eq",  # 0x100012
+    "bleq 0x100024",  # 0x100014: skipped, so no frame
+    "bl 0x100024",  # 0x100018: call g, returns to 0x10001c
+    "pop.w {r5, lr}",  # 0x10001c
+    "b.w 0x100024",  # 0x100020: tail call to g, pushes nothing
+    # g @ 0x100024
+    "movs r0, #3",  # 0x100024
+    "bx lr",  # 0x100026
+]
+
+
+def program() -> Program:
+    code = assemble(SOURCE, BASE)
+    assert len(code) == 0x28
+    functions = tuple(
+        FunctionInfo(name, start, end, start, (), frozenset())
+        for name, start, end in (("main", BASE, BASE + 0xC), ("f", BASE + 0xC, BASE + 0x24),
+                                 ("g", BASE + 0x24, BASE + 0x28))
+    )
+    return Program("hand-written", ((BASE, code),), BASE, BASE, functions, expected_result=4)
+
+
+def frames_at_each_stop():
+    seen = []
+    result = verify_program(program(), [], observe=lambda pc, frames: seen.append(
+        (pc, [(f.pc, f.sp, f.callee_saved[:2]) for f in frames])))
+    assert result.self_check_ok and result.result == 4
+    return seen
+
+
+SENTINEL_FRAME = (SENTINEL, STACK_TOP, (0, 0))
+MAIN_CALLS_F = (0x100008, STACK_TOP - 8, (7, 0))
+F_CALLS_G = (0x10001C, STACK_TOP - 16, (7, 9))
+
+
+def test_every_stop_has_the_expected_shadow_stack():
+    assert frames_at_each_stop() == [
+        (0x100000, [SENTINEL_FRAME]),
+        (0x100002, [SENTINEL_FRAME]),
+        (0x100004, [SENTINEL_FRAME]),
+        (0x10000C, [SENTINEL_FRAME, MAIN_CALLS_F]),
+        (0x10000E, [SENTINEL_FRAME, MAIN_CALLS_F]),
+        (0x100010, [SENTINEL_FRAME, MAIN_CALLS_F]),
+        (0x100012, [SENTINEL_FRAME, MAIN_CALLS_F]),
+        (0x100014, [SENTINEL_FRAME, MAIN_CALLS_F]),
+        (0x100018, [SENTINEL_FRAME, MAIN_CALLS_F]),  # the skipped bleq pushed nothing
+        (0x100024, [SENTINEL_FRAME, MAIN_CALLS_F, F_CALLS_G]),
+        (0x100026, [SENTINEL_FRAME, MAIN_CALLS_F, F_CALLS_G]),
+        (0x10001C, [SENTINEL_FRAME, MAIN_CALLS_F]),  # g returned to f
+        (0x100020, [SENTINEL_FRAME, MAIN_CALLS_F]),
+        (0x100024, [SENTINEL_FRAME, MAIN_CALLS_F]),  # tail call: g returns for f
+        (0x100026, [SENTINEL_FRAME, MAIN_CALLS_F]),
+        (0x100008, [SENTINEL_FRAME]),
+        (0x10000A, [SENTINEL_FRAME]),
+    ]
+
+
+def test_call_length_decodes_only_calls():
+    code = assemble(["bl 0x100100", "blx r3", "b.w 0x100100", "blx 0x100100", "bx lr",
+                     "sub.w sp, sp, #4096", "push {r4, lr}"], BASE)
+    lengths, offset = [], 0
+    while offset < len(code):
+        lengths.append(call_length(code[offset:offset + 4]))
+        offset += 4 if code[offset + 1] >> 3 in (0x1D, 0x1E, 0x1F) else 2
+    assert lengths == [4, 2, 0, 4, 0, 0, 0]

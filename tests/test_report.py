@@ -1,0 +1,55 @@
+"""`run`: deterministic reports, the JSON schema, and the baseline check."""
+
+import json
+
+from harness.cli import main
+from harness.program import POSITIONS, TRAITS
+
+
+def run(tmp_path, *extra):
+    return main(["run", "--programs", "2", "--seed", "5", "--reports", str(tmp_path), *extra])
+
+
+def test_same_seed_gives_byte_identical_reports(tmp_path):
+    assert run(tmp_path / "a") == 0
+    assert run(tmp_path / "b") == 0
+    for name in ("latest.json", "latest.md", "latest.png"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_json_schema(tmp_path):
+    run(tmp_path)
+    data = json.loads((tmp_path / "latest.json").read_text())
+    assert (data["schema"], data["tool"], data["input"], data["seed"]) == (1, "unwind-harness", "generated", 5)
+    rows = {(r["unwinder"], r["category"], r["position"]): r for r in data["results"]}
+    for unwinder in ("v2", "v2-gcc", "dwarf"):
+        for category in ("all", *TRAITS):
+            for position in (*POSITIONS, "all"):
+                row = rows[(unwinder, category, position)]
+                assert set(row) >= {"stops", "failed", "failure_kinds"}
+                assert sum(row["failure_kinds"].values()) == row["failed"] <= row["stops"]
+    assert all(p["self_check"] == "ok" for p in data["programs"])
+
+
+def test_check_baseline_names_each_risen_category(tmp_path, capsys):
+    assert run(tmp_path, "--write-baseline") == 0
+    assert run(tmp_path, "--check-baseline") == 0
+    baseline = json.loads((tmp_path / "baseline.json").read_text())
+    lowered = 0
+    for row in baseline["results"]:
+        if row["unwinder"] == "v2" and row["category"] == "leaf" and row["failed"]:
+            row["failed"] -= 1
+            lowered += 1
+    assert lowered
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline))
+    capsys.readouterr()
+    assert run(tmp_path, "--check-baseline") == 1
+    err = capsys.readouterr().err
+    assert "regression: v2 / leaf / all" in err
+    assert "regression: v2 / all / all" not in err
+
+
+def test_check_baseline_refuses_another_seed(tmp_path, capsys):
+    run(tmp_path, "--write-baseline")
+    assert main(["run", "--programs", "2", "--seed", "6", "--reports", str(tmp_path), "--check-baseline"]) == 2
+    assert "seed 5" in capsys.readouterr().err
