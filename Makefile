@@ -22,9 +22,11 @@ toolchains:
 	  { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -q && \
 	    $$SUDO apt-get install -y -q gcc-arm-none-eabi clang lld >/dev/null; }
 
-# The test suite (CI runs exactly this).
+# The test suite, then the main job checked against the committed baseline
+# (CI runs exactly this).
 test: setup toolchains
 	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/unwind-harness run --check-baseline
 
 # Rebuild the committed ARM32 Thumb-2 ELF fixtures (installs GCC/clang with apt when missing).
 fixtures:
