@@ -82,7 +82,7 @@ def push_pop(rng, name, callees):
 
 def frame_pointer(rng, name, callees):
     return _non_leaf(rng, name, callees, "frame_pointer", frame_pointer=True,
-                     locals=rng.choice([0, 8, 24]), restore_sp=rng.choice(["add", "frame_pointer"]),
+                     locals=rng.choice([0, 8, 24]),
                      return_form=rng.choice(["pop_pc", "pop_lr_bx"]))
 
 
@@ -126,8 +126,10 @@ def multi_epilogue(rng, name, callees):
 
 
 def return_forms(rng, name, callees):
-    return _non_leaf(rng, name, callees, "return_forms",
-                     return_form=rng.choice(["ldr_pc", "pop_lr_bx"]), locals=rng.choice([0, 8]))
+    form = rng.choice(["ldr_pc", "pop_lr_bx", "ldr_restores"])
+    return _non_leaf(rng, name, callees, "return_forms", locals=rng.choice([0, 8]),
+                     return_form="pop_lr_bx" if form == "ldr_restores" else form,
+                     restore_by_ldr=form == "ldr_restores")
 
 
 def tail_call(rng, name, callees):

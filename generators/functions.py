@@ -49,10 +49,10 @@ class Plan:
     calls: tuple[Call, ...] = ()
     recursive: bool = False  # calls itself with depth - 1 until depth is 0
     return_form: str = "pop_pc"  # pop_pc | pop_lr_bx | ldr_pc | bx_lr
-    restore_sp: str = "add"  # add | frame_pointer (mov sp, r7 / sub sp, r7, #k)
     conditional_return: bool = False  # it ne; popne {..., pc} (or bxne lr in a leaf)
     early_return: bool = False  # bne to a second copy of the epilogue
     tail_call: str | None = None  # b.w to this function after the teardown
+    restore_by_ldr: bool = False  # restore with ldr rX, [sp], #4 one register at a time
     code_filler: int = 0  # bytes of never-executed code inside (functions over 128 KiB)
     straddle: bool = False  # lay out across a 128 KiB page boundary
     constants: tuple[int, ...] = (0x1234,)  # K, then one per extra register / d half
@@ -154,7 +154,8 @@ def prologue(plan: Plan) -> list[Insn]:
 
 def epilogue(plan: Plan, addresses_needed: bool = False) -> list[Insn]:
     lines: list[Insn] = []
-    if plan.alloca or (plan.restore_sp == "frame_pointer" and plan.frame_pointer and plan.locals):
+    if plan.frame_pointer and (plan.alloca or plan.locals):
+        # With a frame pointer, compilers restore sp through it.
         below = plan.fp_offset + 8 * plan.vfp
         text = f"sub sp, r7, #{below}" if below else "mov sp, r7"
         lines.append(Insn(text, "teardown", fx.sp_from_frame_pointer(below)))
@@ -172,7 +173,9 @@ def epilogue(plan: Plan, addresses_needed: bool = False) -> list[Insn]:
         lines.append(Insn(f"pop {{{_regs(plan.saved + (15,))}}}", "return", fx.pop(plan.saved + (14,))))
         return lines
     pushed = plan.saved + ((14,) if plan.saves_lr else ())
-    if pushed:
+    if pushed and plan.restore_by_ldr:
+        lines += [Insn(f"ldr {_regs((reg,))}, [sp], #4", "teardown", fx.pop((reg,))) for reg in sorted(pushed)]
+    elif pushed:
         lines.append(Insn(f"pop {{{_regs(pushed)}}}", "teardown", fx.pop(pushed)))
     if plan.varargs:
         lines.append(Insn("add sp, #16", "teardown", fx.add_sp(16)))

@@ -91,7 +91,7 @@ def cfi_rows(placed: list[Placed], start: int, end: int, flavour: str) -> tuple[
         elif p.insn.effect is not None:
             state = p.insn.effect(state)
         after = p.address + p.size
-        if state != before and after < end:
+        if state.row(after) != before.row(after) and after < end:  # depth alone is no row
             rows.append(state.row(after))
     return tuple(rows)
 

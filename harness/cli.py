@@ -14,6 +14,7 @@ from harness import __version__, report, v2
 from harness.cfi import read_cfi
 from harness.elf import open_elf, text_base
 from harness.errors import InputError
+from harness.sizes import policy_sizes
 from harness.unwinders import UNWINDER_NAMES, build_unwinders
 from harness.v2.dump import dump
 from harness.verify import verify_program
@@ -137,7 +138,7 @@ def cmd_run(args) -> int:
     programs = default_corpus(args.seed, args.programs)
     names = args.unwinder or list(UNWINDER_NAMES)
     results, seconds = verify_all(programs, names, console)
-    data = report.report_data(results, names, args.seed, "generated")
+    data = report.report_data(results, names, args.seed, "generated", policy_sizes(programs))
     write_reports(data, Path(args.reports), args.json, "unwind-harness: generated corpus")
     return finish_run(data, results, seconds, args, console)
 

@@ -21,10 +21,12 @@ def reg_name(reg: int) -> str:
 
 @dataclass(frozen=True)
 class Frame:
-    """Registers of one frame. `d` holds d0-d31; None where nothing is known."""
+    """Registers of one frame. `d` holds d0-d31; None where nothing is known.
+    `cpsr` (flags and IT state) is known for the innermost frame only."""
 
     r: tuple[int, ...]
     d: tuple[int | None, ...] = (None,) * 32
+    cpsr: int = 0
 
     @property
     def pc(self) -> int:

@@ -57,35 +57,47 @@ def it_block_length(code: bytes) -> int:
     return 4 - ((mask & -mask).bit_length() - 1)
 
 
+def with_it_state(cpsr: int, state: int) -> int:
+    """`cpsr` with ITSTATE replaced: IT[1:0] live in bits 26:25, IT[7:2] in 15:10."""
+    return (cpsr & ~0x0600FC00) | ((state & 0x3) << 25) | ((state >> 2) << 10)
+
+
 class SkippedStops:
     """Unicorn runs no code hook before an instruction an IT block skips, yet
     a profiler can sample there. This tracks IT blocks and names the
-    addresses that were passed over without a stop; their register state is
-    that of the next stop (a skipped instruction changes nothing)."""
+    instructions passed over without a stop, with the IT state each would
+    have had; everything else is as at the next stop (a skipped instruction
+    changes nothing)."""
 
     def __init__(self, size_at):
         self._size_at = size_at  # address -> instruction size
-        self._pending: list[int] = []
+        self._pending: list[tuple[int, int]] = []  # (address, ITSTATE)
+        self._end = 0
 
-    def passed_over(self, pc: int) -> list[int]:
-        """Block addresses skipped before reaching `pc` (call at every stop)."""
+    def passed_over(self, pc: int) -> list[tuple[int, int]]:
+        """(address, ITSTATE) of block instructions skipped before reaching
+        `pc`. Call at every stop."""
         pending = self._pending
         if not pending:
             return []
-        if pc in pending or pc == self._end:
-            index = pending.index(pc) if pc in pending else len(pending)
+        addresses = [address for address, _ in pending]
+        if pc in addresses or pc == self._end:
+            index = addresses.index(pc) if pc in addresses else len(pending)
             skipped, self._pending = pending[:index], pending[index + 1 :]
             return skipped
         self._pending = []  # a branch inside the block left it
         return []
 
-    def entered(self, pc: int, block: int) -> None:
-        """The instruction at pc is an IT governing `block` instructions."""
+    def entered(self, pc: int, it_instruction: int, block: int) -> None:
+        """The instruction at pc is IT (`it_instruction`, its half-word)
+        governing `block` instructions."""
+        state = it_instruction & 0xFF  # firstcond:mask is ITSTATE for the first
         address = pc + 2
         pending = []
         for _ in range(block):
-            pending.append(address)
+            pending.append((address, state))
             address += self._size_at(address)
+            state = 0 if state & 0x7 == 0 else (state & 0xE0) | ((state << 1) & 0x1F)
         self._pending, self._end = pending, address
 
 

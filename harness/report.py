@@ -71,7 +71,7 @@ def _sample(failure: Failure, program: str) -> dict:
 
 
 def report_data(results: Sequence[ProgramResult], unwinders: Sequence[str], seed: int | None,
-                source: str) -> dict:
+                source: str, sizes: dict | None = None) -> dict:
     samples: dict[str, list[dict]] = {u: [] for u in unwinders}
     for result in results:
         for failure in result.failures:
@@ -92,6 +92,7 @@ def report_data(results: Sequence[ProgramResult], unwinders: Sequence[str], seed
         ],
         "wrong_registers": wrong_registers(results),
         "failure_samples": samples,
+        "sizes": sizes,
     }
 
 
@@ -161,10 +162,31 @@ def markdown(data: dict, title: str) -> str:
             out += ["", "First failing stops:", ""]
             out += [f"- `{s['program']}` pc {s['pc']} in {s['function']} ({s['position']}): "
                     f"{s['kind']} at frame {s['frame']} ({s['culprit']}): {s['detail']}" for s in samples]
+    out += size_lines(data.get("sizes"))
     programs = data["programs"]
     out += ["", "## Programs", "", "| program | stops | self-check |", "|---|---|---|"]
     out += [f"| {p['name']} | {p['stops']} | {p['self_check']} |" for p in programs]
     return "\n".join(out) + "\n"
+
+
+def size_cells(sizes: dict) -> list[list[str]]:
+    increase = sizes["increase_over_drop_percent"]
+    return [
+        [policy, f"{size:,}", f"{size / sizes['functions']:.2f}", f"{increase[policy]:+.2f}%" if policy in increase else "-"]
+        for policy, size in sizes["bytes"].items()
+    ]
+
+
+SIZE_HEADER = ["epilogue policy", "table bytes", "bytes/function", "vs drop"]
+
+
+def size_lines(sizes: dict | None) -> list[str]:
+    if not sizes:
+        return []
+    out = ["", f"## v2 table size per epilogue policy ({sizes['layout']} layout, "
+               f"{sizes['functions']:,} functions)", "",
+           "| " + " | ".join(SIZE_HEADER) + " |", "|---|---|---|---|"]
+    return out + ["| " + " | ".join(row) + " |" for row in size_cells(sizes)]
 
 
 def print_table(data: dict, console) -> None:
@@ -177,6 +199,13 @@ def print_table(data: dict, console) -> None:
     for row in body:
         table.add_row(*row)
     console.print(table)
+    if data.get("sizes"):
+        sizes = Table(title="v2 table bytes per epilogue policy")
+        for index, name in enumerate(SIZE_HEADER):
+            sizes.add_column(name, justify="left" if index == 0 else "right")
+        for row in size_cells(data["sizes"]):
+            sizes.add_row(*row)
+        console.print(sizes)
 
 
 def chart(data: dict, path: Path) -> None:

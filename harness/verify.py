@@ -21,6 +21,7 @@ from harness.groundtruth import (
     call_length,
     instruction_size,
     it_block_length,
+    with_it_state,
 )
 from harness.program import Program
 from harness.walk import Unwinder
@@ -36,6 +37,7 @@ class Failure:
     """One failing stop of one unwinder."""
 
     unwinder: str
+    stop: int  # the stop's sequence number in the program's run
     pc: int
     function: str  # innermost function at the stop
     position: str
@@ -189,7 +191,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     emulator = Emulator(program.segments)
     result = ProgramResult(program.name, expected=program.expected_result)
     classify = _Classifier(program)
-    decoded_at: dict[int, tuple[int, int]] = {}  # pc -> (call length, IT block length)
+    decoded_at: dict[int, tuple[int, int, bytes]] = {}  # pc -> (call length, IT block length, first half-word)
     it_blocks = SkippedStops(lambda address: instruction_size(program.code(address, 4)))
     uses_vfp = program.uses_vfp
     counts = result.counts
@@ -202,10 +204,10 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     def culprit(frame_pc: int, index: int) -> str:
         return classify(frame_pc if index == 0 else frame_pc - 1)[0]
 
-    def check(pc: int, regs: tuple[int, ...], vfp, expected, stack) -> None:
+    def check(pc: int, regs: tuple[int, ...], cpsr: int, vfp, expected, stack) -> None:
         """Verify every unwinder at one stop."""
         name, traits, position = classify(pc)
-        frame = Frame(r=regs, d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL)
+        frame = Frame(r=regs, d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL, cpsr=cpsr)
         for unwinder, walk in walks:
             outcome = walk(frame, stack, expected)
             if outcome is None:
@@ -214,7 +216,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
             index, kind, register, detail = outcome
             counts[(unwinder.name, traits, position, kind)] += 1
             frame_pc = pc if index == 0 else expected[index - 1].pc
-            result.failures.append(Failure(unwinder.name, pc, name, position, kind, index,
+            result.failures.append(Failure(unwinder.name, result.stops, pc, name, position, kind, index,
                                            culprit(frame_pc, index), register, detail))
         result.stops += 1
         if observe is not None:
@@ -231,17 +233,17 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         core = tuple(regs[:16])
         stack = emulator.stack(regs[13])
         expected = shadow.frames[::-1]
-        for skipped in it_blocks.passed_over(pc):
-            check(skipped, core[:15] + (skipped,), vfp, expected, stack)
-        check(pc, core, vfp, expected, stack)
+        for skipped, state in it_blocks.passed_over(pc):
+            check(skipped, core[:15] + (skipped,), with_it_state(regs[16], state), vfp, expected, stack)
+        check(pc, core, regs[16], vfp, expected, stack)
         decoded = decoded_at.get(pc)
         if decoded is None:
             code = program.code(pc, 4)
-            decoded = decoded_at[pc] = (call_length(code), it_block_length(code))
+            decoded = decoded_at[pc] = (call_length(code), it_block_length(code), code[:2])
         if decoded[0]:
             shadow.before(pc, decoded[0], regs, vfp)
         if decoded[1]:
-            it_blocks.entered(pc, decoded[1])
+            it_blocks.entered(pc, int.from_bytes(decoded[2], "little"), decoded[1])
 
     try:
         result.result = emulator.call(program.entry, on_stop, budget, program.args)

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from harness.cfi import FunctionCfi
 from harness.v2.encoder import (
@@ -20,6 +20,7 @@ from harness.v2.encoder import (
 )
 from harness.v2.layout import LAYOUTS, Layout, header_fields, serialize
 from harness.v2.reader import V2Reader
+from harness.v2.synthesize import synthesize_epilogues
 from harness.v2.tables import V2Tables, build_tables
 
 __all__ = [
@@ -76,8 +77,14 @@ class Encoded:
         return [(f.name, p) for f in self.functions for p in f.problems]
 
 
-def encode(functions: Sequence[FunctionCfi], text_base: int,
-           policy: EpiloguePolicy = "drop") -> Encoded:
-    encoded = tuple(function_unwind(f, policy) for f in functions)
+def encode(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePolicy = "drop",
+           code_at: Callable[[int, int], bytes] | None = None) -> Encoded:
+    """Tables for `functions`. Policy `synthesize` disassembles the code
+    (`code_at(address, size)`) to add epilogue rows, then encodes as `keep`."""
+    if policy == "synthesize":
+        if code_at is None:
+            raise ValueError("policy 'synthesize' needs the code")
+        functions = [synthesize_epilogues(f, code_at) for f in functions]
+    encoded = tuple(function_unwind(f, "keep" if policy == "synthesize" else policy) for f in functions)
     covering = tuple(cover_text(encoded, text_base))
     return Encoded(text_base, policy, encoded, covering, build_tables(covering, text_base))

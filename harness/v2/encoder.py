@@ -15,8 +15,8 @@ from harness.cfi import CfiRow, FunctionCfi
 from harness.errors import EncodeError
 from harness.frame import DWARF_D0, PC, SP
 
-EpiloguePolicy = Literal["drop", "keep"]
-EPILOGUE_POLICIES: tuple[EpiloguePolicy, ...] = ("drop", "keep")
+EpiloguePolicy = Literal["drop", "keep", "synthesize"]
+EPILOGUE_POLICIES: tuple[EpiloguePolicy, ...] = ("drop", "keep", "synthesize")
 
 FINISH_ONLY = ehabi.encode([ehabi.FINISH])  # lr -> pc, sp unchanged
 REFUSE_RUN = ehabi.encode([ehabi.REFUSE])
@@ -105,7 +105,8 @@ def starts_epilogue(row: CfiRow, body: CfiRow) -> bool:
 
 
 def function_unwind(function: FunctionCfi, policy: EpiloguePolicy) -> FunctionUnwind:
-    """Encode one function's rows under an epilogue policy."""
+    """Encode one function's rows under an epilogue policy (`synthesize`
+    arrives here as `keep`: its rows were added beforehand)."""
     unwinds: list[AddressUnwind] = []
     problems = list(function.problems)
     dropped = 0

@@ -1,0 +1,216 @@
+"""Epilogues: recognising their instructions, and simulating them at a stop.
+
+`classify` names what one instruction does to the frame if it belongs to an
+epilogue; the runtime simulation (unwinder `v2+epilogue`) and the encode-time
+synthesis (harness.v2.synthesize) both build on it.
+
+The simulation decodes the instructions from pc on. If, up to a return, they
+are all stack releases, register restores and at most one final return or
+tail call, it executes them on the registers and the stack and returns the
+caller's frame. Anything else, an instruction it does not know included,
+makes it decline, and the unwinder falls back to the v2 tables unchanged.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Union
+
+from harness.disasm import Instruction, decode_one
+from harness.frame import DWARF_D0, LR, PC, SP, Frame, Stack
+from harness.walk import check_caller
+
+FRAME_POINTERS = (7, 11)
+LIMIT = 16  # instructions scanned for a return
+
+
+@dataclass(frozen=True)
+class Release:
+    """sp += amount, sp += r[reg], or sp = r[frame_pointer] - below."""
+
+    amount: int = 0
+    reg: int | None = None
+    frame_pointer: int | None = None
+    below: int = 0
+
+
+@dataclass(frozen=True)
+class Restore:
+    """pop / ldr rX, [sp], #4 / ldm sp!: core registers from the stack (pc: a return)."""
+
+    regs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RestoreVfp:
+    first: int  # d register number
+    count: int
+
+
+@dataclass(frozen=True)
+class ReturnToLr:
+    """bx lr."""
+
+
+@dataclass(frozen=True)
+class Branch:
+    """b / b.w: a tail call when it leaves the function."""
+
+    target: int
+
+
+Step = Union[Release, Restore, RestoreVfp, ReturnToLr, Branch]
+
+
+def classify(insn: Instruction) -> Step | None:
+    """What `insn` does as an epilogue instruction, or None if it is none."""
+    op, regs = insn.op, insn.regs
+    if op == "add" and regs[:1] == (SP,):
+        sources = regs[1:] if regs[1:2] != (SP,) else regs[2:]
+        if insn.imm is not None and not sources:
+            return Release(amount=insn.imm)
+        if insn.imm is None and len(sources) == 1 and 0 <= sources[0] < SP:
+            return Release(reg=sources[0])
+    if op == "mov" and len(regs) == 2 and regs[0] == SP and regs[1] in FRAME_POINTERS:
+        return Release(frame_pointer=regs[1])
+    if op == "sub" and len(regs) == 2 and regs[0] == SP and regs[1] in FRAME_POINTERS and insn.imm is not None:
+        return Release(frame_pointer=regs[1], below=insn.imm)
+    if op == "pop" and regs and all(0 <= r <= PC and r != SP for r in regs):
+        return Restore(regs)
+    if op in ("ldm", "ldmia") and regs[:1] == (SP,) and len(regs) > 1 and SP not in regs[1:]:
+        return Restore(regs[1:])
+    if op == "ldr" and insn.post_index and insn.mem == (SP, 0) and insn.imm == 4 and len(regs) == 1 \
+            and 0 <= regs[0] <= PC and regs[0] != SP:
+        return Restore(regs)
+    if op == "vpop" and regs and all(r >= DWARF_D0 for r in regs) \
+            and list(regs) == list(range(regs[0], regs[0] + len(regs))):
+        return RestoreVfp(regs[0] - DWARF_D0, len(regs))
+    if op == "bx" and regs == (LR,):
+        return ReturnToLr()
+    if op == "b" and insn.imm is not None and not insn.conditional:
+        return Branch(insn.imm)
+    return None
+
+
+def ends_frame(step: Step) -> bool:
+    return isinstance(step, (ReturnToLr, Branch)) or (isinstance(step, Restore) and PC in step.regs)
+
+
+# ------------------------------------------------------------- condition codes
+
+
+def it_state(cpsr: int) -> int:
+    """ITSTATE (IT[7:0]) from CPSR: IT[7:2] = cpsr[15:10], IT[1:0] = cpsr[26:25]."""
+    return ((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3)
+
+
+def condition_holds(cond: int, cpsr: int) -> bool:
+    n, z, c, v = (cpsr >> 31) & 1, (cpsr >> 30) & 1, (cpsr >> 29) & 1, (cpsr >> 28) & 1
+    base = {
+        0: z, 1: z, 2: c, 3: c, 4: n, 5: n, 6: v, 7: v,
+        8: c and not z, 9: c and not z, 10: n == v, 11: n == v,
+        12: not z and n == v, 13: not z and n == v, 14: True, 15: True,
+    }[cond]
+    return bool(base) if cond % 2 == 0 or cond >= 14 else not base
+
+
+# ------------------------------------------------------------------ simulation
+
+
+class EpilogueSimulator:
+    """Recognises and executes the epilogue ahead of a stop, or declines."""
+
+    def __init__(self, code_at: Callable[[int, int], bytes], same_function: Callable[[int, int], bool]):
+        self._code_at = code_at
+        self._same_function = same_function
+        self.outcomes: Counter = Counter()  # "simulated" or the reason for declining
+        self.plan = lru_cache(maxsize=None)(self._plan)
+
+    def _plan(self, pc: int) -> tuple[Step, ...] | str:
+        """The epilogue steps from pc to its return, or why there is none."""
+        steps: list[Step] = []
+        address = pc
+        for _ in range(LIMIT):  # one at a time: most stops decline at the first
+            try:
+                insn = decode_one(self._code_at(address, 4), address)
+            except KeyError:
+                return "no code ahead"
+            if insn is None:
+                return "undecodable instruction"
+            address += insn.size
+            step = classify(insn)
+            if step is None or (insn.conditional and insn.op != "b"):
+                return f"'{insn.text}' is not an epilogue instruction"
+            # A branch out of the function is a tail call: any teardown is
+            # done by then (possibly before pc), and control returns to lr.
+            if isinstance(step, Branch) and self._same_function(pc, step.target):
+                return "a branch within the function"
+            steps.append(step)
+            if ends_frame(step):
+                return tuple(steps)
+        return "no return within reach"
+
+    def simulate(self, frame: Frame, stack: Stack) -> Frame | None:
+        plan = self.plan(frame.pc)
+        if isinstance(plan, str):
+            self.outcomes[plan] += 1
+            return None
+        state = it_state(frame.cpsr)
+        if state:
+            # Inside an IT block: only a last, taken instruction may start an epilogue.
+            if state & 0x7:
+                self.outcomes["conditional epilogue continues in its IT block"] += 1
+                return None
+            if not condition_holds(state >> 4, frame.cpsr):
+                self.outcomes["IT condition fails"] += 1
+                return None
+        self.outcomes["simulated"] += 1
+        return execute(plan, frame, stack)
+
+
+def execute(steps: tuple[Step, ...], frame: Frame, stack: Stack) -> Frame:
+    regs = list(frame.r)
+    dregs = list(frame.d)
+    sp = regs[SP]
+    for step in steps:
+        kind = type(step)
+        if kind is Restore:
+            for reg in step.regs:
+                regs[reg] = stack.read_u32(sp)
+                sp += 4
+        elif kind is Release:
+            if step.frame_pointer is not None:
+                sp = regs[step.frame_pointer] - step.below
+            elif step.reg is not None:
+                sp = (sp + regs[step.reg]) & 0xFFFFFFFF
+            else:
+                sp += step.amount
+        elif kind is RestoreVfp:
+            for index in range(step.first, step.first + step.count):
+                dregs[index] = stack.read_u64(sp)
+                sp += 8
+        if kind is ReturnToLr or kind is Branch:
+            regs[PC] = regs[LR]
+    regs[SP] = sp
+    regs[PC] &= ~1
+    return Frame(r=tuple(regs), d=tuple(dregs))
+
+
+class EpilogueFirst:
+    """At the innermost frame, simulate the epilogue ahead if there is one;
+    otherwise (and for every caller frame) use the fallback unwinder."""
+
+    def __init__(self, simulator: EpilogueSimulator, fallback, name: str):
+        self.simulator = simulator
+        self.fallback = fallback
+        self.name = name
+
+    def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
+        if innermost:
+            caller = self.simulator.simulate(frame, stack)
+            if caller is not None:
+                check_caller(frame, caller, innermost)
+                return caller
+        return self.fallback.step(frame, stack, innermost)

@@ -1,0 +1,162 @@
+"""Epilogue simulation (v2+epilogue) and encode-time synthesis (v2-synth)."""
+
+import random
+import struct
+
+import pytest
+
+from generators.assembler import assemble
+from generators.corpus import DEFAULT_PROGRAMS, generate_program
+from generators.functions import Call, Plan
+from generators.layout import build_program
+from harness.epilogue import EpilogueSimulator, condition_holds, it_state
+from harness.frame import Frame, Stack
+from harness.unwinders import build_unwinders
+from harness.v2.synthesize import synthesize_epilogues
+from harness.verify import verify_program
+
+BASE = 0x100000
+LEAF = Plan("leaf", "leaf", saves_lr=False, return_form="bx_lr", constants=(5,))
+
+# One plan per epilogue shape: every teardown form and every return form.
+FORMS = {
+    "pop_pc": dict(saved=(4, 5, 6)),
+    "pop_pc_locals": dict(saved=(4, 8), locals=24),
+    "addw": dict(saved=(4,), locals=1200),
+    "movw_add_sp_r12": dict(saved=(4, 5), locals=70000),
+    "vpop": dict(saved=(4, 5), vfp=3, locals=16),
+    "pop_lr_bx": dict(saved=(4, 5), return_form="pop_lr_bx"),
+    "ldr_pc": dict(saved=(4, 6), return_form="ldr_pc", locals=8),
+    "ldr_restores": dict(saved=(4, 10), return_form="pop_lr_bx", restore_by_ldr=True),
+    "varargs": dict(saved=(4,), varargs=True, return_form="pop_lr_bx", locals=8),
+    "mov_sp_r7": dict(saved=(4, 7), frame_pointer=True, alloca=True),
+    "sub_sp_r7": dict(saved=(4, 5, 7), frame_pointer=True, alloca=True, vfp=2, locals=16),
+    "fp_locals": dict(saved=(4, 7, 8), frame_pointer=True, locals=24, return_form="pop_lr_bx"),
+    "tail_call": dict(saved=(4, 5), return_form="pop_lr_bx", tail_call="leaf", locals=8),
+    "conditional_and_early": dict(saved=(4, 5), conditional_return=True, early_return=True),
+}
+
+
+def form_program(name: str):
+    fields = FORMS[name]
+    rng = random.Random(name)
+    plan = Plan("f", name, calls=(Call("leaf"),), **fields)
+    count = 1 + len(plan.constant_registers) + 2 * plan.vfp
+    plan = Plan("f", name, calls=(Call("leaf"),), constants=tuple(rng.getrandbits(32) for _ in range(count)), **fields)
+    main = Plan("main", "entry", saved=(4,), calls=(Call("f"), Call("f")), constants=(1,))
+    return build_program(name, [main, plan, LEAF], "main", arg=rng.getrandbits(32))
+
+
+@pytest.mark.parametrize("name", sorted(FORMS))
+def test_each_epilogue_form_is_simulated_from_each_offset(name):
+    program = form_program(name)
+    v2_plus, v2_synth = build_unwinders(program, ["v2+epilogue", "v2-synth"])
+    simulated = []
+    simulate = v2_plus.simulator.simulate
+
+    def recording(frame, stack):
+        caller = simulate(frame, stack)
+        if caller is not None:
+            simulated.append(frame.pc)
+        return caller
+
+    v2_plus.simulator.simulate = recording
+    epilogue_stops = []
+    f = next(i for i in program.functions if i.name == "f")
+    result = verify_program(program, [v2_plus, v2_synth], observe=lambda pc, frames: epilogue_stops.append(pc)
+                            if f.start <= pc < f.end and f.position(pc) == "epilogue" else None)
+    assert result.self_check_ok
+    assert result.failures == []
+    # Every instruction offset of every epilogue of f was a stop, and was simulated
+    # (a conditional return whose condition failed is the one exception).
+    offsets = {pc for start, end in f.epilogues for pc in range(start, end, 2)}
+    assert offsets & set(epilogue_stops)
+    taken = [pc for pc in epilogue_stops if pc in simulated]
+    assert len(taken) >= len(epilogue_stops) - (2 if FORMS[name].get("conditional_return") else 0)
+    assert taken
+
+
+def simulator_for(lines, flags=0, itstate=0):
+    code = assemble(lines, BASE)
+    same = lambda pc, target: BASE <= target < BASE + len(code)  # one function
+    simulator = EpilogueSimulator(lambda address, size: code[address - BASE: address - BASE + size], same)
+    cpsr = flags | ((itstate & 0x3) << 25) | ((itstate >> 2) << 10)
+    regs = [0] * 16
+    regs[13], regs[14], regs[15] = 0x8000, 0x20001, BASE
+    stack = Stack(0x8000, struct.pack("<8I", 4, 5, 6, 0x30001, 0, 0, 0, 0))
+    return simulator, Frame(r=tuple(regs), cpsr=cpsr), stack
+
+
+def test_pure_epilogue_is_simulated():
+    simulator, frame, stack = simulator_for(["pop {r4, r5}", "add sp, #4", "pop {pc}"])
+    caller = simulator.simulate(frame, stack)
+    assert (caller.pc, caller.sp, caller.r[4], caller.r[5]) == (0x30000, 0x8010, 4, 5)
+
+
+@pytest.mark.parametrize("lines, reason", [
+    (["pop {r4}", "mov r0, r1", "pop {pc}"], "'mov r0, r1' is not an epilogue instruction"),
+    (["pop {r4}", "b 0x100008", "nop", "nop", "pop {pc}"], "a branch within the function"),
+    (["mul r0, r1, r0", "pop {pc}"], "'mul r0, r1, r0' is not an epilogue instruction"),
+    (["pop {r4}", "bne 0x100010", "pop {pc}"], "'bne #0x100010' is not an epilogue instruction"),
+    (["pop {r4}", "ldr r5, [sp, #4]", "pop {pc}"], "'ldr r5, [sp, #4]' is not an epilogue instruction"),
+])
+def test_declines(lines, reason):
+    simulator, frame, stack = simulator_for(lines)
+    assert simulator.simulate(frame, stack) is None
+    assert simulator.outcomes == {reason: 1}
+
+
+def test_it_block_whose_condition_fails_declines():
+    # Stopped at `popne {r4, pc}` (last of its IT block, ITSTATE = NE, 0b0001 1000);
+    # Z is set, so NE fails.
+    simulator, frame, stack = simulator_for(["pop {r4, pc}"], flags=1 << 30, itstate=0x18)
+    assert simulator.simulate(frame, stack) is None
+    assert simulator.outcomes == {"IT condition fails": 1}
+
+
+def test_it_block_whose_condition_holds_is_simulated():
+    simulator, frame, stack = simulator_for(["pop {r4, pc}"], flags=0, itstate=0x18)
+    assert simulator.simulate(frame, stack).pc == 5 & ~1
+
+
+def test_condition_codes():
+    n, z, c, v = 1 << 31, 1 << 30, 1 << 29, 1 << 28
+    assert condition_holds(0, z) and not condition_holds(0, 0)  # EQ
+    assert condition_holds(1, 0) and not condition_holds(1, z)  # NE
+    assert condition_holds(8, c) and not condition_holds(8, c | z)  # HI
+    assert condition_holds(10, n | v) and not condition_holds(10, n)  # GE
+    assert condition_holds(13, z) and not condition_holds(12, z)  # LE, GT
+    assert it_state((0x18 >> 2) << 10) == 0x18
+
+
+def test_synthesis_agrees_row_by_row_with_gcc_style_cfi():
+    functions = 0
+    for index in range(12):
+        program = generate_program(0, index)
+        for clang, gcc in zip(program.cfi["clang"], program.cfi["gcc"]):
+            assert synthesize_epilogues(clang, program.code).rows == gcc.rows, clang.name
+            functions += 1
+    assert functions > 200
+
+
+def test_simulation_never_runs_outside_epilogues_on_the_default_corpus():
+    mismatched = []
+    for index in range(DEFAULT_PROGRAMS):
+        program = generate_program(0, index)
+        v2, v2_plus = build_unwinders(program, ["v2", "v2+epilogue"])
+        simulate = v2_plus.simulator.simulate
+
+        def recording(frame, stack):
+            caller = simulate(frame, stack)
+            if caller is not None and program.function_at(frame.pc).position(frame.pc) != "epilogue":
+                mismatched.append((program.name, hex(frame.pc)))
+            return caller
+
+        v2_plus.simulator.simulate = recording
+        result = verify_program(program, [v2, v2_plus])
+        verdicts = {"v2": set(), "v2+epilogue": set()}
+        for failure in result.failures:
+            if failure.position != "epilogue":
+                verdicts[failure.unwinder].add((failure.stop, failure.kind))
+        assert verdicts["v2"] == verdicts["v2+epilogue"], program.name
+    assert mismatched == []
