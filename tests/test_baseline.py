@@ -27,9 +27,20 @@ def test_v2_fails_in_epilogues():
     assert ROWS[("v2", "all", "epilogue")]["failed"] > 0
 
 
-@pytest.mark.parametrize("unwinder", ["v2-gcc", "dwarf"])
+@pytest.mark.parametrize("unwinder", ["v2+epilogue", "v2-synth", "v2-gcc", "dwarf"])
 def test_epilogue_aware_unwinders_never_fail(unwinder):
     assert ROWS[(unwinder, "all", "all")]["failed"] == 0
+    assert ROWS[(unwinder, "all", "epilogue")]["stops"] > 0
+
+
+def test_size_per_epilogue_policy_is_reported():
+    sizes = BASELINE["sizes"]
+    assert set(sizes["bytes"]) == {"drop", "keep", "synthesize"}
+    assert sizes["bytes"]["drop"] < sizes["bytes"]["keep"]
+    drop = sizes["bytes"]["drop"]
+    for policy in ("keep", "synthesize"):
+        expected = round(100 * (sizes["bytes"][policy] - drop) / drop, 2)
+        assert sizes["increase_over_drop_percent"][policy] == expected
 
 
 @pytest.mark.parametrize("category", ["all", *TRAITS])
