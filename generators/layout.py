@@ -180,7 +180,7 @@ def build_program(name: str, plans: list[Plan], entry: str, arg: int) -> Program
         entry=addresses[entry],
         text_base=TEXT_BASE,
         functions=tuple(functions),
-        cfi={"clang": tuple(clang_rows), "gcc": tuple(gcc_rows)},
+        cfi={"tables": tuple(clang_rows), "reference": tuple(gcc_rows)},
         expected_result=expected_result(plans, entry, arg),
         uses_vfp=any(p.vfp for p in plans),
         args=(arg,),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from capstone import CS_ARCH_ARM, CS_MODE_THUMB, Cs, CsError
+from capstone import CS_ARCH_ARM, CS_GRP_CALL, CS_GRP_INT, CS_GRP_JUMP, CS_GRP_RET, CS_MODE_THUMB, Cs, CsError
 from capstone import arm as cs_arm
 
 from harness.frame import DWARF_D0
@@ -26,6 +26,8 @@ class Instruction:
     post_index: bool
     cc: int  # capstone condition code; CC_ALWAYS outside IT blocks it can see
     text: str
+    writes: tuple[int, ...] = ()  # registers written, explicitly or not (s/q registers as their d registers)
+    transfers: bool = False  # branches, calls or returns
 
     @property
     def conditional(self) -> bool:
@@ -40,6 +42,19 @@ def _reg(name: str) -> int:
     if name[0] == "d":
         return DWARF_D0 + int(name[1:])
     return -1  # a register this tool does not model (s registers, APSR...)
+
+
+def _written(name: str) -> tuple[int, ...]:
+    """Registers a write to `name` changes, with s and q registers as the d
+    registers they are part of."""
+    if name[0] == "s" and name[1:].isdigit():
+        return (DWARF_D0 + int(name[1:]) // 2,)
+    if name[0] == "q" and name[1:].isdigit():
+        return (DWARF_D0 + 2 * int(name[1:]), DWARF_D0 + 2 * int(name[1:]) + 1)
+    return (_reg(name),)
+
+
+_TRANSFERS = (CS_GRP_JUMP, CS_GRP_CALL, CS_GRP_RET, CS_GRP_INT)
 
 
 def _plain(mnemonic: str, conditional: bool) -> str:
@@ -64,10 +79,12 @@ def decode(code: bytes, address: int, count: int = 0) -> list[Instruction]:
                 elif operand.type == cs_arm.ARM_OP_MEM:
                     mem = (_reg(insn.reg_name(operand.mem.base)), operand.mem.disp)
             conditional = insn.cc not in (CC_ALWAYS, cs_arm.ARM_CC_INVALID)
+            writes = tuple(r for w in insn.regs_access()[1] for r in _written(insn.reg_name(w)))
             out.append(Instruction(
                 insn.address, insn.size, _plain(insn.mnemonic, conditional and insn.id != cs_arm.ARM_INS_IT),
                 tuple(regs), imm, mem, bool(insn.post_index), insn.cc if conditional else CC_ALWAYS,
-                f"{insn.mnemonic} {insn.op_str}".strip(),
+                f"{insn.mnemonic} {insn.op_str}".strip(), writes,
+                any(insn.group(g) for g in _TRANSFERS),
             ))
     except CsError:
         pass

@@ -105,3 +105,30 @@ def function_symbols(image: ElfImage) -> list[tuple[int, int, str]]:
     except PARSE_ERRORS as e:
         raise ElfError(f"{image.path}: corrupt symbol table: {e}") from e
     return sorted(found)
+
+
+def load_segments(image: ElfImage) -> tuple[tuple[int, bytes], ...]:
+    """Contents of every PT_LOAD segment at its virtual address (zero-filled
+    up to its memory size, so .bss is there too)."""
+    segments = []
+    try:
+        for segment in image.elf.iter_segments():
+            if segment["p_type"] != "PT_LOAD" or segment["p_memsz"] == 0:
+                continue
+            data = segment.data()
+            if len(data) < segment["p_filesz"]:
+                raise ElfError(f"{image.path}: truncated: a PT_LOAD segment runs past the end of the file")
+            segments.append((segment["p_vaddr"], data + bytes(segment["p_memsz"] - len(data))))
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{image.path}: corrupt program headers: {e}") from e
+    if not segments:
+        raise ElfError(f"{image.path}: no PT_LOAD segment to run")
+    return tuple(segments)
+
+
+def symbol_address(image: ElfImage, name: str) -> int:
+    """Address (Thumb bit clear) of the function symbol `name`."""
+    for address, _size, symbol in function_symbols(image):
+        if symbol == name:
+            return address
+    raise ElfError(f"{image.path}: no function symbol {name!r}")

@@ -54,7 +54,8 @@ class Program:
     entry: int
     text_base: int
     functions: tuple[FunctionInfo, ...]  # sorted by start, not overlapping
-    cfi: dict[str, tuple[FunctionCfi, ...]] = field(default_factory=dict)  # flavour -> rows
+    # "tables": what v2 encodes; "reference": complete CFI (see harness.unwinders)
+    cfi: dict[str, tuple[FunctionCfi, ...]] = field(default_factory=dict)
     expected_result: int | None = None  # what the entry must return
     uses_vfp: bool = False
     args: tuple[int, ...] = ()

@@ -1,8 +1,9 @@
 """Table bytes per epilogue policy: what encoding epilogues costs.
 
-drop: clang-style CFI (no epilogue rows), Chrome's policy.
-keep: CFI with epilogue rows as GCC emits them.
-synthesize: clang-style CFI plus epilogue rows synthesized from disassembly.
+drop: the program's `tables` CFI (for generated programs: clang style, no
+epilogue rows), Chrome's policy.
+keep: the `reference` CFI (generated: gcc style, with epilogue rows).
+synthesize: the `tables` CFI plus epilogue rows synthesized from disassembly.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Sequence
 from harness import v2
 from harness.program import Program
 
-POLICY_SOURCES = {"drop": "clang", "keep": "gcc", "synthesize": "clang"}
+POLICY_SOURCES = {"drop": "tables", "keep": "reference", "synthesize": "tables"}
 
 
 def policy_sizes(programs: Sequence[Program], layout: str = "seed") -> dict:

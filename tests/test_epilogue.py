@@ -133,7 +133,7 @@ def test_synthesis_agrees_row_by_row_with_gcc_style_cfi():
     functions = 0
     for index in range(12):
         program = generate_program(0, index)
-        for clang, gcc in zip(program.cfi["clang"], program.cfi["gcc"]):
+        for clang, gcc in zip(program.cfi["tables"], program.cfi["reference"]):
             assert synthesize_epilogues(clang, program.code).rows == gcc.rows, clang.name
             functions += 1
     assert functions > 200

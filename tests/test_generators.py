@@ -39,7 +39,7 @@ def test_generated_cfi_agrees_with_execution(seed):
 def test_clang_style_rows_stop_at_the_prologue_and_gcc_style_rows_do_not():
     program = generate_program(0, 0)
     epilogue_rows = 0
-    for info, clang, gcc in zip(program.functions, program.cfi["clang"], program.cfi["gcc"]):
+    for info, clang, gcc in zip(program.functions, program.cfi["tables"], program.cfi["reference"]):
         assert all(row.address <= info.prologue_end for row in clang.rows)
         epilogue_rows += sum(any(s <= row.address <= e for s, e in info.epilogues) for row in gcc.rows)
     assert epilogue_rows > 0

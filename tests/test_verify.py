@@ -28,7 +28,7 @@ def pick_function(min_core_saves: int = 2) -> str:
     """A function that calls others and whose body row saves several registers."""
     ran = set()
     verify_program(program(), [], observe=lambda pc, frames: ran.add(program().function_at(pc).name))
-    for info, rows in zip(program().functions, program().cfi["clang"]):
+    for info, rows in zip(program().functions, program().cfi["tables"]):
         if info.name not in ran:
             continue
         body = rows.rows[-1]
@@ -42,7 +42,7 @@ def pick_function(min_core_saves: int = 2) -> str:
 def v2_with(name: str, corrupt) -> V2Unwinder:
     """v2 tables from clang-style CFI where `name`'s last run is corrupted."""
     p = program()
-    encoded = v2.encode(p.cfi["clang"], p.text_base, "drop")
+    encoded = v2.encode(p.cfi["tables"], p.text_base, "drop")
     functions = []
     for f in encoded.functions:
         if f.name == name:
@@ -105,7 +105,7 @@ def test_corrupt_v2_run_fails_exactly_that_function(corrupt, kind):
 def test_corrupt_register_save_in_cfi_gives_wrong_register():
     name = pick_function()
     functions = []
-    for f in program().cfi["gcc"]:
+    for f in program().cfi["reference"]:
         if f.name == name:
             rows = []
             for row in f.rows:

@@ -24,7 +24,7 @@ def _v2(name: str, flavour: str, policy: str) -> Callable[[Program], Unwinder]:
 
 
 def _v2_epilogue(program: Program) -> Unwinder:
-    tables = _v2_unwinder(program, "clang", "drop", "v2")
+    tables = _v2_unwinder(program, "tables", "drop", "v2")
 
     def same_function(pc: int, target: int) -> bool:
         here = tables.reader.lookup(pc - program.text_base)
@@ -35,19 +35,23 @@ def _v2_epilogue(program: Program) -> Unwinder:
 
 
 def _dwarf(program: Program) -> Unwinder:
-    return DwarfUnwinder(program.cfi["gcc"])
+    return DwarfUnwinder(program.cfi["reference"])
 
 
-# v2: clang-style CFI (no epilogue rows), Chrome's `drop` policy.
+# A program carries two CFI flavours: `tables`, what v2 is built from (for
+# generated programs clang style, without epilogue rows), and `reference`,
+# complete CFI (generated: gcc style, with epilogue rows; an ELF's own CFI
+# serves as both).
+# v2: `tables`, Chrome's `drop` policy.
 # v2+epilogue: v2, plus simulating the epilogue ahead of the innermost pc.
-# v2-synth: clang-style CFI plus epilogue rows synthesized from disassembly.
-# v2-gcc: gcc-style CFI with epilogue rows, encoded with policy `keep`.
-# dwarf: the gcc-style rows interpreted directly.
+# v2-synth: `tables` plus epilogue rows synthesized from disassembly.
+# v2-gcc: `reference` encoded with policy `keep`.
+# dwarf: the `reference` rows interpreted directly.
 BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
-    "v2": _v2("v2", "clang", "drop"),
+    "v2": _v2("v2", "tables", "drop"),
     "v2+epilogue": _v2_epilogue,
-    "v2-synth": _v2("v2-synth", "clang", "synthesize"),
-    "v2-gcc": _v2("v2-gcc", "gcc", "keep"),
+    "v2-synth": _v2("v2-synth", "tables", "synthesize"),
+    "v2-gcc": _v2("v2-gcc", "reference", "keep"),
     "dwarf": _dwarf,
 }
 UNWINDER_NAMES = tuple(BUILDERS)

@@ -12,13 +12,11 @@ say where sp is (sp = CFA + slot of the first register popped).
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Callable
 
 from harness.cfi import CfiRow, FunctionCfi
-from harness.disasm import decode_one, sweep
-from harness.epilogue import LIMIT, Branch, Release, Restore, RestoreVfp, Step, classify, ends_frame
+from harness.epilogue import Release, Restore, RestoreVfp, Step, find_epilogues
 from harness.frame import DWARF_D0, PC, SP
 
 
@@ -75,77 +73,6 @@ def _constants_before(insns: list, index: int) -> dict[int, int]:
     return values
 
 
-# Encodings that may end a frame (little-endian): pop {..., pc}, b (16-bit),
-# bx lr, pop.w/ldm sp! with pc, ldr pc, [sp], #4, b.w. Found by one regex
-# scan, so only short windows before them are ever disassembled.
-_MAY_END_FRAME = re.compile(
-    rb"(?=[\x00-\xff][\xbd\xe0-\xe7]|\x70\x47|\xbd\xe8[\x00-\xff][\x80-\xff]"
-    rb"|\x5d\xf8\x04\xfb|[\x00-\xff][\xf0-\xf7][\x00-\xff][\x90-\x9f\xb0-\xbf])",
-    re.DOTALL,
-)
-
-
-def _window_ending_at(code: bytes, start: int, offset: int) -> list[tuple[int, int, str]]:
-    """Boundaries of up to LIMIT instructions before `offset`, ending with the
-    one at `offset`; [] if no sweep lands on it. A window may start inside an
-    instruction, so later starts are tried too."""
-    for window in range(max(0, offset - 4 * LIMIT), offset + 1, 2):
-        found = sweep(code[window : offset + 4], start + window)
-        for index, (address, _, _) in enumerate(found):
-            if address == start + offset:
-                return found[: index + 1]
-    return []
-
-
-def _in_it_block(window: list[tuple[int, int, str]], index: int) -> bool:
-    """Whether instruction `index` is governed by an IT before it (IT covers
-    as many instructions as its mnemonic has letters after the I)."""
-    for back in range(1, 5):
-        if index - back < 0:
-            return False
-        mnemonic = window[index - back][2]
-        if mnemonic.startswith("it"):
-            return back <= len(mnemonic) - 1
-    return False
-
-
-def _epilogues(code: bytes, start: int, end: int):
-    """(instructions, steps) of every epilogue, from its first teardown
-    instruction to its return; only instructions near a return are decoded."""
-    for match in _MAY_END_FRAME.finditer(code):
-        offset = match.start()
-        if offset % 2:
-            continue
-        window = _window_ending_at(code, start, offset)
-        if not window or _in_it_block(window, len(window) - 1):
-            continue
-        last = decode_one(code[offset : offset + 4], start + offset)
-        step = classify(last) if last else None
-        if step is None or not ends_frame(step) or last.conditional:
-            continue
-        if isinstance(step, Branch) and start <= step.target < end:
-            continue  # a branch inside the function, not a tail call
-        insns, steps = [last], [step]
-        index = len(window) - 1
-        while index > 0:  # walk back over the teardown
-            insn = _decoded(code, start, window[index - 1])
-            before = classify(insn) if insn else None
-            if before is None or ends_frame(before) or insn.conditional or _in_it_block(window, index - 1):
-                break
-            insns.insert(0, insn)
-            steps.insert(0, before)
-            index -= 1
-        if isinstance(step, Branch) and len(insns) == 1:
-            continue  # a plain branch out, with no frame to tear down here
-        prelude = [i for i in (_decoded(code, start, w) for w in window[max(0, index - 4) : index]) if i]
-        yield prelude, insns, steps
-
-
-def _decoded(code: bytes, start: int, boundary: tuple[int, int, str]):
-    address, size, _ = boundary
-    return decode_one(code[address - start : address - start + size], address)
-
-
 def synthesize_epilogues(function: FunctionCfi, code_at: Callable[[int, int], bytes]) -> FunctionCfi:
     """`function` with rows for its epilogues added; epilogues that already
     have rows, or that cannot be followed, are left as they are (the latter
@@ -154,7 +81,7 @@ def synthesize_epilogues(function: FunctionCfi, code_at: Callable[[int, int], by
     explicit = {row.address for row in function.rows}
     added: dict[int, CfiRow] = {}
     problems = list(function.problems)
-    for prelude, insns, steps in _epilogues(code, function.start, function.end):
+    for prelude, insns, steps in find_epilogues(code, function.start, function.end):
         first, last = len(prelude), len(prelude) + len(insns) - 1
         insns = prelude + insns
         steps = [None] * len(prelude) + steps
@@ -168,7 +95,8 @@ def synthesize_epilogues(function: FunctionCfi, code_at: Callable[[int, int], by
         try:
             state = body
             for index in range(first, last):
-                state = _after(state, steps[index], _constants_before(insns, index))
+                if steps[index] is not None:  # neutral instructions change no row
+                    state = _after(state, steps[index], _constants_before(insns, index))
                 rows.append(replace(state, address=insns[index + 1].address))
         except Unsynthesizable as error:
             problems.append(f"{insns[first].address:#x}: epilogue not synthesized: {error}")
