@@ -12,14 +12,28 @@ from pathlib import Path
 from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED, default_corpus
 from harness import __version__, report, v2
 from harness.cfi import read_cfi
+from harness.compiled import has_epilogue_cfi, program_from_elf
+from harness.epilogue import EpilogueFirst
 from harness.elf import open_elf, text_base
 from harness.errors import InputError
 from harness.sizes import policy_sizes
 from harness.unwinders import UNWINDER_NAMES, build_unwinders
 from harness.v2.dump import dump
+from harness.v2.unwinder import V2Unwinder
 from harness.verify import verify_program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+ELF_CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "elf"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a positive integer: {text!r}")
+    return value
 
 
 def _address(text: str) -> int:
@@ -131,6 +145,122 @@ def finish_run(data: dict, results, seconds: float, args, console) -> int:
     return status
 
 
+def _manifest_builds(directory: Path) -> list[dict]:
+    """The builds listed in `directory`/manifest.json ([] if there is none)."""
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return []
+    builds = manifest.get("builds", []) if isinstance(manifest, dict) else manifest
+    return [b for b in builds if isinstance(b, dict) and "file" in b]
+
+
+def _manifest_checksum(path: str, entry: str) -> int | None:
+    """The expected result recorded for `entry` of this ELF in the manifest
+    beside it (corpus/elf/manifest.json), if any."""
+    for build in _manifest_builds(Path(path).parent):
+        if build.get("file") == Path(path).name:
+            if build.get("entry") == entry:
+                return build.get("expected_checksum")
+            for program in build.get("programs", []):
+                if program.get("entry_symbol") == entry:
+                    return program.get("expected_checksum")
+    return None
+
+
+def _read_v2_table(path: str, layout: str) -> tuple[v2.V2Reader, str]:
+    try:
+        blob = Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+    if layout != "auto":
+        return v2.V2Reader.from_blob(blob, layout), layout
+    errors = []
+    for candidate in v2.LAYOUTS:
+        try:
+            return v2.V2Reader.from_blob(blob, candidate), candidate
+        except InputError as error:
+            errors.append(f"as {candidate}: {error}")
+    raise InputError(f"{path}: not a v2 blob in either layout ({'; '.join(errors)})")
+
+
+def elf_unwinders(program, names, v2_table: str | None, layout: str) -> list:
+    unwinders = build_unwinders(program, names)
+    if v2_table is None:
+        return unwinders
+    reader, _ = _read_v2_table(v2_table, layout)
+    given = V2Unwinder(reader, program.text_base, "v2")
+    replaced = []
+    for unwinder in unwinders:  # the given tables stand in for the ones built from the CFI
+        if unwinder.name == "v2":
+            unwinder = given
+        elif unwinder.name == "v2+epilogue":
+            unwinder = EpilogueFirst(unwinder.simulator, given, unwinder.name)
+        replaced.append(unwinder)
+    return replaced
+
+
+def default_elf_unwinders(program) -> list[str]:
+    """All, but `v2-gcc` and `dwarf` only where the compiler describes epilogues."""
+    described = has_epilogue_cfi(program)
+    return [n for n in UNWINDER_NAMES if described or n not in ("v2-gcc", "dwarf")]
+
+
+def cmd_verify_elf(args) -> int:
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    expected = args.expect if args.expect is not None else _manifest_checksum(args.elf, args.entry)
+    program = program_from_elf(args.elf, args.entry, expected, args.text_start)
+    names = args.unwinder or default_elf_unwinders(program)
+    unwinders = elf_unwinders(program, names, args.v2_table, args.layout)
+    started = time.perf_counter()
+    result = verify_program(program, unwinders, every=args.every)
+    seconds = time.perf_counter() - started
+    data = report.report_data([result], names, None, args.elf)
+    if args.json:
+        Path(args.json).write_text(report.dumps(data))
+    report.print_table(data, console)
+    console.print(f"verified {result.stops} stops x {len(names)} unwinders in {seconds:.1f} s"
+                  + (f" (every {args.every}th stop)" if args.every > 1 else ""))
+    if not result.self_check_ok:
+        print(f"unwind-harness: {args.elf}: {result.fault or f'returned {result.result:#x}, expected {result.expected:#x}'}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _not_expressed(encoded: v2.Encoded) -> dict[str, int]:
+    """CFI the conversion could not express or ignored, counted per message."""
+    counts: dict[str, int] = {}
+    for _, problem in encoded.problems:
+        message = problem.split(": ", 1)[-1]
+        rows = 1
+        if message.endswith(" rows)"):
+            message, _, tail = message.rpartition(" (")
+            rows = int(tail.split()[0])
+        counts[message] = counts.get(message, 0) + rows
+    return dict(sorted(counts.items()))
+
+
+def verify_elf_corpus(args, console) -> tuple[list[dict], list]:
+    """Every build in corpus/elf, each reported on its own."""
+    groups, results = [], []
+    for build in sorted(_manifest_builds(ELF_CORPUS), key=lambda b: b["file"]):
+        path = ELF_CORPUS / build["file"]
+        program = program_from_elf(str(path), build["entry"], build.get("expected_checksum"))
+        names = [n for n in default_elf_unwinders(program) if not args.unwinder or n in args.unwinder]
+        result = verify_program(program, build_unwinders(program, names))
+        results.append(result)
+        encoded = v2.encode(program.cfi["tables"], program.text_base, "drop")
+        label = {"input": f"corpus/elf/{build['file']}", "build": path.stem,
+                 "compiler": build.get("compiler_version", build.get("compiler", "")),
+                 "flags": build.get("flags", [])}
+        groups.append(report.elf_group(result, names, label, _not_expressed(encoded)))
+        console.print(f"verified {path.name}: {result.stops} stops", highlight=False)
+    return groups, results
+
+
 def cmd_run(args) -> int:
     from rich.console import Console
 
@@ -139,6 +269,11 @@ def cmd_run(args) -> int:
     names = args.unwinder or list(UNWINDER_NAMES)
     results, seconds = verify_all(programs, names, console)
     data = report.report_data(results, names, args.seed, "generated", policy_sizes(programs))
+    if not args.no_elf:
+        started = time.perf_counter()
+        data["elf"], elf_results = verify_elf_corpus(args, console)
+        results += elf_results
+        seconds += time.perf_counter() - started
     write_reports(data, Path(args.reports), args.json, "unwind-harness: generated corpus")
     return finish_run(data, results, seconds, args, console)
 
@@ -158,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
                      help="verify only these (repeatable; default: all)")
     run.add_argument("--json", help="write the JSON report here (default: REPORTS/latest.json)")
+    run.add_argument("--no-elf", action="store_true", help="skip the compiled corpus in corpus/elf")
     run.add_argument("--reports", default="reports", help="report directory (default: reports)")
     run.add_argument("--check-baseline", action="store_true",
                      help="exit 1 if a failure count rose above REPORTS/baseline.json")
@@ -173,6 +309,21 @@ def build_parser() -> argparse.ArgumentParser:
     encode.add_argument("--text-start", type=_address, default=None,
                         help="text base (default: lowest executable section address)")
     encode.set_defaults(handler=cmd_encode)
+
+    verify = commands.add_parser("verify-elf", help="run a bare-metal Thumb-2 ELF, verifying at every stop")
+    verify.add_argument("elf")
+    verify.add_argument("--entry", required=True, help="function symbol to call")
+    verify.add_argument("--every", type=_positive, default=1, help="verify every Nth stop only")
+    verify.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
+                        help="verify only these (repeatable; default: all that apply)")
+    verify.add_argument("--v2-table", help="use this v2 blob for v2 and v2+epilogue instead of encoding the CFI")
+    verify.add_argument("--layout", choices=("auto", *v2.LAYOUTS), default="auto", help="layout of --v2-table")
+    verify.add_argument("--text-start", type=_address, default=None,
+                        help="text base of the tables (default: lowest executable section address)")
+    verify.add_argument("--expect", type=_address, default=None,
+                        help="the entry's return value (default: from manifest.json beside the ELF)")
+    verify.add_argument("--json", help="write the JSON report here")
+    verify.set_defaults(handler=cmd_verify_elf)
 
     dump_cmd = commands.add_parser("dump", help="readable listing of a v2 blob")
     dump_cmd.add_argument("file")

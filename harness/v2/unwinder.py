@@ -14,8 +14,15 @@ class V2Unwinder:
         self.reader = reader
         self.text_base = text_base
         self.name = name
+        self._runs: dict[int, tuple[ehabi.Op, ...]] = {}  # pc -> run: the tables never change
 
     def instructions_for(self, pc: int) -> tuple[ehabi.Op, ...]:
+        run = self._runs.get(pc)
+        if run is None:
+            run = self._runs[pc] = self._lookup(pc)
+        return run
+
+    def _lookup(self, pc: int) -> tuple[ehabi.Op, ...]:
         found = self.reader.lookup(pc - self.text_base)
         if found is None:
             raise UnwindFailure("no_info", f"no v2 entry covers pc {pc:#x}")
