@@ -31,3 +31,11 @@ test: setup toolchains
 # Rebuild the committed ARM32 Thumb-2 ELF fixtures (installs GCC/clang with apt when missing).
 fixtures:
 	bash corpus/fixtures/build.sh
+
+# Compiled corpus: gcc/clang x -O0/-O2/-Os x fp/nofp ELFs of the C programs in
+# generators/compiled/src (installs the toolchains with apt when missing),
+# then run each in Unicorn and check its checksums against the host build.
+.PHONY: corpus
+corpus: setup
+	bash generators/compiled/build.sh
+	$(VENV)/bin/python generators/compiled/check.py

@@ -19,7 +19,7 @@ from generators.layout import build_program
 from harness.program import Program
 
 DEFAULT_SEED = 0
-DEFAULT_PROGRAMS = 100
+DEFAULT_PROGRAMS = 40
 LEVELS = 7  # entry at 0, leaves at 7: chains are at least 7 calls deep
 WIDTH = 3  # functions per level
 

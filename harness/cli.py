@@ -256,7 +256,8 @@ def verify_elf_corpus(args, console) -> tuple[list[dict], list]:
         label = {"input": f"corpus/elf/{build['file']}", "build": path.stem,
                  "compiler": build.get("compiler_version", build.get("compiler", "")),
                  "flags": build.get("flags", [])}
-        groups.append(report.elf_group(result, names, label, _not_expressed(encoded)))
+        with_cfi = {f.name for f in program.functions}
+        groups.append(report.elf_group(result, names, label, _not_expressed(encoded), with_cfi))
         console.print(f"verified {path.name}: {result.stops} stops", highlight=False)
     return groups, results
 

@@ -38,6 +38,14 @@ class Release:
 
 
 @dataclass(frozen=True)
+class AdjustFramePointer:
+    """r7 += amount, as GCC does before `mov sp, r7` when a frame is large."""
+
+    reg: int
+    amount: int
+
+
+@dataclass(frozen=True)
 class Restore:
     """pop / ldr rX, [sp], #4 / ldm sp!: core registers from the stack (pc: a return)."""
 
@@ -62,7 +70,7 @@ class Branch:
     target: int
 
 
-Step = Union[Release, Restore, RestoreVfp, ReturnToLr, Branch]
+Step = Union[Release, AdjustFramePointer, Restore, RestoreVfp, ReturnToLr, Branch]
 
 
 def classify(insn: Instruction) -> Step | None:
@@ -74,6 +82,9 @@ def classify(insn: Instruction) -> Step | None:
             return Release(amount=insn.imm)
         if insn.imm is None and len(sources) == 1 and 0 <= sources[0] < SP:
             return Release(reg=sources[0])
+    if op in ("add", "adds") and insn.imm is not None and regs[:1] in ((7,), (11,)) \
+            and all(r == regs[0] for r in regs):
+        return AdjustFramePointer(regs[0], insn.imm)
     if op == "mov" and len(regs) == 2 and regs[0] == SP and regs[1] in FRAME_POINTERS:
         return Release(frame_pointer=regs[1])
     if op == "sub" and len(regs) == 2 and regs[0] == SP and regs[1] in FRAME_POINTERS and insn.imm is not None:
@@ -294,6 +305,8 @@ def execute(steps: tuple[Step, ...], frame: Frame, stack: Stack) -> Frame:
             for index in range(step.first, step.first + step.count):
                 dregs[index] = stack.read_u64(sp)
                 sp += 8
+        elif kind is AdjustFramePointer:
+            regs[step.reg] = (regs[step.reg] + step.amount) & 0xFFFFFFFF
         if kind is ReturnToLr or kind is Branch:
             regs[PC] = regs[LR]
     regs[SP] = sp

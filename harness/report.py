@@ -96,10 +96,16 @@ def report_data(results: Sequence[ProgramResult], unwinders: Sequence[str], seed
     }
 
 
-def elf_group(result: ProgramResult, unwinders: Sequence[str], label: dict, problems: dict[str, int]) -> dict:
+def elf_group(result: ProgramResult, unwinders: Sequence[str], label: dict, problems: dict[str, int],
+              with_cfi: set[str]) -> dict:
     """One compiled ELF's section of the report: the same rows as the main
-    report, plus the share of stops v2 fails only because they are epilogues."""
+    report, the share of stops v2 fails only because they are epilogues, and
+    per unwinder the failures in frames of code without CFI (`with_cfi`
+    names the functions that have it)."""
     rows = result_rows([result], unwinders)
+    without_cfi = Counter(
+        f.unwinder for f in result.failures if f.function not in with_cfi or f.culprit not in with_cfi
+    )
     index = _index(rows)
     v2_epilogue = index.get(("v2", ALL, "epilogue"), {"failed": 0})["failed"]
     return {
@@ -108,6 +114,7 @@ def elf_group(result: ProgramResult, unwinders: Sequence[str], label: dict, prob
         "self_check": "ok" if result.self_check_ok else (result.fault or "wrong result"),
         "v2_epilogue_only_failure_percent": round(100 * v2_epilogue / result.stops, 2) if result.stops else 0,
         "cfi_not_expressed": problems,
+        "failed_in_frames_without_cfi": {u: without_cfi[u] for u in unwinders},
         "results": rows,
         "failure_samples": report_data([result], unwinders, None, label["input"])["failure_samples"],
     }
@@ -217,7 +224,11 @@ def elf_cells(groups: list[dict]) -> tuple[list[str], list[list[str]]]:
     for group in groups:
         index = _index(group["results"])
         no_info = index.get(("v2", "no_info", ALL), {"stops": 0})["stops"]
-        cells = [_rate(index[(u, ALL, ALL)]) if (u, ALL, ALL) in index else "n/a" for u in ELF_UNWINDERS]
+        cells = [
+            f"{_rate(index[(u, ALL, ALL)])[:-1]}; {group['failed_in_frames_without_cfi'][u]} no CFI)"
+            if (u, ALL, ALL) in index else "n/a"
+            for u in ELF_UNWINDERS
+        ]
         body.append([group["build"], str(group["stops"]), str(no_info), *cells,
                      f"{group['v2_epilogue_only_failure_percent']:.2f}%"])
     return header, body
@@ -228,7 +239,8 @@ def elf_lines(groups: list[dict]) -> list[str]:
         return []
     header, body = elf_cells(groups)
     out = ["", "## Compiled programs (corpus/elf)", "",
-           "Failed stops per unwinder over all stops of each build; `n/a`: the compiler describes no "
+           "Failed stops per unwinder over all stops of each build, and how many of those failed in "
+           "a frame of code without CFI (libgcc's division wrappers); `n/a`: the compiler describes no "
            "epilogues, so the reference unwinders do not apply. `v2 epilogue-only`: stops v2 fails only "
            "because they are in an epilogue, over all stops (the design measured 1.5% on Chrome).", "",
            "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

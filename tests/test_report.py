@@ -7,7 +7,7 @@ from harness.program import POSITIONS, TRAITS
 
 
 def run(tmp_path, *extra):
-    return main(["run", "--programs", "2", "--seed", "5", "--reports", str(tmp_path), *extra])
+    return main(["run", "--programs", "2", "--seed", "5", "--no-elf", "--reports", str(tmp_path), *extra])
 
 
 def test_same_seed_gives_byte_identical_reports(tmp_path):
@@ -51,5 +51,5 @@ def test_check_baseline_names_each_risen_category(tmp_path, capsys):
 
 def test_check_baseline_refuses_another_seed(tmp_path, capsys):
     run(tmp_path, "--write-baseline")
-    assert main(["run", "--programs", "2", "--seed", "6", "--reports", str(tmp_path), "--check-baseline"]) == 2
+    assert main(["run", "--programs", "2", "--seed", "6", "--no-elf", "--reports", str(tmp_path), "--check-baseline"]) == 2
     assert "seed 5" in capsys.readouterr().err

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Callable
 
 from harness.cfi import CfiRow, FunctionCfi
-from harness.epilogue import Release, Restore, RestoreVfp, Step, find_epilogues
+from harness.epilogue import AdjustFramePointer, Release, Restore, RestoreVfp, Step, find_epilogues
 from harness.frame import DWARF_D0, PC, SP
 
 
@@ -48,6 +48,10 @@ def _after(row: CfiRow, step: Step, constants: dict[int, int]) -> CfiRow:
         if row.cfa_reg != SP:
             return row  # the CFA is still defined through the frame pointer
         return replace(row, cfa_offset=row.cfa_offset - amount)
+    if isinstance(step, AdjustFramePointer):
+        if row.cfa_reg == step.reg:  # the CFA stays put while its base register moves
+            return replace(row, cfa_offset=row.cfa_offset - step.amount)
+        return row
     if isinstance(step, Restore):
         regs = [r for r in step.regs if r != PC]
         depth = _depth(row, regs[0]) - 4 * len(regs)

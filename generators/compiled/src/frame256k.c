@@ -1,9 +1,9 @@
 /* A frame over 256 KiB: a 300,000-byte local array, touched sparsely (every
- * 4 KiB) so it is neither optimised out nor slow to emulate. */
+ * 8 KiB) so it is neither optimised out nor slow to emulate. */
 #include "common.h"
 
 #define HUGE 300000u
-#define STRIDE 4096u
+#define STRIDE 8192u
 
 NOINLINE u32 frame256k_sum(const u8 *p, u32 n, u32 stride)
 {
@@ -22,7 +22,7 @@ NOINLINE u32 frame256k_huge(u32 seed)
 {
     u8 buf[HUGE];
     for (u32 i = 0; i < HUGE; i += STRIDE)
-        buf[i] = (u8)(seed + (i >> 12));
+        buf[i] = (u8)(seed + (i >> 13));
     buf[HUGE - 1u] = (u8)(seed ^ 0x5au);
     return frame256k_sum(buf, HUGE, STRIDE);
 }

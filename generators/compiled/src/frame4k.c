@@ -25,10 +25,10 @@ NOINLINE u32 frame4k_words(const u32 *p, u32 n, u32 step)
 NOINLINE u32 frame4k_big(u32 s)
 {
     u8 buf[BIG];
-    for (u32 i = 0; i < BIG; i += 97u)
+    for (u32 i = 0; i < BIG; i += 250u)
         buf[i] = (u8)(s + i);
     buf[BIG - 1u] = (u8)s;
-    return frame4k_scan(buf, BIG, 97u) ^ buf[BIG - 1u];
+    return frame4k_scan(buf, BIG, 250u) ^ buf[BIG - 1u];
 }
 
 /* Big frame plus callee-saved registers live across the call. */
@@ -36,10 +36,10 @@ NOINLINE u32 frame4k_regs(u32 s, u32 t)
 {
     u32 words[1200];
     u32 x = s * 3u, y = t + 11u, z = s ^ t;
-    for (u32 i = 0; i < 1200u; i += 150u)
+    for (u32 i = 0; i < 1200u; i += 300u)
         words[i] = x + i;
-    u32 r = frame4k_words(words, 1200u, 150u);
-    r += words[300] ^ words[1050];
+    u32 r = frame4k_words(words, 1200u, 300u);
+    r += words[300] ^ words[900];
     return r + x + y + z;
 }
 

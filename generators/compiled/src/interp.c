@@ -8,9 +8,10 @@
  *   expr       := comparison ('?' expr ':' expr)?
  *   comparison := additive (('<' | '>' | '==') additive)*
  *   additive   := term (('+' | '-') term)*
- *   term       := unary (('*' | '/' | '%') unary)*
- *   unary      := '-' unary | primary
- *   primary    := NUMBER | IDENT | IDENT '(' expr (',' expr)* ')' | '(' expr ')'
+ *   term       := primary (('*' | '/' | '%') primary)*
+ *   primary    := NUMBER | '-' primary | IDENT | IDENT '(' expr (',' expr)? ')'
+ *               | '(' expr ')'
+ * (comparison/additive/term are parsed by precedence climbing).
  * Values are 32-bit signed integers with wrap-around arithmetic (done in u32,
  * so there is no undefined behaviour); x/0 and x%0 give 0.
  */
@@ -45,63 +46,46 @@ struct parser {
 
 #define MAX_TOKENS 48u
 
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
-static int is_alpha(char c) { return c >= 'a' && c <= 'z'; }
+#define IS_DIGIT(c) ((c) >= '0' && (c) <= '9')
+#define IS_ALPHA(c) ((c) >= 'a' && (c) <= 'z')
+
+/* Single-character tokens, indexed by character - ' ' (0 = not a token). */
+static const u8 punct[64] = {
+    ['+' - ' '] = T_PLUS, ['-' - ' '] = T_MINUS, ['*' - ' '] = T_STAR,
+    ['/' - ' '] = T_SLASH, ['%' - ' '] = T_PERCENT, ['(' - ' '] = T_LPAREN,
+    [')' - ' '] = T_RPAREN, ['<' - ' '] = T_LT, ['>' - ' '] = T_GT,
+    [';' - ' '] = T_SEMI, [',' - ' '] = T_COMMA, ['?' - ' '] = T_QUESTION,
+    [':' - ' '] = T_COLON, ['=' - ' '] = T_ASSIGN,
+};
 
 NOINLINE u32 tokenize(const char *s, struct token *out, u32 max)
 {
     u32 n = 0;
     while (n + 1u < max) {
-        char c = *s;
-        if (c == ' ') {
-            s++;
+        char c = *s++;
+        if (c == ' ')
             continue;
-        }
         struct token *t = &out[n++];
-        t->value = 0;
-        t->name = 0;
         if (c == 0) {
             t->kind = T_END;
             return n;
         }
-        if (is_digit(c)) {
-            u32 v = 0;
-            while (is_digit(*s))
+        if (IS_DIGIT(c)) {
+            u32 v = (u32)(c - '0');
+            while (IS_DIGIT(*s))
                 v = v * 10u + (u32)(*s++ - '0');
             t->kind = T_NUM;
             t->value = v;
-            continue;
-        }
-        if (is_alpha(c)) {
+        } else if (IS_ALPHA(c)) {
             t->kind = T_IDENT;
             t->name = (u8)c;
+        } else if (c == '=' && *s == '=') {
             s++;
-            continue;
-        }
-        s++;
-        switch (c) {
-        case '+': t->kind = T_PLUS; break;
-        case '-': t->kind = T_MINUS; break;
-        case '*': t->kind = T_STAR; break;
-        case '/': t->kind = T_SLASH; break;
-        case '%': t->kind = T_PERCENT; break;
-        case '(': t->kind = T_LPAREN; break;
-        case ')': t->kind = T_RPAREN; break;
-        case '<': t->kind = T_LT; break;
-        case '>': t->kind = T_GT; break;
-        case ';': t->kind = T_SEMI; break;
-        case ',': t->kind = T_COMMA; break;
-        case '?': t->kind = T_QUESTION; break;
-        case ':': t->kind = T_COLON; break;
-        case '=':
-            if (*s == '=') {
-                s++;
-                t->kind = T_EQEQ;
-            } else {
-                t->kind = T_ASSIGN;
-            }
-            break;
-        default: t->kind = T_ERROR; break;
+            t->kind = T_EQEQ;
+        } else if (c > ' ' && c < ' ' + 64 && punct[c - ' ']) {
+            t->kind = punct[c - ' '];
+        } else {
+            t->kind = T_ERROR;
         }
     }
     out[n].kind = T_END;
@@ -120,108 +104,87 @@ static struct node *new_node(u8 kind, u8 op, u32 value)
     return n;
 }
 
-static u8 peek(const struct parser *p) { return p->toks[p->pos].kind; }
-
-static int accept(struct parser *p, u8 kind)
-{
-    if (peek(p) != kind)
-        return 0;
-    p->pos++;
-    return 1;
-}
+#define PEEK(p) ((p)->toks[(p)->pos].kind)
 
 static void expect(struct parser *p, u8 kind)
 {
-    if (!accept(p, kind))
+    if (PEEK(p) == kind)
+        p->pos++;
+    else
         p->errors++;
+}
+
+/* Binding power of a binary operator token; 0 for anything else. */
+static u32 precedence(u8 kind)
+{
+    switch (kind) {
+    case T_LT: case T_GT: case T_EQEQ: return 1u;
+    case T_PLUS: case T_MINUS: return 2u;
+    case T_STAR: case T_SLASH: case T_PERCENT: return 3u;
+    default: return 0;
+    }
 }
 
 NOINLINE struct node *parse_expr(struct parser *p);
 
 NOINLINE struct node *parse_primary(struct parser *p)
 {
-    const struct token *t = &p->toks[p->pos];
-    if (accept(p, T_NUM))
+    const struct token *t = &p->toks[p->pos++];
+    switch (t->kind) {
+    case T_NUM:
         return new_node(N_NUM, 0, t->value);
-    if (accept(p, T_IDENT)) {
-        if (!accept(p, T_LPAREN))
-            return new_node(N_VAR, t->name, 0);
-        struct node *call = new_node(N_CALL, t->name, 0);
-        call->a = parse_expr(p);
-        if (accept(p, T_COMMA))
-            call->b = parse_expr(p);
-        expect(p, T_RPAREN);
-        return call;
+    case T_MINUS: {
+        struct node *n = new_node(N_NEG, 0, 0);
+        n->a = parse_primary(p);
+        return n;
     }
-    if (accept(p, T_LPAREN)) {
+    case T_LPAREN: {
         struct node *inner = parse_expr(p);
         expect(p, T_RPAREN);
         return inner;
     }
-    p->errors++;
-    p->pos++;
-    return new_node(N_NUM, 0, 0);
-}
-
-NOINLINE struct node *parse_unary(struct parser *p)
-{
-    if (accept(p, T_MINUS)) {
-        struct node *n = new_node(N_NEG, 0, 0);
-        n->a = parse_unary(p);
-        return n;
-    }
-    return parse_primary(p);
-}
-
-static struct node *binary(u8 op, struct node *l, struct node *r)
-{
-    struct node *n = new_node(N_BIN, op, 0);
-    n->a = l;
-    n->b = r;
-    return n;
-}
-
-NOINLINE struct node *parse_term(struct parser *p)
-{
-    struct node *l = parse_unary(p);
-    for (;;) {
-        u8 k = peek(p);
-        if (k != T_STAR && k != T_SLASH && k != T_PERCENT)
-            return l;
-        p->pos++;
-        l = binary(k, l, parse_unary(p));
+    case T_IDENT:
+        if (PEEK(p) == T_LPAREN) {
+            struct node *call = new_node(N_CALL, t->name, 0);
+            p->pos++;
+            call->a = parse_expr(p);
+            if (PEEK(p) == T_COMMA) {
+                p->pos++;
+                call->b = parse_expr(p);
+            }
+            expect(p, T_RPAREN);
+            return call;
+        }
+        return new_node(N_VAR, t->name, 0);
+    default:
+        p->errors++;
+        return new_node(N_NUM, 0, 0);
     }
 }
 
-NOINLINE struct node *parse_additive(struct parser *p)
+/* Precedence climbing over the left-associative binary operators. */
+NOINLINE struct node *parse_binary(struct parser *p, u32 min_prec)
 {
-    struct node *l = parse_term(p);
+    struct node *l = parse_primary(p);
     for (;;) {
-        u8 k = peek(p);
-        if (k != T_PLUS && k != T_MINUS)
+        u8 k = PEEK(p);
+        u32 prec = precedence(k);
+        if (prec == 0 || prec < min_prec)
             return l;
         p->pos++;
-        l = binary(k, l, parse_term(p));
-    }
-}
-
-NOINLINE struct node *parse_comparison(struct parser *p)
-{
-    struct node *l = parse_additive(p);
-    for (;;) {
-        u8 k = peek(p);
-        if (k != T_LT && k != T_GT && k != T_EQEQ)
-            return l;
-        p->pos++;
-        l = binary(k, l, parse_additive(p));
+        struct node *n = new_node(N_BIN, k, 0);
+        n->a = l;
+        n->b = parse_binary(p, prec + 1u);
+        l = n;
     }
 }
 
 NOINLINE struct node *parse_expr(struct parser *p)
 {
-    struct node *c = parse_comparison(p);
-    if (!accept(p, T_QUESTION))
+    struct node *c = parse_binary(p, 1u);
+    if (PEEK(p) != T_QUESTION)
         return c;
+    p->pos++;
     struct node *n = new_node(N_COND, 0, 0);
     n->a = c;
     n->b = parse_expr(p);
@@ -232,7 +195,7 @@ NOINLINE struct node *parse_expr(struct parser *p)
 
 NOINLINE struct node *parse_statement(struct parser *p)
 {
-    if (peek(p) == T_IDENT && p->toks[p->pos + 1u].kind == T_ASSIGN) {
+    if (PEEK(p) == T_IDENT && p->toks[p->pos + 1u].kind == T_ASSIGN) {
         struct node *n = new_node(N_ASSIGN, p->toks[p->pos].name, 0);
         p->pos += 2u;
         n->a = parse_expr(p);
@@ -241,8 +204,10 @@ NOINLINE struct node *parse_statement(struct parser *p)
     return parse_expr(p);
 }
 
+#define NVARS 8u  /* variables a..h; other letters alias them */
+
 struct env {
-    u32 vars[26];
+    u32 vars[NVARS];
     u32 steps;
 };
 
@@ -266,11 +231,11 @@ NOINLINE u32 eval(const struct node *n, struct env *env)
     case N_NUM:
         return n->value;
     case N_VAR:
-        return env->vars[n->op - 'a'];
+        return env->vars[(n->op - 'a') & (NVARS - 1u)];
     case N_NEG:
         return 0u - eval(n->a, env);
     case N_ASSIGN:
-        return env->vars[n->op - 'a'] = eval(n->a, env);
+        return env->vars[(n->op - 'a') & (NVARS - 1u)] = eval(n->a, env);
     case N_COND:
         return eval(n->a, env) ? eval(n->b, env) : eval(n->c, env);
     case N_CALL: {
@@ -311,17 +276,17 @@ NOINLINE u32 run_program(const char *text, struct env *env)
     for (;;) {
         struct node *stmt = parse_statement(&p);
         h = mix32(h, eval(stmt, env));
-        if (!accept(&p, T_SEMI))
+        if (PEEK(&p) != T_SEMI)
             break;
+        p.pos++;
     }
-    if (peek(&p) != T_END)
+    if (PEEK(&p) != T_END)
         p.errors++;
     return mix32(h, p.errors);
 }
 
 static const char *const programs[] = {
-    "a=7;b=a*3-20;(a+b)*-b%5",
-    "m(a,9)>b?h(17)/-3:0",
+    "a=9;h(a)%-a>5?a/7:2",
 };
 
 unsigned entry_interp(void)
@@ -329,7 +294,7 @@ unsigned entry_interp(void)
     struct env env;
     u32 h = 0x1e7e9u;
     rt_heap_reset();
-    for (u32 i = 0; i < 26u; i++)
+    for (u32 i = 0; i < NVARS; i++)
         env.vars[i] = 0;
     env.steps = 0;
     for (u32 i = 0; i < sizeof programs / sizeof programs[0]; i++)

@@ -44,6 +44,6 @@ unsigned entry_recursion(void)
     u32 h = rec_descend(DEPTH, out);
     h = mix32(h, out[0]);
     h = mix32(h, out[1]);
-    h = mix32(h, rec_even(30u, 3u));
+    h = mix32(h, rec_even(16u, 3u));
     return h;
 }

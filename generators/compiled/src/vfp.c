@@ -50,6 +50,6 @@ unsigned entry_vfp(void)
 {
     double r = vfp_many(1.25);
     u32 h = vfp_digest(r);
-    double m = vfp_mixed(4u, r * 0.01);
+    double m = vfp_mixed(4u, r * 0.001);
     return mix32(h, vfp_digest(m));
 }
