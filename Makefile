@@ -18,9 +18,7 @@ run: setup
 
 # Cross toolchains: tests assemble ARM snippets and rebuild fixtures with them.
 toolchains:
-	@command -v arm-none-eabi-gcc >/dev/null && command -v clang >/dev/null && command -v ld.lld >/dev/null || \
-	  { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -q && \
-	    $$SUDO apt-get install -y -q gcc-arm-none-eabi clang lld >/dev/null; }
+	bash corpus/toolchains.sh
 
 # The test suite, then the main job checked against the committed baseline
 # (CI runs exactly this).

@@ -27,16 +27,7 @@ GCC=arm-none-eabi-gcc
 CLANG=clang
 HOSTCC=gcc
 
-need_install=0
-for tool in "$GCC" "$CLANG" ld.lld "$HOSTCC"; do
-    command -v "$tool" >/dev/null 2>&1 || need_install=1
-done
-if [ "$need_install" = 1 ]; then
-    SUDO=""
-    if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then SUDO=sudo; fi
-    $SUDO apt-get update
-    $SUDO apt-get install -y gcc-arm-none-eabi clang lld gcc
-fi
+bash "$REPO/corpus/toolchains.sh"
 PYTHON=python3
 [ -x "$REPO/.venv/bin/python" ] && PYTHON="$REPO/.venv/bin/python"
 
