@@ -9,8 +9,10 @@ land in the `no_info` category.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness.cfi import CfiRow, FunctionCfi, read_cfi
-from harness.disasm import sweep
+from harness.disasm import decode, sweep
 from harness.elf import load_segments, open_elf, symbol_address, text_base
 from harness.epilogue import find_epilogues
 from harness.frame import DWARF_D0, LR, SP
@@ -69,8 +71,6 @@ def _traits(function: FunctionCfi, code: bytes, base: int, epilogues: int) -> fr
 
 def _moves_sp_by_register(code: bytes, start: int) -> bool:
     """`sub sp, sp, rN` (or `sub sp, rN`): dynamic stack allocation."""
-    from harness.disasm import decode
-
     for address, size, mnemonic in sweep(code, start):
         if mnemonic.split(".")[0] == "sub":
             insn = decode(code[address - start : address - start + size], address, 1)
@@ -92,15 +92,12 @@ def program_from_elf(path: str, entry: str, expected: int | None = None,
                      text_start: int | None = None) -> Program:
     image = open_elf(path)
     base = text_base(image) if text_start is None else text_start
-    functions = read_cfi(image)
-    segments = load_segments(image)
-    program = Program(path, segments, symbol_address(image, entry), base, (), {}, expected, True)
-    infos = tuple(
-        function_info(f, program.code(f.start, f.end - f.start), base) for f in functions
-    )
-    cfi = tuple(functions)
-    return Program(path, segments, program.entry, base, infos,
-                   {"tables": cfi, "reference": cfi}, expected, uses_vfp=True)
+    cfi = tuple(read_cfi(image))
+    # The ELF's own CFI serves as both flavours (see harness.unwinders).
+    program = Program(path, load_segments(image), symbol_address(image, entry), base, (),
+                      {"tables": cfi, "reference": cfi}, expected, uses_vfp=True)
+    infos = tuple(function_info(f, program.code(f.start, f.end - f.start), base) for f in cfi)
+    return replace(program, functions=infos)
 
 
 def has_epilogue_cfi(program: Program) -> bool:

@@ -79,7 +79,8 @@ class LiveStack:
     """
 
     __slots__ = ("_uc", "low", "high", "_chunks", "touched", "lowest")
-    CHUNK = 512
+    CHUNK = 512  # bytes fetched from the emulator at a time
+    LINE = 16  # granularity at which reads are recorded
 
     def __init__(self, uc: Uc, low: int, high: int):
         self._uc = uc
@@ -94,6 +95,7 @@ class LiveStack:
         self.lowest = self.high
 
     def stop_recording(self) -> tuple[int, set[int]]:
+        """(lowest address examined, start addresses of the LINE-byte lines read)."""
         touched, self.touched = self.touched, None
         return self.lowest, touched
 
@@ -112,23 +114,33 @@ class LiveStack:
             self._chunks[base] = data
         return data
 
+    def line(self, address: int) -> bytes:
+        """The LINE bytes at `address` (a multiple of LINE)."""
+        base = address & ~(self.CHUNK - 1)
+        offset = address - base
+        return self.chunk(base)[offset : offset + self.LINE]
+
     def _bytes(self, address: int, size: int) -> bytes:
         if address < self.low or address + size > self.high:
             raise BadRead(address, size, self.low, self.high)
-        base = address & ~(self.CHUNK - 1)
         if self.touched is not None:
-            self.touched.add(base)
+            self.touched.update(range(address & ~(self.LINE - 1), address + size, self.LINE))
             self.lowest = min(self.lowest, address)
+        base = address & ~(self.CHUNK - 1)
         if address + size <= base + self.CHUNK:
             return self.chunk(base)[address - base : address - base + size]
-        if self.touched is not None:
-            self.touched.add(base + self.CHUNK)
         return self.chunk(base)[address - base :] + self.chunk(base + self.CHUNK)[: address + size - base - self.CHUNK]
 
     def read_u32(self, address: int) -> int:
         offset = address & (self.CHUNK - 1)
-        if self.touched is None and self.low <= address and offset <= self.CHUNK - 4 \
-                and address + 4 <= self.high:  # the common case, kept short
+        if self.low <= address and offset <= self.CHUNK - 4 and address + 4 <= self.high:
+            touched = self.touched  # the common case, kept short
+            if touched is not None:
+                touched.add(address & ~(self.LINE - 1))
+                if address & (self.LINE - 1) > self.LINE - 4:
+                    touched.add((address & ~(self.LINE - 1)) + self.LINE)
+                if address < self.lowest:
+                    self.lowest = address
             base = address - offset
             return _U32(self._chunks.get(base) or self.chunk(base), offset)[0]
         return _U32(self._bytes(address, 4))[0]

@@ -114,7 +114,7 @@ class _Proven:
     down, and the stack contents it depended on."""
 
     lowest: int  # lowest address it examined
-    chunks: tuple[tuple[int, bytes], ...]  # every stack chunk it read, as it was
+    lines: tuple[tuple[int, bytes], ...]  # every stack line it read, as it was
 
 
 class MemoizedWalk:
@@ -125,8 +125,8 @@ class MemoizedWalk:
     the stack bytes it reads, whether its addresses are inside the stack, and
     the shadow frames it is compared with. So a walk that matched is reused
     when the same caller frame is reached under the same shadow frame, every
-    chunk it read is byte-identical, and the stack's low bound still admits
-    every address it examined. Walks that fail are never reused.
+    stack line it read is byte-identical, and the stack's low bound still
+    admits every address it examined. Walks that fail are never reused.
     """
 
     def __init__(self, unwinder: Unwinder):
@@ -148,7 +148,7 @@ class MemoizedWalk:
         key = (expected[0].serial, caller)
         proof = self.proven.get(key)
         if proof is not None and stack.low <= proof.lowest and all(
-            stack.chunk(base) == data for base, data in proof.chunks
+            stack.line(address) == data for address, data in proof.lines
         ):
             return None
         stack.start_recording()
@@ -157,7 +157,7 @@ class MemoizedWalk:
         finally:
             lowest, touched = stack.stop_recording()
         if outcome is None:
-            self.proven[key] = _Proven(lowest, tuple((b, stack.chunk(b)) for b in sorted(touched)))
+            self.proven[key] = _Proven(lowest, tuple((a, stack.line(a)) for a in sorted(touched)))
         return outcome
 
 
