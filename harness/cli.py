@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED, default_corpus
@@ -248,12 +249,14 @@ def verify_elf_corpus(args, console) -> tuple[list[dict], list]:
     groups, results = [], []
     for build in sorted(_manifest_builds(ELF_CORPUS), key=lambda b: b["file"]):
         path = ELF_CORPUS / build["file"]
-        program = program_from_elf(str(path), build["entry"], build.get("expected_checksum"))
+        # Named by its place in the repository, so reports do not depend on the checkout.
+        program = replace(program_from_elf(str(path), build["entry"], build.get("expected_checksum")),
+                          name=f"corpus/elf/{build['file']}")
         names = [n for n in default_elf_unwinders(program) if not args.unwinder or n in args.unwinder]
         result = verify_program(program, build_unwinders(program, names))
         results.append(result)
         encoded = v2.encode(program.cfi["tables"], program.text_base, "drop")
-        label = {"input": f"corpus/elf/{build['file']}", "build": path.stem,
+        label = {"input": program.name, "build": path.stem,
                  "compiler": build.get("compiler_version", build.get("compiler", "")),
                  "flags": build.get("flags", [])}
         with_cfi = {f.name for f in program.functions}
