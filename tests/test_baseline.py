@@ -51,3 +51,10 @@ def test_every_trait_has_stops(category):
 @pytest.mark.parametrize("position", POSITIONS)
 def test_every_position_has_stops(position):
     assert ROWS[("v2", "all", position)]["stops"] > 0
+
+
+def test_baseline_depends_on_no_checkout():
+    # Paths in reports are repository-relative, so any clone reproduces them byte for byte.
+    text = json.dumps(BASELINE)
+    assert '": "/' not in text
+    assert {g["input"] for g in BASELINE["elf"]} == {f"corpus/elf/{g['build']}.elf" for g in BASELINE["elf"]}
