@@ -1,0 +1,156 @@
+"""Reading an ARM ELF's own exception tables: `.ARM.exidx` and `.ARM.extab`
+(ARM EHABI sections 6-7).
+
+Each `.ARM.exidx` entry is two words: a prel31 offset to the function start,
+then EXIDX_CANTUNWIND (1), an inline compact model (bit 31 set, personality
+index 0: three instruction bytes), or a prel31 offset into `.ARM.extab`. There
+a word with bit 31 set is a compact model (index 0 Su16: three bytes in the
+word; index 1/2 Lu16/Lu32: byte 2 counts the extra words, instructions in
+bytes 1, 0, then those words most significant byte first); bit 31 clear is a
+prel31 offset to a generic personality routine, which this tool cannot run.
+
+`parse_exidx` is a pure function of the two sections' bytes and addresses.
+Malformed input raises ExidxError naming the section and the byte offset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness import ehabi
+from harness.elf import PARSE_ERRORS, ElfImage, open_elf
+from harness.errors import EhabiError, ElfError, InputError, TruncatedSequence
+
+EXIDX = ".ARM.exidx"
+EXTAB = ".ARM.extab"
+EXIDX_CANTUNWIND = 1
+
+
+class ExidxError(InputError):
+    """A malformed `.ARM.exidx` / `.ARM.extab`; names the section and byte offset."""
+
+    def __init__(self, section: str, offset: int, message: str, path: str | None = None):
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}corrupt {section} at byte {offset}: {message}")
+        self.section = section
+        self.offset = offset
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ExidxEntry:
+    """One function's entry. `start` has the Thumb bit clear; the function ends
+    where the next entry starts. `instructions` (compact only) are the raw
+    instruction bytes, `ops` their decoding, always ending in finish or refuse."""
+
+    start: int
+    instructions: bytes | None
+    kind: str  # "compact" | "cantunwind" | "generic"
+    ops: tuple[ehabi.Op, ...] = ()
+
+
+def prel31(word: int, address: int) -> int:
+    """The target of a prel31 field stored at `address`."""
+    offset = word & 0x7FFFFFFF
+    if offset & 0x40000000:
+        offset -= 0x80000000
+    return (address + offset) & 0xFFFFFFFF
+
+
+def decode_instructions(data: bytes, section: str, offset: int) -> tuple[ehabi.Op, ...]:
+    """Decode a compact model's instruction bytes; an implicit finish follows
+    them (EHABI 10.2), and bytes after the first finish are padding."""
+    try:
+        try:
+            return tuple(ehabi.decode(data, run=True))
+        except TruncatedSequence:
+            # Either no finish (fine: implicit) or an instruction cut short,
+            # which the plain decode below reports.
+            return tuple(ehabi.decode(data)) + (ehabi.FINISH,)
+    except EhabiError as e:
+        raise ExidxError(section, offset, f"undecodable instructions {data.hex()}: {e}") from None
+
+
+def _word(data: bytes, offset: int, section: str) -> int:
+    if offset < 0 or offset + 4 > len(data):
+        raise ExidxError(section, offset, f"truncated: word runs past the section end ({len(data)} bytes)")
+    return int.from_bytes(data[offset : offset + 4], "little")
+
+
+def _compact(word: int, extab: bytes, offset: int, where: str) -> bytes:
+    """Instruction bytes of the compact model whose first word (bit 31 set)
+    sits at `offset` of `extab` (which is the `where` section)."""
+    index = (word >> 24) & 0x0F
+    if word & 0x70000000:
+        raise ExidxError(where, offset, f"compact model word {word:#010x} has bits 28-30 set")
+    if index == 0:
+        return word.to_bytes(4, "big")[1:]
+    if index in (1, 2) and where == EXTAB:
+        count = (word >> 16) & 0xFF
+        out = bytearray(word.to_bytes(4, "big")[2:])
+        for i in range(count):
+            out += _word(extab, offset + 4 + 4 * i, EXTAB).to_bytes(4, "big")
+        return bytes(out)
+    raise ExidxError(where, offset, f"personality index {index} is not allowed here")
+
+
+def parse_exidx(exidx: bytes, exidx_address: int, extab: bytes = b"",
+                extab_address: int = 0) -> tuple[ExidxEntry, ...]:
+    """The entries of an `.ARM.exidx` section, which must be sorted by start."""
+    if len(exidx) % 8:
+        raise ExidxError(EXIDX, len(exidx) - len(exidx) % 8,
+                         f"size {len(exidx)} is not a multiple of 8")
+    entries: list[ExidxEntry] = []
+    for offset in range(0, len(exidx), 8):
+        first = _word(exidx, offset, EXIDX)
+        second = _word(exidx, offset + 4, EXIDX)
+        if first & 0x80000000:
+            raise ExidxError(EXIDX, offset, f"function word {first:#010x} has bit 31 set")
+        start = prel31(first, exidx_address + offset) & ~1
+        if entries and start < entries[-1].start:
+            raise ExidxError(EXIDX, offset, f"entry for {start:#x} follows {entries[-1].start:#x}: not sorted")
+        if second == EXIDX_CANTUNWIND:
+            entries.append(ExidxEntry(start, None, "cantunwind"))
+            continue
+        if second & 0x80000000:
+            data = _compact(second, exidx, offset + 4, EXIDX)
+            ops = decode_instructions(data, EXIDX, offset + 4)
+            entries.append(ExidxEntry(start, data, "compact", ops))
+            continue
+        target = prel31(second, exidx_address + offset + 4)
+        where = target - extab_address
+        if not 0 <= where <= len(extab) - 4 or where % 4:
+            raise ExidxError(EXIDX, offset + 4,
+                             f"extab pointer {target:#x} is outside {EXTAB} "
+                             f"[{extab_address:#x}, {extab_address + len(extab):#x})")
+        word = _word(extab, where, EXTAB)
+        if not word & 0x80000000:
+            entries.append(ExidxEntry(start, None, "generic"))
+            continue
+        data = _compact(word, extab, where, EXTAB)
+        ops = decode_instructions(data, EXTAB, where)
+        entries.append(ExidxEntry(start, data, "compact", ops))
+    return tuple(entries)
+
+
+def _section(image: ElfImage, name: str):
+    try:
+        section = image.elf.get_section_by_name(name)
+        if section is None:
+            return None
+        return section.data(), section["sh_addr"]
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{image.path}: cannot read {name}: {e}") from e
+
+
+def read_exidx(image_or_path: ElfImage | str) -> tuple[ExidxEntry, ...]:
+    """Entries of an ELF's `.ARM.exidx`; ElfError if it has none."""
+    image = open_elf(image_or_path) if isinstance(image_or_path, str) else image_or_path
+    exidx = _section(image, EXIDX)
+    if exidx is None:
+        raise ElfError(f"{image.path}: no {EXIDX} section")
+    extab = _section(image, EXTAB) or (b"", 0)
+    try:
+        return parse_exidx(exidx[0], exidx[1], extab[0], extab[1])
+    except ExidxError as e:
+        raise ExidxError(e.section, e.offset, e.message, image.path) from None

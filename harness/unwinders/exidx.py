@@ -1,0 +1,62 @@
+"""The ELF's own `.ARM.exidx` tables, run as a stack unwinder.
+
+EXIDX describes a function's body state only (what a throw from a call site
+needs), so it is expected to be wrong in prologues and epilogues.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Sequence
+
+from harness import ehabi
+from harness.elf import ElfImage, executable_ranges, open_elf
+from harness.exidx import ExidxEntry, read_exidx
+from harness.errors import UnwindFailure
+from harness.frame import PC, Frame, Stack
+from harness.walk import check_caller
+
+
+class ExidxUnwinder:
+    def __init__(self, entries: Sequence[ExidxEntry], name: str = "exidx",
+                 end: int | None = None):
+        """`end`: where the last entry's function ends (unbounded if None)."""
+        self.entries = tuple(sorted(entries, key=lambda e: e.start))
+        self.starts = [e.start for e in self.entries]
+        self.end = end
+        self.name = name
+
+    def entry_for(self, pc: int) -> ExidxEntry:
+        index = bisect_right(self.starts, pc) - 1
+        if index < 0 or (index == len(self.entries) - 1 and self.end is not None
+                         and pc >= self.end):
+            raise UnwindFailure("no_info", f"no .ARM.exidx entry covers pc {pc:#x}")
+        return self.entries[index]
+
+    def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
+        # Return addresses are looked up one byte earlier, as in the siblings.
+        lookup_pc = frame.pc if innermost else frame.pc - 1
+        entry = self.entry_for(lookup_pc)
+        if entry.kind == "cantunwind":
+            raise UnwindFailure("no_info", "EXIDX_CANTUNWIND")
+        if entry.kind != "compact":
+            raise UnwindFailure(
+                "unsupported", f"pc {lookup_pc:#x}: generic personality routine in .ARM.extab"
+            )
+        caller = ehabi.execute(entry.ops, frame, stack)
+        regs = list(caller.r)
+        regs[PC] &= ~1  # Thumb bit of the return address
+        caller = Frame(r=tuple(regs), d=caller.d)
+        check_caller(frame, caller, innermost)
+        return caller
+
+
+def exidx_unwinder(image_or_path: ElfImage | str, name: str = "exidx") -> ExidxUnwinder:
+    """An ExidxUnwinder from an ELF's `.ARM.exidx` / `.ARM.extab`."""
+    image = open_elf(image_or_path) if isinstance(image_or_path, str) else image_or_path
+    entries = read_exidx(image)
+    end = None
+    if entries:
+        last = entries[-1].start
+        end = next((hi for lo, hi in executable_ranges(image) if lo <= last < hi), None)
+    return ExidxUnwinder(entries, name, end)
