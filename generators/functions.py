@@ -17,7 +17,7 @@ Leaf functions compute a + K (+ the constants of the registers they push).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from generators import frame_model as fx

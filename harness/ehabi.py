@@ -22,6 +22,7 @@ from harness.errors import (
     UnwindFailure,
 )
 from harness.frame import LR, PC, SP, Frame, Stack
+from harness.walk import check_caller
 
 
 @dataclass(frozen=True)
@@ -343,3 +344,14 @@ def execute(ops: Iterable[Op], frame: Frame, stack: Stack) -> Frame:
                 "bad_read", f"vsp {vsp:#x} left the stack after '{op}'"
             )
     raise UnwindFailure("corrupt_table", "instruction run has no finish")
+
+
+def unwind_step(ops: Iterable[Op], frame: Frame, stack: Stack, innermost: bool) -> Frame:
+    """One unwinder step from an instruction run: execute it, take the return
+    address without its Thumb bit, and apply the loop guards."""
+    caller = execute(ops, frame, stack)
+    regs = list(caller.r)
+    regs[PC] &= ~1
+    caller = Frame(r=tuple(regs), d=caller.d)
+    check_caller(frame, caller, innermost)
+    return caller

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from harness import ehabi, uleb128
-from harness.ehabi import FINISH, REFUSE, Finish, Pop, PopVfp, Refuse, SetVsp, VspAdd
+from harness.ehabi import FINISH, REFUSE, Pop, PopVfp, SetVsp, VspAdd
 from harness.errors import (
     BadRead,
     EhabiError,

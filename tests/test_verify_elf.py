@@ -4,8 +4,6 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 from harness import ehabi, v2
 from harness.cli import elf_unwinders, main
 from harness.compiled import has_epilogue_cfi, program_from_elf, prologue_end

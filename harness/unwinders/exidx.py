@@ -13,8 +13,7 @@ from harness import ehabi
 from harness.elf import ElfImage, executable_ranges, open_elf
 from harness.exidx import ExidxEntry, read_exidx
 from harness.errors import UnwindFailure
-from harness.frame import PC, Frame, Stack
-from harness.walk import check_caller
+from harness.frame import Frame, Stack
 
 
 class ExidxUnwinder:
@@ -43,12 +42,7 @@ class ExidxUnwinder:
             raise UnwindFailure(
                 "unsupported", f"pc {lookup_pc:#x}: generic personality routine in .ARM.extab"
             )
-        caller = ehabi.execute(entry.ops, frame, stack)
-        regs = list(caller.r)
-        regs[PC] &= ~1  # Thumb bit of the return address
-        caller = Frame(r=tuple(regs), d=caller.d)
-        check_caller(frame, caller, innermost)
-        return caller
+        return ehabi.unwind_step(entry.ops, frame, stack, innermost)
 
 
 def exidx_unwinder(image_or_path: ElfImage | str, name: str = "exidx") -> ExidxUnwinder:

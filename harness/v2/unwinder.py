@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from harness import ehabi
 from harness.errors import UnwindFailure
-from harness.frame import PC, Frame, Stack
+from harness.frame import Frame, Stack
 from harness.v2.reader import UnsupportedRun, V2Reader
-from harness.walk import check_caller
 
 
 class V2Unwinder:
@@ -35,9 +34,4 @@ class V2Unwinder:
         # A return address may be the first byte after a call to a function
         # that never returns, so callers are looked up one byte earlier.
         lookup_pc = frame.pc if innermost else frame.pc - 1
-        caller = ehabi.execute(self.instructions_for(lookup_pc), frame, stack)
-        regs = list(caller.r)
-        regs[PC] &= ~1  # Thumb bit of the return address
-        caller = Frame(r=tuple(regs), d=caller.d)
-        check_caller(frame, caller, innermost)
-        return caller
+        return ehabi.unwind_step(self.instructions_for(lookup_pc), frame, stack, innermost)
