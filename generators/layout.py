@@ -1,6 +1,7 @@
 """Plans -> a Program: place functions (some across 128 KiB page boundaries),
-assemble each at its address, then derive positions, traits and the two CFI
-flavours from the instructions as placed."""
+assemble each at its address, then derive positions, traits, the two CFI
+flavours and the EHABI sections a compiler would emit from the instructions as
+placed."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from generators import frame_model as fx
 from generators.assembler import AssemblyError, assemble
 from generators.functions import MASK, Insn, Plan, evaluate, instructions
 from harness.cfi import CfiRow, FunctionCfi
+from harness.exidx import ExidxSections, encode_exidx
 from harness.groundtruth import instruction_size
 from harness.program import FunctionInfo, Program
+from harness.v2.encoder import InexpressibleState, state_instructions
 
 TEXT_BASE = 0x00100000
 PAGE = 1 << 17
@@ -138,6 +141,27 @@ def _padding_before(plan: Plan, address: int, size: int) -> int:
     return (boundary - size // 2) // ALIGN * ALIGN - address
 
 
+def body_instructions(function: FunctionCfi) -> bytes | None:
+    """A compiler's EXIDX instructions for `function`: its frame state once the
+    prologue is done, which is the last clang-style row (those rows hold
+    prologue effects only); None (EXIDX_CANTUNWIND) where EHABI cannot say it."""
+    row = function.rows[-1]
+    if row.problem:
+        return None
+    try:
+        return state_instructions(row)
+    except InexpressibleState:
+        return None
+
+
+def exidx_sections(clang_rows: list[FunctionCfi], text_end: int) -> ExidxSections:
+    """`.ARM.exidx` right after the text (4-aligned), `.ARM.extab` after it."""
+    exidx_address = (text_end + 3) // 4 * 4
+    extab_address = exidx_address + 8 * (len(clang_rows) + 1)  # one entry more: the final CANTUNWIND
+    return encode_exidx([(f.start, body_instructions(f)) for f in clang_rows],
+                        exidx_address, extab_address, clang_rows[-1].end)
+
+
 class _AnyAddress(dict):
     """Pass 1 address map: every target is the text base until placed."""
 
@@ -184,6 +208,7 @@ def build_program(name: str, plans: list[Plan], entry: str, arg: int) -> Program
         expected_result=expected_result(plans, entry, arg),
         uses_vfp=any(p.vfp for p in plans),
         args=(arg,),
+        exidx=exidx_sections(clang_rows, address),
     )
 
 

@@ -15,6 +15,7 @@ from harness.cfi import CfiRow, FunctionCfi, read_cfi
 from harness.disasm import decode, sweep
 from harness.elf import load_segments, open_elf, symbol_address, text_base
 from harness.epilogue import find_epilogues
+from harness.exidx import read_exidx_sections
 from harness.frame import DWARF_D0, LR, SP
 from harness.program import FunctionInfo, Program
 
@@ -95,7 +96,8 @@ def program_from_elf(path: str, entry: str, expected: int | None = None,
     cfi = tuple(read_cfi(image))
     # The ELF's own CFI serves as both flavours (see harness.unwinders).
     program = Program(path, load_segments(image), symbol_address(image, entry), base, (),
-                      {"tables": cfi, "reference": cfi}, expected, uses_vfp=True)
+                      {"tables": cfi, "reference": cfi}, expected, uses_vfp=True,
+                      exidx=read_exidx_sections(image))
     infos = tuple(function_info(f, program.code(f.start, f.end - f.start), base) for f in cfi)
     return replace(program, functions=infos)
 

@@ -2,7 +2,7 @@
 
 Everything the verifier needs and nothing more: memory contents, the entry,
 per-function layout (positions and traits) for classifying stops, and the
-CFI flavours the unwinders are built from.
+unwind tables the unwinders are built from (CFI flavours, EHABI sections).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from harness.cfi import FunctionCfi
+from harness.exidx import ExidxSections
 
 POSITIONS = ("prologue", "body", "epilogue")
 TRAITS = (
@@ -59,6 +60,8 @@ class Program:
     expected_result: int | None = None  # what the entry must return
     uses_vfp: bool = False
     args: tuple[int, ...] = ()
+    # .ARM.exidx/.ARM.extab: metadata beside the code, not in `segments`
+    exidx: ExidxSections | None = None
 
     def function_at(self, pc: int) -> FunctionInfo | None:
         starts = [f.start for f in self.functions]

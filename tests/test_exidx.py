@@ -7,10 +7,11 @@ import pytest
 
 from harness import ehabi
 from harness.compiled import program_from_elf
-from harness.errors import InputError, UnwindFailure
-from harness.exidx import ExidxEntry, ExidxError, parse_exidx, read_exidx
+from harness.errors import EncodeError, InputError, TableOverflow, UnwindFailure
+from harness.exidx import (ExidxEntry, ExidxError, decode_instructions, encode_exidx, parse_exidx,
+                           read_exidx, require_exidx_sections)
 from harness.frame import LR, Stack, make_frame
-from harness.unwinders.exidx import ExidxUnwinder, exidx_unwinder
+from harness.unwinders.exidx import ExidxUnwinder, exidx_unwinder, exidx_unwinder_for
 from harness.verify import verify_program
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
@@ -126,7 +127,7 @@ def test_exidx_is_right_in_bodies_only(name):
     right at every body stop, wrong in prologues (and clang's epilogues)."""
     path = str(CORPUS / "fixtures" / f"{name}.elf")
     program = program_from_elf(path, "entry")
-    unwinder = exidx_unwinder(path)
+    unwinder = exidx_unwinder_for(program.exidx)
     result = verify_program(program, [unwinder])
     assert result.self_check_ok and result.stops > 100
 
@@ -144,3 +145,97 @@ def test_exidx_is_right_in_bodies_only(name):
     assert set(by_position) <= {"prologue", "epilogue"}
     assert all(f.frame == 0 for f in relevant)  # callers are always at a body stop
     assert all(f.kind in ("wrong_pc", "wrong_sp", "wrong_register", "bad_read") for f in relevant)
+
+
+# ----------------------------------------------------------------- writing
+
+# Instruction runs of each shape the writer meets: (name, bytes, how many of
+# them remain once trailing finishes are dropped).
+RUNS = [
+    ("finish only", bytes.fromhex("b0"), 0),
+    ("empty", b"", 0),
+    ("inline", bytes.fromhex("a8b0"), 1),  # pop {r4, lr}
+    ("inline, 3 bytes", bytes.fromhex("97a801b0"), 3),  # vsp = r7; pop {r4, lr}; vsp += 8
+    ("operand 0xb0", bytes.fromhex("b3b0b0"), 2),  # pop {d11} (fstmfdx): its operand is 0xb0
+    ("extab, 1 word, 2 bytes in it", bytes.fromhex("97a80103b0"), 4),
+    ("extab, 1 word, full", bytes.fromhex("b1088400a801"), 6),  # no finish: implicit
+    ("extab, 2 words", bytes.fromhex("97b1088400a80103b0b0"), 8),
+    ("extab, several words", bytes(30) + b"\xb0", 30),  # 30 x vsp += 4
+    ("refuse", bytes.fromhex("8000"), 2),
+]
+
+
+@pytest.mark.parametrize("name, run, body", RUNS, ids=[n for n, _, _ in RUNS])
+def test_encode_then_parse_gives_the_same_ops(name, run, body):
+    sections = encode_exidx([(0x100, run), (0x180, None)], EXIDX_AT, EXTAB_AT, 0x200)
+    entries = sections.entries()
+    assert [(e.start, e.kind) for e in entries] == [
+        (0x100, "compact"), (0x180, "cantunwind"), (0x200, "cantunwind")]
+    assert entries[0].ops == decode_instructions(run, "test", 0)
+    assert entries[0].instructions[:body] == run[:body]
+    assert set(entries[0].instructions[body:]) <= {0xB0}  # padding
+    if body <= 3:
+        assert sections.extab == b"" and sections.exidx[7] == 0x80  # inline Su16
+    else:
+        extra = -(-(body - 2) // 4)
+        assert len(sections.extab) == 4 * (1 + extra + 1)  # Lu16 words, then a zero descriptor
+        assert sections.extab[2:4] == bytes([extra, 0x81])
+        assert sections.extab[-4:] == bytes(4)
+
+
+def test_encode_by_hand():
+    """Words written from the EHABI rules: prel31 offsets, Su16 inline,
+    Lu16 in .ARM.extab shared by two functions, the closing CANTUNWIND."""
+    run = bytes.fromhex("97b1088400b0")  # vsp = r7; pop {r3}; pop {lr}; finish
+    sections = encode_exidx([(0x100, bytes.fromhex("a8b0")), (0x200, run), (0x300, None),
+                             (0x400, run)], EXIDX_AT, EXTAB_AT, 0x500)
+    assert sections.exidx == b"".join(map(word, [
+        0x7FFFF100, 0x80A8B0B0,  # 0x1000: 0x100 - 0x1000 = -0xf00; pop {r4, lr}, finish x2
+        0x7FFFF1F8, 0x00000FF4,  # 0x1008: -0xe08; 0x2000 - 0x100c
+        0x7FFFF2F0, 0x00000001,  # 0x1010: -0xd10; EXIDX_CANTUNWIND
+        0x7FFFF3E8, 0x00000FE4,  # 0x1018: -0xc18; 0x2000 - 0x101c, the same extab entry
+        0x7FFFF4E0, 0x00000001,  # 0x1020: -0xb20 (end); EXIDX_CANTUNWIND
+    ]))
+    assert sections.extab == b"".join(map(word, [0x810197B1, 0x088400B0, 0]))
+    assert (sections.exidx_address, sections.extab_address, sections.end) == (EXIDX_AT, EXTAB_AT, 0x500)
+
+
+@pytest.mark.parametrize("functions, exidx_at, extab_at, error, words", [
+    # function start 1 GiB below its entry
+    ([(0x100, b"")], 0x4000_0200, EXTAB_AT, TableOverflow, ".ARM.exidx byte 0: prel31"),
+    # .ARM.extab 1 GiB above the entry pointing at it
+    ([(0x100, bytes(8))], EXIDX_AT, 0x4000_1004, TableOverflow, ".ARM.exidx byte 4: prel31"),
+    ([(0x100, bytes(1100))], EXIDX_AT, EXTAB_AT, TableOverflow, "at most 255"),
+    ([(0x100, b""), (0x100, b"")], EXIDX_AT, EXTAB_AT, EncodeError, "ascend"),
+    ([(0x101, b"")], EXIDX_AT, EXTAB_AT, EncodeError, "odd"),
+    ([(0x100, b"")], EXIDX_AT + 2, EXTAB_AT, EncodeError, "4-aligned"),
+    ([(0x100, bytes.fromhex("b4"))], EXIDX_AT, EXTAB_AT, EncodeError, "undecodable"),
+    ([(0x100, bytes(8))], EXIDX_AT, EXIDX_AT + 8, EncodeError, "overlap"),
+])
+def test_encode_errors_are_typed(functions, exidx_at, extab_at, error, words):
+    with pytest.raises(error) as caught:
+        encode_exidx(functions, exidx_at, extab_at, 0x1000)
+    assert isinstance(caught.value, InputError) and words in str(caught.value)
+
+
+@pytest.mark.parametrize("path", ELFS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_elf_tables_encode_back(path):
+    """The writer reads what compilers write: re-encoding an ELF's entries
+    (up to its closing CANTUNWIND) gives the same starts and ops."""
+    entries = read_exidx(str(path))
+    assert entries[-1].kind == "cantunwind"
+    body = [(e.start, e.instructions) for e in entries[:-1]]
+    again = encode_exidx(body, EXIDX_AT, EXIDX_AT + 8 * len(entries), entries[-1].start).entries()
+    assert [(e.start, e.kind, e.ops) for e in again] == [(e.start, e.kind, e.ops) for e in entries]
+
+
+def test_compiled_program_carries_its_elf_tables():
+    path = str(CORPUS / "fixtures" / "calls-clang-nofp.elf")
+    program = program_from_elf(path, "entry")
+    assert program.exidx == require_exidx_sections(path)
+    assert program.exidx.entries() == read_exidx(path)
+    from_path, from_program = exidx_unwinder(path), exidx_unwinder_for(program.exidx)
+    assert (from_path.entries, from_path.end) == (from_program.entries, from_program.end)
+    # The linker's closing CANTUNWIND sits at the very end of .text, so no
+    # executable section holds it and nothing bounds it (as before sections).
+    assert from_program.entries[-1].kind == "cantunwind" and from_program.end == 1 << 32

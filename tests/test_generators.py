@@ -2,13 +2,20 @@
 instructions agrees with execution, traits and positions as designed."""
 
 import random
+from collections import Counter
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from generators.corpus import NON_LEAF_FAMILIES, generate_program, program_plans
-from generators.layout import PAGE, TEXT_BASE
+from generators.corpus import NON_LEAF_FAMILIES, default_corpus, generate_program, program_plans
+from generators.layout import PAGE, TEXT_BASE, body_instructions
+from harness import ehabi
+from harness.cfi import CfiRow, FunctionCfi
+from harness.frame import LR
 from harness.unwinders import build_unwinders
+from harness.unwinders.exidx import exidx_unwinder_for
+from harness.v2.encoder import state_instructions
 from harness.verify import verify_program
 
 
@@ -65,3 +72,53 @@ def test_traits_follow_the_plans():
         assert "page_crossing" in info.traits
     for info in by_family.get("leaf", []) + by_family.get("leaf_push", []):
         assert "leaf" in info.traits
+
+
+def test_exidx_holds_each_functions_body_state():
+    """One entry per function, as a compiler emits: the state its last
+    clang-style row describes (the end of the prologue), then the linker's
+    closing CANTUNWIND; the sections lie beside the code, not in it."""
+    for program in default_corpus(0, 3):
+        sections = program.exidx
+        entries = sections.entries()
+        functions = program.functions
+        assert [e.start for e in entries] == [f.start for f in functions] + [functions[-1].end]
+        assert sections.end == functions[-1].end and entries[-1].kind == "cantunwind"
+        text_end = max(a + len(data) for a, data in program.segments)
+        assert text_end <= sections.exidx_address and sections.exidx_address % 4 == 0
+        assert sections.extab_address == sections.exidx_address + len(sections.exidx)
+        for entry, function in zip(entries, program.cfi["tables"]):
+            if body_instructions(function) is None:  # none in these programs, measured
+                assert entry.kind == "cantunwind"
+                continue
+            run = state_instructions(function.rows[-1])
+            assert entry.kind == "compact" and entry.ops == tuple(ehabi.decode(run, run=True))
+
+
+@pytest.mark.parametrize("row, instructions", [
+    (CfiRow(0x10), ehabi.encode([ehabi.FINISH])),  # frameless
+    (CfiRow(0x10, cfa_offset=8, saved=((4, -8), (LR, -4))), ehabi.encode([ehabi.Pop((4, LR)), ehabi.FINISH])),
+    (CfiRow(0x10, cfa_offset=6), None),  # inexpressible: CANTUNWIND
+    (CfiRow(0x10, problem="DWARF expression"), None),
+])
+def test_body_instructions(row, instructions):
+    assert body_instructions(FunctionCfi("f", 0, 0x20, (CfiRow(0), row))) == instructions
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_exidx_is_right_in_bodies(index):
+    """EXIDX holds the body state only: right at every body stop, wrong at
+    prologue and epilogue stops once the frame is half built or torn down."""
+    program = generate_program(0, index)
+    result = verify_program(program, [exidx_unwinder_for(program.exidx)])
+    assert result.self_check_ok
+    expressible = {f.name for f in program.cfi["tables"] if body_instructions(f) is not None}
+    by_position = Counter(f.position for f in result.failures if f.culprit in expressible)
+    passes = Counter()
+    for (_, _, position, kind), n in result.counts.items():
+        passes[position] += n if kind is None else 0
+    assert by_position["body"] == 0 and passes["body"] > 0
+    # A half-built frame is not the body state: most prologue stops fail.
+    assert by_position["prologue"] > passes["prologue"]
+    assert by_position["epilogue"] > 0
+    assert all(f.frame == 0 for f in result.failures)  # callers are always at a body stop

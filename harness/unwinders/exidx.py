@@ -10,8 +10,8 @@ from bisect import bisect_right
 from typing import Sequence
 
 from harness import ehabi
-from harness.elf import ElfImage, executable_ranges, open_elf
-from harness.exidx import ExidxEntry, read_exidx
+from harness.elf import ElfImage
+from harness.exidx import ExidxEntry, ExidxSections, require_exidx_sections
 from harness.errors import UnwindFailure
 from harness.frame import Frame, Stack
 
@@ -45,12 +45,11 @@ class ExidxUnwinder:
         return ehabi.unwind_step(entry.ops, frame, stack, innermost)
 
 
+def exidx_unwinder_for(sections: ExidxSections, name: str = "exidx") -> ExidxUnwinder:
+    """An ExidxUnwinder from `.ARM.exidx` / `.ARM.extab` bytes (a Program's, or an ELF's)."""
+    return ExidxUnwinder(sections.entries(), name, sections.end)
+
+
 def exidx_unwinder(image_or_path: ElfImage | str, name: str = "exidx") -> ExidxUnwinder:
     """An ExidxUnwinder from an ELF's `.ARM.exidx` / `.ARM.extab`."""
-    image = open_elf(image_or_path) if isinstance(image_or_path, str) else image_or_path
-    entries = read_exidx(image)
-    end = None
-    if entries:
-        last = entries[-1].start
-        end = next((hi for lo, hi in executable_ranges(image) if lo <= last < hi), None)
-    return ExidxUnwinder(entries, name, end)
+    return exidx_unwinder_for(require_exidx_sections(image_or_path), name)
