@@ -15,9 +15,9 @@ from harness import __version__, report, v2
 from harness.cfi import read_cfi
 from harness.compiled import has_epilogue_cfi, program_from_elf
 from harness.epilogue import EpilogueFirst
-from harness.elf import open_elf, text_base
+from harness.elf import open_elf, section_size, text_base
 from harness.errors import InputError
-from harness.sizes import policy_sizes
+from harness.sizes import CHROME_REFERENCE, size_row
 from harness.unwinders import UNWINDER_NAMES, build_unwinders
 from harness.v2.dump import dump
 from harness.v2.unwinder import V2Unwinder
@@ -244,9 +244,10 @@ def _not_expressed(encoded: v2.Encoded) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def verify_elf_corpus(args, console) -> tuple[list[dict], list]:
-    """Every build in corpus/elf, each reported on its own."""
-    groups, results = [], []
+def verify_elf_corpus(args, console) -> tuple[list[dict], list, list[dict]]:
+    """Every build in corpus/elf, each reported on its own: (report groups,
+    results, size rows)."""
+    groups, results, sizes = [], [], []
     for build in sorted(_manifest_builds(ELF_CORPUS), key=lambda b: b["file"]):
         path = ELF_CORPUS / build["file"]
         # Named by its place in the repository, so reports do not depend on the checkout.
@@ -261,8 +262,9 @@ def verify_elf_corpus(args, console) -> tuple[list[dict], list]:
                  "flags": build.get("flags", [])}
         with_cfi = {f.name for f in program.functions}
         groups.append(report.elf_group(result, names, label, _not_expressed(encoded), with_cfi))
+        sizes.append(size_row(program.name, [program], section_size(open_elf(str(path)), ".debug_frame")))
         console.print(f"verified {path.name}: {result.stops} stops", highlight=False)
-    return groups, results
+    return groups, results, sizes
 
 
 def cmd_run(args) -> int:
@@ -272,12 +274,15 @@ def cmd_run(args) -> int:
     programs = default_corpus(args.seed, args.programs)
     names = args.unwinder or list(UNWINDER_NAMES)
     results, seconds = verify_all(programs, names, console)
-    data = report.report_data(results, names, args.seed, "generated", policy_sizes(programs))
+    sizes = {"layout": "seed", "rows": [size_row(f"generated corpus ({len(programs)} programs)", programs)]}
+    data = report.report_data(results, names, args.seed, "generated", sizes)
     if not args.no_elf:
         started = time.perf_counter()
-        data["elf"], elf_results = verify_elf_corpus(args, console)
+        data["elf"], elf_results, elf_sizes = verify_elf_corpus(args, console)
         results += elf_results
+        sizes["rows"] += elf_sizes
         seconds += time.perf_counter() - started
+    sizes["rows"].append(CHROME_REFERENCE)
     write_reports(data, Path(args.reports), args.json, "unwind-harness: generated corpus")
     return finish_run(data, results, seconds, args, console)
 

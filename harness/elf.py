@@ -132,3 +132,12 @@ def symbol_address(image: ElfImage, name: str) -> int:
         if symbol == name:
             return address
     raise ElfError(f"{image.path}: no function symbol {name!r}")
+
+
+def section_size(image: ElfImage, name: str) -> int | None:
+    """Size in bytes of section `name`, or None if the ELF has none."""
+    try:
+        section = image.elf.get_section_by_name(name)
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{image.path}: corrupt section headers: {e}") from e
+    return None if section is None else section["sh_size"]

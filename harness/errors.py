@@ -39,11 +39,12 @@ class UnsupportedInstruction(EhabiError):
 
 
 class CorruptTable(InputError):
-    """A v2 blob whose structure is inconsistent; names the field and offset."""
+    """An unwind table (v2, or v1) whose structure is inconsistent; names the
+    field and offset."""
 
-    def __init__(self, field: str, message: str, offset: int | None = None):
+    def __init__(self, field: str, message: str, offset: int | None = None, table: str = "v2"):
         where = f" (byte {offset})" if offset is not None else ""
-        super().__init__(f"corrupt v2 table: {field}{where}: {message}")
+        super().__init__(f"corrupt {table} table: {field}{where}: {message}")
         self.field = field
         self.offset = offset
 

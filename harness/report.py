@@ -11,6 +11,7 @@ from typing import Iterable, Sequence
 
 from harness import __version__
 from harness.program import POSITIONS, TRAITS
+from harness.sizes import FORMATS
 from harness.verify import Failure, ProgramResult
 
 ALL = "all"
@@ -62,6 +63,21 @@ def wrong_registers(results: Sequence[ProgramResult]) -> dict[str, dict[str, int
     return {u: dict(sorted(c.items())) for u, c in sorted(table.items())}
 
 
+def culprits(results: Sequence[ProgramResult], unwinders: Sequence[str]) -> dict[str, dict]:
+    """Per unwinder, where its failing stops first went wrong: in the
+    innermost frame or deeper, and the traits of the function that frame is
+    in (a stop deep in a healthy chain fails for one bad caller)."""
+    table = {u: {"innermost": 0, "deeper": 0, "traits": Counter()} for u in unwinders}
+    for result in results:
+        for failure in result.failures:
+            entry = table[failure.unwinder]
+            entry["innermost" if failure.frame == 0 else "deeper"] += 1
+            entry["traits"].update(failure.culprit_traits)
+    return {u: {**e, "traits": {t: e["traits"][t] for t in (*TRAITS, *sorted(set(e["traits"]) - set(TRAITS)))
+                                if e["traits"][t]}}
+            for u, e in table.items()}
+
+
 def _sample(failure: Failure, program: str) -> dict:
     return {
         "program": program, "pc": f"{failure.pc:#x}", "function": failure.function,
@@ -72,6 +88,7 @@ def _sample(failure: Failure, program: str) -> dict:
 
 def report_data(results: Sequence[ProgramResult], unwinders: Sequence[str], seed: int | None,
                 source: str, sizes: dict | None = None) -> dict:
+    from harness.unwinders import RESTORES  # what each unwinder is checked on
     samples: dict[str, list[dict]] = {u: [] for u in unwinders}
     for result in results:
         for failure in result.failures:
@@ -85,12 +102,14 @@ def report_data(results: Sequence[ProgramResult], unwinders: Sequence[str], seed
         "seed": seed,
         "input": source,
         "results": result_rows(results, unwinders),
+        "checked": {u: RESTORES[u].describe() for u in unwinders},
         "programs": [
             {"name": r.program, "stops": r.stops, "result": r.result, "expected": r.expected,
              "self_check": "ok" if r.self_check_ok else (r.fault or "wrong result")}
             for r in results
         ],
         "wrong_registers": wrong_registers(results),
+        "culprits": culprits(results, unwinders),
         "failure_samples": samples,
         "sizes": sizes,
     }
@@ -116,6 +135,7 @@ def elf_group(result: ProgramResult, unwinders: Sequence[str], label: dict, prob
         "cfi_not_expressed": problems,
         "failed_in_frames_without_cfi": {u: without_cfi[u] for u in unwinders},
         "results": rows,
+        "culprits": culprits([result], unwinders),
         "failure_samples": report_data([result], unwinders, None, label["input"])["failure_samples"],
     }
 
@@ -165,9 +185,13 @@ def markdown(data: dict, title: str) -> str:
     out = [f"# {title}", ""]
     out.append(f"unwind-harness {data['version']}, input: {data['input']}, seed: {data['seed']}. "
                "Failure rate = stops where the unwinder did not reproduce every frame of the shadow "
-               "call stack (pc, sp, r4-r11, d8-d15), over stops in that category and position.")
+               "call stack (pc, sp and the registers it restores, listed under the table), over stops "
+               "in that category and position; the category is the innermost function's.")
     out += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(row) + " |" for row in body]
+    out += ["", "Checked in every frame: " + "; ".join(f"`{u}` {c}" for u, c in data["checked"].items())
+            + ". v1 and frame-pointer walking restore no other callee-saved register by design, so "
+            "they are judged on the stack trace (and, for frame-pointer walking, the chain register)."]
     index = _index(data["results"])
     for unwinder in unwinder_names(data):
         out += ["", f"## {unwinder}: failure rate by trait and position", ""]
@@ -178,6 +202,11 @@ def markdown(data: dict, title: str) -> str:
         kinds = index[(unwinder, ALL, ALL)]["failure_kinds"]
         if kinds:
             out += ["", "Failure kinds: " + ", ".join(f"{k} {n}" for k, n in kinds.items()) + "."]
+        blame = data["culprits"][unwinder]
+        if blame["innermost"] or blame["deeper"]:
+            out.append(f"First wrong frame: the innermost at {blame['innermost']} stops, a caller at "
+                       f"{blame['deeper']}; it was in a function that is "
+                       + ", ".join(f"{t} {n}" for t, n in blame["traits"].items()) + ".")
         registers = data["wrong_registers"].get(unwinder)
         if registers:
             out.append("Wrong registers: " + ", ".join(f"{k} {n}" for k, n in registers.items()) + ".")
@@ -194,31 +223,47 @@ def markdown(data: dict, title: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def size_cells(sizes: dict) -> list[list[str]]:
-    increase = sizes["increase_over_drop_percent"]
-    return [
-        [policy, f"{size:,}", f"{size / sizes['functions']:.2f}", f"{increase[policy]:+.2f}%" if policy in increase else "-"]
-        for policy, size in sizes["bytes"].items()
-    ]
+def _size(value: int | None) -> str:
+    return "n/a" if value is None else f"{value:,}"
 
 
-SIZE_HEADER = ["epilogue policy", "table bytes", "bytes/function", "vs drop"]
+def size_cells(sizes: dict) -> tuple[list[str], list[list[str]], list[list[str]]]:
+    """Header, then rows of bytes, and rows of bytes per function / per address."""
+    header = ["input", "functions", "addresses", *FORMATS]
+    totals, ratios = [], []
+    for row in sizes["rows"]:
+        first = [row["input"], f"{row['functions']:,}", f"{row['addresses']:,}"]
+        values = [row["bytes"][name] for name in FORMATS]
+        refused = row.get("v1_refused")
+        totals.append(first + [_size(v) + (f" ({refused} refused)" if name == "v1" and refused else "")
+                               for name, v in zip(FORMATS, values)])
+        ratios.append(first + ["n/a" if v is None else
+                               f"{v / row['functions']:.2f} / {v / row['addresses']:.2f}"
+                               for v in values])
+    return header, totals, ratios
 
 
 def size_lines(sizes: dict | None) -> list[str]:
     if not sizes:
         return []
-    out = ["", f"## v2 table size per epilogue policy ({sizes['layout']} layout, "
-               f"{sizes['functions']:,} functions)", "",
-           "| " + " | ".join(SIZE_HEADER) + " |", "|---|---|---|---|"]
-    return out + ["| " + " | ".join(row) + " |" for row in size_cells(sizes)]
-
-
-ELF_UNWINDERS = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf")
+    header, totals, ratios = size_cells(sizes)
+    rule = "|" + "---|" * len(header)
+    out = ["", f"## Table sizes (bytes; v2 in the {sizes['layout']} layout)", "",
+           "The compiler's own sections as linked, and the tables built here from the same CFI. "
+           "v1 cannot describe some functions at all (`refused`: CFA through r7, frames over 64 KiB, "
+           "code over 64 KiB); they cost it nothing and are not unwound. `addresses`: v2 address entries "
+           "under the `drop` policy. `n/a`: not emitted (generated code has no DWARF sections) "
+           "or not published.", "",
+           "| " + " | ".join(header) + " |", rule]
+    out += ["| " + " | ".join(row) + " |" for row in totals]
+    out += ["", "Bytes per function / per address:", "", "| " + " | ".join(header) + " |", rule]
+    out += ["| " + " | ".join(row) + " |" for row in ratios]
+    return out
 
 
 def elf_cells(groups: list[dict]) -> tuple[list[str], list[list[str]]]:
-    header = ["build", "stops", "no_info stops", *(f"{u} failed" for u in ELF_UNWINDERS),
+    names = list(dict.fromkeys(u for group in groups for u in unwinder_names(group)))
+    header = ["build", "stops", "no_info stops", *(f"{u} failed" for u in names),
               "v2 epilogue-only"]
     body = []
     for group in groups:
@@ -227,7 +272,7 @@ def elf_cells(groups: list[dict]) -> tuple[list[str], list[list[str]]]:
         cells = [
             f"{_rate(index[(u, ALL, ALL)])[:-1]}; {group['failed_in_frames_without_cfi'][u]} no CFI)"
             if (u, ALL, ALL) in index else "n/a"
-            for u in ELF_UNWINDERS
+            for u in names
         ]
         body.append([group["build"], str(group["stops"]), str(no_info), *cells,
                      f"{group['v2_epilogue_only_failure_percent']:.2f}%"])
@@ -261,57 +306,69 @@ def elf_lines(groups: list[dict]) -> list[str]:
     return out
 
 
-def print_table(data: dict, console) -> None:
+def _rich_table(title: str, header: list[str], body: list[list[str]], left: int = 1):
+    """A rich table whose first `left` columns are left-aligned."""
     from rich.table import Table
 
-    header, body = table_cells(data)
-    table = Table(title=f"Unwind failures per category ({data['input']}, seed {data['seed']})")
+    table = Table(title=title)
     for index, name in enumerate(header):
-        table.add_column(name, justify="left" if index < 2 else "right")
+        table.add_column(name, justify="left" if index < left else "right")
     for row in body:
         table.add_row(*row)
-    console.print(table)
+    return table
+
+
+def print_table(data: dict, console) -> None:
+    header, body = table_cells(data)
+    console.print(_rich_table(f"Unwind failures per category ({data['input']}, seed {data['seed']})",
+                              header, body, left=2))
+    console.print("checked per frame: " + "; ".join(f"{u}: {c}" for u, c in data["checked"].items()),
+                  highlight=False)
     if data.get("sizes"):
-        sizes = Table(title="v2 table bytes per epilogue policy")
-        for index, name in enumerate(SIZE_HEADER):
-            sizes.add_column(name, justify="left" if index == 0 else "right")
-        for row in size_cells(data["sizes"]):
-            sizes.add_row(*row)
-        console.print(sizes)
+        header, totals, ratios = size_cells(data["sizes"])
+        console.print(_rich_table("Table bytes per format", header, totals))
+        console.print(_rich_table("Bytes per function / per address", header, ratios))
     if data.get("elf"):
         header, body = elf_cells(data["elf"])
-        builds = Table(title="Compiled programs (corpus/elf): failed stops over all stops")
-        for index, name in enumerate(header):
-            builds.add_column(name, justify="left" if index == 0 else "right")
-        for row in body:
-            builds.add_row(*row)
-        console.print(builds)
+        console.print(_rich_table("Compiled programs (corpus/elf): failed stops over all stops", header, body))
+
+
+def _bars(ax, names: list[str], groups: list[tuple[dict, str, str]], labels: list[str], title: str) -> None:
+    """Grouped bars: one group per (row index, category, position), one bar
+    per unwinder (0 where that unwinder did not run)."""
+    width = 0.8 / len(names)
+    for i, unwinder in enumerate(names):
+        rates = []
+        for index, category, position in groups:
+            row = index.get((unwinder, category, position))
+            rates.append(100 * row["failed"] / row["stops"] if row and row["stops"] else 0)
+        ax.bar([x + i * width for x in range(len(groups))], rates, width, label=unwinder)
+    ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(groups))])
+    ax.set_xticklabels(labels, rotation=40, ha="right")
+    ax.set_ylabel("failed stops (%)")
+    ax.set_title(title)
 
 
 def chart(data: dict, path: Path) -> None:
-    """Grouped bars: failure rate per category for every unwinder."""
+    """Grouped bars: failure rate per category for every unwinder, and per
+    compiled build when the report has them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    index = _index(data["results"])
     names = unwinder_names(data)
     lines = summary_lines(data)
-    labels = [c if p == ALL else p for c, p in lines]
-    fig, ax = plt.subplots(figsize=(max(8, 0.7 * len(lines)), 4.5))
-    width = 0.8 / len(names)
-    for i, unwinder in enumerate(names):
-        rates = []
-        for category, position in lines:
-            row = index[(unwinder, category, position)]
-            rates.append(100 * row["failed"] / row["stops"] if row["stops"] else 0)
-        ax.bar([x + i * width for x in range(len(lines))], rates, width, label=unwinder)
-    ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(lines))])
-    ax.set_xticklabels(labels, rotation=40, ha="right")
-    ax.set_ylabel("failed stops (%)")
-    ax.set_title(f"Unwind failure rate per category ({data['input']})")
-    ax.legend()
+    groups = data.get("elf", [])
+    fig, axes = plt.subplots(2 if groups else 1, 1, squeeze=False,
+                             figsize=(max(10, 0.9 * len(lines)), 9 if groups else 4.5))
+    index = _index(data["results"])
+    _bars(axes[0][0], names, [(index, c, p) for c, p in lines],
+          [c if p == ALL else p for c, p in lines], f"Unwind failure rate per category ({data['input']})")
+    axes[0][0].legend(ncol=4, fontsize="small")
+    if groups:
+        _bars(axes[1][0], names, [(_index(g["results"]), ALL, ALL) for g in groups],
+              [g["build"] for g in groups], "Compiled programs (corpus/elf): all stops")
     fig.tight_layout()
     fig.savefig(path, dpi=90, metadata={"Software": None})
     plt.close(fig)

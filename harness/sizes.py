@@ -1,9 +1,13 @@
-"""Table bytes per epilogue policy: what encoding epilogues costs.
+"""What each unwind format costs in bytes, for the same code.
 
-drop: the program's `tables` CFI (for generated programs: clang style, no
-epilogue rows), Chrome's policy.
-keep: the `reference` CFI (generated: gcc style, with epilogue rows).
-synthesize: the `tables` CFI plus epilogue rows synthesized from disassembly.
+One row per input (the generated corpus, each compiled ELF): the compiler's
+`.debug_frame` and `.ARM.exidx` + `.ARM.extab` as they are, and the tables
+this tool builds from the same CFI: v1, and v2 under each epilogue policy.
+v2 policies read the CFI flavours as the unwinders do:
+drop: `tables` (generated: clang style, no epilogue rows), Chrome's policy;
+keep: `reference` (generated: gcc style, with epilogue rows);
+synthesize: `tables` plus epilogue rows synthesized from disassembly.
+`addresses` counts v2 `drop` address entries (the design's unit).
 """
 
 from __future__ import annotations
@@ -12,27 +16,49 @@ from typing import Sequence
 
 from harness import v2
 from harness.program import Program
+from harness.v1 import encode_v1
 
 POLICY_SOURCES = {"drop": "tables", "keep": "reference", "synthesize": "tables"}
+FORMATS = (".debug_frame", "exidx+extab", "v1", "v2 drop", "v2 keep", "v2 synthesize")
+
+# The v2 design's own figures for Chrome on Android (rounded as it gives them).
+CHROME_REFERENCE = {
+    "input": "Chrome for Android (design figures)",
+    "functions": 389_694,
+    "addresses": 816_686,
+    "bytes": {".debug_frame": None, "exidx+extab": None, "v1": 2_200_000, "v2 drop": 1_800_000,
+              "v2 keep": None, "v2 synthesize": None},
+    "v1_refused": None,
+}
 
 
-def policy_sizes(programs: Sequence[Program], layout: str = "seed") -> dict:
-    totals = {policy: 0 for policy in POLICY_SOURCES}
-    functions = addresses = 0
+def size_row(label: str, programs: Sequence[Program], debug_frame: int | None = None,
+             layout: str = "seed") -> dict:
+    """Bytes of every format over `programs` (`debug_frame`: the ELF's section
+    size; None where no DWARF was emitted)."""
+    totals = dict.fromkeys(FORMATS, 0)
+    totals[".debug_frame"] = debug_frame
+    functions = addresses = refused = 0
     for program in programs:
         for policy, flavour in POLICY_SOURCES.items():
             encoded = v2.encode(program.cfi[flavour], program.text_base, policy, code_at=program.code)
-            totals[policy] += len(encoded.blob(layout))
+            totals[f"v2 {policy}"] += len(encoded.blob(layout))
             if policy == "drop":
                 functions += len(encoded.functions)
                 addresses += encoded.addresses
-    drop = totals["drop"]
-    return {
-        "layout": layout,
-        "functions": functions,
-        "addresses_drop": addresses,
-        "bytes": totals,
-        "increase_over_drop_percent": {
-            policy: round(100 * (size - drop) / drop, 2) for policy, size in totals.items() if policy != "drop"
-        },
-    }
+        v1 = encode_v1(program.cfi["tables"], program.text_base)
+        totals["v1"] += len(v1.blob)
+        refused += len(v1.refused)
+        if program.exidx is None:
+            totals["exidx+extab"] = None
+        elif totals["exidx+extab"] is not None:
+            totals["exidx+extab"] += len(program.exidx.exidx) + len(program.exidx.extab)
+    return {"input": label, "functions": functions, "addresses": addresses, "bytes": totals,
+            "v1_refused": refused}
+
+
+def increase_over_drop(row: dict) -> dict[str, float]:
+    """How much more v2 costs per policy than `drop`, in percent."""
+    drop = row["bytes"]["v2 drop"]
+    return {policy: round(100 * (row["bytes"][f"v2 {policy}"] - drop) / drop, 2)
+            for policy in ("keep", "synthesize")}

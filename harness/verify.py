@@ -24,7 +24,7 @@ from harness.groundtruth import (
     with_it_state,
 )
 from harness.program import Program
-from harness.walk import Unwinder
+from harness.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
 DEFAULT_BUDGET = 20_000_000  # instructions per program before it counts as runaway
 NO_INFO_TRAITS = frozenset({"no_info"})  # stops outside every known function
@@ -46,6 +46,7 @@ class Failure:
     culprit: str  # the function that frame is in
     register: str | None  # for wrong_register
     detail: str
+    culprit_traits: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -64,19 +65,21 @@ class ProgramResult:
         return self.fault is None and (self.expected is None or self.result == self.expected)
 
 
-def compare(caller: Frame, expected: ShadowFrame) -> tuple[str, str | None, str] | None:
-    """(kind, register, detail) for the first difference, or None."""
+def compare(caller: Frame, expected: ShadowFrame,
+            restores: Restores = ALL_CALLEE_SAVED) -> tuple[str, str | None, str] | None:
+    """(kind, register, detail) for the first difference, or None. Registers
+    are compared where the unwinder claims to restore them."""
     if caller.pc != expected.pc:
         return "wrong_pc", None, f"pc {caller.pc:#x}, expected {expected.pc:#x}"
     if caller.sp != expected.sp:
         return "wrong_sp", None, f"sp {caller.sp:#x}, expected {expected.sp:#x}"
     got = caller.r[4:12]
     if got != expected.callee_saved:
-        for index, (value, want) in enumerate(zip(got, expected.callee_saved)):
+        for reg in restores.core:
+            value, want = got[reg - 4], expected.callee_saved[reg - 4]
             if value != want:
-                name = f"r{4 + index}"
-                return "wrong_register", name, f"{name} {value:#x}, expected {want:#x}"
-    if expected.vfp is not None:
+                return "wrong_register", f"r{reg}", f"r{reg} {value:#x}, expected {want:#x}"
+    if expected.vfp is not None and restores.vfp:
         for index, want in enumerate(expected.vfp):
             value = caller.d[8 + index]
             if value is not None and value != want:
@@ -93,15 +96,20 @@ def without_scratch(frame: Frame) -> Frame:
     return Frame(r=(0, 0, 0, 0) + r[4:12] + (0,) + r[13:], d=frame.d)
 
 
+def restores_of(unwinder: Unwinder) -> Restores:
+    return getattr(unwinder, "restores", ALL_CALLEE_SAVED)
+
+
 def unwind_and_compare(unwinder: Unwinder, frame: Frame, stack, expected: Sequence[ShadowFrame],
                        first: int = 0):
     """None if every frame matches, else (frame index, kind, register, detail)."""
+    restores = restores_of(unwinder)
     for index, want in enumerate(expected, first):
         try:
             caller = unwinder.step(frame, stack, index == 0)
         except UnwindFailure as failure:
             return index, failure.kind, None, failure.reason
-        mismatch = compare(caller, want)
+        mismatch = compare(caller, want, restores)
         if mismatch is not None:
             return (index, *mismatch)
         frame = without_scratch(caller)
@@ -131,6 +139,7 @@ class MemoizedWalk:
 
     def __init__(self, unwinder: Unwinder):
         self.unwinder = unwinder
+        self.restores = restores_of(unwinder)
         self.proven: dict[tuple[int, Frame], _Proven] = {}
 
     def __call__(self, frame: Frame, stack, expected: Sequence[ShadowFrame]):
@@ -139,7 +148,7 @@ class MemoizedWalk:
             caller = unwinder.step(frame, stack, True)
         except UnwindFailure as failure:
             return 0, failure.kind, None, failure.reason
-        mismatch = compare(caller, expected[0])
+        mismatch = compare(caller, expected[0], self.restores)
         if mismatch is not None:
             return (0, *mismatch)
         if len(expected) == 1:
@@ -203,8 +212,9 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         for u in unwinders
     ]
 
-    def culprit(frame_pc: int, index: int) -> str:
-        return classify(frame_pc if index == 0 else frame_pc - 1)[0]
+    def culprit(frame_pc: int, index: int) -> tuple[str, frozenset[str]]:
+        """Name and traits of the function the wrong frame is in."""
+        return classify(frame_pc if index == 0 else frame_pc - 1)[:2]
 
     seen = 0
 
@@ -224,8 +234,9 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
             index, kind, register, detail = outcome
             counts[(unwinder.name, traits, position, kind)] += 1
             frame_pc = pc if index == 0 else expected[index - 1].pc
+            culprit_name, culprit_traits = culprit(frame_pc, index)
             result.failures.append(Failure(unwinder.name, result.stops, pc, name, position, kind, index,
-                                           culprit(frame_pc, index), register, detail))
+                                           culprit_name, register, detail, culprit_traits))
         result.stops += 1
         if observe is not None:
             observe(pc, list(shadow.frames))

@@ -3,16 +3,38 @@ strategy shares (Chrome's unwinder applies the same ones)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from harness.errors import UnwindFailure
-from harness.frame import Frame, Stack
+from harness.frame import CALLEE_SAVED, Frame, Stack, reg_name
 
 DEFAULT_FRAME_LIMIT = 256
 
 
+@dataclass(frozen=True)
+class Restores:
+    """The callee-saved registers a strategy claims to recover in caller
+    frames; the verifier checks pc, sp and these. Table formats restore all;
+    v1 and frame-pointer walking, by design, (almost) none."""
+
+    core: tuple[int, ...] = CALLEE_SAVED
+    vfp: bool = True
+
+    def describe(self) -> str:
+        names = ["pc", "sp", *(reg_name(r) for r in self.core)]
+        if self.core == CALLEE_SAVED:
+            names[2:] = ["r4-r11"]
+        return ", ".join(names + (["d8-d15"] if self.vfp else []))
+
+
+ALL_CALLEE_SAVED = Restores()
+PC_SP_ONLY = Restores((), False)
+
+
 class Unwinder(Protocol):
     name: str
+    restores: Restores  # optional: ALL_CALLEE_SAVED when absent
 
     def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
         """The caller of `frame`, or raise UnwindFailure."""

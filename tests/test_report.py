@@ -29,6 +29,11 @@ def test_json_schema(tmp_path):
                 assert set(row) >= {"stops", "failed", "failure_kinds"}
                 assert sum(row["failure_kinds"].values()) == row["failed"] <= row["stops"]
     assert all(p["self_check"] == "ok" for p in data["programs"])
+    names = {r["unwinder"] for r in data["results"]}
+    assert set(data["checked"]) == set(data["culprits"]) == names >= {"v1", "exidx", "framepointer"}
+    for unwinder, blame in data["culprits"].items():
+        # Every failing stop is blamed on exactly one first wrong frame.
+        assert blame["innermost"] + blame["deeper"] == rows[(unwinder, "all", "all")]["failed"]
 
 
 def test_check_baseline_names_each_risen_category(tmp_path, capsys):

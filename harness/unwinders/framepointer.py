@@ -28,13 +28,14 @@ from __future__ import annotations
 
 from harness.errors import UnwindFailure
 from harness.frame import LR, PC, SP, Frame, Stack
-from harness.walk import check_caller
+from harness.walk import Restores, check_caller
 
 
 class FramePointerUnwinder:
     def __init__(self, fp_reg: int = 7, name: str = "framepointer"):
         self.fp_reg = fp_reg
         self.name = name
+        self.restores = Restores((fp_reg,), vfp=False)  # checked on pc, sp and the chain register
 
     def _record_in_stack(self, fp: int, frame: Frame, stack: Stack) -> bool:
         """Could a {fp, lr} record start at `fp`: aligned, at or above sp, inside the stack?"""
