@@ -19,6 +19,7 @@ from harness.elf import open_elf, section_size, text_base
 from harness.errors import InputError
 from harness.sizes import CHROME_REFERENCE, size_row
 from harness.unwinders import UNWINDER_NAMES, build_unwinders
+from harness.v1 import V1Encoded, encode_v1
 from harness.v2.dump import dump
 from harness.v2.unwinder import V2Unwinder
 from harness.verify import verify_program
@@ -71,7 +72,29 @@ def size_summary(encoded: v2.Encoded, layout: str) -> str:
     return "\n".join(lines)
 
 
+def v1_summary(encoded: V1Encoded, functions: int, base: int) -> str:
+    size = len(encoded.blob)
+    lines = [
+        f"text base: {base:#x}",
+        f"functions: {functions}, in the table: {len(encoded.functions)}, "
+        f"frameless (no entry needed): {len(encoded.frameless)}, refused: {len(encoded.refused)}",
+        f"rows: {encoded.addresses}, index entries: {encoded.index_entries}",
+        f"table bytes: {size} ({size / max(functions, 1):.2f} per function)",
+    ]
+    lines += [f"  refused {name}: {why}" for name, why in encoded.refused]
+    return "\n".join(lines)
+
+
 def cmd_encode(args) -> int:
+    if args.format == "v1":
+        image = open_elf(args.elf)
+        base = text_base(image) if args.text_start is None else args.text_start
+        functions = read_cfi(image)
+        encoded_v1 = encode_v1(functions, base)
+        Path(args.output).write_bytes(encoded_v1.blob)
+        print(v1_summary(encoded_v1, len(functions), base))
+        print(f"wrote {len(encoded_v1.blob)} bytes to {args.output}")
+        return EXIT_OK
     encoded = encode_elf(args.elf, args.epilogue, args.text_start)
     blob = encoded.blob(args.layout)
     Path(args.output).write_bytes(blob)
@@ -202,9 +225,10 @@ def elf_unwinders(program, names, v2_table: str | None, layout: str) -> list:
 
 
 def default_elf_unwinders(program) -> list[str]:
-    """All, but `v2-gcc` and `dwarf` only where the compiler describes epilogues."""
+    """All, but `v2-gcc` only where the compiler describes epilogues (elsewhere
+    its input is the same as `v2`'s)."""
     described = has_epilogue_cfi(program)
-    return [n for n in UNWINDER_NAMES if described or n not in ("v2-gcc", "dwarf")]
+    return [n for n in UNWINDER_NAMES if described or n != "v2-gcc"]
 
 
 def cmd_verify_elf(args) -> int:
@@ -310,9 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="record this run as REPORTS/baseline.json")
     run.set_defaults(handler=cmd_run)
 
-    encode = commands.add_parser("encode", help="v2 blob from an ELF's DWARF CFI")
+    encode = commands.add_parser("encode", help="v2 (or v1) blob from an ELF's DWARF CFI")
     encode.add_argument("elf")
     encode.add_argument("-o", "--output", required=True)
+    encode.add_argument("--format", choices=("v2", "v1"), default="v2",
+                        help="v2 (default) or Chrome's earlier v1 format")
     encode.add_argument("--layout", choices=v2.LAYOUTS, default="seed")
     encode.add_argument("--epilogue", choices=v2.EPILOGUE_POLICIES, default="drop")
     encode.add_argument("--text-start", type=_address, default=None,

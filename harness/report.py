@@ -286,7 +286,7 @@ def elf_lines(groups: list[dict]) -> list[str]:
     out = ["", "## Compiled programs (corpus/elf)", "",
            "Failed stops per unwinder over all stops of each build, and how many of those failed in "
            "a frame of code without CFI (libgcc's division wrappers); `n/a`: the compiler describes no "
-           "epilogues, so the reference unwinders do not apply. `v2 epilogue-only`: stops v2 fails only "
+           "epilogues, so `v2-gcc` would only repeat `v2`. `v2 epilogue-only`: stops v2 fails only "
            "because they are in an epilogue, over all stops (the design measured 1.5% on Chrome).", "",
            "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(row) + " |" for row in body]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.v1 import V1Table
 from harness.v2 import LAYOUTS, V2Reader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +35,18 @@ def test_encode_then_dump(elf, layout, tmp_path, capsys):
     listing = capsys.readouterr().out
     assert "function 0 at 0x10000" in listing
     assert "finish" in listing
+
+
+@pytest.mark.parametrize("name, refused", [("calls-clang-nofp", 0), ("calls-clang-fp", 7)])
+def test_encode_v1(name, refused, tmp_path, capsys):
+    blob = tmp_path / "unwind.v1"
+    assert main(["encode", str(ROOT / "corpus" / "fixtures" / f"{name}.elf"), "--format", "v1", "-o", str(blob)]) == 0
+    summary = capsys.readouterr().out
+    assert f"refused: {refused}" in summary
+    assert sum(line.startswith("  refused ") for line in summary.splitlines()) == refused
+    table = V1Table.from_blob(blob.read_bytes())
+    # After many_regs' push (0x10012): a row without frame pointers, refused with them.
+    assert (table.lookup(0x14) is None) == (refused > 0)
 
 
 def test_dump_is_stable(tmp_path, capsys):
