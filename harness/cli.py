@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
-from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED, default_corpus
+from concurrent.futures import ProcessPoolExecutor
+
+from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED
 from harness import __version__, report, v2
 from harness.cfi import read_cfi
-from harness.compiled import has_epilogue_cfi, program_from_elf
+from harness.compiled import program_from_elf
 from harness.epilogue import EpilogueFirst
-from harness.elf import open_elf, section_size, text_base
+from harness.elf import open_elf, text_base
 from harness.errors import InputError
-from harness.sizes import CHROME_REFERENCE, size_row
+from harness.runner import (Shard, all_names, assemble, elf_builds, elf_unwinder_names, parse_shard, partial,
+                            read_partials, run_units, units_of)
+from harness.summary import combine, from_json, summarize, to_json
 from harness.unwinders import UNWINDER_NAMES, build_unwinders
 from harness.v1 import V1Encoded, encode_v1
 from harness.v2.dump import dump
@@ -25,7 +29,6 @@ from harness.v2.unwinder import V2Unwinder
 from harness.verify import verify_program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-ELF_CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "elf"
 
 
 def _positive(text: str) -> int:
@@ -36,6 +39,22 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"not a positive integer: {text!r}")
     return value
+
+
+def _shard(text: str) -> Shard:
+    try:
+        return parse_shard(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _parallel(parser: argparse.ArgumentParser, what: str) -> None:
+    cores = os.cpu_count() or 1
+    parser.add_argument("--jobs", type=_positive, default=cores,
+                        help=f"processes to verify {what} with (default: all cores, {cores} here)")
+    parser.add_argument("--shard", type=_shard, default=Shard(),
+                        help=f"verify only shard I of N of the {what} (I/N, from 0) and write a "
+                             "shard report for merge")
 
 
 def _address(text: str) -> int:
@@ -113,21 +132,6 @@ def cmd_dump(args) -> int:
     return EXIT_OK
 
 
-def verify_all(programs, names, console) -> tuple[list, float]:
-    """Verify every program with a progress bar; (results, seconds)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    results = []
-    started = time.perf_counter()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("verifying programs", total=len(programs))
-        for program in programs:
-            results.append(verify_program(program, build_unwinders(program, names)))
-            progress.advance(task)
-    return results, time.perf_counter() - started
-
-
 def write_reports(data: dict, directory: Path, json_path: str | None, title: str) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     Path(json_path or directory / "latest.json").write_text(report.dumps(data))
@@ -135,17 +139,15 @@ def write_reports(data: dict, directory: Path, json_path: str | None, title: str
     report.chart(data, directory / "latest.png")
 
 
-def finish_run(data: dict, results, seconds: float, args, console) -> int:
+def finish_run(data: dict, args, console) -> int:
+    """Print the tables, report self-check failures, and write or check the baseline."""
     report.print_table(data, console)
-    stops = sum(r.stops for r in results)
-    console.print(f"verified {stops} stops x {len(args.unwinder or UNWINDER_NAMES)} unwinders "
-                  f"in {seconds:.1f} s: {stops / max(seconds, 1e-9):,.0f} stops/s")
     status = EXIT_OK
-    for result in results:
-        if not result.self_check_ok:
-            print(f"unwind-harness: {result.program}: self-check failed: "
-                  f"{result.fault or f'returned {result.result:#x}, expected {result.expected:#x}'}",
-                  file=sys.stderr)
+    checks = [(p["name"], p["self_check"]) for p in data["programs"]]
+    checks += [(g["input"], g["self_check"]) for g in data.get("elf", [])]
+    for name, check in checks:
+        if check != "ok":
+            print(f"unwind-harness: {name}: self-check failed: {check}", file=sys.stderr)
             status = EXIT_FAILED
     baseline_path = Path(args.reports) / "baseline.json"
     if args.write_baseline:
@@ -169,20 +171,10 @@ def finish_run(data: dict, results, seconds: float, args, console) -> int:
     return status
 
 
-def _manifest_builds(directory: Path) -> list[dict]:
-    """The builds listed in `directory`/manifest.json ([] if there is none)."""
-    try:
-        manifest = json.loads((directory / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return []
-    builds = manifest.get("builds", []) if isinstance(manifest, dict) else manifest
-    return [b for b in builds if isinstance(b, dict) and "file" in b]
-
-
 def _manifest_checksum(path: str, entry: str) -> int | None:
     """The expected result recorded for `entry` of this ELF in the manifest
     beside it (corpus/elf/manifest.json), if any."""
-    for build in _manifest_builds(Path(path).parent):
+    for build in elf_builds(Path(path).parent):
         if build.get("file") == Path(path).name:
             if build.get("entry") == entry:
                 return build.get("expected_checksum")
@@ -224,11 +216,18 @@ def elf_unwinders(program, names, v2_table: str | None, layout: str) -> list:
     return replaced
 
 
-def default_elf_unwinders(program) -> list[str]:
-    """All, but `v2-gcc` only where the compiler describes epilogues (elsewhere
-    its input is the same as `v2`'s)."""
-    described = has_epilogue_cfi(program)
-    return [n for n in UNWINDER_NAMES if described or n != "v2-gcc"]
+def verify_elf_part(job: tuple) -> dict:
+    """One stop shard of a verify-elf run (a process of `--jobs`)."""
+    elf, entry, expected, text_start, names, v2_table, layout, every, shard = job
+    program = program_from_elf(elf, entry, expected, text_start)
+    unwinders = elf_unwinders(program, names, v2_table, layout)
+    result = verify_program(program, unwinders, every=every, shard=(shard.index, shard.count))
+    return {"index": shard.index, "kind": "stops", "summary": to_json(summarize(result))}
+
+
+def elf_report(records: list[dict], config: dict) -> dict:
+    summary = combine([from_json(r["summary"]) for r in records], program=config["elf"])
+    return report.report_data([summary], config["unwinders"], None, config["elf"])
 
 
 def cmd_verify_elf(args) -> int:
@@ -237,78 +236,91 @@ def cmd_verify_elf(args) -> int:
     console = Console(width=None if sys.stdout.isatty() else 120)
     expected = args.expect if args.expect is not None else _manifest_checksum(args.elf, args.entry)
     program = program_from_elf(args.elf, args.entry, expected, args.text_start)
-    names = args.unwinder or default_elf_unwinders(program)
-    unwinders = elf_unwinders(program, names, args.v2_table, args.layout)
+    names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
+    elf_unwinders(program, names, args.v2_table, args.layout)  # bad tables fail here, before any work
+    # Each job emulates the whole program and verifies every jobs-th of this shard's stops.
+    parts = [Shard(k, args.jobs).within(args.shard) for k in range(args.jobs)]
+    jobs = [(args.elf, args.entry, expected, args.text_start, names, args.v2_table, args.layout, args.every, part)
+            for part in parts]
     started = time.perf_counter()
-    result = verify_program(program, unwinders, every=args.every)
+    if args.jobs == 1:
+        records = [verify_elf_part(jobs[0])]
+    else:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            records = list(pool.map(verify_elf_part, jobs))
     seconds = time.perf_counter() - started
-    data = report.report_data([result], names, None, args.elf)
+    summary = combine([from_json(r["summary"]) for r in records], program=args.elf)
+    config = {"elf": args.elf, "entry": args.entry, "unwinders": names, "every": args.every,
+              "units": args.shard.count}
+    if args.shard.count > 1:
+        if not args.json:
+            raise InputError("verify-elf --shard needs --json PATH for the shard report")
+        record = {"index": args.shard.index, "kind": "stops", "summary": to_json(summary)}
+        Path(args.json).write_text(report.dumps(partial("verify-elf", config, args.shard, [record])))
+        console.print(f"shard {args.shard}: verified {summary.stops} stops; join the shards with merge")
+        return EXIT_OK
+    data = report.report_data([summary], names, None, args.elf)
     if args.json:
         Path(args.json).write_text(report.dumps(data))
     report.print_table(data, console)
-    console.print(f"verified {result.stops} stops x {len(names)} unwinders in {seconds:.1f} s"
+    console.print(f"verified {summary.stops} stops x {len(names)} unwinders in {seconds:.1f} s"
                   + (f" (every {args.every}th stop)" if args.every > 1 else ""))
-    if not result.self_check_ok:
-        print(f"unwind-harness: {args.elf}: {result.fault or f'returned {result.result:#x}, expected {result.expected:#x}'}",
-              file=sys.stderr)
+    check = data["programs"][0]["self_check"]
+    if check != "ok":
+        print(f"unwind-harness: {args.elf}: {check}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 
 
-def _not_expressed(encoded: v2.Encoded) -> dict[str, int]:
-    """CFI the conversion could not express or ignored, counted per message."""
-    counts: dict[str, int] = {}
-    for _, problem in encoded.problems:
-        message = problem.split(": ", 1)[-1]
-        rows = 1
-        if message.endswith(" rows)"):
-            message, _, tail = message.rpartition(" (")
-            rows = int(tail.split()[0])
-        counts[message] = counts.get(message, 0) + rows
-    return dict(sorted(counts.items()))
+def _progress(console):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-
-def verify_elf_corpus(args, console) -> tuple[list[dict], list, list[dict]]:
-    """Every build in corpus/elf, each reported on its own: (report groups,
-    results, size rows)."""
-    groups, results, sizes = [], [], []
-    for build in sorted(_manifest_builds(ELF_CORPUS), key=lambda b: b["file"]):
-        path = ELF_CORPUS / build["file"]
-        # Named by its place in the repository, so reports do not depend on the checkout.
-        program = replace(program_from_elf(str(path), build["entry"], build.get("expected_checksum")),
-                          name=f"corpus/elf/{build['file']}")
-        names = [n for n in default_elf_unwinders(program) if not args.unwinder or n in args.unwinder]
-        result = verify_program(program, build_unwinders(program, names))
-        results.append(result)
-        encoded = v2.encode(program.cfi["tables"], program.text_base, "drop")
-        label = {"input": program.name, "build": path.stem,
-                 "compiler": build.get("compiler_version", build.get("compiler", "")),
-                 "flags": build.get("flags", [])}
-        with_cfi = {f.name for f in program.functions}
-        groups.append(report.elf_group(result, names, label, _not_expressed(encoded), with_cfi))
-        sizes.append(size_row(program.name, [program], section_size(open_elf(str(path)), ".debug_frame")))
-        console.print(f"verified {path.name}: {result.stops} stops", highlight=False)
-    return groups, results, sizes
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=console, transient=True)
 
 
 def cmd_run(args) -> int:
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 120)
-    programs = default_corpus(args.seed, args.programs)
-    names = args.unwinder or list(UNWINDER_NAMES)
-    results, seconds = verify_all(programs, names, console)
-    sizes = {"layout": "seed", "rows": [size_row(f"generated corpus ({len(programs)} programs)", programs)]}
-    data = report.report_data(results, names, args.seed, "generated", sizes)
-    if not args.no_elf:
-        started = time.perf_counter()
-        data["elf"], elf_results, elf_sizes = verify_elf_corpus(args, console)
-        results += elf_results
-        sizes["rows"] += elf_sizes
-        seconds += time.perf_counter() - started
-    sizes["rows"].append(CHROME_REFERENCE)
+    names = all_names(args.unwinder)
+    units = units_of(args.seed, args.programs, names, not args.no_elf)
+    mine = [u for u in units if args.shard.takes(u.index)]
+    started = time.perf_counter()
+    with _progress(console) as progress:
+        task = progress.add_task("verifying programs", total=len(mine))
+        records = run_units(mine, args.jobs, lambda record: progress.advance(task))
+    seconds = time.perf_counter() - started
+    stops = sum(r["summary"]["stops"] for r in records)
+    console.print(f"verified {stops} stops x {len(names)} unwinders in {seconds:.1f} s "
+                  f"({args.jobs} job{'s' if args.jobs > 1 else ''}): {stops / max(seconds, 1e-9):,.0f} stops/s")
+    config = {"seed": args.seed, "programs": args.programs, "unwinders": names, "elf": not args.no_elf,
+              "units": len(units)}
+    if args.shard.count > 1:
+        path = Path(args.json or Path(args.reports) / f"shard-{args.shard.index}-of-{args.shard.count}.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(report.dumps(partial("run", config, args.shard, records)))
+        console.print(f"shard {args.shard}: {len(records)} of {len(units)} units in {path}; "
+                      "join the shards with merge")
+        return EXIT_OK
+    data = assemble(records, names, args.seed)
     write_reports(data, Path(args.reports), args.json, "unwind-harness: generated corpus")
-    return finish_run(data, results, seconds, args, console)
+    return finish_run(data, args, console)
+
+
+def cmd_merge(args) -> int:
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    command, config, records = read_partials(args.shards)
+    if command == "verify-elf":
+        data = elf_report(records, config)
+        Path(args.json or Path(args.reports) / "latest.json").write_text(report.dumps(data))
+        report.print_table(data, console)
+        return EXIT_OK if data["programs"][0]["self_check"] == "ok" else EXIT_FAILED
+    data = assemble(records, config["unwinders"], config["seed"])
+    write_reports(data, Path(args.reports), args.json, "unwind-harness: generated corpus")
+    return finish_run(data, args, console)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -332,7 +344,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="exit 1 if a failure count rose above REPORTS/baseline.json")
     run.add_argument("--write-baseline", action="store_true",
                      help="record this run as REPORTS/baseline.json")
+    _parallel(run, "programs")
     run.set_defaults(handler=cmd_run)
+
+    merge = commands.add_parser("merge", help="join shard reports of run or verify-elf into the full report")
+    merge.add_argument("shards", nargs="+", help="the shard reports (JSON)")
+    merge.add_argument("--json", help="write the JSON report here (default: REPORTS/latest.json)")
+    merge.add_argument("--reports", default="reports", help="report directory (default: reports)")
+    merge.add_argument("--check-baseline", action="store_true",
+                       help="exit 1 if a failure count rose above REPORTS/baseline.json")
+    merge.add_argument("--write-baseline", action="store_true",
+                       help="record the merged run as REPORTS/baseline.json")
+    merge.set_defaults(handler=cmd_merge)
 
     encode = commands.add_parser("encode", help="v2 (or v1) blob from an ELF's DWARF CFI")
     encode.add_argument("elf")
@@ -358,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--expect", type=_address, default=None,
                         help="the entry's return value (default: from manifest.json beside the ELF)")
     verify.add_argument("--json", help="write the JSON report here")
+    _parallel(verify, "stops")
     verify.set_defaults(handler=cmd_verify_elf)
 
     dump_cmd = commands.add_parser("dump", help="readable listing of a v2 blob")

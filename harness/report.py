@@ -12,11 +12,10 @@ from typing import Iterable, Sequence
 from harness import __version__
 from harness.program import POSITIONS, TRAITS
 from harness.sizes import FORMATS
-from harness.verify import Failure, ProgramResult
+from harness.summary import Culprits, ProgramSummary, combine, ordered
 
 ALL = "all"
 SCHEMA = 1
-SAMPLES_PER_UNWINDER = 10
 
 
 def categories(counts: Counter) -> list[str]:
@@ -25,11 +24,11 @@ def categories(counts: Counter) -> list[str]:
     return [ALL, *TRAITS, *extra]
 
 
-def result_rows(results: Sequence[ProgramResult], unwinders: Sequence[str]) -> list[dict]:
+def result_rows(summaries: Sequence[ProgramSummary], unwinders: Sequence[str]) -> list[dict]:
     """One row per unwinder x category x position (ARCHITECTURE.md schema)."""
     counts: Counter = Counter()
-    for result in results:
-        counts.update(result.counts)
+    for summary in summaries:
+        counts.update(summary.counts)
     rows = []
     for unwinder in unwinders:
         for category in categories(counts):
@@ -52,91 +51,60 @@ def result_rows(results: Sequence[ProgramResult], unwinders: Sequence[str]) -> l
     return rows
 
 
-def wrong_registers(results: Sequence[ProgramResult]) -> dict[str, dict[str, int]]:
-    """unwinder -> register -> failing stops; d8-d15 are reported here apart
-    from the core registers."""
-    table: dict[str, Counter] = {}
-    for result in results:
-        for failure in result.failures:
-            if failure.register:
-                table.setdefault(failure.unwinder, Counter())[failure.register] += 1
-    return {u: dict(sorted(c.items())) for u, c in sorted(table.items())}
-
-
-def culprits(results: Sequence[ProgramResult], unwinders: Sequence[str]) -> dict[str, dict]:
+def culprit_table(summary: ProgramSummary, unwinders: Sequence[str]) -> dict[str, dict]:
     """Per unwinder, where its failing stops first went wrong: in the
     innermost frame or deeper, and the traits of the function that frame is
     in (a stop deep in a healthy chain fails for one bad caller)."""
-    table = {u: {"innermost": 0, "deeper": 0, "traits": Counter()} for u in unwinders}
-    for result in results:
-        for failure in result.failures:
-            entry = table[failure.unwinder]
-            entry["innermost" if failure.frame == 0 else "deeper"] += 1
-            entry["traits"].update(failure.culprit_traits)
-    return {u: {**e, "traits": {t: e["traits"][t] for t in (*TRAITS, *sorted(set(e["traits"]) - set(TRAITS)))
-                                if e["traits"][t]}}
-            for u, e in table.items()}
+    table = {}
+    for unwinder in unwinders:
+        blame = summary.culprits.get(unwinder, Culprits())
+        table[unwinder] = {"innermost": blame.innermost, "deeper": blame.deeper,
+                           "traits": {t: blame.traits[t] for t in ordered(blame.traits, TRAITS) if blame.traits[t]}}
+    return table
 
 
-def _sample(failure: Failure, program: str) -> dict:
-    return {
-        "program": program, "pc": f"{failure.pc:#x}", "function": failure.function,
-        "position": failure.position, "kind": failure.kind, "frame": failure.frame,
-        "culprit": failure.culprit, "detail": failure.detail,
-    }
-
-
-def report_data(results: Sequence[ProgramResult], unwinders: Sequence[str], seed: int | None,
+def report_data(summaries: Sequence[ProgramSummary], unwinders: Sequence[str], seed: int | None,
                 source: str, sizes: dict | None = None) -> dict:
     from harness.unwinders import RESTORES  # what each unwinder is checked on
-    samples: dict[str, list[dict]] = {u: [] for u in unwinders}
-    for result in results:
-        for failure in result.failures:
-            bucket = samples[failure.unwinder]
-            if len(bucket) < SAMPLES_PER_UNWINDER:
-                bucket.append(_sample(failure, result.program))
+    whole = combine(summaries)
     return {
         "schema": SCHEMA,
         "tool": "unwind-harness",
         "version": __version__,
         "seed": seed,
         "input": source,
-        "results": result_rows(results, unwinders),
+        "results": result_rows(summaries, unwinders),
         "checked": {u: RESTORES[u].describe() for u in unwinders},
         "programs": [
-            {"name": r.program, "stops": r.stops, "result": r.result, "expected": r.expected,
-             "self_check": "ok" if r.self_check_ok else (r.fault or "wrong result")}
-            for r in results
+            {"name": s.program, "stops": s.stops, "result": s.result, "expected": s.expected,
+             "self_check": s.self_check}
+            for s in summaries
         ],
-        "wrong_registers": wrong_registers(results),
-        "culprits": culprits(results, unwinders),
-        "failure_samples": samples,
+        # unwinder -> register -> failing stops (d8-d15 apart from the core registers)
+        "wrong_registers": {u: dict(sorted(c.items())) for u, c in sorted(whole.wrong_registers.items())},
+        "culprits": culprit_table(whole, unwinders),
+        "failure_samples": {u: whole.samples.get(u, []) for u in unwinders},
         "sizes": sizes,
     }
 
 
-def elf_group(result: ProgramResult, unwinders: Sequence[str], label: dict, problems: dict[str, int],
-              with_cfi: set[str]) -> dict:
+def elf_group(summary: ProgramSummary, unwinders: Sequence[str], label: dict, problems: dict[str, int]) -> dict:
     """One compiled ELF's section of the report: the same rows as the main
     report, the share of stops v2 fails only because they are epilogues, and
-    per unwinder the failures in frames of code without CFI (`with_cfi`
-    names the functions that have it)."""
-    rows = result_rows([result], unwinders)
-    without_cfi = Counter(
-        f.unwinder for f in result.failures if f.function not in with_cfi or f.culprit not in with_cfi
-    )
+    per unwinder the failures in frames of code without CFI."""
+    rows = result_rows([summary], unwinders)
     index = _index(rows)
     v2_epilogue = index.get(("v2", ALL, "epilogue"), {"failed": 0})["failed"]
     return {
         **label,
-        "stops": result.stops,
-        "self_check": "ok" if result.self_check_ok else (result.fault or "wrong result"),
-        "v2_epilogue_only_failure_percent": round(100 * v2_epilogue / result.stops, 2) if result.stops else 0,
+        "stops": summary.stops,
+        "self_check": summary.self_check,
+        "v2_epilogue_only_failure_percent": round(100 * v2_epilogue / summary.stops, 2) if summary.stops else 0,
         "cfi_not_expressed": problems,
-        "failed_in_frames_without_cfi": {u: without_cfi[u] for u in unwinders},
+        "failed_in_frames_without_cfi": {u: summary.without_cfi[u] for u in unwinders},
         "results": rows,
-        "culprits": culprits([result], unwinders),
-        "failure_samples": report_data([result], unwinders, None, label["input"])["failure_samples"],
+        "culprits": culprit_table(summary, unwinders),
+        "failure_samples": {u: summary.samples.get(u, []) for u in unwinders},
     }
 
 

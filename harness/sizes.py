@@ -62,3 +62,15 @@ def increase_over_drop(row: dict) -> dict[str, float]:
     drop = row["bytes"]["v2 drop"]
     return {policy: round(100 * (row["bytes"][f"v2 {policy}"] - drop) / drop, 2)
             for policy in ("keep", "synthesize")}
+
+
+def add_size_rows(label: str, rows: Sequence[dict]) -> dict:
+    """One row for the inputs of `rows` together (a format missing from one is missing)."""
+    total = {"input": label, "functions": 0, "addresses": 0, "bytes": dict.fromkeys(FORMATS, 0), "v1_refused": 0}
+    for row in rows:
+        for key in ("functions", "addresses", "v1_refused"):
+            total[key] += row[key]
+        for name in FORMATS:
+            mine, theirs = total["bytes"][name], row["bytes"][name]
+            total["bytes"][name] = None if mine is None or theirs is None else mine + theirs
+    return total

@@ -37,7 +37,7 @@ class Failure:
     """One failing stop of one unwinder."""
 
     unwinder: str
-    stop: int  # the stop's sequence number in the program's run
+    stop: int  # the stop's sequence number in the program's run (verified or not)
     pc: int
     function: str  # innermost function at the stop
     position: str
@@ -192,9 +192,11 @@ class _Classifier:
 def verify_program(program: Program, unwinders: Sequence[Unwinder],
                    budget: int = DEFAULT_BUDGET, memoize: bool = True,
                    observe: Callable[[int, list[ShadowFrame]], None] | None = None,
-                   every: int = 1) -> ProgramResult:
+                   every: int = 1, shard: tuple[int, int] = (0, 1)) -> ProgramResult:
     """Run `program`, verifying every unwinder at every stop (or at every
-    `every`-th: the shadow stack still follows every instruction).
+    `every`-th: the shadow stack still follows every instruction). With
+    `shard` (I, N), only the I-th of every N of those stops is verified, so
+    that N runs split the work and together verify each stop once.
 
     `memoize=False` re-walks every frame at every stop (for checking that the
     memo changes nothing); `observe(pc, shadow frames)` sees each verified stop.
@@ -217,12 +219,14 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         return classify(frame_pc if index == 0 else frame_pc - 1)[:2]
 
     seen = 0
+    shard_index, shard_count = shard
 
     def check(pc: int, regs: tuple[int, ...], cpsr: int, vfp, expected, stack) -> None:
         """Verify every unwinder at one stop."""
         nonlocal seen
+        number = seen
         seen += 1
-        if (seen - 1) % every:
+        if number % every or (number // every) % shard_count != shard_index:
             return
         name, traits, position = classify(pc)
         frame = Frame(r=regs, d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL, cpsr=cpsr)
@@ -235,7 +239,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
             counts[(unwinder.name, traits, position, kind)] += 1
             frame_pc = pc if index == 0 else expected[index - 1].pc
             culprit_name, culprit_traits = culprit(frame_pc, index)
-            result.failures.append(Failure(unwinder.name, result.stops, pc, name, position, kind, index,
+            result.failures.append(Failure(unwinder.name, number, pc, name, position, kind, index,
                                            culprit_name, register, detail, culprit_traits))
         result.stops += 1
         if observe is not None:

@@ -1,0 +1,93 @@
+"""`--jobs`, `--shard` and `merge`: however the work is split, the report is
+the same, byte for byte."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.runner import Shard, parse_shard
+
+ROOT = Path(__file__).resolve().parent.parent
+CALLS = str(ROOT / "corpus" / "fixtures" / "calls-gcc-fp.elf")
+RUN = ["run", "--programs", "3", "--seed", "3", "--no-elf"]
+
+
+def run(directory: Path, *extra: str) -> int:
+    return main([*RUN, "--reports", str(directory), *extra])
+
+
+def test_run_is_the_same_with_any_jobs_and_shards(tmp_path):
+    assert run(tmp_path / "one", "--jobs", "1") == 0
+    assert run(tmp_path / "two", "--jobs", "2") == 0
+    shards = tmp_path / "shards"
+    for index in range(2):
+        assert run(shards, "--jobs", "1", "--shard", f"{index}/2") == 0
+    # More shards than units: the third shard is empty and still merges.
+    for index in range(4):
+        assert run(tmp_path / "four", "--jobs", "2", "--shard", f"{index}/4") == 0
+    assert main(["merge", *map(str, sorted(shards.glob("shard-*.json"))), "--reports", str(shards)]) == 0
+    assert main(["merge", *map(str, sorted((tmp_path / "four").glob("shard-*.json"))),
+                 "--reports", str(tmp_path / "four")]) == 0
+    for name in ("latest.json", "latest.md", "latest.png"):
+        expected = (tmp_path / "one" / name).read_bytes()
+        for other in ("two", "shards", "four"):
+            assert (tmp_path / other / name).read_bytes() == expected, (other, name)
+
+
+def test_verify_elf_is_the_same_with_any_jobs_and_shards(tmp_path):
+    def verify(out: Path, *extra: str) -> int:
+        return main(["verify-elf", CALLS, "--entry", "entry", "--json", str(out), *extra])
+
+    assert verify(tmp_path / "one.json", "--jobs", "1") == 0
+    assert verify(tmp_path / "two.json", "--jobs", "2") == 0
+    assert verify(tmp_path / "s0.json", "--shard", "0/2", "--jobs", "2") == 0
+    assert verify(tmp_path / "s1.json", "--shard", "1/2", "--jobs", "1") == 0
+    assert main(["merge", str(tmp_path / "s0.json"), str(tmp_path / "s1.json"),
+                 "--json", str(tmp_path / "merged.json")]) == 0
+    expected = (tmp_path / "one.json").read_text()
+    assert json.loads(expected)["programs"][0]["stops"] > 400
+    assert (tmp_path / "two.json").read_text() == expected
+    assert (tmp_path / "merged.json").read_text() == expected
+
+
+def test_every_and_shards_compose(tmp_path):
+    main(["verify-elf", CALLS, "--entry", "entry", "--every", "3", "--jobs", "1", "--json", str(tmp_path / "a.json")])
+    main(["verify-elf", CALLS, "--entry", "entry", "--every", "3", "--jobs", "3", "--json", str(tmp_path / "b.json")])
+    assert (tmp_path / "a.json").read_text() == (tmp_path / "b.json").read_text()
+
+
+def test_merge_refuses_an_incomplete_or_mixed_set(tmp_path, capsys):
+    for index in range(3):
+        run(tmp_path, "--jobs", "1", "--shard", f"{index}/3")
+    shards = sorted(str(p) for p in tmp_path.glob("shard-*.json"))
+    assert main(["merge", *shards[:2], "--reports", str(tmp_path)]) == 2
+    assert "lack units [2]" in capsys.readouterr().err
+    assert main(["merge", shards[0], shards[0], "--reports", str(tmp_path)]) == 2
+    assert "in two shard reports" in capsys.readouterr().err
+    other = tmp_path / "other"
+    main(["run", "--programs", "3", "--seed", "4", "--no-elf", "--reports", str(other), "--jobs", "1",
+          "--shard", "2/3"])
+    assert main(["merge", *shards[:2], str(other / "shard-2-of-3.json"), "--reports", str(tmp_path)]) == 2
+    assert "from another run" in capsys.readouterr().err
+    (tmp_path / "latest.json").write_text("{}")
+    assert main(["merge", str(tmp_path / "latest.json")]) == 2
+    assert "not a shard report" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["2/2", "-1/2", "1", "a/b", "0/0"])
+def test_bad_shard_arguments_are_usage_errors(text, capsys):
+    with pytest.raises(SystemExit) as caught:
+        main([*RUN, "--shard", text])
+    assert caught.value.code == 2
+    assert "shard" in capsys.readouterr().err
+
+
+def test_shards_partition_the_numbers():
+    parts = [parse_shard(f"{i}/3") for i in range(3)]
+    assert [sum(p.takes(n) for p in parts) for n in range(30)] == [1] * 30
+    inner = [Shard(k, 2).within(Shard(1, 3)) for k in range(2)]
+    assert sorted(n for n in range(30) for s in inner if s.takes(n)) == [n for n in range(30) if n % 3 == 1]
