@@ -323,6 +323,28 @@ def cmd_merge(args) -> int:
     return finish_run(data, args, console)
 
 
+def cmd_bench(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness.bench import FULL, QUICK, run_bench, table_rows
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    size = QUICK if args.quick else FULL
+    with console.status(f"measuring ({'quick' if args.quick else 'full'} size: {size.functions:,} functions "
+                        f"at scale, {size.programs} programs)"):
+        figures = run_bench(size)
+    table = Table(title="unwind-harness bench" + (" (quick)" if args.quick else ""))
+    for name in ("figure", "value", "beside it"):
+        table.add_column(name, justify="right" if name == "value" else "left")
+    for row in table_rows(figures):
+        table.add_row(*row)
+    console.print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="unwind-harness",
@@ -383,6 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--json", help="write the JSON report here")
     _parallel(verify, "stops")
     verify.set_defaults(handler=cmd_verify_elf)
+
+    bench = commands.add_parser("bench", help="speed and size figures (rates and ratios from one run)")
+    bench.add_argument("--quick", action="store_true", help="small sizes: a few seconds, for CI")
+    bench.add_argument("--json", help="write the figures here as JSON")
+    bench.set_defaults(handler=cmd_bench)
 
     dump_cmd = commands.add_parser("dump", help="readable listing of a v2 blob")
     dump_cmd.add_argument("file")

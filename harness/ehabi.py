@@ -346,12 +346,98 @@ def execute(ops: Iterable[Op], frame: Frame, stack: Stack) -> Frame:
     raise UnwindFailure("corrupt_table", "instruction run has no finish")
 
 
-def unwind_step(ops: Iterable[Op], frame: Frame, stack: Stack, innermost: bool) -> Frame:
-    """One unwinder step from an instruction run: execute it, take the return
-    address without its Thumb bit, and apply the loop guards."""
-    caller = execute(ops, frame, stack)
+@dataclass(frozen=True)
+class Plan:
+    """A run without surprises, flattened: every load at a fixed offset from
+    the starting vsp (sp, or the register of a leading `vsp = rN`), and the
+    range vsp moves through. `execute` remains the definition; a plan only
+    runs when no read can leave the stack, and gives the same frame."""
+
+    base: int
+    loads: tuple[tuple[int, int], ...]  # (core register, offset)
+    vfp_loads: tuple[tuple[int, int], ...]  # (d register number, offset)
+    end: int  # vsp offset after the run: the caller's sp
+    lowest: int  # least and greatest vsp offset the run passes through
+    highest: int
+    pc_popped: bool
+
+
+def plan(ops: tuple[Op, ...]) -> Plan | None:
+    """The plan of a run, or None where only `execute` will do (a popped sp,
+    a later `vsp = rN`, refuse-to-unwind, no finish)."""
+    base, offset, loads, vfp_loads, seen = SP, 0, [], [], [0]
+    for number, op in enumerate(ops):
+        kind = type(op)
+        if kind is SetVsp and number == 0:
+            base = op.reg
+        elif kind is VspAdd:
+            offset += op.amount
+        elif kind is Pop and SP not in op.regs:
+            for reg in op.regs:
+                loads.append((reg, offset))
+                offset += 4
+        elif kind is PopVfp:
+            for reg in range(op.first, op.first + op.count):
+                vfp_loads.append((reg, offset))
+                offset += 8
+            offset += 4 if op.fstmfdx else 0
+        elif kind is Finish:
+            pc_popped = any(reg == PC for reg, _ in loads)
+            return Plan(base, tuple(loads), tuple(vfp_loads), offset, min(seen), max(seen), pc_popped)
+        else:
+            return None
+        seen.append(offset)
+    return None
+
+
+_PLANS: dict[int, tuple[tuple[Op, ...], Plan | None]] = {}  # id(run) -> (run, plan)
+
+
+def _plan_of(ops: tuple[Op, ...]) -> Plan | None:
+    cached = _PLANS.get(id(ops))
+    if cached is None or cached[0] is not ops:  # keyed by identity: runs are long-lived tuples
+        cached = _PLANS[id(ops)] = (ops, plan(ops))
+    return cached[1]
+
+
+def apply_plan(flat: Plan, frame: Frame, stack: Stack) -> Frame | None:
+    """The caller's frame (pc still with its Thumb bit) by a plan, or None if
+    vsp would leave the stack (then only `execute` says how)."""
+    vsp = frame.r[flat.base]
+    # Both ends are checked through the stack, so that a recording stack notes them.
+    if not (stack.contains(vsp + flat.lowest) and stack.contains(vsp + flat.highest)):
+        return None
+    regs = list(frame.r)
+    read = stack.read_u32
+    for reg, offset in flat.loads:
+        regs[reg] = read(vsp + offset)
+    if not flat.pc_popped:
+        regs[PC] = regs[LR]
+    regs[SP] = vsp + flat.end
+    dregs = frame.d
+    if flat.vfp_loads:
+        dregs = list(dregs)
+        for reg, offset in flat.vfp_loads:
+            dregs[reg] = stack.read_u64(vsp + offset)
+        dregs = tuple(dregs)
+    return Frame(r=tuple(regs), d=dregs)
+
+
+def caller_of(ops: tuple[Op, ...], frame: Frame, stack: Stack) -> Frame:
+    """`execute`, and the return address without its Thumb bit; by the run's
+    plan where it has one (the same frame, faster)."""
+    flat = _plan_of(ops) if type(ops) is tuple else None
+    caller = apply_plan(flat, frame, stack) if flat is not None else None
+    if caller is None:
+        caller = execute(ops, frame, stack)
     regs = list(caller.r)
     regs[PC] &= ~1
-    caller = Frame(r=tuple(regs), d=caller.d)
+    return Frame(r=tuple(regs), d=caller.d)
+
+
+def unwind_step(ops: tuple[Op, ...], frame: Frame, stack: Stack, innermost: bool) -> Frame:
+    """One unwinder step from an instruction run: the caller's frame, with
+    the loop guards applied."""
+    caller = caller_of(ops, frame, stack)
     check_caller(frame, caller, innermost)
     return caller

@@ -49,6 +49,17 @@ class Failure:
     culprit_traits: frozenset[str] = frozenset()
 
 
+@dataclass(frozen=True)
+class ObservedStop:
+    """What a verified stop looked like: registers, the stack reader, and the
+    shadow frames, innermost first (the expected callers)."""
+
+    pc: int
+    frame: Frame
+    stack: object  # the emulator's live stack reader, valid during the call only
+    expected: tuple[ShadowFrame, ...]
+
+
 @dataclass
 class ProgramResult:
     program: str
@@ -135,6 +146,8 @@ class MemoizedWalk:
     when the same caller frame is reached under the same shadow frame, every
     stack line it read is byte-identical, and the stack's low bound still
     admits every address it examined. Walks that fail are never reused.
+    (Not "unwritten since": unicorn 2.1.4 mis-steps IT blocks whose stores
+    trigger a memory-write hook, so the harness installs none.)
     """
 
     def __init__(self, unwinder: Unwinder):
@@ -191,7 +204,7 @@ class _Classifier:
 
 def verify_program(program: Program, unwinders: Sequence[Unwinder],
                    budget: int = DEFAULT_BUDGET, memoize: bool = True,
-                   observe: Callable[[int, list[ShadowFrame]], None] | None = None,
+                   observe: Callable[[ObservedStop], None] | None = None,
                    every: int = 1, shard: tuple[int, int] = (0, 1)) -> ProgramResult:
     """Run `program`, verifying every unwinder at every stop (or at every
     `every`-th: the shadow stack still follows every instruction). With
@@ -199,7 +212,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     that N runs split the work and together verify each stop once.
 
     `memoize=False` re-walks every frame at every stop (for checking that the
-    memo changes nothing); `observe(pc, shadow frames)` sees each verified stop.
+    memo changes nothing); `observe` sees each verified stop.
     """
     emulator = Emulator(program.segments)
     result = ProgramResult(program.name, expected=program.expected_result)
@@ -243,7 +256,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
                                            culprit_name, register, detail, culprit_traits))
         result.stops += 1
         if observe is not None:
-            observe(pc, list(shadow.frames))
+            observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
     def on_stop(pc: int) -> None:
         nonlocal shadow

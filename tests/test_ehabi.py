@@ -677,3 +677,37 @@ def test_round_trip_random_runs(ops):
     decoded = ehabi.decode(encoded, run=True)
     assert decoded == [piece for op in run for piece in _as_decoded(op)]
     assert ehabi.encode(decoded) == encoded
+
+
+def _outcome(step, ops, frame, stack):
+    try:
+        return step(ops, frame, stack)
+    except UnwindFailure as failure:
+        return failure.kind, failure.reason
+
+
+def _interpreted(ops, frame, stack):
+    caller = ehabi.execute(ops, frame, stack)
+    regs = list(caller.r)
+    regs[PC] &= ~1
+    return Frame(r=tuple(regs), d=caller.d)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_op, max_size=6), st.sampled_from([FINISH, REFUSE, None]),
+       st.integers(0x1000, 0x1200), st.integers(0, 0x1400))
+def test_plans_give_exactly_what_execute_gives(ops, last, sp, r7):
+    """caller_of's fast path (a Plan) must give the frame, or the failure,
+    the interpreter gives, whatever the run and wherever vsp goes."""
+    run = tuple(ops) + ((last,) if last is not None else ())
+    stack = Stack(0x1000, bytes(range(256)) * 2)
+    frame = make_frame(pc=0x2000, sp=sp & ~3, lr=0x3001, r7=r7 & ~3)
+    assert _outcome(ehabi.caller_of, run, frame, stack) == _outcome(_interpreted, run, frame, stack)
+
+
+def test_plain_runs_have_plans_and_odd_ones_do_not():
+    assert ehabi.plan((VspAdd(8), Pop((4, 14)), FINISH)) == ehabi.Plan(SP, ((4, 8), (14, 12)), (), 16, 0, 16, False)
+    assert ehabi.plan((SetVsp(7), Pop((7, 15)), FINISH)).base == 7
+    assert ehabi.plan((Pop((4, SP)), FINISH)) is None  # a popped sp replaces vsp
+    assert ehabi.plan((Pop((4,)), SetVsp(7), FINISH)) is None  # vsp = r7 after a pop of r7?
+    assert ehabi.plan((REFUSE,)) is None and ehabi.plan((Pop((4,)),)) is None

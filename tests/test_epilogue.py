@@ -63,8 +63,8 @@ def test_each_epilogue_form_is_simulated_from_each_offset(name):
     v2_plus.simulator.simulate = recording
     epilogue_stops = []
     f = next(i for i in program.functions if i.name == "f")
-    result = verify_program(program, [v2_plus, v2_synth], observe=lambda pc, frames: epilogue_stops.append(pc)
-                            if f.start <= pc < f.end and f.position(pc) == "epilogue" else None)
+    result = verify_program(program, [v2_plus, v2_synth], observe=lambda stop: epilogue_stops.append(stop.pc)
+                            if f.start <= stop.pc < f.end and f.position(stop.pc) == "epilogue" else None)
     assert result.self_check_ok
     assert result.failures == []
     # Every instruction offset of every epilogue of f was a stop, and was simulated

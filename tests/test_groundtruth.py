@@ -44,8 +44,8 @@ def program() -> Program:
 
 def frames_at_each_stop():
     seen = []
-    result = verify_program(program(), [], observe=lambda pc, frames: seen.append(
-        (pc, [(f.pc, f.sp, f.callee_saved[:2]) for f in frames])))
+    result = verify_program(program(), [], observe=lambda stop: seen.append(
+        (stop.pc, [(f.pc, f.sp, f.callee_saved[:2]) for f in reversed(stop.expected)])))
     assert result.self_check_ok and result.result == 4
     return seen
 

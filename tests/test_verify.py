@@ -27,7 +27,7 @@ def program():
 def pick_function(min_core_saves: int = 2) -> str:
     """A function that calls others and whose body row saves several registers."""
     ran = set()
-    verify_program(program(), [], observe=lambda pc, frames: ran.add(program().function_at(pc).name))
+    verify_program(program(), [], observe=lambda stop: ran.add(program().function_at(stop.pc).name))
     for info, rows in zip(program().functions, program().cfi["tables"]):
         if info.name not in ran:
             continue
@@ -62,8 +62,8 @@ def baseline_failures():
 def stops_in(name: str, position: str) -> set[int]:
     seen = set()
     info = next(f for f in program().functions if f.name == name)
-    verify_program(program(), [], observe=lambda pc, frames: seen.add(pc)
-                   if info.start <= pc < info.end and info.position(pc) == position else None)
+    verify_program(program(), [], observe=lambda stop: seen.add(stop.pc)
+                   if info.start <= stop.pc < info.end and info.position(stop.pc) == position else None)
     return seen
 
 

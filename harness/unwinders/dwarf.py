@@ -12,8 +12,9 @@ from harness.walk import check_caller
 
 
 class DwarfUnwinder:
-    def __init__(self, functions: Sequence[FunctionCfi], name: str = "dwarf"):
+    def __init__(self, functions: Sequence[FunctionCfi], name: str = "dwarf", cache_rows: bool = True):
         self.name = name
+        self.cache_rows = cache_rows  # keep each pc's row (off: find it every time)
         self.functions = sorted(functions, key=lambda f: f.start)
         self.starts = [f.start for f in self.functions]
         self._rows: dict[int, CfiRow] = {}
@@ -24,7 +25,9 @@ class DwarfUnwinder:
             index = bisect_right(self.starts, pc) - 1
             if index < 0 or pc >= self.functions[index].end:
                 raise UnwindFailure("no_info", f"no CFI covers pc {pc:#x}")
-            row = self._rows[pc] = self.functions[index].row_at(pc)
+            row = self.functions[index].row_at(pc)
+            if self.cache_rows:
+                self._rows[pc] = row
         return row
 
     def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:

@@ -27,6 +27,7 @@ class Lookup:
     function_start: int  # bytes from the text base
     function_offset: int  # half-words from the function start
     instruction_index: int
+    continued: bool = False  # found through the entry before the pc's page (the function started earlier)
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ class V2Reader:
         function_offset = (pc_offset >> 1) - start_halfwords
         for offset, run_index in self.offset_lists[entry.offset_table_index]:
             if offset <= function_offset:
-                return Lookup(index, start_halfwords << 1, function_offset, run_index)
+                return Lookup(index, start_halfwords << 1, function_offset, run_index, index < first)
         raise AssertionError("validated offset lists end at offset 0")
 
     def run(self, instruction_index: int) -> tuple[ehabi.Op, ...] | UnsupportedRun:

@@ -7,21 +7,70 @@ from harness.errors import UnwindFailure
 from harness.frame import Frame, Stack
 from harness.v2.reader import UnsupportedRun, V2Reader
 
+Run = tuple[ehabi.Op, ...]
+
+
+class PcCache:
+    """Every pc's run, kept for good (the tables never change): what the harness uses."""
+
+    def __init__(self) -> None:
+        self.runs: dict[int, Run] = {}
+        self.hits = self.misses = 0
+
+    def get(self, pc: int) -> Run | None:
+        return self.runs.get(pc)
+
+    def put(self, pc: int, run: Run) -> None:
+        self.runs[pc] = run
+
+
+class DirectMappedCache(PcCache):
+    """A small fixed cache, one slot per pc modulo its size (as in Valgrind's
+    509-entry CFI cache): what an in-process profiler could afford."""
+
+    def __init__(self, entries: int = 509) -> None:
+        super().__init__()
+        self.tags: list[int | None] = [None] * entries
+        self.slots: list[Run | None] = [None] * entries
+
+    def get(self, pc: int) -> Run | None:
+        slot = pc % len(self.tags)
+        if self.tags[slot] == pc:
+            self.hits += 1
+            return self.slots[slot]
+        self.misses += 1
+        return None
+
+    def put(self, pc: int, run: Run) -> None:
+        slot = pc % len(self.tags)
+        self.tags[slot], self.slots[slot] = pc, run
+
+
+class NoCache(PcCache):
+    """Look every pc up in the tables (for measuring the lookup itself)."""
+
+    def get(self, pc: int) -> Run | None:
+        return None
+
+    def put(self, pc: int, run: Run) -> None:
+        pass
+
 
 class V2Unwinder:
-    def __init__(self, reader: V2Reader, text_base: int, name: str = "v2"):
+    def __init__(self, reader: V2Reader, text_base: int, name: str = "v2", cache: PcCache | None = None):
         self.reader = reader
         self.text_base = text_base
         self.name = name
-        self._runs: dict[int, tuple[ehabi.Op, ...]] = {}  # pc -> run: the tables never change
+        self.cache = PcCache() if cache is None else cache
 
-    def instructions_for(self, pc: int) -> tuple[ehabi.Op, ...]:
-        run = self._runs.get(pc)
+    def instructions_for(self, pc: int) -> Run:
+        run = self.cache.get(pc)
         if run is None:
-            run = self._runs[pc] = self._lookup(pc)
+            run = self._lookup(pc)
+            self.cache.put(pc, run)
         return run
 
-    def _lookup(self, pc: int) -> tuple[ehabi.Op, ...]:
+    def _lookup(self, pc: int) -> Run:
         found = self.reader.lookup(pc - self.text_base)
         if found is None:
             raise UnwindFailure("no_info", f"no v2 entry covers pc {pc:#x}")

@@ -1,0 +1,350 @@
+"""`unwind-harness bench`: speed and size figures.
+
+This machine is shared and noisy, so every figure is a rate or a ratio of
+two measurements taken in the same run, never a time compared with a fixed
+target in a test.
+
+1. Harness overhead: verified stops per second against the same emulation
+   with a no-op per-instruction hook (the physical limit of stepping in
+   Python), and against ground truth alone (the shadow stack, no unwinder).
+2. Unwinder step cost: microseconds per frame over the same recorded stops,
+   for each unwinder, and a v2 variant with a small direct-mapped pc cache.
+3. The v2 encoder at Chrome's scale, on a synthetic text drawn from the
+   functions of the compiled corpus, in a fresh process (for its peak memory).
+4. The v2 reader at that scale: lookups per second over random pcs.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import resource
+import struct
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Sequence
+
+from generators.corpus import generate_program
+from harness import v2
+from harness.cfi import FunctionCfi, read_cfi
+from harness.elf import open_elf
+from harness.emulator import Emulator
+from harness.epilogue import EpilogueFirst
+from harness.errors import BadRead, UnwindFailure
+from harness.program import Program
+from harness.unwinders import build_unwinders
+from harness.unwinders.dwarf import DwarfUnwinder
+from harness.v2.unwinder import DirectMappedCache, NoCache, V2Unwinder
+from harness.verify import DEFAULT_BUDGET, ObservedStop, verify_program, without_scratch
+
+ELF_CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "elf"
+# Chrome is built by clang with optimization for size or speed: its functions
+# are drawn from these builds.
+SHAPE_BUILDS = ("clang-O2-fp", "clang-O2-nofp", "clang-Os-fp", "clang-Os-nofp")
+CHROME = {"bytes": 1_800_000, "functions": 389_694, "addresses": 816_686}
+PC_CACHE_ENTRIES = 509
+
+
+@dataclass(frozen=True)
+class BenchSize:
+    programs: int  # generated programs for the overhead figure
+    recorded_stops: int  # stops replayed for the step cost
+    functions: int  # synthetic text for the encoder and reader
+    lookups: int
+
+
+FULL = BenchSize(programs=40, recorded_stops=4_000, functions=400_000, lookups=500_000)
+QUICK = BenchSize(programs=1, recorded_stops=200, functions=4_000, lookups=20_000)
+
+
+# ------------------------------------------------------------ 1. overhead
+
+
+def bare_run(program: Program) -> tuple[int, float]:
+    """(instructions, seconds) of the program under a no-op hook."""
+    count = 0
+
+    def hook(pc: int) -> None:
+        nonlocal count
+        count += 1
+
+    emulator = Emulator(program.segments)
+    started = time.perf_counter()
+    emulator.call(program.entry, hook, DEFAULT_BUDGET, program.args)
+    return count, time.perf_counter() - started
+
+
+def overhead(programs: Sequence[Program]) -> dict:
+    bare = truth = verified = 0.0
+    instructions = stops = 0
+    for program in programs:
+        count, seconds = bare_run(program)
+        instructions += count
+        bare += seconds
+        started = time.perf_counter()
+        verify_program(program, [])
+        truth += time.perf_counter() - started
+        unwinders = build_unwinders(program)  # table building is not per-stop work
+        started = time.perf_counter()
+        stops += verify_program(program, unwinders).stops
+        verified += time.perf_counter() - started
+    return {
+        "instructions": instructions, "stops": stops, "unwinders": len(unwinders),
+        "bare_stops_per_second": instructions / bare,
+        "ground_truth_stops_per_second": instructions / truth,
+        "verified_stops_per_second": stops / verified,
+        # Both rates over the same instructions (verified stops add the few an IT block skips).
+        "verifier_overhead_ratio": (instructions / verified) / (instructions / bare),
+    }
+
+
+# ------------------------------------------------------------ 2. step cost
+
+
+class SnapshotStack:
+    """The stack lines some walks read, copied out of the emulator: a stop
+    replayed later reads exactly what it read live (the reader interface of
+    harness.frame.Stack, bounded by the live stack)."""
+
+    def __init__(self, low: int, high: int, lines: dict[int, bytes]):
+        self.low, self.high = low, high
+        self.start = min(lines, default=low)
+        end = max(lines, default=low) + 16
+        data = bytearray(end - self.start)
+        for address, line in lines.items():
+            data[address - self.start : address - self.start + len(line)] = line
+        self.data = bytes(data)
+
+    def contains(self, address: int) -> bool:
+        return self.low <= address <= self.high
+
+    def read_u32(self, address: int) -> int:
+        if address < self.low or address + 4 > self.high:
+            raise BadRead(address, 4, self.low, self.high)
+        return _U32(self.data, address - self.start)[0]
+
+    def read_u64(self, address: int) -> int:
+        if address < self.low or address + 8 > self.high:
+            raise BadRead(address, 8, self.low, self.high)
+        return _U64(self.data, address - self.start)[0]
+
+
+_U32 = struct.Struct("<I").unpack_from
+_U64 = struct.Struct("<Q").unpack_from
+
+
+@dataclass(frozen=True)
+class RecordedStop:
+    frame: object
+    stack: SnapshotStack
+    expected: tuple
+
+
+def walk_all(unwinder, stop: RecordedStop) -> int:
+    """Frames stepped walking the whole stack (up to the first failure)."""
+    frame, steps = stop.frame, 0
+    for index in range(len(stop.expected)):
+        steps += 1
+        try:
+            frame = without_scratch(unwinder.step(frame, stop.stack, index == 0))
+        except UnwindFailure:
+            break
+    return steps
+
+
+def step_unwinders(program: Program) -> dict:
+    """The unwinders whose step cost is measured, built for `program`."""
+    tables = v2.encode(program.cfi["tables"], program.text_base, "drop", code_at=program.code)
+    reader = v2.V2Reader.from_blob(tables.blob("seed"), "seed")
+    plain = V2Unwinder(reader, program.text_base, "v2", NoCache())
+    built = {u.name: u for u in build_unwinders(program, ["v2+epilogue", "exidx"])}
+    epilogue = built["v2+epilogue"]
+    return {
+        "v2": plain,
+        f"v2 ({PC_CACHE_ENTRIES}-entry pc cache)": V2Unwinder(reader, program.text_base, "v2",
+                                                              DirectMappedCache(PC_CACHE_ENTRIES)),
+        "v2+epilogue": EpilogueFirst(epilogue.simulator, plain, "v2+epilogue"),
+        "dwarf": DwarfUnwinder(program.cfi["reference"], cache_rows=False),
+        "exidx": built["exidx"],
+    }
+
+
+def record(program: Program, unwinders: dict, wanted: int) -> list[RecordedStop]:
+    """About `wanted` stops, evenly spread over the run, with the stack lines
+    every measured unwinder reads there."""
+    total = verify_program(program, []).stops
+    every = max(1, total // max(wanted, 1))
+    recorded: list[RecordedStop] = []
+
+    def keep(stop: ObservedStop) -> None:
+        live = stop.stack
+        live.start_recording()
+        try:
+            for unwinder in unwinders.values():
+                walk_all(unwinder, RecordedStop(stop.frame, live, stop.expected))
+        finally:
+            _, touched = live.stop_recording()
+        lines = {a: live.line(a) for a in touched if a < live.high}  # line() zero-fills outside
+        recorded.append(RecordedStop(stop.frame, SnapshotStack(live.low, live.high, lines), stop.expected))
+
+    verify_program(program, [], observe=keep, every=every)
+    return recorded
+
+
+def step_cost(programs: Sequence[Program], wanted: int, rounds: int = 5) -> dict:
+    """µs per frame for each unwinder over the same recorded stops: the best
+    of `rounds` interleaved passes, each with fresh unwinders (cold caches)."""
+    best: dict[str, float] = {}
+    frames: dict[str, int] = {}
+    hit_rate = 0.0
+    recorded = []
+    for program in programs:
+        recorded.append((program, record(program, step_unwinders(program), wanted // len(programs))))
+    for _ in range(rounds):
+        seconds: dict[str, float] = {}
+        hits = lookups = 0
+        for program, stops in recorded:
+            for name, unwinder in step_unwinders(program).items():
+                gc.collect()
+                started = time.perf_counter()
+                stepped = sum(walk_all(unwinder, stop) for stop in stops)
+                seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - started
+                frames[name] = frames.get(name, 0) + stepped
+                if isinstance(getattr(unwinder, "cache", None), DirectMappedCache):
+                    hits += unwinder.cache.hits
+                    lookups += unwinder.cache.hits + unwinder.cache.misses
+        for name, value in seconds.items():
+            best[name] = min(best.get(name, value), value)
+        hit_rate = hits / max(lookups, 1)
+    frames = {name: count // rounds for name, count in frames.items()}
+    step_us = {name: 1e6 * best[name] / max(frames[name], 1) for name in best}
+    return {
+        "frames": frames,
+        "step_us": step_us,
+        "step_cost_ratio_dwarf_over_v2": step_us["dwarf"] / step_us["v2"],
+        "cache_hit_rate": hit_rate,
+    }
+
+
+# ------------------------------------------------------------ 3, 4. scale
+
+
+def function_shapes() -> list[tuple[int, tuple]]:
+    """(size, rows relative to the start) of every function of the shape builds."""
+    shapes = []
+    for build in SHAPE_BUILDS:
+        for function in read_cfi(open_elf(str(ELF_CORPUS / f"{build}.elf"))):
+            rows = tuple(replace(r, address=r.address - function.start) for r in function.rows)
+            shapes.append((function.end - function.start, rows))
+    return shapes
+
+
+def synthetic_text(count: int, seed: int = 0, base: int = 0x10000) -> list[FunctionCfi]:
+    """`count` functions laid end to end, each a copy of a corpus function
+    drawn at random (so rows per function and row shapes follow the corpus)."""
+    shapes = function_shapes()
+    rng = random.Random(seed)
+    functions, address = [], base
+    for number in range(count):
+        size, rows = rng.choice(shapes)
+        functions.append(FunctionCfi(f"f{number}", address, address + size,
+                                     tuple(replace(r, address=r.address + address) for r in rows)))
+        address += size
+    return functions
+
+
+def encode_at_scale(count: int) -> dict:
+    """Runs in a fresh process: build the text, encode it, and report time,
+    peak memory (the whole process: interpreter, input and encoder) and size."""
+    functions = synthetic_text(count)
+    started = time.perf_counter()
+    encoded = v2.encode(functions, functions[0].start, "drop")
+    blob = encoded.blob("chrome")
+    seconds = time.perf_counter() - started
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "functions": len(encoded.functions), "cfi_rows": encoded.rows, "addresses": encoded.addresses,
+        "text_bytes": functions[-1].end - functions[0].start,
+        "encode_seconds": seconds, "encode_peak_mb": peak_kb / 1024, "blob_bytes": len(blob),
+        "bytes_per_function": len(blob) / len(encoded.functions),
+        "bytes_per_address": len(blob) / encoded.addresses,
+        "table_bytes": encoded.table_sizes("chrome"),
+        "blob": blob, "text_base": functions[0].start, "text_end": functions[-1].end,
+    }
+
+
+def lookups(blob: bytes, text_end: int, text_base: int, count: int, seed: int = 1) -> dict:
+    started = time.perf_counter()
+    reader = v2.V2Reader.from_blob(blob, "chrome")
+    load = time.perf_counter() - started
+    rng = random.Random(seed)
+    offsets = [rng.randrange(0, text_end - text_base) & ~1 for _ in range(count)]
+    continued = 0
+    started = time.perf_counter()
+    for offset in offsets:
+        found = reader.lookup(offset)
+        continued += found is not None and found.continued
+    seconds = time.perf_counter() - started
+    return {"load_seconds": load, "lookups_per_second": count / seconds,
+            "share_touching_two_pages": continued / count}
+
+
+# ------------------------------------------------------------ all
+
+
+def run_bench(size: BenchSize) -> dict:
+    programs = [generate_program(0, number) for number in range(size.programs)]
+    figures = {"size": size.__dict__}
+    figures["overhead"] = overhead(programs)
+    figures["steps"] = step_cost(programs, size.recorded_stops)
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        scale = pool.submit(encode_at_scale, size.functions).result()
+    blob = scale.pop("blob")
+    figures["encoder"] = scale
+    figures["reader"] = lookups(blob, scale.pop("text_end"), scale.pop("text_base"), size.lookups)
+    figures["chrome"] = {**CHROME, "bytes_per_function": CHROME["bytes"] / CHROME["functions"],
+                         "bytes_per_address": CHROME["bytes"] / CHROME["addresses"]}
+    # The flat keys CI and other tools read.
+    figures.update({
+        "verifier_overhead_ratio": figures["overhead"]["verifier_overhead_ratio"],
+        "step_us": figures["steps"]["step_us"],
+        "step_cost_ratio_dwarf_over_v2": figures["steps"]["step_cost_ratio_dwarf_over_v2"],
+        "cache_hit_rate": figures["steps"]["cache_hit_rate"],
+        "encode_seconds": scale["encode_seconds"],
+        "encode_peak_mb": scale["encode_peak_mb"],
+        "bytes_per_function": scale["bytes_per_function"],
+        "bytes_per_address": scale["bytes_per_address"],
+        "lookups_per_second": figures["reader"]["lookups_per_second"],
+    })
+    return figures
+
+
+def table_rows(figures: dict) -> list[tuple[str, str, str]]:
+    """(figure, value, beside it) for the terminal table."""
+    o, s, e, r, c = (figures[k] for k in ("overhead", "steps", "encoder", "reader", "chrome"))
+    rows = [
+        ("bare emulation (no-op hook)", f"{o['bare_stops_per_second']:,.0f} stops/s", ""),
+        ("ground truth only (shadow stack)", f"{o['ground_truth_stops_per_second']:,.0f} stops/s", ""),
+        (f"verified, {o['unwinders']} unwinders", f"{o['verified_stops_per_second']:,.0f} stops/s", ""),
+        ("verifier overhead ratio", f"{o['verifier_overhead_ratio']:.4f}", "target >= 0.10"),
+    ]
+    rows += [(f"step: {name}", f"{us:.2f} us/frame", f"{s['frames'][name]:,} frames")
+             for name, us in s["step_us"].items()]
+    rows += [
+        ("dwarf / v2 step cost", f"{s['step_cost_ratio_dwarf_over_v2']:.2f}", "seeds: 15-30 (full CFI parsing)"),
+        (f"{PC_CACHE_ENTRIES}-entry pc cache hit rate", f"{100 * s['cache_hit_rate']:.1f}%", ""),
+        ("encode: functions / CFI rows", f"{e['functions']:,} / {e['cfi_rows']:,}",
+         f"Chrome: {c['functions']:,} / {c['addresses']:,} addresses"),
+        ("encode: seconds", f"{e['encode_seconds']:.1f}", "target < 30"),
+        ("encode: peak memory (process)", f"{e['encode_peak_mb']:.0f} MB", ""),
+        ("blob bytes", f"{e['blob_bytes']:,}", f"Chrome: {c['bytes']:,}"),
+        ("bytes per function", f"{e['bytes_per_function']:.2f}", f"Chrome: {c['bytes_per_function']:.2f}"),
+        ("bytes per address", f"{e['bytes_per_address']:.2f}", f"Chrome: {c['bytes_per_address']:.2f}"),
+        ("reader: load and validate", f"{r['load_seconds']:.2f} s", ""),
+        ("reader: lookups", f"{r['lookups_per_second']:,.0f} /s", ""),
+        ("lookups via the previous page's entry", f"{100 * r['share_touching_two_pages']:.2f}%", ""),
+    ]
+    return rows

@@ -1,0 +1,61 @@
+"""`bench --quick`: every figure is produced and positive (speed is never
+asserted in a test: this machine is shared and noisy)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.bench import SnapshotStack
+from harness.cli import main
+from harness.errors import BadRead
+from harness.v2.unwinder import DirectMappedCache
+
+KEYS = ("verifier_overhead_ratio", "step_cost_ratio_dwarf_over_v2", "cache_hit_rate", "encode_seconds",
+        "encode_peak_mb", "bytes_per_function", "bytes_per_address", "lookups_per_second")
+
+
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    assert main(["bench", "--quick", "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_figure_is_produced_and_positive(figures, key):
+    assert isinstance(figures[key], (int, float)) and figures[key] > 0
+
+
+def test_step_cost_of_every_measured_unwinder(figures):
+    assert {"v2", "v2 (509-entry pc cache)", "v2+epilogue", "dwarf", "exidx"} <= set(figures["step_us"])
+    assert all(us > 0 for us in figures["step_us"].values())
+    assert all(n > 0 for n in figures["steps"]["frames"].values())
+
+
+def test_scale_figures_are_consistent(figures):
+    encoder = figures["encoder"]
+    assert encoder["functions"] == figures["size"]["functions"]
+    assert encoder["bytes_per_function"] == pytest.approx(encoder["blob_bytes"] / encoder["functions"])
+    assert encoder["cfi_rows"] >= encoder["addresses"] >= encoder["functions"]
+    assert 0 <= figures["reader"]["share_touching_two_pages"] < 1
+    assert 0 < figures["cache_hit_rate"] < 1
+
+
+def test_direct_mapped_cache_keeps_one_pc_per_slot():
+    cache = DirectMappedCache(3)
+    cache.put(1, ("a",))
+    assert cache.get(1) == ("a",)
+    cache.put(4, ("b",))  # same slot as 1
+    assert cache.get(1) is None and cache.get(4) == ("b",)
+    assert (cache.hits, cache.misses) == (2, 1)
+
+
+def test_snapshot_stack_reads_what_was_copied_and_keeps_bounds():
+    stack = SnapshotStack(0x1004, 0x1100, {0x1000: bytes(range(16)), 0x1010: bytes(range(16, 32))})
+    assert stack.read_u32(0x1004) == int.from_bytes(bytes([4, 5, 6, 7]), "little")
+    assert stack.read_u64(0x100C) == int.from_bytes(bytes(range(12, 20)), "little")
+    with pytest.raises(BadRead):
+        stack.read_u32(0x1000)  # below the live stack, though the line was copied
+    assert stack.contains(0x1100) and not stack.contains(0x1101)
