@@ -17,7 +17,7 @@ from harness import __version__, report, v2
 from harness.cfi import read_cfi
 from harness.compiled import program_from_elf
 from harness.epilogue import EpilogueFirst
-from harness.elf import open_elf, text_base
+from harness.elf import load_segments, open_elf, text_base
 from harness.errors import InputError
 from harness.runner import (Shard, all_names, assemble, elf_builds, elf_unwinder_names, parse_shard, partial,
                             read_partials, run_units, units_of)
@@ -64,10 +64,34 @@ def _address(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an address: {text!r}") from None
 
 
+def _check_output(path: str | None) -> None:
+    """Refuse an output file that cannot be written before the work, not after it."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir() or not target.parent.is_dir():
+        reason = "is a directory" if target.is_dir() else f"no directory {target.parent}"
+        raise InputError(f"{path}: cannot write: {reason}")
+
+
+def _code_reader(image):
+    """`code_at(address, size)` over an ELF's loaded segments (for policy `synthesize`)."""
+    segments = load_segments(image)
+
+    def code_at(address: int, size: int) -> bytes:
+        for start, data in segments:
+            if start <= address < start + len(data):
+                return data[address - start : address - start + size]
+        return b""
+
+    return code_at
+
+
 def encode_elf(path: str, policy: str, text_start: int | None) -> v2.Encoded:
     image = open_elf(path)
     base = text_base(image) if text_start is None else text_start
-    return v2.encode(read_cfi(image), base, policy)
+    code_at = _code_reader(image) if policy == "synthesize" else None
+    return v2.encode(read_cfi(image), base, policy, code_at=code_at)
 
 
 def size_summary(encoded: v2.Encoded, layout: str) -> str:
@@ -123,11 +147,7 @@ def cmd_encode(args) -> int:
 
 
 def cmd_dump(args) -> int:
-    try:
-        blob = Path(args.file).read_bytes()
-    except OSError as e:
-        raise InputError(f"{args.file}: cannot read: {e.strerror or e}") from e
-    reader = v2.V2Reader.from_blob(blob, args.layout)
+    reader, _ = _read_v2_table(args.file, args.layout)
     sys.stdout.write(dump(reader, args.text_start, args.layout))
     return EXIT_OK
 
@@ -158,10 +178,15 @@ def finish_run(data: dict, args, console) -> int:
             baseline = json.loads(baseline_path.read_text())
         except (OSError, ValueError) as error:
             raise InputError(f"{baseline_path}: cannot read the baseline: {error}") from None
+        if not isinstance(baseline, dict) or not isinstance(baseline.get("results"), list):
+            raise InputError(f"{baseline_path}: not a report (no list of results)")
         if baseline.get("seed") != data["seed"] or baseline.get("input") != data["input"]:
             raise InputError(f"{baseline_path} was recorded for input {baseline.get('input')!r}, "
                              f"seed {baseline.get('seed')}; this run is {data['input']!r}, seed {data['seed']}")
-        risen = report.regressions(data, baseline)
+        try:
+            risen = report.regressions(data, baseline)
+        except (KeyError, TypeError, AttributeError) as error:
+            raise InputError(f"{baseline_path}: malformed result rows ({type(error).__name__}: {error})") from None
         for line in risen:
             print(f"unwind-harness: regression: {line}", file=sys.stderr)
         if risen:
@@ -190,7 +215,10 @@ def _read_v2_table(path: str, layout: str) -> tuple[v2.V2Reader, str]:
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
     if layout != "auto":
-        return v2.V2Reader.from_blob(blob, layout), layout
+        try:
+            return v2.V2Reader.from_blob(blob, layout), layout
+        except InputError as error:
+            raise InputError(f"{path}: {error}") from None
     errors = []
     for candidate in v2.LAYOUTS:
         try:
@@ -234,6 +262,9 @@ def cmd_verify_elf(args) -> int:
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 120)
+    if args.shard.count > 1 and not args.json:
+        raise InputError("verify-elf --shard needs --json PATH for the shard report")
+    _check_output(args.json)
     expected = args.expect if args.expect is not None else _manifest_checksum(args.elf, args.entry)
     program = program_from_elf(args.elf, args.entry, expected, args.text_start)
     names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
@@ -253,8 +284,6 @@ def cmd_verify_elf(args) -> int:
     config = {"elf": args.elf, "entry": args.entry, "unwinders": names, "every": args.every,
               "units": args.shard.count}
     if args.shard.count > 1:
-        if not args.json:
-            raise InputError("verify-elf --shard needs --json PATH for the shard report")
         record = {"index": args.shard.index, "kind": "stops", "summary": to_json(summary)}
         Path(args.json).write_text(report.dumps(partial("verify-elf", config, args.shard, [record])))
         console.print(f"shard {args.shard}: verified {summary.stops} stops; join the shards with merge")
@@ -313,12 +342,18 @@ def cmd_merge(args) -> int:
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     command, config, records = read_partials(args.shards)
+    try:
+        if command == "verify-elf":
+            data = elf_report(records, config)
+        else:
+            data = assemble(records, config["unwinders"], config["seed"])
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise InputError(f"merge: malformed shard records in {' '.join(args.shards)} "
+                         f"({type(error).__name__}: {error})") from None
     if command == "verify-elf":
-        data = elf_report(records, config)
         Path(args.json or Path(args.reports) / "latest.json").write_text(report.dumps(data))
         report.print_table(data, console)
         return EXIT_OK if data["programs"][0]["self_check"] == "ok" else EXIT_FAILED
-    data = assemble(records, config["unwinders"], config["seed"])
     write_reports(data, Path(args.reports), args.json, "unwind-harness: generated corpus")
     return finish_run(data, args, console)
 
@@ -330,6 +365,7 @@ def cmd_bench(args) -> int:
     from harness.bench import FULL, QUICK, run_bench, table_rows
 
     console = Console(width=None if sys.stdout.isatty() else 120)
+    _check_output(args.json)
     size = QUICK if args.quick else FULL
     with console.status(f"measuring ({'quick' if args.quick else 'full'} size: {size.functions:,} functions "
                         f"at scale, {size.programs} programs)"):
@@ -355,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="the main job: verify the generated corpus at every stop")
     run.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    run.add_argument("--programs", type=int, default=DEFAULT_PROGRAMS,
+    run.add_argument("--programs", type=_positive, default=DEFAULT_PROGRAMS,
                      help=f"programs in the generated corpus (default {DEFAULT_PROGRAMS})")
     run.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
                      help="verify only these (repeatable; default: all)")
@@ -426,6 +462,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except InputError as error:
         print(f"unwind-harness: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as error:  # an output path that could not be written
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"unwind-harness: error: {where}{error.strerror or error}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

@@ -186,6 +186,7 @@ def read_partials(paths: Sequence[str]) -> tuple[str, dict, list[dict]]:
         part = data.get(PARTIAL) if isinstance(data, dict) else None
         if not isinstance(part, dict) or "records" not in data:
             raise InputError(f"{path}: not a shard report (written by run or verify-elf with --shard)")
+        _check_partial(path, part, data["records"])
         if config is None:
             command, config = part["command"], part["config"]
         elif (part["command"], part["config"]) != (command, config):
@@ -202,6 +203,21 @@ def read_partials(paths: Sequence[str]) -> tuple[str, dict, list[dict]]:
         raise InputError(f"merge: the shard reports lack units {missing[:10]}"
                          f"{' ...' if len(missing) > 10 else ''} of {config['units']}")
     return command, config, [records[i] for i in sorted(records)]
+
+
+def _check_partial(path: str, part: dict, records) -> None:
+    """InputError naming the file unless a shard report has the shape merge reads."""
+    config = part.get("config")
+    problem = None
+    if part.get("command") not in ("run", "verify-elf"):
+        problem = f"command {part.get('command')!r} is neither run nor verify-elf"
+    elif not isinstance(config, dict) or not isinstance(config.get("units"), int):
+        problem = "its config has no count of units"
+    elif not isinstance(records, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("index"), int) for r in records):
+        problem = "its records are not a list of numbered units"
+    if problem:
+        raise InputError(f"{path}: corrupt shard report: {problem}")
 
 
 def all_names(names: Sequence[str] | None) -> list[str]:
