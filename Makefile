@@ -37,3 +37,10 @@ fixtures:
 corpus: setup
 	bash generators/compiled/build.sh
 	$(VENV)/bin/python generators/compiled/check.py
+
+# The long fuzz run: the fuzz properties with 5,000 examples each (hypothesis
+# profile `fuzz`), then the mutation check on 10 programs x 30 mutants.
+.PHONY: fuzz
+fuzz: setup
+	$(VENV)/bin/python -m pytest tests/test_fuzz.py --hypothesis-profile=fuzz --hypothesis-show-statistics -q
+	$(VENV)/bin/unwind-harness mutants --programs 10 --per-program 30

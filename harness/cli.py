@@ -12,7 +12,7 @@ from pathlib import Path
 
 from concurrent.futures import ProcessPoolExecutor
 
-from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED
+from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED, generate_program
 from harness import __version__, report, v2
 from harness.cfi import read_cfi
 from harness.compiled import program_from_elf
@@ -163,12 +163,9 @@ def finish_run(data: dict, args, console) -> int:
     """Print the tables, report self-check failures, and write or check the baseline."""
     report.print_table(data, console)
     status = EXIT_OK
-    checks = [(p["name"], p["self_check"]) for p in data["programs"]]
-    checks += [(g["input"], g["self_check"]) for g in data.get("elf", [])]
-    for name, check in checks:
-        if check != "ok":
-            print(f"unwind-harness: {name}: self-check failed: {check}", file=sys.stderr)
-            status = EXIT_FAILED
+    for line in report.not_verified(data):
+        print(f"unwind-harness: not verified: {line}", file=sys.stderr)
+        status = EXIT_FAILED
     baseline_path = Path(args.reports) / "baseline.json"
     if args.write_baseline:
         baseline_path.write_text(report.dumps(data))
@@ -381,6 +378,37 @@ def cmd_bench(args) -> int:
     return EXIT_OK
 
 
+def cmd_mutants(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness.mutants import check_program, summary
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    results = []
+    with _progress(console) as progress:
+        task = progress.add_task("mutating and verifying", total=args.programs)
+        for number in range(args.programs):
+            results += check_program(generate_program(args.seed, number), args.per_program, args.seed)
+            progress.advance(task)
+    counts = summary(results)
+    table = Table(title=f"Mutation check: {args.programs} programs x {args.per_program} mutants of v2 runs")
+    table.add_column("mutants")
+    table.add_column("count", justify="right")
+    labels = {"mutants": "all", "rejected_by_reader": "rejected by the reader", "detected": "detected",
+              "changed_an_unwind": "changed an unwind (oracle)", "changed_and_detected": "  of those, detected",
+              "changed_but_missed": "  of those, missed", "unchanged_survived": "changed nothing, survived"}
+    for key, label in labels.items():
+        table.add_row(label, str(counts[key]))
+    console.print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(counts, indent=1) + "\n")
+    missed = [r for r in results if r.changed and not r.detected]
+    for verdict in missed:
+        print(f"unwind-harness: missed mutant: {verdict.mutant}", file=sys.stderr)
+    return EXIT_FAILED if missed else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="unwind-harness",
@@ -441,6 +469,13 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--json", help="write the JSON report here")
     _parallel(verify, "stops")
     verify.set_defaults(handler=cmd_verify_elf)
+
+    mutants = commands.add_parser("mutants", help="mutation check of the harness: does it catch broken v2 tables?")
+    mutants.add_argument("--programs", type=_positive, default=10, help="generated programs (default 10)")
+    mutants.add_argument("--per-program", type=_positive, default=20, help="mutants per program (default 20)")
+    mutants.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    mutants.add_argument("--json", help="write the counts here as JSON")
+    mutants.set_defaults(handler=cmd_mutants)
 
     bench = commands.add_parser("bench", help="speed and size figures (rates and ratios from one run)")
     bench.add_argument("--quick", action="store_true", help="small sizes: a few seconds, for CI")

@@ -188,7 +188,26 @@ def markdown(data: dict, title: str) -> str:
     programs = data["programs"]
     out += ["", "## Programs", "", "| program | stops | self-check |", "|---|---|---|"]
     out += [f"| {p['name']} | {p['stops']} | {p['self_check']} |" for p in programs]
+    problems = not_verified(data)
+    if problems:
+        out += ["", "## Not verified", "", "Every count above covers only the stops before these ended:", ""]
+        out += [f"- {line}" for line in problems]
     return "\n".join(out) + "\n"
+
+
+def not_verified(data: dict) -> list[str]:
+    """One line per program whose run did not complete as it should: where
+    it stopped and why, or the wrong result it computed."""
+    runs = [(p["name"], p["stops"], p["self_check"]) for p in data["programs"]]
+    runs += [(g["input"], g["stops"], g["self_check"]) for g in data.get("elf", [])]
+    lines = []
+    for name, stops, check in runs:
+        if check.startswith("emulation fault"):
+            lines.append(f"{name}: {check}; {stops} stops verified before it, the rest did not run")
+        elif check != "ok":
+            lines.append(f"{name}: {check}: the run completed, but computed the wrong result, "
+                         "so its stops are suspect")
+    return lines
 
 
 def _size(value: int | None) -> str:
