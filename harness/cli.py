@@ -58,10 +58,14 @@ def _parallel(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def _address(text: str) -> int:
+    """An unsigned 32-bit value, decimal or 0x-prefixed."""
     try:
-        return int(text, 0)
+        value = int(text, 0)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an address: {text!r}") from None
+        value = -1
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise argparse.ArgumentTypeError(f"not an unsigned 32-bit value: {text!r}")
+    return value
 
 
 def _check_output(path: str | None) -> None:

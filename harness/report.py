@@ -266,6 +266,21 @@ def elf_cells(groups: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
+def group_cells(group: dict) -> tuple[list[str], list[list[str]]]:
+    """One build's table: every unwinder side by side per category and
+    position (rows without stops left out)."""
+    index = _index(group["results"])
+    names = unwinder_names(group)
+    header = ["category", "position", "stops", *names]
+    body = []
+    for category, position in summary_lines(group):
+        row = index[(names[0], category, position)]
+        if row["stops"]:
+            body.append([category, position, str(row["stops"]),
+                         *(_rate(index[(u, category, position)]) for u in names)])
+    return header, body
+
+
 def elf_lines(groups: list[dict]) -> list[str]:
     if not groups:
         return []
@@ -278,16 +293,10 @@ def elf_lines(groups: list[dict]) -> list[str]:
            "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(row) + " |" for row in body]
     for group in groups:
-        index = _index(group["results"])
-        names = list(dict.fromkeys(r["unwinder"] for r in group["results"]))
+        header, body = group_cells(group)
         out += ["", f"### {group['build']} ({group['compiler']}, {' '.join(group['flags'])})", "",
-                "| category | position | stops | " + " | ".join(names) + " |",
-                "|" + "---|" * (3 + len(names))]
-        for category, position in summary_lines(group):
-            row = index[(names[0], category, position)]
-            if row["stops"]:
-                out.append(f"| {category} | {position} | {row['stops']} | "
-                           + " | ".join(_rate(index[(u, category, position)]) for u in names) + " |")
+                "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(row) + " |" for row in body]
         if group["cfi_not_expressed"]:
             out += ["", "CFI not expressed: " + ", ".join(f"{m} ({n})" for m, n in group["cfi_not_expressed"].items()) + "."]
     return out
@@ -316,6 +325,9 @@ def print_table(data: dict, console) -> None:
         console.print(_rich_table("Table bytes per format", header, totals))
         console.print(_rich_table("Bytes per function / per address", header, ratios))
     if data.get("elf"):
+        for group in data["elf"]:
+            header, body = group_cells(group)
+            console.print(_rich_table(f"{group['build']}: failed stops per category", header, body, left=2))
         header, body = elf_cells(data["elf"])
         console.print(_rich_table("Compiled programs (corpus/elf): failed stops over all stops", header, body))
 

@@ -409,6 +409,8 @@ def test_cli_merge_malformed_records(tmp_path, capsys):
     (["verify-elf", str(ELF), "--entry", "entry", "--shard", "3/2"], "--shard"),
     (["verify-elf", str(ELF), "--entry", "entry", "--text-start", "xyz"], "--text-start"),
     (["verify-elf", str(ELF), "--entry", "entry", "--expect", "xyz"], "--expect"),
+    (["verify-elf", str(ELF), "--entry", "entry", "--expect", "-1"], "--expect"),
+    (["verify-elf", str(ELF), "--entry", "entry", "--text-start", "0x100000000"], "--text-start"),
     (["verify-elf", str(ELF)], "--entry"),
     (["run", "--shard", "3/2"], "--shard"),
     (["run", "--jobs", "0"], "--jobs"),
