@@ -120,6 +120,14 @@ class LiveStack:
         offset = address - base
         return self.chunk(base)[offset : offset + self.LINE]
 
+    def region(self, start: int, size: int) -> bytes:
+        """`size` bytes from `start` (zeros outside the stack), unrecorded."""
+        base = start & ~(self.CHUNK - 1)
+        if start + size <= base + self.CHUNK:
+            return self.chunk(base)[start - base : start - base + size]
+        parts = [self.chunk(b) for b in range(base, start + size, self.CHUNK)]
+        return b"".join(parts)[start - base : start - base + size]
+
     def _bytes(self, address: int, size: int) -> bytes:
         if address < self.low or address + size > self.high:
             raise BadRead(address, size, self.low, self.high)

@@ -91,11 +91,12 @@ def compare(caller: Frame, expected: ShadowFrame,
             if value != want:
                 return "wrong_register", f"r{reg}", f"r{reg} {value:#x}, expected {want:#x}"
     if expected.vfp is not None and restores.vfp:
-        for index, want in enumerate(expected.vfp):
-            value = caller.d[8 + index]
-            if value is not None and value != want:
-                name = f"d{8 + index}"
-                return "wrong_register", name, f"{name} {value:#x}, expected {want:#x}"
+        got = caller.d[8:16]
+        if got != expected.vfp:  # unknown (None) values are not compared
+            for index, (value, want) in enumerate(zip(got, expected.vfp)):
+                if value is not None and value != want:
+                    name = f"d{8 + index}"
+                    return "wrong_register", name, f"{name} {value:#x}, expected {want:#x}"
     return None
 
 
@@ -133,7 +134,35 @@ class _Proven:
     down, and the stack contents it depended on."""
 
     lowest: int  # lowest address it examined
-    lines: tuple[tuple[int, bytes], ...]  # every stack line it read, as it was
+    start: int  # the stack region from the first to the last line it read...
+    region: bytes  # ...as it was: one comparison instead of one per line
+
+    def holds(self, stack) -> bool:
+        """Would the walk read the same bytes, and find its addresses inside the stack?"""
+        return stack.low <= self.lowest and stack.region(self.start, len(self.region)) == self.region
+
+
+@dataclass(frozen=True)
+class _ProvenLines(_Proven):
+    """A proof whose lines lie far apart (frames of a megabyte): kept line by line."""
+
+    lines: tuple[tuple[int, bytes], ...] = ()
+
+    def holds(self, stack) -> bool:
+        return stack.low <= self.lowest and all(stack.line(a) == data for a, data in self.lines)
+
+
+REGION_LIMIT = 2048  # bytes: a larger region is compared line by line
+
+
+def _proof(stack, lowest: int, touched: set[int]) -> _Proven:
+    # The region also covers lines the walk did not read (the locals of outer
+    # frames): a change there only costs a re-walk, never a wrong answer.
+    first, last = min(touched, default=lowest), max(touched, default=lowest)
+    size = last + stack.LINE - first
+    if size <= REGION_LIMIT:
+        return _Proven(lowest, first, stack.region(first, size))
+    return _ProvenLines(lowest, first, b"", tuple((a, stack.line(a)) for a in sorted(touched)))
 
 
 class MemoizedWalk:
@@ -143,8 +172,8 @@ class MemoizedWalk:
     The walk from frame 1 on is a pure function of that frame's registers,
     the stack bytes it reads, whether its addresses are inside the stack, and
     the shadow frames it is compared with. So a walk that matched is reused
-    when the same caller frame is reached under the same shadow frame, every
-    stack line it read is byte-identical, and the stack's low bound still
+    when the same caller frame is reached under the same shadow frame, the
+    stack bytes it read are unchanged, and the stack's low bound still
     admits every address it examined. Walks that fail are never reused.
     (Not "unwritten since": unicorn 2.1.4 mis-steps IT blocks whose stores
     trigger a memory-write hook, so the harness installs none.)
@@ -169,9 +198,7 @@ class MemoizedWalk:
         caller = without_scratch(caller)
         key = (expected[0].serial, caller)
         proof = self.proven.get(key)
-        if proof is not None and stack.low <= proof.lowest and all(
-            stack.line(address) == data for address, data in proof.lines
-        ):
+        if proof is not None and proof.holds(stack):
             return None
         stack.start_recording()
         try:
@@ -179,7 +206,7 @@ class MemoizedWalk:
         finally:
             lowest, touched = stack.stop_recording()
         if outcome is None:
-            self.proven[key] = _Proven(lowest, tuple((a, stack.line(a)) for a in sorted(touched)))
+            self.proven[key] = _proof(stack, lowest, touched)
         return outcome
 
 
