@@ -111,14 +111,41 @@ def _decoded_fdes(image: ElfImage) -> list[list[tuple[int, int, list[Line]]]]:
         dwarf = image.elf.get_dwarf_info(follow_links=False)
     except PARSE_ERRORS as e:
         raise ElfError(f"{image.path}: cannot read the DWARF sections: {e}") from e
-    entries = {".debug_frame": dwarf.CFI_entries, ".eh_frame": dwarf.EH_CFI_entries}
+    entries = {".debug_frame": (dwarf.CFI_entries, dwarf.debug_frame_sec),
+               ".eh_frame": (dwarf.EH_CFI_entries, dwarf.eh_frame_sec)}
     decoded = []
     for section in present:
+        parse, descriptor = entries[section]
         try:
-            decoded.append([_fde_lines(e) for e in entries[section]() if isinstance(e, FDE)])
+            found = parse()
         except PARSE_ERRORS as e:
-            raise ElfError(f"{image.path}: corrupt {section}: {e}") from e
+            raise ElfError(f"{image.path}: corrupt {section}{_where(descriptor)}: {_reason(e)}") from e
+        lines = []
+        for entry in found:
+            if isinstance(entry, FDE):
+                try:
+                    lines.append(_fde_lines(entry))
+                except PARSE_ERRORS as e:
+                    raise ElfError(f"{image.path}: corrupt {section}: the FDE at byte {entry.offset}: "
+                                   f"{_reason(e)}") from e
+        decoded.append(lines)
     return decoded
+
+
+def _where(descriptor) -> str:
+    """Where pyelftools stopped: inside the entry it could not parse, or
+    past the end where a length or pointer sent it."""
+    if descriptor is None:
+        return ""
+    position = descriptor.stream.tell()
+    if position >= descriptor.size:
+        return f" (a length or pointer leads to byte {position}, past its {descriptor.size} bytes)"
+    return f" near byte {position}"
+
+
+def _reason(error: Exception) -> str:
+    """pyelftools' message, or the error's kind when it has none."""
+    return str(error) or type(error).__name__
 
 
 def _fde_lines(fde: FDE) -> tuple[int, int, list[Line]]:

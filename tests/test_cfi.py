@@ -381,3 +381,19 @@ def test_corrupt_debug_frame_gives_elf_error_or_functions(edits):
     for fn in functions:
         assert fn.rows[0].address == fn.start
         assert all(fn.start <= r.address < fn.end for r in fn.rows)
+
+
+def test_corrupt_debug_frame_names_section_and_byte(tmp_path):
+    # An invalid CFA opcode (0x1c) as the first instruction of the first FDE
+    # (at byte 16: length, CIE pointer, location and range, then instructions).
+    source = FIXTURES / "calls-gcc-fp.elf"
+    section = open_elf(str(source)).elf.get_section_by_name(".debug_frame")
+    data = bytearray(source.read_bytes())
+    data[section["sh_offset"] + 32] = 0x1C
+    broken = tmp_path / "broken.elf"
+    broken.write_bytes(bytes(data))
+    with pytest.raises(ElfError) as caught:
+        read_cfi(open_elf(str(broken)))
+    message = str(caught.value)
+    assert f"{broken}: corrupt .debug_frame near byte" in message
+    assert "28 is not a valid DW_CFA" in message
