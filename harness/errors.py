@@ -13,6 +13,19 @@ from __future__ import annotations
 class HarnessError(Exception):
     """Base of every error this package raises on purpose."""
 
+    def __reduce__(self):
+        # Subclasses take other arguments than the message they store in
+        # `args`, so the default pickling (cls(*args)) fails; errors raised in
+        # worker processes (`--jobs`) must reach the parent intact.
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls, args, state):
+    error = Exception.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class InputError(HarnessError):
     """Bad input: reported as one line, exit code 2."""

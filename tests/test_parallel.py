@@ -91,3 +91,36 @@ def test_shards_partition_the_numbers():
     assert [sum(p.takes(n) for p in parts) for n in range(30)] == [1] * 30
     inner = [Shard(k, 2).within(Shard(1, 3)) for k in range(2)]
     assert sorted(n for n in range(30) for s in inner if s.takes(n)) == [n for n in range(30) if n % 3 == 1]
+
+
+def test_an_error_in_a_worker_reaches_the_user_as_one_line(tmp_path, monkeypatch, capsys):
+    # Typed errors cross the process boundary (they pickle with their fields).
+    from harness import runner
+    from harness.errors import CorruptTable
+
+    generate = runner.generate_program
+
+    def broken(seed: int, number: int):
+        if number == 1:
+            raise CorruptTable("function table", "entry 3 points past the end", 40, "v1")
+        return generate(seed, number)
+
+    monkeypatch.setattr(runner, "generate_program", broken)
+    assert run(tmp_path, "--jobs", "2") == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "unwind-harness: error: corrupt v1 table: function table (byte 40): entry 3 points past the end"]
+
+
+def test_typed_errors_pickle_with_their_fields():
+    import pickle
+
+    from harness.emulator import EmulationFault
+    from harness.errors import BadRead, CorruptTable, EhabiError, UnwindFailure
+    from harness.exidx import ExidxError
+
+    for error in (ExidxError(".ARM.exidx", 8, "bad word", "x.elf"), CorruptTable("header", "short", 0, "v1"),
+                  EhabiError("spare", 2), BadRead(0x10, 4, 0, 8), UnwindFailure("no_info", "none"),
+                  EmulationFault(0x100004, "undefined instruction")):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)
