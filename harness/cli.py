@@ -23,7 +23,7 @@ from harness.runner import (Shard, all_names, assemble, elf_builds, elf_unwinder
                             read_partials, run_units, units_of)
 from harness.summary import combine, from_json, summarize, to_json
 from harness.unwinders import UNWINDER_NAMES, build_unwinders
-from harness.v1 import V1Encoded, encode_v1
+from harness.v1 import V1Encoded, V1Table, dump_v1, encode_v1
 from harness.v2.dump import dump
 from harness.v2.unwinder import V2Unwinder
 from harness.verify import verify_program
@@ -151,6 +151,17 @@ def cmd_encode(args) -> int:
 
 
 def cmd_dump(args) -> int:
+    if args.format == "v1":
+        try:
+            blob = Path(args.file).read_bytes()
+        except OSError as e:
+            raise InputError(f"{args.file}: cannot read: {e.strerror or e}") from e
+        try:
+            table = V1Table.from_blob(blob)
+        except InputError as error:
+            raise InputError(f"{args.file}: {error}") from None
+        sys.stdout.write(dump_v1(table, args.text_start))
+        return EXIT_OK
     reader, _ = _read_v2_table(args.file, args.layout)
     sys.stdout.write(dump(reader, args.text_start, args.layout))
     return EXIT_OK
@@ -486,8 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", help="write the figures here as JSON")
     bench.set_defaults(handler=cmd_bench)
 
-    dump_cmd = commands.add_parser("dump", help="readable listing of a v2 blob")
+    dump_cmd = commands.add_parser("dump", help="readable listing of a v2 (or v1) blob")
     dump_cmd.add_argument("file")
+    dump_cmd.add_argument("--format", choices=("v2", "v1"), default="v2", help="v2 (default) or v1")
     dump_cmd.add_argument("--layout", choices=v2.LAYOUTS, default="seed")
     dump_cmd.add_argument("--text-start", type=_address, default=0,
                           help="text base the blob was encoded for (default 0)")

@@ -234,3 +234,17 @@ def _function_rows(data: Sequence[int], index: int, position: int) -> tuple[tupl
             raise CorruptTable(where, f"row {number} offset {offset} does not ascend", None, "v1")
         rows.append((offset, packed & ~3, 4 * (packed & 3)))
     return tuple(rows)
+
+
+def dump_v1(table: V1Table, text_base: int) -> str:
+    """A stable, readable listing of a v1 blob."""
+    lines = [f"v1 unwind info, text base {text_base:#x}", f"index entries: {len(table.starts)}"]
+    for position, (start, rows) in enumerate(zip(table.starts, table.rows)):
+        if rows is None:
+            lines.append(f"  entry {position} at {text_base + start:#x}: CANT_UNWIND")
+            continue
+        lines.append(f"  entry {position} at {text_base + start:#x}: {len(rows)} rows")
+        for offset, cfa, ra in rows:
+            where = f"return address at CFA - {ra}" if ra else "return address as the row before"
+            lines.append(f"    +{offset:#x}: CFA = sp + {cfa}, {where}")
+    return "\n".join(lines) + "\n"

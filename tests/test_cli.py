@@ -118,3 +118,20 @@ def test_python_dash_m_reports_errors_without_traceback(tmp_path):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "header" in result.stderr
+
+
+def test_dump_v1_lists_entries_and_rows(tmp_path, capsys):
+    blob = tmp_path / "calls.v1"
+    assert main(["encode", str(ROOT / "corpus" / "fixtures" / "calls-clang-nofp.elf"), "--format", "v1",
+                 "-o", str(blob)]) == 0
+    capsys.readouterr()
+    assert main(["dump", str(blob), "--format", "v1", "--text-start", "0x10000"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    table = V1Table.from_blob(blob.read_bytes())
+    assert listing[1] == f"index entries: {len(table.starts)}"
+    assert "  entry 0 at 0x10012: 2 rows" in listing  # many_regs: push, then sub sp
+    assert "    +0x4: CFA = sp + 36, return address at CFA - 4" in listing
+    assert listing[-1].endswith("CANT_UNWIND")  # the end of the last function
+    (tmp_path / "short.v1").write_bytes(blob.read_bytes()[:10])
+    assert main(["dump", str(tmp_path / "short.v1"), "--format", "v1"]) == 2
+    assert capsys.readouterr().err.startswith(f"unwind-harness: error: {tmp_path / 'short.v1'}: corrupt v1 table")
