@@ -24,7 +24,6 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
-from pathlib import Path
 from typing import Sequence
 
 from generators.corpus import generate_program
@@ -35,12 +34,12 @@ from harness.emulator import Emulator
 from harness.epilogue import EpilogueFirst
 from harness.errors import BadRead, UnwindFailure
 from harness.program import Program
+from harness.runner import ELF_CORPUS
 from harness.unwinders import build_unwinders
 from harness.unwinders.dwarf import DwarfUnwinder
 from harness.v2.unwinder import DirectMappedCache, NoCache, V2Unwinder
 from harness.verify import DEFAULT_BUDGET, ObservedStop, verify_program, without_scratch
 
-ELF_CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "elf"
 # Chrome is built by clang with optimization for size or speed: its functions
 # are drawn from these builds.
 SHAPE_BUILDS = ("clang-O2-fp", "clang-O2-nofp", "clang-Os-fp", "clang-Os-nofp")

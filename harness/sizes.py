@@ -57,13 +57,6 @@ def size_row(label: str, programs: Sequence[Program], debug_frame: int | None = 
             "v1_refused": refused}
 
 
-def increase_over_drop(row: dict) -> dict[str, float]:
-    """How much more v2 costs per policy than `drop`, in percent."""
-    drop = row["bytes"]["v2 drop"]
-    return {policy: round(100 * (row["bytes"][f"v2 {policy}"] - drop) / drop, 2)
-            for policy in ("keep", "synthesize")}
-
-
 def add_size_rows(label: str, rows: Sequence[dict]) -> dict:
     """One row for the inputs of `rows` together (a format missing from one is missing)."""
     total = {"input": label, "functions": 0, "addresses": 0, "bytes": dict.fromkeys(FORMATS, 0), "v1_refused": 0}
