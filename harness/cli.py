@@ -21,7 +21,7 @@ from harness.elf import load_segments, open_elf, text_base
 from harness.errors import InputError
 from harness.runner import (Shard, all_names, assemble, elf_builds, elf_unwinder_names, parse_shard, partial,
                             read_partials, run_units, units_of)
-from harness.summary import combine, from_json, summarize, to_json
+from harness.summary import ProgramSummary, combine, from_json, summarize, to_json
 from harness.unwinders import UNWINDER_NAMES, build_unwinders
 from harness.v1 import V1Encoded, V1Table, dump_v1, encode_v1
 from harness.v2.dump import dump
@@ -150,14 +150,17 @@ def cmd_encode(args) -> int:
     return EXIT_OK
 
 
+def _read_blob(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+
+
 def cmd_dump(args) -> int:
     if args.format == "v1":
         try:
-            blob = Path(args.file).read_bytes()
-        except OSError as e:
-            raise InputError(f"{args.file}: cannot read: {e.strerror or e}") from e
-        try:
-            table = V1Table.from_blob(blob)
+            table = V1Table.from_blob(_read_blob(args.file))
         except InputError as error:
             raise InputError(f"{args.file}: {error}") from None
         sys.stdout.write(dump_v1(table, args.text_start))
@@ -222,10 +225,7 @@ def _manifest_checksum(path: str, entry: str) -> int | None:
 
 
 def _read_v2_table(path: str, layout: str) -> tuple[v2.V2Reader, str]:
-    try:
-        blob = Path(path).read_bytes()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+    blob = _read_blob(path)
     if layout != "auto":
         try:
             return v2.V2Reader.from_blob(blob, layout), layout
@@ -265,9 +265,9 @@ def verify_elf_part(job: tuple) -> dict:
     return {"index": shard.index, "kind": "stops", "summary": to_json(summarize(result))}
 
 
-def elf_report(records: list[dict], config: dict) -> dict:
-    summary = combine([from_json(r["summary"]) for r in records], program=config["elf"])
-    return report.report_data([summary], config["unwinders"], None, config["elf"])
+def elf_summary(records: list[dict], elf: str) -> ProgramSummary:
+    """One program's summary from the summaries of its stop shards."""
+    return combine([from_json(r["summary"]) for r in records], program=elf)
 
 
 def cmd_verify_elf(args) -> int:
@@ -292,7 +292,7 @@ def cmd_verify_elf(args) -> int:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             records = list(pool.map(verify_elf_part, jobs))
     seconds = time.perf_counter() - started
-    summary = combine([from_json(r["summary"]) for r in records], program=args.elf)
+    summary = elf_summary(records, args.elf)
     config = {"elf": args.elf, "entry": args.entry, "unwinders": names, "every": args.every,
               "units": args.shard.count}
     if args.shard.count > 1:
@@ -356,7 +356,8 @@ def cmd_merge(args) -> int:
     command, config, records = read_partials(args.shards)
     try:
         if command == "verify-elf":
-            data = elf_report(records, config)
+            data = report.report_data([elf_summary(records, config["elf"])], config["unwinders"], None,
+                                      config["elf"])
         else:
             data = assemble(records, config["unwinders"], config["seed"])
     except (KeyError, TypeError, ValueError, AttributeError) as error:

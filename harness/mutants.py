@@ -18,7 +18,7 @@ correctly, the two walks differ. The target: every such mutant is detected.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from harness import ehabi, v2
@@ -165,8 +165,23 @@ def verdicts(result) -> dict[int, tuple]:
     return {f.stop: (f.frame, f.kind, f.register, f.detail) for f in result.failures}
 
 
-def check_mutant(program: Program, encoded: v2.Encoded, original: V2Unwinder,
-                 original_verdicts: dict[int, tuple], mutant: Mutant) -> Verdict:
+@dataclass
+class Original:
+    """The unmutated tables: their unwinder, their verdicts, and the oracle's
+    walk at each stop where they unwind right (walked once, for all mutants)."""
+
+    unwinder: V2Unwinder
+    verdicts: dict[int, tuple]
+    walks: dict[int, list] = field(default_factory=dict)
+
+    def walk(self, number: int, stop: ObservedStop) -> list:
+        found = self.walks.get(number)
+        if found is None:
+            found = self.walks[number] = oracle_walk(self.unwinder, stop)
+        return found
+
+
+def check_mutant(program: Program, encoded: v2.Encoded, original: Original, mutant: Mutant) -> Verdict:
     try:
         mutated = mutated_unwinder(encoded, program, mutant)
     except InputError as error:
@@ -176,23 +191,26 @@ def check_mutant(program: Program, encoded: v2.Encoded, original: V2Unwinder,
 
     def oracle(stop: ObservedStop) -> None:
         nonlocal number
-        if not changed_at and number not in original_verdicts:  # the original unwinds right here
-            if oracle_walk(original, stop) != oracle_walk(mutated, stop):
+        if not changed_at and number not in original.verdicts:  # the original unwinds right here
+            if original.walk(number, stop) != oracle_walk(mutated, stop):
                 changed_at.append(number)
         number += 1
 
     result = verify_program(program, [mutated], observe=oracle)
-    detected = verdicts(result) != original_verdicts
+    detected = verdicts(result) != original.verdicts
     return Verdict(mutant, None, detected, bool(changed_at), changed_at[0] if changed_at else None)
 
 
-def check_program(program: Program, count: int, seed: int) -> list[Verdict]:
+def original_tables(program: Program) -> tuple[v2.Encoded, Original]:
     encoded = v2.encode(program.cfi["tables"], program.text_base, "drop")
-    original = V2Unwinder(v2.V2Reader.from_blob(encoded.blob("seed"), "seed"), program.text_base)
-    original_verdicts = verdicts(verify_program(program, [original]))
+    unwinder = V2Unwinder(v2.V2Reader.from_blob(encoded.blob("seed"), "seed"), program.text_base)
+    return encoded, Original(unwinder, verdicts(verify_program(program, [unwinder])))
+
+
+def check_program(program: Program, count: int, seed: int) -> list[Verdict]:
+    encoded, original = original_tables(program)
     rng = random.Random(f"mutants:{seed}:{program.name}")
-    return [check_mutant(program, encoded, original, original_verdicts, mutant)
-            for mutant in draw_mutants(encoded, count, rng)]
+    return [check_mutant(program, encoded, original, mutant) for mutant in draw_mutants(encoded, count, rng)]
 
 
 def summary(results: Sequence[Verdict]) -> dict:

@@ -147,9 +147,9 @@ def encode_v1(functions: Sequence[FunctionCfi], text_base: int) -> V1Encoded:
     index_of: dict[tuple[int, ...], int] = {}  # identical function data is stored once
     entries: list[tuple[int, int]] = []
     for number, function in enumerate(kept):
-        if entries and function.start < kept[number - 1].end:
+        if number and function.start < kept[number - 1].end:
             raise EncodeError(f"functions overlap: {kept[number - 1].name} and {function.name}")
-        if entries and entries[-1][0] != function.start and kept[number - 1].end != function.start:
+        if number and kept[number - 1].end != function.start:
             entries.append((kept[number - 1].end, CANT_UNWIND))
         words = (len(function.rows), *(w for row in function.rows for w in row.packed()))
         index = index_of.get(words)

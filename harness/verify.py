@@ -131,11 +131,14 @@ def unwind_and_compare(unwinder: Unwinder, frame: Frame, stack, expected: Sequen
 @dataclass(frozen=True)
 class _Proven:
     """A walk from some caller frame that matched the shadow stack all the way
-    down, and the stack contents it depended on."""
+    down, and the stack contents it depended on: the region from the first to
+    the last line it read, as it was (one comparison instead of one per line;
+    a change in the lines between, the locals of outer frames, only costs a
+    re-walk, never a wrong answer)."""
 
     lowest: int  # lowest address it examined
-    start: int  # the stack region from the first to the last line it read...
-    region: bytes  # ...as it was: one comparison instead of one per line
+    start: int
+    region: bytes
 
     def holds(self, stack) -> bool:
         """Would the walk read the same bytes, and find its addresses inside the stack?"""
@@ -143,10 +146,12 @@ class _Proven:
 
 
 @dataclass(frozen=True)
-class _ProvenLines(_Proven):
-    """A proof whose lines lie far apart (frames of a megabyte): kept line by line."""
+class _ProvenLines:
+    """The same, for a walk whose lines lie far apart (frames of a megabyte):
+    kept line by line."""
 
-    lines: tuple[tuple[int, bytes], ...] = ()
+    lowest: int
+    lines: tuple[tuple[int, bytes], ...]
 
     def holds(self, stack) -> bool:
         return stack.low <= self.lowest and all(stack.line(a) == data for a, data in self.lines)
@@ -155,14 +160,12 @@ class _ProvenLines(_Proven):
 REGION_LIMIT = 2048  # bytes: a larger region is compared line by line
 
 
-def _proof(stack, lowest: int, touched: set[int]) -> _Proven:
-    # The region also covers lines the walk did not read (the locals of outer
-    # frames): a change there only costs a re-walk, never a wrong answer.
+def _proof(stack, lowest: int, touched: set[int]) -> _Proven | _ProvenLines:
     first, last = min(touched, default=lowest), max(touched, default=lowest)
     size = last + stack.LINE - first
     if size <= REGION_LIMIT:
         return _Proven(lowest, first, stack.region(first, size))
-    return _ProvenLines(lowest, first, b"", tuple((a, stack.line(a)) for a in sorted(touched)))
+    return _ProvenLines(lowest, tuple((a, stack.line(a)) for a in sorted(touched)))
 
 
 class MemoizedWalk:
@@ -182,7 +185,7 @@ class MemoizedWalk:
     def __init__(self, unwinder: Unwinder):
         self.unwinder = unwinder
         self.restores = restores_of(unwinder)
-        self.proven: dict[tuple[int, Frame], _Proven] = {}
+        self.proven: dict[tuple[int, Frame], _Proven | _ProvenLines] = {}
 
     def __call__(self, frame: Frame, stack, expected: Sequence[ShadowFrame]):
         unwinder = self.unwinder

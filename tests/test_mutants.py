@@ -8,19 +8,15 @@ import json
 from functools import lru_cache
 
 from generators.corpus import generate_program
-from harness import ehabi, v2
+from harness import ehabi
 from harness.cli import main
-from harness.mutants import Mutant, check_mutant, check_program, summary, verdicts
-from harness.v2.unwinder import V2Unwinder
-from harness.verify import verify_program
+from harness.mutants import Mutant, check_mutant, check_program, original_tables, summary
 
 
 @lru_cache(maxsize=None)
 def setup():
     program = generate_program(5, 0)
-    encoded = v2.encode(program.cfi["tables"], program.text_base, "drop")
-    original = V2Unwinder(v2.V2Reader.from_blob(encoded.blob("seed"), "seed"), program.text_base)
-    return program, encoded, original, verdicts(verify_program(program, [original]))
+    return (program, *original_tables(program))
 
 
 def test_every_mutant_that_changes_an_unwind_is_detected():
@@ -43,26 +39,26 @@ def a_run_with(program, encoded, predicate):
 
 def test_an_equivalent_mutant_survives_and_the_oracle_says_it_changed_nothing():
     # `vsp = vsp + 8` written as two `vsp = vsp + 4`: other bytes, same unwind.
-    program, encoded, original, before = setup()
+    program, encoded, original = setup()
     function, unwind = a_run_with(program, encoded, lambda ops: any(
         isinstance(op, ehabi.VspAdd) and op.amount == 8 for op in ops))
     ops = list(ehabi.decode(unwind.instructions, run=True))
     at = next(i for i, op in enumerate(ops) if isinstance(op, ehabi.VspAdd) and op.amount == 8)
     same = ehabi.encode(ops[:at] + [ehabi.VspAdd(4), ehabi.VspAdd(4)] + ops[at + 1:])
     assert same != unwind.instructions
-    verdict = check_mutant(program, encoded, original, before,
+    verdict = check_mutant(program, encoded, original,
                            Mutant(function.name, unwind.offset, "split", unwind.instructions, same))
     assert (verdict.rejected, verdict.detected, verdict.changed) == (None, False, False)
 
 
 def test_a_wrong_pop_is_changed_and_detected_at_the_first_changed_stop():
-    program, encoded, original, before = setup()
+    program, encoded, original = setup()
     function, unwind = a_run_with(program, encoded, lambda ops: any(
         isinstance(op, ehabi.Pop) and 14 in op.regs for op in ops))
     ops = [ehabi.VspAdd(4) if isinstance(op, ehabi.Pop) and 14 in op.regs else op
            for op in ehabi.decode(unwind.instructions, run=True)]
     broken = ehabi.encode(ops)
-    verdict = check_mutant(program, encoded, original, before,
+    verdict = check_mutant(program, encoded, original,
                            Mutant(function.name, unwind.offset, "lr lost", unwind.instructions, broken))
     assert verdict.changed and verdict.detected and verdict.changed_at is not None
 
