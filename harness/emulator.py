@@ -9,6 +9,7 @@ lr = a sentinel address, and calls back before every instruction. Faults
 from __future__ import annotations
 
 import ctypes
+import mmap
 import struct
 from typing import Callable, Iterable
 
@@ -197,7 +198,11 @@ class Emulator:
         for address, data in segments:
             uc.mem_write(address, data)
         uc.mem_map(SENTINEL, PAGE, UC_PROT_ALL)
-        uc.mem_map(STACK_TOP - STACK_SIZE, STACK_SIZE, UC_PROT_ALL)
+        # The stack lives in memory the harness owns, so that the compiled
+        # kernel reads it in place (harness/_kernel.c).
+        self._stack_memory = mmap.mmap(-1, STACK_SIZE)
+        stack_address = ctypes.addressof(ctypes.c_char.from_buffer(self._stack_memory))
+        uc.mem_map_ptr(STACK_TOP - STACK_SIZE, STACK_SIZE, UC_PROT_ALL, stack_address)
         self._uc = uc
         self.instructions = 0
         self.registers = _BatchReader(uc, STATUS_REGS, ctypes.c_uint32)
@@ -207,6 +212,11 @@ class Emulator:
 
     def stack(self, sp: int) -> LiveStack:
         return LiveStack(self._uc, sp, STACK_TOP)
+
+    @property
+    def stack_memory(self) -> tuple[mmap.mmap, int, int]:
+        """(the stack's bytes, the address of the first, the stack top)."""
+        return self._stack_memory, STACK_TOP - STACK_SIZE, STACK_TOP
 
     def read(self, address: int, size: int) -> bytes:
         return bytes(self._uc.mem_read(address, size))

@@ -21,6 +21,7 @@ from typing import Callable, Union
 
 from harness.disasm import Instruction, decode_one, sweep
 from harness.frame import DWARF_D0, LR, PC, SP, Frame, Stack
+from harness.rule import Rule
 from harness.walk import check_caller
 
 FRAME_POINTERS = (7, 11)
@@ -266,6 +267,17 @@ class EpilogueSimulator:
                 return tuple(steps)
         return "no return within reach"
 
+    def may_return_within_reach(self, pc: int) -> bool:
+        """False only where `plan(pc)` must decline, found without decoding:
+        no instruction that could end a frame starts within LIMIT
+        instructions (4 * LIMIT bytes) of pc."""
+        try:
+            code = self._code_at(pc, 4 * LIMIT + 4)
+        except KeyError:
+            return True  # near the end of the code: let `plan` say
+        return any(m.start() % 2 == 0 for m in _MAY_END_FRAME.finditer(code, 0, 4 * LIMIT + 4)
+                   if m.start() < 4 * LIMIT)
+
     def simulate(self, frame: Frame, stack: Stack) -> Frame | None:
         plan = self.plan(frame.pc)
         if isinstance(plan, str):
@@ -314,6 +326,30 @@ def execute(steps: tuple[Step, ...], frame: Frame, stack: Stack) -> Frame:
     return Frame(r=tuple(regs), d=tuple(dregs))
 
 
+def rule_of(steps: tuple[Step, ...]) -> Rule | None:
+    """The kernel's rule for an epilogue outside IT blocks, or None where a
+    step moves sp or r7 by a register's value."""
+    offset, loads, vfp_loads, pc_from_lr = 0, [], [], False
+    for step in steps:
+        kind = type(step)
+        if kind is Restore:
+            for reg in step.regs:
+                loads.append((reg, offset))
+                offset += 4
+        elif kind is RestoreVfp:
+            for index in range(step.first, step.first + step.count):
+                vfp_loads.append((index, offset))
+                offset += 8
+        elif kind is Release and step.frame_pointer is None and step.reg is None:
+            offset += step.amount
+        elif kind is ReturnToLr or kind is Branch:
+            pc_from_lr = True
+        else:
+            return None
+    return Rule(loads=tuple(loads), vfp_loads=tuple(vfp_loads), end=offset,
+                pc_from_lr=pc_from_lr, outside_it=True)
+
+
 class EpilogueFirst:
     """At the innermost frame, simulate the epilogue ahead if there is one;
     otherwise (and for every caller frame) use the fallback unwinder."""
@@ -330,3 +366,10 @@ class EpilogueFirst:
                 check_caller(frame, caller, innermost)
                 return caller
         return self.fallback.step(frame, stack, innermost)
+
+    def rule_at(self, pc: int, innermost: bool) -> Rule | None:
+        reach = innermost and self.simulator.may_return_within_reach(pc)
+        plan = self.simulator.plan(pc) if reach else "no epilogue simulated"
+        if isinstance(plan, str):
+            return self.fallback.rule_at(pc, innermost)
+        return rule_of(plan)

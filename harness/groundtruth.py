@@ -11,6 +11,7 @@ execution alone (ARCHITECTURE.md, "Ground truth").
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 
@@ -101,11 +102,23 @@ class SkippedStops:
         self._pending, self._end = pending, address
 
 
+_PACKED = struct.Struct("<11I8Q")
+
+
+def packed(frame: ShadowFrame) -> bytes:
+    """pc, sp, r4-r11, whether d8-d15 are known, d8-d15: the layout of
+    `Expected` in harness/_kernel.c."""
+    vfp = frame.vfp
+    return _PACKED.pack(frame.pc, frame.sp, *frame.callee_saved, vfp is not None, *(vfp or (0,) * 8))
+
+
 class ShadowStack:
-    """Frames from the sentinel (bottom, index 0) to the innermost caller."""
+    """Frames from the sentinel (bottom, index 0) to the innermost caller,
+    also kept packed, in the same order, for the compiled kernel."""
 
     def __init__(self, bottom: ShadowFrame):
         self.frames: list[ShadowFrame] = [bottom]
+        self.packed = bytearray(packed(bottom))
         self._pending: tuple[int, ShadowFrame] | None = None
         self._serial = bottom.serial
 
@@ -116,10 +129,12 @@ class ShadowStack:
             self._pending = None
             if pc != fall_through:  # the call was taken (not skipped under IT)
                 self.frames.append(frame)
+                self.packed += packed(frame)
                 return
         top = self.frames[-1]
         if pc == top.pc and sp == top.sp and len(self.frames) > 1:
             self.frames.pop()
+            del self.packed[-_PACKED.size:]
 
     def before(self, pc: int, length: int, regs, vfp) -> None:
         """The instruction at pc is a call of `length` bytes about to execute."""

@@ -11,9 +11,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from harness import kernel
 from harness.emulator import SENTINEL, EmulationFault, Emulator
 from harness.errors import UnwindFailure
-from harness.frame import Frame
+from harness.frame import DWARF_D0, PC, SP, Frame, reg_name
 from harness.groundtruth import (
     ShadowFrame,
     ShadowStack,
@@ -76,28 +77,45 @@ class ProgramResult:
         return self.fault is None and (self.expected is None or self.result == self.expected)
 
 
+def difference(register: int, got: int, want: int) -> tuple[str, str | None, str]:
+    """(kind, register name, detail) for a caller frame whose `register` (PC,
+    SP, 4-11, or DWARF_D0 + 8-15 for d8-d15) holds `got` instead of `want`."""
+    if register == PC:
+        return "wrong_pc", None, f"pc {got:#x}, expected {want:#x}"
+    if register == SP:
+        return "wrong_sp", None, f"sp {got:#x}, expected {want:#x}"
+    name = reg_name(register)
+    return "wrong_register", name, f"{name} {got:#x}, expected {want:#x}"
+
+
 def compare(caller: Frame, expected: ShadowFrame,
             restores: Restores = ALL_CALLEE_SAVED) -> tuple[str, str | None, str] | None:
     """(kind, register, detail) for the first difference, or None. Registers
     are compared where the unwinder claims to restore them."""
     if caller.pc != expected.pc:
-        return "wrong_pc", None, f"pc {caller.pc:#x}, expected {expected.pc:#x}"
+        return difference(PC, caller.pc, expected.pc)
     if caller.sp != expected.sp:
-        return "wrong_sp", None, f"sp {caller.sp:#x}, expected {expected.sp:#x}"
+        return difference(SP, caller.sp, expected.sp)
     got = caller.r[4:12]
     if got != expected.callee_saved:
         for reg in restores.core:
             value, want = got[reg - 4], expected.callee_saved[reg - 4]
             if value != want:
-                return "wrong_register", f"r{reg}", f"r{reg} {value:#x}, expected {want:#x}"
+                return difference(reg, value, want)
     if expected.vfp is not None and restores.vfp:
         got = caller.d[8:16]
         if got != expected.vfp:  # unknown (None) values are not compared
             for index, (value, want) in enumerate(zip(got, expected.vfp)):
                 if value is not None and value != want:
-                    name = f"d{8 + index}"
-                    return "wrong_register", name, f"{name} {value:#x}, expected {want:#x}"
+                    return difference(DWARF_D0 + 8 + index, value, want)
     return None
+
+
+def kernel_outcome(stop_kernel: kernel.StopKernel, index: int, answer: tuple):
+    """A failing kernel answer for unwinder `index`, as unwind_and_compare words it."""
+    if answer[1] == kernel.MISMATCH:
+        return (answer[0], *difference(*answer[2:]))
+    return (answer[0], *stop_kernel.failure(index, answer[2]))
 
 
 def without_scratch(frame: Frame) -> Frame:
@@ -235,14 +253,17 @@ class _Classifier:
 def verify_program(program: Program, unwinders: Sequence[Unwinder],
                    budget: int = DEFAULT_BUDGET, memoize: bool = True,
                    observe: Callable[[ObservedStop], None] | None = None,
-                   every: int = 1, shard: tuple[int, int] = (0, 1)) -> ProgramResult:
+                   every: int = 1, shard: tuple[int, int] = (0, 1),
+                   compiled: bool | None = None) -> ProgramResult:
     """Run `program`, verifying every unwinder at every stop (or at every
     `every`-th: the shadow stack still follows every instruction). With
     `shard` (I, N), only the I-th of every N of those stops is verified, so
     that N runs split the work and together verify each stop once.
 
-    `memoize=False` re-walks every frame at every stop (for checking that the
-    memo changes nothing); `observe` sees each verified stop.
+    `compiled` (default: when built) lets the kernel (harness.kernel) answer
+    first, each unwinder's Python step running only where it defers;
+    `memoize=False` re-walks every frame in Python at every stop (for
+    checking that the memo changes nothing); `observe` sees each verified stop.
     """
     emulator = Emulator(program.segments)
     result = ProgramResult(program.name, expected=program.expected_result)
@@ -256,6 +277,11 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         (u, MemoizedWalk(u) if memoize else lambda f, s, e, u=u: unwind_and_compare(u, f, s, e))
         for u in unwinders
     ]
+    if compiled is None:
+        compiled = memoize and kernel.AVAILABLE
+    stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if compiled and unwinders else None
+    all_defer = (kernel.DEFER,) * len(walks)
+    pass_keys: dict[tuple[frozenset[str], str], tuple] = {}
 
     def culprit(frame_pc: int, index: int) -> tuple[str, frozenset[str]]:
         """Name and traits of the function the wrong frame is in."""
@@ -264,28 +290,46 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     seen = 0
     shard_index, shard_count = shard
 
-    def check(pc: int, regs: tuple[int, ...], cpsr: int, vfp, expected, stack) -> None:
-        """Verify every unwinder at one stop."""
+    def check(pc: int, regs, cpsr: int, vfp) -> None:
+        """Verify every unwinder at one stop (regs: r0-r14 at least)."""
         nonlocal seen
         number = seen
         seen += 1
         if number % every or (number // every) % shard_count != shard_index:
             return
         name, traits, position = classify(pc)
-        frame = Frame(r=regs, d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL, cpsr=cpsr)
-        for unwinder, walk in walks:
-            outcome = walk(frame, stack, expected)
-            if outcome is None:
-                counts[(unwinder.name, traits, position, None)] += 1
+        keys = pass_keys.get((traits, position))
+        if keys is None:
+            keys = pass_keys[(traits, position)] = tuple((u.name, traits, position, None) for u in unwinders)
+        sp = regs[13]
+        answers = stop_kernel.check(regs, pc, cpsr, vfp, sp, shadow.packed) if stop_kernel else all_defer
+        frame = stack = expected = None
+        for index, (unwinder, walk) in enumerate(walks):
+            answer = answers[index]
+            if answer is None:
+                counts[keys[index]] += 1
                 continue
-            index, kind, register, detail = outcome
+            if answer is kernel.DEFER:
+                if frame is None:
+                    frame = Frame(r=tuple(regs[:15]) + (pc,), d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL, cpsr=cpsr)
+                    stack, expected = emulator.stack(sp), shadow.frames[::-1]
+                outcome = walk(frame, stack, expected)
+                if outcome is None:
+                    counts[keys[index]] += 1
+                    continue
+            else:
+                outcome = kernel_outcome(stop_kernel, index, answer)
+            frame_index, kind, register, detail = outcome
             counts[(unwinder.name, traits, position, kind)] += 1
-            frame_pc = pc if index == 0 else expected[index - 1].pc
-            culprit_name, culprit_traits = culprit(frame_pc, index)
-            result.failures.append(Failure(unwinder.name, number, pc, name, position, kind, index,
+            frame_pc = pc if frame_index == 0 else shadow.frames[-frame_index].pc
+            culprit_name, culprit_traits = culprit(frame_pc, frame_index)
+            result.failures.append(Failure(unwinder.name, number, pc, name, position, kind, frame_index,
                                            culprit_name, register, detail, culprit_traits))
         result.stops += 1
         if observe is not None:
+            if frame is None:
+                frame = Frame(r=tuple(regs[:15]) + (pc,), d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL, cpsr=cpsr)
+                stack, expected = emulator.stack(sp), shadow.frames[::-1]
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
     def on_stop(pc: int) -> None:
@@ -296,12 +340,9 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
             shadow = ShadowStack(ShadowFrame(SENTINEL, regs[13], tuple(regs[4:12]), vfp))
         else:
             shadow.observe(pc, regs[13])
-        core = tuple(regs[:16])
-        stack = emulator.stack(regs[13])
-        expected = shadow.frames[::-1]
         for skipped, state in it_blocks.passed_over(pc):
-            check(skipped, core[:15] + (skipped,), with_it_state(regs[16], state), vfp, expected, stack)
-        check(pc, core, regs[16], vfp, expected, stack)
+            check(skipped, regs, with_it_state(regs[16], state), vfp)
+        check(pc, regs, regs[16], vfp)
         decoded = decoded_at.get(pc)
         if decoded is None:
             code = program.code(pc, 4)
@@ -316,4 +357,3 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     except EmulationFault as fault:
         result.fault = str(fault)
     return result
-

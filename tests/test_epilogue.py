@@ -63,7 +63,7 @@ def test_each_epilogue_form_is_simulated_from_each_offset(name):
     v2_plus.simulator.simulate = recording
     epilogue_stops = []
     f = next(i for i in program.functions if i.name == "f")
-    result = verify_program(program, [v2_plus, v2_synth], observe=lambda stop: epilogue_stops.append(stop.pc)
+    result = verify_program(program, [v2_plus, v2_synth], compiled=False, observe=lambda stop: epilogue_stops.append(stop.pc)
                             if f.start <= stop.pc < f.end and f.position(stop.pc) == "epilogue" else None)
     assert result.self_check_ok
     assert result.failures == []

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import lru_cache
 from typing import Sequence
 
 from harness.cfi import CfiRow, FunctionCfi
 from harness.errors import UnwindFailure
 from harness.frame import DWARF_D0, LR, PC, SP, Frame, Stack
+from harness.rule import Rule, rule_from
 from harness.walk import check_caller
 
 
@@ -30,10 +32,14 @@ class DwarfUnwinder:
                 self._rows[pc] = row
         return row
 
-    def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
-        row = self.row_for(frame.pc if innermost else frame.pc - 1)
+    def usable_row(self, lookup_pc: int) -> CfiRow:
+        row = self.row_for(lookup_pc)
         if row.problem:
             raise UnwindFailure("unsupported", f"CFI at {row.address:#x}: {row.problem}")
+        return row
+
+    def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
+        row = self.usable_row(frame.pc if innermost else frame.pc - 1)
         cfa = frame.r[row.cfa_reg] + row.cfa_offset
         regs = list(frame.r)
         dregs = list(frame.d)
@@ -47,3 +53,14 @@ class DwarfUnwinder:
         caller = Frame(r=tuple(regs), d=tuple(dregs))
         check_caller(frame, caller, innermost)
         return caller
+
+    def rule_at(self, pc: int, innermost: bool) -> Rule | None:
+        return rule_from(lambda: self.usable_row(pc if innermost else pc - 1), _rule_of_row)
+
+
+@lru_cache(maxsize=None)
+def _rule_of_row(row: CfiRow) -> Rule:
+    """Registers at CFA + offset; pc from the lr column, sp = CFA."""
+    return Rule(base=row.cfa_reg, offset=row.cfa_offset,
+                loads=tuple((reg, offset) for reg, offset in row.saved if reg < DWARF_D0),
+                vfp_loads=tuple((reg - DWARF_D0, offset) for reg, offset in row.saved if reg >= DWARF_D0))

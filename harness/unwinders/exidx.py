@@ -14,6 +14,7 @@ from harness.elf import ElfImage
 from harness.exidx import ExidxEntry, ExidxSections, require_exidx_sections
 from harness.errors import UnwindFailure
 from harness.frame import Frame, Stack
+from harness.rule import Rule, rule_from
 
 
 class ExidxUnwinder:
@@ -32,9 +33,7 @@ class ExidxUnwinder:
             raise UnwindFailure("no_info", f"no .ARM.exidx entry covers pc {pc:#x}")
         return self.entries[index]
 
-    def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
-        # Return addresses are looked up one byte earlier, as in the siblings.
-        lookup_pc = frame.pc if innermost else frame.pc - 1
+    def ops_at(self, lookup_pc: int) -> tuple[ehabi.Op, ...]:
         entry = self.entry_for(lookup_pc)
         if entry.kind == "cantunwind":
             raise UnwindFailure("no_info", "EXIDX_CANTUNWIND")
@@ -42,7 +41,16 @@ class ExidxUnwinder:
             raise UnwindFailure(
                 "unsupported", f"pc {lookup_pc:#x}: generic personality routine in .ARM.extab"
             )
-        return ehabi.unwind_step(entry.ops, frame, stack, innermost)
+        return entry.ops
+
+    def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
+        # Return addresses are looked up one byte earlier, as in the siblings.
+        lookup_pc = frame.pc if innermost else frame.pc - 1
+        return ehabi.unwind_step(self.ops_at(lookup_pc), frame, stack, innermost)
+
+    def rule_at(self, pc: int, innermost: bool) -> Rule | None:
+        lookup_pc = pc if innermost else pc - 1
+        return rule_from(lambda: self.ops_at(lookup_pc), ehabi.rule_of)
 
 
 def exidx_unwinder_for(sections: ExidxSections, name: str = "exidx") -> ExidxUnwinder:

@@ -26,8 +26,11 @@ at a valid caller record is not detected (the caller frame is then skipped).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from harness.errors import UnwindFailure
 from harness.frame import LR, PC, SP, Frame, Stack
+from harness.rule import Rule
 from harness.walk import Restores, check_caller
 
 
@@ -69,3 +72,14 @@ class FramePointerUnwinder:
         caller = Frame(r=tuple(regs), d=frame.d)
         check_caller(frame, caller, innermost)
         return caller
+
+    def rule_at(self, pc: int, innermost: bool) -> Rule:
+        """The same record step at every pc: the guards are `_record_in_stack`,
+        and at the innermost frame the seed's test picks record or leaf."""
+        return _record_rule(self.fp_reg, innermost)
+
+
+@lru_cache(maxsize=None)
+def _record_rule(fp: int, innermost: bool) -> Rule:
+    return Rule(base=fp, loads=((fp, 0), (PC, 4)), end=8, bounds=(0, 8), pc_from_lr=False,
+                aligned=True, above_sp=True, leaf_unless_record=innermost)

@@ -10,8 +10,11 @@ on pc and sp only (`restores`).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from harness.errors import UnwindFailure
 from harness.frame import LR, PC, SP, Frame, Stack
+from harness.rule import LEAF, Rule, rule_from
 from harness.v1 import V1Table
 from harness.walk import PC_SP_ONLY, check_caller
 
@@ -24,13 +27,18 @@ class V1Unwinder:
         self.text_base = text_base
         self.name = name
 
-    def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
-        pc = frame.pc if innermost else frame.pc - 1
+    def row_at(self, pc: int, innermost: bool) -> tuple[int, int] | None:
+        """(CFA offset, RA offset) for the frame at pc; None: take pc from lr."""
+        pc = pc if innermost else pc - 1
         found = self.table.lookup(pc - self.text_base) if pc >= self.text_base else None
+        if found is None and not innermost:
+            raise UnwindFailure("no_info", f"v1 has no row for pc {pc:#x}")
+        return found
+
+    def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
+        found = self.row_at(frame.pc, innermost)
         regs = list(frame.r)
         if found is None:
-            if not innermost:
-                raise UnwindFailure("no_info", f"v1 has no row for pc {pc:#x}")
             regs[PC] = frame.r[LR] & ~1
         else:
             cfa_offset, ra_offset = found
@@ -39,3 +47,15 @@ class V1Unwinder:
         caller = Frame(r=tuple(regs), d=frame.d)
         check_caller(frame, caller, innermost)
         return caller
+
+    def rule_at(self, pc: int, innermost: bool) -> Rule | None:
+        return rule_from(lambda: self.row_at(pc, innermost), _rule_of_row)
+
+
+@lru_cache(maxsize=None)
+def _rule_of_row(found: tuple[int, int] | None) -> Rule:
+    """sp += CFA offset, pc = [sp - RA offset]; with no row, pc = lr."""
+    if found is None:
+        return LEAF
+    cfa_offset, ra_offset = found
+    return Rule(offset=cfa_offset, loads=((PC, -ra_offset),), pc_from_lr=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from harness import ehabi
 from harness.errors import UnwindFailure
 from harness.frame import Frame, Stack
+from harness.rule import Rule, rule_from
 from harness.v2.reader import UnsupportedRun, V2Reader
 
 Run = tuple[ehabi.Op, ...]
@@ -84,3 +85,7 @@ class V2Unwinder:
         # that never returns, so callers are looked up one byte earlier.
         lookup_pc = frame.pc if innermost else frame.pc - 1
         return ehabi.unwind_step(self.instructions_for(lookup_pc), frame, stack, innermost)
+
+    def rule_at(self, pc: int, innermost: bool) -> Rule | None:
+        lookup_pc = pc if innermost else pc - 1
+        return rule_from(lambda: self.instructions_for(lookup_pc), ehabi.rule_of)

@@ -1,0 +1,319 @@
+/* The verification kernel: at one stop, walk every unwinder's rules
+ * (harness/rule.py) over the emulator's stack memory and compare each
+ * caller frame with the shadow stack. Python's `step` stays the definition:
+ * wherever a rule's guard fails the kernel answers "defer" and the harness
+ * runs the unwinder's own step instead (harness/kernel.py).
+ *
+ * Registers are int64 so that sums past 32 bits compare exactly as Python
+ * ints do.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { BOUNDS = 1, PC_FROM_LR = 2, ALIGNED = 4, ABOVE_SP = 8,
+       LEAF_UNLESS_RECORD = 16, OUTSIDE_IT = 32, FAILS = 64 };
+enum { SP = 13, LR = 14, PC = 15 };
+enum { STEP_OK, STEP_DEFER, STEP_FAILS };
+
+typedef struct { int32_t flags, base, offset, end, lowest, highest, loads, vfp_loads; } RuleHeader;
+typedef struct { int32_t reg, offset; } Load;
+
+/* One shadow frame as harness.kernel packs it. */
+typedef struct { uint32_t pc, sp, r[8], vfp_known; uint64_t d[8]; } __attribute__((packed)) Expected;
+
+typedef struct {
+    int64_t r[16];
+    uint64_t d[8];      /* d8-d15 */
+    unsigned d_known;   /* bit i: d(8+i) is known */
+} KFrame;
+
+typedef struct {
+    const uint8_t *memory;  /* the stack mapping, from guest address `base` */
+    int64_t base, low, high;
+} KStack;
+
+static inline int contains(const KStack *s, int64_t a) { return s->low <= a && a <= s->high; }
+
+static inline int read32(const KStack *s, int64_t a, int64_t *out) {
+    uint32_t v;
+    if (a < s->low || a < s->base || a + 4 > s->high) return 0;
+    memcpy(&v, s->memory + (a - s->base), 4);
+    *out = v;
+    return 1;
+}
+
+static inline int read64(const KStack *s, int64_t a, uint64_t *out) {
+    if (a < s->low || a < s->base || a + 8 > s->high) return 0;
+    memcpy(out, s->memory + (a - s->base), 8);
+    return 1;
+}
+
+static inline int it_state(uint32_t cpsr) { return ((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3); }
+
+/* harness.walk.check_caller, deferring where it would raise. */
+static inline int caller_ok(const KFrame *callee, const KFrame *caller, int innermost) {
+    if (caller->r[SP] & 3) return 0;
+    if (caller->r[SP] > callee->r[SP]) return 1;
+    return innermost && caller->r[SP] == callee->r[SP] && caller->r[PC] != callee->r[PC];
+}
+
+static int step(const uint8_t *rule, const KFrame *f, KFrame *c, int innermost,
+                const KStack *s, uint32_t cpsr) {
+    RuleHeader h;
+    memcpy(&h, rule, sizeof h);
+    if (h.flags & FAILS) return STEP_FAILS;
+    if (h.base < 0 || h.base > 15) return STEP_DEFER;
+    *c = *f;
+    int64_t base = f->r[h.base] + h.offset;
+    int guarded = 1;
+    if ((h.flags & BOUNDS) && !(contains(s, base + h.lowest) && contains(s, base + h.highest))) guarded = 0;
+    if ((h.flags & ALIGNED) && (base & 3)) guarded = 0;
+    if ((h.flags & ABOVE_SP) && base < f->r[SP]) guarded = 0;
+    if (h.flags & LEAF_UNLESS_RECORD) {
+        int64_t saved = 0;
+        int record = guarded && read32(s, base, &saved) && (saved == 0 || saved > base);
+        if (!record) {
+            c->r[PC] = f->r[LR] & ~(int64_t)1;
+            return caller_ok(f, c, innermost) ? STEP_OK : STEP_DEFER;
+        }
+    } else if (!guarded) {
+        return STEP_DEFER;
+    }
+    if ((h.flags & OUTSIDE_IT) && it_state(cpsr)) return STEP_DEFER;
+    const Load *loads = (const Load *)(rule + sizeof h);
+    for (int i = 0; i < h.loads; i++) {
+        Load l;
+        memcpy(&l, &loads[i], sizeof l);
+        if (l.reg < 0 || l.reg > 15 || !read32(s, base + l.offset, &c->r[l.reg])) return STEP_DEFER;
+    }
+    for (int i = h.loads; i < h.loads + h.vfp_loads; i++) {
+        Load l;
+        uint64_t value;
+        memcpy(&l, &loads[i], sizeof l);
+        if (!read64(s, base + l.offset, &value)) return STEP_DEFER;
+        if (l.reg >= 8 && l.reg < 16) {  /* only d8-d15 are ever compared */
+            c->d[l.reg - 8] = value;
+            c->d_known |= 1u << (l.reg - 8);
+        }
+    }
+    c->r[PC] = ((h.flags & PC_FROM_LR) ? c->r[LR] : c->r[PC]) & ~(int64_t)1;
+    c->r[SP] = base + h.end;
+    return caller_ok(f, c, innermost) ? STEP_OK : STEP_DEFER;
+}
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer memory;
+    int64_t base, high;
+    Py_ssize_t count;
+    PyObject *rules;     /* list of dicts: key (pc << 1 | innermost) -> bytes or None */
+    uint32_t *core_mask; /* per unwinder: the r4-r11 it restores (bit = register) */
+    int *vfp;            /* per unwinder: whether it restores d8-d15 */
+    PyObject *provide;   /* provide(unwinder, pc, innermost) -> bytes or None */
+} Verifier;
+
+static void Verifier_dealloc(Verifier *self) {
+    if (self->memory.obj) PyBuffer_Release(&self->memory);
+    Py_XDECREF(self->rules);
+    Py_XDECREF(self->provide);
+    PyMem_Free(self->core_mask);
+    PyMem_Free(self->vfp);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Verifier(memory, base, high, restores: [(core mask, vfp)], provide) */
+static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
+    PyObject *restores, *provide;
+    long long base, high;
+    if (!PyArg_ParseTuple(args, "y*LLOO", &self->memory, &base, &high, &restores, &provide)) return -1;
+    if (!PyList_Check(restores) || !PyCallable_Check(provide)) {
+        PyErr_SetString(PyExc_TypeError, "restores must be a list and provide callable");
+        return -1;
+    }
+    if (high - base > (long long)self->memory.len) {
+        PyErr_SetString(PyExc_ValueError, "stack memory is smaller than [base, high)");
+        return -1;
+    }
+    self->base = base;
+    self->high = high;
+    self->count = PyList_GET_SIZE(restores);
+    self->core_mask = PyMem_Calloc(self->count + 1, sizeof(uint32_t));
+    self->vfp = PyMem_Calloc(self->count + 1, sizeof(int));
+    self->rules = PyList_New(self->count);
+    if (!self->core_mask || !self->vfp || !self->rules) return -1;
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        unsigned int mask;
+        int vfp;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(restores, i), "Ip", &mask, &vfp)) return -1;
+        self->core_mask[i] = mask;
+        self->vfp[i] = vfp;
+        PyObject *rules = PyDict_New();
+        if (!rules) return -1;
+        PyList_SET_ITEM(self->rules, i, rules);
+    }
+    Py_INCREF(provide);
+    self->provide = provide;
+    return 0;
+}
+
+/* The rule bytes for (unwinder, pc, innermost): borrowed, Py_None to defer, NULL on error. */
+static PyObject *rule_for(Verifier *self, Py_ssize_t unwinder, int64_t pc, int innermost, PyObject **key_out) {
+    PyObject *rules = PyList_GET_ITEM(self->rules, unwinder);
+    PyObject *key = PyLong_FromLongLong((pc << 1) | innermost);
+    if (!key) return NULL;
+    PyObject *rule = PyDict_GetItemWithError(rules, key);
+    if (!rule) {
+        if (PyErr_Occurred()) { Py_DECREF(key); return NULL; }
+        PyObject *made = PyObject_CallFunction(self->provide, "nLi", unwinder, (long long)pc, innermost);
+        if (!made) { Py_DECREF(key); return NULL; }
+        if (made != Py_None && !PyBytes_Check(made)) {
+            PyErr_SetString(PyExc_TypeError, "provide must return bytes or None");
+            Py_DECREF(made); Py_DECREF(key);
+            return NULL;
+        }
+        int status = PyDict_SetItem(rules, key, made);
+        Py_DECREF(made);  /* the dict holds it */
+        if (status) { Py_DECREF(key); return NULL; }
+        rule = made;
+    }
+    *key_out = key;
+    return rule;
+}
+
+/* Mismatch between a caller frame and its shadow frame: the register
+ * (15 pc, 13 sp, 4-11, or 264-271 for d8-d15), or -1 if none. */
+static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, int vfp,
+                    int64_t *got, uint64_t *expected) {
+    if (c->r[PC] != want->pc) { *got = c->r[PC]; *expected = want->pc; return PC; }
+    if (c->r[SP] != want->sp) { *got = c->r[SP]; *expected = want->sp; return SP; }
+    for (int reg = 4; reg < 12; reg++) {
+        if ((core_mask >> reg & 1) && c->r[reg] != want->r[reg - 4]) {
+            *got = c->r[reg]; *expected = want->r[reg - 4]; return reg;
+        }
+    }
+    if (vfp && want->vfp_known) {
+        for (int i = 0; i < 8; i++) {
+            if ((c->d_known >> i & 1) && c->d[i] != want->d[i]) {
+                *got = (int64_t)c->d[i]; *expected = want->d[i]; return 264 + i;
+            }
+        }
+    }
+    return -1;
+}
+
+/* One unwinder's walk: Py_None (every frame matched), Py_False (defer),
+ * (frame, 0, rule key) for a failing rule, (frame, 1, register, got, expected). */
+static PyObject *walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame,
+                      const KStack *s, uint32_t cpsr, const Expected *expected, Py_ssize_t frames) {
+    KFrame frame = *innermost_frame, caller;
+    for (Py_ssize_t index = 0; index < frames; index++) {
+        int innermost = index == 0;
+        int64_t lookup = frame.r[PC];
+        PyObject *key = NULL;
+        PyObject *rule = rule_for(self, unwinder, lookup, innermost, &key);
+        if (!rule) return NULL;
+        if (rule == Py_None) { Py_DECREF(key); Py_RETURN_FALSE; }
+        int outcome = step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, &caller, innermost, s, cpsr);
+        if (outcome == STEP_DEFER) { Py_DECREF(key); Py_RETURN_FALSE; }
+        if (outcome == STEP_FAILS) return Py_BuildValue("(niN)", index, 0, key);
+        Py_DECREF(key);
+        int64_t got;
+        uint64_t want;
+        int reg = mismatch(&caller, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder], &got, &want);
+        if (reg > PC)  /* d8-d15: 64-bit values */
+            return Py_BuildValue("(niiKK)", index, 1, reg, (unsigned long long)got, (unsigned long long)want);
+        if (reg >= 0) return Py_BuildValue("(niiLK)", index, 1, reg, (long long)got, (unsigned long long)want);
+        /* r0-r3 and r12 hold nothing a caller relies on (verify.without_scratch). */
+        caller.r[0] = caller.r[1] = caller.r[2] = caller.r[3] = caller.r[12] = 0;
+        frame = caller;
+    }
+    Py_RETURN_NONE;
+}
+
+/* check(regs, pc, cpsr, vfp or None, low, expected: the packed shadow
+ * frames, outermost first) -> one result per unwinder (see walk). */
+static PyObject *Verifier_check(Verifier *self, PyObject *args) {
+    PyObject *regs, *vfp;
+    unsigned long long pc;
+    unsigned int cpsr;
+    long long low;
+    Py_buffer expected;
+    if (!PyArg_ParseTuple(args, "OKIOLy*", &regs, &pc, &cpsr, &vfp, &low, &expected)) return NULL;
+    PyObject *result = NULL;
+    KFrame frame;
+    memset(&frame, 0, sizeof frame);
+    PyObject *fast = PySequence_Fast(regs, "regs must be a sequence");
+    if (!fast) goto done;
+    if (PySequence_Fast_GET_SIZE(fast) < 15) {
+        PyErr_SetString(PyExc_ValueError, "regs needs r0-r14");
+        Py_DECREF(fast);
+        goto done;
+    }
+    for (int i = 0; i < 15; i++) {
+        frame.r[i] = (int64_t)PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    }
+    Py_DECREF(fast);
+    frame.r[PC] = (int64_t)pc;
+    if (vfp != Py_None) {
+        PyObject *values = PySequence_Fast(vfp, "vfp must be a sequence");
+        if (!values) goto done;
+        for (int i = 0; i < 8 && i < PySequence_Fast_GET_SIZE(values); i++) {
+            frame.d[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(values, i));
+            frame.d_known |= 1u << i;
+        }
+        Py_DECREF(values);
+    }
+    if (PyErr_Occurred()) goto done;
+    if (expected.len % sizeof(Expected)) {
+        PyErr_SetString(PyExc_ValueError, "expected is not a whole number of packed frames");
+        goto done;
+    }
+    KStack stack = { (const uint8_t *)self->memory.buf, self->base, low, self->high };
+    Py_ssize_t frames = expected.len / sizeof(Expected);
+    result = PyTuple_New(self->count);
+    if (!result) goto done;
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        PyObject *outcome = walk(self, i, &frame, &stack, cpsr, (const Expected *)expected.buf, frames);
+        if (!outcome) { Py_CLEAR(result); goto done; }
+        PyTuple_SET_ITEM(result, i, outcome);
+    }
+done:
+    PyBuffer_Release(&expected);
+    return result;
+}
+
+static PyMethodDef Verifier_methods[] = {
+    {"check", (PyCFunction)Verifier_check, METH_VARARGS, "Walk every unwinder at one stop."},
+    {NULL}
+};
+
+static PyTypeObject VerifierType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "harness._kernel.Verifier",
+    .tp_basicsize = sizeof(Verifier),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Verifier_init,
+    .tp_dealloc = (destructor)Verifier_dealloc,
+    .tp_methods = Verifier_methods,
+    .tp_doc = "Rule walks and shadow-stack comparison for every unwinder at one stop.",
+};
+
+static struct PyModuleDef kernel_module = {
+    PyModuleDef_HEAD_INIT, "harness._kernel", "The compiled verification kernel.", -1, NULL
+};
+
+PyMODINIT_FUNC PyInit__kernel(void) {
+    if (PyType_Ready(&VerifierType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&kernel_module);
+    if (!module) return NULL;
+    Py_INCREF(&VerifierType);
+    if (PyModule_AddObject(module, "Verifier", (PyObject *)&VerifierType) < 0) {
+        Py_DECREF(&VerifierType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

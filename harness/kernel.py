@@ -1,0 +1,57 @@
+"""The compiled verification kernel (harness/_kernel.c), seen from Python.
+
+At each stop the kernel walks every unwinder by its rules (harness.rule)
+over the emulator's stack memory and compares each caller frame with the
+packed shadow stack. Each unwinder's answer is None (every frame matched), a
+failing rule (frame, 0, rule key), a mismatch (frame, MISMATCH,
+register, value, expected), or DEFER: the verifier then runs
+the unwinder's own Python step for that stop, so the kernel only ever
+repeats what `step` would say, faster.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from harness.frame import CALLEE_SAVED
+from harness.rule import Rule
+from harness.walk import ALL_CALLEE_SAVED, Restores, Unwinder
+
+try:
+    from harness._kernel import Verifier
+except ImportError:  # not built: the verifier runs in Python alone
+    Verifier = None
+
+AVAILABLE = Verifier is not None
+DEFER = False  # the kernel's answer where the unwinder's own step must run
+MISMATCH = 1
+
+
+def _restores(unwinder: Unwinder) -> tuple[int, bool]:
+    restores: Restores = getattr(unwinder, "restores", ALL_CALLEE_SAVED)
+    assert set(restores.core) <= set(CALLEE_SAVED)
+    return sum(1 << reg for reg in restores.core), restores.vfp
+
+
+class StopKernel:
+    """Rules per (unwinder, pc, innermost), made on first use and kept."""
+
+    def __init__(self, unwinders: Sequence[Unwinder], memory, base: int, high: int):
+        self.unwinders = list(unwinders)
+        self.rules: list[dict[int, Rule]] = [{} for _ in self.unwinders]
+        self.check = Verifier(memory, base, high, [_restores(u) for u in self.unwinders],
+                              self._provide).check
+        """check(regs, pc, cpsr, vfp or None, low, packed shadow stack) -> one answer per unwinder"""
+
+    def _provide(self, index: int, pc: int, innermost: int) -> bytes | None:
+        rule_at = getattr(self.unwinders[index], "rule_at", None)
+        rule = rule_at(pc, bool(innermost)) if rule_at is not None else None
+        if rule is None:
+            return None
+        self.rules[index][pc << 1 | innermost] = rule
+        return rule.packed
+
+    def failure(self, index: int, key: int) -> tuple[str, None, str]:
+        """(kind, no register, reason) of the failure rule the kernel met."""
+        kind, reason = self.rules[index][key].failure
+        return kind, None, reason

@@ -1,0 +1,184 @@
+"""The compiled kernel says exactly what each unwinder's own Python step says,
+or defers to it; and it is what the verifier uses."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from functools import lru_cache
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from generators.corpus import generate_program
+from harness import kernel
+from harness.compiled import program_from_elf
+from harness.errors import UnwindFailure
+from harness.frame import Frame, Stack
+from harness.groundtruth import ShadowFrame, packed
+from harness.rule import Rule
+from harness.runner import ELF_CORPUS, elf_builds
+from harness.unwinders import UNWINDER_NAMES, build_unwinders
+from harness.verify import kernel_outcome, unwind_and_compare, verify_program, without_scratch
+
+BASE = 0x7000_0000  # where the test stack's bytes start
+SIZE = 0x400
+
+
+def test_the_kernel_is_built():
+    assert kernel.AVAILABLE, "harness._kernel is missing: reinstall with `pip install -e .`"
+
+
+def same_results(program, every: int = 1):
+    fast = verify_program(program, build_unwinders(program), every=every, compiled=True)
+    slow = verify_program(program, build_unwinders(program), every=every, compiled=False)
+    assert fast.stops == slow.stops > 0
+    assert fast.counts == slow.counts
+    assert fast.failures == slow.failures
+    return fast
+
+
+@pytest.mark.parametrize("seed, index", [(0, 0), (0, 3), (7, 1), (11, 2)])
+def test_generated_programs_verify_the_same_with_the_kernel(seed, index):
+    same_results(generate_program(seed, index))
+
+
+@pytest.mark.parametrize("file", ["gcc-O2-nofp.elf", "clang-O0-fp.elf"])
+def test_compiled_programs_verify_the_same_with_the_kernel(file):
+    build = next(b for b in elf_builds() if b["file"] == file)
+    program = program_from_elf(str(ELF_CORPUS / file), build["entry"], build["expected_checksum"])
+    same_results(program, every=5)
+
+
+def test_the_kernel_answers_most_walks_itself(monkeypatch):
+    """Deferring is for odd states only: most answers come from the kernel."""
+    answers: Counter = Counter()
+    real = kernel.StopKernel.__init__
+
+    def spying(self, *args):
+        real(self, *args)
+        check = self.check
+
+        def counted(*call):
+            found = check(*call)
+            answers.update("deferred" if a is kernel.DEFER else "answered" for a in found)
+            return found
+        self.check = counted
+
+    monkeypatch.setattr(kernel.StopKernel, "__init__", spying)
+    program = generate_program(0, 1)
+    verify_program(program, build_unwinders(program))
+    assert answers["answered"] > 0.9 * (answers["answered"] + answers["deferred"])
+
+
+# ------------------------------------------- the kernel against `step`, on random states
+
+
+@lru_cache(maxsize=None)
+def unwinders_of(index: int):
+    program = generate_program(3, index)
+    return program, build_unwinders(program)
+
+
+def python_walk(unwinder, frame: Frame, stack: Stack, depth: int) -> list[Frame]:
+    frames = []
+    for number in range(depth):
+        try:
+            caller = unwinder.step(frame, stack, number == 0)
+        except UnwindFailure:
+            break
+        frames.append(caller)
+        frame = without_scratch(caller)
+    return frames
+
+
+def shadow_of(frame: Frame, with_vfp: bool) -> ShadowFrame:
+    vfp = frame.d[8:16] if with_vfp and None not in frame.d[8:16] else None
+    return ShadowFrame(frame.pc, frame.sp, frame.r[4:12], vfp)
+
+
+@st.composite
+def stop_states(draw):
+    """A program's unwinders, a random stop in it (registers, stack words that
+    point into the stack or the code, an IT state), and shadow frames that
+    follow the unwinder's own walk for a while and then differ."""
+    which_program = draw(st.integers(0, 3))
+    program, _ = unwinders_of(which_program)
+    function = draw(st.sampled_from(program.functions))
+    pc = draw(st.integers(function.start // 2, (function.end - 1) // 2)) * 2
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    sp = BASE + 4 * rng.randrange(0, SIZE // 8)
+    code = [f.start + 2 * rng.randrange(0, 8) + 1 for f in program.functions]
+
+    def word():
+        pick = rng.random()
+        if pick < 0.35:
+            return BASE + rng.randrange(0, SIZE + 16) & ~3
+        if pick < 0.7:
+            return rng.choice(code)
+        return rng.choice((0, rng.getrandbits(32)))
+
+    data = b"".join(word().to_bytes(4, "little") for _ in range(SIZE // 4))
+    regs = [word() for _ in range(13)] + [sp, rng.choice(code), pc]
+    vfp = tuple(rng.getrandbits(64) for _ in range(8)) if draw(st.booleans()) else None
+    cpsr = draw(st.sampled_from([0, 0x0000_0400 | 0x0200_0000, 0x0600_0000, 0x6000_0000]))
+    name = draw(st.sampled_from(UNWINDER_NAMES))
+    return which_program, name, regs, vfp, cpsr, data, draw(st.integers(0, 6)), draw(st.integers(0, 10))
+
+
+def differing(frame: ShadowFrame, which: int) -> ShadowFrame:
+    """`frame` with one value changed: pc, sp, r4-r11 or d8-d15 by `which` (0-10)."""
+    pc, sp, core, vfp = frame.pc, frame.sp, list(frame.callee_saved), frame.vfp
+    if which == 0:
+        pc += 2
+    elif which == 1:
+        sp += 4
+    elif which < 10 or vfp is None:
+        core[which % 8] ^= 1
+    else:
+        vfp = (vfp[0] ^ 1,) + vfp[1:]
+    return ShadowFrame(pc, sp, tuple(core), vfp)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stop_states())
+def test_the_kernel_agrees_with_step(state):
+    which_program, name, regs, vfp, cpsr, data, depth, which = state
+    unwinder = unwinders_of(which_program)[1][UNWINDER_NAMES.index(name)]
+    sp = regs[13]
+    stack = Stack(sp, data[sp - BASE :])
+    frame = Frame(r=tuple(regs), d=(None,) * 8 + (vfp or (None,) * 8) + (None,) * 16, cpsr=cpsr)
+    walked = python_walk(unwinder, frame, stack, depth + 1)
+    expected = [shadow_of(f, vfp is not None) for f in walked]
+    if depth < len(expected):  # make the shadow stack differ from the walk at some frame
+        expected[depth] = differing(expected[depth], which)
+    else:  # the walk failed: one more frame, so that the failing step is compared
+        expected.append(ShadowFrame(0x1234, sp + 8, (0,) * 8, None))
+    stop_kernel = kernel.StopKernel([unwinder], bytearray(data), BASE, BASE + SIZE)
+    outermost_first = b"".join(packed(f) for f in reversed(expected))
+    answer, = stop_kernel.check(regs, regs[15], cpsr, vfp, sp, outermost_first)
+    if answer is kernel.DEFER:
+        return
+    want = unwind_and_compare(unwinder, frame, stack, expected)
+    got = None if answer is None else kernel_outcome(stop_kernel, 0, answer)
+    assert got == want
+
+
+def test_rules_pack_to_what_the_kernel_reads():
+    rule = Rule(base=7, offset=-4, loads=((4, 0), (15, 4)), vfp_loads=((8, 8),), end=16, bounds=(0, 12),
+                pc_from_lr=False, aligned=True)
+    words = [int.from_bytes(rule.packed[i : i + 4], "little", signed=True) for i in range(0, len(rule.packed), 4)]
+    assert words == [1 | 4, 7, -4, 16, 0, 12, 2, 1, 4, 0, 15, 4, 8, 8]
+
+
+def test_a_failing_rule_is_reported_with_its_reason():
+    program, unwinders = unwinders_of(0)
+    v1 = unwinders[UNWINDER_NAMES.index("v1")]
+    stop_kernel = kernel.StopKernel([v1], bytearray(SIZE), BASE, BASE + SIZE)
+    # A caller pc outside every function: v1 has no row there.
+    lr_outside = 0x10
+    regs = [0] * 13 + [BASE + 0x100, lr_outside, program.functions[0].start]
+    expected = [ShadowFrame(lr_outside, BASE + 0x100, (0,) * 8, None), ShadowFrame(0x20, BASE + 0x200, (0,) * 8, None)]
+    answer, = stop_kernel.check(regs, regs[15], 0, None, regs[13], b"".join(packed(f) for f in reversed(expected)))
+    assert kernel_outcome(stop_kernel, 0, answer) == (1, "no_info", None, f"v1 has no row for pc {lr_outside - 1:#x}")
