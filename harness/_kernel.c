@@ -103,20 +103,30 @@ static int step(const uint8_t *rule, const KFrame *f, KFrame *c, int innermost,
     return caller_ok(f, c, innermost) ? STEP_OK : STEP_DEFER;
 }
 
+/* Frame pcs [low, high) that share one rule (bytes, or Py_None: defer). */
+typedef struct { int64_t low, high; PyObject *rule; Py_ssize_t id; } Range;
+typedef struct { Range *items; Py_ssize_t count, capacity; } Ranges;  /* sorted, disjoint */
+
 typedef struct {
     PyObject_HEAD
     Py_buffer memory;
     int64_t base, high;
     Py_ssize_t count;
-    PyObject *rules;     /* list of dicts: key (pc << 1 | innermost) -> bytes or None */
+    Ranges *ranges;      /* per unwinder, [2 * unwinder + innermost] */
     uint32_t *core_mask; /* per unwinder: the r4-r11 it restores (bit = register) */
     int *vfp;            /* per unwinder: whether it restores d8-d15 */
-    PyObject *provide;   /* provide(unwinder, pc, innermost) -> bytes or None */
+    PyObject *provide;   /* provide(unwinder, pc, innermost) -> (rule id, bytes or None, low, high) */
 } Verifier;
 
 static void Verifier_dealloc(Verifier *self) {
     if (self->memory.obj) PyBuffer_Release(&self->memory);
-    Py_XDECREF(self->rules);
+    if (self->ranges) {
+        for (Py_ssize_t i = 0; i < 2 * self->count; i++) {
+            for (Py_ssize_t j = 0; j < self->ranges[i].count; j++) Py_DECREF(self->ranges[i].items[j].rule);
+            PyMem_Free(self->ranges[i].items);
+        }
+        PyMem_Free(self->ranges);
+    }
     Py_XDECREF(self->provide);
     PyMem_Free(self->core_mask);
     PyMem_Free(self->vfp);
@@ -141,44 +151,60 @@ static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
     self->count = PyList_GET_SIZE(restores);
     self->core_mask = PyMem_Calloc(self->count + 1, sizeof(uint32_t));
     self->vfp = PyMem_Calloc(self->count + 1, sizeof(int));
-    self->rules = PyList_New(self->count);
-    if (!self->core_mask || !self->vfp || !self->rules) return -1;
+    self->ranges = PyMem_Calloc(2 * self->count + 1, sizeof(Ranges));
+    if (!self->core_mask || !self->vfp || !self->ranges) { PyErr_NoMemory(); return -1; }
     for (Py_ssize_t i = 0; i < self->count; i++) {
         unsigned int mask;
         int vfp;
         if (!PyArg_ParseTuple(PyList_GET_ITEM(restores, i), "Ip", &mask, &vfp)) return -1;
         self->core_mask[i] = mask;
         self->vfp[i] = vfp;
-        PyObject *rules = PyDict_New();
-        if (!rules) return -1;
-        PyList_SET_ITEM(self->rules, i, rules);
     }
     Py_INCREF(provide);
     self->provide = provide;
     return 0;
 }
 
-/* The rule bytes for (unwinder, pc, innermost): borrowed, Py_None to defer, NULL on error. */
-static PyObject *rule_for(Verifier *self, Py_ssize_t unwinder, int64_t pc, int innermost, PyObject **key_out) {
-    PyObject *rules = PyList_GET_ITEM(self->rules, unwinder);
-    PyObject *key = PyLong_FromLongLong((pc << 1) | innermost);
-    if (!key) return NULL;
-    PyObject *rule = PyDict_GetItemWithError(rules, key);
-    if (!rule) {
-        if (PyErr_Occurred()) { Py_DECREF(key); return NULL; }
-        PyObject *made = PyObject_CallFunction(self->provide, "nLi", unwinder, (long long)pc, innermost);
-        if (!made) { Py_DECREF(key); return NULL; }
-        if (made != Py_None && !PyBytes_Check(made)) {
-            PyErr_SetString(PyExc_TypeError, "provide must return bytes or None");
-            Py_DECREF(made); Py_DECREF(key);
-            return NULL;
-        }
-        int status = PyDict_SetItem(rules, key, made);
-        Py_DECREF(made);  /* the dict holds it */
-        if (status) { Py_DECREF(key); return NULL; }
-        rule = made;
+/* The rule for (unwinder, pc, innermost): borrowed bytes, or Py_None to
+ * defer; NULL on error. Asks `provide` for the range around a pc no range
+ * holds yet, and keeps it (clipped to the gap it fills). */
+static PyObject *rule_for(Verifier *self, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t *id) {
+    Ranges *set = &self->ranges[2 * unwinder + innermost];
+    Py_ssize_t lo = 0, hi = set->count;
+    while (lo < hi) {  /* the first range starting above pc */
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (set->items[mid].low <= pc) lo = mid + 1; else hi = mid;
     }
-    *key_out = key;
+    if (lo > 0 && pc < set->items[lo - 1].high) {
+        *id = set->items[lo - 1].id;
+        return set->items[lo - 1].rule;
+    }
+    PyObject *made = PyObject_CallFunction(self->provide, "nLi", unwinder, (long long)pc, innermost);
+    if (!made) return NULL;
+    Py_ssize_t rule_id;
+    PyObject *rule;
+    long long low, high;
+    if (!PyArg_ParseTuple(made, "nOLL", &rule_id, &rule, &low, &high)) { Py_DECREF(made); return NULL; }
+    if ((rule != Py_None && !PyBytes_Check(rule)) || !(low <= pc && pc < high)) {
+        PyErr_Format(PyExc_ValueError, "provide gave no rule bytes, or a range without pc %lld", (long long)pc);
+        Py_DECREF(made);
+        return NULL;
+    }
+    if (lo > 0 && low < set->items[lo - 1].high) low = set->items[lo - 1].high;
+    if (lo < set->count && high > set->items[lo].low) high = set->items[lo].low;
+    if (set->count == set->capacity) {
+        Py_ssize_t capacity = set->capacity ? 2 * set->capacity : 64;
+        Range *items = PyMem_Realloc(set->items, capacity * sizeof(Range));
+        if (!items) { Py_DECREF(made); PyErr_NoMemory(); return NULL; }
+        set->items = items;
+        set->capacity = capacity;
+    }
+    memmove(&set->items[lo + 1], &set->items[lo], (set->count - lo) * sizeof(Range));
+    Py_INCREF(rule);
+    set->items[lo] = (Range){ low, high, rule, rule_id };
+    set->count++;
+    Py_DECREF(made);
+    *id = rule_id;
     return rule;
 }
 
@@ -204,21 +230,19 @@ static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, i
 }
 
 /* One unwinder's walk: Py_None (every frame matched), Py_False (defer),
- * (frame, 0, rule key) for a failing rule, (frame, 1, register, got, expected). */
+ * (frame, 0, rule id) for a failing rule, (frame, 1, register, got, expected). */
 static PyObject *walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame,
                       const KStack *s, uint32_t cpsr, const Expected *expected, Py_ssize_t frames) {
     KFrame frame = *innermost_frame, caller;
     for (Py_ssize_t index = 0; index < frames; index++) {
         int innermost = index == 0;
-        int64_t lookup = frame.r[PC];
-        PyObject *key = NULL;
-        PyObject *rule = rule_for(self, unwinder, lookup, innermost, &key);
+        Py_ssize_t rule_id = -1;
+        PyObject *rule = rule_for(self, unwinder, frame.r[PC], innermost, &rule_id);
         if (!rule) return NULL;
-        if (rule == Py_None) { Py_DECREF(key); Py_RETURN_FALSE; }
+        if (rule == Py_None) Py_RETURN_FALSE;
         int outcome = step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, &caller, innermost, s, cpsr);
-        if (outcome == STEP_DEFER) { Py_DECREF(key); Py_RETURN_FALSE; }
-        if (outcome == STEP_FAILS) return Py_BuildValue("(niN)", index, 0, key);
-        Py_DECREF(key);
+        if (outcome == STEP_DEFER) Py_RETURN_FALSE;
+        if (outcome == STEP_FAILS) return Py_BuildValue("(nin)", index, 0, rule_id);
         int64_t got;
         uint64_t want;
         int reg = mismatch(&caller, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder], &got, &want);

@@ -64,12 +64,18 @@ class FunctionCfi:
 
     def row_at(self, address: int) -> CfiRow:
         """The row in force at `address` (which must lie in [start, end))."""
-        current = self.rows[0]
+        return self.row_range(address)[0]
+
+    def row_range(self, address: int) -> tuple[CfiRow, int, int]:
+        """The row in force at `address`, and the addresses [low, high) of
+        this function where the same row is in force."""
+        current, low, high = self.rows[0], self.start, self.end
         for row in self.rows:
             if row.address > address:
+                high = min(high, row.address)
                 break
-            current = row
-        return current
+            current, low = row, max(low, row.address)
+        return current, low, high
 
 
 # One line of a decoded FDE table: (pc, CFA rule, {DWARF register: rule}).

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Union
 
-from harness.disasm import Instruction, decode_one, sweep
+from harness.disasm import Instruction, decode_one, first_text, sweep
 from harness.frame import DWARF_D0, LR, PC, SP, Frame, Stack
-from harness.rule import Rule
+from harness.groundtruth import instruction_size
+from harness.rule import RangeCache, Rule, RuleRange
 from harness.walk import check_caller
 
 FRAME_POINTERS = (7, 11)
@@ -234,6 +235,35 @@ def _decoded(code: bytes, start: int, boundary: tuple[int, int, str]):
 # ------------------------------------------------------------------ simulation
 
 
+def _first_operand_in(*names: str) -> Callable[[str], bool]:
+    return lambda operands: operands.split(",")[0] in names
+
+
+# Unconditional mnemonics (without .w) of the instructions `classify` accepts,
+# with a test of the operand text, spaces removed. A mnemonic not listed, a
+# conditional one included, is never an epilogue step.
+EPILOGUE_TEXT: dict[str, Callable[[str], bool]] = {
+    **dict.fromkeys(("add", "adds", "addw", "sub", "subs", "subw", "mov", "movs"),
+                    _first_operand_in("sp", "r7", "r11", "fp")),
+    **dict.fromkeys(("pop", "vpop", "b"), lambda operands: True),
+    **dict.fromkeys(("ldm", "ldmia", "ldmfd"), _first_operand_in("sp", "sp!")),
+    "ldr": lambda operands: "[sp],#4" in operands,
+    "bx": lambda operands: operands == "lr",
+}
+
+
+@lru_cache(maxsize=4096)
+def _may_start_epilogue(instruction: bytes) -> bool:
+    """The test of `may_start_epilogue` (an instruction's text depends on its
+    bytes alone, as the simulator decodes one at a time, outside IT context)."""
+    found = first_text(instruction, 0)
+    if found is None:
+        return True
+    mnemonic, operands = found
+    test = EPILOGUE_TEXT.get(mnemonic.removesuffix(".w"))
+    return test is not None and test(operands.replace(" ", ""))
+
+
 class EpilogueSimulator:
     """Recognises and executes the epilogue ahead of a stop, or declines."""
 
@@ -242,6 +272,8 @@ class EpilogueSimulator:
         self._same_function = same_function
         self.outcomes: Counter = Counter()  # "simulated" or the reason for declining
         self.plan = lru_cache(maxsize=None)(self._plan)
+        # Plans from neighbouring pcs decode the same instructions.
+        self._decode_at = lru_cache(maxsize=None)(lambda address: decode_one(code_at(address, 4), address))
 
     def _plan(self, pc: int) -> tuple[Step, ...] | str:
         """The epilogue steps from pc to its return, or why there is none."""
@@ -249,7 +281,7 @@ class EpilogueSimulator:
         address = pc
         for _ in range(LIMIT):  # one at a time: most stops decline at the first
             try:
-                insn = decode_one(self._code_at(address, 4), address)
+                insn = self._decode_at(address)
             except KeyError:
                 return "no code ahead"
             if insn is None:
@@ -267,16 +299,16 @@ class EpilogueSimulator:
                 return tuple(steps)
         return "no return within reach"
 
-    def may_return_within_reach(self, pc: int) -> bool:
-        """False only where `plan(pc)` must decline, found without decoding:
-        no instruction that could end a frame starts within LIMIT
-        instructions (4 * LIMIT bytes) of pc."""
+    def may_start_epilogue(self, pc: int) -> bool:
+        """False only where `plan(pc)` must decline at its first instruction,
+        told from its text alone (no detailed decoding, which costs ten times
+        more): `plan` takes only unconditional instructions `classify`
+        accepts, and each of those reads as one of EPILOGUE_TEXT."""
         try:
-            code = self._code_at(pc, 4 * LIMIT + 4)
+            code = self._code_at(pc, 4)
         except KeyError:
-            return True  # near the end of the code: let `plan` say
-        return any(m.start() % 2 == 0 for m in _MAY_END_FRAME.finditer(code, 0, 4 * LIMIT + 4)
-                   if m.start() < 4 * LIMIT)
+            return True  # let `plan` say
+        return _may_start_epilogue(code[:instruction_size(code)] if len(code) >= 2 else code)
 
     def simulate(self, frame: Frame, stack: Stack) -> Frame | None:
         plan = self.plan(frame.pc)
@@ -358,6 +390,7 @@ class EpilogueFirst:
         self.simulator = simulator
         self.fallback = fallback
         self.name = name
+        self._fallback_rules = RangeCache(fallback.rule_at)
 
     def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
         if innermost:
@@ -367,9 +400,13 @@ class EpilogueFirst:
                 return caller
         return self.fallback.step(frame, stack, innermost)
 
-    def rule_at(self, pc: int, innermost: bool) -> Rule | None:
-        reach = innermost and self.simulator.may_return_within_reach(pc)
-        plan = self.simulator.plan(pc) if reach else "no epilogue simulated"
-        if isinstance(plan, str):
-            return self.fallback.rule_at(pc, innermost)
-        return rule_of(plan)
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        """Callers: the fallback's rules. The innermost frame: pc by pc, the
+        simulated epilogue's rule, or the fallback's where it declines."""
+        if not innermost:
+            return self.fallback.rule_at(pc, False)
+        if self.simulator.may_start_epilogue(pc):
+            plan = self.simulator.plan(pc)
+            if not isinstance(plan, str):
+                return RuleRange(rule_of(plan), pc, pc + 1)
+        return RuleRange(self._fallback_rules(pc).rule, pc, pc + 1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from harness.frame import CALLEE_SAVED
-from harness.rule import Rule
+from harness.rule import EVERYWHERE, NOWHERE, Rule
 from harness.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
 try:
@@ -34,24 +34,26 @@ def _restores(unwinder: Unwinder) -> tuple[int, bool]:
 
 
 class StopKernel:
-    """Rules per (unwinder, pc, innermost), made on first use and kept."""
+    """Rules per (unwinder, innermost, range of pcs), made on first use and kept."""
 
     def __init__(self, unwinders: Sequence[Unwinder], memory, base: int, high: int):
         self.unwinders = list(unwinders)
-        self.rules: list[dict[int, Rule]] = [{} for _ in self.unwinders]
+        self.rules: list[Rule] = []  # by the id the kernel reports a failing rule with
         self.check = Verifier(memory, base, high, [_restores(u) for u in self.unwinders],
                               self._provide).check
         """check(regs, pc, cpsr, vfp or None, low, packed shadow stack) -> one answer per unwinder"""
 
-    def _provide(self, index: int, pc: int, innermost: int) -> bytes | None:
+    def _provide(self, index: int, pc: int, innermost: int) -> tuple[int, bytes | None, int, int]:
         rule_at = getattr(self.unwinders[index], "rule_at", None)
-        rule = rule_at(pc, bool(innermost)) if rule_at is not None else None
+        if rule_at is None:
+            return -1, None, NOWHERE, EVERYWHERE  # no rules: always its own step
+        rule, low, high = rule_at(pc, bool(innermost))
         if rule is None:
-            return None
-        self.rules[index][pc << 1 | innermost] = rule
-        return rule.packed
+            return -1, None, low, high
+        self.rules.append(rule)
+        return len(self.rules) - 1, rule.packed, low, high
 
-    def failure(self, index: int, key: int) -> tuple[str, None, str]:
+    def failure(self, rule_id: int) -> tuple[str, None, str]:
         """(kind, no register, reason) of the failure rule the kernel met."""
-        kind, reason = self.rules[index][key].failure
+        kind, reason = self.rules[rule_id].failure
         return kind, None, reason

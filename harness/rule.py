@@ -2,7 +2,8 @@
 verification kernel (harness/_kernel.c).
 
 Each unwinder's `step` stays the definition. Its `rule_at(pc, innermost)`
-describes the same step as fixed offsets from one base register: what the
+gives a RuleRange: the rule for a frame at pc, and the pcs around it that
+share it. A rule describes the step as fixed offsets from one base register: what the
 step does for every register and stack state, *except* where the rule's
 guards fail, and there the kernel defers to `step`. `None` means "always
 defer" (an EHABI run only `execute` can follow, an epilogue that moves sp by
@@ -25,9 +26,10 @@ The kernel applies a rule as follows (`base` is r[base] + offset):
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, TypeVar
+from typing import Callable, NamedTuple, TypeVar
 
 from harness.errors import UnwindFailure
 from harness.frame import SP
@@ -70,17 +72,53 @@ def failing(kind: str, reason: str) -> Rule:
     return Rule(failure=(kind, reason))
 
 
+LEAF = Rule()  # pc = lr, every other register unchanged (a function's entry)
+
+
+NOWHERE, EVERYWHERE = -(1 << 40), 1 << 40  # bounds of ranges that extend without limit
+
+
+class RuleRange(NamedTuple):
+    """A rule and the frame pcs [low, high) that share it (for the same
+    `innermost`): every one of them makes the same lookup decisions."""
+
+    rule: Rule | None
+    low: int
+    high: int
+
+
 Found = TypeVar("Found")
 
 
-def rule_from(find: Callable[[], Found], build: Callable[[Found], Rule | None]) -> Rule | None:
-    """`build` over what `find` looks up for a pc (the same lookup `step`
-    makes), or the failure rule for the UnwindFailure it raises."""
+def ranged(find: Callable[[], tuple[Found, int, int]], build: Callable[[Found], Rule | None],
+           pc: int, innermost: bool) -> RuleRange:
+    """The rule `build` makes of what `find` looks up for the frame at pc
+    (the lookup `step` makes), with the range of lookup pcs that find the
+    same; a caller's pc is looked up one byte earlier, so its range lies one
+    byte later. An UnwindFailure becomes a failure rule for pc alone (its
+    reason names the pc)."""
     try:
-        found = find()
+        found, low, high = find()
     except UnwindFailure as failure:
-        return failing(failure.kind, failure.reason)
-    return build(found)
+        return RuleRange(failing(failure.kind, failure.reason), pc, pc + 1)
+    shift = 0 if innermost else 1
+    return RuleRange(build(found), low + shift, high + shift)
 
 
-LEAF = Rule()  # pc = lr, every other register unchanged (a function's entry)
+class RangeCache:
+    """RuleRanges of innermost frames, for a wrapper that must decide per pc
+    but whose fallback's rules hold over ranges (bisect over disjoint ranges)."""
+
+    def __init__(self, rule_at: Callable[[int, bool], RuleRange]):
+        self._rule_at = rule_at
+        self._lows: list[int] = []
+        self._ranges: list[RuleRange] = []
+
+    def __call__(self, pc: int) -> RuleRange:
+        index = bisect_right(self._lows, pc)
+        if index and pc < self._ranges[index - 1].high:
+            return self._ranges[index - 1]
+        found = self._rule_at(pc, True)
+        self._lows.insert(index, found.low)
+        self._ranges.insert(index, found)
+        return found

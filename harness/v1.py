@@ -37,6 +37,7 @@ from typing import Sequence
 from harness.cfi import CfiRow, FunctionCfi
 from harness.errors import CorruptTable, EncodeError, TableOverflow
 from harness.frame import LR, SP
+from harness.rule import EVERYWHERE, NOWHERE
 from harness.v2.encoder import starts_epilogue
 
 CANT_UNWIND = 0xFFFF
@@ -204,20 +205,30 @@ class V1Table:
         a function's very start, or in a CANT_UNWIND range, has nothing);
         then the last row at or below it, with the RA offset last given. Before
         the first row that is (0, 0), as in Chrome's unwinder."""
+        return self.lookup_range(offset)[0]
+
+    def lookup_range(self, offset: int) -> tuple[tuple[int, int] | None, int, int]:
+        """`lookup(offset)`, and the offsets [low, high) that find the same."""
         position = bisect_right(self.starts, offset) - 1
-        if position < 0 or self.starts[position] == offset:
-            return None
+        if position < 0:
+            return None, NOWHERE, self.starts[0] if self.starts else EVERYWHERE
+        start = self.starts[position]
+        if start == offset:
+            return None, offset, offset + 1
+        high = self.starts[position + 1] if position + 1 < len(self.starts) else EVERYWHERE
         rows = self.rows[position]
         if rows is None:
-            return None
-        start = self.starts[position]
+            return None, start + 1, high
         cfa = ra = 0
+        low = start + 1
         for row_offset, row_cfa, row_ra in rows:
             if start + row_offset > offset:
+                high = min(high, start + row_offset)
                 break
             cfa = row_cfa
             ra = row_ra or ra
-        return cfa, ra
+            low = max(low, start + row_offset)
+        return (cfa, ra), low, high
 
 
 def _function_rows(data: Sequence[int], index: int, position: int) -> tuple[tuple[int, int, int], ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from harness import kernel
 from harness.emulator import SENTINEL, EmulationFault, Emulator
@@ -33,9 +33,8 @@ VFP_NONE = (None,) * 8
 D_TAIL = (None,) * 16
 
 
-@dataclass(frozen=True)
-class Failure:
-    """One failing stop of one unwinder."""
+class Failure(NamedTuple):
+    """One failing stop of one unwinder (a tuple: a run makes many)."""
 
     unwinder: str
     stop: int  # the stop's sequence number in the program's run (verified or not)
@@ -115,7 +114,7 @@ def kernel_outcome(stop_kernel: kernel.StopKernel, index: int, answer: tuple):
     """A failing kernel answer for unwinder `index`, as unwind_and_compare words it."""
     if answer[1] == kernel.MISMATCH:
         return (answer[0], *difference(*answer[2:]))
-    return (answer[0], *stop_kernel.failure(index, answer[2]))
+    return (answer[0], *stop_kernel.failure(answer[2]))
 
 
 def without_scratch(frame: Frame) -> Frame:

@@ -182,3 +182,64 @@ def test_a_failing_rule_is_reported_with_its_reason():
     expected = [ShadowFrame(lr_outside, BASE + 0x100, (0,) * 8, None), ShadowFrame(0x20, BASE + 0x200, (0,) * 8, None)]
     answer, = stop_kernel.check(regs, regs[15], 0, None, regs[13], b"".join(packed(f) for f in reversed(expected)))
     assert kernel_outcome(stop_kernel, 0, answer) == (1, "no_info", None, f"v1 has no row for pc {lr_outside - 1:#x}")
+
+
+# ------------------------------------------------------------- rule ranges
+
+
+def rule_ranges_hold(program, unwinders, rng: random.Random, samples: int) -> int:
+    """For random pcs: every pc of the range `rule_at` gives has the same rule
+    (what lets the kernel keep one rule per range). Returns pcs checked."""
+    checked = 0
+    low_text = min(f.start for f in program.functions)
+    high_text = max(f.end for f in program.functions)
+    for _ in range(samples):
+        pc = rng.randrange(low_text - 8, high_text + 8)
+        innermost = rng.random() < 0.5
+        for unwinder in unwinders:
+            rule, low, high = unwinder.rule_at(pc, innermost)
+            assert low <= pc < high, (unwinder.name, pc)
+            if rule is not None and rule.failure is not None:
+                assert (low, high) == (pc, pc + 1)  # failure reasons name their pc
+                continue
+            inside = [p for p in (low, high - 1, rng.randrange(low, high) if high - low < 1 << 30 else pc)
+                      if low_text - 16 <= p < high_text + 16]
+            for other in inside:
+                assert unwinder.rule_at(other, innermost).rule == rule, (unwinder.name, pc, other)
+                checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("seed, index", [(0, 0), (3, 2), (5, 7)])
+def test_rule_ranges_hold_for_generated_programs(seed, index):
+    program = generate_program(seed, index)
+    assert rule_ranges_hold(program, build_unwinders(program), random.Random(index), 150) > 500
+
+
+@pytest.mark.parametrize("file", ["gcc-O2-fp.elf", "clang-Os-nofp.elf"])
+def test_rule_ranges_hold_for_compiled_programs(file):
+    build = next(b for b in elf_builds() if b["file"] == file)
+    program = program_from_elf(str(ELF_CORPUS / file), build["entry"], build["expected_checksum"])
+    assert rule_ranges_hold(program, build_unwinders(program), random.Random(1), 150) > 500
+
+
+def test_every_epilogue_plan_passes_the_text_filter():
+    """`may_start_epilogue` declines only pcs whose plan declines: checked at
+    every pc of the compiled corpus's functions and of generated programs."""
+    programs = [generate_program(0, index) for index in range(3)]
+    for build in elf_builds():
+        if build["file"] in ("gcc-O2-fp.elf", "clang-O2-nofp.elf", "gcc-Os-nofp.elf", "clang-Os-fp.elf"):
+            programs.append(program_from_elf(str(ELF_CORPUS / build["file"]), build["entry"],
+                                             build["expected_checksum"]))
+    plans = 0
+    for program in programs:
+        simulator = build_unwinders(program, ("v2+epilogue",))[0].simulator
+        for function in program.functions:
+            if function.end - function.start > 4096:
+                continue  # huge frames are padding, not instructions
+            for pc in range(function.start, function.end, 2):
+                if not simulator.may_start_epilogue(pc):
+                    assert isinstance(simulator.plan(pc), str), hex(pc)
+                elif not isinstance(simulator.plan(pc), str):
+                    plans += 1
+    assert plans > 100

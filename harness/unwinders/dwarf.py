@@ -9,7 +9,7 @@ from typing import Sequence
 from harness.cfi import CfiRow, FunctionCfi
 from harness.errors import UnwindFailure
 from harness.frame import DWARF_D0, LR, PC, SP, Frame, Stack
-from harness.rule import Rule, rule_from
+from harness.rule import Rule, RuleRange, ranged
 from harness.walk import check_caller
 
 
@@ -24,19 +24,23 @@ class DwarfUnwinder:
     def row_for(self, pc: int) -> CfiRow:
         row = self._rows.get(pc)
         if row is None:
-            index = bisect_right(self.starts, pc) - 1
-            if index < 0 or pc >= self.functions[index].end:
-                raise UnwindFailure("no_info", f"no CFI covers pc {pc:#x}")
-            row = self.functions[index].row_at(pc)
+            row = self.row_range(pc)[0]
             if self.cache_rows:
                 self._rows[pc] = row
         return row
 
+    def row_range(self, pc: int) -> tuple[CfiRow, int, int]:
+        """The row for pc, and the pcs [low, high) that find the same row."""
+        index = bisect_right(self.starts, pc) - 1
+        if index < 0 or pc >= self.functions[index].end:
+            raise UnwindFailure("no_info", f"no CFI covers pc {pc:#x}")
+        row, low, high = self.functions[index].row_range(pc)
+        if index + 1 < len(self.starts):
+            high = min(high, self.starts[index + 1])
+        return row, low, high
+
     def usable_row(self, lookup_pc: int) -> CfiRow:
-        row = self.row_for(lookup_pc)
-        if row.problem:
-            raise UnwindFailure("unsupported", f"CFI at {row.address:#x}: {row.problem}")
-        return row
+        return _usable(self.row_for(lookup_pc))
 
     def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
         row = self.usable_row(frame.pc if innermost else frame.pc - 1)
@@ -54,8 +58,17 @@ class DwarfUnwinder:
         check_caller(frame, caller, innermost)
         return caller
 
-    def rule_at(self, pc: int, innermost: bool) -> Rule | None:
-        return rule_from(lambda: self.usable_row(pc if innermost else pc - 1), _rule_of_row)
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        def find():
+            row, low, high = self.row_range(pc if innermost else pc - 1)
+            return _usable(row), low, high
+        return ranged(find, _rule_of_row, pc, innermost)
+
+
+def _usable(row: CfiRow) -> CfiRow:
+    if row.problem:
+        raise UnwindFailure("unsupported", f"CFI at {row.address:#x}: {row.problem}")
+    return row
 
 
 @lru_cache(maxsize=None)

@@ -14,7 +14,7 @@ from harness.elf import ElfImage
 from harness.exidx import ExidxEntry, ExidxSections, require_exidx_sections
 from harness.errors import UnwindFailure
 from harness.frame import Frame, Stack
-from harness.rule import Rule, rule_from
+from harness.rule import EVERYWHERE, RuleRange, ranged
 
 
 class ExidxUnwinder:
@@ -27,30 +27,35 @@ class ExidxUnwinder:
         self.name = name
 
     def entry_for(self, pc: int) -> ExidxEntry:
-        index = bisect_right(self.starts, pc) - 1
-        if index < 0 or (index == len(self.entries) - 1 and self.end is not None
-                         and pc >= self.end):
-            raise UnwindFailure("no_info", f"no .ARM.exidx entry covers pc {pc:#x}")
-        return self.entries[index]
+        return self.entry_range(pc)[0]
 
-    def ops_at(self, lookup_pc: int) -> tuple[ehabi.Op, ...]:
-        entry = self.entry_for(lookup_pc)
+    def entry_range(self, pc: int) -> tuple[ExidxEntry, int, int]:
+        """The entry for pc, and the pcs [low, high) it covers."""
+        index = bisect_right(self.starts, pc) - 1
+        last = index == len(self.entries) - 1
+        if index < 0 or (last and self.end is not None and pc >= self.end):
+            raise UnwindFailure("no_info", f"no .ARM.exidx entry covers pc {pc:#x}")
+        high = self.starts[index + 1] if not last else EVERYWHERE if self.end is None else self.end
+        return self.entries[index], self.starts[index], high
+
+    def ops_range(self, lookup_pc: int) -> tuple[tuple[ehabi.Op, ...], int, int]:
+        entry, low, high = self.entry_range(lookup_pc)
         if entry.kind == "cantunwind":
             raise UnwindFailure("no_info", "EXIDX_CANTUNWIND")
         if entry.kind != "compact":
             raise UnwindFailure(
                 "unsupported", f"pc {lookup_pc:#x}: generic personality routine in .ARM.extab"
             )
-        return entry.ops
+        return entry.ops, low, high
 
     def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
         # Return addresses are looked up one byte earlier, as in the siblings.
         lookup_pc = frame.pc if innermost else frame.pc - 1
-        return ehabi.unwind_step(self.ops_at(lookup_pc), frame, stack, innermost)
+        return ehabi.unwind_step(self.ops_range(lookup_pc)[0], frame, stack, innermost)
 
-    def rule_at(self, pc: int, innermost: bool) -> Rule | None:
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         lookup_pc = pc if innermost else pc - 1
-        return rule_from(lambda: self.ops_at(lookup_pc), ehabi.rule_of)
+        return ranged(lambda: self.ops_range(lookup_pc), ehabi.rule_of, pc, innermost)
 
 
 def exidx_unwinder_for(sections: ExidxSections, name: str = "exidx") -> ExidxUnwinder:

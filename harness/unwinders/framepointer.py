@@ -30,7 +30,7 @@ from functools import lru_cache
 
 from harness.errors import UnwindFailure
 from harness.frame import LR, PC, SP, Frame, Stack
-from harness.rule import Rule
+from harness.rule import EVERYWHERE, NOWHERE, Rule, RuleRange
 from harness.walk import Restores, check_caller
 
 
@@ -73,10 +73,10 @@ class FramePointerUnwinder:
         check_caller(frame, caller, innermost)
         return caller
 
-    def rule_at(self, pc: int, innermost: bool) -> Rule:
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         """The same record step at every pc: the guards are `_record_in_stack`,
         and at the innermost frame the seed's test picks record or leaf."""
-        return _record_rule(self.fp_reg, innermost)
+        return RuleRange(_record_rule(self.fp_reg, innermost), NOWHERE, EVERYWHERE)
 
 
 @lru_cache(maxsize=None)

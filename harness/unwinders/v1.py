@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from harness.errors import UnwindFailure
 from harness.frame import LR, PC, SP, Frame, Stack
-from harness.rule import LEAF, Rule, rule_from
+from harness.rule import LEAF, NOWHERE, Rule, RuleRange, ranged
 from harness.v1 import V1Table
 from harness.walk import PC_SP_ONLY, check_caller
 
@@ -27,16 +27,21 @@ class V1Unwinder:
         self.text_base = text_base
         self.name = name
 
-    def row_at(self, pc: int, innermost: bool) -> tuple[int, int] | None:
-        """(CFA offset, RA offset) for the frame at pc; None: take pc from lr."""
+    def row_range(self, pc: int, innermost: bool) -> tuple[tuple[int, int] | None, int, int]:
+        """(CFA offset, RA offset) for the frame at pc (None: take pc from
+        lr), and the lookup pcs [low, high) that find the same."""
         pc = pc if innermost else pc - 1
-        found = self.table.lookup(pc - self.text_base) if pc >= self.text_base else None
+        if pc >= self.text_base:
+            found, low, high = self.table.lookup_range(pc - self.text_base)
+            low, high = max(low, 0) + self.text_base, high + self.text_base
+        else:
+            found, low, high = None, NOWHERE, self.text_base
         if found is None and not innermost:
             raise UnwindFailure("no_info", f"v1 has no row for pc {pc:#x}")
-        return found
+        return found, low, high
 
     def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
-        found = self.row_at(frame.pc, innermost)
+        found = self.row_range(frame.pc, innermost)[0]
         regs = list(frame.r)
         if found is None:
             regs[PC] = frame.r[LR] & ~1
@@ -48,8 +53,8 @@ class V1Unwinder:
         check_caller(frame, caller, innermost)
         return caller
 
-    def rule_at(self, pc: int, innermost: bool) -> Rule | None:
-        return rule_from(lambda: self.row_at(pc, innermost), _rule_of_row)
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        return ranged(lambda: self.row_range(pc, innermost), _rule_of_row, pc, innermost)
 
 
 @lru_cache(maxsize=None)

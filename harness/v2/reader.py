@@ -28,6 +28,11 @@ class Lookup:
     function_offset: int  # half-words from the function start
     instruction_index: int
     continued: bool = False  # found through the entry before the pc's page (the function started earlier)
+    # Every pc offset in [low, high) makes the same decisions, so finds the
+    # same entry and run: the pc's page, its entry's span in that page, and
+    # the span of the offset-list pair it matched.
+    low: int = 0
+    high: int = 0
 
 
 @dataclass(frozen=True)
@@ -172,9 +177,21 @@ class V2Reader:
         entry = self.tables.function_table[index]
         start_halfwords = self.entry_page[index] * PAGE_HALFWORDS + entry.page_offset
         function_offset = (pc_offset >> 1) - start_halfwords
+        page_start = page * PAGE_HALFWORDS
+        if index < first:
+            span = (0, self.page_offsets[first] if first < end else PAGE_HALFWORDS)
+        else:
+            span = (self.page_offsets[index], self.page_offsets[index + 1] if index + 1 < end else PAGE_HALFWORDS)
+        larger = None  # the offset of the pair before (offsets decrease)
         for offset, run_index in self.offset_lists[entry.offset_table_index]:
             if offset <= function_offset:
-                return Lookup(index, start_halfwords << 1, function_offset, run_index, index < first)
+                low = max(page_start + span[0], start_halfwords + offset)
+                high = page_start + span[1]
+                if larger is not None:
+                    high = min(high, start_halfwords + larger)
+                return Lookup(index, start_halfwords << 1, function_offset, run_index, index < first,
+                              low << 1, high << 1)
+            larger = offset
         raise AssertionError("validated offset lists end at offset 0")
 
     def run(self, instruction_index: int) -> tuple[ehabi.Op, ...] | UnsupportedRun:

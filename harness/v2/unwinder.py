@@ -5,7 +5,7 @@ from __future__ import annotations
 from harness import ehabi
 from harness.errors import UnwindFailure
 from harness.frame import Frame, Stack
-from harness.rule import Rule, rule_from
+from harness.rule import RuleRange, ranged
 from harness.v2.reader import UnsupportedRun, V2Reader
 
 Run = tuple[ehabi.Op, ...]
@@ -72,13 +72,17 @@ class V2Unwinder:
         return run
 
     def _lookup(self, pc: int) -> Run:
+        return self._found(pc)[0]
+
+    def _found(self, pc: int) -> tuple[Run, int, int]:
+        """The run for pc, and the pcs [low, high) that find the same."""
         found = self.reader.lookup(pc - self.text_base)
         if found is None:
             raise UnwindFailure("no_info", f"no v2 entry covers pc {pc:#x}")
         run = self.reader.run(found.instruction_index)
         if isinstance(run, UnsupportedRun):
             raise UnwindFailure("unsupported", f"at pc {pc:#x}: {run.reason}")
-        return run
+        return run, self.text_base + found.low, self.text_base + found.high
 
     def step(self, frame: Frame, stack: Stack, innermost: bool) -> Frame:
         # A return address may be the first byte after a call to a function
@@ -86,6 +90,6 @@ class V2Unwinder:
         lookup_pc = frame.pc if innermost else frame.pc - 1
         return ehabi.unwind_step(self.instructions_for(lookup_pc), frame, stack, innermost)
 
-    def rule_at(self, pc: int, innermost: bool) -> Rule | None:
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         lookup_pc = pc if innermost else pc - 1
-        return rule_from(lambda: self.instructions_for(lookup_pc), ehabi.rule_of)
+        return ranged(lambda: self._found(lookup_pc), ehabi.rule_of, pc, innermost)
