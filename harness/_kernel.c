@@ -116,6 +116,8 @@ typedef struct {
     uint32_t *core_mask; /* per unwinder: the r4-r11 it restores (bit = register) */
     int *vfp;            /* per unwinder: whether it restores d8-d15 */
     PyObject *provide;   /* provide(unwinder, pc, innermost) -> (rule id, bytes or None, low, high) */
+    uint64_t *passes;    /* [stop class * count + unwinder]: walks that matched every frame */
+    Py_ssize_t classes;
 } Verifier;
 
 static void Verifier_dealloc(Verifier *self) {
@@ -128,6 +130,7 @@ static void Verifier_dealloc(Verifier *self) {
         PyMem_Free(self->ranges);
     }
     Py_XDECREF(self->provide);
+    PyMem_Free(self->passes);
     PyMem_Free(self->core_mask);
     PyMem_Free(self->vfp);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -230,7 +233,8 @@ static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, i
 }
 
 /* One unwinder's walk: Py_None (every frame matched), Py_False (defer),
- * (frame, 0, rule id) for a failing rule, (frame, 1, register, got, expected). */
+ * (frame, 0, rule id, pc) for a failing rule, (frame, 1, register, got,
+ * expected, pc) for a mismatch; pc is that of the frame being unwound. */
 static PyObject *walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame,
                       const KStack *s, uint32_t cpsr, const Expected *expected, Py_ssize_t frames) {
     KFrame frame = *innermost_frame, caller;
@@ -242,13 +246,16 @@ static PyObject *walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermo
         if (rule == Py_None) Py_RETURN_FALSE;
         int outcome = step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, &caller, innermost, s, cpsr);
         if (outcome == STEP_DEFER) Py_RETURN_FALSE;
-        if (outcome == STEP_FAILS) return Py_BuildValue("(nin)", index, 0, rule_id);
+        if (outcome == STEP_FAILS) return Py_BuildValue("(ninL)", index, 0, rule_id, (long long)frame.r[PC]);
         int64_t got;
         uint64_t want;
         int reg = mismatch(&caller, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder], &got, &want);
         if (reg > PC)  /* d8-d15: 64-bit values */
-            return Py_BuildValue("(niiKK)", index, 1, reg, (unsigned long long)got, (unsigned long long)want);
-        if (reg >= 0) return Py_BuildValue("(niiLK)", index, 1, reg, (long long)got, (unsigned long long)want);
+            return Py_BuildValue("(niiKKL)", index, 1, reg, (unsigned long long)got, (unsigned long long)want,
+                                 (long long)frame.r[PC]);
+        if (reg >= 0)
+            return Py_BuildValue("(niiLKL)", index, 1, reg, (long long)got, (unsigned long long)want,
+                                 (long long)frame.r[PC]);
         /* r0-r3 and r12 hold nothing a caller relies on (verify.without_scratch). */
         caller.r[0] = caller.r[1] = caller.r[2] = caller.r[3] = caller.r[12] = 0;
         frame = caller;
@@ -256,18 +263,39 @@ static PyObject *walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermo
     Py_RETURN_NONE;
 }
 
+/* Count a pass of `unwinder` at a stop of class `stop_class`. */
+static int count_pass(Verifier *self, Py_ssize_t stop_class, Py_ssize_t unwinder) {
+    if (stop_class >= self->classes) {
+        Py_ssize_t classes = stop_class + 16;
+        uint64_t *passes = PyMem_Realloc(self->passes, classes * self->count * sizeof(uint64_t) + 1);
+        if (!passes) { PyErr_NoMemory(); return -1; }
+        memset(passes + self->classes * self->count, 0, (classes - self->classes) * self->count * sizeof(uint64_t));
+        self->passes = passes;
+        self->classes = classes;
+    }
+    self->passes[stop_class * self->count + unwinder]++;
+    return 0;
+}
+
 /* check(regs, pc, cpsr, vfp or None, low, expected: the packed shadow
- * frames, outermost first) -> one result per unwinder (see walk). */
+ * frames, outermost first, stop class) -> ((unwinder, answer), ...) for
+ * every unwinder whose walk did not match (see walk); matches are counted
+ * per stop class (see passes). */
 static PyObject *Verifier_check(Verifier *self, PyObject *args) {
     PyObject *regs, *vfp;
     unsigned long long pc;
     unsigned int cpsr;
     long long low;
     Py_buffer expected;
-    if (!PyArg_ParseTuple(args, "OKIOLy*", &regs, &pc, &cpsr, &vfp, &low, &expected)) return NULL;
-    PyObject *result = NULL;
+    Py_ssize_t stop_class;
+    if (!PyArg_ParseTuple(args, "OKIOLy*n", &regs, &pc, &cpsr, &vfp, &low, &expected, &stop_class)) return NULL;
+    PyObject *result = NULL, *found = NULL;
     KFrame frame;
     memset(&frame, 0, sizeof frame);
+    if (stop_class < 0) {
+        PyErr_SetString(PyExc_ValueError, "stop class must be >= 0");
+        goto done;
+    }
     PyObject *fast = PySequence_Fast(regs, "regs must be a sequence");
     if (!fast) goto done;
     if (PySequence_Fast_GET_SIZE(fast) < 15) {
@@ -296,20 +324,46 @@ static PyObject *Verifier_check(Verifier *self, PyObject *args) {
     }
     KStack stack = { (const uint8_t *)self->memory.buf, self->base, low, self->high };
     Py_ssize_t frames = expected.len / sizeof(Expected);
-    result = PyTuple_New(self->count);
-    if (!result) goto done;
+    found = PyList_New(0);
+    if (!found) goto done;
     for (Py_ssize_t i = 0; i < self->count; i++) {
         PyObject *outcome = walk(self, i, &frame, &stack, cpsr, (const Expected *)expected.buf, frames);
-        if (!outcome) { Py_CLEAR(result); goto done; }
-        PyTuple_SET_ITEM(result, i, outcome);
+        if (!outcome) goto done;
+        if (outcome == Py_None) {
+            Py_DECREF(outcome);
+            if (count_pass(self, stop_class, i)) goto done;
+            continue;
+        }
+        PyObject *pair = Py_BuildValue("(nN)", i, outcome);
+        if (!pair || PyList_Append(found, pair)) { Py_XDECREF(pair); goto done; }
+        Py_DECREF(pair);
     }
+    result = PyList_AsTuple(found);
 done:
+    Py_XDECREF(found);
     PyBuffer_Release(&expected);
     return result;
 }
 
+/* passes() -> [(stop class, unwinder, walks that matched)] where nonzero. */
+static PyObject *Verifier_passes(Verifier *self, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (Py_ssize_t c = 0; c < self->classes; c++) {
+        for (Py_ssize_t u = 0; u < self->count; u++) {
+            uint64_t n = self->passes[c * self->count + u];
+            if (!n) continue;
+            PyObject *item = Py_BuildValue("(nnK)", c, u, (unsigned long long)n);
+            if (!item || PyList_Append(out, item)) { Py_XDECREF(item); Py_DECREF(out); return NULL; }
+            Py_DECREF(item);
+        }
+    }
+    return out;
+}
+
 static PyMethodDef Verifier_methods[] = {
     {"check", (PyCFunction)Verifier_check, METH_VARARGS, "Walk every unwinder at one stop."},
+    {"passes", (PyCFunction)Verifier_passes, METH_NOARGS, "Matching walks per stop class and unwinder."},
     {NULL}
 };
 

@@ -105,15 +105,4 @@ def sweep(code: bytes, address: int) -> list[tuple[int, int, str]]:
         return []
 
 
-def first_text(code: bytes, address: int) -> tuple[str, str] | None:
-    """(mnemonic, operands) of the instruction `code` starts with, without
-    operand detail (as cheap as `sweep`); None if it does not decode."""
-    try:
-        for _, _, mnemonic, operands in _LITE.disasm_lite(code, address, 1):
-            return mnemonic, operands
-    except CsError:
-        pass
-    return None
-
-
 _LITE = Cs(CS_ARCH_ARM, CS_MODE_THUMB)

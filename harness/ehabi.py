@@ -436,21 +436,24 @@ def caller_of(ops: tuple[Op, ...], frame: Frame, stack: Stack) -> Frame:
     return Frame(r=tuple(regs), d=caller.d)
 
 
-_RULES: dict[int, tuple[tuple[Op, ...], Rule | None]] = {}  # id(run) -> (run, rule), as _PLANS
+_RULES: dict[tuple[Op, ...], Rule | None] = {}  # by the run's value: every program repeats the same runs
 
 
 def rule_of(ops: tuple[Op, ...]) -> Rule | None:
     """The kernel's rule for a run: its plan, guarded by the plan's vsp range."""
     if type(ops) is not tuple:
         return None
-    cached = _RULES.get(id(ops))
-    if cached is None or cached[0] is not ops:
-        flat = _plan_of(ops)
-        rule = None if flat is None else Rule(
-            base=flat.base, loads=flat.loads, vfp_loads=flat.vfp_loads, end=flat.end,
-            bounds=(flat.lowest, flat.highest), pc_from_lr=not flat.pc_popped)
-        cached = _RULES[id(ops)] = (ops, rule)
-    return cached[1]
+    try:
+        return _RULES[ops]
+    except KeyError:
+        pass
+    flat = plan(ops)
+    rule = None if flat is None else Rule(
+        base=flat.base, loads=flat.loads, vfp_loads=flat.vfp_loads, end=flat.end,
+        bounds=(flat.lowest, flat.highest), pc_from_lr=not flat.pc_popped)
+    if len(_RULES) < 1 << 16:
+        _RULES[ops] = rule
+    return rule
 
 
 def unwind_step(ops: tuple[Op, ...], frame: Frame, stack: Stack, innermost: bool) -> Frame:

@@ -207,8 +207,9 @@ class Emulator:
         self.instructions = 0
         self.registers = _BatchReader(uc, STATUS_REGS, ctypes.c_uint32)
         """r0-r15 and cpsr (17 values)."""
-        self.callee_saved_vfp = _BatchReader(uc, VFP_CALLEE_SAVED, ctypes.c_uint64)
-        """d8-d15 as 64-bit integers."""
+        self.registers_and_vfp = _BatchReader(uc, STATUS_REGS + VFP_CALLEE_SAVED, ctypes.c_uint64)
+        """r0-r15, cpsr and d8-d15 (25 values) in one call: 32-bit registers
+        fill the low half of their 64-bit slot, whose high half stays 0."""
 
     def stack(self, sp: int) -> LiveStack:
         return LiveStack(self._uc, sp, STACK_TOP)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Union
 
-from harness.disasm import Instruction, decode_one, first_text, sweep
+from harness.disasm import Instruction, decode_one, sweep
 from harness.frame import DWARF_D0, LR, PC, SP, Frame, Stack
 from harness.groundtruth import instruction_size
 from harness.rule import RangeCache, Rule, RuleRange
@@ -235,33 +235,47 @@ def _decoded(code: bytes, start: int, boundary: tuple[int, int, str]):
 # ------------------------------------------------------------------ simulation
 
 
-def _first_operand_in(*names: str) -> Callable[[str], bool]:
-    return lambda operands: operands.split(",")[0] in names
-
-
-# Unconditional mnemonics (without .w) of the instructions `classify` accepts,
-# with a test of the operand text, spaces removed. A mnemonic not listed, a
-# conditional one included, is never an epilogue step.
-EPILOGUE_TEXT: dict[str, Callable[[str], bool]] = {
-    **dict.fromkeys(("add", "adds", "addw", "sub", "subs", "subw", "mov", "movs"),
-                    _first_operand_in("sp", "r7", "r11", "fp")),
-    **dict.fromkeys(("pop", "vpop", "b"), lambda operands: True),
-    **dict.fromkeys(("ldm", "ldmia", "ldmfd"), _first_operand_in("sp", "sp!")),
-    "ldr": lambda operands: "[sp],#4" in operands,
-    "bx": lambda operands: operands == "lr",
-}
-
-
-@lru_cache(maxsize=4096)
-def _may_start_epilogue(instruction: bytes) -> bool:
-    """The test of `may_start_epilogue` (an instruction's text depends on its
-    bytes alone, as the simulator decodes one at a time, outside IT context)."""
-    found = first_text(instruction, 0)
-    if found is None:
+def may_start_epilogue(code: bytes) -> bool:
+    """False only for bytes that cannot start an instruction `plan` takes, so
+    that `plan` declines at once: a superset, by encoding, of the
+    instructions `classify` accepts (tests/test_epilogue.py checks every
+    16-bit encoding and random 32-bit ones). A pure function of up to four
+    bytes, whatever their address; too few bytes for an instruction say True."""
+    if len(code) < 2:
         return True
-    mnemonic, operands = found
-    test = EPILOGUE_TEXT.get(mnemonic.removesuffix(".w"))
-    return test is not None and test(operands.replace(" ", ""))
+    first = code[0] | code[1] << 8
+    if first >> 11 not in (0x1D, 0x1E, 0x1F):  # a 16-bit instruction
+        return (first & 0xFE00 == 0xBC00  # pop
+                or first & 0xFF80 == 0xB000  # add sp, sp, #imm
+                or first & 0xFF87 in (0x4485, 0x4685)  # add sp, rm / mov sp, rm
+                or first & 0xFFF8 == 0x4770  # bx lr
+                or first & 0xF800 == 0xE000  # b
+                or first & 0xFF00 == 0x3700  # adds r7, #imm8
+                or first & 0xFE3F == 0x1C3F)  # adds r7, r7, #imm3
+    if len(code) < 4:
+        return True
+    second = code[2] | code[3] << 8
+    return (first & 0xFFDF == 0xE89D  # ldm sp{!}, pop.w
+            or first == 0xF85D and second & 0x0FFF == 0x0B04  # ldr rt, [sp], #4
+            or first & 0xFFBF == 0xECBD  # vpop
+            or first & 0xF800 == 0xF000 and second & 0xD000 == 0x9000  # b.w
+            or not second & 0x8000 and _data_processing_teardown(first, (second >> 8) & 0xF))
+
+
+def _data_processing_teardown(first: int, rd: int) -> bool:
+    """32-bit data processing into sp, r7 or r11 that `classify` may accept:
+    add to sp, sub from r7/r11 into sp, mov r7/r11 into sp, or add an
+    immediate to r7/r11 in place (`first` is the first half-word)."""
+    rn = first & 0xF
+    add_immediate = first & 0xFBE0 == 0xF100 or first & 0xFBF0 == 0xF200  # add.w / addw
+    if rd == SP:
+        return (add_immediate or first & 0xFFE0 == 0xEB00  # add.w (register)
+                or (first & 0xFBE0 == 0xF1A0 or first & 0xFBF0 == 0xF2A0) and rn in FRAME_POINTERS  # sub
+                or first & 0xFFEF == 0xEA4F)  # mov.w sp, rm
+    return rd in FRAME_POINTERS and add_immediate and rn == rd
+
+
+_TEARDOWN: dict[bytes, tuple[Instruction, Step]] = {}  # teardown instructions by their bytes
 
 
 class EpilogueSimulator:
@@ -272,8 +286,25 @@ class EpilogueSimulator:
         self._same_function = same_function
         self.outcomes: Counter = Counter()  # "simulated" or the reason for declining
         self.plan = lru_cache(maxsize=None)(self._plan)
-        # Plans from neighbouring pcs decode the same instructions.
-        self._decode_at = lru_cache(maxsize=None)(lambda address: decode_one(code_at(address, 4), address))
+
+    def _step_at(self, address: int) -> tuple[Instruction, Step | None] | None:
+        """The instruction at address and what `classify` makes of it.
+        Epilogues everywhere repeat the same few teardown instructions, and
+        those (no branch among them) read the same at any address, so each
+        is decoded once per process: the Instruction of a known one is the
+        first decoded, at another address, and only its address-free fields
+        may be read."""
+        code = self._code_at(address, 4)
+        known = _TEARDOWN.get(code[:instruction_size(code)] if len(code) >= 2 else code)
+        if known is not None:
+            return known
+        insn = decode_one(code, address)
+        if insn is None:
+            return None
+        step = classify(insn)
+        if step is not None and not isinstance(step, Branch) and len(_TEARDOWN) < 1 << 16:
+            _TEARDOWN[code[: insn.size]] = (insn, step)
+        return insn, step
 
     def _plan(self, pc: int) -> tuple[Step, ...] | str:
         """The epilogue steps from pc to its return, or why there is none."""
@@ -281,13 +312,13 @@ class EpilogueSimulator:
         address = pc
         for _ in range(LIMIT):  # one at a time: most stops decline at the first
             try:
-                insn = self._decode_at(address)
+                decoded = self._step_at(address)
             except KeyError:
                 return "no code ahead"
-            if insn is None:
+            if decoded is None:
                 return "undecodable instruction"
+            insn, step = decoded
             address += insn.size
-            step = classify(insn)
             if step is None or (insn.conditional and insn.op != "b"):
                 return f"'{insn.text}' is not an epilogue instruction"
             # A branch out of the function is a tail call: any teardown is
@@ -299,16 +330,17 @@ class EpilogueSimulator:
                 return tuple(steps)
         return "no return within reach"
 
-    def may_start_epilogue(self, pc: int) -> bool:
-        """False only where `plan(pc)` must decline at its first instruction,
-        told from its text alone (no detailed decoding, which costs ten times
-        more): `plan` takes only unconditional instructions `classify`
-        accepts, and each of those reads as one of EPILOGUE_TEXT."""
+    def declines_from(self, pc: int, limit: int = 256) -> int:
+        """The end of the halfword-aligned pcs from pc on, at most `limit`
+        bytes, where `plan` surely declines (pc itself if it may not)."""
         try:
-            code = self._code_at(pc, 4)
+            code = self._code_at(pc, limit + 4)
         except KeyError:
-            return True  # let `plan` say
-        return _may_start_epilogue(code[:instruction_size(code)] if len(code) >= 2 else code)
+            return pc
+        end = 0
+        while end < limit and len(code) - end >= 4 and not may_start_epilogue(code[end : end + 4]):
+            end += 2
+        return pc + min(end, limit)
 
     def simulate(self, frame: Frame, stack: Stack) -> Frame | None:
         plan = self.plan(frame.pc)
@@ -401,12 +433,14 @@ class EpilogueFirst:
         return self.fallback.step(frame, stack, innermost)
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        """Callers: the fallback's rules. The innermost frame: pc by pc, the
-        simulated epilogue's rule, or the fallback's where it declines."""
+        """Callers: the fallback's rules. The innermost frame: the simulated
+        epilogue's rule at a pc whose plan goes through; the fallback's over
+        the (halfword-aligned) pcs from pc on where plans decline."""
         if not innermost:
             return self.fallback.rule_at(pc, False)
-        if self.simulator.may_start_epilogue(pc):
-            plan = self.simulator.plan(pc)
-            if not isinstance(plan, str):
-                return RuleRange(rule_of(plan), pc, pc + 1)
-        return RuleRange(self._fallback_rules(pc).rule, pc, pc + 1)
+        fallback = self._fallback_rules(pc)
+        end = self.simulator.declines_from(pc, min(256, fallback.high - pc))
+        if end > pc:
+            return RuleRange(fallback.rule, pc, end)
+        plan = self.simulator.plan(pc)
+        return RuleRange(fallback.rule if isinstance(plan, str) else rule_of(plan), pc, pc + 1)

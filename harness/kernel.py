@@ -2,11 +2,11 @@
 
 At each stop the kernel walks every unwinder by its rules (harness.rule)
 over the emulator's stack memory and compares each caller frame with the
-packed shadow stack. Each unwinder's answer is None (every frame matched), a
-failing rule (frame, 0, rule key), a mismatch (frame, MISMATCH,
-register, value, expected), or DEFER: the verifier then runs
-the unwinder's own Python step for that stop, so the kernel only ever
-repeats what `step` would say, faster.
+packed shadow stack. It counts the walks that match every frame (per stop
+class, read back with `passes`) and answers for the others: a failing rule
+(frame, 0, rule id), a mismatch (frame, MISMATCH, register, value,
+expected), or DEFER: the verifier then runs the unwinder's own Python step
+for that stop, so the kernel only ever repeats what `step` would say, faster.
 """
 
 from __future__ import annotations
@@ -39,9 +39,12 @@ class StopKernel:
     def __init__(self, unwinders: Sequence[Unwinder], memory, base: int, high: int):
         self.unwinders = list(unwinders)
         self.rules: list[Rule] = []  # by the id the kernel reports a failing rule with
-        self.check = Verifier(memory, base, high, [_restores(u) for u in self.unwinders],
-                              self._provide).check
-        """check(regs, pc, cpsr, vfp or None, low, packed shadow stack) -> one answer per unwinder"""
+        self._verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide)
+        self.check = self._verifier.check
+        """check(regs, pc, cpsr, vfp or None, low, packed shadow stack, stop class)
+        -> ((unwinder index, answer), ...) for the walks that did not match"""
+        self.passes = self._verifier.passes
+        """passes() -> [(stop class, unwinder index, walks that matched)]"""
 
     def _provide(self, index: int, pc: int, innermost: int) -> tuple[int, bytes | None, int, int]:
         rule_at = getattr(self.unwinders[index], "rule_at", None)

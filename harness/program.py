@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from harness.cfi import FunctionCfi
 from harness.exidx import ExidxSections
@@ -63,9 +64,12 @@ class Program:
     # .ARM.exidx/.ARM.extab: metadata beside the code, not in `segments`
     exidx: ExidxSections | None = None
 
+    @cached_property
+    def _starts(self) -> list[int]:
+        return [f.start for f in self.functions]
+
     def function_at(self, pc: int) -> FunctionInfo | None:
-        starts = [f.start for f in self.functions]
-        index = bisect_right(starts, pc) - 1
+        index = bisect_right(self._starts, pc) - 1
         if index >= 0 and pc < self.functions[index].end:
             return self.functions[index]
         return None

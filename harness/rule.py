@@ -80,7 +80,9 @@ NOWHERE, EVERYWHERE = -(1 << 40), 1 << 40  # bounds of ranges that extend withou
 
 class RuleRange(NamedTuple):
     """A rule and the frame pcs [low, high) that share it (for the same
-    `innermost`): every one of them makes the same lookup decisions."""
+    `innermost`): every one of them makes the same lookup decisions. Frame
+    pcs are halfword aligned (Thumb code; return addresses lose bit 0), and
+    a range may speak for those only."""
 
     rule: Rule | None
     low: int

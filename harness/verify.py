@@ -7,6 +7,7 @@ from the shadow stack alone (harness.groundtruth), never from unwind tables.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
@@ -113,7 +114,7 @@ def compare(caller: Frame, expected: ShadowFrame,
 def kernel_outcome(stop_kernel: kernel.StopKernel, index: int, answer: tuple):
     """A failing kernel answer for unwinder `index`, as unwind_and_compare words it."""
     if answer[1] == kernel.MISMATCH:
-        return (answer[0], *difference(*answer[2:]))
+        return (answer[0], *difference(*answer[2:5]))
     return (answer[0], *stop_kernel.failure(answer[2]))
 
 
@@ -279,8 +280,12 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     if compiled is None:
         compiled = memoize and kernel.AVAILABLE
     stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if compiled and unwinders else None
-    all_defer = (kernel.DEFER,) * len(walks)
-    pass_keys: dict[tuple[frozenset[str], str], tuple] = {}
+    all_deferred = tuple((index, kernel.DEFER) for index in range(len(walks)))
+    stop_classes: dict[tuple[frozenset[str], str], int] = {}  # (traits, position) -> the kernel's pass tally
+    # (unwinder, kernel answer) -> the failure's fields but the stop's own;
+    # answers repeat from stop to stop.
+    described: dict[tuple, tuple] = {}
+    names = [u.name for u in unwinders]
 
     def culprit(frame_pc: int, index: int) -> tuple[str, frozenset[str]]:
         """Name and traits of the function the wrong frame is in."""
@@ -297,32 +302,34 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         if number % every or (number // every) % shard_count != shard_index:
             return
         name, traits, position = classify(pc)
-        keys = pass_keys.get((traits, position))
-        if keys is None:
-            keys = pass_keys[(traits, position)] = tuple((u.name, traits, position, None) for u in unwinders)
         sp = regs[13]
-        answers = stop_kernel.check(regs, pc, cpsr, vfp, sp, shadow.packed) if stop_kernel else all_defer
+        if stop_kernel is None:
+            answers = all_deferred
+        else:
+            stop_class = stop_classes.get((traits, position))
+            if stop_class is None:
+                stop_class = stop_classes[(traits, position)] = len(stop_classes)
+            answers = stop_kernel.check(regs, pc, cpsr, vfp, sp, shadow.packed, stop_class)
         frame = stack = expected = None
-        for index, (unwinder, walk) in enumerate(walks):
-            answer = answers[index]
-            if answer is None:
-                counts[keys[index]] += 1
-                continue
+        for index, answer in answers:
             if answer is kernel.DEFER:
                 if frame is None:
                     frame = Frame(r=tuple(regs[:15]) + (pc,), d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL, cpsr=cpsr)
                     stack, expected = emulator.stack(sp), shadow.frames[::-1]
-                outcome = walk(frame, stack, expected)
+                outcome = walks[index][1](frame, stack, expected)
                 if outcome is None:
-                    counts[keys[index]] += 1
+                    counts[(names[index], traits, position, None)] += 1
                     continue
+                frame_index = outcome[0]
+                fields = outcome + culprit(pc if frame_index == 0 else expected[frame_index - 1].pc, frame_index)
             else:
-                outcome = kernel_outcome(stop_kernel, index, answer)
-            frame_index, kind, register, detail = outcome
-            counts[(unwinder.name, traits, position, kind)] += 1
-            frame_pc = pc if frame_index == 0 else shadow.frames[-frame_index].pc
-            culprit_name, culprit_traits = culprit(frame_pc, frame_index)
-            result.failures.append(Failure(unwinder.name, number, pc, name, position, kind, frame_index,
+                fields = described.get((index, answer))
+                if fields is None:
+                    outcome = kernel_outcome(stop_kernel, index, answer)
+                    fields = described[(index, answer)] = outcome + culprit(answer[-1], outcome[0])
+            frame_index, kind, register, detail, culprit_name, culprit_traits = fields
+            counts[(names[index], traits, position, kind)] += 1
+            result.failures.append(Failure(names[index], number, pc, name, position, kind, frame_index,
                                            culprit_name, register, detail, culprit_traits))
         result.stops += 1
         if observe is not None:
@@ -333,8 +340,11 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
 
     def on_stop(pc: int) -> None:
         nonlocal shadow
-        regs = emulator.registers()
-        vfp = tuple(emulator.callee_saved_vfp()) if uses_vfp else None
+        if uses_vfp:
+            regs = emulator.registers_and_vfp()
+            vfp = tuple(regs[17:])
+        else:
+            regs, vfp = emulator.registers(), None
         if shadow is None:  # first stop: the harness's own call into the entry
             shadow = ShadowStack(ShadowFrame(SENTINEL, regs[13], tuple(regs[4:12]), vfp))
         else:
@@ -351,8 +361,19 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         if decoded[1]:
             it_blocks.entered(pc, int.from_bytes(decoded[2], "little"), decoded[1])
 
+    collecting = gc.isenabled()
+    # The per-stop loop allocates much and keeps little, so the collector
+    # would mostly rescan the long-lived tables: a fifth of the run time.
+    gc.disable()
     try:
         result.result = emulator.call(program.entry, on_stop, budget, program.args)
     except EmulationFault as fault:
         result.fault = str(fault)
+    finally:
+        if collecting:
+            gc.enable()
+    if stop_kernel is not None:
+        classes = {number: key for key, number in stop_classes.items()}
+        for stop_class, index, passes in stop_kernel.passes():
+            counts[(unwinders[index].name, *classes[stop_class], None)] += passes
     return result

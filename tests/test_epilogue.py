@@ -9,7 +9,8 @@ from generators.assembler import assemble
 from generators.corpus import DEFAULT_PROGRAMS, generate_program
 from generators.functions import Call, Plan
 from generators.layout import build_program
-from harness.epilogue import EpilogueSimulator, condition_holds, it_state
+from harness.disasm import decode_one
+from harness.epilogue import EpilogueSimulator, classify, condition_holds, it_state, may_start_epilogue
 from harness.frame import Frame, Stack
 from harness.unwinders import build_unwinders
 from harness.v2.synthesize import synthesize_epilogues
@@ -160,3 +161,47 @@ def test_simulation_never_runs_outside_epilogues_on_the_default_corpus():
                 verdicts[failure.unwinder].add((failure.stop, failure.kind))
         assert verdicts["v2"] == verdicts["v2+epilogue"], program.name
     assert mismatched == []
+
+
+# ------------------------------------------- the encoding filter before decoding
+
+
+def plan_takes_first(code: bytes) -> bool:
+    """Whether `plan` would go past the instruction `code` starts with."""
+    insn = decode_one(code, 0x10000)
+    if insn is None:
+        return False
+    return classify(insn) is not None and not (insn.conditional and insn.op != "b")
+
+
+def test_the_encoding_filter_passes_every_16_bit_epilogue_instruction():
+    taken = 0
+    for half in range(0x10000):
+        if half >> 11 in (0x1D, 0x1E, 0x1F):
+            continue  # the first half of a 32-bit instruction
+        code = half.to_bytes(2, "little") + b"\x00\xbf"
+        if not may_start_epilogue(code):
+            assert not plan_takes_first(code), f"{half:04x}"
+        else:
+            taken += plan_takes_first(code)
+    assert taken > 500  # pops, add sp, b, ... all passed
+
+
+def test_the_encoding_filter_passes_every_32_bit_epilogue_instruction_sampled():
+    """Every first half-word of a 32-bit instruction, with second half-words
+    that write sp, r7, r11 or another register, plus known teardowns."""
+    rng = random.Random(5)
+    samples = [bytes.fromhex(known) for known in (
+        "bde8f08f", "5df804bb", "5df804fb", "bdec048b", "bdec028a", "fdeca07b", "0df5807d", "a7f1140d",
+        "a7f2140d", "07f10807", "07f20807", "0bf1100b", "0deb040d", "4fea070d", "fff7febf", "9de8f000")]
+    for first in range(0xE800, 0x10000):
+        for rd in (7, 11, 13, rng.randrange(16)):
+            second = rng.getrandbits(16) & 0xF0FF | rd << 8
+            samples.append(first.to_bytes(2, "little") + second.to_bytes(2, "little"))
+    taken = 0
+    for code in samples:
+        if not may_start_epilogue(code):
+            assert not plan_takes_first(code), code.hex()
+        else:
+            taken += plan_takes_first(code)
+    assert taken > 500

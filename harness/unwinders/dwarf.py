@@ -62,7 +62,7 @@ class DwarfUnwinder:
         def find():
             row, low, high = self.row_range(pc if innermost else pc - 1)
             return _usable(row), low, high
-        return ranged(find, _rule_of_row, pc, innermost)
+        return ranged(find, lambda row: _rule_of_row(row.cfa_reg, row.cfa_offset, row.saved), pc, innermost)
 
 
 def _usable(row: CfiRow) -> CfiRow:
@@ -71,9 +71,10 @@ def _usable(row: CfiRow) -> CfiRow:
     return row
 
 
-@lru_cache(maxsize=None)
-def _rule_of_row(row: CfiRow) -> Rule:
-    """Registers at CFA + offset; pc from the lr column, sp = CFA."""
-    return Rule(base=row.cfa_reg, offset=row.cfa_offset,
-                loads=tuple((reg, offset) for reg, offset in row.saved if reg < DWARF_D0),
-                vfp_loads=tuple((reg - DWARF_D0, offset) for reg, offset in row.saved if reg >= DWARF_D0))
+@lru_cache(maxsize=1 << 16)
+def _rule_of_row(cfa_reg: int, cfa_offset: int, saved: tuple[tuple[int, int], ...]) -> Rule:
+    """Registers at CFA + offset; pc from the lr column, sp = CFA (by the
+    row's rules alone, which repeat from function to function)."""
+    return Rule(base=cfa_reg, offset=cfa_offset,
+                loads=tuple((reg, offset) for reg, offset in saved if reg < DWARF_D0),
+                vfp_loads=tuple((reg - DWARF_D0, offset) for reg, offset in saved if reg >= DWARF_D0))
