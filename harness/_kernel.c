@@ -13,9 +13,9 @@
 #include <string.h>
 
 enum { BOUNDS = 1, PC_FROM_LR = 2, ALIGNED = 4, ABOVE_SP = 8,
-       LEAF_UNLESS_RECORD = 16, OUTSIDE_IT = 32, FAILS = 64 };
+       LEAF_UNLESS_RECORD = 16, OUTSIDE_IT = 32, FAILS = 64, GUARD_FAILS = 128 };
 enum { SP = 13, LR = 14, PC = 15 };
-enum { STEP_OK, STEP_DEFER, STEP_FAILS };
+enum { STEP_OK, STEP_DEFER, STEP_FAILS, STEP_GUARD_FAILS };
 
 typedef struct { int32_t flags, base, offset, end, lowest, highest, loads, vfp_loads; } RuleHeader;
 typedef struct { int32_t reg, offset; } Load;
@@ -59,14 +59,16 @@ static inline int caller_ok(const KFrame *callee, const KFrame *caller, int inne
     return innermost && caller->r[SP] == callee->r[SP] && caller->r[PC] != callee->r[PC];
 }
 
+/* One step by a rule; *base_out gets the rule's base address (for a guard failure). */
 static int step(const uint8_t *rule, const KFrame *f, KFrame *c, int innermost,
-                const KStack *s, uint32_t cpsr) {
+                const KStack *s, uint32_t cpsr, int64_t *base_out) {
     RuleHeader h;
     memcpy(&h, rule, sizeof h);
     if (h.flags & FAILS) return STEP_FAILS;
     if (h.base < 0 || h.base > 15) return STEP_DEFER;
     *c = *f;
     int64_t base = f->r[h.base] + h.offset;
+    *base_out = base;
     int guarded = 1;
     if ((h.flags & BOUNDS) && !(contains(s, base + h.lowest) && contains(s, base + h.highest))) guarded = 0;
     if ((h.flags & ALIGNED) && (base & 3)) guarded = 0;
@@ -79,7 +81,7 @@ static int step(const uint8_t *rule, const KFrame *f, KFrame *c, int innermost,
             return caller_ok(f, c, innermost) ? STEP_OK : STEP_DEFER;
         }
     } else if (!guarded) {
-        return STEP_DEFER;
+        return (h.flags & GUARD_FAILS) ? STEP_GUARD_FAILS : STEP_DEFER;
     }
     if ((h.flags & OUTSIDE_IT) && it_state(cpsr)) return STEP_DEFER;
     const Load *loads = (const Load *)(rule + sizeof h);
@@ -234,7 +236,9 @@ static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, i
 
 /* One unwinder's walk: Py_None (every frame matched), Py_False (defer),
  * (frame, 0, rule id, pc) for a failing rule, (frame, 1, register, got,
- * expected, pc) for a mismatch; pc is that of the frame being unwound. */
+ * expected, pc) for a mismatch, (frame, 2, rule id, base, sp, stack low,
+ * pc) for a guard that fails the step; pc and sp are those of the frame
+ * being unwound. */
 static PyObject *walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame,
                       const KStack *s, uint32_t cpsr, const Expected *expected, Py_ssize_t frames) {
     KFrame frame = *innermost_frame, caller;
@@ -244,9 +248,13 @@ static PyObject *walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermo
         PyObject *rule = rule_for(self, unwinder, frame.r[PC], innermost, &rule_id);
         if (!rule) return NULL;
         if (rule == Py_None) Py_RETURN_FALSE;
-        int outcome = step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, &caller, innermost, s, cpsr);
+        int64_t base = 0;
+        int outcome = step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, &caller, innermost, s, cpsr, &base);
         if (outcome == STEP_DEFER) Py_RETURN_FALSE;
         if (outcome == STEP_FAILS) return Py_BuildValue("(ninL)", index, 0, rule_id, (long long)frame.r[PC]);
+        if (outcome == STEP_GUARD_FAILS)
+            return Py_BuildValue("(ninLLLL)", index, 2, rule_id, (long long)base, (long long)frame.r[SP],
+                                 (long long)s->low, (long long)frame.r[PC]);
         int64_t got;
         uint64_t want;
         int reg = mismatch(&caller, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder], &got, &want);

@@ -24,7 +24,7 @@ except ImportError:  # not built: the verifier runs in Python alone
 
 AVAILABLE = Verifier is not None
 DEFER = False  # the kernel's answer where the unwinder's own step must run
-MISMATCH = 1
+MISMATCH, GUARD_FAILS = 1, 2  # kinds of failing answers (0: a failing rule)
 
 
 def _restores(unwinder: Unwinder) -> tuple[int, bool]:
@@ -38,6 +38,7 @@ class StopKernel:
 
     def __init__(self, unwinders: Sequence[Unwinder], memory, base: int, high: int):
         self.unwinders = list(unwinders)
+        self.high = high
         self.rules: list[Rule] = []  # by the id the kernel reports a failing rule with
         self._verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide)
         self.check = self._verifier.check
@@ -55,6 +56,12 @@ class StopKernel:
             return -1, None, low, high
         self.rules.append(rule)
         return len(self.rules) - 1, rule.packed, low, high
+
+    def guard_failure(self, rule_id: int, base: int, sp: int, low: int) -> tuple[str, None, str]:
+        """(kind, no register, reason) where the guards of a rule with a
+        `guard_failure` failed, for a frame at sp and a stack from low."""
+        kind, reason = self.rules[rule_id].guard_failure(base, sp, low, self.high)
+        return kind, None, reason
 
     def failure(self, rule_id: int) -> tuple[str, None, str]:
         """(kind, no register, reason) of the failure rule the kernel met."""

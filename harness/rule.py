@@ -14,8 +14,9 @@ The kernel applies a rule as follows (`base` is r[base] + offset):
 1. a failure rule fails the step with its (kind, reason);
 2. guards: `bounds` (both base + lowest and base + highest inside the
    stack), `aligned` (base % 4 == 0), `above_sp` (base >= sp). If one fails,
-   a `leaf_unless_record` rule takes the leaf step (pc = lr) and any other
-   rule defers; a `leaf_unless_record` rule whose guards pass also takes the
+   a `leaf_unless_record` rule takes the leaf step (pc = lr), a rule with a
+   `guard_failure` fails with it, and any other rule defers; a
+   `leaf_unless_record` rule whose guards pass also takes the
    leaf step unless the word at base is 0 or above base (a saved frame
    pointer, not code); an `outside_it` rule defers inside an IT block;
 3. each load reads the stack at base + offset (a read outside it defers);
@@ -35,7 +36,8 @@ from harness.errors import UnwindFailure
 from harness.frame import SP
 
 # Flag bits shared with _kernel.c.
-BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS = (1 << i for i in range(7))
+BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS = (
+    1 << i for i in range(8))
 _HEADER = struct.Struct("<8i")  # flags, base, offset, end, lowest, highest, loads, vfp loads
 _PAIR = struct.Struct("<2i")
 
@@ -54,6 +56,9 @@ class Rule:
     leaf_unless_record: bool = False
     outside_it: bool = False
     failure: tuple[str, str] | None = None  # (UnwindFailure kind, reason)
+    # Where a guard fails, the step fails (instead of deferring) with
+    # guard_failure(base, frame sp, stack low, stack high) -> (kind, reason).
+    guard_failure: Callable[[int, int, int, int], tuple[str, str]] | None = None
 
     @cached_property
     def packed(self) -> bytes:
@@ -61,7 +66,7 @@ class Rule:
             (BOUNDS, self.bounds is not None), (PC_FROM_LR, self.pc_from_lr),
             (ALIGNED, self.aligned), (ABOVE_SP, self.above_sp),
             (LEAF_UNLESS_RECORD, self.leaf_unless_record), (OUTSIDE_IT, self.outside_it),
-            (FAILS, self.failure is not None)) if on)
+            (FAILS, self.failure is not None), (GUARD_FAILS, self.guard_failure is not None)) if on)
         lowest, highest = self.bounds or (0, 0)
         header = _HEADER.pack(flags, self.base, self.offset, self.end, lowest, highest,
                               len(self.loads), len(self.vfp_loads))

@@ -115,6 +115,8 @@ def kernel_outcome(stop_kernel: kernel.StopKernel, index: int, answer: tuple):
     """A failing kernel answer for unwinder `index`, as unwind_and_compare words it."""
     if answer[1] == kernel.MISMATCH:
         return (answer[0], *difference(*answer[2:5]))
+    if answer[1] == kernel.GUARD_FAILS:
+        return (answer[0], *stop_kernel.guard_failure(*answer[2:6]))
     return (answer[0], *stop_kernel.failure(answer[2]))
 
 

@@ -58,14 +58,8 @@ class FramePointerUnwinder:
             # Leaf: no record pushed yet; r7 is still the caller's.
             regs[PC] = frame.r[LR] & ~1
         else:
-            if fp % 4:
-                raise UnwindFailure("bad_read", f"frame pointer {fp:#x} is not 4-byte aligned")
             if not self._record_in_stack(fp, frame, stack):
-                raise UnwindFailure(
-                    "bad_read",
-                    f"frame pointer {fp:#x} is outside the stack "
-                    f"[{max(frame.sp, stack.low):#x}, {stack.high:#x})",
-                )
+                raise UnwindFailure(*record_problem(fp, frame.sp, stack.low, stack.high))
             regs[self.fp_reg] = stack.read_u32(fp)  # BadRead is a bad_read UnwindFailure
             regs[PC] = stack.read_u32(fp + 4) & ~1
             regs[SP] = fp + 8
@@ -79,7 +73,15 @@ class FramePointerUnwinder:
         return RuleRange(_record_rule(self.fp_reg, innermost), NOWHERE, EVERYWHERE)
 
 
+def record_problem(fp: int, sp: int, low: int, high: int) -> tuple[str, str]:
+    """Why no {fp, lr} record can start at fp, in a frame at sp of the stack [low, high)."""
+    if fp % 4:
+        return "bad_read", f"frame pointer {fp:#x} is not 4-byte aligned"
+    return "bad_read", f"frame pointer {fp:#x} is outside the stack [{max(sp, low):#x}, {high:#x})"
+
+
 @lru_cache(maxsize=None)
 def _record_rule(fp: int, innermost: bool) -> Rule:
     return Rule(base=fp, loads=((fp, 0), (PC, 4)), end=8, bounds=(0, 8), pc_from_lr=False,
-                aligned=True, above_sp=True, leaf_unless_record=innermost)
+                aligned=True, above_sp=True, leaf_unless_record=innermost,
+                guard_failure=None if innermost else record_problem)
