@@ -82,8 +82,9 @@ def bare_run(program: Program) -> tuple[int, float, float]:
 def overhead(programs: Sequence[Program]) -> dict:
     """Rates of whole program runs, as `run` makes them: the emulator's
     set-up (mapping the program and the stack, a few milliseconds) belongs
-    to a bare run as it does to a verified one. The stepping-only ratio
-    leaves the set-up out of both."""
+    to a bare run as it does to a verified one. The overhead ratio (the
+    target's measure) leaves the set-up out of both: stepping alone; the
+    whole-run ratio keeps it in both."""
     setup = bare = truth = verified = 0.0
     instructions = stops = 0
     for program in programs:
@@ -105,8 +106,9 @@ def overhead(programs: Sequence[Program]) -> dict:
         "bare_stops_per_second": instructions / (setup + bare),
         "ground_truth_stops_per_second": instructions / truth,
         "verified_stops_per_second": stops / verified,
-        "verifier_overhead_ratio": (setup + bare) / verified,
-        "stepping_overhead_ratio": bare / max(verified - setup, bare),
+        # The target's measure: the cost of verifying a stop against a no-op hook.
+        "verifier_overhead_ratio": bare / max(verified - setup, bare),
+        "whole_run_overhead_ratio": (setup + bare) / verified,
     }
 
 
@@ -338,8 +340,8 @@ def table_rows(figures: dict) -> list[tuple[str, str, str]]:
         ("bare emulation (no-op hook)", f"{o['bare_stops_per_second']:,.0f} stops/s", ""),
         ("ground truth only (shadow stack)", f"{o['ground_truth_stops_per_second']:,.0f} stops/s", ""),
         (f"verified, {o['unwinders']} unwinders", f"{o['verified_stops_per_second']:,.0f} stops/s", ""),
-        ("verifier overhead ratio", f"{o['verifier_overhead_ratio']:.4f}", "target >= 0.10"),
-        ("  the same, emulator set-up left out", f"{o['stepping_overhead_ratio']:.4f}",
+        ("verifier overhead ratio (stepping)", f"{o['verifier_overhead_ratio']:.4f}", "target >= 0.10"),
+        ("  whole runs, emulator set-up in both", f"{o['whole_run_overhead_ratio']:.4f}",
          f"set-up {o['setup_ms_per_program']:.1f} ms a program"),
     ]
     rows += [(f"step: {name}", f"{us:.2f} us/frame", f"{s['frames'][name]:,} frames")

@@ -13,7 +13,7 @@ from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
 
 from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED, generate_program
-from harness import __version__, report, v2
+from harness import __version__, kernel, report, v2
 from harness.cfi import read_cfi
 from harness.compiled import program_from_elf
 from harness.epilogue import EpilogueFirst
@@ -510,6 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("run", "verify-elf", "bench", "mutants") and not kernel.AVAILABLE:
+        print("unwind-harness: note: the compiled kernel (harness/_kernel.c) is not built; verifying "
+              "in Python alone, several times slower (`pip install -e .` builds it)", file=sys.stderr)
     try:
         return args.handler(args)
     except InputError as error:

@@ -258,3 +258,14 @@ def test_the_epilogue_filter_passes_every_plan_of_the_corpus():
                 elif not isinstance(simulator.plan(pc), str):
                     plans += 1
     assert plans > 100
+
+
+def test_without_the_kernel_the_cli_says_so_and_verifies_in_python(monkeypatch, capsys, tmp_path):
+    from harness import cli
+
+    monkeypatch.setattr(kernel, "AVAILABLE", False)
+    monkeypatch.setattr(kernel, "StopKernel", None)  # any use of the kernel would fail
+    assert cli.main(["run", "--programs", "1", "--no-elf", "--unwinder", "v2", "--jobs", "1",
+                     "--reports", str(tmp_path)]) == 0
+    assert "compiled kernel (harness/_kernel.c) is not built" in capsys.readouterr().err
+    assert (tmp_path / "latest.json").exists()
