@@ -53,32 +53,34 @@ static inline int read64(const KStack *s, int64_t a, uint64_t *out) {
 static inline int it_state(uint32_t cpsr) { return ((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3); }
 
 /* harness.walk.check_caller, deferring where it would raise. */
-static inline int caller_ok(const KFrame *callee, const KFrame *caller, int innermost) {
+static inline int caller_ok(int64_t callee_sp, int64_t callee_pc, const KFrame *caller, int innermost) {
     if (caller->r[SP] & 3) return 0;
-    if (caller->r[SP] > callee->r[SP]) return 1;
-    return innermost && caller->r[SP] == callee->r[SP] && caller->r[PC] != callee->r[PC];
+    if (caller->r[SP] > callee_sp) return 1;
+    return innermost && caller->r[SP] == callee_sp && caller->r[PC] != callee_pc;
 }
 
-/* One step by a rule; *base_out gets the rule's base address (for a guard failure). */
-static int step(const uint8_t *rule, const KFrame *f, KFrame *c, int innermost,
-                const KStack *s, uint32_t cpsr, int64_t *base_out) {
+/* One step by a rule, turning the frame `f` into its caller in place (on a
+ * failure or deferral it is left half-changed, and the walk ends); *base_out
+ * gets the rule's base address (for a guard failure). */
+static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, uint32_t cpsr,
+                int64_t *base_out) {
     RuleHeader h;
     memcpy(&h, rule, sizeof h);
     if (h.flags & FAILS) return STEP_FAILS;
     if (h.base < 0 || h.base > 15) return STEP_DEFER;
-    *c = *f;
+    const int64_t callee_sp = f->r[SP], callee_pc = f->r[PC];
     int64_t base = f->r[h.base] + h.offset;
     *base_out = base;
     int guarded = 1;
     if ((h.flags & BOUNDS) && !(contains(s, base + h.lowest) && contains(s, base + h.highest))) guarded = 0;
     if ((h.flags & ALIGNED) && (base & 3)) guarded = 0;
-    if ((h.flags & ABOVE_SP) && base < f->r[SP]) guarded = 0;
+    if ((h.flags & ABOVE_SP) && base < callee_sp) guarded = 0;
     if (h.flags & LEAF_UNLESS_RECORD) {
         int64_t saved = 0;
         int record = guarded && read32(s, base, &saved) && (saved == 0 || saved > base);
         if (!record) {
-            c->r[PC] = f->r[LR] & ~(int64_t)1;
-            return caller_ok(f, c, innermost) ? STEP_OK : STEP_DEFER;
+            f->r[PC] = f->r[LR] & ~(int64_t)1;
+            return caller_ok(callee_sp, callee_pc, f, innermost) ? STEP_OK : STEP_DEFER;
         }
     } else if (!guarded) {
         return (h.flags & GUARD_FAILS) ? STEP_GUARD_FAILS : STEP_DEFER;
@@ -88,7 +90,7 @@ static int step(const uint8_t *rule, const KFrame *f, KFrame *c, int innermost,
     for (int i = 0; i < h.loads; i++) {
         Load l;
         memcpy(&l, &loads[i], sizeof l);
-        if (l.reg < 0 || l.reg > 15 || !read32(s, base + l.offset, &c->r[l.reg])) return STEP_DEFER;
+        if (l.reg < 0 || l.reg > 15 || !read32(s, base + l.offset, &f->r[l.reg])) return STEP_DEFER;
     }
     for (int i = h.loads; i < h.loads + h.vfp_loads; i++) {
         Load l;
@@ -96,18 +98,18 @@ static int step(const uint8_t *rule, const KFrame *f, KFrame *c, int innermost,
         memcpy(&l, &loads[i], sizeof l);
         if (!read64(s, base + l.offset, &value)) return STEP_DEFER;
         if (l.reg >= 8 && l.reg < 16) {  /* only d8-d15 are ever compared */
-            c->d[l.reg - 8] = value;
-            c->d_known |= 1u << (l.reg - 8);
+            f->d[l.reg - 8] = value;
+            f->d_known |= 1u << (l.reg - 8);
         }
     }
-    c->r[PC] = ((h.flags & PC_FROM_LR) ? c->r[LR] : c->r[PC]) & ~(int64_t)1;
-    c->r[SP] = base + h.end;
-    return caller_ok(f, c, innermost) ? STEP_OK : STEP_DEFER;
+    f->r[PC] = ((h.flags & PC_FROM_LR) ? f->r[LR] : f->r[PC]) & ~(int64_t)1;
+    f->r[SP] = base + h.end;
+    return caller_ok(callee_sp, callee_pc, f, innermost) ? STEP_OK : STEP_DEFER;
 }
 
 /* Frame pcs [low, high) that share one rule (bytes, or Py_None: defer). */
 typedef struct { int64_t low, high; PyObject *rule; Py_ssize_t id; } Range;
-typedef struct { Range *items; Py_ssize_t count, capacity; } Ranges;  /* sorted, disjoint */
+typedef struct { Range *items; Py_ssize_t count, capacity, last; } Ranges;  /* sorted, disjoint; last hit */
 
 typedef struct {
     PyObject_HEAD
@@ -175,12 +177,17 @@ static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
  * holds yet, and keeps it (clipped to the gap it fills). */
 static PyObject *rule_for(Verifier *self, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t *id) {
     Ranges *set = &self->ranges[2 * unwinder + innermost];
+    if (set->last < set->count && set->items[set->last].low <= pc && pc < set->items[set->last].high) {
+        *id = set->items[set->last].id;  /* stops come in runs of nearby pcs */
+        return set->items[set->last].rule;
+    }
     Py_ssize_t lo = 0, hi = set->count;
     while (lo < hi) {  /* the first range starting above pc */
         Py_ssize_t mid = (lo + hi) / 2;
         if (set->items[mid].low <= pc) lo = mid + 1; else hi = mid;
     }
     if (lo > 0 && pc < set->items[lo - 1].high) {
+        set->last = lo - 1;
         *id = set->items[lo - 1].id;
         return set->items[lo - 1].rule;
     }
@@ -208,6 +215,7 @@ static PyObject *rule_for(Verifier *self, Py_ssize_t unwinder, int64_t pc, int i
     Py_INCREF(rule);
     set->items[lo] = (Range){ low, high, rule, rule_id };
     set->count++;
+    set->last = lo;
     Py_DECREF(made);
     *id = rule_id;
     return rule;
@@ -241,32 +249,31 @@ static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, i
  * being unwound. */
 static PyObject *walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame,
                       const KStack *s, uint32_t cpsr, const Expected *expected, Py_ssize_t frames) {
-    KFrame frame = *innermost_frame, caller;
+    KFrame frame = *innermost_frame;
     for (Py_ssize_t index = 0; index < frames; index++) {
-        int innermost = index == 0;
+        const int innermost = index == 0;
+        const int64_t pc = frame.r[PC], sp = frame.r[SP];  /* of the frame being unwound */
         Py_ssize_t rule_id = -1;
-        PyObject *rule = rule_for(self, unwinder, frame.r[PC], innermost, &rule_id);
+        PyObject *rule = rule_for(self, unwinder, pc, innermost, &rule_id);
         if (!rule) return NULL;
         if (rule == Py_None) Py_RETURN_FALSE;
         int64_t base = 0;
-        int outcome = step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, &caller, innermost, s, cpsr, &base);
+        int outcome = step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, innermost, s, cpsr, &base);
         if (outcome == STEP_DEFER) Py_RETURN_FALSE;
-        if (outcome == STEP_FAILS) return Py_BuildValue("(ninL)", index, 0, rule_id, (long long)frame.r[PC]);
+        if (outcome == STEP_FAILS) return Py_BuildValue("(ninL)", index, 0, rule_id, (long long)pc);
         if (outcome == STEP_GUARD_FAILS)
-            return Py_BuildValue("(ninLLLL)", index, 2, rule_id, (long long)base, (long long)frame.r[SP],
-                                 (long long)s->low, (long long)frame.r[PC]);
+            return Py_BuildValue("(ninLLLL)", index, 2, rule_id, (long long)base, (long long)sp,
+                                 (long long)s->low, (long long)pc);
         int64_t got;
         uint64_t want;
-        int reg = mismatch(&caller, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder], &got, &want);
+        int reg = mismatch(&frame, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder], &got, &want);
         if (reg > PC)  /* d8-d15: 64-bit values */
             return Py_BuildValue("(niiKKL)", index, 1, reg, (unsigned long long)got, (unsigned long long)want,
-                                 (long long)frame.r[PC]);
+                                 (long long)pc);
         if (reg >= 0)
-            return Py_BuildValue("(niiLKL)", index, 1, reg, (long long)got, (unsigned long long)want,
-                                 (long long)frame.r[PC]);
+            return Py_BuildValue("(niiLKL)", index, 1, reg, (long long)got, (unsigned long long)want, (long long)pc);
         /* r0-r3 and r12 hold nothing a caller relies on (verify.without_scratch). */
-        caller.r[0] = caller.r[1] = caller.r[2] = caller.r[3] = caller.r[12] = 0;
-        frame = caller;
+        frame.r[0] = frame.r[1] = frame.r[2] = frame.r[3] = frame.r[12] = 0;
     }
     Py_RETURN_NONE;
 }

@@ -437,22 +437,26 @@ def caller_of(ops: tuple[Op, ...], frame: Frame, stack: Stack) -> Frame:
 
 
 _RULES: dict[tuple[Op, ...], Rule | None] = {}  # by the run's value: every program repeats the same runs
+_RULES_BY_ID: dict[int, tuple[tuple[Op, ...], Rule | None]] = {}  # id(run) -> (run, rule): cheaper to find
 
 
 def rule_of(ops: tuple[Op, ...]) -> Rule | None:
     """The kernel's rule for a run: its plan, guarded by the plan's vsp range."""
     if type(ops) is not tuple:
         return None
-    try:
-        return _RULES[ops]
-    except KeyError:
-        pass
-    flat = plan(ops)
-    rule = None if flat is None else Rule(
-        base=flat.base, loads=flat.loads, vfp_loads=flat.vfp_loads, end=flat.end,
-        bounds=(flat.lowest, flat.highest), pc_from_lr=not flat.pc_popped)
-    if len(_RULES) < 1 << 16:
-        _RULES[ops] = rule
+    cached = _RULES_BY_ID.get(id(ops))
+    if cached is not None and cached[0] is ops:
+        return cached[1]
+    rule = _RULES.get(ops, _RULES)
+    if rule is _RULES:
+        flat = plan(ops)
+        rule = None if flat is None else Rule(
+            base=flat.base, loads=flat.loads, vfp_loads=flat.vfp_loads, end=flat.end,
+            bounds=(flat.lowest, flat.highest), pc_from_lr=not flat.pc_popped)
+        if len(_RULES) < 1 << 16:
+            _RULES[ops] = rule
+    if len(_RULES_BY_ID) < 1 << 16:
+        _RULES_BY_ID[id(ops)] = (ops, rule)
     return rule
 
 

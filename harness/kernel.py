@@ -40,6 +40,7 @@ class StopKernel:
         self.unwinders = list(unwinders)
         self.high = high
         self.rules: list[Rule] = []  # by the id the kernel reports a failing rule with
+        self._rule_at = [getattr(u, "rule_at", None) for u in self.unwinders]
         self._verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide)
         self.check = self._verifier.check
         """check(regs, pc, cpsr, vfp or None, low, packed shadow stack, stop class)
@@ -48,10 +49,10 @@ class StopKernel:
         """passes() -> [(stop class, unwinder index, walks that matched)]"""
 
     def _provide(self, index: int, pc: int, innermost: int) -> tuple[int, bytes | None, int, int]:
-        rule_at = getattr(self.unwinders[index], "rule_at", None)
+        rule_at = self._rule_at[index]
         if rule_at is None:
             return -1, None, NOWHERE, EVERYWHERE  # no rules: always its own step
-        rule, low, high = rule_at(pc, bool(innermost))
+        rule, low, high = rule_at(pc, innermost == 1)
         if rule is None:
             return -1, None, low, high
         self.rules.append(rule)

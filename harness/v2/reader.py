@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from harness import ehabi, uleb128
 from harness.errors import CorruptTable, EhabiError, UnsupportedInstruction
@@ -18,8 +19,7 @@ from harness.v2.tables import PAGE_SHIFT, V2Tables, continuation_bits
 PAGE_HALFWORDS = 1 << (PAGE_SHIFT - 1)
 
 
-@dataclass(frozen=True)
-class Lookup:
+class Lookup(NamedTuple):
     """Where a pc offset falls: function entry, half-words into it, and the
     byte index of the instruction run to execute."""
 
