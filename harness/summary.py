@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from harness.verify import Failure, ProgramResult
+from harness.verify import Failure, ProgramResult, failure_of
 
 SAMPLES_PER_UNWINDER = 10
 CountKey = tuple[str, frozenset, str, "str | None"]  # (unwinder, traits, position, failure kind)
@@ -73,23 +73,27 @@ def sample(failure: Failure, program: str) -> dict:
 
 def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> ProgramSummary:
     """The summary of one run; `with_cfi` names the functions that have CFI
-    (for counting failures in frames of code without it)."""
+    (for counting failures in frames of code without it). Failures are
+    counted by their tally (alike failures once, with their number); only
+    the samples need the log, in stop order."""
     summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.result,
                              result.expected, result.fault)
-    for failure in result.failures:
-        bucket = summary.samples.setdefault(failure.unwinder, [])
+    for entry in result.failure_log:
+        bucket = summary.samples.setdefault(entry[3].unwinder, [])
         if len(bucket) < SAMPLES_PER_UNWINDER:
-            bucket.append(sample(failure, result.program))
-        if failure.register:
-            summary.wrong_registers.setdefault(failure.unwinder, Counter())[failure.register] += 1
-        blame = summary.culprits.setdefault(failure.unwinder, Culprits())
-        if failure.frame == 0:
-            blame.innermost += 1
+            bucket.append(sample(failure_of(*entry), result.program))
+    for (where, cause), stops in result.failure_tally.items():
+        if cause.register:
+            summary.wrong_registers.setdefault(cause.unwinder, Counter())[cause.register] += stops
+        blame = summary.culprits.setdefault(cause.unwinder, Culprits())
+        if cause.frame == 0:
+            blame.innermost += stops
         else:
-            blame.deeper += 1
-        blame.traits.update(failure.culprit_traits)
-        if with_cfi is not None and (failure.function not in with_cfi or failure.culprit not in with_cfi):
-            summary.without_cfi[failure.unwinder] += 1
+            blame.deeper += stops
+        for trait in cause.culprit_traits:
+            blame.traits[trait] += stops
+        if with_cfi is not None and (where[0] not in with_cfi or cause.culprit not in with_cfi):
+            summary.without_cfi[cause.unwinder] += stops
     return summary
 
 

@@ -61,31 +61,76 @@ class ObservedStop:
     expected: tuple[ShadowFrame, ...]
 
 
+class FailureCause(NamedTuple):
+    """What a failing walk says apart from the stop it failed at: one is
+    shared by every stop where an unwinder fails alike."""
+
+    unwinder: str
+    kind: str
+    frame: int
+    culprit: str
+    register: str | None
+    detail: str
+    culprit_traits: frozenset[str]
+
+
+Where = tuple[str, frozenset, str]  # (function, traits, position) of a stop's pc
+
+
 @dataclass
 class ProgramResult:
     program: str
     stops: int = 0
     # (unwinder, traits, position, failure kind or None for a pass) -> stops
     counts: Counter = field(default_factory=Counter)
-    failures: list[Failure] = field(default_factory=list)
+    # Every failure in stop order, compactly: (stop, pc, where, cause,
+    # values), where and cause shared between stops; values is (got,
+    # expected) of a mismatch, worded only when needed (the cause's detail is
+    # then empty). `failures` spells them out one by one.
+    failure_log: list[tuple[int, int, Where, FailureCause, tuple[int, int] | None]] = field(default_factory=list)
+    # (where, cause) -> failing stops: what counts and summaries need.
+    failure_tally: Counter = field(default_factory=Counter)
     result: int | None = None
     expected: int | None = None
     fault: str | None = None
+
+    @property
+    def failures(self) -> list[Failure]:
+        return [failure_of(*entry) for entry in self.failure_log]
 
     @property
     def self_check_ok(self) -> bool:
         return self.fault is None and (self.expected is None or self.result == self.expected)
 
 
-def difference(register: int, got: int, want: int) -> tuple[str, str | None, str]:
-    """(kind, register name, detail) for a caller frame whose `register` (PC,
-    SP, 4-11, or DWARF_D0 + 8-15 for d8-d15) holds `got` instead of `want`."""
+def failure_of(stop: int, pc: int, where: Where, cause: FailureCause, values: tuple[int, int] | None) -> Failure:
+    """The full record of one entry of a failure log."""
+    detail = cause.detail if values is None else worded(cause.kind, cause.register, *values)
+    return Failure(cause.unwinder, stop, pc, where[0], where[2], cause.kind, cause.frame, cause.culprit,
+                   cause.register, detail, cause.culprit_traits)
+
+
+def mismatch_of(register: int) -> tuple[str, str | None]:
+    """(kind, register name) of a wrong `register`: PC, SP, 4-11, or
+    DWARF_D0 + 8-15 for d8-d15."""
     if register == PC:
-        return "wrong_pc", None, f"pc {got:#x}, expected {want:#x}"
+        return "wrong_pc", None
     if register == SP:
-        return "wrong_sp", None, f"sp {got:#x}, expected {want:#x}"
-    name = reg_name(register)
-    return "wrong_register", name, f"{name} {got:#x}, expected {want:#x}"
+        return "wrong_sp", None
+    return "wrong_register", reg_name(register)
+
+
+def worded(kind: str, name: str | None, got: int, want: int) -> str:
+    """The detail of a mismatch (kind and register name from `mismatch_of`)."""
+    label = "pc" if kind == "wrong_pc" else "sp" if kind == "wrong_sp" else name
+    return f"{label} {got:#x}, expected {want:#x}"
+
+
+def difference(register: int, got: int, want: int) -> tuple[str, str | None, str]:
+    """(kind, register name, detail) for a caller frame whose `register`
+    holds `got` instead of `want`."""
+    kind, name = mismatch_of(register)
+    return kind, name, worded(kind, name, got, want)
 
 
 def compare(caller: Frame, expected: ShadowFrame,
@@ -284,14 +329,19 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if compiled and unwinders else None
     all_deferred = tuple((index, kernel.DEFER) for index in range(len(walks)))
     stop_classes: dict[tuple[frozenset[str], str], int] = {}  # (traits, position) -> the kernel's pass tally
-    # (unwinder, kernel answer) -> the failure's fields but the stop's own;
-    # answers repeat from stop to stop.
-    described: dict[tuple, tuple] = {}
+    # Kernel answers repeat from stop to stop: (unwinder, answer, or a
+    # mismatch's answer without its values) -> cause.
+    causes: dict[tuple, FailureCause] = {}
     names = [u.name for u in unwinders]
+    log = result.failure_log.append
 
-    def culprit(frame_pc: int, index: int) -> tuple[str, frozenset[str]]:
-        """Name and traits of the function the wrong frame is in."""
-        return classify(frame_pc if index == 0 else frame_pc - 1)[:2]
+    def failure_cause(unwinder: str, outcome: tuple, frame_pc: int) -> FailureCause:
+        """The cause of a failing walk (frame, kind, register, detail) whose
+        wrong frame is at frame_pc, with the function it is in (a caller's
+        pc is a return address: its call lies one byte before)."""
+        frame_index, kind, register, detail = outcome
+        culprit, culprit_traits, _ = classify(frame_pc if frame_index == 0 else frame_pc - 1)
+        return FailureCause(unwinder, kind, frame_index, culprit, register, detail, culprit_traits)
 
     seen = 0
     shard_index, shard_count = shard
@@ -303,7 +353,8 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         seen += 1
         if number % every or (number // every) % shard_count != shard_index:
             return
-        name, traits, position = classify(pc)
+        where = classify(pc)
+        name, traits, position = where
         sp = regs[13]
         if stop_kernel is None:
             answers = all_deferred
@@ -322,17 +373,24 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
                 if outcome is None:
                     counts[(names[index], traits, position, None)] += 1
                     continue
-                frame_index = outcome[0]
-                fields = outcome + culprit(pc if frame_index == 0 else expected[frame_index - 1].pc, frame_index)
+                cause = failure_cause(names[index], outcome,
+                                      pc if outcome[0] == 0 else expected[outcome[0] - 1].pc)
+                values = None
+            elif answer[1] == kernel.MISMATCH:  # (frame, MISMATCH, register, got, expected, pc)
+                frame_index, _, register, got, want, frame_pc = answer
+                key = (index, frame_index, register, frame_pc)
+                cause = causes.get(key)
+                if cause is None:
+                    cause = causes[key] = failure_cause(names[index], (frame_index, *mismatch_of(register), ""),
+                                                        frame_pc)
+                values = (got, want)
             else:
-                fields = described.get((index, answer))
-                if fields is None:
-                    outcome = kernel_outcome(stop_kernel, index, answer)
-                    fields = described[(index, answer)] = outcome + culprit(answer[-1], outcome[0])
-            frame_index, kind, register, detail, culprit_name, culprit_traits = fields
-            counts[(names[index], traits, position, kind)] += 1
-            result.failures.append(Failure(names[index], number, pc, name, position, kind, frame_index,
-                                           culprit_name, register, detail, culprit_traits))
+                cause = causes.get((index, answer))
+                if cause is None:
+                    cause = causes[(index, answer)] = failure_cause(
+                        names[index], kernel_outcome(stop_kernel, index, answer), answer[-1])
+                values = None
+            log((number, pc, where, cause, values))
         result.stops += 1
         if observe is not None:
             if frame is None:
@@ -378,4 +436,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         classes = {number: key for key, number in stop_classes.items()}
         for stop_class, index, passes in stop_kernel.passes():
             counts[(unwinders[index].name, *classes[stop_class], None)] += passes
+    result.failure_tally = Counter((where, cause) for _, _, where, cause, _ in result.failure_log)
+    for (where, cause), stops in result.failure_tally.items():
+        counts[(cause.unwinder, where[1], where[2], cause.kind)] += stops
     return result
