@@ -394,17 +394,85 @@ static PyTypeObject VerifierType = {
     .tp_doc = "Rule walks and shadow-stack comparison for every unwinder at one stop.",
 };
 
+/* Registers(function, handle, ids, width): a callable that reads the
+ * registers `ids` in one call of `function` (the emulator's batch register
+ * read, as an address, with its engine handle) and returns them as ints of
+ * `width` bytes each. The emulator module builds it; the kernel knows no
+ * engine. */
+typedef int (*BatchRead)(void *handle, int *ids, void **values, int count);
+enum { MAX_REGISTERS = 64 };
+
+typedef struct {
+    PyObject_HEAD
+    BatchRead read;
+    void *handle;
+    int count, width;
+    int ids[MAX_REGISTERS];
+    uint64_t values[MAX_REGISTERS];
+    void *pointers[MAX_REGISTERS];
+} Registers;
+
+static int Registers_init(Registers *self, PyObject *args, PyObject *kwds) {
+    unsigned long long function, handle;
+    PyObject *ids;
+    int width;
+    if (!PyArg_ParseTuple(args, "KKOi", &function, &handle, &ids, &width)) return -1;
+    PyObject *fast = PySequence_Fast(ids, "ids must be a sequence");
+    if (!fast) return -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(fast);
+    if (count > MAX_REGISTERS || (width != 4 && width != 8) || !function) {
+        PyErr_SetString(PyExc_ValueError, "at most 64 registers of width 4 or 8, and a function");
+        Py_DECREF(fast);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        self->ids[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        self->pointers[i] = width == 8 ? (void *)&self->values[i] : (void *)((uint32_t *)self->values + i);
+    }
+    Py_DECREF(fast);
+    if (PyErr_Occurred()) return -1;
+    self->read = (BatchRead)(uintptr_t)function;
+    self->handle = (void *)(uintptr_t)handle;
+    self->count = (int)count;
+    self->width = width;
+    return 0;
+}
+
+static PyObject *Registers_call(Registers *self, PyObject *args, PyObject *kwds) {
+    int status = self->read(self->handle, self->ids, self->pointers, self->count);
+    if (status) return PyErr_Format(PyExc_OSError, "batch register read failed with status %d", status);
+    PyObject *out = PyList_New(self->count);
+    if (!out) return NULL;
+    for (int i = 0; i < self->count; i++) {
+        PyObject *value = self->width == 8 ? PyLong_FromUnsignedLongLong(self->values[i])
+                                           : PyLong_FromUnsignedLong(((uint32_t *)self->values)[i]);
+        if (!value) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, i, value);
+    }
+    return out;
+}
+
+static PyTypeObject RegistersType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "harness._kernel.Registers",
+    .tp_basicsize = sizeof(Registers),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Registers_init,
+    .tp_call = (ternaryfunc)Registers_call,
+    .tp_doc = "A batch register read through a function address (see harness.emulator).",
+};
+
 static struct PyModuleDef kernel_module = {
     PyModuleDef_HEAD_INIT, "harness._kernel", "The compiled verification kernel.", -1, NULL
 };
 
 PyMODINIT_FUNC PyInit__kernel(void) {
-    if (PyType_Ready(&VerifierType) < 0) return NULL;
+    if (PyType_Ready(&VerifierType) < 0 || PyType_Ready(&RegistersType) < 0) return NULL;
     PyObject *module = PyModule_Create(&kernel_module);
     if (!module) return NULL;
-    Py_INCREF(&VerifierType);
-    if (PyModule_AddObject(module, "Verifier", (PyObject *)&VerifierType) < 0) {
-        Py_DECREF(&VerifierType);
+    if (PyModule_AddObjectRef(module, "Verifier", (PyObject *)&VerifierType) < 0 ||
+        PyModule_AddObjectRef(module, "Registers", (PyObject *)&RegistersType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

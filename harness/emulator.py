@@ -48,9 +48,21 @@ class EmulationFault(HarnessError):
         self.cause = cause
 
 
+def _batch_reader(uc: Uc, regs: list[int], ctype):
+    """A callable reading `regs` in one uc_reg_read_batch call: the compiled
+    kernel's reader where it is built (a ctypes call costs as much as a few
+    stops' worth of Python), else ctypes into preallocated buffers (unicorn
+    2.1's Python wrapper builds them anew on every call)."""
+    try:
+        from harness._kernel import Registers
+    except ImportError:
+        return _BatchReader(uc, regs, ctype)
+    function = ctypes.cast(uclib.uc_reg_read_batch, ctypes.c_void_p).value
+    return Registers(function, uc._uch.value, regs, ctypes.sizeof(ctype))
+
+
 class _BatchReader:
-    """uc_reg_read_batch into preallocated buffers (unicorn 2.1's Python
-    wrapper builds them anew on every call)."""
+    """uc_reg_read_batch into preallocated buffers."""
 
     def __init__(self, uc: Uc, regs: list[int], ctype):
         count = len(regs)
@@ -205,9 +217,9 @@ class Emulator:
         uc.mem_map_ptr(STACK_TOP - STACK_SIZE, STACK_SIZE, UC_PROT_ALL, stack_address)
         self._uc = uc
         self.instructions = 0
-        self.registers = _BatchReader(uc, STATUS_REGS, ctypes.c_uint32)
+        self.registers = _batch_reader(uc, STATUS_REGS, ctypes.c_uint32)
         """r0-r15 and cpsr (17 values)."""
-        self.registers_and_vfp = _BatchReader(uc, STATUS_REGS + VFP_CALLEE_SAVED, ctypes.c_uint64)
+        self.registers_and_vfp = _batch_reader(uc, STATUS_REGS + VFP_CALLEE_SAVED, ctypes.c_uint64)
         """r0-r15, cpsr and d8-d15 (25 values) in one call: 32-bit registers
         fill the low half of their 64-bit slot, whose high half stays 0."""
 

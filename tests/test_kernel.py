@@ -269,3 +269,26 @@ def test_without_the_kernel_the_cli_says_so_and_verifies_in_python(monkeypatch, 
                      "--reports", str(tmp_path)]) == 0
     assert "compiled kernel (harness/_kernel.c) is not built" in capsys.readouterr().err
     assert (tmp_path / "latest.json").exists()
+
+
+def test_the_compiled_register_reader_reads_what_ctypes_reads():
+    import ctypes
+
+    from harness import emulator as emulator_module
+
+    program = generate_program(0, 0)
+    emulator = emulator_module.Emulator(program.segments)
+    seen = []
+
+    def at_stop(pc):
+        if len(seen) < 50:
+            seen.append((emulator.registers(), emulator.registers_and_vfp(),
+                         emulator_module._BatchReader(emulator._uc, emulator_module.STATUS_REGS, ctypes.c_uint32)(),
+                         emulator_module._BatchReader(emulator._uc, emulator_module.STATUS_REGS
+                                                      + emulator_module.VFP_CALLEE_SAVED, ctypes.c_uint64)()))
+
+    emulator.call(program.entry, at_stop, 10_000_000, program.args)
+    assert type(emulator.registers).__name__ == "Registers"
+    assert len(seen) == 50 and len({s[0][15] for s in seen}) > 10
+    for compiled, compiled_wide, python, python_wide in seen:
+        assert compiled == python and compiled_wide == python_wide
