@@ -378,11 +378,14 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
                 values = None
             elif answer[1] == kernel.MISMATCH:  # (frame, MISMATCH, register, got, expected, pc)
                 frame_index, _, register, got, want, frame_pc = answer
-                key = (index, frame_index, register, frame_pc)
+                # The cause of a mismatch depends on the wrong frame's function, not its pc.
+                culprit_where = classify(frame_pc if frame_index == 0 else frame_pc - 1)
+                key = (index, frame_index, register, culprit_where)
                 cause = causes.get(key)
                 if cause is None:
-                    cause = causes[key] = failure_cause(names[index], (frame_index, *mismatch_of(register), ""),
-                                                        frame_pc)
+                    kind, register_name = mismatch_of(register)
+                    cause = causes[key] = FailureCause(names[index], kind, frame_index, culprit_where[0],
+                                                       register_name, "", culprit_where[1])
                 values = (got, want)
             else:
                 cause = causes.get((index, answer))
