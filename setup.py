@@ -2,4 +2,9 @@
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("harness._kernel", ["harness/_kernel.c"], extra_compile_args=["-O2"])])
+setup(ext_modules=[Extension(
+    "harness._kernel",
+    ["harness/csrc/module.c", "harness/csrc/rules.c", "harness/csrc/trace.c"],
+    depends=["harness/csrc/kernel.h"],
+    extra_compile_args=["-O2"],
+)])

@@ -511,7 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("run", "verify-elf", "bench", "mutants") and not kernel.AVAILABLE:
-        print("unwind-harness: note: the compiled kernel (harness/_kernel.c) is not built; verifying "
+        print("unwind-harness: note: the compiled kernel (harness/csrc) is not built; verifying "
               "in Python alone, several times slower (`pip install -e .` builds it)", file=sys.stderr)
     try:
         return args.handler(args)

@@ -48,21 +48,9 @@ class EmulationFault(HarnessError):
         self.cause = cause
 
 
-def _batch_reader(uc: Uc, regs: list[int], ctype):
-    """A callable reading `regs` in one uc_reg_read_batch call: the compiled
-    kernel's reader where it is built (a ctypes call costs as much as a few
-    stops' worth of Python), else ctypes into preallocated buffers (unicorn
-    2.1's Python wrapper builds them anew on every call)."""
-    try:
-        from harness._kernel import Registers
-    except ImportError:
-        return _BatchReader(uc, regs, ctype)
-    function = ctypes.cast(uclib.uc_reg_read_batch, ctypes.c_void_p).value
-    return Registers(function, uc._uch.value, regs, ctypes.sizeof(ctype))
-
-
 class _BatchReader:
-    """uc_reg_read_batch into preallocated buffers."""
+    """uc_reg_read_batch into preallocated buffers (unicorn 2.1's Python
+    wrapper builds them anew on every call): the Python hook's reader."""
 
     def __init__(self, uc: Uc, regs: list[int], ctype):
         count = len(regs)
@@ -211,15 +199,15 @@ class Emulator:
             uc.mem_write(address, data)
         uc.mem_map(SENTINEL, PAGE, UC_PROT_ALL)
         # The stack lives in memory the harness owns, so that the compiled
-        # kernel reads it in place (harness/_kernel.c).
+        # kernel reads it in place (harness/csrc/rules.c).
         self._stack_memory = mmap.mmap(-1, STACK_SIZE)
         stack_address = ctypes.addressof(ctypes.c_char.from_buffer(self._stack_memory))
         uc.mem_map_ptr(STACK_TOP - STACK_SIZE, STACK_SIZE, UC_PROT_ALL, stack_address)
         self._uc = uc
         self.instructions = 0
-        self.registers = _batch_reader(uc, STATUS_REGS, ctypes.c_uint32)
+        self.registers = _BatchReader(uc, STATUS_REGS, ctypes.c_uint32)
         """r0-r15 and cpsr (17 values)."""
-        self.registers_and_vfp = _batch_reader(uc, STATUS_REGS + VFP_CALLEE_SAVED, ctypes.c_uint64)
+        self.registers_and_vfp = _BatchReader(uc, STATUS_REGS + VFP_CALLEE_SAVED, ctypes.c_uint64)
         """r0-r15, cpsr and d8-d15 (25 values) in one call: 32-bit registers
         fill the low half of their 64-bit slot, whose high half stays 0."""
 
@@ -234,6 +222,18 @@ class Emulator:
     def read(self, address: int, size: int) -> bytes:
         return bytes(self._uc.mem_read(address, size))
 
+    def engine(self, uses_vfp: bool) -> tuple:
+        """The engine as the compiled tracer (harness/csrc/trace.c) drives it:
+        its handle; the addresses of its batch register read, memory read,
+        start, stop, hook add and hook delete functions; the code hook type;
+        and the registers read at every stop: r0-r15, cpsr, and d8-d15 when
+        `uses_vfp`."""
+        functions = (uclib.uc_reg_read_batch, uclib.uc_mem_read, uclib.uc_emu_start, uclib.uc_emu_stop,
+                     uclib.uc_hook_add, uclib.uc_hook_del)
+        addresses = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in functions)
+        registers = STATUS_REGS + VFP_CALLEE_SAVED if uses_vfp else STATUS_REGS
+        return (self._uc._uch.value, *addresses, UC_HOOK_CODE, tuple(registers))
+
     def call(self, entry: int, on_stop: Callable[[int], None], budget: int,
              args: tuple[int, ...] = ()) -> int:
         """Run `entry` (Thumb) until it returns to the sentinel; return r0.
@@ -241,11 +241,7 @@ class Emulator:
         `on_stop(pc)` runs before every instruction. Raises EmulationFault when
         the program faults or executes more than `budget` instructions.
         """
-        uc = self._uc
-        for index, value in enumerate(args):
-            uc.reg_write(arm.UC_ARM_REG_R0 + index, value)
-        uc.reg_write(arm.UC_ARM_REG_SP, STACK_TOP)
-        uc.reg_write(arm.UC_ARM_REG_LR, SENTINEL | 1)
+        uc = self._start(args)
         overran: list[int] = []
 
         def hook(uc_, address, size, user_data):
@@ -263,9 +259,29 @@ class Emulator:
             raise EmulationFault(uc.reg_read(arm.UC_ARM_REG_PC), str(error)) from None
         finally:
             uc.hook_del(handle)
-        if overran:
-            raise EmulationFault(overran[0], f"more than {budget} instructions (runaway loop?)")
-        pc = uc.reg_read(arm.UC_ARM_REG_PC)
+        return self._returned(overran[0] if overran else None, budget)
+
+    def call_traced(self, entry: int, tracer, budget: int, args: tuple[int, ...] = ()) -> int:
+        """`call`, with the compiled tracer (built on `engine()`) as the hook."""
+        self._start(args)
+        status, overran = tracer.run(entry | 1, SENTINEL, budget)
+        if status:
+            raise EmulationFault(self._uc.reg_read(arm.UC_ARM_REG_PC), str(UcError(status)))
+        return self._returned(None if overran < 0 else overran, budget)
+
+    def _start(self, args: tuple[int, ...]) -> Uc:
+        uc = self._uc
+        for index, value in enumerate(args):
+            uc.reg_write(arm.UC_ARM_REG_R0 + index, value)
+        uc.reg_write(arm.UC_ARM_REG_SP, STACK_TOP)
+        uc.reg_write(arm.UC_ARM_REG_LR, SENTINEL | 1)
+        return uc
+
+    def _returned(self, overran: int | None, budget: int) -> int:
+        """r0 of a run that ended without an engine error, or the fault."""
+        if overran is not None:
+            raise EmulationFault(overran, f"more than {budget} instructions (runaway loop?)")
+        pc = self._uc.reg_read(arm.UC_ARM_REG_PC)
         if pc != SENTINEL:
             raise EmulationFault(pc, "stopped before returning to the sentinel")
-        return uc.reg_read(arm.UC_ARM_REG_R0)
+        return self._uc.reg_read(arm.UC_ARM_REG_R0)

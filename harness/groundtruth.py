@@ -107,9 +107,16 @@ _PACKED = struct.Struct("<11I8Q")
 
 def packed(frame: ShadowFrame) -> bytes:
     """pc, sp, r4-r11, whether d8-d15 are known, d8-d15: the layout of
-    `Expected` in harness/_kernel.c."""
+    `Expected` in harness/csrc/kernel.h."""
     vfp = frame.vfp
     return _PACKED.pack(frame.pc, frame.sp, *frame.callee_saved, vfp is not None, *(vfp or (0,) * 8))
+
+
+def unpacked(data: bytes, index: int, serial: int) -> ShadowFrame:
+    """The `index`-th frame of packed frames (the inverse of `packed`)."""
+    pc, sp, *rest = _PACKED.unpack_from(data, index * _PACKED.size)
+    callee_saved, vfp_known, vfp = tuple(rest[:8]), rest[8], tuple(rest[9:])
+    return ShadowFrame(pc, sp, callee_saved, vfp if vfp_known else None, serial)
 
 
 class ShadowStack:

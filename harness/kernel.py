@@ -1,8 +1,10 @@
-"""The compiled verification kernel (harness/_kernel.c), seen from Python.
+"""The compiled verification kernel (harness/csrc), seen from Python.
 
-At each stop the kernel walks every unwinder by its rules (harness.rule)
-over the emulator's stack memory and compares each caller frame with the
-packed shadow stack. It counts the walks that match every frame (per stop
+The Tracer is the per-instruction hook of a verified run: it follows the
+shadow stack (as harness.groundtruth defines it) and, at every stop, lets
+the Verifier walk every unwinder by its rules (harness.rule) over the
+emulator's stack memory and compare each caller frame with the shadow
+stack. The Verifier counts the walks that match every frame (per stop
 class, read back with `passes`) and answers for the others: a failing rule
 (frame, 0, rule id), a mismatch (frame, MISMATCH, register, value,
 expected), or DEFER: the verifier then runs the unwinder's own Python step
@@ -18,9 +20,9 @@ from harness.rule import EVERYWHERE, NOWHERE, Rule
 from harness.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
 try:
-    from harness._kernel import Verifier
+    from harness._kernel import Tracer, Verifier
 except ImportError:  # not built: the verifier runs in Python alone
-    Verifier = None
+    Tracer = Verifier = None
 
 AVAILABLE = Verifier is not None
 DEFER = False  # the kernel's answer where the unwinder's own step must run
@@ -41,11 +43,13 @@ class StopKernel:
         self.high = high
         self.rules: list[Rule] = []  # by the id the kernel reports a failing rule with
         self._rule_at = [getattr(u, "rule_at", None) for u in self.unwinders]
-        self._verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide)
-        self.check = self._verifier.check
+        self.verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide)
+        """What the Tracer walks with at every stop."""
+        self.check = self.verifier.check
         """check(regs, pc, cpsr, vfp or None, low, packed shadow stack, stop class)
-        -> ((unwinder index, answer), ...) for the walks that did not match"""
-        self.passes = self._verifier.passes
+        -> ((unwinder index, answer), ...) for the walks that did not match
+        (one stop, walked from Python)"""
+        self.passes = self.verifier.passes
         """passes() -> [(stop class, unwinder index, walks that matched)]"""
 
     def _provide(self, index: int, pc: int, innermost: int) -> tuple[int, bytes | None, int, int]:

@@ -1,5 +1,5 @@
 """One unwinder step at one pc, written down as data, for the compiled
-verification kernel (harness/_kernel.c).
+verification kernel (harness/csrc/rules.c).
 
 Each unwinder's `step` stays the definition. Its `rule_at(pc, innermost)`
 gives a RuleRange: the rule for a frame at pc, and the pcs around it that
@@ -35,7 +35,7 @@ from typing import Callable, NamedTuple, TypeVar
 from harness.errors import UnwindFailure
 from harness.frame import SP
 
-# Flag bits shared with _kernel.c.
+# Flag bits shared with harness/csrc/rules.c.
 BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS = (
     1 << i for i in range(8))
 _HEADER = struct.Struct("<8i")  # flags, base, offset, end, lowest, highest, loads, vfp loads

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, NamedTuple, Sequence
 
 from harness import kernel
@@ -23,6 +24,7 @@ from harness.groundtruth import (
     call_length,
     instruction_size,
     it_block_length,
+    unpacked,
     with_it_state,
 )
 from harness.program import Program
@@ -297,6 +299,65 @@ class _Classifier:
         return found
 
 
+class _Verification:
+    """One program's verification, whichever hook drives it: the verdicts of
+    walks in Python, and the causes of the kernel's failing answers."""
+
+    def __init__(self, program: Program, unwinders: Sequence[Unwinder], memoize: bool, result: ProgramResult):
+        self.classify = _Classifier(program)
+        self.names = [u.name for u in unwinders]
+        self.walks = [MemoizedWalk(u) if memoize else partial(unwind_and_compare, u) for u in unwinders]
+        self.counts = result.counts
+        self.stop_classes: dict[tuple[frozenset[str], str], int] = {}  # (traits, position) -> the kernel's tally
+        self.wheres: list[Where] = []  # by the id the kernel knows them by
+        self._where_ids: dict[Where, int] = {}
+        self.log: list[tuple[int, int, tuple]] = []  # (stop, unwinder index, failure log entry) of walks in Python
+
+    def ids(self, pc: int) -> tuple[int, int]:
+        """(stop class, where id) of pc, for the kernel."""
+        where = self.classify(pc)
+        where_id = self._where_ids.get(where)
+        if where_id is None:
+            where_id = self._where_ids[where] = len(self.wheres)
+            self.wheres.append(where)
+        return self.stop_classes.setdefault((where[1], where[2]), len(self.stop_classes)), where_id
+
+    def failure_cause(self, unwinder: str, outcome: tuple, frame_pc: int) -> FailureCause:
+        """The cause of a failing walk (frame, kind, register, detail) whose
+        wrong frame is at frame_pc, with the function it is in (a caller's
+        pc is a return address: its call lies one byte before)."""
+        frame_index, kind, register, detail = outcome
+        culprit, culprit_traits, _ = self.classify(frame_pc if frame_index == 0 else frame_pc - 1)
+        return FailureCause(unwinder, kind, frame_index, culprit, register, detail, culprit_traits)
+
+    def kernel_cause(self, stop_kernel: kernel.StopKernel, index: int, answer: tuple, culprit: int) -> FailureCause:
+        """The cause of the kernel's failing `answer` for unwinder `index`; a
+        mismatch's is shared wherever the wrong frame is in the same function
+        (`culprit`, a where id), its values given apart."""
+        if answer[1] == kernel.MISMATCH:
+            frame_index, _, register = answer[:3]
+            function, traits, _ = self.wheres[culprit]
+            kind, register_name = mismatch_of(register)
+            return FailureCause(self.names[index], kind, frame_index, function, register_name, "", traits)
+        return self.failure_cause(self.names[index], kernel_outcome(stop_kernel, index, answer), answer[-1])
+
+    def walk(self, number: int, pc: int, indices, frame: Frame, stack, expected: Sequence[ShadowFrame]) -> None:
+        """The unwinders `indices` walk the stop in Python."""
+        where = self.classify(pc)
+        for index in indices:
+            outcome = self.walks[index](frame, stack, expected)
+            if outcome is None:
+                self.counts[(self.names[index], where[1], where[2], None)] += 1
+                continue
+            cause = self.failure_cause(self.names[index], outcome,
+                                       pc if outcome[0] == 0 else expected[outcome[0] - 1].pc)
+            self.log.append((number, index, (number, pc, where, cause, None)))
+
+
+def _frame(pc: int, regs, cpsr: int, vfp) -> Frame:
+    return Frame(r=tuple(regs[:15]) + (pc,), d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL, cpsr=cpsr)
+
+
 def verify_program(program: Program, unwinders: Sequence[Unwinder],
                    budget: int = DEFAULT_BUDGET, memoize: bool = True,
                    observe: Callable[[ObservedStop], None] | None = None,
@@ -307,42 +368,81 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     `shard` (I, N), only the I-th of every N of those stops is verified, so
     that N runs split the work and together verify each stop once.
 
-    `compiled` (default: when built) lets the kernel (harness.kernel) answer
-    first, each unwinder's Python step running only where it defers;
-    `memoize=False` re-walks every frame in Python at every stop (for
-    checking that the memo changes nothing); `observe` sees each verified stop.
+    `compiled` (default: when built) runs the compiled hook (harness.kernel):
+    the shadow stack and every walk the rules answer in C, each unwinder's
+    Python step only where they defer; `compiled=False` runs the hook in
+    Python, every walk by `step`. `memoize=False` (Python hook only)
+    re-walks every frame at every stop (for checking that the memo changes
+    nothing); `observe` sees each verified stop.
     """
+    if compiled is None:
+        compiled = memoize and kernel.AVAILABLE
     emulator = Emulator(program.segments)
     result = ProgramResult(program.name, expected=program.expected_result)
-    classify = _Classifier(program)
+    run = _Verification(program, unwinders, memoize, result)
+    collecting = gc.isenabled()
+    # The per-stop loop allocates much and keeps little, so the collector
+    # would mostly rescan the long-lived tables: a fifth of the run time.
+    gc.disable()
+    try:
+        if compiled:
+            _run_compiled(program, unwinders, emulator, run, result, budget, observe, every, shard)
+        else:
+            _run_in_python(program, emulator, run, result, budget, observe, every, shard)
+    except EmulationFault as fault:
+        result.fault = str(fault)
+    finally:
+        if collecting:
+            gc.enable()
+    for (where, cause), stops in result.failure_tally.items():
+        result.counts[(cause.unwinder, where[1], where[2], cause.kind)] += stops
+    return result
+
+
+def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emulator, run: _Verification,
+                  result: ProgramResult, budget: int, observe, every: int, shard: tuple[int, int]) -> None:
+    stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if unwinders else None
+    shadow_frames: dict[int, ShadowFrame] = {}  # serial -> frame, unpacked once
+
+    def slow(number: int, pc: int, regs, cpsr: int, vfp, deferred, packed_shadow: bytes, serials) -> None:
+        """A stop where a walk deferred, or every stop when observed."""
+        expected = []
+        for index in range(len(serials) - 1, -1, -1):  # innermost first
+            frame = shadow_frames.get(serials[index])
+            if frame is None:
+                frame = shadow_frames[serials[index]] = unpacked(packed_shadow, index, serials[index])
+            expected.append(frame)
+        frame, stack = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13])
+        if deferred:
+            run.walk(number, pc, deferred, frame, stack, expected)
+        if observe is not None:
+            observe(ObservedStop(pc, frame, stack, tuple(expected)))
+
+    tracer = kernel.Tracer(emulator.engine(program.uses_vfp), stop_kernel and stop_kernel.verifier, SENTINEL,
+                           program.uses_vfp, every, *shard, run.ids, slow, observe is not None)
+    try:
+        result.result = emulator.call_traced(program.entry, tracer, budget, program.args)
+    finally:  # the stops before a fault count too
+        result.stops = tracer.stops
+        causes = [run.kernel_cause(stop_kernel, *found) for found in tracer.causes()]
+        result.failure_log = tracer.failure_log(run.wheres, causes, run.log)
+        tally = Counter((entry[2], entry[3]) for _, _, entry in run.log)
+        for where, cause, stops in tracer.tally():
+            tally[(run.wheres[where], causes[cause])] += stops
+        result.failure_tally = tally
+        if stop_kernel is not None:
+            classes = {number: key for key, number in run.stop_classes.items()}
+            for stop_class, index, passes in stop_kernel.passes():
+                result.counts[(unwinders[index].name, *classes[stop_class], None)] += passes
+
+
+def _run_in_python(program: Program, emulator: Emulator, run: _Verification, result: ProgramResult,
+                   budget: int, observe, every: int, shard: tuple[int, int]) -> None:
     decoded_at: dict[int, tuple[int, int, bytes]] = {}  # pc -> (call length, IT block length, first half-word)
     it_blocks = SkippedStops(lambda address: instruction_size(program.code(address, 4)))
     uses_vfp = program.uses_vfp
-    counts = result.counts
+    every_walk = range(len(run.walks))
     shadow: ShadowStack | None = None
-    walks = [
-        (u, MemoizedWalk(u) if memoize else lambda f, s, e, u=u: unwind_and_compare(u, f, s, e))
-        for u in unwinders
-    ]
-    if compiled is None:
-        compiled = memoize and kernel.AVAILABLE
-    stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if compiled and unwinders else None
-    all_deferred = tuple((index, kernel.DEFER) for index in range(len(walks)))
-    stop_classes: dict[tuple[frozenset[str], str], int] = {}  # (traits, position) -> the kernel's pass tally
-    # Kernel answers repeat from stop to stop: (unwinder, answer, or a
-    # mismatch's answer without its values) -> cause.
-    causes: dict[tuple, FailureCause] = {}
-    names = [u.name for u in unwinders]
-    log = result.failure_log.append
-
-    def failure_cause(unwinder: str, outcome: tuple, frame_pc: int) -> FailureCause:
-        """The cause of a failing walk (frame, kind, register, detail) whose
-        wrong frame is at frame_pc, with the function it is in (a caller's
-        pc is a return address: its call lies one byte before)."""
-        frame_index, kind, register, detail = outcome
-        culprit, culprit_traits, _ = classify(frame_pc if frame_index == 0 else frame_pc - 1)
-        return FailureCause(unwinder, kind, frame_index, culprit, register, detail, culprit_traits)
-
     seen = 0
     shard_index, shard_count = shard
 
@@ -353,52 +453,10 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         seen += 1
         if number % every or (number // every) % shard_count != shard_index:
             return
-        where = classify(pc)
-        name, traits, position = where
-        sp = regs[13]
-        if stop_kernel is None:
-            answers = all_deferred
-        else:
-            stop_class = stop_classes.get((traits, position))
-            if stop_class is None:
-                stop_class = stop_classes[(traits, position)] = len(stop_classes)
-            answers = stop_kernel.check(regs, pc, cpsr, vfp, sp, shadow.packed, stop_class)
-        frame = stack = expected = None
-        for index, answer in answers:
-            if answer is kernel.DEFER:
-                if frame is None:
-                    frame = Frame(r=tuple(regs[:15]) + (pc,), d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL, cpsr=cpsr)
-                    stack, expected = emulator.stack(sp), shadow.frames[::-1]
-                outcome = walks[index][1](frame, stack, expected)
-                if outcome is None:
-                    counts[(names[index], traits, position, None)] += 1
-                    continue
-                cause = failure_cause(names[index], outcome,
-                                      pc if outcome[0] == 0 else expected[outcome[0] - 1].pc)
-                values = None
-            elif answer[1] == kernel.MISMATCH:  # (frame, MISMATCH, register, got, expected, pc)
-                frame_index, _, register, got, want, frame_pc = answer
-                # The cause of a mismatch depends on the wrong frame's function, not its pc.
-                culprit_where = classify(frame_pc if frame_index == 0 else frame_pc - 1)
-                key = (index, frame_index, register, culprit_where)
-                cause = causes.get(key)
-                if cause is None:
-                    kind, register_name = mismatch_of(register)
-                    cause = causes[key] = FailureCause(names[index], kind, frame_index, culprit_where[0],
-                                                       register_name, "", culprit_where[1])
-                values = (got, want)
-            else:
-                cause = causes.get((index, answer))
-                if cause is None:
-                    cause = causes[(index, answer)] = failure_cause(
-                        names[index], kernel_outcome(stop_kernel, index, answer), answer[-1])
-                values = None
-            log((number, pc, where, cause, values))
+        frame, stack, expected = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13]), shadow.frames[::-1]
+        run.walk(number, pc, every_walk, frame, stack, expected)
         result.stops += 1
         if observe is not None:
-            if frame is None:
-                frame = Frame(r=tuple(regs[:15]) + (pc,), d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL, cpsr=cpsr)
-                stack, expected = emulator.stack(sp), shadow.frames[::-1]
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
     def on_stop(pc: int) -> None:
@@ -424,22 +482,8 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         if decoded[1]:
             it_blocks.entered(pc, int.from_bytes(decoded[2], "little"), decoded[1])
 
-    collecting = gc.isenabled()
-    # The per-stop loop allocates much and keeps little, so the collector
-    # would mostly rescan the long-lived tables: a fifth of the run time.
-    gc.disable()
     try:
         result.result = emulator.call(program.entry, on_stop, budget, program.args)
-    except EmulationFault as fault:
-        result.fault = str(fault)
     finally:
-        if collecting:
-            gc.enable()
-    if stop_kernel is not None:
-        classes = {number: key for key, number in stop_classes.items()}
-        for stop_class, index, passes in stop_kernel.passes():
-            counts[(unwinders[index].name, *classes[stop_class], None)] += passes
-    result.failure_tally = Counter((where, cause) for _, _, where, cause, _ in result.failure_log)
-    for (where, cause), stops in result.failure_tally.items():
-        counts[(cause.unwinder, where[1], where[2], cause.kind)] += stops
-    return result
+        result.failure_log = [entry for _, _, entry in run.log]
+        result.failure_tally = Counter((entry[2], entry[3]) for entry in result.failure_log)

@@ -42,10 +42,10 @@ def faulty(kind: str) -> Program:
 
 
 @pytest.mark.parametrize("kind", FAULTS)
-def test_fault_names_pc_and_cause_and_keeps_the_stops_before(kind):
+def test_fault_names_pc_and_cause_and_keeps_the_stops_before(kind, compiled):
     _, cause, pc = FAULTS[kind]
     program = faulty(kind)
-    result = verify_program(program, build_unwinders(program, ["v2", "dwarf"]), budget=500)
+    result = verify_program(program, build_unwinders(program, ["v2", "dwarf"]), budget=500, compiled=compiled)
     assert result.fault is not None and not result.self_check_ok
     assert cause in result.fault
     if pc is not None:

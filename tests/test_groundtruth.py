@@ -42,9 +42,9 @@ def program() -> Program:
     return Program("hand-written", ((BASE, code),), BASE, BASE, functions, expected_result=4)
 
 
-def frames_at_each_stop():
+def frames_at_each_stop(compiled: bool):
     seen = []
-    result = verify_program(program(), [], observe=lambda stop: seen.append(
+    result = verify_program(program(), [], compiled=compiled, observe=lambda stop: seen.append(
         (stop.pc, [(f.pc, f.sp, f.callee_saved[:2]) for f in reversed(stop.expected)])))
     assert result.self_check_ok and result.result == 4
     return seen
@@ -55,8 +55,8 @@ MAIN_CALLS_F = (0x100008, STACK_TOP - 8, (7, 0))
 F_CALLS_G = (0x10001C, STACK_TOP - 16, (7, 9))
 
 
-def test_every_stop_has_the_expected_shadow_stack():
-    assert frames_at_each_stop() == [
+def test_every_stop_has_the_expected_shadow_stack(compiled):
+    assert frames_at_each_stop(compiled) == [
         (0x100000, [SENTINEL_FRAME]),
         (0x100002, [SENTINEL_FRAME]),
         (0x100004, [SENTINEL_FRAME]),

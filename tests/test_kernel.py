@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from generators.corpus import generate_program
-from harness import kernel
+from harness import kernel, verify
 from harness.compiled import program_from_elf
+from harness.emulator import SENTINEL, Emulator
 from harness.epilogue import may_start_epilogue
 from harness.errors import UnwindFailure
 from harness.frame import Frame, Stack
@@ -21,7 +22,7 @@ from harness.groundtruth import ShadowFrame, packed
 from harness.rule import Rule
 from harness.runner import ELF_CORPUS, elf_builds
 from harness.unwinders import UNWINDER_NAMES, build_unwinders
-from harness.verify import kernel_outcome, unwind_and_compare, verify_program, without_scratch
+from harness.verify import DEFAULT_BUDGET, kernel_outcome, unwind_and_compare, verify_program, without_scratch
 
 BASE = 0x7000_0000  # where the test stack's bytes start
 SIZE = 0x400
@@ -45,35 +46,108 @@ def test_generated_programs_verify_the_same_with_the_kernel(seed, index):
     same_results(generate_program(seed, index))
 
 
+def elf_program(file: str):
+    build = next(b for b in elf_builds() if b["file"] == file)
+    return program_from_elf(str(ELF_CORPUS / file), build["entry"], build["expected_checksum"])
+
+
 @pytest.mark.parametrize("file", ["gcc-O2-nofp.elf", "clang-O0-fp.elf"])
 def test_compiled_programs_verify_the_same_with_the_kernel(file):
-    build = next(b for b in elf_builds() if b["file"] == file)
-    program = program_from_elf(str(ELF_CORPUS / file), build["entry"], build["expected_checksum"])
-    same_results(program, every=5)
+    same_results(elf_program(file), every=5)
 
 
 def test_the_kernel_answers_most_walks_itself(monkeypatch):
     """Deferring is for odd states only: most answers come from the kernel."""
-    answers: Counter = Counter()
-    real = kernel.StopKernel.__init__
+    deferred = []
+    real = verify._Verification.walk
 
-    def spying(self, *args):
-        real(self, *args)
-        check = self.check
+    def spying(self, number, pc, indices, *rest):
+        deferred.extend(indices)
+        return real(self, number, pc, indices, *rest)
 
-        def counted(*call):
-            found = check(*call)
-            answers["not matched"] += len(found)
-            answers["deferred"] += sum(answer is kernel.DEFER for _, answer in found)
-            answers["walks"] += len(self.unwinders)
-            return found
-        self.check = counted
-
-    monkeypatch.setattr(kernel.StopKernel, "__init__", spying)
+    monkeypatch.setattr(verify._Verification, "walk", spying)
     program = generate_program(0, 1)
-    verify_program(program, build_unwinders(program))
-    assert answers["deferred"] < 0.1 * answers["walks"]
-    assert answers["not matched"] < answers["walks"]
+    unwinders = build_unwinders(program)
+    result = verify_program(program, unwinders, compiled=True)
+    walks = result.stops * len(unwinders)
+    assert 0 < len(deferred) < 0.1 * walks
+    assert len(result.failure_log) + len(deferred) < walks
+
+
+# ------------------------------------------- the compiled hook against the Python one
+
+
+def observed(program, compiled: bool) -> list[tuple]:
+    seen = []
+    verify_program(program, [], compiled=compiled,
+                   observe=lambda stop: seen.append((stop.pc, stop.frame, stop.expected)))
+    return seen
+
+
+@pytest.mark.parametrize("make", [lambda: generate_program(0, 0), lambda: generate_program(7, 1),
+                                  lambda: elf_program("gcc-O2-nofp.elf")], ids=["0-0", "7-1", "gcc-O2-nofp"])
+def test_the_compiled_shadow_stack_is_the_python_one(make):
+    """At every stop: the same pc, registers and IT state, and the same
+    shadow frames, serials included."""
+    program = make()
+    fast, slow = observed(program, True), observed(program, False)
+    assert len(fast) == len(slow) > 100
+    assert fast == slow
+    assert max(len(expected) for _, _, expected in fast) > 3
+
+
+def test_the_compiled_hook_makes_the_stops_an_it_block_skips():
+    """Unicorn runs no hook before an instruction an IT block skips, yet a
+    profiler can sample there: the hook makes those stops too (that they are
+    the Python hook's is checked above)."""
+    program = elf_program("gcc-O2-nofp.elf")
+    executed = 0
+
+    def count(pc: int) -> None:
+        nonlocal executed
+        executed += 1
+
+    Emulator(program.segments).call(program.entry, count, DEFAULT_BUDGET, program.args)
+    assert verify_program(program, [], compiled=True).stops > executed
+
+
+def test_an_error_raised_in_a_callback_ends_the_run_and_reaches_the_caller():
+    class Stop(Exception):
+        pass
+
+    def observe(stop):
+        if stop.pc == target:
+            raise Stop(stop.pc)
+
+    program = generate_program(0, 0)
+    target = program.functions[1].start
+    with pytest.raises(Stop):
+        verify_program(program, build_unwinders(program, ["v2"]), compiled=True, observe=observe)
+    assert verify_program(program, build_unwinders(program, ["v2"]), compiled=True).self_check_ok
+
+
+def test_a_tracer_is_set_up_once_and_runs_once():
+    program = generate_program(0, 0)
+    emulator = Emulator(program.segments)
+    engine = emulator.engine(program.uses_vfp)
+
+    def tracer(**changed):
+        arguments = dict(engine=engine, verifier=None, sentinel=SENTINEL, uses_vfp=program.uses_vfp, every=1,
+                         shard_index=0, shard_count=1, classify=lambda pc: (0, 0), slow=lambda *stop: None,
+                         observe_all=False)
+        return kernel.Tracer(**{**arguments, **changed})
+
+    with pytest.raises(ValueError, match="shard_index below shard_count"):
+        tracer(shard_index=1)
+    with pytest.raises(ValueError, match="register ids"):
+        tracer(engine=engine[:8] + (engine[8][:5],))
+    with pytest.raises(TypeError, match="Verifier or None"):
+        tracer(verifier=object())
+    once = tracer()
+    assert emulator.call_traced(program.entry, once, DEFAULT_BUDGET, program.args) == program.expected_result
+    assert once.stops > 100
+    with pytest.raises(RuntimeError, match="runs once"):
+        once.run(program.entry | 1, SENTINEL, DEFAULT_BUDGET)
 
 
 # ------------------------------------------- the kernel against `step`, on random states
@@ -267,28 +341,5 @@ def test_without_the_kernel_the_cli_says_so_and_verifies_in_python(monkeypatch, 
     monkeypatch.setattr(kernel, "StopKernel", None)  # any use of the kernel would fail
     assert cli.main(["run", "--programs", "1", "--no-elf", "--unwinder", "v2", "--jobs", "1",
                      "--reports", str(tmp_path)]) == 0
-    assert "compiled kernel (harness/_kernel.c) is not built" in capsys.readouterr().err
+    assert "compiled kernel (harness/csrc) is not built" in capsys.readouterr().err
     assert (tmp_path / "latest.json").exists()
-
-
-def test_the_compiled_register_reader_reads_what_ctypes_reads():
-    import ctypes
-
-    from harness import emulator as emulator_module
-
-    program = generate_program(0, 0)
-    emulator = emulator_module.Emulator(program.segments)
-    seen = []
-
-    def at_stop(pc):
-        if len(seen) < 50:
-            seen.append((emulator.registers(), emulator.registers_and_vfp(),
-                         emulator_module._BatchReader(emulator._uc, emulator_module.STATUS_REGS, ctypes.c_uint32)(),
-                         emulator_module._BatchReader(emulator._uc, emulator_module.STATUS_REGS
-                                                      + emulator_module.VFP_CALLEE_SAVED, ctypes.c_uint64)()))
-
-    emulator.call(program.entry, at_stop, 10_000_000, program.args)
-    assert type(emulator.registers).__name__ == "Registers"
-    assert len(seen) == 50 and len({s[0][15] for s in seen}) > 10
-    for compiled, compiled_wide, python, python_wide in seen:
-        assert compiled == python and compiled_wide == python_wide

@@ -1,33 +1,18 @@
-/* The verification kernel: at one stop, walk every unwinder's rules
- * (harness/rule.py) over the emulator's stack memory and compare each
- * caller frame with the shadow stack. Python's `step` stays the definition:
- * wherever a rule's guard fails the kernel answers "defer" and the harness
- * runs the unwinder's own step instead (harness/kernel.py).
- *
- * Registers are int64 so that sums past 32 bits compare exactly as Python
- * ints do.
+/* Verifier: at one stop, walk every unwinder by its rules (harness/rule.py)
+ * over the emulator's stack memory and compare each caller frame with the
+ * shadow stack. Wherever a rule's guard fails the answer is DEFER, and the
+ * harness runs the unwinder's own Python step instead (harness/kernel.py).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
+#include "kernel.h"
+
 #include <string.h>
 
 enum { BOUNDS = 1, PC_FROM_LR = 2, ALIGNED = 4, ABOVE_SP = 8,
        LEAF_UNLESS_RECORD = 16, OUTSIDE_IT = 32, FAILS = 64, GUARD_FAILS = 128 };
-enum { SP = 13, LR = 14, PC = 15 };
 enum { STEP_OK, STEP_DEFER, STEP_FAILS, STEP_GUARD_FAILS };
 
 typedef struct { int32_t flags, base, offset, end, lowest, highest, loads, vfp_loads; } RuleHeader;
 typedef struct { int32_t reg, offset; } Load;
-
-/* One shadow frame as harness.kernel packs it. */
-typedef struct { uint32_t pc, sp, r[8], vfp_known; uint64_t d[8]; } __attribute__((packed)) Expected;
-
-typedef struct {
-    int64_t r[16];
-    uint64_t d[8];      /* d8-d15 */
-    unsigned d_known;   /* bit i: d(8+i) is known */
-} KFrame;
 
 typedef struct {
     const uint8_t *memory;  /* the stack mapping, from guest address `base` */
@@ -111,7 +96,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
 typedef struct { int64_t low, high; PyObject *rule; Py_ssize_t id; } Range;
 typedef struct { Range *items; Py_ssize_t count, capacity, last; } Ranges;  /* sorted, disjoint; last hit */
 
-typedef struct {
+struct Verifier {
     PyObject_HEAD
     Py_buffer memory;
     int64_t base, high;
@@ -122,7 +107,9 @@ typedef struct {
     PyObject *provide;   /* provide(unwinder, pc, innermost) -> (rule id, bytes or None, low, high) */
     uint64_t *passes;    /* [stop class * count + unwinder]: walks that matched every frame */
     Py_ssize_t classes;
-} Verifier;
+};
+
+Py_ssize_t verifier_unwinders(const Verifier *v) { return v->count; }
 
 static void Verifier_dealloc(Verifier *self) {
     if (self->memory.obj) PyBuffer_Release(&self->memory);
@@ -144,6 +131,10 @@ static void Verifier_dealloc(Verifier *self) {
 static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
     PyObject *restores, *provide;
     long long base, high;
+    if (self->ranges) {
+        PyErr_SetString(PyExc_TypeError, "a Verifier is initialised once");
+        return -1;
+    }
     if (!PyArg_ParseTuple(args, "y*LLOO", &self->memory, &base, &high, &restores, &provide)) return -1;
     if (!PyList_Check(restores) || !PyCallable_Check(provide)) {
         PyErr_SetString(PyExc_TypeError, "restores must be a list and provide callable");
@@ -242,44 +233,53 @@ static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, i
     return -1;
 }
 
-/* One unwinder's walk: Py_None (every frame matched), Py_False (defer),
- * (frame, 0, rule id, pc) for a failing rule, (frame, 1, register, got,
- * expected, pc) for a mismatch, (frame, 2, rule id, base, sp, stack low,
- * pc) for a guard that fails the step; pc and sp are those of the frame
- * being unwound. */
-static PyObject *walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame,
-                      const KStack *s, uint32_t cpsr, const Expected *expected, Py_ssize_t frames) {
+int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame, int64_t low, uint32_t cpsr,
+                  const Expected *expected, Py_ssize_t frames, Answer *out) {
+    const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high };
     KFrame frame = *innermost_frame;
     for (Py_ssize_t index = 0; index < frames; index++) {
         const int innermost = index == 0;
-        const int64_t pc = frame.r[PC], sp = frame.r[SP];  /* of the frame being unwound */
         Py_ssize_t rule_id = -1;
-        PyObject *rule = rule_for(self, unwinder, pc, innermost, &rule_id);
-        if (!rule) return NULL;
-        if (rule == Py_None) Py_RETURN_FALSE;
-        int64_t base = 0;
-        int outcome = step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, innermost, s, cpsr, &base);
-        if (outcome == STEP_DEFER) Py_RETURN_FALSE;
-        if (outcome == STEP_FAILS) return Py_BuildValue("(ninL)", index, 0, rule_id, (long long)pc);
-        if (outcome == STEP_GUARD_FAILS)
-            return Py_BuildValue("(ninLLLL)", index, 2, rule_id, (long long)base, (long long)sp,
-                                 (long long)s->low, (long long)pc);
-        int64_t got;
-        uint64_t want;
-        int reg = mismatch(&frame, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder], &got, &want);
-        if (reg > PC)  /* d8-d15: 64-bit values */
-            return Py_BuildValue("(niiKKL)", index, 1, reg, (unsigned long long)got, (unsigned long long)want,
-                                 (long long)pc);
-        if (reg >= 0)
-            return Py_BuildValue("(niiLKL)", index, 1, reg, (long long)got, (unsigned long long)want, (long long)pc);
+        out->frame = index;
+        out->pc = frame.r[PC];  /* of the frame being unwound */
+        out->sp = frame.r[SP];
+        PyObject *rule = rule_for(self, unwinder, out->pc, innermost, &rule_id);
+        if (!rule) return -1;
+        out->rule_id = rule_id;
+        if (rule == Py_None) { out->kind = ANSWER_DEFER; return 0; }
+        switch (step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, innermost, &s, cpsr, &out->base)) {
+        case STEP_DEFER: out->kind = ANSWER_DEFER; return 0;
+        case STEP_FAILS: out->kind = ANSWER_FAILS; return 0;
+        case STEP_GUARD_FAILS: out->kind = ANSWER_GUARD_FAILS; out->low = s.low; return 0;
+        }
+        out->reg = mismatch(&frame, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder],
+                            &out->got, &out->want);
+        if (out->reg >= 0) { out->kind = ANSWER_MISMATCH; return 0; }
         /* r0-r3 and r12 hold nothing a caller relies on (verify.without_scratch). */
         frame.r[0] = frame.r[1] = frame.r[2] = frame.r[3] = frame.r[12] = 0;
+    }
+    out->kind = ANSWER_PASS;
+    return 0;
+}
+
+PyObject *answer_object(const Answer *a) {
+    switch (a->kind) {
+    case ANSWER_DEFER: Py_RETURN_FALSE;
+    case ANSWER_FAILS: return Py_BuildValue("(ninL)", a->frame, 0, a->rule_id, (long long)a->pc);
+    case ANSWER_GUARD_FAILS:
+        return Py_BuildValue("(ninLLLL)", a->frame, 2, a->rule_id, (long long)a->base, (long long)a->sp,
+                             (long long)a->low, (long long)a->pc);
+    case ANSWER_MISMATCH:
+        if (a->reg > PC)  /* d8-d15: 64-bit values */
+            return Py_BuildValue("(niiKKL)", a->frame, 1, a->reg, (unsigned long long)a->got,
+                                 (unsigned long long)a->want, (long long)a->pc);
+        return Py_BuildValue("(niiLKL)", a->frame, 1, a->reg, (long long)a->got, (unsigned long long)a->want,
+                             (long long)a->pc);
     }
     Py_RETURN_NONE;
 }
 
-/* Count a pass of `unwinder` at a stop of class `stop_class`. */
-static int count_pass(Verifier *self, Py_ssize_t stop_class, Py_ssize_t unwinder) {
+int verifier_count_pass(Verifier *self, Py_ssize_t stop_class, Py_ssize_t unwinder) {
     if (stop_class >= self->classes) {
         Py_ssize_t classes = stop_class + 16;
         uint64_t *passes = PyMem_Realloc(self->passes, classes * self->count * sizeof(uint64_t) + 1);
@@ -294,8 +294,8 @@ static int count_pass(Verifier *self, Py_ssize_t stop_class, Py_ssize_t unwinder
 
 /* check(regs, pc, cpsr, vfp or None, low, expected: the packed shadow
  * frames, outermost first, stop class) -> ((unwinder, answer), ...) for
- * every unwinder whose walk did not match (see walk); matches are counted
- * per stop class (see passes). */
+ * every unwinder whose walk did not match (see answer_object); matches are
+ * counted per stop class (see passes). */
 static PyObject *Verifier_check(Verifier *self, PyObject *args) {
     PyObject *regs, *vfp;
     unsigned long long pc;
@@ -337,19 +337,17 @@ static PyObject *Verifier_check(Verifier *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "expected is not a whole number of packed frames");
         goto done;
     }
-    KStack stack = { (const uint8_t *)self->memory.buf, self->base, low, self->high };
     Py_ssize_t frames = expected.len / sizeof(Expected);
     found = PyList_New(0);
     if (!found) goto done;
     for (Py_ssize_t i = 0; i < self->count; i++) {
-        PyObject *outcome = walk(self, i, &frame, &stack, cpsr, (const Expected *)expected.buf, frames);
-        if (!outcome) goto done;
-        if (outcome == Py_None) {
-            Py_DECREF(outcome);
-            if (count_pass(self, stop_class, i)) goto done;
+        Answer answer;
+        if (verifier_walk(self, i, &frame, low, cpsr, (const Expected *)expected.buf, frames, &answer)) goto done;
+        if (answer.kind == ANSWER_PASS) {
+            if (verifier_count_pass(self, stop_class, i)) goto done;
             continue;
         }
-        PyObject *pair = Py_BuildValue("(nN)", i, outcome);
+        PyObject *pair = Py_BuildValue("(nN)", i, answer_object(&answer));
         if (!pair || PyList_Append(found, pair)) { Py_XDECREF(pair); goto done; }
         Py_DECREF(pair);
     }
@@ -382,7 +380,7 @@ static PyMethodDef Verifier_methods[] = {
     {NULL}
 };
 
-static PyTypeObject VerifierType = {
+PyTypeObject VerifierType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "harness._kernel.Verifier",
     .tp_basicsize = sizeof(Verifier),
@@ -393,88 +391,3 @@ static PyTypeObject VerifierType = {
     .tp_methods = Verifier_methods,
     .tp_doc = "Rule walks and shadow-stack comparison for every unwinder at one stop.",
 };
-
-/* Registers(function, handle, ids, width): a callable that reads the
- * registers `ids` in one call of `function` (the emulator's batch register
- * read, as an address, with its engine handle) and returns them as ints of
- * `width` bytes each. The emulator module builds it; the kernel knows no
- * engine. */
-typedef int (*BatchRead)(void *handle, int *ids, void **values, int count);
-enum { MAX_REGISTERS = 64 };
-
-typedef struct {
-    PyObject_HEAD
-    BatchRead read;
-    void *handle;
-    int count, width;
-    int ids[MAX_REGISTERS];
-    uint64_t values[MAX_REGISTERS];
-    void *pointers[MAX_REGISTERS];
-} Registers;
-
-static int Registers_init(Registers *self, PyObject *args, PyObject *kwds) {
-    unsigned long long function, handle;
-    PyObject *ids;
-    int width;
-    if (!PyArg_ParseTuple(args, "KKOi", &function, &handle, &ids, &width)) return -1;
-    PyObject *fast = PySequence_Fast(ids, "ids must be a sequence");
-    if (!fast) return -1;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(fast);
-    if (count > MAX_REGISTERS || (width != 4 && width != 8) || !function) {
-        PyErr_SetString(PyExc_ValueError, "at most 64 registers of width 4 or 8, and a function");
-        Py_DECREF(fast);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        self->ids[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
-        self->pointers[i] = width == 8 ? (void *)&self->values[i] : (void *)((uint32_t *)self->values + i);
-    }
-    Py_DECREF(fast);
-    if (PyErr_Occurred()) return -1;
-    self->read = (BatchRead)(uintptr_t)function;
-    self->handle = (void *)(uintptr_t)handle;
-    self->count = (int)count;
-    self->width = width;
-    return 0;
-}
-
-static PyObject *Registers_call(Registers *self, PyObject *args, PyObject *kwds) {
-    int status = self->read(self->handle, self->ids, self->pointers, self->count);
-    if (status) return PyErr_Format(PyExc_OSError, "batch register read failed with status %d", status);
-    PyObject *out = PyList_New(self->count);
-    if (!out) return NULL;
-    for (int i = 0; i < self->count; i++) {
-        PyObject *value = self->width == 8 ? PyLong_FromUnsignedLongLong(self->values[i])
-                                           : PyLong_FromUnsignedLong(((uint32_t *)self->values)[i]);
-        if (!value) { Py_DECREF(out); return NULL; }
-        PyList_SET_ITEM(out, i, value);
-    }
-    return out;
-}
-
-static PyTypeObject RegistersType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "harness._kernel.Registers",
-    .tp_basicsize = sizeof(Registers),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Registers_init,
-    .tp_call = (ternaryfunc)Registers_call,
-    .tp_doc = "A batch register read through a function address (see harness.emulator).",
-};
-
-static struct PyModuleDef kernel_module = {
-    PyModuleDef_HEAD_INIT, "harness._kernel", "The compiled verification kernel.", -1, NULL
-};
-
-PyMODINIT_FUNC PyInit__kernel(void) {
-    if (PyType_Ready(&VerifierType) < 0 || PyType_Ready(&RegistersType) < 0) return NULL;
-    PyObject *module = PyModule_Create(&kernel_module);
-    if (!module) return NULL;
-    if (PyModule_AddObjectRef(module, "Verifier", (PyObject *)&VerifierType) < 0 ||
-        PyModule_AddObjectRef(module, "Registers", (PyObject *)&RegistersType) < 0) {
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
-}
