@@ -75,13 +75,11 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
     """The summary of one run; `with_cfi` names the functions that have CFI
     (for counting failures in frames of code without it). Failures are
     counted by their tally (alike failures once, with their number); only
-    the samples need the log, in stop order."""
+    the samples need the log: the first few of each unwinder."""
     summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.result,
                              result.expected, result.fault)
-    for entry in result.failure_log:
-        bucket = summary.samples.setdefault(entry[3].unwinder, [])
-        if len(bucket) < SAMPLES_PER_UNWINDER:
-            bucket.append(sample(failure_of(*entry), result.program))
+    for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):
+        summary.samples.setdefault(entry[3].unwinder, []).append(sample(failure_of(*entry), result.program))
     for (where, cause), stops in result.failure_tally.items():
         if cause.register:
             summary.wrong_registers.setdefault(cause.unwinder, Counter())[cause.register] += stops

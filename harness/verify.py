@@ -79,17 +79,48 @@ class FailureCause(NamedTuple):
 Where = tuple[str, frozenset, str]  # (function, traits, position) of a stop's pc
 
 
+class FailureLog:
+    """A run's failures in stop order, each (stop, pc, where, cause, values):
+    where and cause shared between stops, values (got, expected) of a
+    mismatch, worded only when needed (the cause's detail is then empty).
+    Built on demand: a run may fail at every stop for several unwinders,
+    while its report reads only the tally and the first few of each."""
+
+    def __init__(self, build: Callable[[int], list] | None = None, entries: list | None = None):
+        self._build = build  # build(at most this many per unwinder, 0: all) -> entries
+        self._entries = entries
+
+    def entries(self) -> list:
+        if self._entries is None:
+            self._entries = self._build(0) if self._build else []
+        return self._entries
+
+    def __iter__(self):
+        return iter(self.entries())
+
+    def __len__(self) -> int:
+        return len(self.entries())
+
+    def first(self, count: int) -> list:
+        """The first `count` failures of each unwinder, in stop order."""
+        if self._entries is None and self._build is not None:
+            return self._build(count)
+        seen: Counter = Counter()
+        kept = []
+        for entry in self.entries():
+            seen[entry[3].unwinder] += 1
+            if seen[entry[3].unwinder] <= count:
+                kept.append(entry)
+        return kept
+
+
 @dataclass
 class ProgramResult:
     program: str
     stops: int = 0
     # (unwinder, traits, position, failure kind or None for a pass) -> stops
     counts: Counter = field(default_factory=Counter)
-    # Every failure in stop order, compactly: (stop, pc, where, cause,
-    # values), where and cause shared between stops; values is (got,
-    # expected) of a mismatch, worded only when needed (the cause's detail is
-    # then empty). `failures` spells them out one by one.
-    failure_log: list[tuple[int, int, Where, FailureCause, tuple[int, int] | None]] = field(default_factory=list)
+    failure_log: FailureLog = field(default_factory=FailureLog)
     # (where, cause) -> failing stops: what counts and summaries need.
     failure_tally: Counter = field(default_factory=Counter)
     result: int | None = None
@@ -385,17 +416,18 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     # would mostly rescan the long-lived tables: a fifth of the run time.
     gc.disable()
     try:
-        if compiled:
-            _run_compiled(program, unwinders, emulator, run, result, budget, observe, every, shard)
-        else:
-            _run_in_python(program, emulator, run, result, budget, observe, every, shard)
-    except EmulationFault as fault:
-        result.fault = str(fault)
+        try:
+            if compiled:
+                _run_compiled(program, unwinders, emulator, run, result, budget, observe, every, shard)
+            else:
+                _run_in_python(program, emulator, run, result, budget, observe, every, shard)
+        except EmulationFault as fault:
+            result.fault = str(fault)
+        for (where, cause), stops in result.failure_tally.items():
+            result.counts[(cause.unwinder, where[1], where[2], cause.kind)] += stops
     finally:
         if collecting:
             gc.enable()
-    for (where, cause), stops in result.failure_tally.items():
-        result.counts[(cause.unwinder, where[1], where[2], cause.kind)] += stops
     return result
 
 
@@ -425,7 +457,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
     finally:  # the stops before a fault count too
         result.stops = tracer.stops
         causes = [run.kernel_cause(stop_kernel, *found) for found in tracer.causes()]
-        result.failure_log = tracer.failure_log(run.wheres, causes, run.log)
+        result.failure_log = FailureLog(partial(tracer.failure_log, run.wheres, causes, run.log))
         tally = Counter((entry[2], entry[3]) for _, _, entry in run.log)
         for where, cause, stops in tracer.tally():
             tally[(run.wheres[where], causes[cause])] += stops
@@ -485,5 +517,5 @@ def _run_in_python(program: Program, emulator: Emulator, run: _Verification, res
     try:
         result.result = emulator.call(program.entry, on_stop, budget, program.args)
     finally:
-        result.failure_log = [entry for _, _, entry in run.log]
+        result.failure_log = FailureLog(entries=[entry for _, _, entry in run.log])
         result.failure_tally = Counter((entry[2], entry[3]) for entry in result.failure_log)

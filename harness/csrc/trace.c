@@ -669,41 +669,55 @@ static PyObject *log_entry(const Logged *entry, PyObject *wheres, PyObject *caus
     return Py_BuildValue("(KkOOO)", number, pc, where, cause, Py_None);
 }
 
-/* failure_log(wheres, causes, others) -> the failure log (harness.verify.
- * ProgramResult.failure_log): this tracer's failing answers, their where
+/* failure_log(wheres, causes, others, limit) -> the failure log
+ * (harness.verify.FailureLog): this tracer's failing answers, their where
  * and cause ids looked up in `wheres` and `causes`, merged in (stop,
- * unwinder) order with `others`, [(stop, unwinder, entry)] in that order. */
+ * unwinder) order with `others`, [(stop, unwinder, entry)] in that order;
+ * with a limit, only the first `limit` of each unwinder. */
 static PyObject *Tracer_failure_log(Tracer *self, PyObject *args) {
     PyObject *wheres, *causes, *others;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &wheres, &PyList_Type, &causes, &PyList_Type, &others))
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "O!O!O!n", &PyList_Type, &wheres, &PyList_Type, &causes, &PyList_Type, &others,
+                          &limit))
         return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(others);
+    Py_ssize_t unwinders = self->verifier ? verifier_unwinders(self->verifier) : 0;
+    Py_ssize_t *taken = PyMem_Calloc(unwinders + 1, sizeof(Py_ssize_t));
     PyObject *out = PyList_New(0);
-    if (!out) return NULL;
+    if (!taken || !out) goto error;
     size_t mine = 0;
-    Py_ssize_t theirs = 0;
+    Py_ssize_t theirs = 0, count = PyList_GET_SIZE(others);
     while (mine < self->logged || theirs < count) {
-        PyObject *entry;
-        int take_theirs = theirs < count;
-        if (take_theirs && mine < self->logged) {
-            unsigned long long number;
-            int unwinder;
-            PyObject *ignored;
-            if (!PyArg_ParseTuple(PyList_GET_ITEM(others, theirs), "KiO", &number, &unwinder, &ignored)) goto error;
-            const Logged *next = &self->log[mine];
-            take_theirs = number < next->number || (number == next->number && unwinder < next->unwinder);
+        unsigned long long number = 0;
+        int unwinder = 0;
+        PyObject *entry = NULL;
+        if (theirs < count) {
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(others, theirs), "KiO", &number, &unwinder, &entry)) goto error;
+            if (unwinder < 0 || unwinder >= unwinders) {
+                PyErr_SetString(PyExc_IndexError, "a failure names an unwinder the verifier does not have");
+                goto error;
+            }
         }
-        if (take_theirs) {
-            entry = PySequence_GetItem(PyList_GET_ITEM(others, theirs++), 2);
+        const Logged *next = mine < self->logged ? &self->log[mine] : NULL;
+        if (entry && (!next || number < next->number || (number == next->number && unwinder < next->unwinder))) {
+            theirs++;
+            Py_INCREF(entry);
         } else {
-            entry = log_entry(&self->log[mine++], wheres, causes);
+            mine++;
+            unwinder = next->unwinder;
+            entry = limit && taken[unwinder] >= limit ? Py_NewRef(Py_None) : log_entry(next, wheres, causes);
         }
-        if (!entry || PyList_Append(out, entry)) { Py_XDECREF(entry); goto error; }
+        if (!entry) goto error;
+        if (entry != Py_None && (!limit || taken[unwinder]++ < limit) && PyList_Append(out, entry)) {
+            Py_DECREF(entry);
+            goto error;
+        }
         Py_DECREF(entry);
     }
+    PyMem_Free(taken);
     return out;
 error:
-    Py_DECREF(out);
+    PyMem_Free(taken);
+    Py_XDECREF(out);
     return NULL;
 }
 
