@@ -21,7 +21,6 @@ from typing import Callable, Union
 
 from harness.disasm import Instruction, decode_one, sweep
 from harness.frame import DWARF_D0, LR, PC, SP, Frame, Stack
-from harness.groundtruth import instruction_size
 from harness.rule import RangeCache, Rule, RuleRange
 from harness.walk import check_caller
 
@@ -275,9 +274,6 @@ def _data_processing_teardown(first: int, rd: int) -> bool:
     return rd in FRAME_POINTERS and add_immediate and rn == rd
 
 
-_TEARDOWN: dict[bytes, tuple[Instruction, Step]] = {}  # teardown instructions by their bytes
-
-
 class EpilogueSimulator:
     """Recognises and executes the epilogue ahead of a stop, or declines."""
 
@@ -288,23 +284,9 @@ class EpilogueSimulator:
         self.plan = lru_cache(maxsize=None)(self._plan)
 
     def _step_at(self, address: int) -> tuple[Instruction, Step | None] | None:
-        """The instruction at address and what `classify` makes of it.
-        Epilogues everywhere repeat the same few teardown instructions, and
-        those (no branch among them) read the same at any address, so each
-        is decoded once per process: the Instruction of a known one is the
-        first decoded, at another address, and only its address-free fields
-        may be read."""
-        code = self._code_at(address, 4)
-        known = _TEARDOWN.get(code[:instruction_size(code)] if len(code) >= 2 else code)
-        if known is not None:
-            return known
-        insn = decode_one(code, address)
-        if insn is None:
-            return None
-        step = classify(insn)
-        if step is not None and not isinstance(step, Branch) and len(_TEARDOWN) < 1 << 16:
-            _TEARDOWN[code[: insn.size]] = (insn, step)
-        return insn, step
+        """The instruction at address and what `classify` makes of it."""
+        insn = decode_one(self._code_at(address, 4), address)
+        return None if insn is None else (insn, classify(insn))
 
     def _plan(self, pc: int) -> tuple[Step, ...] | str:
         """The epilogue steps from pc to its return, or why there is none."""
@@ -391,27 +373,33 @@ def execute(steps: tuple[Step, ...], frame: Frame, stack: Stack) -> Frame:
 
 
 def rule_of(steps: tuple[Step, ...]) -> Rule | None:
-    """The kernel's rule for an epilogue outside IT blocks, or None where a
-    step moves sp or r7 by a register's value."""
+    """The kernel's rule for an epilogue outside IT blocks, or None where it
+    moves r7 first or sets sp from a register anywhere but at its start."""
+    base, base_offset, index = SP, 0, None
     offset, loads, vfp_loads, pc_from_lr = 0, [], [], False
-    for step in steps:
+    for position, step in enumerate(steps):
         kind = type(step)
         if kind is Restore:
             for reg in step.regs:
                 loads.append((reg, offset))
                 offset += 4
         elif kind is RestoreVfp:
-            for index in range(step.first, step.first + step.count):
-                vfp_loads.append((index, offset))
+            for number in range(step.first, step.first + step.count):
+                vfp_loads.append((number, offset))
                 offset += 8
         elif kind is Release and step.frame_pointer is None and step.reg is None:
             offset += step.amount
+        elif kind is Release and position == 0:  # sp = r7 - below, or sp += rN: the base moves
+            if step.frame_pointer is not None:
+                base, base_offset = step.frame_pointer, -step.below
+            else:
+                index = step.reg
         elif kind is ReturnToLr or kind is Branch:
             pc_from_lr = True
         else:
             return None
-    return Rule(loads=tuple(loads), vfp_loads=tuple(vfp_loads), end=offset,
-                pc_from_lr=pc_from_lr, outside_it=True)
+    return Rule(base=base, offset=base_offset, index=index, loads=tuple(loads), vfp_loads=tuple(vfp_loads),
+                end=offset, pc_from_lr=pc_from_lr, outside_it=True)
 
 
 class EpilogueFirst:

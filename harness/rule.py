@@ -10,7 +10,8 @@ defer" (an EHABI run only `execute` can follow, an epilogue that moves sp by
 a register). tests/test_kernel.py holds the kernel to `step` on random
 frames and stacks for the rules of real programs.
 
-The kernel applies a rule as follows (`base` is r[base] + offset):
+The kernel applies a rule as follows (`base` is r[base] + offset, or with
+an `index` register, (r[base] + r[index]) mod 2**32 + offset):
 1. a failure rule fails the step with its (kind, reason);
 2. guards: `bounds` (both base + lowest and base + highest inside the
    stack), `aligned` (base % 4 == 0), `above_sp` (base >= sp). If one fails,
@@ -38,7 +39,7 @@ from harness.frame import SP
 # Flag bits shared with harness/csrc/rules.c.
 BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS = (
     1 << i for i in range(8))
-_HEADER = struct.Struct("<8i")  # flags, base, offset, end, lowest, highest, loads, vfp loads
+_HEADER = struct.Struct("<9i")  # flags, base, index (-1: none), offset, end, lowest, highest, loads, vfp loads
 _PAIR = struct.Struct("<2i")
 
 
@@ -46,6 +47,7 @@ _PAIR = struct.Struct("<2i")
 class Rule:
     base: int = SP
     offset: int = 0
+    index: int | None = None  # a register added to base's, modulo 2**32 (sp += rN)
     loads: tuple[tuple[int, int], ...] = ()  # (core register, offset from base)
     vfp_loads: tuple[tuple[int, int], ...] = ()  # (d register number 0-31, offset from base)
     end: int = 0  # the caller's sp is base + end
@@ -68,8 +70,8 @@ class Rule:
             (LEAF_UNLESS_RECORD, self.leaf_unless_record), (OUTSIDE_IT, self.outside_it),
             (FAILS, self.failure is not None), (GUARD_FAILS, self.guard_failure is not None)) if on)
         lowest, highest = self.bounds or (0, 0)
-        header = _HEADER.pack(flags, self.base, self.offset, self.end, lowest, highest,
-                              len(self.loads), len(self.vfp_loads))
+        header = _HEADER.pack(flags, self.base, -1 if self.index is None else self.index, self.offset, self.end,
+                              lowest, highest, len(self.loads), len(self.vfp_loads))
         return header + b"".join(_PAIR.pack(*pair) for pair in self.loads + self.vfp_loads)
 
 

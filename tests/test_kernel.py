@@ -17,7 +17,7 @@ from harness.compiled import program_from_elf
 from harness.emulator import SENTINEL, Emulator
 from harness.epilogue import may_start_epilogue
 from harness.errors import UnwindFailure
-from harness.frame import Frame, Stack
+from harness.frame import SP, Frame, Stack
 from harness.groundtruth import ShadowFrame, packed
 from harness.rule import Rule
 from harness.runner import ELF_CORPUS, elf_builds
@@ -181,19 +181,43 @@ def python_walk(unwinder, frame: Frame, stack: Stack, depth: int) -> list[Frame]
 
 
 def shadow_of(frame: Frame, with_vfp: bool) -> ShadowFrame:
+    """The shadow frame of a walked frame, 32-bit as a real one (a walk's
+    sums may pass 2**32: then it differs)."""
     vfp = frame.d[8:16] if with_vfp and None not in frame.d[8:16] else None
-    return ShadowFrame(frame.pc, frame.sp, frame.r[4:12], vfp)
+    return ShadowFrame(frame.pc & 0xFFFF_FFFF, frame.sp & 0xFFFF_FFFF,
+                       tuple(r & 0xFFFF_FFFF for r in frame.r[4:12]), vfp)
+
+
+@lru_cache(maxsize=None)
+def moved_base_pcs() -> tuple[tuple[int, int], ...]:
+    """(program, pc) where v2+epilogue's innermost rule does not start from
+    sp: epilogues that begin `mov sp, r7`, `sub sp, r7, #n` or `add sp, rN`."""
+    found = []
+    for which_program in range(4):
+        program, unwinders = unwinders_of(which_program)
+        epilogue = unwinders[UNWINDER_NAMES.index("v2+epilogue")]
+        for function in program.functions:
+            for pc in range(function.start, min(function.end, function.start + 4096), 2):
+                rule = epilogue.rule_at(pc, True).rule
+                if rule is not None and (rule.base != SP or rule.index is not None):
+                    found.append((which_program, pc))
+    return tuple(found)
 
 
 @st.composite
-def stop_states(draw):
+def stop_states(draw, moved_base: bool = False):
     """A program's unwinders, a random stop in it (registers, stack words that
     point into the stack or the code, an IT state), and shadow frames that
-    follow the unwinder's own walk for a while and then differ."""
-    which_program = draw(st.integers(0, 3))
-    program, _ = unwinders_of(which_program)
-    function = draw(st.sampled_from(program.functions))
-    pc = draw(st.integers(function.start // 2, (function.end - 1) // 2)) * 2
+    follow the unwinder's own walk for a while and then differ. With
+    `moved_base`, v2+epilogue at a pc whose epilogue rule moves its base."""
+    if moved_base:
+        which_program, pc = draw(st.sampled_from(moved_base_pcs()))
+        program, _ = unwinders_of(which_program)
+    else:
+        which_program = draw(st.integers(0, 3))
+        program, _ = unwinders_of(which_program)
+        function = draw(st.sampled_from(program.functions))
+        pc = draw(st.integers(function.start // 2, (function.end - 1) // 2)) * 2
     rng = random.Random(draw(st.integers(0, 2**32)))
     sp = BASE + 4 * rng.randrange(0, SIZE // 8)
     code = [f.start + 2 * rng.randrange(0, 8) + 1 for f in program.functions]
@@ -204,13 +228,13 @@ def stop_states(draw):
             return BASE + rng.randrange(0, SIZE + 16) & ~3
         if pick < 0.7:
             return rng.choice(code)
-        return rng.choice((0, rng.getrandbits(32)))
+        return rng.choice((0, rng.getrandbits(32), 0xFFFF_FFFF - rng.randrange(0, SIZE)))
 
     data = b"".join(word().to_bytes(4, "little") for _ in range(SIZE // 4))
     regs = [word() for _ in range(13)] + [sp, rng.choice(code), pc]
     vfp = tuple(rng.getrandbits(64) for _ in range(8)) if draw(st.booleans()) else None
     cpsr = draw(st.sampled_from([0, 0x0000_0400 | 0x0200_0000, 0x0600_0000, 0x6000_0000]))
-    name = draw(st.sampled_from(UNWINDER_NAMES))
+    name = "v2+epilogue" if moved_base else draw(st.sampled_from(UNWINDER_NAMES))
     return which_program, name, regs, vfp, cpsr, data, draw(st.integers(0, 6)), draw(st.integers(0, 10))
 
 
@@ -218,9 +242,9 @@ def differing(frame: ShadowFrame, which: int) -> ShadowFrame:
     """`frame` with one value changed: pc, sp, r4-r11 or d8-d15 by `which` (0-10)."""
     pc, sp, core, vfp = frame.pc, frame.sp, list(frame.callee_saved), frame.vfp
     if which == 0:
-        pc += 2
+        pc = (pc + 2) & 0xFFFF_FFFF
     elif which == 1:
-        sp += 4
+        sp = (sp + 4) & 0xFFFF_FFFF
     elif which < 10 or vfp is None:
         core[which % 8] ^= 1
     else:
@@ -228,9 +252,7 @@ def differing(frame: ShadowFrame, which: int) -> ShadowFrame:
     return ShadowFrame(pc, sp, tuple(core), vfp)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(stop_states())
-def test_the_kernel_agrees_with_step(state):
+def kernel_agrees_with_step(state) -> None:
     which_program, name, regs, vfp, cpsr, data, depth, which = state
     unwinder = unwinders_of(which_program)[1][UNWINDER_NAMES.index(name)]
     sp = regs[13]
@@ -252,11 +274,24 @@ def test_the_kernel_agrees_with_step(state):
     assert got == want
 
 
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stop_states())
+def test_the_kernel_agrees_with_step(state):
+    kernel_agrees_with_step(state)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stop_states(moved_base=True))
+def test_the_kernel_agrees_with_step_where_an_epilogue_moves_its_base(state):
+    kernel_agrees_with_step(state)
+
+
 def test_rules_pack_to_what_the_kernel_reads():
     rule = Rule(base=7, offset=-4, loads=((4, 0), (15, 4)), vfp_loads=((8, 8),), end=16, bounds=(0, 12),
                 pc_from_lr=False, aligned=True)
     words = [int.from_bytes(rule.packed[i : i + 4], "little", signed=True) for i in range(0, len(rule.packed), 4)]
-    assert words == [1 | 4, 7, -4, 16, 0, 12, 2, 1, 4, 0, 15, 4, 8, 8]
+    assert words == [1 | 4, 7, -1, -4, 16, 0, 12, 2, 1, 4, 0, 15, 4, 8, 8]
+    assert Rule(index=3).packed[8:12] == (3).to_bytes(4, "little")
 
 
 def test_a_failing_rule_is_reported_with_its_reason():

@@ -11,7 +11,7 @@ enum { BOUNDS = 1, PC_FROM_LR = 2, ALIGNED = 4, ABOVE_SP = 8,
        LEAF_UNLESS_RECORD = 16, OUTSIDE_IT = 32, FAILS = 64, GUARD_FAILS = 128 };
 enum { STEP_OK, STEP_DEFER, STEP_FAILS, STEP_GUARD_FAILS };
 
-typedef struct { int32_t flags, base, offset, end, lowest, highest, loads, vfp_loads; } RuleHeader;
+typedef struct { int32_t flags, base, index, offset, end, lowest, highest, loads, vfp_loads; } RuleHeader;
 typedef struct { int32_t reg, offset; } Load;
 
 typedef struct {
@@ -52,9 +52,9 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
     RuleHeader h;
     memcpy(&h, rule, sizeof h);
     if (h.flags & FAILS) return STEP_FAILS;
-    if (h.base < 0 || h.base > 15) return STEP_DEFER;
+    if (h.base < 0 || h.base > 15 || h.index < -1 || h.index > 15) return STEP_DEFER;
     const int64_t callee_sp = f->r[SP], callee_pc = f->r[PC];
-    int64_t base = f->r[h.base] + h.offset;
+    int64_t base = (h.index < 0 ? f->r[h.base] : (f->r[h.base] + f->r[h.index]) & 0xFFFFFFFF) + h.offset;
     *base_out = base;
     int guarded = 1;
     if ((h.flags & BOUNDS) && !(contains(s, base + h.lowest) && contains(s, base + h.highest))) guarded = 0;
