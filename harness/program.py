@@ -41,12 +41,22 @@ class FunctionInfo:
     traits: frozenset[str]
 
     def position(self, pc: int) -> str:
+        return self.position_span(pc)[0]
+
+    def position_span(self, pc: int) -> tuple[str, int, int]:
+        """pc's position, and the pcs [low, high) of the function around it
+        that share it."""
         if pc < self.prologue_end:
-            return "prologue"
+            return "prologue", self.start, self.prologue_end
+        low, high = self.prologue_end, self.end
         for start, end in self.epilogues:
             if start <= pc < end:
-                return "epilogue"
-        return "body"
+                return "epilogue", start, end
+            if end <= pc:
+                low = max(low, end)
+            else:
+                high = min(high, start)
+        return "body", low, high
 
 
 @dataclass(frozen=True)

@@ -344,14 +344,17 @@ class _Verification:
         self._where_ids: dict[Where, int] = {}
         self.log: list[tuple[int, int, tuple]] = []  # (stop, unwinder index, failure log entry) of walks in Python
 
-    def ids(self, pc: int) -> tuple[int, int]:
-        """(stop class, where id) of pc, for the kernel."""
+    def ids(self, pc: int) -> tuple[int, int, int, int]:
+        """(stop class, where id) of pc, for the kernel, and the pcs [low,
+        high) that share them."""
         where = self.classify(pc)
         where_id = self._where_ids.get(where)
         if where_id is None:
             where_id = self._where_ids[where] = len(self.wheres)
             self.wheres.append(where)
-        return self.stop_classes.setdefault((where[1], where[2]), len(self.stop_classes)), where_id
+        function = self.classify.program.function_at(pc)
+        low, high = (pc, pc + 1) if function is None else function.position_span(pc)[1:]
+        return self.stop_classes.setdefault((where[1], where[2]), len(self.stop_classes)), where_id, low, high
 
     def failure_cause(self, unwinder: str, outcome: tuple, frame_pc: int) -> FailureCause:
         """The cause of a failing walk (frame, kind, register, detail) whose

@@ -347,6 +347,25 @@ def test_rule_ranges_hold_for_compiled_programs(file):
     assert rule_ranges_hold(program, build_unwinders(program), random.Random(1), 150) > 500
 
 
+@pytest.mark.parametrize("make", [lambda: generate_program(0, 2), lambda: elf_program("gcc-O2-fp.elf")],
+                         ids=["generated", "gcc-O2-fp"])
+def test_position_spans_are_exact(make):
+    """The kernel classifies a stop once per span of pcs: spans tile each
+    function, every pc of a span has its position, and they are few."""
+    program = make()
+    spans = pcs = 0
+    for function in program.functions:
+        pc = function.start
+        while pc < function.end:
+            position, low, high = function.position_span(pc)
+            assert low == pc < high and all(function.position(p) == position for p in range(low, high))
+            assert function.position_span(high - 1) == (position, low, high)
+            spans += 1
+            pc = high
+        pcs += function.end - function.start
+    assert 2 * len(program.functions) < spans < pcs / 8
+
+
 def test_the_epilogue_filter_passes_every_plan_of_the_corpus():
     """`may_start_epilogue` says False only where the plan declines: at every
     pc of generated programs and of compiled builds."""

@@ -43,6 +43,16 @@ typedef struct {
     int64_t pc, base, sp, low;  /* pc and sp of the frame being unwound; GUARD_FAILS: base, stack low */
 } Answer;
 
+/* Sorted, disjoint [low, high) ranges of pcs, each with a value (a new
+ * reference, or NULL) and an id; `last` is the one found last. */
+typedef struct { int64_t low, high; PyObject *value; Py_ssize_t id; } Range;
+typedef struct { Range *items; Py_ssize_t count, capacity, last; } Ranges;
+/* The range holding pc, or NULL and in *slot where one would go. */
+const Range *ranges_find(Ranges *set, int64_t pc, Py_ssize_t *slot);
+/* Insert `range` at `slot`, clipped to the gap between its neighbours; -1 with MemoryError. */
+int ranges_insert(Ranges *set, Py_ssize_t slot, Range range);
+void ranges_clear(Ranges *set);
+
 typedef struct Verifier Verifier;
 extern PyTypeObject VerifierType;
 

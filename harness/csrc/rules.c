@@ -92,10 +92,6 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
     return caller_ok(callee_sp, callee_pc, f, innermost) ? STEP_OK : STEP_DEFER;
 }
 
-/* Frame pcs [low, high) that share one rule (bytes, or Py_None: defer). */
-typedef struct { int64_t low, high; PyObject *rule; Py_ssize_t id; } Range;
-typedef struct { Range *items; Py_ssize_t count, capacity, last; } Ranges;  /* sorted, disjoint; last hit */
-
 struct Verifier {
     PyObject_HEAD
     Py_buffer memory;
@@ -114,10 +110,7 @@ Py_ssize_t verifier_unwinders(const Verifier *v) { return v->count; }
 static void Verifier_dealloc(Verifier *self) {
     if (self->memory.obj) PyBuffer_Release(&self->memory);
     if (self->ranges) {
-        for (Py_ssize_t i = 0; i < 2 * self->count; i++) {
-            for (Py_ssize_t j = 0; j < self->ranges[i].count; j++) Py_DECREF(self->ranges[i].items[j].rule);
-            PyMem_Free(self->ranges[i].items);
-        }
+        for (Py_ssize_t i = 0; i < 2 * self->count; i++) ranges_clear(&self->ranges[i]);
         PyMem_Free(self->ranges);
     }
     Py_XDECREF(self->provide);
@@ -168,19 +161,11 @@ static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
  * holds yet, and keeps it (clipped to the gap it fills). */
 static PyObject *rule_for(Verifier *self, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t *id) {
     Ranges *set = &self->ranges[2 * unwinder + innermost];
-    if (set->last < set->count && set->items[set->last].low <= pc && pc < set->items[set->last].high) {
-        *id = set->items[set->last].id;  /* stops come in runs of nearby pcs */
-        return set->items[set->last].rule;
-    }
-    Py_ssize_t lo = 0, hi = set->count;
-    while (lo < hi) {  /* the first range starting above pc */
-        Py_ssize_t mid = (lo + hi) / 2;
-        if (set->items[mid].low <= pc) lo = mid + 1; else hi = mid;
-    }
-    if (lo > 0 && pc < set->items[lo - 1].high) {
-        set->last = lo - 1;
-        *id = set->items[lo - 1].id;
-        return set->items[lo - 1].rule;
+    Py_ssize_t slot;
+    const Range *found = ranges_find(set, pc, &slot);
+    if (found) {
+        *id = found->id;
+        return found->value;
     }
     PyObject *made = PyObject_CallFunction(self->provide, "nLi", unwinder, (long long)pc, innermost);
     if (!made) return NULL;
@@ -193,23 +178,53 @@ static PyObject *rule_for(Verifier *self, Py_ssize_t unwinder, int64_t pc, int i
         Py_DECREF(made);
         return NULL;
     }
-    if (lo > 0 && low < set->items[lo - 1].high) low = set->items[lo - 1].high;
-    if (lo < set->count && high > set->items[lo].low) high = set->items[lo].low;
+    int failed = ranges_insert(set, slot, (Range){ low, high, rule, rule_id });
+    Py_DECREF(made);
+    if (failed) return NULL;
+    *id = rule_id;
+    return rule;
+}
+
+/* ------------------------------------------------------------ ranges */
+
+const Range *ranges_find(Ranges *set, int64_t pc, Py_ssize_t *slot) {
+    if (set->last < set->count && set->items[set->last].low <= pc && pc < set->items[set->last].high)
+        return &set->items[set->last];  /* stops come in runs of nearby pcs */
+    Py_ssize_t lo = 0, hi = set->count;
+    while (lo < hi) {  /* the first range starting above pc */
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (set->items[mid].low <= pc) lo = mid + 1; else hi = mid;
+    }
+    if (lo > 0 && pc < set->items[lo - 1].high) {
+        set->last = lo - 1;
+        return &set->items[lo - 1];
+    }
+    *slot = lo;
+    return NULL;
+}
+
+int ranges_insert(Ranges *set, Py_ssize_t slot, Range range) {
+    if (slot > 0 && range.low < set->items[slot - 1].high) range.low = set->items[slot - 1].high;
+    if (slot < set->count && range.high > set->items[slot].low) range.high = set->items[slot].low;
     if (set->count == set->capacity) {
         Py_ssize_t capacity = set->capacity ? 2 * set->capacity : 64;
         Range *items = PyMem_Realloc(set->items, capacity * sizeof(Range));
-        if (!items) { Py_DECREF(made); PyErr_NoMemory(); return NULL; }
+        if (!items) { PyErr_NoMemory(); return -1; }
         set->items = items;
         set->capacity = capacity;
     }
-    memmove(&set->items[lo + 1], &set->items[lo], (set->count - lo) * sizeof(Range));
-    Py_INCREF(rule);
-    set->items[lo] = (Range){ low, high, rule, rule_id };
+    memmove(&set->items[slot + 1], &set->items[slot], (set->count - slot) * sizeof(Range));
+    Py_XINCREF(range.value);
+    set->items[slot] = range;
     set->count++;
-    set->last = lo;
-    Py_DECREF(made);
-    *id = rule_id;
-    return rule;
+    set->last = slot;
+    return 0;
+}
+
+void ranges_clear(Ranges *set) {
+    for (Py_ssize_t i = 0; i < set->count; i++) Py_XDECREF(set->items[i].value);
+    PyMem_Free(set->items);
+    memset(set, 0, sizeof *set);
 }
 
 /* Mismatch between a caller frame and its shadow frame: the register

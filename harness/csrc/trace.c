@@ -40,13 +40,11 @@ typedef struct {
     int count;
 } Engine;
 
-/* What the tracer knows of one pc. */
+/* What the tracer knows of the instruction at one pc. */
 typedef struct {
     uint32_t pc;
-    int32_t stop_class;  /* -1: not classified yet */
-    int32_t where;       /* the pc's (function, traits, position), by `classify`'s id */
-    uint8_t used, decoded, call_length, it_length;
-    uint16_t first;      /* the instruction's first half-word */
+    uint8_t used, call_length, it_length;
+    uint16_t first;      /* its first half-word */
 } PcInfo;
 
 typedef struct { uint32_t address; uint8_t state; } SkippedStop;
@@ -87,7 +85,7 @@ typedef struct {
     uint32_t sentinel;
     int uses_vfp, observe_all;
     uint64_t every, shard_index, shard_count;
-    PyObject *classify;  /* classify(pc) -> (stop class, where id) */
+    PyObject *classify;  /* classify(pc) -> (stop class, where id, low, high) */
     PyObject *slow;      /* slow(number, pc, regs, cpsr, vfp, deferred, shadow, serials) */
     /* registers of the current stop */
     uint64_t values[MAX_REGISTERS];
@@ -108,6 +106,8 @@ typedef struct {
     /* pc -> PcInfo, open addressing */
     PcInfo *table;
     size_t table_size, table_used;
+    /* pcs [low, high) of one (function, traits, position): id = stop class << 32 | where id */
+    Ranges classes;
     /* failing answers */
     Logged *log;
     size_t logged, log_capacity;
@@ -173,7 +173,9 @@ static int64_t intern(Interned *t, const void *key, int *added) {
 
 /* ------------------------------------------------------------ pcs */
 
-static PcInfo *pc_info(Tracer *t, uint32_t pc) {
+/* The decoded instruction at pc: harness.groundtruth's call_length and
+ * it_block_length (memory the engine cannot read counts as zeros). */
+static PcInfo *decoded(Tracer *t, uint32_t pc) {
     if (2 * (t->table_used + 1) > t->table_size) {
         size_t size = t->table_size ? 2 * t->table_size : 4096;
         PcInfo *table = PyMem_Calloc(size, sizeof(PcInfo));
@@ -192,46 +194,48 @@ static PcInfo *pc_info(Tracer *t, uint32_t pc) {
     for (; t->table[i].used; i = (i + 1) & mask) {
         if (t->table[i].pc == pc) return &t->table[i];
     }
-    t->table[i] = (PcInfo){ .pc = pc, .stop_class = -1, .where = -1, .used = 1 };
+    PcInfo *info = &t->table[i];
     t->table_used++;
-    return &t->table[i];
-}
-
-/* The pc's entry, classified by Python on first sight. */
-static PcInfo *classified(Tracer *t, uint32_t pc) {
-    PcInfo *info = pc_info(t, pc);
-    if (!info || info->where >= 0) return info;
-    PyObject *found = PyObject_CallFunction(t->classify, "k", (unsigned long)pc);
-    if (!found) return NULL;
-    int stop_class, where;
-    int ok = PyArg_ParseTuple(found, "ii", &stop_class, &where);
-    Py_DECREF(found);
-    if (!ok) return NULL;
-    if (stop_class < 0 || where < 0) {
-        PyErr_SetString(PyExc_ValueError, "classify gave a negative id");
-        return NULL;
-    }
-    info->stop_class = stop_class;
-    info->where = where;
-    return info;
-}
-
-/* harness.groundtruth: call_length and it_block_length of the instruction
- * at pc (memory the engine cannot read counts as zeros). */
-static PcInfo *decoded(Tracer *t, uint32_t pc) {
-    PcInfo *info = pc_info(t, pc);
-    if (!info || info->decoded) return info;
     uint8_t code[4] = {0};
     if (t->engine.mem_read(t->engine.handle, pc, code, 4)) t->engine.mem_read(t->engine.handle, pc, code, 2);
     uint16_t first = code[0] | code[1] << 8, second = code[2] | code[3] << 8;
-    info->first = first;
-    info->call_length = (first & 0xFF87) == 0x4780 ? 2
-                      : (first & 0xF800) == 0xF000 && ((second & 0xD000) == 0xD000 || (second & 0xD001) == 0xC000) ? 4
-                      : 0;
-    unsigned mask = first & 0xF;
-    info->it_length = (first & 0xFF00) == 0xBF00 && mask ? 4 - __builtin_ctz(mask) : 0;
-    info->decoded = 1;
+    unsigned mask_bits = first & 0xF;
+    *info = (PcInfo){
+        .pc = pc, .used = 1, .first = first,
+        .call_length = (first & 0xFF87) == 0x4780 ? 2
+                     : (first & 0xF800) == 0xF000 && ((second & 0xD000) == 0xD000 || (second & 0xD001) == 0xC000) ? 4
+                     : 0,
+        .it_length = (first & 0xFF00) == 0xBF00 && mask_bits ? 4 - __builtin_ctz(mask_bits) : 0,
+    };
     return info;
+}
+
+/* The stop class and where id of pc (asking `classify` once per span of
+ * pcs alike); -1 on a Python error. */
+static int classified(Tracer *t, uint32_t pc, Py_ssize_t *stop_class, int32_t *where) {
+    Py_ssize_t slot;
+    const Range *found = ranges_find(&t->classes, pc, &slot);
+    Py_ssize_t id;
+    if (found) {
+        id = found->id;
+    } else {
+        PyObject *made = PyObject_CallFunction(t->classify, "k", (unsigned long)pc);
+        if (!made) return -1;
+        int class_id, where_id;
+        long long low, high;
+        int ok = PyArg_ParseTuple(made, "iiLL", &class_id, &where_id, &low, &high);
+        Py_DECREF(made);
+        if (!ok) return -1;
+        if (class_id < 0 || where_id < 0 || !(low <= pc && pc < high)) {
+            PyErr_Format(PyExc_ValueError, "classify gave a negative id or a span without pc %#lx", (unsigned long)pc);
+            return -1;
+        }
+        id = (Py_ssize_t)class_id << 32 | where_id;
+        if (ranges_insert(&t->classes, slot, (Range){ low, high, NULL, id })) return -1;
+    }
+    *stop_class = id >> 32;
+    *where = (int32_t)(id & 0xFFFFFFFF);
+    return 0;
 }
 
 /* harness.groundtruth.instruction_size */
@@ -363,10 +367,11 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
     if (a->kind == ANSWER_MISMATCH) {
         /* Alike wherever the wrong frame is in the same function: a caller's
          * pc is a return address, its call one byte before. */
-        PcInfo *culprit = classified(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc));
-        if (!culprit) return -1;
+        Py_ssize_t ignored;
+        int32_t culprit;
+        if (classified(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc), &ignored, &culprit)) return -1;
         key.detail = a->reg;
-        key.culprit = culprit->where;
+        key.culprit = culprit;
     } else {
         key.detail = a->rule_id;
         key.culprit = a->pc;
@@ -406,10 +411,9 @@ static int check(Tracer *t, uint32_t pc, uint32_t cpsr) {
     Py_ssize_t deferred[unwinders + 1];
     int deferrals = 0;
     if (unwinders) {
-        PcInfo *info = classified(t, pc);
-        if (!info) return -1;
-        const Py_ssize_t stop_class = info->stop_class;
-        const int32_t where = info->where;
+        Py_ssize_t stop_class;
+        int32_t where;
+        if (classified(t, pc, &stop_class, &where)) return -1;
         KFrame frame;
         memset(&frame, 0, sizeof frame);
         for (int i = 0; i < 15; i++) frame.r[i] = (int64_t)t->values[i];
@@ -509,6 +513,7 @@ static void Tracer_dealloc(Tracer *self) {
     PyMem_Free(self->frames);
     PyMem_Free(self->serials);
     PyMem_Free(self->table);
+    ranges_clear(&self->classes);
     PyMem_Free(self->log);
     PyMem_Free(self->causes.keys);
     PyMem_Free(self->causes.slots);
