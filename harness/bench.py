@@ -36,6 +36,7 @@ from harness.epilogue import EpilogueFirst
 from harness.errors import BadRead, UnwindFailure
 from harness.program import Program
 from harness.runner import ELF_CORPUS
+from harness.summary import summarize
 from harness.unwinders import build_unwinders
 from harness.unwinders.dwarf import DwarfUnwinder
 from harness.v2.unwinder import DirectMappedCache, NoCache, V2Unwinder
@@ -63,9 +64,10 @@ QUICK = BenchSize(programs=1, recorded_stops=200, functions=4_000, lookups=20_00
 # ------------------------------------------------------------ 1. overhead
 
 
-def bare_run(program: Program) -> tuple[int, float, float]:
-    """(instructions, seconds setting the emulator up, seconds running) of
-    the program under a no-op hook."""
+def emulation_alone(program: Program) -> tuple[int, float, float, float]:
+    """(instructions, seconds setting an emulator up, seconds running the
+    program with no hook, seconds running it under a no-op Python hook);
+    each run in a fresh emulator, as a verified run is."""
     count = 0
 
     def hook(pc: int) -> None:
@@ -75,39 +77,51 @@ def bare_run(program: Program) -> tuple[int, float, float]:
     started = time.perf_counter()
     emulator = Emulator(program.segments)
     built = time.perf_counter()
+    emulator.call(program.entry, None, DEFAULT_BUDGET, program.args)
+    unhooked = time.perf_counter() - built
+    emulator = Emulator(program.segments)
+    started_hooked = time.perf_counter()
     emulator.call(program.entry, hook, DEFAULT_BUDGET, program.args)
-    return count, built - started, time.perf_counter() - built
+    return count, built - started, unhooked, time.perf_counter() - started_hooked
 
 
 def overhead(programs: Sequence[Program]) -> dict:
-    """Rates of whole program runs, as `run` makes them: the emulator's
-    set-up (mapping the program and the stack, a few milliseconds) belongs
-    to a bare run as it does to a verified one. The overhead ratio (the
-    target's measure) leaves the set-up out of both: stepping alone; the
-    whole-run ratio keeps it in both."""
-    setup = bare = truth = verified = 0.0
+    """Rates of whole program runs, as `run` makes them (a verified run is
+    summarized, as `run` does): the emulator's set-up (mapping the program
+    and the stack, a few milliseconds) belongs to a bare run as it does to a
+    verified one. The overhead ratio (the target's measure) leaves the set-up
+    out of both, stepping alone, against a no-op Python hook; the same
+    against emulation with no hook at all is the stricter figure, since the
+    verifier's hook is compiled; the whole-run ratio keeps the set-up in."""
+    setup = unhooked = bare = truth = verified = 0.0
     instructions = stops = 0
     for program in programs:
-        count, built, seconds = bare_run(program)
+        count, built, alone, hooked = emulation_alone(program)
         instructions += count
         setup += built
-        bare += seconds
+        unhooked += alone
+        bare += hooked
         started = time.perf_counter()
         verify_program(program, [])
         truth += time.perf_counter() - started
         unwinders = build_unwinders(program)  # table building is not per-stop work
         started = time.perf_counter()
-        stops += verify_program(program, unwinders).stops
+        result = verify_program(program, unwinders)
+        summarize(result)
         verified += time.perf_counter() - started
+        stops += result.stops
+    stepping = max(verified - setup, 1e-9)
     # Rates over the same instructions (verified stops add the few an IT block skips).
     return {
         "instructions": instructions, "stops": stops, "unwinders": len(unwinders),
         "setup_ms_per_program": 1000 * setup / len(programs),
+        "unhooked_stops_per_second": instructions / (setup + unhooked),
         "bare_stops_per_second": instructions / (setup + bare),
         "ground_truth_stops_per_second": instructions / truth,
         "verified_stops_per_second": stops / verified,
         # The target's measure: the cost of verifying a stop against a no-op hook.
-        "verifier_overhead_ratio": bare / max(verified - setup, bare),
+        "verifier_overhead_ratio": bare / stepping,
+        "overhead_ratio_against_no_hook": unhooked / stepping,
         "whole_run_overhead_ratio": (setup + bare) / verified,
     }
 
@@ -321,6 +335,7 @@ def run_bench(size: BenchSize) -> dict:
     # The flat keys CI and other tools read.
     figures.update({
         "verifier_overhead_ratio": figures["overhead"]["verifier_overhead_ratio"],
+        "overhead_ratio_against_no_hook": figures["overhead"]["overhead_ratio_against_no_hook"],
         "step_us": figures["steps"]["step_us"],
         "step_cost_ratio_dwarf_over_v2": figures["steps"]["step_cost_ratio_dwarf_over_v2"],
         "cache_hit_rate": figures["steps"]["cache_hit_rate"],
@@ -337,10 +352,13 @@ def table_rows(figures: dict) -> list[tuple[str, str, str]]:
     """(figure, value, beside it) for the terminal table."""
     o, s, e, r, c = (figures[k] for k in ("overhead", "steps", "encoder", "reader", "chrome"))
     rows = [
-        ("bare emulation (no-op hook)", f"{o['bare_stops_per_second']:,.0f} stops/s", ""),
-        ("ground truth only (shadow stack)", f"{o['ground_truth_stops_per_second']:,.0f} stops/s", ""),
-        (f"verified, {o['unwinders']} unwinders", f"{o['verified_stops_per_second']:,.0f} stops/s", ""),
-        ("verifier overhead ratio (stepping)", f"{o['verifier_overhead_ratio']:.4f}", "target >= 0.10"),
+        ("emulation alone (no hook)", f"{o['unhooked_stops_per_second']:,.0f} stops/s", ""),
+        ("bare emulation (no-op Python hook)", f"{o['bare_stops_per_second']:,.0f} stops/s", ""),
+        ("ground truth only (shadow stack)", f"{o['ground_truth_stops_per_second']:,.0f} stops/s", "compiled hook"),
+        (f"verified, {o['unwinders']} unwinders", f"{o['verified_stops_per_second']:,.0f} stops/s", "compiled hook"),
+        ("verifier overhead ratio (stepping)", f"{o['verifier_overhead_ratio']:.4f}",
+         "target >= 0.10 (against the no-op Python hook)"),
+        ("  against emulation with no hook", f"{o['overhead_ratio_against_no_hook']:.4f}", ""),
         ("  whole runs, emulator set-up in both", f"{o['whole_run_overhead_ratio']:.4f}",
          f"set-up {o['setup_ms_per_program']:.1f} ms a program"),
     ]

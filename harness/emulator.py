@@ -234,12 +234,13 @@ class Emulator:
         registers = STATUS_REGS + VFP_CALLEE_SAVED if uses_vfp else STATUS_REGS
         return (self._uc._uch.value, *addresses, UC_HOOK_CODE, tuple(registers))
 
-    def call(self, entry: int, on_stop: Callable[[int], None], budget: int,
+    def call(self, entry: int, on_stop: Callable[[int], None] | None, budget: int,
              args: tuple[int, ...] = ()) -> int:
         """Run `entry` (Thumb) until it returns to the sentinel; return r0.
 
-        `on_stop(pc)` runs before every instruction. Raises EmulationFault when
-        the program faults or executes more than `budget` instructions.
+        `on_stop(pc)` runs before every instruction (None: no hook at all,
+        emulation alone). Raises EmulationFault when the program faults or
+        executes more than `budget` instructions.
         """
         uc = self._start(args)
         overran: list[int] = []
@@ -252,13 +253,14 @@ class Emulator:
                 return
             on_stop(address)
 
-        handle = uc.hook_add(UC_HOOK_CODE, hook)
+        handle = None if on_stop is None else uc.hook_add(UC_HOOK_CODE, hook)
         try:
-            uc.emu_start(entry | 1, SENTINEL)
+            uc.emu_start(entry | 1, SENTINEL, count=budget if on_stop is None else 0)
         except UcError as error:
             raise EmulationFault(uc.reg_read(arm.UC_ARM_REG_PC), str(error)) from None
         finally:
-            uc.hook_del(handle)
+            if handle is not None:
+                uc.hook_del(handle)
         return self._returned(overran[0] if overran else None, budget)
 
     def call_traced(self, entry: int, tracer, budget: int, args: tuple[int, ...] = ()) -> int:

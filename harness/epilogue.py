@@ -372,6 +372,7 @@ def execute(steps: tuple[Step, ...], frame: Frame, stack: Stack) -> Frame:
     return Frame(r=tuple(regs), d=tuple(dregs))
 
 
+@lru_cache(maxsize=1 << 16)  # by the plan's value: epilogues repeat across functions and programs
 def rule_of(steps: tuple[Step, ...]) -> Rule | None:
     """The kernel's rule for an epilogue outside IT blocks, or None where it
     moves r7 first or sets sp from a register anywhere but at its start."""

@@ -12,7 +12,7 @@ from harness.cli import main
 from harness.errors import BadRead
 from harness.v2.unwinder import DirectMappedCache
 
-KEYS = ("verifier_overhead_ratio", "step_cost_ratio_dwarf_over_v2", "cache_hit_rate", "encode_seconds",
+KEYS = ("verifier_overhead_ratio", "overhead_ratio_against_no_hook", "step_cost_ratio_dwarf_over_v2", "cache_hit_rate", "encode_seconds",
         "encode_peak_mb", "bytes_per_function", "bytes_per_address", "lookups_per_second")
 
 
