@@ -411,6 +411,8 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     """
     if compiled is None:
         compiled = memoize and kernel.AVAILABLE
+    elif compiled and not kernel.AVAILABLE:
+        raise RuntimeError("compiled=True, but the compiled kernel (harness/csrc) is not built")
     emulator = Emulator(program.segments)
     result = ProgramResult(program.name, expected=program.expected_result)
     run = _Verification(program, unwinders, memoize, result)
