@@ -120,12 +120,11 @@ def unpacked(data: bytes, index: int, serial: int) -> ShadowFrame:
 
 
 class ShadowStack:
-    """Frames from the sentinel (bottom, index 0) to the innermost caller,
-    also kept packed, in the same order, for the compiled kernel."""
+    """Frames from the sentinel (bottom, index 0) to the innermost caller
+    (harness/csrc/trace.c keeps the same, packed, in the compiled hook)."""
 
     def __init__(self, bottom: ShadowFrame):
         self.frames: list[ShadowFrame] = [bottom]
-        self.packed = bytearray(packed(bottom))
         self._pending: tuple[int, ShadowFrame] | None = None
         self._serial = bottom.serial
 
@@ -136,12 +135,10 @@ class ShadowStack:
             self._pending = None
             if pc != fall_through:  # the call was taken (not skipped under IT)
                 self.frames.append(frame)
-                self.packed += packed(frame)
                 return
         top = self.frames[-1]
         if pc == top.pc and sp == top.sp and len(self.frames) > 1:
             self.frames.pop()
-            del self.packed[-_PACKED.size:]
 
     def before(self, pc: int, length: int, regs, vfp) -> None:
         """The instruction at pc is a call of `length` bytes about to execute."""
