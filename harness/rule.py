@@ -6,8 +6,8 @@ gives a RuleRange: the rule for a frame at pc, and the pcs around it that
 share it. A rule describes the step as fixed offsets from one base register: what the
 step does for every register and stack state, *except* where the rule's
 guards fail, and there the kernel defers to `step`. `None` means "always
-defer" (an EHABI run only `execute` can follow, an epilogue that moves sp by
-a register). tests/test_kernel.py holds the kernel to `step` on random
+defer" (an EHABI run only `execute` can follow, an epilogue that moves r7,
+or sets sp from a register after its first instruction). tests/test_kernel.py holds the kernel to `step` on random
 frames and stacks for the rules of real programs.
 
 The kernel applies a rule as follows (`base` is r[base] + offset, or with

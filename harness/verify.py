@@ -321,13 +321,16 @@ class _Classifier:
     def __call__(self, pc: int) -> tuple[str, frozenset[str], str]:
         found = self.cache.get(pc)
         if found is None:
-            function = self.program.function_at(pc)
-            if function is None:
-                found = (f"{pc:#x}", NO_INFO_TRAITS, "body")
-            else:
-                found = (function.name, function.traits, function.position(pc))
-            self.cache[pc] = found
+            found = self.cache[pc] = self.span(pc)[0]
         return found
+
+    def span(self, pc: int) -> tuple[tuple[str, frozenset[str], str], int, int]:
+        """pc's (function, traits, position), and the pcs [low, high) that share it."""
+        function = self.program.function_at(pc)
+        if function is None:
+            return (f"{pc:#x}", NO_INFO_TRAITS, "body"), pc, pc + 1
+        position, low, high = function.position_span(pc)
+        return (function.name, function.traits, position), low, high
 
 
 class _Verification:
@@ -347,13 +350,11 @@ class _Verification:
     def ids(self, pc: int) -> tuple[int, int, int, int]:
         """(stop class, where id) of pc, for the kernel, and the pcs [low,
         high) that share them."""
-        where = self.classify(pc)
+        where, low, high = self.classify.span(pc)
         where_id = self._where_ids.get(where)
         if where_id is None:
             where_id = self._where_ids[where] = len(self.wheres)
             self.wheres.append(where)
-        function = self.classify.program.function_at(pc)
-        low, high = (pc, pc + 1) if function is None else function.position_span(pc)[1:]
         return self.stop_classes.setdefault((where[1], where[2]), len(self.stop_classes)), where_id, low, high
 
     def failure_cause(self, unwinder: str, outcome: tuple, frame_pc: int) -> FailureCause:
@@ -490,9 +491,11 @@ def _run_in_python(program: Program, emulator: Emulator, run: _Verification, res
         seen += 1
         if number % every or (number // every) % shard_count != shard_index:
             return
+        result.stops += 1
+        if not every_walk and observe is None:
+            return  # ground truth alone
         frame, stack, expected = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13]), shadow.frames[::-1]
         run.walk(number, pc, every_walk, frame, stack, expected)
-        result.stops += 1
         if observe is not None:
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 

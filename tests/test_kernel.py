@@ -4,7 +4,6 @@ or defers to it; and it is what the verifier uses."""
 from __future__ import annotations
 
 import random
-from collections import Counter
 from functools import lru_cache
 
 import pytest
@@ -22,7 +21,7 @@ from harness.groundtruth import ShadowFrame, packed
 from harness.rule import Rule
 from harness.runner import ELF_CORPUS, elf_builds
 from harness.unwinders import UNWINDER_NAMES, build_unwinders
-from harness.verify import DEFAULT_BUDGET, kernel_outcome, unwind_and_compare, verify_program, without_scratch
+from harness.verify import DEFAULT_BUDGET, failure_of, kernel_outcome, unwind_and_compare, verify_program, without_scratch
 
 BASE = 0x7000_0000  # where the test stack's bytes start
 SIZE = 0x400
@@ -54,6 +53,21 @@ def elf_program(file: str):
 @pytest.mark.parametrize("file", ["gcc-O2-nofp.elf", "clang-O0-fp.elf"])
 def test_compiled_programs_verify_the_same_with_the_kernel(file):
     same_results(elf_program(file), every=5)
+
+
+def test_the_first_failures_of_each_unwinder_are_those_of_the_whole_log():
+    """What a report samples, read straight from the tracer's log, is the
+    head of each unwinder's failures in the full log, as the Python hook
+    gives them."""
+    program = generate_program(0, 3)
+    fast = verify_program(program, build_unwinders(program), compiled=True)
+    slow = verify_program(program, build_unwinders(program), compiled=False)
+    for count in (1, 3):
+        first = fast.failure_log.first(count)
+        assert first == verify.FailureLog(entries=list(fast.failure_log)).first(count)
+        # The Python hook words a mismatch in its cause, the kernel when read: compare them spelled out.
+        assert [failure_of(*e) for e in first] == [failure_of(*e) for e in slow.failure_log.first(count)]
+        assert len({entry[3].unwinder for entry in first}) >= 3 and len(first) < len(fast.failure_log)
 
 
 def test_the_kernel_answers_most_walks_itself(monkeypatch):

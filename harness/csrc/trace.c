@@ -694,7 +694,7 @@ static PyObject *Tracer_failure_log(Tracer *self, PyObject *args) {
     while (mine < self->logged || theirs < count) {
         unsigned long long number = 0;
         int unwinder = 0;
-        PyObject *entry = NULL;
+        PyObject *entry = NULL;  /* the next of `others`, borrowed */
         if (theirs < count) {
             if (!PyArg_ParseTuple(PyList_GET_ITEM(others, theirs), "KiO", &number, &unwinder, &entry)) goto error;
             if (unwinder < 0 || unwinder >= unwinders) {
@@ -703,20 +703,22 @@ static PyObject *Tracer_failure_log(Tracer *self, PyObject *args) {
             }
         }
         const Logged *next = mine < self->logged ? &self->log[mine] : NULL;
-        if (entry && (!next || number < next->number || (number == next->number && unwinder < next->unwinder))) {
+        int take_theirs = entry && (!next || number < next->number ||
+                                    (number == next->number && unwinder < next->unwinder));
+        if (take_theirs) {
             theirs++;
-            Py_INCREF(entry);
         } else {
             mine++;
             unwinder = next->unwinder;
-            entry = limit && taken[unwinder] >= limit ? Py_NewRef(Py_None) : log_entry(next, wheres, causes);
         }
-        if (!entry) goto error;
-        if (entry != Py_None && (!limit || taken[unwinder]++ < limit) && PyList_Append(out, entry)) {
-            Py_DECREF(entry);
+        if (limit && taken[unwinder] >= limit) continue;
+        taken[unwinder]++;
+        PyObject *item = take_theirs ? Py_NewRef(entry) : log_entry(next, wheres, causes);
+        if (!item || PyList_Append(out, item)) {
+            Py_XDECREF(item);
             goto error;
         }
-        Py_DECREF(entry);
+        Py_DECREF(item);
     }
     PyMem_Free(taken);
     return out;
