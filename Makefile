@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup toolchains run test fixtures
 
-$(STAMP): pyproject.toml setup.py $(wildcard harness/csrc/*)
+$(STAMP): pyproject.toml setup.py $(wildcard harness/verify/csrc/*)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $(STAMP)

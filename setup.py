@@ -3,8 +3,8 @@
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(
-    "harness._kernel",
-    ["harness/csrc/module.c", "harness/csrc/rules.c", "harness/csrc/trace.c"],
-    depends=["harness/csrc/kernel.h"],
+    "harness.verify._kernel",
+    ["harness/verify/csrc/module.c", "harness/verify/csrc/rules.c", "harness/verify/csrc/trace.c"],
+    depends=["harness/verify/csrc/kernel.h"],
     extra_compile_args=["-O2"],
 )])

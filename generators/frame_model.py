@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from harness.cfi import TRACKED_REGS, CfiRow
-from harness.frame import DWARF_D0, SP
+from harness.formats.dwarf_cfi import TRACKED_REGS, CfiRow
+from harness.registers import DWARF_D0, SP
 
 FP = 7  # Thumb frame pointer
 

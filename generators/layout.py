@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from generators import frame_model as fx
 from generators.assembler import AssemblyError, assemble
 from generators.functions import MASK, Insn, Plan, evaluate, instructions
-from harness.cfi import CfiRow, FunctionCfi
-from harness.exidx import ExidxSections, encode_exidx
-from harness.groundtruth import instruction_size
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.formats.arm_exidx import ExidxSections, encode_exidx
 from harness.program import FunctionInfo, Program
-from harness.v2.encoder import InexpressibleState, state_instructions
+from harness.formats.chrome_v2.encoder import InexpressibleState, state_instructions
 
 TEXT_BASE = 0x00100000
 PAGE = 1 << 17
@@ -29,6 +28,12 @@ class Placed:
     insn: Insn
     address: int
     size: int
+
+
+def _size(code: bytes) -> int:
+    """Bytes of the Thumb instruction `code` starts with: a first half-word
+    whose top five bits are 11101, 11110 or 11111 begins a 32-bit one."""
+    return 4 if code[1] >> 3 in (0x1D, 0x1E, 0x1F) else 2
 
 
 def _chunks(insns: list[Insn]) -> list[list[Insn]]:
@@ -62,7 +67,7 @@ def _assemble_function(name: str, insns: list[Insn], start: int,
                          at)
         offset = 0
         for insn in chunk:
-            size = 0 if insn.role == "label" else instruction_size(piece[offset:])
+            size = 0 if insn.role == "label" else _size(piece[offset:])
             placed.append(Placed(insn, at + offset, size))
             offset += size
         if offset != len(piece):

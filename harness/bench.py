@@ -28,19 +28,19 @@ from multiprocessing import get_context
 from typing import Sequence
 
 from generators.corpus import generate_program
-from harness import v2
-from harness.cfi import FunctionCfi, read_cfi
-from harness.elf import open_elf
-from harness.emulator import Emulator
-from harness.epilogue import EpilogueFirst
+from harness.formats import chrome_v2
+from harness.formats.dwarf_cfi import FunctionCfi, read_cfi
+from harness.formats.elf import open_elf
+from harness.verify.emulator import Emulator
+from harness.unwind.v2_epilogue import EpilogueFirst
 from harness.errors import BadRead, UnwindFailure
 from harness.program import Program
 from harness.runner import ELF_CORPUS
-from harness.summary import summarize
-from harness.unwinders import build_unwinders
-from harness.unwinders.dwarf import DwarfUnwinder
-from harness.v2.unwinder import DirectMappedCache, NoCache, V2Unwinder
-from harness.verify import DEFAULT_BUDGET, ObservedStop, verify_program, without_scratch
+from harness.report.summary import summarize
+from harness.unwind import build_unwinders
+from harness.unwind.dwarf import DwarfUnwinder
+from harness.unwind.v2 import DirectMappedCache, NoCache, V2Unwinder
+from harness.verify.stops import DEFAULT_BUDGET, ObservedStop, verify_program, without_scratch
 
 # Chrome is built by clang with optimization for size or speed: its functions
 # are drawn from these builds.
@@ -182,8 +182,8 @@ def walk_all(unwinder, stop: RecordedStop) -> int:
 
 def step_unwinders(program: Program) -> dict:
     """The unwinders whose step cost is measured, built for `program`."""
-    tables = v2.encode(program.cfi["tables"], program.text_base, "drop", code_at=program.code)
-    reader = v2.V2Reader.from_blob(tables.blob("seed"), "seed")
+    tables = chrome_v2.encode(program.cfi["tables"], program.text_base, "drop", code_at=program.code)
+    reader = chrome_v2.V2Reader.from_blob(tables.blob("seed"), "seed")
     plain = V2Unwinder(reader, program.text_base, "v2", NoCache())
     built = {u.name: u for u in build_unwinders(program, ["v2+epilogue", "exidx"])}
     epilogue = built["v2+epilogue"]
@@ -286,7 +286,7 @@ def encode_at_scale(count: int) -> dict:
     peak memory (the whole process: interpreter, input and encoder) and size."""
     functions = synthetic_text(count)
     started = time.perf_counter()
-    encoded = v2.encode(functions, functions[0].start, "drop")
+    encoded = chrome_v2.encode(functions, functions[0].start, "drop")
     blob = encoded.blob("chrome")
     seconds = time.perf_counter() - started
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -303,7 +303,7 @@ def encode_at_scale(count: int) -> dict:
 
 def lookups(blob: bytes, text_end: int, text_base: int, count: int, seed: int = 1) -> dict:
     started = time.perf_counter()
-    reader = v2.V2Reader.from_blob(blob, "chrome")
+    reader = chrome_v2.V2Reader.from_blob(blob, "chrome")
     load = time.perf_counter() - started
     rng = random.Random(seed)
     offsets = [rng.randrange(0, text_end - text_base) & ~1 for _ in range(count)]

@@ -13,20 +13,22 @@ from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
 
 from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED, generate_program
-from harness import __version__, kernel, report, v2
-from harness.cfi import read_cfi
-from harness.compiled import program_from_elf
-from harness.epilogue import EpilogueFirst
-from harness.elf import load_segments, open_elf, text_base
+from harness import __version__
+from harness.verify import kernel
+from harness.report import data as report
+from harness.formats import chrome_v2
+from harness.formats.dwarf_cfi import read_cfi
+from harness.elf_program import program_from_elf
+from harness.unwind.v2_epilogue import EpilogueFirst
+from harness.formats.elf import load_segments, open_elf, text_base
 from harness.errors import InputError
-from harness.runner import (Shard, all_names, assemble, elf_builds, elf_unwinder_names, parse_shard, partial,
-                            read_partials, run_units, units_of)
-from harness.summary import ProgramSummary, combine, from_json, summarize, to_json
-from harness.unwinders import UNWINDER_NAMES, build_unwinders
-from harness.v1 import V1Encoded, V1Table, dump_v1, encode_v1
-from harness.v2.dump import dump
-from harness.v2.unwinder import V2Unwinder
-from harness.verify import verify_program
+from harness.runner import (Shard, all_names, assemble, elf_builds, elf_unwinder_names, parse_shard, partial, read_partials, run_units, units_of)
+from harness.report.summary import ProgramSummary, combine, from_json, summarize, to_json
+from harness.unwind import UNWINDER_NAMES, build_unwinders
+from harness.formats.chrome_v1 import V1Encoded, V1Table, dump_v1, encode_v1
+from harness.formats.chrome_v2.dump import dump
+from harness.unwind.v2 import V2Unwinder
+from harness.verify.stops import verify_program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -91,14 +93,14 @@ def _code_reader(image):
     return code_at
 
 
-def encode_elf(path: str, policy: str, text_start: int | None) -> v2.Encoded:
+def encode_elf(path: str, policy: str, text_start: int | None) -> chrome_v2.Encoded:
     image = open_elf(path)
     base = text_base(image) if text_start is None else text_start
     code_at = _code_reader(image) if policy == "synthesize" else None
-    return v2.encode(read_cfi(image), base, policy, code_at=code_at)
+    return chrome_v2.encode(read_cfi(image), base, policy, code_at=code_at)
 
 
-def size_summary(encoded: v2.Encoded, layout: str) -> str:
+def size_summary(encoded: chrome_v2.Encoded, layout: str) -> str:
     sizes = encoded.table_sizes(layout)
     total = sum(sizes.values())
     functions = len(encoded.functions)
@@ -224,17 +226,17 @@ def _manifest_checksum(path: str, entry: str) -> int | None:
     return None
 
 
-def _read_v2_table(path: str, layout: str) -> tuple[v2.V2Reader, str]:
+def _read_v2_table(path: str, layout: str) -> tuple[chrome_v2.V2Reader, str]:
     blob = _read_blob(path)
     if layout != "auto":
         try:
-            return v2.V2Reader.from_blob(blob, layout), layout
+            return chrome_v2.V2Reader.from_blob(blob, layout), layout
         except InputError as error:
             raise InputError(f"{path}: {error}") from None
     errors = []
-    for candidate in v2.LAYOUTS:
+    for candidate in chrome_v2.LAYOUTS:
         try:
-            return v2.V2Reader.from_blob(blob, candidate), candidate
+            return chrome_v2.V2Reader.from_blob(blob, candidate), candidate
         except InputError as error:
             errors.append(f"as {candidate}: {error}")
     raise InputError(f"{path}: not a v2 blob in either layout ({'; '.join(errors)})")
@@ -464,8 +466,8 @@ def build_parser() -> argparse.ArgumentParser:
     encode.add_argument("-o", "--output", required=True)
     encode.add_argument("--format", choices=("v2", "v1"), default="v2",
                         help="v2 (default) or Chrome's earlier v1 format")
-    encode.add_argument("--layout", choices=v2.LAYOUTS, default="seed")
-    encode.add_argument("--epilogue", choices=v2.EPILOGUE_POLICIES, default="drop")
+    encode.add_argument("--layout", choices=chrome_v2.LAYOUTS, default="seed")
+    encode.add_argument("--epilogue", choices=chrome_v2.EPILOGUE_POLICIES, default="drop")
     encode.add_argument("--text-start", type=_address, default=None,
                         help="text base (default: lowest executable section address)")
     encode.set_defaults(handler=cmd_encode)
@@ -477,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
                         help="verify only these (repeatable; default: all that apply)")
     verify.add_argument("--v2-table", help="use this v2 blob for v2 and v2+epilogue instead of encoding the CFI")
-    verify.add_argument("--layout", choices=("auto", *v2.LAYOUTS), default="auto", help="layout of --v2-table")
+    verify.add_argument("--layout", choices=("auto", *chrome_v2.LAYOUTS), default="auto", help="layout of --v2-table")
     verify.add_argument("--text-start", type=_address, default=None,
                         help="text base of the tables (default: lowest executable section address)")
     verify.add_argument("--expect", type=_address, default=None,
@@ -501,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump_cmd = commands.add_parser("dump", help="readable listing of a v2 (or v1) blob")
     dump_cmd.add_argument("file")
     dump_cmd.add_argument("--format", choices=("v2", "v1"), default="v2", help="v2 (default) or v1")
-    dump_cmd.add_argument("--layout", choices=v2.LAYOUTS, default="seed")
+    dump_cmd.add_argument("--layout", choices=chrome_v2.LAYOUTS, default="seed")
     dump_cmd.add_argument("--text-start", type=_address, default=0,
                           help="text base the blob was encoded for (default 0)")
     dump_cmd.set_defaults(handler=cmd_dump)
@@ -511,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("run", "verify-elf", "bench", "mutants") and not kernel.AVAILABLE:
-        print("unwind-harness: note: the compiled kernel (harness/csrc) is not built; verifying "
+        print("unwind-harness: note: the compiled kernel (harness/verify/csrc) is not built; verifying "
               "in Python alone, several times slower (`pip install -e .` builds it)", file=sys.stderr)
     try:
         return args.handler(args)

@@ -21,15 +21,15 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from harness import ehabi, v2
+from harness.formats import ehabi, chrome_v2
 from harness.errors import EhabiError, InputError, UnwindFailure
-from harness.frame import Frame
+from harness.unwind.frame import Frame
 from harness.program import Program
-from harness.v2.encoder import AddressUnwind, FunctionUnwind
-from harness.v2.layout import serialize
-from harness.v2.tables import build_tables
-from harness.v2.unwinder import V2Unwinder
-from harness.verify import ObservedStop, verify_program, without_scratch
+from harness.formats.chrome_v2.encoder import AddressUnwind, FunctionUnwind
+from harness.formats.chrome_v2.layout import serialize
+from harness.formats.chrome_v2.tables import build_tables
+from harness.unwind.v2 import V2Unwinder
+from harness.verify.stops import ObservedStop, verify_program, without_scratch
 
 OPERATORS = ("vsp_add", "insert_vsp_add", "drop_register", "add_register", "remove_op", "set_vsp",
              "vfp_count", "refuse", "flip_bit")
@@ -107,7 +107,7 @@ def mutate_run(run: bytes, operator: str, rng: random.Random) -> bytes | None:
     return mutated if mutated != run else None
 
 
-def draw_mutants(encoded: v2.Encoded, count: int, rng: random.Random) -> list[Mutant]:
+def draw_mutants(encoded: chrome_v2.Encoded, count: int, rng: random.Random) -> list[Mutant]:
     """`count` mutants of runs of the encoded functions (never of gap fillers)."""
     candidates = [(f, u) for f in encoded.functions for u in f.address_unwinds]
     mutants: list[Mutant] = []
@@ -125,7 +125,7 @@ def draw_mutants(encoded: v2.Encoded, count: int, rng: random.Random) -> list[Mu
     return mutants
 
 
-def mutated_unwinder(encoded: v2.Encoded, program: Program, mutant: Mutant) -> V2Unwinder:
+def mutated_unwinder(encoded: chrome_v2.Encoded, program: Program, mutant: Mutant) -> V2Unwinder:
     """The v2 unwinder over tables with `mutant` applied (InputError if the
     reader rejects them)."""
     def apply(function: FunctionUnwind) -> FunctionUnwind:
@@ -136,7 +136,7 @@ def mutated_unwinder(encoded: v2.Encoded, program: Program, mutant: Mutant) -> V
         return replace(function, address_unwinds=unwinds)
 
     tables = build_tables([apply(f) for f in encoded.covering], program.text_base)
-    reader = v2.V2Reader.from_blob(serialize(tables, "seed"), "seed")
+    reader = chrome_v2.V2Reader.from_blob(serialize(tables, "seed"), "seed")
     return V2Unwinder(reader, program.text_base, "v2-mutant")
 
 
@@ -181,7 +181,7 @@ class Original:
         return found
 
 
-def check_mutant(program: Program, encoded: v2.Encoded, original: Original, mutant: Mutant) -> Verdict:
+def check_mutant(program: Program, encoded: chrome_v2.Encoded, original: Original, mutant: Mutant) -> Verdict:
     try:
         mutated = mutated_unwinder(encoded, program, mutant)
     except InputError as error:
@@ -201,9 +201,9 @@ def check_mutant(program: Program, encoded: v2.Encoded, original: Original, muta
     return Verdict(mutant, None, detected, bool(changed_at), changed_at[0] if changed_at else None)
 
 
-def original_tables(program: Program) -> tuple[v2.Encoded, Original]:
-    encoded = v2.encode(program.cfi["tables"], program.text_base, "drop")
-    unwinder = V2Unwinder(v2.V2Reader.from_blob(encoded.blob("seed"), "seed"), program.text_base)
+def original_tables(program: Program) -> tuple[chrome_v2.Encoded, Original]:
+    encoded = chrome_v2.encode(program.cfi["tables"], program.text_base, "drop")
+    unwinder = V2Unwinder(chrome_v2.V2Reader.from_blob(encoded.blob("seed"), "seed"), program.text_base)
     return encoded, Original(unwinder, verdicts(verify_program(program, [unwinder])))
 
 

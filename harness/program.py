@@ -11,8 +11,8 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from harness.cfi import FunctionCfi
-from harness.exidx import ExidxSections
+from harness.formats.dwarf_cfi import FunctionCfi
+from harness.formats.arm_exidx import ExidxSections
 
 POSITIONS = ("prologue", "body", "epilogue")
 TRAITS = (

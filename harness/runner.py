@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from generators.corpus import generate_program
-from harness import report, v2
-from harness.compiled import has_epilogue_cfi, program_from_elf
-from harness.elf import open_elf, section_size
+from harness.report import data as report
+from harness.formats import chrome_v2
+from harness.elf_program import has_epilogue_cfi, program_from_elf
+from harness.formats.elf import open_elf, section_size
 from harness.errors import InputError
-from harness.sizes import CHROME_REFERENCE, add_size_rows, size_row
-from harness.summary import from_json, summarize, to_json
-from harness.unwinders import UNWINDER_NAMES, build_unwinders
-from harness.verify import verify_program
+from harness.report.sizes import CHROME_REFERENCE, add_size_rows, size_row
+from harness.report.summary import from_json, summarize, to_json
+from harness.unwind import UNWINDER_NAMES, build_unwinders
+from harness.verify.stops import verify_program
 
 ELF_CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "elf"
 PARTIAL = "partial"  # the key that marks a shard's output
@@ -95,7 +96,7 @@ def elf_unwinder_names(program, wanted: Sequence[str]) -> list[str]:
     return [n for n in wanted if described or n != "v2-gcc"]
 
 
-def not_expressed(encoded: v2.Encoded) -> dict[str, int]:
+def not_expressed(encoded: chrome_v2.Encoded) -> dict[str, int]:
     """CFI the conversion could not express or ignored, counted per message."""
     counts: dict[str, int] = {}
     for _, problem in encoded.problems:
@@ -122,7 +123,7 @@ def run_unit(unit: Unit) -> dict:
                       name=f"corpus/elf/{build['file']}")
     names = elf_unwinder_names(program, unit.names)
     result = verify_program(program, build_unwinders(program, names))
-    encoded = v2.encode(program.cfi["tables"], program.text_base, "drop")
+    encoded = chrome_v2.encode(program.cfi["tables"], program.text_base, "drop")
     label = {"input": program.name, "build": path.stem,
              "compiler": build.get("compiler_version", build.get("compiler", "")),
              "flags": build.get("flags", [])}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.program import POSITIONS, TRAITS
-from harness.sizes import CHROME_REFERENCE, FORMATS
+from harness.report.sizes import CHROME_REFERENCE, FORMATS
 
 BASELINE = json.loads((Path(__file__).resolve().parent.parent / "reports" / "baseline.json").read_text())
 ROWS = {(r["unwinder"], r["category"], r["position"]): r for r in BASELINE["results"]}

@@ -10,7 +10,7 @@ import pytest
 from harness.bench import SnapshotStack
 from harness.cli import main
 from harness.errors import BadRead
-from harness.v2.unwinder import DirectMappedCache
+from harness.unwind.v2 import DirectMappedCache
 
 KEYS = ("verifier_overhead_ratio", "overhead_ratio_against_no_hook", "step_cost_ratio_dwarf_over_v2", "cache_hit_rate", "encode_seconds",
         "encode_peak_mb", "bytes_per_function", "bytes_per_address", "lookups_per_second")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.v1 import V1Table
-from harness.v2 import LAYOUTS, V2Reader
+from harness.formats.chrome_v1 import V1Table
+from harness.formats.chrome_v2 import LAYOUTS, V2Reader
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "corpus" / "fixtures").glob("*.elf"))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.compiled import program_from_elf
-from harness.unwinders import build_unwinders
-from harness.verify import verify_program
+from harness.elf_program import program_from_elf
+from harness.unwind import build_unwinders
+from harness.verify.stops import verify_program
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus" / "elf"

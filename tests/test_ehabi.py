@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
-from harness import ehabi, uleb128
-from harness.ehabi import FINISH, REFUSE, Pop, PopVfp, SetVsp, VspAdd
-from harness.errors import (
-    BadRead,
-    EhabiError,
-    SpareEncoding,
-    TruncatedSequence,
-    UnsupportedInstruction,
-    UnwindFailure,
-)
-from harness.frame import LR, PC, SP, Frame, Stack, make_frame
+from harness.formats import ehabi, uleb128
+from harness.formats.ehabi import FINISH, REFUSE, Pop, PopVfp, SetVsp, VspAdd
+from harness.errors import (BadRead, EhabiError, SpareEncoding, TruncatedSequence, UnsupportedInstruction, UnwindFailure)
+from harness.registers import LR, PC, SP
+from harness.unwind.frame import Frame, Stack, make_frame
 
 # ------------------------------------------------------------- VspAdd encoding
 
@@ -431,13 +425,19 @@ def _frame(sp: int = LOW, **regs: int) -> Frame:
 FILLER = tuple(0xA0000000 + i for i in range(16))
 
 
+def _execute(ops, frame: Frame, stack) -> Frame:
+    """The interpreter's caller registers as a frame."""
+    core, vfp = ehabi.execute(ops, frame.r, frame.d, stack)
+    return Frame(r=tuple(core), d=tuple(vfp))
+
+
 def test_execute_worked_example_push_and_sub_sp():
     # push {r4, r5, r6, lr}; sub sp, #24  ->  05 aa b0
     locals_ = (0x11111111,) * 6
     saved = (0x44444444, 0x55555555, 0x66666666, 0x0001ABCD)
     stack = _stack(*locals_, *saved, 0xCAFEF00D)
     ops = ehabi.decode(bytes.fromhex("05 aa b0"), run=True)
-    caller = ehabi.execute(ops, _frame(r4=1, r5=2, r6=3, r7=7), stack)
+    caller = _execute(ops, _frame(r4=1, r5=2, r6=3, r7=7), stack)
     assert caller.r[4:7] == saved[:3]
     assert caller.r[LR] == 0x0001ABCD
     assert caller.pc == 0x0001ABCD
@@ -446,18 +446,18 @@ def test_execute_worked_example_push_and_sub_sp():
 
 
 def test_execute_vsp_add_moves_sp():
-    caller = ehabi.execute([VspAdd(16), FINISH], _frame(), _stack(*FILLER))
+    caller = _execute([VspAdd(16), FINISH], _frame(), _stack(*FILLER))
     assert caller.sp == LOW + 16
 
 
 def test_execute_vsp_subtract_moves_sp():
-    caller = ehabi.execute([VspAdd(-8), FINISH], _frame(sp=LOW + 32), _stack(*FILLER))
+    caller = _execute([VspAdd(-8), FINISH], _frame(sp=LOW + 32), _stack(*FILLER))
     assert caller.sp == LOW + 24
 
 
 def test_execute_finish_sets_pc_to_lr_and_keeps_other_registers():
     start = _frame(r0=10, r1=11, r4=14, r12=22)
-    caller = ehabi.execute([FINISH], start, _stack(*FILLER))
+    caller = _execute([FINISH], start, _stack(*FILLER))
     assert caller.pc == LR_VALUE
     assert caller.sp == LOW
     assert caller.r[LR] == LR_VALUE
@@ -466,21 +466,21 @@ def test_execute_finish_sets_pc_to_lr_and_keeps_other_registers():
 
 
 def test_execute_set_vsp_copies_register():
-    caller = ehabi.execute([SetVsp(7), FINISH], _frame(r7=LOW + 20), _stack(*FILLER))
+    caller = _execute([SetVsp(7), FINISH], _frame(r7=LOW + 20), _stack(*FILLER))
     assert caller.sp == LOW + 20
     assert caller.r[7] == LOW + 20
 
 
 def test_execute_set_vsp_uses_value_popped_earlier():
     stack = _stack(LOW + 48, *FILLER)
-    caller = ehabi.execute([Pop((4,)), SetVsp(4), FINISH], _frame(r4=LOW + 8), stack)
+    caller = _execute([Pop((4,)), SetVsp(4), FINISH], _frame(r4=LOW + 8), stack)
     assert caller.r[4] == LOW + 48
     assert caller.sp == LOW + 48
 
 
 def test_execute_pop_reads_lowest_register_from_lowest_address():
     stack = _stack(0x44, 0x55, 0x77, 0xEE, 0x99)
-    caller = ehabi.execute([Pop((4, 5, 7, 14)), FINISH], _frame(), stack)
+    caller = _execute([Pop((4, 5, 7, 14)), FINISH], _frame(), stack)
     assert caller.r[4] == 0x44
     assert caller.r[5] == 0x55
     assert caller.r[6] == 0
@@ -492,7 +492,7 @@ def test_execute_pop_reads_lowest_register_from_lowest_address():
 
 def test_execute_pop_low_registers():
     stack = _stack(0x100, 0x102, 0x999)
-    caller = ehabi.execute(ehabi.decode(bytes.fromhex("b1 05 b0")), _frame(r1=0x1), stack)
+    caller = _execute(ehabi.decode(bytes.fromhex("b1 05 b0")), _frame(r1=0x1), stack)
     assert caller.r[0:4] == (0x100, 0x1, 0x102, 0)
     assert caller.sp == LOW + 8
 
@@ -501,14 +501,14 @@ def test_execute_pop_low_then_high_registers_from_one_push():
     # push {r0, r4, lr}: r0 lowest, then r4, then lr.
     stack = _stack(0x1000, 0x4000, 0xE000)
     ops = ehabi.decode(ehabi.encode([Pop((0, 4, 14)), FINISH]))
-    caller = ehabi.execute(ops, _frame(), stack)
+    caller = _execute(ops, _frame(), stack)
     assert (caller.r[0], caller.r[4], caller.pc) == (0x1000, 0x4000, 0xE000)
     assert caller.sp == LOW + 12
 
 
 def test_execute_popped_pc_is_not_overwritten_by_lr():
     stack = _stack(0x44, 0xBEEF1, 0x99)
-    caller = ehabi.execute([Pop((4, 15)), FINISH], _frame(), stack)
+    caller = _execute([Pop((4, 15)), FINISH], _frame(), stack)
     assert caller.pc == 0xBEEF1
     assert caller.r[LR] == LR_VALUE
     assert caller.sp == LOW + 8
@@ -516,7 +516,7 @@ def test_execute_popped_pc_is_not_overwritten_by_lr():
 
 def test_execute_popped_pc_survives_later_instructions():
     stack = _stack(0xBEEF1, *FILLER)
-    caller = ehabi.execute([Pop((15,)), VspAdd(8), FINISH], _frame(), stack)
+    caller = _execute([Pop((15,)), VspAdd(8), FINISH], _frame(), stack)
     assert caller.pc == 0xBEEF1
     assert caller.sp == LOW + 12
 
@@ -524,7 +524,7 @@ def test_execute_popped_pc_survives_later_instructions():
 def test_execute_popped_sp_replaces_vsp():
     new_sp = LOW + 36
     stack = _stack(0x44, new_sp, 0xEE, *FILLER)
-    caller = ehabi.execute([Pop((4, 13, 14)), FINISH], _frame(), stack)
+    caller = _execute([Pop((4, 13, 14)), FINISH], _frame(), stack)
     assert caller.r[4] == 0x44
     assert caller.pc == 0xEE
     assert caller.sp == new_sp
@@ -537,7 +537,7 @@ def test_execute_pop_vfp_lands_in_d_registers():
         + (0x5555666677778888).to_bytes(8, "little")
         + _words(0),
     )
-    caller = ehabi.execute([PopVfp(8, 2), FINISH], _frame(), stack)
+    caller = _execute([PopVfp(8, 2), FINISH], _frame(), stack)
     assert caller.d[8] == 0x1111222233334444
     assert caller.d[9] == 0x5555666677778888
     assert caller.d[10] is None
@@ -548,7 +548,7 @@ def test_execute_pop_vfp_lands_in_d_registers():
 
 def test_execute_pop_vfp_high_bank():
     stack = Stack(LOW, (0xD16D16).to_bytes(8, "little") * 2)
-    caller = ehabi.execute(ehabi.decode(bytes.fromhex("c8 01 b0")), _frame(), stack)
+    caller = _execute(ehabi.decode(bytes.fromhex("c8 01 b0")), _frame(), stack)
     assert caller.d[16] == caller.d[17] == 0xD16D16
     assert caller.sp == LOW + 16
 
@@ -561,7 +561,7 @@ def test_execute_fstmfdx_skips_extra_word():
         + _words(0xF00F, 0x12345678),
     )
     ops = [PopVfp(8, 2, fstmfdx=True), Pop((4,)), FINISH]
-    caller = ehabi.execute(ops, _frame(), stack)
+    caller = _execute(ops, _frame(), stack)
     assert caller.d[8] == 0xAAAA0000BBBB0001
     assert caller.d[9] == 0xAAAA0000BBBB0002
     assert caller.r[4] == 0x12345678  # after the padding word, not the padding
@@ -570,20 +570,20 @@ def test_execute_fstmfdx_skips_extra_word():
 
 def test_execute_vsp_may_end_exactly_at_stack_top():
     stack = _stack(0x44, 0xEE)
-    caller = ehabi.execute([Pop((4, 14)), FINISH], _frame(), stack)
+    caller = _execute([Pop((4, 14)), FINISH], _frame(), stack)
     assert caller.sp == stack.high
 
 
 def test_execute_refuse_is_no_info():
     with pytest.raises(UnwindFailure) as info:
-        ehabi.execute([REFUSE, FINISH], _frame(), _stack(*FILLER))
+        _execute([REFUSE, FINISH], _frame(), _stack(*FILLER))
     assert info.value.kind == "no_info"
 
 
 def test_execute_read_outside_stack_is_bad_read():
     stack = _stack(0x44)
     with pytest.raises(BadRead) as info:
-        ehabi.execute([Pop((4, 5)), FINISH], _frame(), stack)
+        _execute([Pop((4, 5)), FINISH], _frame(), stack)
     assert info.value.kind == "bad_read"
     assert info.value.address == LOW + 4
 
@@ -591,13 +591,13 @@ def test_execute_read_outside_stack_is_bad_read():
 def test_execute_vfp_read_outside_stack_is_bad_read():
     stack = _stack(0x1, 0x2, 0x3)  # 12 bytes: the second double does not fit
     with pytest.raises(BadRead) as info:
-        ehabi.execute([PopVfp(8, 2), FINISH], _frame(), stack)
+        _execute([PopVfp(8, 2), FINISH], _frame(), stack)
     assert info.value.address == LOW + 8
 
 
 def test_execute_read_below_stack_is_bad_read():
     with pytest.raises(BadRead):
-        ehabi.execute([Pop((4,)), FINISH], _frame(sp=LOW - 4), _stack(*FILLER))
+        _execute([Pop((4,)), FINISH], _frame(sp=LOW - 4), _stack(*FILLER))
 
 
 @pytest.mark.parametrize(
@@ -612,14 +612,14 @@ def test_execute_read_below_stack_is_bad_read():
 def test_execute_vsp_leaving_stack_is_bad_read(ops, sp):
     frame = _frame(sp=sp, r7=0x1000)
     with pytest.raises(UnwindFailure) as info:
-        ehabi.execute(ops, frame, _stack(*FILLER))
+        _execute(ops, frame, _stack(*FILLER))
     assert info.value.kind == "bad_read"
 
 
 def test_execute_vsp_leaving_stack_fails_even_if_it_returns_later():
     # vsp is checked after every instruction, not only at finish.
     with pytest.raises(UnwindFailure) as info:
-        ehabi.execute([VspAdd(0x100), VspAdd(-0x100), FINISH], _frame(), _stack(*FILLER))
+        _execute([VspAdd(0x100), VspAdd(-0x100), FINISH], _frame(), _stack(*FILLER))
     assert info.value.kind == "bad_read"
 
 
@@ -628,12 +628,12 @@ def test_execute_vsp_leaving_stack_fails_even_if_it_returns_later():
 )
 def test_execute_without_finish_is_corrupt_table(ops):
     with pytest.raises(UnwindFailure) as info:
-        ehabi.execute(ops, _frame(), _stack(*FILLER))
+        _execute(ops, _frame(), _stack(*FILLER))
     assert info.value.kind == "corrupt_table"
 
 
 def test_execute_stops_at_finish():
-    caller = ehabi.execute([VspAdd(4), FINISH, REFUSE], _frame(), _stack(*FILLER))
+    caller = _execute([VspAdd(4), FINISH, REFUSE], _frame(), _stack(*FILLER))
     assert caller.sp == LOW + 4
 
 
@@ -686,28 +686,42 @@ def _outcome(step, ops, frame, stack):
         return failure.kind, failure.reason
 
 
-def _interpreted(ops, frame, stack):
-    caller = ehabi.execute(ops, frame, stack)
-    regs = list(caller.r)
-    regs[PC] &= ~1
-    return Frame(r=tuple(regs), d=caller.d)
+def _flat_caller(ops, frame, stack):
+    """The caller as the kernel applies a flat run: loads at fixed offsets
+    from the base, once both ends of vsp's range lie in the stack."""
+    flat = ehabi.flatten(ops)
+    vsp = frame.r[flat.base]
+    if not (stack.contains(vsp + flat.lowest) and stack.contains(vsp + flat.highest)):
+        return None
+    regs, dregs = list(frame.r), list(frame.d)
+    for reg, offset in flat.loads:
+        regs[reg] = stack.read_u32(vsp + offset)
+    for reg, offset in flat.vfp_loads:
+        dregs[reg] = stack.read_u64(vsp + offset)
+    if not flat.pc_popped:
+        regs[PC] = regs[LR]
+    regs[SP] = vsp + flat.end
+    return Frame(r=tuple(regs), d=tuple(dregs))
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_op, max_size=6), st.sampled_from([FINISH, REFUSE, None]),
        st.integers(0x1000, 0x1200), st.integers(0, 0x1400))
-def test_plans_give_exactly_what_execute_gives(ops, last, sp, r7):
-    """caller_of's fast path (a Plan) must give the frame, or the failure,
-    the interpreter gives, whatever the run and wherever vsp goes."""
+def test_flat_runs_give_exactly_what_execute_gives(ops, last, sp, r7):
+    """A flattened run (what the kernel applies) must give the frame the
+    interpreter gives wherever its vsp range lies in the stack."""
     run = tuple(ops) + ((last,) if last is not None else ())
     stack = Stack(0x1000, bytes(range(256)) * 2)
     frame = make_frame(pc=0x2000, sp=sp & ~3, lr=0x3001, r7=r7 & ~3)
-    assert _outcome(ehabi.caller_of, run, frame, stack) == _outcome(_interpreted, run, frame, stack)
+    assume(ehabi.flatten(run) is not None)
+    flat = _outcome(_flat_caller, run, frame, stack)
+    assume(flat is not None)
+    assert flat == _outcome(_execute, run, frame, stack)
 
 
-def test_plain_runs_have_plans_and_odd_ones_do_not():
-    assert ehabi.plan((VspAdd(8), Pop((4, 14)), FINISH)) == ehabi.Plan(SP, ((4, 8), (14, 12)), (), 16, 0, 16, False)
-    assert ehabi.plan((SetVsp(7), Pop((7, 15)), FINISH)).base == 7
-    assert ehabi.plan((Pop((4, SP)), FINISH)) is None  # a popped sp replaces vsp
-    assert ehabi.plan((Pop((4,)), SetVsp(7), FINISH)) is None  # vsp = r7 after a pop of r7?
-    assert ehabi.plan((REFUSE,)) is None and ehabi.plan((Pop((4,)),)) is None
+def test_plain_runs_flatten_and_odd_ones_do_not():
+    assert ehabi.flatten((VspAdd(8), Pop((4, 14)), FINISH)) == ehabi.Flat(SP, ((4, 8), (14, 12)), (), 16, 0, 16, False)
+    assert ehabi.flatten((SetVsp(7), Pop((7, 15)), FINISH)).base == 7
+    assert ehabi.flatten((Pop((4, SP)), FINISH)) is None  # a popped sp replaces vsp
+    assert ehabi.flatten((Pop((4,)), SetVsp(7), FINISH)) is None  # vsp = r7 after a pop of r7?
+    assert ehabi.flatten((REFUSE,)) is None and ehabi.flatten((Pop((4,)),)) is None

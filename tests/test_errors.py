@@ -23,23 +23,24 @@ from pathlib import Path
 import pytest
 
 import harness
-from harness import ehabi, v2
-from harness.cfi import CfiRow, FunctionCfi
+from harness.formats import ehabi, chrome_v2
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
 from harness.cli import main
-from harness.elf import open_elf
-from harness.emulator import EmulationFault, Emulator
-from harness.epilogue import Release
-from harness.errors import (FAILURE_KINDS, BadRead, CorruptTable, EhabiError, ElfError, EncodeError,
-                            HarnessError, InputError, TableOverflow, TruncatedSequence, UnwindFailure)
-from harness.exidx import ExidxError, encode_exidx, parse_exidx
-from harness.frame import SP, Stack, make_frame
+from harness.formats.elf import open_elf
+from harness.verify.emulator import EmulationFault, Emulator
+from harness.thumb.epilogue import Release
+from harness.errors import (FAILURE_KINDS, BadRead, CorruptTable, EhabiError, ElfError, EncodeError, HarnessError, InputError, TableOverflow, TruncatedSequence, UnwindFailure)
+from harness.formats.arm_exidx import ExidxError, encode_exidx, parse_exidx
+from harness.registers import SP
+from harness.unwind.ehabi_run import caller_by_run
+from harness.unwind.frame import Stack, make_frame
 from harness.runner import read_partials
-from harness.v1 import Refused, V1Table, encode_v1, v1_function
-from harness.v2.encoder import InexpressibleState, state_instructions
-from harness.v2.layout import serialize
-from harness.v2.synthesize import Unsynthesizable, _after, synthesize_epilogues
-from harness.v2.tables import FunctionTableEntry, V2Tables
-from harness.v2.unwinder import V2Unwinder
+from harness.formats.chrome_v1 import Refused, V1Table, encode_v1, v1_function
+from harness.formats.chrome_v2.encoder import InexpressibleState, state_instructions
+from harness.formats.chrome_v2.layout import serialize
+from harness.formats.chrome_v2.synthesize import Unsynthesizable, _after, synthesize_epilogues
+from harness.formats.chrome_v2.tables import FunctionTableEntry, V2Tables
+from harness.unwind.v2 import V2Unwinder
 
 ROOT = Path(__file__).resolve().parent.parent
 ELF = ROOT / "corpus" / "fixtures" / "calls-clang-nofp.elf"  # small, fast to verify
@@ -59,15 +60,15 @@ COVERAGE = {
     "harness.errors.ElfError": "test_elf_error",  # also test_cfi.py (missing, not ELF, x86, no CFI)
     "harness.errors.UnwindFailure": "test_unwind_failure",  # one case per FAILURE_KINDS
     "harness.errors.BadRead": "test_bad_read",  # also test_ehabi.py::test_execute_read_outside_stack_is_bad_read
-    "harness.exidx.ExidxError": "test_exidx_error",  # also test_exidx.py (every malformation)
-    "harness.emulator.EmulationFault": "test_emulation_fault",
+    "harness.formats.arm_exidx.ExidxError": "test_exidx_error",  # also test_exidx.py (every malformation)
+    "harness.verify.emulator.EmulationFault": "test_emulation_fault",
     # Internal: caught where raised and turned into a report line; they never escape.
-    "harness.v1.Refused": "test_refused",
-    "harness.v2.encoder.InexpressibleState": "test_inexpressible_state",
-    "harness.v2.synthesize.Unsynthesizable": "test_unsynthesizable",
+    "harness.formats.chrome_v1.Refused": "test_refused",
+    "harness.formats.chrome_v2.encoder.InexpressibleState": "test_inexpressible_state",
+    "harness.formats.chrome_v2.synthesize.Unsynthesizable": "test_unsynthesizable",
 }
-INTERNAL = {"harness.v1.Refused", "harness.v2.encoder.InexpressibleState",
-            "harness.v2.synthesize.Unsynthesizable"}
+INTERNAL = {"harness.formats.chrome_v1.Refused", "harness.formats.chrome_v2.encoder.InexpressibleState",
+            "harness.formats.chrome_v2.synthesize.Unsynthesizable"}
 
 
 def raised(call, *args, **kwargs) -> Exception:
@@ -137,7 +138,7 @@ def test_truncated_sequence():
 
 
 @pytest.mark.parametrize("table, read, blob, message", [
-    ("v2", lambda blob: v2.V2Reader.from_blob(blob, "seed"), bytes(3),
+    ("v2", lambda blob: chrome_v2.V2Reader.from_blob(blob, "seed"), bytes(3),
      "corrupt v2 table: header (byte 0): blob of 3 bytes is shorter than the 40-byte seed header"),
     ("v1", V1Table.from_blob, bytes(3), "corrupt v1 table: header (byte 0): 3 bytes; the index size needs 4"),
 ])
@@ -160,7 +161,7 @@ def simple(name: str, start: int, end: int) -> FunctionCfi:
 
 
 def test_encode_error():
-    error = raised(v2.encode, [simple("a", 0x10, 0x30), simple("b", 0x20, 0x40)], 0)
+    error = raised(chrome_v2.encode, [simple("a", 0x10, 0x30), simple("b", 0x20, 0x40)], 0)
     assert type(error) is EncodeError
     assert str(error) == "functions overlap: a [0x10, 0x30) and b [0x20, 0x40)"
 
@@ -188,7 +189,7 @@ def one_function_unwinder(run: bytes) -> V2Unwinder:
     """A v2 unwinder over a blob with one function at BASE, whose one run is `run`."""
     tables = V2Tables(page_table=(0,), continuation=(False,), function_table=(FunctionTableEntry(0, 0),),
                       function_offset_table=b"\x00\x00", unwind_instruction_table=run)
-    return V2Unwinder(v2.V2Reader.from_blob(serialize(tables, "seed"), "seed"), BASE)
+    return V2Unwinder(chrome_v2.V2Reader.from_blob(serialize(tables, "seed"), "seed"), BASE)
 
 
 def step(run: bytes, pc: int = BASE + 4, stack: bytes = bytes(16), innermost: bool = True):
@@ -205,8 +206,8 @@ UNWIND_CASES = {
     "limit": (lambda: step(b"\xb0", innermost=False),  # finish only: sp does not rise in a caller
               f"caller sp {TOP:#x} does not rise above callee sp {TOP:#x}"),
     # A run without finish gets past no reader, so only a hand-made one shows it.
-    "corrupt_table": (lambda: ehabi.unwind_step((ehabi.VspAdd(4),), make_frame(BASE, TOP), Stack(TOP, bytes(16)),
-                                                True), "instruction run has no finish"),
+    "corrupt_table": (lambda: caller_by_run((ehabi.VspAdd(4),), make_frame(BASE, TOP), Stack(TOP, bytes(16)),
+                                            True), "instruction run has no finish"),
 }
 
 
@@ -254,7 +255,7 @@ def test_inexpressible_state():
     assert type(error) is InexpressibleState
     assert str(error) == "CFA offset 6 is not a multiple of 4"
     # The encoder refuses to unwind there, and says why and where.
-    encoded = v2.encode([FunctionCfi("f", BASE, BASE + 8, (CfiRow(BASE), row))], BASE)
+    encoded = chrome_v2.encode([FunctionCfi("f", BASE, BASE + 8, (CfiRow(BASE), row))], BASE)
     assert encoded.problems == [("f", f"{BASE + 2:#x}: CFA offset 6 is not a multiple of 4")]
 
 

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import ehabi
-from harness.compiled import program_from_elf
+from harness.formats import ehabi
+from harness.elf_program import program_from_elf
 from harness.errors import EncodeError, InputError, TableOverflow, UnwindFailure
-from harness.exidx import (ExidxEntry, ExidxError, decode_instructions, encode_exidx, parse_exidx,
-                           read_exidx, require_exidx_sections)
-from harness.frame import LR, Stack, make_frame
-from harness.unwinders.exidx import ExidxUnwinder, exidx_unwinder, exidx_unwinder_for
-from harness.verify import verify_program
+from harness.formats.arm_exidx import (ExidxEntry, ExidxError, decode_instructions, encode_exidx, parse_exidx, read_exidx, require_exidx_sections)
+from harness.registers import LR
+from harness.unwind.frame import Stack, make_frame
+from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder, exidx_unwinder_for
+from harness.verify.stops import verify_program
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 ELFS = sorted(CORPUS.glob("fixtures/*.elf")) + sorted(CORPUS.glob("elf/*.elf"))

@@ -10,12 +10,12 @@ import pytest
 
 from generators.assembler import assemble
 from harness import runner
-from harness.cfi import CfiRow, FunctionCfi
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
 from harness.cli import main
-from harness.frame import LR, SP
+from harness.registers import LR, SP
 from harness.program import FunctionInfo, Program
-from harness.unwinders import build_unwinders
-from harness.verify import verify_program
+from harness.unwind import build_unwinders
+from harness.verify.stops import verify_program
 
 BASE = 0x100000
 PROLOGUE = ["push {r4, lr}", "movs r4, #1"]  # a frame, so the unwinders have work before the fault

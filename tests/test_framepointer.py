@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.compiled import program_from_elf
+from harness.elf_program import program_from_elf
 from harness.errors import UnwindFailure
-from harness.frame import Stack, make_frame
-from harness.unwinders.framepointer import FramePointerUnwinder
-from harness.verify import verify_program
+from harness.unwind.frame import Stack, make_frame
+from harness.unwind.framepointer import FramePointerUnwinder
+from harness.verify.stops import verify_program
 
 FIXTURES = Path(__file__).resolve().parent.parent / "corpus" / "fixtures"
 CHAIN_KINDS = {"wrong_pc", "wrong_sp", "bad_read", "limit"}  # the pc/sp chain broke

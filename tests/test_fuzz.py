@@ -19,17 +19,17 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from generators.corpus import generate_program
-from harness import v2
-from harness.cfi import read_cfi
-from harness.elf import open_elf
+from harness.formats import chrome_v2
+from harness.formats.dwarf_cfi import read_cfi
+from harness.formats.elf import open_elf
 from harness.errors import InputError, UnwindFailure
-from harness.exidx import parse_exidx
-from harness.frame import Frame, Stack
-from harness.unwinders import UNWINDER_NAMES, build_unwinders
-from harness.unwinders.exidx import ExidxUnwinder
-from harness.v1 import V1Table, encode_v1
-from harness.v2.unwinder import V2Unwinder
-from harness.walk import walk
+from harness.formats.arm_exidx import parse_exidx
+from harness.unwind.frame import Frame, Stack
+from harness.unwind import UNWINDER_NAMES, build_unwinders
+from harness.unwind.exidx import ExidxUnwinder
+from harness.formats.chrome_v1 import V1Table, encode_v1
+from harness.unwind.v2 import V2Unwinder
+from harness.unwind.walk import walk
 
 ROOT = Path(__file__).resolve().parent.parent
 ELF = ROOT / "corpus" / "fixtures" / "calls-gcc-fp.elf"
@@ -63,7 +63,7 @@ def program():
 @lru_cache(maxsize=None)
 def v2_blob(layout: str) -> bytes:
     p = program()
-    return v2.encode(p.cfi["tables"], p.text_base, "drop").blob(layout)
+    return chrome_v2.encode(p.cfi["tables"], p.text_base, "drop").blob(layout)
 
 
 @lru_cache(maxsize=None)
@@ -129,7 +129,7 @@ def rejected(error: InputError) -> None:
 
 # --- readers --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("layout", v2.LAYOUTS)
+@pytest.mark.parametrize("layout", chrome_v2.LAYOUTS)
 @FUZZ
 @given(data=st.data())
 def test_v2_reader_on_mutated_blobs(layout, data):
@@ -137,7 +137,7 @@ def test_v2_reader_on_mutated_blobs(layout, data):
     p = program()
     with bounded():
         try:
-            reader = v2.V2Reader.from_blob(blob, layout)
+            reader = chrome_v2.V2Reader.from_blob(blob, layout)
         except InputError as error:
             return rejected(error)
         event("accepted")

@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from generators.corpus import NON_LEAF_FAMILIES, default_corpus, generate_program, program_plans
 from generators.layout import PAGE, TEXT_BASE, body_instructions
-from harness import ehabi
-from harness.cfi import CfiRow, FunctionCfi
-from harness.frame import LR
-from harness.unwinders import build_unwinders
-from harness.unwinders.exidx import exidx_unwinder_for
-from harness.v2.encoder import state_instructions
-from harness.verify import verify_program
+from harness.formats import ehabi
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.registers import LR
+from harness.unwind import build_unwinders
+from harness.unwind.exidx import exidx_unwinder_for
+from harness.formats.chrome_v2.encoder import state_instructions
+from harness.verify.stops import verify_program
 
 
 def test_same_seed_same_program():

@@ -3,10 +3,10 @@ program whose call tree is known: calls, a call skipped under IT, a tail call,
 returns."""
 
 from generators.assembler import assemble
-from harness.emulator import SENTINEL, STACK_TOP
-from harness.groundtruth import call_length
+from harness.verify.emulator import SENTINEL, STACK_TOP
+from harness.thumb.encoding import call_length
 from harness.program import FunctionInfo, Program
-from harness.verify import verify_program
+from harness.verify.stops import verify_program
 
 BASE = 0x100000
 SOURCE = [

@@ -11,24 +11,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from generators.corpus import generate_program
-from harness import kernel, verify
-from harness.compiled import program_from_elf
-from harness.emulator import SENTINEL, Emulator
-from harness.epilogue import may_start_epilogue
+from harness.verify import kernel, stops as verify
+from harness.elf_program import program_from_elf
+from harness.verify.emulator import SENTINEL, Emulator
+from harness.thumb.encoding import may_start_epilogue
 from harness.errors import UnwindFailure
-from harness.frame import SP, Frame, Stack
-from harness.groundtruth import ShadowFrame, packed
-from harness.rule import Rule
+from harness.registers import SP
+from harness.unwind.frame import Frame, Stack
+from harness.verify.groundtruth import ShadowFrame, packed
+from harness.unwind.rule import Rule
 from harness.runner import ELF_CORPUS, elf_builds
-from harness.unwinders import UNWINDER_NAMES, build_unwinders
-from harness.verify import DEFAULT_BUDGET, failure_of, kernel_outcome, unwind_and_compare, verify_program, without_scratch
+from harness.unwind import UNWINDER_NAMES, build_unwinders
+from harness.verify.stops import (DEFAULT_BUDGET, failure_of, kernel_outcome, unwind_and_compare, verify_program, without_scratch)
 
 BASE = 0x7000_0000  # where the test stack's bytes start
 SIZE = 0x400
 
 
 def test_the_kernel_is_built():
-    assert kernel.AVAILABLE, "harness._kernel is missing: reinstall with `pip install -e .`"
+    assert kernel.AVAILABLE, "harness.verify._kernel is missing: reinstall with `pip install -e .`"
 
 
 def same_results(program, every: int = 1):
@@ -409,5 +410,5 @@ def test_without_the_kernel_the_cli_says_so_and_verifies_in_python(monkeypatch, 
     monkeypatch.setattr(kernel, "StopKernel", None)  # any use of the kernel would fail
     assert cli.main(["run", "--programs", "1", "--no-elf", "--unwinder", "v2", "--jobs", "1",
                      "--reports", str(tmp_path)]) == 0
-    assert "compiled kernel (harness/csrc) is not built" in capsys.readouterr().err
+    assert "compiled kernel (harness/verify/csrc) is not built" in capsys.readouterr().err
     assert (tmp_path / "latest.json").exists()

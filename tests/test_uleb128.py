@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from harness import uleb128
+from harness.formats import uleb128
 
 BOUNDARIES = [
     (0, b"\x00"),

@@ -10,13 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.cfi import CfiRow, FunctionCfi
-from harness.compiled import program_from_elf
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.elf_program import program_from_elf
 from harness.errors import CorruptTable, UnwindFailure
-from harness.frame import LR, SP, Stack, make_frame
-from harness.unwinders.v1 import V1Unwinder
-from harness.v1 import CANT_UNWIND, V1Table, encode_v1
-from harness.verify import verify_program
+from harness.registers import LR, SP
+from harness.unwind.frame import Stack, make_frame
+from harness.unwind.v1 import V1Unwinder
+from harness.formats.chrome_v1 import CANT_UNWIND, V1Table, encode_v1
+from harness.verify.stops import verify_program
 
 BASE = 0x1000
 R7 = 7
@@ -259,7 +260,7 @@ def test_v1_fails_only_where_its_format_says_it_must():
     # is the innermost frame in a prologue or epilogue (no row yet / rows
     # dropped). Where v1 holds a function's rows, its bodies unwind exactly.
     from generators.corpus import generate_program
-    from harness.unwinders import build_unwinders
+    from harness.unwind import build_unwinders
 
     program = generate_program(0, 1)
     encoded = encode_v1(program.cfi["tables"], program.text_base)

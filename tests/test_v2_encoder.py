@@ -2,18 +2,11 @@
 
 import pytest
 
-from harness import ehabi
-from harness.cfi import CfiRow, FunctionCfi
+from harness.formats import ehabi
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
 from harness.errors import EncodeError
-from harness.frame import DWARF_D0
-from harness.v2.encoder import (
-    FINISH_ONLY,
-    REFUSE_RUN,
-    InexpressibleState,
-    cover_text,
-    function_unwind,
-    state_instructions,
-)
+from harness.registers import DWARF_D0
+from harness.formats.chrome_v2.encoder import (FINISH_ONLY, REFUSE_RUN, InexpressibleState, cover_text, function_unwind, state_instructions)
 
 D8 = DWARF_D0 + 8
 

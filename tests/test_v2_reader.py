@@ -5,7 +5,7 @@ import struct
 import pytest
 
 from harness.errors import CorruptTable
-from harness.v2 import V2Reader, encode
+from harness.formats.chrome_v2 import V2Reader, encode
 from v2_helpers import simple_function
 
 PAGE = 1 << 17

@@ -4,9 +4,9 @@ is exactly the run the encoder chose for that address."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import ehabi
-from harness.cfi import CfiRow, FunctionCfi
-from harness.v2 import LAYOUTS, V2Reader, encode
+from harness.formats import ehabi
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.formats.chrome_v2 import LAYOUTS, V2Reader, encode
 
 PAGE = 1 << 17
 CORE = (4, 5, 6, 7, 8, 9, 10, 11, 14)

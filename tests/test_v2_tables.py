@@ -2,11 +2,11 @@
 
 import pytest
 
-from harness import uleb128
-from harness.cfi import CfiRow, FunctionCfi
+from harness.formats import uleb128
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
 from harness.errors import TableOverflow
-from harness.v2 import V2Reader, encode
-from harness.v2.tables import pack_sharing_suffixes
+from harness.formats.chrome_v2 import V2Reader, encode
+from harness.formats.chrome_v2.tables import pack_sharing_suffixes
 from v2_helpers import simple_function
 
 

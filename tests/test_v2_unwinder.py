@@ -2,12 +2,12 @@
 
 import pytest
 
-from harness.cfi import CfiRow, FunctionCfi
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
 from harness.errors import UnwindFailure
-from harness.frame import Stack, make_frame
-from harness.v2 import V2Reader, encode
-from harness.v2.unwinder import V2Unwinder
-from harness.walk import walk
+from harness.unwind.frame import Stack, make_frame
+from harness.formats.chrome_v2 import V2Reader, encode
+from harness.unwind.v2 import V2Unwinder
+from harness.unwind.walk import walk
 
 BASE = 0x10000
 STACK = Stack(0x8000, bytes(0x100))

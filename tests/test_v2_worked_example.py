@@ -9,11 +9,11 @@ import struct
 
 import pytest
 
-from harness import ehabi
-from harness.cfi import CfiRow, FunctionCfi
-from harness.frame import Frame, Stack
-from harness.v2 import LAYOUTS, V2Reader, encode
-from harness.v2.unwinder import V2Unwinder
+from harness.formats import ehabi
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.unwind.frame import Frame, Stack
+from harness.formats.chrome_v2 import LAYOUTS, V2Reader, encode
+from harness.unwind.v2 import V2Unwinder
 
 START = 0x9EF4DC
 SAVES = ((4, -16), (5, -12), (6, -8), (14, -4))

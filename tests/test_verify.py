@@ -7,16 +7,16 @@ from functools import lru_cache
 import pytest
 
 from generators.corpus import generate_program
-from harness import ehabi, v2
-from harness.cfi import CfiRow, FunctionCfi
-from harness.unwinders import COMPARATORS, UNWINDER_NAMES, build_unwinders
-from harness.unwinders.dwarf import DwarfUnwinder
-from harness.v2.encoder import AddressUnwind, cover_text
-from harness.v2.layout import serialize
-from harness.v2.reader import V2Reader
-from harness.v2.tables import build_tables
-from harness.v2.unwinder import V2Unwinder
-from harness.verify import verify_program
+from harness.formats import ehabi, chrome_v2
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.unwind import COMPARATORS, UNWINDER_NAMES, build_unwinders
+from harness.unwind.dwarf import DwarfUnwinder
+from harness.formats.chrome_v2.encoder import AddressUnwind, cover_text
+from harness.formats.chrome_v2.layout import serialize
+from harness.formats.chrome_v2.reader import V2Reader
+from harness.formats.chrome_v2.tables import build_tables
+from harness.unwind.v2 import V2Unwinder
+from harness.verify.stops import verify_program
 
 
 @lru_cache(maxsize=None)
@@ -42,7 +42,7 @@ def pick_function(min_core_saves: int = 2) -> str:
 def v2_with(name: str, corrupt) -> V2Unwinder:
     """v2 tables from clang-style CFI where `name`'s last run is corrupted."""
     p = program()
-    encoded = v2.encode(p.cfi["tables"], p.text_base, "drop")
+    encoded = chrome_v2.encode(p.cfi["tables"], p.text_base, "drop")
     functions = []
     for f in encoded.functions:
         if f.name == name:

@@ -4,13 +4,13 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from harness import ehabi, v2
+from harness.formats import ehabi, chrome_v2
 from harness.cli import elf_unwinders, main
-from harness.compiled import has_epilogue_cfi, program_from_elf, prologue_end
-from harness.v2.encoder import AddressUnwind, cover_text
-from harness.v2.layout import serialize
-from harness.v2.tables import build_tables
-from harness.verify import verify_program
+from harness.elf_program import has_epilogue_cfi, program_from_elf, prologue_end
+from harness.formats.chrome_v2.encoder import AddressUnwind, cover_text
+from harness.formats.chrome_v2.layout import serialize
+from harness.formats.chrome_v2.tables import build_tables
+from harness.verify.stops import verify_program
 
 FIXTURES = Path(__file__).resolve().parent.parent / "corpus" / "fixtures"
 CALLS = str(FIXTURES / "calls-clang-nofp.elf")
@@ -49,7 +49,7 @@ def test_prologue_ends_where_the_frame_stops_growing():
 
 
 def corrupted_blob(program, name: str, tmp_path: Path) -> Path:
-    encoded = v2.encode(program.cfi["tables"], program.text_base, "drop")
+    encoded = chrome_v2.encode(program.cfi["tables"], program.text_base, "drop")
     functions = []
     for f in encoded.functions:
         if f.name == name:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness import ehabi, v2
-from harness.cfi import CfiRow, FunctionCfi
-from harness.frame import SP
+from harness.formats import ehabi, chrome_v2
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.registers import SP
 
 
 def simple_function(name: str, start: int, size: int, cfa_offset: int = 8,
@@ -16,10 +16,10 @@ def simple_function(name: str, start: int, size: int, cfa_offset: int = 8,
 
 
 def read_back(functions, text_base: int, layout: str, policy: str = "drop"):
-    encoded = v2.encode(functions, text_base, policy)
-    return encoded, v2.V2Reader.from_blob(encoded.blob(layout), layout)
+    encoded = chrome_v2.encode(functions, text_base, policy)
+    return encoded, chrome_v2.V2Reader.from_blob(encoded.blob(layout), layout)
 
 
-def run_text(reader: v2.V2Reader, pc_offset: int) -> str | None:
+def run_text(reader: chrome_v2.V2Reader, pc_offset: int) -> str | None:
     found = reader.lookup(pc_offset)
     return None if found is None else ehabi.text(reader.run(found.instruction_index))

@@ -1,0 +1,111 @@
+"""Compiler-built ELFs as Programs: segments, CFI, and per-function layout.
+
+Positions come from the code itself: the prologue ends where the CFI rows
+stop growing the frame; epilogues are found by disassembling the teardown
+before each return (clang emits no epilogue rows). Traits come from the CFI
+and a linear sweep. Code without CFI is left out of `functions`, so its stops
+land in the `no_info` category.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi, read_cfi
+from harness.thumb.disasm import decode, sweep
+from harness.formats.elf import load_segments, open_elf, symbol_address, text_base
+from harness.thumb.epilogue import find_epilogues
+from harness.formats.arm_exidx import read_exidx_sections
+from harness.registers import DWARF_D0, LR, SP
+from harness.program import FunctionInfo, Program
+
+PAGE = 1 << 17
+
+
+def _grows(previous: CfiRow, row: CfiRow) -> bool:
+    """Does `row` set up more of the frame than `previous`?"""
+    if row.problem or previous.problem:
+        return False
+    if row.cfa_reg != previous.cfa_reg:
+        return row.cfa_reg != SP  # switching to a frame pointer
+    return row.cfa_offset > previous.cfa_offset or (
+        row.cfa_offset == previous.cfa_offset and set(row.saved) > set(previous.saved)
+    )
+
+
+def prologue_end(function: FunctionCfi) -> int:
+    """The address from which the frame is fully set up: after the last row
+    of the opening run of rows that each grow the frame."""
+    end = function.start
+    for previous, row in zip(function.rows, function.rows[1:]):
+        if not _grows(previous, row):
+            break
+        end = row.address
+    return end
+
+
+def _traits(function: FunctionCfi, code: bytes, base: int, epilogues: int) -> frozenset[str]:
+    mnemonics = sweep(code, function.start)
+    texts = {m for _, _, m in mnemonics}
+    rows = [r for r in function.rows if not r.problem]
+    frame_pointer = any(r.cfa_reg != SP for r in rows)
+    saved = {reg for r in rows for reg, _ in r.saved}
+    frame = max((r.cfa_offset for r in rows if r.cfa_reg == SP), default=0)
+    calls = bool(texts & {"bl", "blx"})
+    traits = {"frame_pointer" if frame_pointer else "no_frame_pointer"}
+    if LR not in saved and not calls:
+        traits.add("leaf")
+    if frame_pointer and _moves_sp_by_register(code, function.start):
+        traits.add("alloca")
+    if frame > 1024:
+        traits.add("large_frame")
+    if frame > 256 * 1024:
+        traits.add("huge_frame")
+    if any(reg >= DWARF_D0 + 8 for reg in saved):
+        traits.add("vfp")
+    if (function.start - base) // PAGE != (function.end - 1 - base) // PAGE:
+        traits.add("page_crossing")
+    if epilogues > 1:
+        traits.add("multi_epilogue")
+    return frozenset(traits)
+
+
+def _moves_sp_by_register(code: bytes, start: int) -> bool:
+    """`sub sp, sp, rN` (or `sub sp, rN`): dynamic stack allocation."""
+    for address, size, mnemonic in sweep(code, start):
+        if mnemonic.split(".")[0] == "sub":
+            insn = decode(code[address - start : address - start + size], address, 1)
+            if insn and insn[0].regs[:1] == (SP,) and insn[0].imm is None and insn[0].regs[-1] not in (SP,):
+                return True
+    return False
+
+
+def function_info(function: FunctionCfi, code: bytes, base: int) -> FunctionInfo:
+    epilogues = tuple(
+        (insns[0].address, insns[-1].address + insns[-1].size)
+        for _, insns, _ in find_epilogues(code, function.start, function.end)
+    )
+    return FunctionInfo(function.name, function.start, function.end, prologue_end(function),
+                        epilogues, _traits(function, code, base, len(epilogues)))
+
+
+def program_from_elf(path: str, entry: str, expected: int | None = None,
+                     text_start: int | None = None) -> Program:
+    image = open_elf(path)
+    base = text_base(image) if text_start is None else text_start
+    cfi = tuple(read_cfi(image))
+    # The ELF's own CFI serves as both flavours (see harness.unwinders).
+    program = Program(path, load_segments(image), symbol_address(image, entry), base, (),
+                      {"tables": cfi, "reference": cfi}, expected, uses_vfp=True,
+                      exidx=read_exidx_sections(image))
+    infos = tuple(function_info(f, program.code(f.start, f.end - f.start), base) for f in cfi)
+    return replace(program, functions=infos)
+
+
+def has_epilogue_cfi(program: Program) -> bool:
+    """Does the compiler describe its epilogues (a row that shrinks the frame)?"""
+    for function in program.cfi["reference"]:
+        for previous, row in zip(function.rows, function.rows[1:]):
+            if row.cfa_reg == previous.cfa_reg == SP and row.cfa_offset < previous.cfa_offset:
+                return True
+    return False

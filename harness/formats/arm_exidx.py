@@ -1,0 +1,293 @@
+"""Reading an ARM ELF's own exception tables: `.ARM.exidx` and `.ARM.extab`
+(ARM EHABI sections 6-7).
+
+Each `.ARM.exidx` entry is two words: a prel31 offset to the function start,
+then EXIDX_CANTUNWIND (1), an inline compact model (bit 31 set, personality
+index 0: three instruction bytes), or a prel31 offset into `.ARM.extab`. There
+a word with bit 31 set is a compact model (index 0 Su16: three bytes in the
+word; index 1/2 Lu16/Lu32: byte 2 counts the extra words, instructions in
+bytes 1, 0, then those words most significant byte first); bit 31 clear is a
+prel31 offset to a generic personality routine, which this tool cannot run.
+
+`parse_exidx` is a pure function of the two sections' bytes and addresses.
+Malformed input raises ExidxError naming the section and the byte offset.
+`encode_exidx` is its inverse: it writes the sections as a compiler and linker
+would for given per-function instructions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from harness.formats import ehabi
+from harness.formats.elf import PARSE_ERRORS, ElfImage, executable_ranges, open_elf
+from harness.errors import EhabiError, ElfError, EncodeError, InputError, TableOverflow, TruncatedSequence
+
+EXIDX = ".ARM.exidx"
+EXIDX_CANTUNWIND = 1
+EXTAB = ".ARM.extab"
+ADDRESS_SPACE_END = 1 << 32  # `end` when nothing bounds the last entry
+FINISH_BYTE = 0xB0
+
+
+class ExidxError(InputError):
+    """A malformed `.ARM.exidx` / `.ARM.extab`; names the section and byte offset."""
+
+    def __init__(self, section: str, offset: int, message: str, path: str | None = None):
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}corrupt {section} at byte {offset}: {message}")
+        self.section = section
+        self.offset = offset
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ExidxEntry:
+    """One function's entry. `start` has the Thumb bit clear; the function ends
+    where the next entry starts. `instructions` (compact only) are the raw
+    instruction bytes, `ops` their decoding, always ending in finish or refuse."""
+
+    start: int
+    instructions: bytes | None
+    kind: str  # "compact" | "cantunwind" | "generic"
+    ops: tuple[ehabi.Op, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExidxSections:
+    """`.ARM.exidx` and `.ARM.extab` as bytes at their addresses; `end` is where
+    the last entry's function ends (the end of the code the table covers)."""
+
+    exidx: bytes
+    exidx_address: int
+    extab: bytes
+    extab_address: int
+    end: int
+
+    def entries(self) -> tuple[ExidxEntry, ...]:
+        return parse_exidx(self.exidx, self.exidx_address, self.extab, self.extab_address)
+
+
+def prel31(word: int, address: int) -> int:
+    """The target of a prel31 field stored at `address`."""
+    offset = word & 0x7FFFFFFF
+    if offset & 0x40000000:
+        offset -= 0x80000000
+    return (address + offset) & 0xFFFFFFFF
+
+
+def decode_instructions(data: bytes, section: str, offset: int) -> tuple[ehabi.Op, ...]:
+    """Decode a compact model's instruction bytes; an implicit finish follows
+    them (EHABI 10.2), and bytes after the first finish are padding."""
+    try:
+        try:
+            return tuple(ehabi.decode(data, run=True))
+        except TruncatedSequence:
+            # Either no finish (fine: implicit) or an instruction cut short,
+            # which the plain decode below reports.
+            return tuple(ehabi.decode(data)) + (ehabi.FINISH,)
+    except EhabiError as e:
+        raise ExidxError(section, offset, f"undecodable instructions {data.hex()}: {e}") from None
+
+
+def _word(data: bytes, offset: int, section: str) -> int:
+    if offset < 0 or offset + 4 > len(data):
+        raise ExidxError(section, offset, f"truncated: word runs past the section end ({len(data)} bytes)")
+    return int.from_bytes(data[offset : offset + 4], "little")
+
+
+def _compact(word: int, extab: bytes, offset: int, where: str) -> bytes:
+    """Instruction bytes of the compact model whose first word (bit 31 set)
+    sits at `offset` of `extab` (which is the `where` section)."""
+    index = (word >> 24) & 0x0F
+    if word & 0x70000000:
+        raise ExidxError(where, offset, f"compact model word {word:#010x} has bits 28-30 set")
+    if index == 0:
+        return word.to_bytes(4, "big")[1:]
+    if index in (1, 2) and where == EXTAB:
+        count = (word >> 16) & 0xFF
+        out = bytearray(word.to_bytes(4, "big")[2:])
+        for i in range(count):
+            out += _word(extab, offset + 4 + 4 * i, EXTAB).to_bytes(4, "big")
+        return bytes(out)
+    raise ExidxError(where, offset, f"personality index {index} is not allowed here")
+
+
+def parse_exidx(exidx: bytes, exidx_address: int, extab: bytes = b"",
+                extab_address: int = 0) -> tuple[ExidxEntry, ...]:
+    """The entries of an `.ARM.exidx` section, which must be sorted by start."""
+    if len(exidx) % 8:
+        raise ExidxError(EXIDX, len(exidx) - len(exidx) % 8,
+                         f"size {len(exidx)} is not a multiple of 8")
+    entries: list[ExidxEntry] = []
+    for offset in range(0, len(exidx), 8):
+        first = _word(exidx, offset, EXIDX)
+        second = _word(exidx, offset + 4, EXIDX)
+        if first & 0x80000000:
+            raise ExidxError(EXIDX, offset, f"function word {first:#010x} has bit 31 set")
+        start = prel31(first, exidx_address + offset) & ~1
+        if entries and start < entries[-1].start:
+            raise ExidxError(EXIDX, offset, f"entry for {start:#x} follows {entries[-1].start:#x}: not sorted")
+        if second == EXIDX_CANTUNWIND:
+            entries.append(ExidxEntry(start, None, "cantunwind"))
+            continue
+        if second & 0x80000000:
+            data = _compact(second, exidx, offset + 4, EXIDX)
+            ops = decode_instructions(data, EXIDX, offset + 4)
+            entries.append(ExidxEntry(start, data, "compact", ops))
+            continue
+        target = prel31(second, exidx_address + offset + 4)
+        where = target - extab_address
+        if not 0 <= where <= len(extab) - 4 or where % 4:
+            raise ExidxError(EXIDX, offset + 4,
+                             f"extab pointer {target:#x} is outside {EXTAB} "
+                             f"[{extab_address:#x}, {extab_address + len(extab):#x})")
+        word = _word(extab, where, EXTAB)
+        if not word & 0x80000000:
+            entries.append(ExidxEntry(start, None, "generic"))
+            continue
+        data = _compact(word, extab, where, EXTAB)
+        ops = decode_instructions(data, EXTAB, where)
+        entries.append(ExidxEntry(start, data, "compact", ops))
+    return tuple(entries)
+
+
+def _section(image: ElfImage, name: str):
+    try:
+        section = image.elf.get_section_by_name(name)
+        if section is None:
+            return None
+        return section.data(), section["sh_addr"]
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{image.path}: cannot read {name}: {e}") from e
+
+
+def read_exidx_sections(image_or_path: ElfImage | str) -> ExidxSections | None:
+    """An ELF's own `.ARM.exidx` / `.ARM.extab` (None if it has no `.ARM.exidx`),
+    checked to parse. `end` is the end of the executable section holding the
+    last entry: the linker's table covers the code it was built for."""
+    image = open_elf(image_or_path) if isinstance(image_or_path, str) else image_or_path
+    exidx = _section(image, EXIDX)
+    if exidx is None:
+        return None
+    extab = _section(image, EXTAB) or (b"", 0)
+    sections = ExidxSections(exidx[0], exidx[1], extab[0], extab[1], ADDRESS_SPACE_END)
+    try:
+        entries = sections.entries()
+    except ExidxError as e:
+        raise ExidxError(e.section, e.offset, e.message, image.path) from None
+    if not entries:
+        return sections
+    last = entries[-1].start
+    end = next((hi for lo, hi in executable_ranges(image) if lo <= last < hi), ADDRESS_SPACE_END)
+    return replace(sections, end=end)
+
+
+def require_exidx_sections(image_or_path: ElfImage | str) -> ExidxSections:
+    """As `read_exidx_sections`; ElfError if the ELF has no `.ARM.exidx`."""
+    image = open_elf(image_or_path) if isinstance(image_or_path, str) else image_or_path
+    sections = read_exidx_sections(image)
+    if sections is None:
+        raise ElfError(f"{image.path}: no {EXIDX} section")
+    return sections
+
+
+def read_exidx(image_or_path: ElfImage | str) -> tuple[ExidxEntry, ...]:
+    """Entries of an ELF's `.ARM.exidx`; ElfError if it has none."""
+    return require_exidx_sections(image_or_path).entries()
+
+
+# ----------------------------------------------------------------- writing
+
+
+def prel31_field(target: int, address: int, section: str, offset: int) -> int:
+    """The prel31 field stored at `address` (byte `offset` of `section`) that
+    points at `target`; TableOverflow if the distance needs more than 31 bits."""
+    distance = target - address
+    if not -(1 << 30) <= distance < 1 << 30:
+        raise TableOverflow(f"{section} byte {offset}: prel31 offset from {address:#x} to "
+                            f"{target:#x} ({distance:+#x}) does not fit 31 bits signed")
+    return distance & 0x7FFFFFFF
+
+
+def without_finish(instructions: bytes, start: int) -> bytes:
+    """`instructions` less their trailing finishes, which a compact model
+    implies. 0xb0 may also be an operand (`b3 b0`), so a byte goes only if the
+    bytes before it still decode whole."""
+    try:
+        ehabi.decode(instructions)
+    except EhabiError as e:
+        raise EncodeError(f"function at {start:#x}: undecodable instructions "
+                          f"{instructions.hex()}: {e}") from None
+    while instructions and instructions[-1] == FINISH_BYTE:
+        try:
+            ehabi.decode(instructions[:-1])
+        except TruncatedSequence:
+            break
+        instructions = instructions[:-1]
+    return instructions
+
+
+def lu16(instructions: bytes, start: int) -> bytes:
+    """A personality 1 (Lu16) `.ARM.extab` entry for more than 3 instruction
+    bytes: 0x81, the count of extra words, the first two bytes; the rest in the
+    extra words, most significant byte first, padded with finish; then an empty
+    descriptor list (a zero word) for the personality routine, as assemblers
+    emit it."""
+    rest = instructions[2:]
+    rest += bytes([FINISH_BYTE]) * (-len(rest) % 4)
+    count = len(rest) // 4
+    if count > 0xFF:
+        raise TableOverflow(f"function at {start:#x}: {len(instructions)} instruction bytes need "
+                            f"{count} extra words; Lu16 counts at most 255")
+    words = [0x81 << 24 | count << 16 | int.from_bytes(instructions[:2], "big")]
+    words += [int.from_bytes(rest[i : i + 4], "big") for i in range(0, len(rest), 4)]
+    return b"".join(w.to_bytes(4, "little") for w in words + [0])
+
+
+def _check_layout(starts: list[int], exidx_address: int, extab_address: int) -> None:
+    for name, address in ((EXIDX, exidx_address), (EXTAB, extab_address)):
+        if address % 4:
+            raise EncodeError(f"{name} address {address:#x} is not 4-aligned")
+    for previous, start in zip([None] + starts, starts):
+        if start % 2:
+            raise EncodeError(f"function start {start:#x} is odd (give it without the Thumb bit)")
+        if previous is not None and start <= previous:
+            raise EncodeError(f"function start {start:#x} does not follow {previous:#x}: "
+                              "starts must ascend, and `end` follow them")
+
+
+def encode_exidx(functions: Sequence[tuple[int, bytes | None]], exidx_address: int,
+                 extab_address: int, end: int) -> ExidxSections:
+    """`.ARM.exidx` / `.ARM.extab` for (start, EHABI instructions or None for
+    EXIDX_CANTUNWIND) sorted by start, ending, as linkers do, with a
+    EXIDX_CANTUNWIND entry at `end` so that the last function is bounded.
+    Up to 3 instruction bytes go inline (personality 0, Su16), longer runs to
+    `.ARM.extab` (personality 1, Lu16), identical ones shared."""
+    rows = [*functions, (end, None)]
+    _check_layout([start for start, _ in rows], exidx_address, extab_address)
+    exidx, extab = bytearray(), bytearray()
+    shared: dict[bytes, int] = {}  # extab entry -> its offset
+    for index, (start, instructions) in enumerate(rows):
+        offset = 8 * index
+        second = EXIDX_CANTUNWIND
+        if instructions is not None:
+            body = without_finish(instructions, start)
+            if len(body) <= 3:
+                padded = body + bytes([FINISH_BYTE]) * (3 - len(body))
+                second = 0x80 << 24 | int.from_bytes(padded, "big")
+            else:
+                entry = lu16(body, start)
+                if entry not in shared:
+                    shared[entry] = len(extab)
+                    extab += entry
+                second = prel31_field(extab_address + shared[entry],
+                                      exidx_address + offset + 4, EXIDX, offset + 4)
+        exidx += prel31_field(start, exidx_address + offset, EXIDX, offset).to_bytes(4, "little")
+        exidx += second.to_bytes(4, "little")
+    if extab and (exidx_address < extab_address + len(extab)
+                  and extab_address < exidx_address + len(exidx)):
+        raise EncodeError(f"{EXIDX} [{exidx_address:#x}, +{len(exidx)}) and {EXTAB} "
+                          f"[{extab_address:#x}, +{len(extab)}) overlap")
+    return ExidxSections(bytes(exidx), exidx_address, bytes(extab), extab_address, end)

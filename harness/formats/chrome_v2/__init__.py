@@ -1,0 +1,84 @@
+"""Chrome Unwind Info v2: encoder (CFI rows -> tables -> blob), reader, unwinder.
+
+    encoded = encode(functions, text_base, policy="drop")
+    blob = encoded.blob("seed")
+    reader = V2Reader.from_blob(blob, "seed")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from harness.formats.dwarf_cfi import FunctionCfi
+from harness.formats.chrome_v2.encoder import (EPILOGUE_POLICIES, EpiloguePolicy, FunctionUnwind, cover_text, function_unwind)
+from harness.formats.chrome_v2.layout import LAYOUTS, Layout, header_fields, serialize
+from harness.formats.chrome_v2.reader import V2Reader
+from harness.formats.chrome_v2.synthesize import synthesize_epilogues
+from harness.formats.chrome_v2.tables import V2Tables, build_tables
+
+__all__ = [
+    "EPILOGUE_POLICIES", "LAYOUTS", "Encoded", "EpiloguePolicy", "Layout",
+    "V2Reader", "encode",
+]
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Tables built for one code range, plus what the encoder saw on the way."""
+
+    text_base: int
+    policy: EpiloguePolicy
+    functions: tuple[FunctionUnwind, ...]  # the input functions, encoded
+    covering: tuple[FunctionUnwind, ...]  # functions plus gap/edge fillers, in order
+    tables: V2Tables
+
+    def blob(self, layout: Layout = "seed") -> bytes:
+        return serialize(self.tables, layout)
+
+    def table_sizes(self, layout: Layout = "seed") -> dict[str, int]:
+        t = self.tables
+        sizes = {
+            "header": 4 * len(header_fields(layout)),
+            "page table": 4 * len(t.page_table),
+            "function table": 4 * len(t.function_table),
+            "function offset table": len(t.function_offset_table),
+            "unwind instruction table": len(t.unwind_instruction_table),
+        }
+        if layout == "seed":
+            sizes["continuation bitvector"] = (len(t.page_table) + 7) // 8
+        return sizes
+
+    @property
+    def addresses(self) -> int:
+        """Address entries (offset, run) over the input functions, before dedup."""
+        return sum(len(f.address_unwinds) for f in self.functions)
+
+    @property
+    def distinct_runs(self) -> int:
+        return len({u.instructions for f in self.covering for u in f.address_unwinds})
+
+    @property
+    def dropped_rows(self) -> int:
+        return sum(f.dropped_rows for f in self.functions)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.functions)
+
+    @property
+    def problems(self) -> list[tuple[str, str]]:
+        return [(f.name, p) for f in self.functions for p in f.problems]
+
+
+def encode(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePolicy = "drop",
+           code_at: Callable[[int, int], bytes] | None = None) -> Encoded:
+    """Tables for `functions`. Policy `synthesize` disassembles the code
+    (`code_at(address, size)`) to add epilogue rows, then encodes as `keep`."""
+    if policy == "synthesize":
+        if code_at is None:
+            raise ValueError("policy 'synthesize' needs the code")
+        functions = [synthesize_epilogues(f, code_at) for f in functions]
+    encoded = tuple(function_unwind(f, "keep" if policy == "synthesize" else policy) for f in functions)
+    covering = tuple(cover_text(encoded, text_base))
+    return Encoded(text_base, policy, encoded, covering, build_tables(covering, text_base))

@@ -1,0 +1,31 @@
+"""A stable, readable listing of a v2 blob (like `llvm-readobj --unwind` for EXIDX)."""
+
+from __future__ import annotations
+
+from harness.formats import ehabi
+from harness.formats.chrome_v2.reader import UnsupportedRun, V2Reader
+from harness.formats.chrome_v2.tables import PAGE_SHIFT
+
+
+def dump(reader: V2Reader, text_base: int, layout: str) -> str:
+    tables = reader.tables
+    lines = [f"v2 unwind info ({layout} layout), text base {text_base:#x}", "header:"]
+    lines += [f"  {name} = {value}" for name, value in reader.header.items()]
+    lines.append(f"pages: {len(tables.page_table)}")
+    for page, first in enumerate(tables.page_table):
+        address = text_base + (page << PAGE_SHIFT)
+        note = " (continues a function from an earlier page)" if tables.continuation[page] else ""
+        lines.append(f"  page {page} at {address:#x}: first function entry {first}{note}")
+    lines.append(f"functions: {len(tables.function_table)}")
+    for index, entry in enumerate(tables.function_table):
+        page = reader.entry_page[index]
+        start = (page << PAGE_SHIFT) + (entry.page_offset << 1)
+        lines.append(
+            f"  function {index} at {text_base + start:#x} (page {page} + {entry.page_offset} half-words),"
+            f" offset list at byte {entry.offset_table_index}:"
+        )
+        for offset, run_index in reader.offset_lists[entry.offset_table_index]:
+            run = reader.run(run_index)
+            body = run.reason if isinstance(run, UnsupportedRun) else ehabi.text(run)
+            lines.append(f"    +{offset << 1:#x} ({offset} half-words): run at byte {run_index}: {body}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,177 @@
+"""CFI rows -> per-function unwind runs (the v2 design's 'address unwinds').
+
+Each row's run is derived from that row's complete state (CFA rule and every
+saved register), never from the previous row, so epilogue rows and GCC's
+restore_state encode as correctly as prologue rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Literal
+
+from harness.formats import ehabi
+from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.errors import EncodeError
+from harness.registers import DWARF_D0, PC, SP
+
+EpiloguePolicy = Literal["drop", "keep", "synthesize"]
+EPILOGUE_POLICIES: tuple[EpiloguePolicy, ...] = ("drop", "keep", "synthesize")
+
+FINISH_ONLY = ehabi.encode([ehabi.FINISH])  # lr -> pc, sp unchanged
+REFUSE_RUN = ehabi.encode([ehabi.REFUSE])
+
+
+class InexpressibleState(Exception):
+    """A row whose saved-register layout EHABI pops cannot express."""
+
+
+@dataclass(frozen=True)
+class AddressUnwind:
+    """From `offset` bytes into the function on, run `instructions`."""
+
+    offset: int
+    instructions: bytes
+
+
+@dataclass(frozen=True)
+class FunctionUnwind:
+    """Unwind runs of one code range; `address_unwinds` ascend, the first at 0."""
+
+    start: int
+    end: int
+    name: str
+    address_unwinds: tuple[AddressUnwind, ...]
+    rows: int = 0  # CFI rows in the input
+    dropped_rows: int = 0  # epilogue rows left out under policy `drop`
+    problems: tuple[str, ...] = ()
+
+
+def state_instructions(row: CfiRow) -> bytes:
+    """The run that undoes the frame described by one CFI row."""
+    ops: list[ehabi.Op] = []
+    if row.cfa_offset % 4:
+        raise InexpressibleState(f"CFA offset {row.cfa_offset} is not a multiple of 4")
+    if row.cfa_reg != SP:
+        if not 0 <= row.cfa_reg <= 15 or row.cfa_reg == PC:
+            raise InexpressibleState(f"CFA through r{row.cfa_reg}")
+        ops.append(ehabi.SetVsp(row.cfa_reg))
+    # Positions are relative to the CFA; vsp starts at CFA - cfa_offset.
+    cursor = -row.cfa_offset
+    group: list[int] = []
+    group_is_vfp = False
+    for offset, reg in sorted((offset, reg) for reg, offset in row.saved):
+        is_vfp = reg >= DWARF_D0
+        if offset % 4:
+            raise InexpressibleState(f"{_name(reg)} saved at unaligned CFA{offset:+d}")
+        if group and (offset < cursor):
+            raise InexpressibleState(f"{_name(reg)} at CFA{offset:+d} overlaps another save")
+        extends = (
+            group
+            and offset == cursor
+            and is_vfp == group_is_vfp
+            and (reg == group[-1] + 1 if is_vfp else reg > group[-1])
+        )
+        if not extends:
+            _flush(ops, group, group_is_vfp)
+            if offset != cursor:
+                ops.append(ehabi.VspAdd(offset - cursor))
+            group, group_is_vfp = [], is_vfp
+        group.append(reg)
+        cursor = offset + (8 if is_vfp else 4)
+    _flush(ops, group, group_is_vfp)
+    if cursor != 0:
+        ops.append(ehabi.VspAdd(-cursor))
+    ops.append(ehabi.FINISH)
+    return ehabi.encode(ops)
+
+
+def _flush(ops: list[ehabi.Op], group: list[int], is_vfp: bool) -> None:
+    if not group:
+        return
+    if is_vfp:
+        ops.append(ehabi.PopVfp(group[0] - DWARF_D0, len(group)))
+    else:
+        ops.append(ehabi.Pop(tuple(group)))
+
+
+def _name(reg: int) -> str:
+    return f"d{reg - DWARF_D0}" if reg >= DWARF_D0 else f"r{reg}"
+
+
+def starts_epilogue(row: CfiRow, body: CfiRow) -> bool:
+    """Chrome's rule: the sp-based CFA offset falls below the body's."""
+    return row.cfa_reg == SP and body.cfa_reg == SP and row.cfa_offset < body.cfa_offset
+
+
+def function_unwind(function: FunctionCfi, policy: EpiloguePolicy) -> FunctionUnwind:
+    """Encode one function's rows under an epilogue policy (`synthesize`
+    arrives here as `keep`: its rows were added beforehand)."""
+    unwinds: list[AddressUnwind] = []
+    problems = list(function.problems)
+    dropped = 0
+    body = function.rows[0]
+    for row in function.rows:
+        if policy == "drop" and starts_epilogue(row, body):
+            dropped += 1
+            continue
+        body = row
+        if row.problem:
+            run = REFUSE_RUN
+        else:
+            try:
+                run = state_instructions(row)
+            except InexpressibleState as error:
+                problems.append(f"{row.address:#x}: {error}")
+                run = REFUSE_RUN
+        if unwinds and unwinds[-1].instructions == run:
+            continue  # same state as the address before: no new entry
+        unwinds.append(AddressUnwind(row.address - function.start, run))
+    return FunctionUnwind(
+        start=function.start,
+        end=function.end,
+        name=function.name,
+        address_unwinds=tuple(unwinds),
+        rows=len(function.rows),
+        dropped_rows=dropped,
+        problems=tuple(problems),
+    )
+
+
+def cover_text(functions: Iterable[FunctionUnwind], text_base: int) -> list[FunctionUnwind]:
+    """Sorted functions plus fillers so that every address from `text_base` on has
+    an entry: finish-only for gaps between functions, refuse-to-unwind before the
+    first function and after the last (unless that ends on a page boundary)."""
+    ordered = sorted(functions, key=lambda f: (f.start, f.end))
+    if not ordered:
+        raise EncodeError("no functions to encode")
+    covered: list[FunctionUnwind] = []
+    position = text_base
+    for function in ordered:
+        if function.start < text_base:
+            raise EncodeError(
+                f"function {function.name} at {function.start:#x} lies below the text base {text_base:#x}"
+            )
+        if (function.start - text_base) % 2 or (function.end - text_base) % 2 or function.end <= function.start:
+            raise EncodeError(
+                f"function {function.name} [{function.start:#x}, {function.end:#x}) is misaligned or empty"
+            )
+        if function.start < position:
+            previous = covered[-1]
+            raise EncodeError(
+                f"functions overlap: {previous.name} [{previous.start:#x}, {previous.end:#x}) "
+                f"and {function.name} [{function.start:#x}, {function.end:#x})"
+            )
+        if function.start > position:
+            filler = REFUSE_RUN if not covered else FINISH_ONLY
+            label = "<before first function>" if not covered else "<gap>"
+            covered.append(_filler(position, function.start, label, filler))
+        covered.append(function)
+        position = function.end
+    if (position - text_base) % (1 << 17):
+        covered.append(_filler(position, position, "<after last function>", REFUSE_RUN))
+    return covered
+
+
+def _filler(start: int, end: int, name: str, run: bytes) -> FunctionUnwind:
+    return FunctionUnwind(start, end, name, (AddressUnwind(0, run),))

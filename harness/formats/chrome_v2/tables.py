@@ -1,0 +1,132 @@
+"""The four v2 tables, and how the encoder builds them from function unwinds.
+
+Page table: per 128 KiB page of the text, the index of the first function
+entry that starts in it (pages where none starts hold the next index).
+Continuation bits: the page's first address lies in a function that started
+on an earlier page. Function table: (page offset in half-words, byte index
+into the function offset table). Function offset table: per function,
+(ULEB128 offset in half-words, ULEB128 instruction-table index) pairs in
+decreasing offset order, ending at offset 0. Unwind instruction table: EHABI
+runs, each ending with finish (or refuse-to-unwind).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+from harness.formats import uleb128
+from harness.errors import TableOverflow
+from harness.formats.chrome_v2.encoder import FunctionUnwind
+
+PAGE_SHIFT = 17  # 128 KiB pages
+U16_MAX = 0xFFFF
+
+
+@dataclass(frozen=True)
+class FunctionTableEntry:
+    page_offset: int  # half-words from the start of the entry's page
+    offset_table_index: int  # byte index into the function offset table
+
+
+@dataclass(frozen=True)
+class V2Tables:
+    page_table: tuple[int, ...]
+    continuation: tuple[bool, ...]
+    function_table: tuple[FunctionTableEntry, ...]
+    function_offset_table: bytes
+    unwind_instruction_table: bytes
+
+
+def pack_sharing_suffixes(items_by_priority: Sequence[bytes]) -> tuple[bytes, dict[bytes, int]]:
+    """Concatenate distinct byte strings, storing a string that is a suffix of
+    another only once (inside it). Earlier items get lower indices.
+
+    Sharing is sound for both v2 variable-length tables: a reader decodes
+    forward from the index and stops at the terminator both strings end with.
+    """
+    rank = {item: i for i, item in enumerate(dict.fromkeys(items_by_priority))}
+    host_of: dict[bytes, bytes] = {}
+    suffix_host: dict[bytes, bytes] = {}
+    for item in sorted(rank, key=lambda b: (-len(b), rank[b])):
+        host = suffix_host.get(item)
+        if host is None:
+            host = item
+            for cut in range(len(item)):
+                suffix_host.setdefault(item[cut:], item)
+        host_of[item] = host
+    host_rank: dict[bytes, int] = {}
+    for item, host in host_of.items():
+        host_rank[host] = min(host_rank.get(host, rank[item]), rank[item])
+    table = bytearray()
+    host_index: dict[bytes, int] = {}
+    for host in sorted(host_rank, key=lambda h: (host_rank[h], h)):
+        host_index[host] = len(table)
+        table += host
+    index = {
+        item: host_index[host] + len(host) - len(item) for item, host in host_of.items()
+    }
+    return bytes(table), index
+
+
+def offset_list(function: FunctionUnwind) -> tuple[tuple[int, bytes], ...]:
+    """(half-word offset, run) pairs in the table's decreasing order."""
+    return tuple((u.offset >> 1, u.instructions) for u in reversed(function.address_unwinds))
+
+
+def build_tables(functions: Sequence[FunctionUnwind], text_base: int) -> V2Tables:
+    """Tables for functions that already cover the text (see encoder.cover_text)."""
+    lists = [offset_list(f) for f in functions]
+    distinct_lists = list(dict.fromkeys(lists))
+    # Frequent runs first, so they get one-byte ULEB128 indices.
+    uses = Counter(run for pairs in distinct_lists for _, run in pairs)
+    runs_by_priority = sorted(uses, key=lambda run: (-uses[run], run))
+    instruction_table, run_index = pack_sharing_suffixes(runs_by_priority)
+
+    encoded_lists = {
+        pairs: b"".join(uleb128.encode(off) + uleb128.encode(run_index[run]) for off, run in pairs)
+        for pairs in distinct_lists
+    }
+    offset_table, list_index = pack_sharing_suffixes(list(encoded_lists.values()))
+
+    entries: list[FunctionTableEntry] = []
+    pages: list[int] = []
+    for function, pairs in zip(functions, lists):
+        relative = function.start - text_base
+        index = list_index[encoded_lists[pairs]]
+        if index > U16_MAX:
+            raise TableOverflow(
+                f"function offset table index {index} for {function.name} does not fit "
+                f"the 16-bit field (the table is {len(offset_table)} bytes; at most 65,535 are addressable)"
+            )
+        entries.append(FunctionTableEntry((relative >> 1) & U16_MAX, index))
+        pages.append(relative >> PAGE_SHIFT)
+
+    page_count = pages[-1] + 1
+    page_table = []
+    entry = 0
+    for page in range(page_count):
+        while entry < len(pages) and pages[entry] < page:
+            entry += 1
+        page_table.append(entry)
+    return V2Tables(
+        page_table=tuple(page_table),
+        continuation=continuation_bits(page_table, entries),
+        function_table=tuple(entries),
+        function_offset_table=offset_table,
+        unwind_instruction_table=instruction_table,
+    )
+
+
+def continuation_bits(page_table: Sequence[int],
+                      function_table: Sequence[FunctionTableEntry]) -> tuple[bool, ...]:
+    """Per page: does its first address continue a function from an earlier page?
+    Only if no entry of that page starts at its first half-word."""
+    bits = []
+    for page, first in enumerate(page_table):
+        end = page_table[page + 1] if page + 1 < len(page_table) else len(function_table)
+        end = min(end, len(function_table))  # stay in bounds even for corrupt input
+        starts_here = first < end and function_table[first].page_offset == 0
+        bits.append(page > 0 and not starts_here)
+    return tuple(bits)

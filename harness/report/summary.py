@@ -1,0 +1,156 @@
+"""What the report needs of a verified program, small and additive.
+
+A ProgramResult keeps every failure; a ProgramSummary keeps counts, the
+first failures as samples, and per-unwinder tallies. Summaries of parts of a
+run (programs verified in other processes, or on other machines, or the
+stops of one program split between shards) combine into exactly the summary
+of the whole, and round-trip through JSON, so that `--jobs`, `--shard` and
+`merge` give the same report as one process.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from harness.verify.stops import Failure, ProgramResult, failure_of
+
+SAMPLES_PER_UNWINDER = 10
+CountKey = tuple[str, frozenset, str, "str | None"]  # (unwinder, traits, position, failure kind)
+
+
+@dataclass
+class Culprits:
+    """Where failing stops first went wrong: the innermost frame or a caller,
+    and the traits of the function that frame is in."""
+
+    innermost: int = 0
+    deeper: int = 0
+    traits: Counter = field(default_factory=Counter)
+
+    def add(self, other: "Culprits") -> None:
+        self.innermost += other.innermost
+        self.deeper += other.deeper
+        self.traits.update(other.traits)
+
+
+@dataclass
+class ProgramSummary:
+    program: str
+    stops: int = 0
+    counts: Counter = field(default_factory=Counter)  # CountKey -> stops
+    result: int | None = None
+    expected: int | None = None
+    fault: str | None = None
+    samples: dict[str, list[dict]] = field(default_factory=dict)  # unwinder -> first failures
+    wrong_registers: dict[str, Counter] = field(default_factory=dict)  # unwinder -> register -> stops
+    culprits: dict[str, Culprits] = field(default_factory=dict)
+    without_cfi: Counter = field(default_factory=Counter)  # unwinder -> failures in code without CFI
+
+    @property
+    def self_check_ok(self) -> bool:
+        return self.fault is None and (self.expected is None or self.result == self.expected)
+
+    @property
+    def self_check(self) -> str:
+        """"ok", the emulator fault, or the wrong return value."""
+        if self.self_check_ok:
+            return "ok"
+        if self.fault:
+            return self.fault
+        got = "nothing" if self.result is None else f"{self.result:#x}"
+        return f"returned {got}, expected {self.expected:#x}"
+
+
+def sample(failure: Failure, program: str) -> dict:
+    return {
+        "program": program, "stop": failure.stop, "pc": f"{failure.pc:#x}", "function": failure.function,
+        "position": failure.position, "kind": failure.kind, "frame": failure.frame,
+        "culprit": failure.culprit, "detail": failure.detail,
+    }
+
+
+def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> ProgramSummary:
+    """The summary of one run; `with_cfi` names the functions that have CFI
+    (for counting failures in frames of code without it). Failures are
+    counted by their tally (alike failures once, with their number); only
+    the samples need the log: the first few of each unwinder."""
+    summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.result,
+                             result.expected, result.fault)
+    for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):
+        summary.samples.setdefault(entry[3].unwinder, []).append(sample(failure_of(*entry), result.program))
+    for (where, cause), stops in result.failure_tally.items():
+        if cause.register:
+            summary.wrong_registers.setdefault(cause.unwinder, Counter())[cause.register] += stops
+        blame = summary.culprits.setdefault(cause.unwinder, Culprits())
+        if cause.frame == 0:
+            blame.innermost += stops
+        else:
+            blame.deeper += stops
+        for trait in cause.culprit_traits:
+            blame.traits[trait] += stops
+        if with_cfi is not None and (where[0] not in with_cfi or cause.culprit not in with_cfi):
+            summary.without_cfi[cause.unwinder] += stops
+    return summary
+
+
+def combine(parts: Sequence[ProgramSummary], program: str | None = None) -> ProgramSummary:
+    """One summary of `parts`, in their order. With `program`, the parts are
+    shards of that one program's stops: samples are ordered by stop, and the
+    run's outcome (the same in every shard) is kept once."""
+    whole = ProgramSummary(program or ",".join(p.program for p in parts))
+    for part in parts:
+        whole.stops += part.stops
+        whole.counts.update(part.counts)
+        for unwinder, found in part.samples.items():
+            whole.samples.setdefault(unwinder, []).extend(found)
+        for unwinder, registers in part.wrong_registers.items():
+            whole.wrong_registers.setdefault(unwinder, Counter()).update(registers)
+        for unwinder, blame in part.culprits.items():
+            whole.culprits.setdefault(unwinder, Culprits()).add(blame)
+        whole.without_cfi.update(part.without_cfi)
+    if program is not None and parts:
+        first = parts[0]
+        whole.result, whole.expected, whole.fault = first.result, first.expected, first.fault
+        for found in whole.samples.values():
+            found.sort(key=lambda s: s["stop"])
+    for unwinder, found in whole.samples.items():
+        whole.samples[unwinder] = found[:SAMPLES_PER_UNWINDER]
+    return whole
+
+
+# ------------------------------------------------------------------ JSON
+
+
+def to_json(summary: ProgramSummary) -> dict:
+    return {
+        "program": summary.program, "stops": summary.stops,
+        "counts": sorted(([u, sorted(t), p, k, n] for (u, t, p, k), n in summary.counts.items()),
+                         key=lambda row: (row[0], row[1], row[2], row[3] or "")),
+        "result": summary.result, "expected": summary.expected, "fault": summary.fault,
+        "samples": summary.samples,
+        "wrong_registers": {u: dict(sorted(c.items())) for u, c in sorted(summary.wrong_registers.items())},
+        "culprits": {u: {"innermost": c.innermost, "deeper": c.deeper, "traits": dict(sorted(c.traits.items()))}
+                     for u, c in sorted(summary.culprits.items())},
+        "without_cfi": dict(sorted(summary.without_cfi.items())),
+    }
+
+
+def from_json(data: dict) -> ProgramSummary:
+    return ProgramSummary(
+        program=data["program"], stops=data["stops"],
+        counts=Counter({(u, frozenset(t), p, k): n for u, t, p, k, n in data["counts"]}),
+        result=data["result"], expected=data["expected"], fault=data["fault"],
+        samples={u: list(s) for u, s in data["samples"].items()},
+        wrong_registers={u: Counter(c) for u, c in data["wrong_registers"].items()},
+        culprits={u: Culprits(c["innermost"], c["deeper"], Counter(c["traits"]))
+                  for u, c in data["culprits"].items()},
+        without_cfi=Counter(data["without_cfi"]),
+    )
+
+
+def ordered(traits: Iterable[str], known: Sequence[str]) -> list[str]:
+    """Traits in the report's order: the known ones first, then the rest sorted."""
+    seen = set(traits)
+    return [t for t in known if t in seen] + sorted(seen - set(known))

@@ -1,0 +1,144 @@
+"""Capstone behind one function: Thumb-2 bytes -> plain instruction records."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from capstone import CS_ARCH_ARM, CS_GRP_CALL, CS_GRP_INT, CS_GRP_JUMP, CS_GRP_RET, CS_MODE_THUMB, Cs, CsError
+from capstone import arm as cs_arm
+
+from harness.registers import DWARF_D0, PC
+
+_CS = Cs(CS_ARCH_ARM, CS_MODE_THUMB)
+_CS.detail = True
+CC_ALWAYS = cs_arm.ARM_CC_AL
+_NAMED = {"sb": 9, "sl": 10, "fp": 11, "ip": 12, "sp": 13, "lr": 14, "pc": 15}
+
+
+class Instruction(NamedTuple):
+    address: int
+    size: int
+    op: str  # mnemonic without width (.w) or condition suffix: "pop", "add", "vpop"...
+    regs: tuple[int, ...]  # register operands in order (d registers as 256 + n)
+    imm: int | None  # the immediate operand, if any
+    mem: tuple[int, int] | None  # (base register, displacement) of a memory operand
+    post_index: bool
+    cc: int  # capstone condition code; CC_ALWAYS outside IT blocks it can see
+    text: str
+    writes: tuple[int, ...] = ()  # registers written, explicitly or not (s/q registers as their d registers)
+    transfers: bool = False  # branches, calls or returns
+    reads_pc: bool = False  # explicitly or not (pc-relative loads and adr)
+
+    @property
+    def conditional(self) -> bool:
+        return self.cc != CC_ALWAYS
+
+
+def _reg(name: str) -> int:
+    if name in _NAMED:
+        return _NAMED[name]
+    if name[0] == "r":
+        return int(name[1:])
+    if name[0] == "d":
+        return DWARF_D0 + int(name[1:])
+    return -1  # a register this tool does not model (s registers, APSR...)
+
+
+_NUMBERS: dict[int, int] = {}  # capstone register id -> _reg of its name
+
+
+def _number(insn, register: int) -> int:
+    number = _NUMBERS.get(register)
+    if number is None:
+        number = _NUMBERS[register] = _reg(insn.reg_name(register))
+    return number
+
+
+_WRITTEN: dict[int, tuple[int, ...]] = {}  # capstone register id -> what a write to it changes
+
+
+def _written(insn, register: int) -> tuple[int, ...]:
+    """Registers a write to `register` changes, with s and q registers as
+    the d registers they are part of."""
+    found = _WRITTEN.get(register)
+    if found is None:
+        found = _WRITTEN[register] = _written_by_name(insn.reg_name(register))
+    return found
+
+
+def _written_by_name(name: str) -> tuple[int, ...]:
+    if name[0] == "s" and name[1:].isdigit():
+        return (DWARF_D0 + int(name[1:]) // 2,)
+    if name[0] == "q" and name[1:].isdigit():
+        return (DWARF_D0 + 2 * int(name[1:]), DWARF_D0 + 2 * int(name[1:]) + 1)
+    return (_reg(name),)
+
+
+_TRANSFERS = frozenset((CS_GRP_JUMP, CS_GRP_CALL, CS_GRP_RET, CS_GRP_INT))
+
+
+def _plain(mnemonic: str, conditional: bool) -> str:
+    """"popne" -> "pop", "add.w" -> "add", "addw" (imm12 form) -> "add"."""
+    op = mnemonic.split(".")[0]
+    op = op[:-2] if conditional else op
+    return op[:-1] if op in ("addw", "subw") else op
+
+
+def decode(code: bytes, address: int, count: int = 0) -> list[Instruction]:
+    """Up to `count` instructions (0: as many as decode) from `code` at `address`;
+    decoding stops at the first undecodable bytes."""
+    out = []
+    try:
+        for insn in _CS.disasm(code, address, count):
+            regs, imm, mem = [], None, None
+            for operand in insn.operands:
+                if operand.type == cs_arm.ARM_OP_REG:
+                    regs.append(_number(insn, operand.reg))
+                elif operand.type == cs_arm.ARM_OP_IMM:
+                    imm = operand.imm
+                elif operand.type == cs_arm.ARM_OP_MEM:
+                    mem = (_number(insn, operand.mem.base), operand.mem.disp)
+            conditional = insn.cc not in (CC_ALWAYS, cs_arm.ARM_CC_INVALID)
+            read, written = insn.regs_access()
+            out.append(Instruction(
+                insn.address, insn.size, _plain(insn.mnemonic, conditional and insn.id != cs_arm.ARM_INS_IT),
+                tuple(regs), imm, mem, bool(insn.post_index), insn.cc if conditional else CC_ALWAYS,
+                f"{insn.mnemonic} {insn.op_str}".strip(), tuple(r for w in written for r in _written(insn, w)),
+                not _TRANSFERS.isdisjoint(insn.groups), any(_number(insn, r) == PC for r in read),
+            ))
+    except CsError:
+        pass
+    return out
+
+
+def decode_one(code: bytes, address: int) -> Instruction | None:
+    """The instruction `code` starts with, at `address`. Most instructions
+    decode alike at any address, and those are decoded once per process."""
+    key = code[:4] if len(code) >= 2 and code[1] >> 3 in (0x1D, 0x1E, 0x1F) else code[:2]  # its own bytes
+    known = _ANYWHERE.get(key)
+    if known is not None:
+        return known._replace(address=address)
+    found = decode(code, address, 1)
+    if not found:
+        return None
+    insn = found[0]
+    if not insn.reads_pc and not (insn.transfers and insn.imm is not None) and len(_ANYWHERE) < 1 << 16:
+        _ANYWHERE[key] = insn
+    return insn
+
+
+# Instructions whose decoding is the same at any address (no pc read, no
+# branch target), by their bytes.
+_ANYWHERE: dict[bytes, Instruction] = {}
+
+
+def sweep(code: bytes, address: int) -> list[tuple[int, int, str]]:
+    """(address, size, mnemonic) of a linear sweep, without operand detail:
+    about twenty times cheaper than `decode`, for finding boundaries."""
+    try:
+        return [(a, size, mnemonic) for a, size, mnemonic, _ in _LITE.disasm_lite(code, address)]
+    except CsError:
+        return []
+
+
+_LITE = Cs(CS_ARCH_ARM, CS_MODE_THUMB)

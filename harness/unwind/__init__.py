@@ -1,0 +1,89 @@
+"""Unwinding strategies, built by name for a program (names in ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from harness.formats import chrome_v2
+from harness.unwind.v2_epilogue import EpilogueFirst, EpilogueSimulator
+from harness.program import Program
+from harness.unwind.dwarf import DwarfUnwinder
+from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder_for
+from harness.unwind.framepointer import FramePointerUnwinder
+from harness.unwind.v1 import V1Unwinder
+from harness.formats.chrome_v1 import V1Table, encode_v1
+from harness.unwind.v2 import V2Unwinder
+from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
+
+
+def _v2_unwinder(program: Program, flavour: str, policy: str, name: str) -> V2Unwinder:
+    encoded = chrome_v2.encode(program.cfi[flavour], program.text_base, policy, code_at=program.code)
+    # Through the bytes, so the verified path is the one a device would run.
+    reader = chrome_v2.V2Reader.from_blob(encoded.blob("seed"), "seed")
+    return V2Unwinder(reader, program.text_base, name)
+
+
+def _v2(name: str, flavour: str, policy: str) -> Callable[[Program], Unwinder]:
+    return lambda program: _v2_unwinder(program, flavour, policy, name)
+
+
+def _v2_epilogue(program: Program) -> Unwinder:
+    tables = _v2_unwinder(program, "tables", "drop", "v2")
+
+    def same_function(pc: int, target: int) -> bool:
+        here = tables.reader.lookup(pc - program.text_base)
+        there = tables.reader.lookup(target - program.text_base)
+        return here is not None and there is not None and here.function_index == there.function_index
+
+    return EpilogueFirst(EpilogueSimulator(program.code, same_function), tables, "v2+epilogue")
+
+
+def _dwarf(program: Program) -> Unwinder:
+    return DwarfUnwinder(program.cfi["reference"])
+
+
+def _v1(program: Program) -> Unwinder:
+    blob = encode_v1(program.cfi["tables"], program.text_base).blob
+    return V1Unwinder(V1Table.from_blob(blob), program.text_base)  # through the bytes, as for v2
+
+
+def _exidx(program: Program) -> Unwinder:
+    if program.exidx is None:
+        return ExidxUnwinder((), "exidx")  # no tables: no_info everywhere
+    return exidx_unwinder_for(program.exidx)
+
+
+# A program carries two CFI flavours: `tables`, what v2 is built from (for
+# generated programs clang style, without epilogue rows), and `reference`,
+# complete CFI (generated: gcc style, with epilogue rows; an ELF's own CFI
+# serves as both).
+# v2: `tables`, Chrome's `drop` policy.
+# v2+epilogue: v2, plus simulating the epilogue ahead of the innermost pc.
+# v2-synth: `tables` plus epilogue rows synthesized from disassembly.
+# v2-gcc: `reference` encoded with policy `keep`.
+# dwarf: the `reference` rows interpreted directly.
+# v1: Chrome's first format, built from `tables` (pc and sp only).
+# exidx: the program's .ARM.exidx/.ARM.extab (the body state of each function).
+# framepointer: the r7 chain of {r7, lr} records (pc, sp and r7 only).
+BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
+    "v2": _v2("v2", "tables", "drop"),
+    "v2+epilogue": _v2_epilogue,
+    "v2-synth": _v2("v2-synth", "tables", "synthesize"),
+    "v2-gcc": _v2("v2-gcc", "reference", "keep"),
+    "dwarf": _dwarf,
+    "v1": _v1,
+    "exidx": _exidx,
+    "framepointer": lambda program: FramePointerUnwinder(),
+}
+UNWINDER_NAMES = tuple(BUILDERS)
+COMPARATORS = ("v1", "exidx", "framepointer")  # other formats, measured beside v2
+# What each is checked on besides pc and sp (see harness.walk.Restores).
+RESTORES: dict[str, Restores] = {
+    **dict.fromkeys(BUILDERS, ALL_CALLEE_SAVED),
+    "v1": V1Unwinder.restores,
+    "framepointer": FramePointerUnwinder().restores,
+}
+
+
+def build_unwinders(program: Program, names=UNWINDER_NAMES) -> list[Unwinder]:
+    return [BUILDERS[name](program) for name in names]

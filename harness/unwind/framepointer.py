@@ -1,0 +1,88 @@
+"""Frame-pointer chain walking for Thumb code (the baseline without tables).
+
+Assumes clang's Thumb frame record: `push {..., r7, lr}; add r7, sp, #k`
+leaves r7 pointing at the saved r7, with the saved lr just above it:
+
+    fp + 4: saved lr (the return address into the caller)
+    fp + 0: saved r7 (the caller's frame pointer)
+
+so one step is: caller fp = [fp], caller pc = [fp + 4] & ~1, caller sp = fp + 8.
+Only r7 is recovered; r4-r6 and r8-r11 are copied through unchanged, because a
+frame record says nothing about where they were saved (the weakness this
+unwinder exists to measure). GCC's Thumb frame pointer points at the bottom of
+the frame instead, with no {r7, lr} record, so GCC code is not walkable here.
+
+Leaf heuristic (innermost frame only), after the seed "Stack traces on ARM":
+a function that has not pushed a frame record (a leaf, or any function still
+in its prologue) still holds its caller's r7, and its return address is in lr.
+The seed tells a saved frame pointer from a return address by comparing the
+word with the frame pointer: a saved fp lies higher up the stack, so it is
+bigger than fp; a return address (code) is smaller. Here: if r7 does not point
+into the stack at or above sp, or the word it points at is neither 0 (the end
+of the chain) nor an address above r7, r7 is not this frame's record, so the
+frame is taken as a leaf: pc = lr, sp unchanged. A leaf whose r7 still points
+at a valid caller record is not detected (the caller frame is then skipped).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from harness.errors import UnwindFailure
+from harness.registers import LR, PC, SP
+from harness.unwind.frame import Frame, StackReader
+from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule, RuleRange
+from harness.unwind.walk import Restores, check_caller
+
+
+class FramePointerUnwinder:
+    def __init__(self, fp_reg: int = 7, name: str = "framepointer"):
+        self.fp_reg = fp_reg
+        self.name = name
+        self.restores = Restores((fp_reg,), vfp=False)  # checked on pc, sp and the chain register
+
+    def _record_in_stack(self, fp: int, frame: Frame, stack: StackReader) -> bool:
+        """Could a {fp, lr} record start at `fp`: aligned, at or above sp, inside the stack?"""
+        return fp % 4 == 0 and fp >= frame.sp and stack.contains(fp) and stack.contains(fp + 8)
+
+    def _looks_like_record(self, fp: int, frame: Frame, stack: StackReader) -> bool:
+        """The seed's test: the saved-fp word is 0 or a higher stack address, not code."""
+        if not self._record_in_stack(fp, frame, stack):
+            return False
+        saved_fp = stack.read_u32(fp)
+        return saved_fp == 0 or saved_fp > fp
+
+    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        fp = frame.r[self.fp_reg]
+        regs = list(frame.r)
+        if innermost and not self._looks_like_record(fp, frame, stack):
+            # Leaf: no record pushed yet; r7 is still the caller's.
+            regs[PC] = frame.r[LR] & ~1
+        else:
+            if not self._record_in_stack(fp, frame, stack):
+                raise UnwindFailure(*record_problem(fp, frame.sp, stack.low, stack.high))
+            regs[self.fp_reg] = stack.read_u32(fp)  # BadRead is a bad_read UnwindFailure
+            regs[PC] = stack.read_u32(fp + 4) & ~1
+            regs[SP] = fp + 8
+        caller = Frame(r=tuple(regs), d=frame.d)
+        check_caller(frame, caller, innermost)
+        return caller
+
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        """The same record step at every pc: the guards are `_record_in_stack`,
+        and at the innermost frame the seed's test picks record or leaf."""
+        return RuleRange(_record_rule(self.fp_reg, innermost), NOWHERE, EVERYWHERE)
+
+
+def record_problem(fp: int, sp: int, low: int, high: int) -> tuple[str, str]:
+    """Why no {fp, lr} record can start at fp, in a frame at sp of the stack [low, high)."""
+    if fp % 4:
+        return "bad_read", f"frame pointer {fp:#x} is not 4-byte aligned"
+    return "bad_read", f"frame pointer {fp:#x} is outside the stack [{max(sp, low):#x}, {high:#x})"
+
+
+@lru_cache(maxsize=None)
+def _record_rule(fp: int, innermost: bool) -> Rule:
+    return Rule(base=fp, loads=((fp, 0), (PC, 4)), end=8, bounds=(0, 8), pc_from_lr=False,
+                aligned=True, above_sp=True, leaf_unless_record=innermost,
+                guard_failure=None if innermost else record_problem)

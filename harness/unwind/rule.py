@@ -1,0 +1,133 @@
+"""One unwinder step at one pc, written down as data, for the compiled
+verification kernel (harness/verify/csrc/rules.c).
+
+Each unwinder's `step` stays the definition. Its `rule_at(pc, innermost)`
+gives a RuleRange: the rule for a frame at pc, and the pcs around it that
+share it. A rule describes the step as fixed offsets from one base register: what the
+step does for every register and stack state, *except* where the rule's
+guards fail, and there the kernel defers to `step`. `None` means "always
+defer" (an EHABI run only `execute` can follow, an epilogue that moves r7,
+or sets sp from a register after its first instruction). tests/test_kernel.py holds the kernel to `step` on random
+frames and stacks for the rules of real programs.
+
+The kernel applies a rule as follows (`base` is r[base] + offset, or with
+an `index` register, (r[base] + r[index]) mod 2**32 + offset):
+1. a failure rule fails the step with its (kind, reason);
+2. guards: `bounds` (both base + lowest and base + highest inside the
+   stack), `aligned` (base % 4 == 0), `above_sp` (base >= sp). If one fails,
+   a `leaf_unless_record` rule takes the leaf step (pc = lr), a rule with a
+   `guard_failure` fails with it, and any other rule defers; a
+   `leaf_unless_record` rule whose guards pass also takes the
+   leaf step unless the word at base is 0 or above base (a saved frame
+   pointer, not code); an `outside_it` rule defers inside an IT block;
+3. each load reads the stack at base + offset (a read outside it defers);
+4. pc = (lr if `pc_from_lr` else the loaded pc) & ~1, sp = base + end;
+5. the caller must pass harness.walk.check_caller, or the kernel defers.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable, NamedTuple, TypeVar
+
+from harness.errors import UnwindFailure
+from harness.registers import SP
+
+# Flag bits shared with harness/verify/csrc/rules.c.
+BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS = (
+    1 << i for i in range(8))
+_HEADER = struct.Struct("<9i")  # flags, base, index (-1: none), offset, end, lowest, highest, loads, vfp loads
+_PAIR = struct.Struct("<2i")
+
+
+@dataclass(frozen=True)
+class Rule:
+    base: int = SP
+    offset: int = 0
+    index: int | None = None  # a register added to base's, modulo 2**32 (sp += rN)
+    loads: tuple[tuple[int, int], ...] = ()  # (core register, offset from base)
+    vfp_loads: tuple[tuple[int, int], ...] = ()  # (d register number 0-31, offset from base)
+    end: int = 0  # the caller's sp is base + end
+    bounds: tuple[int, int] | None = None  # (lowest, highest) offsets that must lie in the stack
+    pc_from_lr: bool = True
+    aligned: bool = False
+    above_sp: bool = False
+    leaf_unless_record: bool = False
+    outside_it: bool = False
+    failure: tuple[str, str] | None = None  # (UnwindFailure kind, reason)
+    # Where a guard fails, the step fails (instead of deferring) with
+    # guard_failure(base, frame sp, stack low, stack high) -> (kind, reason).
+    guard_failure: Callable[[int, int, int, int], tuple[str, str]] | None = None
+
+    @cached_property
+    def packed(self) -> bytes:
+        flags = sum(bit for bit, on in (
+            (BOUNDS, self.bounds is not None), (PC_FROM_LR, self.pc_from_lr),
+            (ALIGNED, self.aligned), (ABOVE_SP, self.above_sp),
+            (LEAF_UNLESS_RECORD, self.leaf_unless_record), (OUTSIDE_IT, self.outside_it),
+            (FAILS, self.failure is not None), (GUARD_FAILS, self.guard_failure is not None)) if on)
+        lowest, highest = self.bounds or (0, 0)
+        header = _HEADER.pack(flags, self.base, -1 if self.index is None else self.index, self.offset, self.end,
+                              lowest, highest, len(self.loads), len(self.vfp_loads))
+        return header + b"".join(_PAIR.pack(*pair) for pair in self.loads + self.vfp_loads)
+
+
+def failing(kind: str, reason: str) -> Rule:
+    return Rule(failure=(kind, reason))
+
+
+LEAF = Rule()  # pc = lr, every other register unchanged (a function's entry)
+
+
+NOWHERE, EVERYWHERE = -(1 << 40), 1 << 40  # bounds of ranges that extend without limit
+
+
+class RuleRange(NamedTuple):
+    """A rule and the frame pcs [low, high) that share it (for the same
+    `innermost`): every one of them makes the same lookup decisions. Frame
+    pcs are halfword aligned (Thumb code; return addresses lose bit 0), and
+    a range may speak for those only."""
+
+    rule: Rule | None
+    low: int
+    high: int
+
+
+Found = TypeVar("Found")
+
+
+def ranged(find: Callable[[], tuple[Found, int, int]], build: Callable[[Found], Rule | None],
+           pc: int, innermost: bool) -> RuleRange:
+    """The rule `build` makes of what `find` looks up for the frame at pc
+    (the lookup `step` makes), with the range of lookup pcs that find the
+    same; a caller's pc is looked up one byte earlier, so its range lies one
+    byte later. An UnwindFailure becomes a failure rule for pc alone (its
+    reason names the pc)."""
+    try:
+        found, low, high = find()
+    except UnwindFailure as failure:
+        return RuleRange(failing(failure.kind, failure.reason), pc, pc + 1)
+    shift = 0 if innermost else 1
+    return RuleRange(build(found), low + shift, high + shift)
+
+
+class RangeCache:
+    """RuleRanges of innermost frames, for a wrapper that must decide per pc
+    but whose fallback's rules hold over ranges (bisect over disjoint ranges)."""
+
+    def __init__(self, rule_at: Callable[[int, bool], RuleRange]):
+        self._rule_at = rule_at
+        self._lows: list[int] = []
+        self._ranges: list[RuleRange] = []
+
+    def __call__(self, pc: int) -> RuleRange:
+        index = bisect_right(self._lows, pc)
+        if index and pc < self._ranges[index - 1].high:
+            return self._ranges[index - 1]
+        found = self._rule_at(pc, True)
+        self._lows.insert(index, found.low)
+        self._ranges.insert(index, found)
+        return found

@@ -1,0 +1,96 @@
+"""The v2 unwinder: look the pc up, execute the run, apply Chrome's checks."""
+
+from __future__ import annotations
+
+from harness.formats import ehabi
+from harness.unwind.ehabi_run import caller_by_run, rule_of_run
+from harness.errors import UnwindFailure
+from harness.unwind.frame import Frame, StackReader
+from harness.unwind.rule import RuleRange, ranged
+from harness.formats.chrome_v2.reader import UnsupportedRun, V2Reader
+
+Run = tuple[ehabi.Op, ...]
+
+
+class PcCache:
+    """Every pc's run, kept for good (the tables never change): what the harness uses."""
+
+    def __init__(self) -> None:
+        self.runs: dict[int, Run] = {}
+        self.hits = self.misses = 0
+
+    def get(self, pc: int) -> Run | None:
+        return self.runs.get(pc)
+
+    def put(self, pc: int, run: Run) -> None:
+        self.runs[pc] = run
+
+
+class DirectMappedCache(PcCache):
+    """A small fixed cache, one slot per pc modulo its size (as in Valgrind's
+    509-entry CFI cache): what an in-process profiler could afford."""
+
+    def __init__(self, entries: int = 509) -> None:
+        super().__init__()
+        self.tags: list[int | None] = [None] * entries
+        self.slots: list[Run | None] = [None] * entries
+
+    def get(self, pc: int) -> Run | None:
+        slot = pc % len(self.tags)
+        if self.tags[slot] == pc:
+            self.hits += 1
+            return self.slots[slot]
+        self.misses += 1
+        return None
+
+    def put(self, pc: int, run: Run) -> None:
+        slot = pc % len(self.tags)
+        self.tags[slot], self.slots[slot] = pc, run
+
+
+class NoCache(PcCache):
+    """Look every pc up in the tables (for measuring the lookup itself)."""
+
+    def get(self, pc: int) -> Run | None:
+        return None
+
+    def put(self, pc: int, run: Run) -> None:
+        pass
+
+
+class V2Unwinder:
+    def __init__(self, reader: V2Reader, text_base: int, name: str = "v2", cache: PcCache | None = None):
+        self.reader = reader
+        self.text_base = text_base
+        self.name = name
+        self.cache = PcCache() if cache is None else cache
+
+    def instructions_for(self, pc: int) -> Run:
+        run = self.cache.get(pc)
+        if run is None:
+            run = self._lookup(pc)
+            self.cache.put(pc, run)
+        return run
+
+    def _lookup(self, pc: int) -> Run:
+        return self._found(pc)[0]
+
+    def _found(self, pc: int) -> tuple[Run, int, int]:
+        """The run for pc, and the pcs [low, high) that find the same."""
+        found = self.reader.lookup(pc - self.text_base)
+        if found is None:
+            raise UnwindFailure("no_info", f"no v2 entry covers pc {pc:#x}")
+        run = self.reader.run(found.instruction_index)
+        if isinstance(run, UnsupportedRun):
+            raise UnwindFailure("unsupported", f"at pc {pc:#x}: {run.reason}")
+        return run, self.text_base + found.low, self.text_base + found.high
+
+    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        # A return address may be the first byte after a call to a function
+        # that never returns, so callers are looked up one byte earlier.
+        lookup_pc = frame.pc if innermost else frame.pc - 1
+        return caller_by_run(self.instructions_for(lookup_pc), frame, stack, innermost)
+
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        lookup_pc = pc if innermost else pc - 1
+        return ranged(lambda: self._found(lookup_pc), rule_of_run, pc, innermost)

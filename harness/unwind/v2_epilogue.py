@@ -1,0 +1,187 @@
+"""The unwinder `v2+epilogue`: at the innermost frame, simulate the
+epilogue ahead of pc if there is one; otherwise, and for every caller
+frame, use the v2 tables.
+
+The simulation decodes the instructions from pc on. If, up to a return,
+they are all stack releases, register restores and at most one final
+return or tail call (harness.thumb.epilogue.classify), it executes them on
+the registers and the stack and returns the caller's frame. Anything else,
+an instruction it does not know included, makes it decline, and the
+unwinder falls back to the tables unchanged.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import lru_cache
+from typing import Callable
+
+from harness.registers import LR, PC, SP
+from harness.thumb.disasm import Instruction, decode_one
+from harness.thumb.encoding import condition_holds, it_state, may_start_epilogue
+from harness.thumb.epilogue import (LIMIT, AdjustFramePointer, Branch, Release, Restore, RestoreVfp, ReturnToLr,
+                                    Step, classify, ends_frame)
+from harness.unwind.frame import Frame, StackReader
+from harness.unwind.rule import RangeCache, Rule, RuleRange
+from harness.unwind.walk import check_caller
+
+
+class EpilogueSimulator:
+    """Recognises and executes the epilogue ahead of a stop, or declines."""
+
+    def __init__(self, code_at: Callable[[int, int], bytes], same_function: Callable[[int, int], bool]):
+        self._code_at = code_at
+        self._same_function = same_function
+        self.outcomes: Counter = Counter()  # "simulated" or the reason for declining
+        self.plan = lru_cache(maxsize=None)(self._plan)
+
+    def _step_at(self, address: int) -> tuple[Instruction, Step | None] | None:
+        """The instruction at address and what `classify` makes of it."""
+        insn = decode_one(self._code_at(address, 4), address)
+        return None if insn is None else (insn, classify(insn))
+
+    def _plan(self, pc: int) -> tuple[Step, ...] | str:
+        """The epilogue steps from pc to its return, or why there is none."""
+        steps: list[Step] = []
+        address = pc
+        for _ in range(LIMIT):  # one at a time: most stops decline at the first
+            try:
+                decoded = self._step_at(address)
+            except KeyError:
+                return "no code ahead"
+            if decoded is None:
+                return "undecodable instruction"
+            insn, step = decoded
+            address += insn.size
+            if step is None or (insn.conditional and insn.op != "b"):
+                return f"'{insn.text}' is not an epilogue instruction"
+            # A branch out of the function is a tail call: any teardown is
+            # done by then (possibly before pc), and control returns to lr.
+            if isinstance(step, Branch) and self._same_function(pc, step.target):
+                return "a branch within the function"
+            steps.append(step)
+            if ends_frame(step):
+                return tuple(steps)
+        return "no return within reach"
+
+    def declines_from(self, pc: int, limit: int = 256) -> int:
+        """The end of the halfword-aligned pcs from pc on, at most `limit`
+        bytes, where `plan` surely declines (pc itself if it may not)."""
+        try:
+            code = self._code_at(pc, limit + 4)
+        except KeyError:
+            return pc
+        end = 0
+        while end < limit and len(code) - end >= 4 and not may_start_epilogue(code[end : end + 4]):
+            end += 2
+        return pc + min(end, limit)
+
+    def simulate(self, frame: Frame, stack: StackReader) -> Frame | None:
+        plan = self.plan(frame.pc)
+        if isinstance(plan, str):
+            self.outcomes[plan] += 1
+            return None
+        state = it_state(frame.cpsr)
+        if state:
+            # Inside an IT block: only a last, taken instruction may start an epilogue.
+            if state & 0x7:
+                self.outcomes["conditional epilogue continues in its IT block"] += 1
+                return None
+            if not condition_holds(state >> 4, frame.cpsr):
+                self.outcomes["IT condition fails"] += 1
+                return None
+        self.outcomes["simulated"] += 1
+        return execute(plan, frame, stack)
+
+
+def execute(steps: tuple[Step, ...], frame: Frame, stack: StackReader) -> Frame:
+    regs = list(frame.r)
+    dregs = list(frame.d)
+    sp = regs[SP]
+    for step in steps:
+        kind = type(step)
+        if kind is Restore:
+            for reg in step.regs:
+                regs[reg] = stack.read_u32(sp)
+                sp += 4
+        elif kind is Release:
+            if step.frame_pointer is not None:
+                sp = regs[step.frame_pointer] - step.below
+            elif step.reg is not None:
+                sp = (sp + regs[step.reg]) & 0xFFFFFFFF
+            else:
+                sp += step.amount
+        elif kind is RestoreVfp:
+            for index in range(step.first, step.first + step.count):
+                dregs[index] = stack.read_u64(sp)
+                sp += 8
+        elif kind is AdjustFramePointer:
+            regs[step.reg] = (regs[step.reg] + step.amount) & 0xFFFFFFFF
+        if kind is ReturnToLr or kind is Branch:
+            regs[PC] = regs[LR]
+    regs[SP] = sp
+    regs[PC] &= ~1
+    return Frame(r=tuple(regs), d=tuple(dregs))
+
+
+@lru_cache(maxsize=1 << 16)  # by the plan's value: epilogues repeat across functions and programs
+def rule_of(steps: tuple[Step, ...]) -> Rule | None:
+    """The kernel's rule for an epilogue outside IT blocks, or None where it
+    moves r7 first or sets sp from a register anywhere but at its start."""
+    base, base_offset, index = SP, 0, None
+    offset, loads, vfp_loads, pc_from_lr = 0, [], [], False
+    for position, step in enumerate(steps):
+        kind = type(step)
+        if kind is Restore:
+            for reg in step.regs:
+                loads.append((reg, offset))
+                offset += 4
+        elif kind is RestoreVfp:
+            for number in range(step.first, step.first + step.count):
+                vfp_loads.append((number, offset))
+                offset += 8
+        elif kind is Release and step.frame_pointer is None and step.reg is None:
+            offset += step.amount
+        elif kind is Release and position == 0:  # sp = r7 - below, or sp += rN: the base moves
+            if step.frame_pointer is not None:
+                base, base_offset = step.frame_pointer, -step.below
+            else:
+                index = step.reg
+        elif kind is ReturnToLr or kind is Branch:
+            pc_from_lr = True
+        else:
+            return None
+    return Rule(base=base, offset=base_offset, index=index, loads=tuple(loads), vfp_loads=tuple(vfp_loads),
+                end=offset, pc_from_lr=pc_from_lr, outside_it=True)
+
+
+class EpilogueFirst:
+    """At the innermost frame, simulate the epilogue ahead if there is one;
+    otherwise (and for every caller frame) use the fallback unwinder."""
+
+    def __init__(self, simulator: EpilogueSimulator, fallback, name: str):
+        self.simulator = simulator
+        self.fallback = fallback
+        self.name = name
+        self._fallback_rules = RangeCache(fallback.rule_at)
+
+    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        if innermost:
+            caller = self.simulator.simulate(frame, stack)
+            if caller is not None:
+                check_caller(frame, caller, innermost)
+                return caller
+        return self.fallback.step(frame, stack, innermost)
+
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        """Callers: the fallback's rules. The innermost frame: the simulated
+        epilogue's rule at a pc whose plan goes through; the fallback's over
+        the (halfword-aligned) pcs from pc on where plans decline."""
+        if not innermost:
+            return self.fallback.rule_at(pc, False)
+        fallback = self._fallback_rules(pc)
+        end = self.simulator.declines_from(pc, min(256, fallback.high - pc))
+        if end > pc:
+            return RuleRange(fallback.rule, pc, end)
+        plan = self.simulator.plan(pc)
+        return RuleRange(fallback.rule if isinstance(plan, str) else rule_of(plan), pc, pc + 1)

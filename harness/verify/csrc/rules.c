@@ -1,0 +1,408 @@
+/* Verifier: at one stop, walk every unwinder by its rules (harness/rule.py)
+ * over the emulator's stack memory and compare each caller frame with the
+ * shadow stack. Wherever a rule's guard fails the answer is DEFER, and the
+ * harness runs the unwinder's own Python step instead (harness/kernel.py).
+ */
+#include "kernel.h"
+
+#include <string.h>
+
+enum { BOUNDS = 1, PC_FROM_LR = 2, ALIGNED = 4, ABOVE_SP = 8,
+       LEAF_UNLESS_RECORD = 16, OUTSIDE_IT = 32, FAILS = 64, GUARD_FAILS = 128 };
+enum { STEP_OK, STEP_DEFER, STEP_FAILS, STEP_GUARD_FAILS };
+
+typedef struct { int32_t flags, base, index, offset, end, lowest, highest, loads, vfp_loads; } RuleHeader;
+typedef struct { int32_t reg, offset; } Load;
+
+typedef struct {
+    const uint8_t *memory;  /* the stack mapping, from guest address `base` */
+    int64_t base, low, high;
+} KStack;
+
+static inline int contains(const KStack *s, int64_t a) { return s->low <= a && a <= s->high; }
+
+static inline int read32(const KStack *s, int64_t a, int64_t *out) {
+    uint32_t v;
+    if (a < s->low || a < s->base || a + 4 > s->high) return 0;
+    memcpy(&v, s->memory + (a - s->base), 4);
+    *out = v;
+    return 1;
+}
+
+static inline int read64(const KStack *s, int64_t a, uint64_t *out) {
+    if (a < s->low || a < s->base || a + 8 > s->high) return 0;
+    memcpy(out, s->memory + (a - s->base), 8);
+    return 1;
+}
+
+static inline int it_state(uint32_t cpsr) { return ((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3); }
+
+/* harness.walk.check_caller, deferring where it would raise. */
+static inline int caller_ok(int64_t callee_sp, int64_t callee_pc, const KFrame *caller, int innermost) {
+    if (caller->r[SP] & 3) return 0;
+    if (caller->r[SP] > callee_sp) return 1;
+    return innermost && caller->r[SP] == callee_sp && caller->r[PC] != callee_pc;
+}
+
+/* One step by a rule, turning the frame `f` into its caller in place (on a
+ * failure or deferral it is left half-changed, and the walk ends); *base_out
+ * gets the rule's base address (for a guard failure). */
+static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, uint32_t cpsr,
+                int64_t *base_out) {
+    RuleHeader h;
+    memcpy(&h, rule, sizeof h);
+    if (h.flags & FAILS) return STEP_FAILS;
+    if (h.base < 0 || h.base > 15 || h.index < -1 || h.index > 15) return STEP_DEFER;
+    const int64_t callee_sp = f->r[SP], callee_pc = f->r[PC];
+    int64_t base = (h.index < 0 ? f->r[h.base] : (f->r[h.base] + f->r[h.index]) & 0xFFFFFFFF) + h.offset;
+    *base_out = base;
+    int guarded = 1;
+    if ((h.flags & BOUNDS) && !(contains(s, base + h.lowest) && contains(s, base + h.highest))) guarded = 0;
+    if ((h.flags & ALIGNED) && (base & 3)) guarded = 0;
+    if ((h.flags & ABOVE_SP) && base < callee_sp) guarded = 0;
+    if (h.flags & LEAF_UNLESS_RECORD) {
+        int64_t saved = 0;
+        int record = guarded && read32(s, base, &saved) && (saved == 0 || saved > base);
+        if (!record) {
+            f->r[PC] = f->r[LR] & ~(int64_t)1;
+            return caller_ok(callee_sp, callee_pc, f, innermost) ? STEP_OK : STEP_DEFER;
+        }
+    } else if (!guarded) {
+        return (h.flags & GUARD_FAILS) ? STEP_GUARD_FAILS : STEP_DEFER;
+    }
+    if ((h.flags & OUTSIDE_IT) && it_state(cpsr)) return STEP_DEFER;
+    const Load *loads = (const Load *)(rule + sizeof h);
+    for (int i = 0; i < h.loads; i++) {
+        Load l;
+        memcpy(&l, &loads[i], sizeof l);
+        if (l.reg < 0 || l.reg > 15 || !read32(s, base + l.offset, &f->r[l.reg])) return STEP_DEFER;
+    }
+    for (int i = h.loads; i < h.loads + h.vfp_loads; i++) {
+        Load l;
+        uint64_t value;
+        memcpy(&l, &loads[i], sizeof l);
+        if (!read64(s, base + l.offset, &value)) return STEP_DEFER;
+        if (l.reg >= 8 && l.reg < 16) {  /* only d8-d15 are ever compared */
+            f->d[l.reg - 8] = value;
+            f->d_known |= 1u << (l.reg - 8);
+        }
+    }
+    f->r[PC] = ((h.flags & PC_FROM_LR) ? f->r[LR] : f->r[PC]) & ~(int64_t)1;
+    f->r[SP] = base + h.end;
+    return caller_ok(callee_sp, callee_pc, f, innermost) ? STEP_OK : STEP_DEFER;
+}
+
+struct Verifier {
+    PyObject_HEAD
+    Py_buffer memory;
+    int64_t base, high;
+    Py_ssize_t count;
+    Ranges *ranges;      /* per unwinder, [2 * unwinder + innermost] */
+    uint32_t *core_mask; /* per unwinder: the r4-r11 it restores (bit = register) */
+    int *vfp;            /* per unwinder: whether it restores d8-d15 */
+    PyObject *provide;   /* provide(unwinder, pc, innermost) -> (rule id, bytes or None, low, high) */
+    uint64_t *passes;    /* [stop class * count + unwinder]: walks that matched every frame */
+    Py_ssize_t classes;
+};
+
+Py_ssize_t verifier_unwinders(const Verifier *v) { return v->count; }
+
+static void Verifier_dealloc(Verifier *self) {
+    if (self->memory.obj) PyBuffer_Release(&self->memory);
+    if (self->ranges) {
+        for (Py_ssize_t i = 0; i < 2 * self->count; i++) ranges_clear(&self->ranges[i]);
+        PyMem_Free(self->ranges);
+    }
+    Py_XDECREF(self->provide);
+    PyMem_Free(self->passes);
+    PyMem_Free(self->core_mask);
+    PyMem_Free(self->vfp);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Verifier(memory, base, high, restores: [(core mask, vfp)], provide) */
+static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
+    PyObject *restores, *provide;
+    long long base, high;
+    if (self->ranges) {
+        PyErr_SetString(PyExc_TypeError, "a Verifier is initialised once");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "y*LLOO", &self->memory, &base, &high, &restores, &provide)) return -1;
+    if (!PyList_Check(restores) || !PyCallable_Check(provide)) {
+        PyErr_SetString(PyExc_TypeError, "restores must be a list and provide callable");
+        return -1;
+    }
+    if (high - base > (long long)self->memory.len) {
+        PyErr_SetString(PyExc_ValueError, "stack memory is smaller than [base, high)");
+        return -1;
+    }
+    self->base = base;
+    self->high = high;
+    self->count = PyList_GET_SIZE(restores);
+    self->core_mask = PyMem_Calloc(self->count + 1, sizeof(uint32_t));
+    self->vfp = PyMem_Calloc(self->count + 1, sizeof(int));
+    self->ranges = PyMem_Calloc(2 * self->count + 1, sizeof(Ranges));
+    if (!self->core_mask || !self->vfp || !self->ranges) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        unsigned int mask;
+        int vfp;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(restores, i), "Ip", &mask, &vfp)) return -1;
+        self->core_mask[i] = mask;
+        self->vfp[i] = vfp;
+    }
+    Py_INCREF(provide);
+    self->provide = provide;
+    return 0;
+}
+
+/* The rule for (unwinder, pc, innermost): borrowed bytes, or Py_None to
+ * defer; NULL on error. Asks `provide` for the range around a pc no range
+ * holds yet, and keeps it (clipped to the gap it fills). */
+static PyObject *rule_for(Verifier *self, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t *id) {
+    Ranges *set = &self->ranges[2 * unwinder + innermost];
+    Py_ssize_t slot;
+    const Range *found = ranges_find(set, pc, &slot);
+    if (found) {
+        *id = found->id;
+        return found->value;
+    }
+    PyObject *made = PyObject_CallFunction(self->provide, "nLi", unwinder, (long long)pc, innermost);
+    if (!made) return NULL;
+    Py_ssize_t rule_id;
+    PyObject *rule;
+    long long low, high;
+    if (!PyArg_ParseTuple(made, "nOLL", &rule_id, &rule, &low, &high)) { Py_DECREF(made); return NULL; }
+    if ((rule != Py_None && !PyBytes_Check(rule)) || !(low <= pc && pc < high)) {
+        PyErr_Format(PyExc_ValueError, "provide gave no rule bytes, or a range without pc %lld", (long long)pc);
+        Py_DECREF(made);
+        return NULL;
+    }
+    int failed = ranges_insert(set, slot, (Range){ low, high, rule, rule_id });
+    Py_DECREF(made);
+    if (failed) return NULL;
+    *id = rule_id;
+    return rule;
+}
+
+/* ------------------------------------------------------------ ranges */
+
+const Range *ranges_find(Ranges *set, int64_t pc, Py_ssize_t *slot) {
+    if (set->last < set->count && set->items[set->last].low <= pc && pc < set->items[set->last].high)
+        return &set->items[set->last];  /* stops come in runs of nearby pcs */
+    Py_ssize_t lo = 0, hi = set->count;
+    while (lo < hi) {  /* the first range starting above pc */
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (set->items[mid].low <= pc) lo = mid + 1; else hi = mid;
+    }
+    if (lo > 0 && pc < set->items[lo - 1].high) {
+        set->last = lo - 1;
+        return &set->items[lo - 1];
+    }
+    *slot = lo;
+    return NULL;
+}
+
+int ranges_insert(Ranges *set, Py_ssize_t slot, Range range) {
+    if (slot > 0 && range.low < set->items[slot - 1].high) range.low = set->items[slot - 1].high;
+    if (slot < set->count && range.high > set->items[slot].low) range.high = set->items[slot].low;
+    if (set->count == set->capacity) {
+        Py_ssize_t capacity = set->capacity ? 2 * set->capacity : 64;
+        Range *items = PyMem_Realloc(set->items, capacity * sizeof(Range));
+        if (!items) { PyErr_NoMemory(); return -1; }
+        set->items = items;
+        set->capacity = capacity;
+    }
+    memmove(&set->items[slot + 1], &set->items[slot], (set->count - slot) * sizeof(Range));
+    Py_XINCREF(range.value);
+    set->items[slot] = range;
+    set->count++;
+    set->last = slot;
+    return 0;
+}
+
+void ranges_clear(Ranges *set) {
+    for (Py_ssize_t i = 0; i < set->count; i++) Py_XDECREF(set->items[i].value);
+    PyMem_Free(set->items);
+    memset(set, 0, sizeof *set);
+}
+
+/* Mismatch between a caller frame and its shadow frame: the register
+ * (15 pc, 13 sp, 4-11, or 264-271 for d8-d15), or -1 if none. */
+static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, int vfp,
+                    int64_t *got, uint64_t *expected) {
+    if (c->r[PC] != want->pc) { *got = c->r[PC]; *expected = want->pc; return PC; }
+    if (c->r[SP] != want->sp) { *got = c->r[SP]; *expected = want->sp; return SP; }
+    for (int reg = 4; reg < 12; reg++) {
+        if ((core_mask >> reg & 1) && c->r[reg] != want->r[reg - 4]) {
+            *got = c->r[reg]; *expected = want->r[reg - 4]; return reg;
+        }
+    }
+    if (vfp && want->vfp_known) {
+        for (int i = 0; i < 8; i++) {
+            if ((c->d_known >> i & 1) && c->d[i] != want->d[i]) {
+                *got = (int64_t)c->d[i]; *expected = want->d[i]; return 264 + i;
+            }
+        }
+    }
+    return -1;
+}
+
+int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame, int64_t low, uint32_t cpsr,
+                  const Expected *expected, Py_ssize_t frames, Answer *out) {
+    const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high };
+    KFrame frame = *innermost_frame;
+    for (Py_ssize_t index = 0; index < frames; index++) {
+        const int innermost = index == 0;
+        Py_ssize_t rule_id = -1;
+        out->frame = index;
+        out->pc = frame.r[PC];  /* of the frame being unwound */
+        out->sp = frame.r[SP];
+        PyObject *rule = rule_for(self, unwinder, out->pc, innermost, &rule_id);
+        if (!rule) return -1;
+        out->rule_id = rule_id;
+        if (rule == Py_None) { out->kind = ANSWER_DEFER; return 0; }
+        switch (step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, innermost, &s, cpsr, &out->base)) {
+        case STEP_DEFER: out->kind = ANSWER_DEFER; return 0;
+        case STEP_FAILS: out->kind = ANSWER_FAILS; return 0;
+        case STEP_GUARD_FAILS: out->kind = ANSWER_GUARD_FAILS; out->low = s.low; return 0;
+        }
+        out->reg = mismatch(&frame, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder],
+                            &out->got, &out->want);
+        if (out->reg >= 0) { out->kind = ANSWER_MISMATCH; return 0; }
+        /* r0-r3 and r12 hold nothing a caller relies on (verify.without_scratch). */
+        frame.r[0] = frame.r[1] = frame.r[2] = frame.r[3] = frame.r[12] = 0;
+    }
+    out->kind = ANSWER_PASS;
+    return 0;
+}
+
+PyObject *answer_object(const Answer *a) {
+    switch (a->kind) {
+    case ANSWER_DEFER: Py_RETURN_FALSE;
+    case ANSWER_FAILS: return Py_BuildValue("(ninL)", a->frame, 0, a->rule_id, (long long)a->pc);
+    case ANSWER_GUARD_FAILS:
+        return Py_BuildValue("(ninLLLL)", a->frame, 2, a->rule_id, (long long)a->base, (long long)a->sp,
+                             (long long)a->low, (long long)a->pc);
+    case ANSWER_MISMATCH:
+        if (a->reg > PC)  /* d8-d15: 64-bit values */
+            return Py_BuildValue("(niiKKL)", a->frame, 1, a->reg, (unsigned long long)a->got,
+                                 (unsigned long long)a->want, (long long)a->pc);
+        return Py_BuildValue("(niiLKL)", a->frame, 1, a->reg, (long long)a->got, (unsigned long long)a->want,
+                             (long long)a->pc);
+    }
+    Py_RETURN_NONE;
+}
+
+int verifier_count_pass(Verifier *self, Py_ssize_t stop_class, Py_ssize_t unwinder) {
+    if (stop_class >= self->classes) {
+        Py_ssize_t classes = stop_class + 16;
+        uint64_t *passes = PyMem_Realloc(self->passes, classes * self->count * sizeof(uint64_t) + 1);
+        if (!passes) { PyErr_NoMemory(); return -1; }
+        memset(passes + self->classes * self->count, 0, (classes - self->classes) * self->count * sizeof(uint64_t));
+        self->passes = passes;
+        self->classes = classes;
+    }
+    self->passes[stop_class * self->count + unwinder]++;
+    return 0;
+}
+
+/* check(regs, pc, cpsr, vfp or None, low, expected: the packed shadow
+ * frames, outermost first, stop class) -> ((unwinder, answer), ...) for
+ * every unwinder whose walk did not match (see answer_object); matches are
+ * counted per stop class (see passes). */
+static PyObject *Verifier_check(Verifier *self, PyObject *args) {
+    PyObject *regs, *vfp;
+    unsigned long long pc;
+    unsigned int cpsr;
+    long long low;
+    Py_buffer expected;
+    Py_ssize_t stop_class;
+    if (!PyArg_ParseTuple(args, "OKIOLy*n", &regs, &pc, &cpsr, &vfp, &low, &expected, &stop_class)) return NULL;
+    PyObject *result = NULL, *found = NULL;
+    KFrame frame;
+    memset(&frame, 0, sizeof frame);
+    if (stop_class < 0) {
+        PyErr_SetString(PyExc_ValueError, "stop class must be >= 0");
+        goto done;
+    }
+    PyObject *fast = PySequence_Fast(regs, "regs must be a sequence");
+    if (!fast) goto done;
+    if (PySequence_Fast_GET_SIZE(fast) < 15) {
+        PyErr_SetString(PyExc_ValueError, "regs needs r0-r14");
+        Py_DECREF(fast);
+        goto done;
+    }
+    for (int i = 0; i < 15; i++) {
+        frame.r[i] = (int64_t)PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    }
+    Py_DECREF(fast);
+    frame.r[PC] = (int64_t)pc;
+    if (vfp != Py_None) {
+        PyObject *values = PySequence_Fast(vfp, "vfp must be a sequence");
+        if (!values) goto done;
+        for (int i = 0; i < 8 && i < PySequence_Fast_GET_SIZE(values); i++) {
+            frame.d[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(values, i));
+            frame.d_known |= 1u << i;
+        }
+        Py_DECREF(values);
+    }
+    if (PyErr_Occurred()) goto done;
+    if (expected.len % sizeof(Expected)) {
+        PyErr_SetString(PyExc_ValueError, "expected is not a whole number of packed frames");
+        goto done;
+    }
+    Py_ssize_t frames = expected.len / sizeof(Expected);
+    found = PyList_New(0);
+    if (!found) goto done;
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        Answer answer;
+        if (verifier_walk(self, i, &frame, low, cpsr, (const Expected *)expected.buf, frames, &answer)) goto done;
+        if (answer.kind == ANSWER_PASS) {
+            if (verifier_count_pass(self, stop_class, i)) goto done;
+            continue;
+        }
+        PyObject *pair = Py_BuildValue("(nN)", i, answer_object(&answer));
+        if (!pair || PyList_Append(found, pair)) { Py_XDECREF(pair); goto done; }
+        Py_DECREF(pair);
+    }
+    result = PyList_AsTuple(found);
+done:
+    Py_XDECREF(found);
+    PyBuffer_Release(&expected);
+    return result;
+}
+
+/* passes() -> [(stop class, unwinder, walks that matched)] where nonzero. */
+static PyObject *Verifier_passes(Verifier *self, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (Py_ssize_t c = 0; c < self->classes; c++) {
+        for (Py_ssize_t u = 0; u < self->count; u++) {
+            uint64_t n = self->passes[c * self->count + u];
+            if (!n) continue;
+            PyObject *item = Py_BuildValue("(nnK)", c, u, (unsigned long long)n);
+            if (!item || PyList_Append(out, item)) { Py_XDECREF(item); Py_DECREF(out); return NULL; }
+            Py_DECREF(item);
+        }
+    }
+    return out;
+}
+
+static PyMethodDef Verifier_methods[] = {
+    {"check", (PyCFunction)Verifier_check, METH_VARARGS, "Walk every unwinder at one stop."},
+    {"passes", (PyCFunction)Verifier_passes, METH_NOARGS, "Matching walks per stop class and unwinder."},
+    {NULL}
+};
+
+PyTypeObject VerifierType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "harness.verify._kernel.Verifier",
+    .tp_basicsize = sizeof(Verifier),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Verifier_init,
+    .tp_dealloc = (destructor)Verifier_dealloc,
+    .tp_methods = Verifier_methods,
+    .tp_doc = "Rule walks and shadow-stack comparison for every unwinder at one stop.",
+};

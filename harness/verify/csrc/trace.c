@@ -1,0 +1,759 @@
+/* Tracer: the per-instruction hook of a verified run, in C.
+ *
+ * Before every instruction it does what harness.verify's Python hook does:
+ * follow the shadow stack (harness.groundtruth: ShadowStack and
+ * SkippedStops, the definitions this mirrors), and at every verified stop let
+ * the Verifier walk each unwinder. It calls into Python only where C cannot
+ * answer: to classify a pc met for the first time, for a rule not made yet
+ * (through the Verifier), and, at a stop where a walk defers or everything is
+ * observed, `slow`. Failing answers are grouped by cause and tallied here;
+ * Python describes each cause once, after the run.
+ *
+ * It runs the engine itself (run() calls the emulator's start function with
+ * the hook installed, holding the GIL throughout), through function addresses
+ * the emulator module hands over; it knows no engine beyond their signatures.
+ */
+#include "kernel.h"
+
+#include <string.h>
+
+typedef int (*RegReadBatch)(void *engine, int *ids, void **values, int count);
+typedef int (*MemRead)(void *engine, uint64_t address, void *bytes, uint64_t size);
+typedef int (*EmuStart)(void *engine, uint64_t begin, uint64_t until, uint64_t timeout, size_t count);
+typedef int (*EmuStop)(void *engine);
+typedef int (*HookAdd)(void *engine, size_t *hook, int type, void *callback, void *user_data,
+                       uint64_t begin, uint64_t end, ...);
+typedef int (*HookDel)(void *engine, size_t hook);
+
+enum { MAX_REGISTERS = 25, CPSR = 16, FIRST_VFP = 17, IT_BLOCK = 4, SIGNAL_EVERY = 1 << 16 };
+
+typedef struct {
+    void *handle;
+    RegReadBatch reg_read_batch;
+    MemRead mem_read;
+    EmuStart emu_start;
+    EmuStop emu_stop;
+    HookAdd hook_add;
+    HookDel hook_del;
+    int hook_code;  /* the engine's "before every instruction" hook type */
+    int ids[MAX_REGISTERS];  /* r0-r15, cpsr, then d8-d15 when the program uses VFP */
+    int count;
+} Engine;
+
+/* What the tracer knows of the instruction at one pc. */
+typedef struct {
+    uint32_t pc;
+    uint8_t used, call_length, it_length;
+    uint16_t first;      /* its first half-word */
+} PcInfo;
+
+typedef struct { uint32_t address; uint8_t state; } SkippedStop;
+
+/* Fixed-size keys numbered in order of arrival (open addressing over their bytes). */
+typedef struct {
+    size_t key_size, count, capacity;
+    uint8_t *keys;      /* by id */
+    int64_t *slots;     /* id + 1, or 0: empty */
+    size_t slot_count;
+} Interned;
+
+/* What a failing answer says apart from the stop: answers alike share a
+ * cause (harness.verify.FailureCause), which Python describes once. */
+typedef struct {
+    int64_t unwinder, kind, frame;
+    int64_t detail;   /* MISMATCH: the register; else the rule id */
+    int64_t culprit;  /* MISMATCH: the where id of the wrong frame's pc; else that pc */
+    int64_t base, sp, low;  /* GUARD_FAILS */
+} CauseKey;
+
+typedef struct { int64_t where, cause; } TallyKey;
+
+/* One failing answer. */
+enum { NO_VALUES, CORE_VALUES, VFP_VALUES };  /* a MISMATCH's values: a core register's got is signed */
+typedef struct {
+    uint64_t number;
+    uint32_t pc;
+    int32_t unwinder, where, cause, values;
+    int64_t got;
+    uint64_t want;
+} Logged;
+
+typedef struct {
+    PyObject_HEAD
+    Engine engine;
+    Verifier *verifier;  /* NULL: ground truth only */
+    uint32_t sentinel;
+    int uses_vfp, observe_all;
+    uint64_t every, shard_index, shard_count;
+    PyObject *classify;  /* classify(pc) -> (stop class, where id, low, high) */
+    PyObject *slow;      /* slow(number, pc, regs, cpsr, vfp, deferred, shadow, serials) */
+    /* registers of the current stop */
+    uint64_t values[MAX_REGISTERS];
+    void *pointers[MAX_REGISTERS];
+    /* the shadow stack, outermost first, and its frames' serials */
+    Expected *frames;
+    uint64_t *serials;
+    size_t depth, frames_capacity, serials_capacity;
+    uint64_t serial;
+    int call_pending;
+    uint32_t fall_through;
+    Expected pending_frame;
+    uint64_t pending_serial;
+    /* instructions of the current IT block not reached yet */
+    SkippedStop it_pending[IT_BLOCK];
+    int it_count;
+    uint32_t it_end;
+    /* pc -> PcInfo, open addressing */
+    PcInfo *table;
+    size_t table_size, table_used;
+    /* pcs [low, high) of one (function, traits, position): id = stop class << 32 | where id */
+    Ranges classes;
+    /* failing answers */
+    Logged *log;
+    size_t logged, log_capacity;
+    Interned causes, tally;
+    Answer *cause_answers;  /* the first answer of each cause */
+    size_t cause_answers_capacity;
+    uint64_t *tally_counts;  /* stops per tally key */
+    size_t tally_counts_capacity;
+    uint64_t budget, instructions, seen, stops;
+    int64_t overran;
+    int ran, halted;
+    PyObject *error_type, *error_value, *error_traceback;  /* raised in a callback */
+} Tracer;
+
+/* Room for `needed` items of `item` bytes in *array, of *capacity items. */
+static int reserve(void *array, size_t *capacity, size_t needed, size_t item) {
+    void **items = array;
+    if (needed <= *capacity) return 0;
+    size_t grown = *capacity ? *capacity : 64;
+    while (grown < needed) grown *= 2;
+    void *moved = PyMem_Realloc(*items, grown * item);
+    if (!moved) { PyErr_NoMemory(); return -1; }
+    *items = moved;
+    *capacity = grown;
+    return 0;
+}
+
+/* FNV-1a over a key's bytes. */
+static size_t hash_key(const uint8_t *key, size_t size) {
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < size; i++) h = (h ^ key[i]) * 1099511628211ull;
+    return (size_t)(h ^ h >> 32);
+}
+
+/* The id of `key` (key_size bytes, padding zeroed), numbered on first
+ * sight (then *added is set); -1 with MemoryError. */
+static int64_t intern(Interned *t, const void *key, int *added) {
+    *added = 0;
+    if (2 * (t->count + 1) > t->slot_count) {
+        size_t slot_count = t->slot_count ? 2 * t->slot_count : 1024;
+        int64_t *slots = PyMem_Calloc(slot_count, sizeof(int64_t));
+        if (!slots) { PyErr_NoMemory(); return -1; }
+        for (size_t id = 0; id < t->count; id++) {
+            size_t j = hash_key(t->keys + id * t->key_size, t->key_size) & (slot_count - 1);
+            while (slots[j]) j = (j + 1) & (slot_count - 1);
+            slots[j] = (int64_t)id + 1;
+        }
+        PyMem_Free(t->slots);
+        t->slots = slots;
+        t->slot_count = slot_count;
+    }
+    size_t mask = t->slot_count - 1, j = hash_key(key, t->key_size) & mask;
+    for (; t->slots[j]; j = (j + 1) & mask) {
+        int64_t id = t->slots[j] - 1;
+        if (!memcmp(t->keys + id * t->key_size, key, t->key_size)) return id;
+    }
+    if (reserve(&t->keys, &t->capacity, t->count + 1, t->key_size)) return -1;
+    memcpy(t->keys + t->count * t->key_size, key, t->key_size);
+    t->slots[j] = (int64_t)t->count + 1;
+    *added = 1;
+    return (int64_t)t->count++;
+}
+
+/* ------------------------------------------------------------ pcs */
+
+/* The decoded instruction at pc: harness.groundtruth's call_length and
+ * it_block_length (memory the engine cannot read counts as zeros). */
+static PcInfo *decoded(Tracer *t, uint32_t pc) {
+    if (2 * (t->table_used + 1) > t->table_size) {
+        size_t size = t->table_size ? 2 * t->table_size : 4096;
+        PcInfo *table = PyMem_Calloc(size, sizeof(PcInfo));
+        if (!table) { PyErr_NoMemory(); return NULL; }
+        for (size_t i = 0; i < t->table_size; i++) {
+            if (!t->table[i].used) continue;
+            size_t j = (t->table[i].pc * 2654435761u) & (size - 1);
+            while (table[j].used) j = (j + 1) & (size - 1);
+            table[j] = t->table[i];
+        }
+        PyMem_Free(t->table);
+        t->table = table;
+        t->table_size = size;
+    }
+    size_t mask = t->table_size - 1, i = (pc * 2654435761u) & mask;
+    for (; t->table[i].used; i = (i + 1) & mask) {
+        if (t->table[i].pc == pc) return &t->table[i];
+    }
+    PcInfo *info = &t->table[i];
+    t->table_used++;
+    uint8_t code[4] = {0};
+    if (t->engine.mem_read(t->engine.handle, pc, code, 4)) t->engine.mem_read(t->engine.handle, pc, code, 2);
+    uint16_t first = code[0] | code[1] << 8, second = code[2] | code[3] << 8;
+    unsigned mask_bits = first & 0xF;
+    *info = (PcInfo){
+        .pc = pc, .used = 1, .first = first,
+        .call_length = (first & 0xFF87) == 0x4780 ? 2
+                     : (first & 0xF800) == 0xF000 && ((second & 0xD000) == 0xD000 || (second & 0xD001) == 0xC000) ? 4
+                     : 0,
+        .it_length = (first & 0xFF00) == 0xBF00 && mask_bits ? 4 - __builtin_ctz(mask_bits) : 0,
+    };
+    return info;
+}
+
+/* The stop class and where id of pc (asking `classify` once per span of
+ * pcs alike); -1 on a Python error. */
+static int classified(Tracer *t, uint32_t pc, Py_ssize_t *stop_class, int32_t *where) {
+    Py_ssize_t slot;
+    const Range *found = ranges_find(&t->classes, pc, &slot);
+    Py_ssize_t id;
+    if (found) {
+        id = found->id;
+    } else {
+        PyObject *made = PyObject_CallFunction(t->classify, "k", (unsigned long)pc);
+        if (!made) return -1;
+        int class_id, where_id;
+        long long low, high;
+        int ok = PyArg_ParseTuple(made, "iiLL", &class_id, &where_id, &low, &high);
+        Py_DECREF(made);
+        if (!ok) return -1;
+        if (class_id < 0 || where_id < 0 || !(low <= pc && pc < high)) {
+            PyErr_Format(PyExc_ValueError, "classify gave a negative id or a span without pc %#lx", (unsigned long)pc);
+            return -1;
+        }
+        id = (Py_ssize_t)class_id << 32 | where_id;
+        if (ranges_insert(&t->classes, slot, (Range){ low, high, NULL, id })) return -1;
+    }
+    *stop_class = id >> 32;
+    *where = (int32_t)(id & 0xFFFFFFFF);
+    return 0;
+}
+
+/* harness.groundtruth.instruction_size */
+static int instruction_size(uint16_t first) {
+    unsigned top = first >> 11;
+    return top == 0x1D || top == 0x1E || top == 0x1F ? 4 : 2;
+}
+
+/* ------------------------------------------------------------ shadow stack */
+
+static void frame_of(Expected *e, uint32_t pc, const uint64_t *v, int uses_vfp) {
+    memset(e, 0, sizeof *e);
+    e->pc = pc;
+    e->sp = (uint32_t)v[SP];
+    for (int i = 0; i < 8; i++) e->r[i] = (uint32_t)v[4 + i];
+    e->vfp_known = uses_vfp;
+    if (uses_vfp) memcpy(e->d, &v[FIRST_VFP], sizeof e->d);
+}
+
+static int push(Tracer *t, const Expected *frame, uint64_t serial) {
+    if (reserve(&t->frames, &t->frames_capacity, t->depth + 1, sizeof(Expected)) ||
+        reserve(&t->serials, &t->serials_capacity, t->depth + 1, sizeof(uint64_t)))
+        return -1;
+    t->frames[t->depth] = *frame;
+    t->serials[t->depth] = serial;
+    t->depth++;
+    return 0;
+}
+
+/* ShadowStack.observe: account for the instruction that ran since the last stop. */
+static int observe(Tracer *t, uint32_t pc, uint32_t sp) {
+    if (t->call_pending) {
+        t->call_pending = 0;
+        if (pc != t->fall_through) return push(t, &t->pending_frame, t->pending_serial);
+    }
+    const Expected *top = &t->frames[t->depth - 1];
+    if (pc == top->pc && sp == top->sp && t->depth > 1) t->depth--;
+    return 0;
+}
+
+/* ------------------------------------------------------------ IT blocks */
+
+/* SkippedStops.passed_over: the block's instructions passed over before pc. */
+static int passed_over(Tracer *t, uint32_t pc, SkippedStop *skipped) {
+    int count = t->it_count;
+    if (!count) return 0;
+    for (int k = 0; k < count; k++) {
+        if (t->it_pending[k].address == pc) {
+            memcpy(skipped, t->it_pending, k * sizeof *skipped);
+            memmove(t->it_pending, &t->it_pending[k + 1], (count - k - 1) * sizeof *skipped);
+            t->it_count = count - k - 1;
+            return k;
+        }
+    }
+    t->it_count = 0;
+    if (pc != t->it_end) return 0;  /* a branch inside the block left it */
+    memcpy(skipped, t->it_pending, count * sizeof *skipped);
+    return count;
+}
+
+/* SkippedStops.entered */
+static int entered(Tracer *t, uint32_t pc, uint16_t it_instruction, int block) {
+    uint8_t state = it_instruction & 0xFF;
+    uint32_t address = pc + 2;
+    for (int i = 0; i < block; i++) {
+        t->it_pending[i] = (SkippedStop){ address, state };
+        PcInfo *info = decoded(t, address);
+        if (!info) return -1;
+        address += instruction_size(info->first);
+        state = (state & 0x7) == 0 ? 0 : (state & 0xE0) | ((state << 1) & 0x1F);
+    }
+    t->it_count = block;
+    t->it_end = address;
+    return 0;
+}
+
+/* harness.groundtruth.with_it_state */
+static uint32_t with_it_state(uint32_t cpsr, uint8_t state) {
+    return (cpsr & ~0x0600FC00u) | ((uint32_t)(state & 0x3) << 25) | ((uint32_t)(state >> 2) << 10);
+}
+
+/* ------------------------------------------------------------ one stop */
+
+static PyObject *register_tuple(const uint64_t *v, int count) {
+    PyObject *out = PyTuple_New(count);
+    if (!out) return NULL;
+    for (int i = 0; i < count; i++) {
+        PyObject *value = PyLong_FromUnsignedLongLong(v[i]);
+        if (!value) { Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(out, i, value);
+    }
+    return out;
+}
+
+static int call_slow(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr, const Py_ssize_t *deferred, int count) {
+    PyObject *regs = register_tuple(t->values, 15);
+    PyObject *vfp = t->uses_vfp ? register_tuple(&t->values[FIRST_VFP], 8) : (Py_INCREF(Py_None), Py_None);
+    PyObject *which = PyTuple_New(count);
+    PyObject *shadow = PyBytes_FromStringAndSize((const char *)t->frames, t->depth * sizeof(Expected));
+    PyObject *serials = register_tuple(t->serials, (int)t->depth);
+    PyObject *result = NULL;
+    if (!regs || !vfp || !which || !shadow || !serials) goto done;
+    for (int i = 0; i < count; i++) {
+        PyObject *index = PyLong_FromSsize_t(deferred[i]);
+        if (!index) goto done;
+        PyTuple_SET_ITEM(which, i, index);
+    }
+    result = PyObject_CallFunction(t->slow, "KkOIOOOO", (unsigned long long)number, (unsigned long)pc, regs,
+                                   (unsigned int)cpsr, vfp, which, shadow, serials);
+done:
+    Py_XDECREF(regs);
+    Py_XDECREF(vfp);
+    Py_XDECREF(which);
+    Py_XDECREF(shadow);
+    Py_XDECREF(serials);
+    if (!result) return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+/* Log a failing answer at a stop of `where`, under its cause, and tally it. */
+static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py_ssize_t unwinder,
+                      const Answer *a) {
+    CauseKey key;
+    memset(&key, 0, sizeof key);
+    key.unwinder = unwinder;
+    key.kind = a->kind;
+    key.frame = a->frame;
+    if (a->kind == ANSWER_MISMATCH) {
+        /* Alike wherever the wrong frame is in the same function: a caller's
+         * pc is a return address, its call one byte before. */
+        Py_ssize_t ignored;
+        int32_t culprit;
+        if (classified(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc), &ignored, &culprit)) return -1;
+        key.detail = a->reg;
+        key.culprit = culprit;
+    } else {
+        key.detail = a->rule_id;
+        key.culprit = a->pc;
+        if (a->kind == ANSWER_GUARD_FAILS) {
+            key.base = a->base;
+            key.sp = a->sp;
+            key.low = a->low;
+        }
+    }
+    int added;
+    int64_t cause = intern(&t->causes, &key, &added);
+    if (cause < 0) return -1;
+    if (added) {
+        if (reserve(&t->cause_answers, &t->cause_answers_capacity, (size_t)cause + 1, sizeof(Answer))) return -1;
+        t->cause_answers[cause] = *a;
+    }
+    TallyKey tally_key = { where, cause };
+    int64_t tallied = intern(&t->tally, &tally_key, &added);
+    if (tallied < 0) return -1;
+    if (added) {
+        if (reserve(&t->tally_counts, &t->tally_counts_capacity, (size_t)tallied + 1, sizeof(uint64_t))) return -1;
+        t->tally_counts[tallied] = 0;
+    }
+    t->tally_counts[tallied]++;
+    if (reserve(&t->log, &t->log_capacity, t->logged + 1, sizeof(Logged))) return -1;
+    int values = a->kind != ANSWER_MISMATCH ? NO_VALUES : a->reg > PC ? VFP_VALUES : CORE_VALUES;
+    t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, values, a->got, a->want };
+    return 0;
+}
+
+/* Verify every unwinder at the stop before the instruction at pc. */
+static int check(Tracer *t, uint32_t pc, uint32_t cpsr) {
+    uint64_t number = t->seen++;
+    if (number % t->every || (number / t->every) % t->shard_count != t->shard_index) return 0;
+    t->stops++;
+    Py_ssize_t unwinders = t->verifier ? verifier_unwinders(t->verifier) : 0;
+    Py_ssize_t deferred[unwinders + 1];
+    int deferrals = 0;
+    if (unwinders) {
+        Py_ssize_t stop_class;
+        int32_t where;
+        if (classified(t, pc, &stop_class, &where)) return -1;
+        KFrame frame;
+        memset(&frame, 0, sizeof frame);
+        for (int i = 0; i < 15; i++) frame.r[i] = (int64_t)t->values[i];
+        frame.r[PC] = pc;
+        if (t->uses_vfp) {
+            memcpy(frame.d, &t->values[FIRST_VFP], sizeof frame.d);
+            frame.d_known = 0xFF;
+        }
+        for (Py_ssize_t i = 0; i < unwinders; i++) {
+            Answer answer;
+            if (verifier_walk(t->verifier, i, &frame, (uint32_t)t->values[SP], cpsr, t->frames,
+                              (Py_ssize_t)t->depth, &answer))
+                return -1;
+            if (answer.kind == ANSWER_PASS) {
+                if (verifier_count_pass(t->verifier, stop_class, i)) return -1;
+            } else if (answer.kind == ANSWER_DEFER) {
+                deferred[deferrals++] = i;
+            } else if (log_answer(t, number, pc, where, i, &answer)) {
+                return -1;
+            }
+        }
+    }
+    if (deferrals || t->observe_all) return call_slow(t, number, pc, cpsr, deferred, deferrals);
+    return 0;
+}
+
+/* ------------------------------------------------------------ the hook */
+
+static void halt(Tracer *t) {
+    t->halted = 1;
+    t->engine.emu_stop(t->engine.handle);
+}
+
+/* Keep the Python error raised in a callback for run() to raise, and stop. */
+static void fail(Tracer *t) {
+    PyErr_Fetch(&t->error_type, &t->error_value, &t->error_traceback);
+    halt(t);
+}
+
+static int stop_at(Tracer *t, uint32_t pc) {
+    const uint64_t *v = t->values;
+    const uint32_t cpsr = (uint32_t)v[CPSR];
+    if (!t->depth) {  /* the first stop: the harness's own call into the entry */
+        Expected bottom;
+        frame_of(&bottom, t->sentinel, v, t->uses_vfp);
+        if (push(t, &bottom, t->serial)) return -1;
+    } else if (observe(t, pc, (uint32_t)v[SP])) {
+        return -1;
+    }
+    SkippedStop skipped[IT_BLOCK];
+    int passed = passed_over(t, pc, skipped);
+    for (int i = 0; i < passed; i++) {
+        if (check(t, skipped[i].address, with_it_state(cpsr, skipped[i].state))) return -1;
+    }
+    if (check(t, pc, cpsr)) return -1;
+    PcInfo *info = decoded(t, pc);
+    if (!info) return -1;
+    if (info->call_length) {  /* ShadowStack.before */
+        t->serial++;
+        t->call_pending = 1;
+        t->fall_through = pc + info->call_length;
+        frame_of(&t->pending_frame, t->fall_through, v, t->uses_vfp);
+        t->pending_serial = t->serial;
+    }
+    if (info->it_length && entered(t, pc, info->first, info->it_length)) return -1;
+    return 0;
+}
+
+static void on_code(void *engine, uint64_t address, uint32_t size, void *user_data) {
+    Tracer *t = user_data;
+    if (t->halted) return;
+    if (++t->instructions > t->budget) {
+        t->overran = (int64_t)address;
+        halt(t);
+        return;
+    }
+    if (t->instructions % SIGNAL_EVERY == 0 && PyErr_CheckSignals()) { fail(t); return; }
+    int status = t->engine.reg_read_batch(t->engine.handle, t->engine.ids, t->pointers, t->engine.count);
+    if (status) {
+        PyErr_Format(PyExc_OSError, "batch register read failed with status %d at pc %#llx", status,
+                     (unsigned long long)address);
+        fail(t);
+        return;
+    }
+    if (stop_at(t, (uint32_t)address)) fail(t);
+}
+
+/* ------------------------------------------------------------ the type */
+
+static void Tracer_dealloc(Tracer *self) {
+    Py_XDECREF(self->verifier);
+    Py_XDECREF(self->classify);
+    Py_XDECREF(self->slow);
+    Py_XDECREF(self->error_type);
+    Py_XDECREF(self->error_value);
+    Py_XDECREF(self->error_traceback);
+    PyMem_Free(self->frames);
+    PyMem_Free(self->serials);
+    PyMem_Free(self->table);
+    ranges_clear(&self->classes);
+    PyMem_Free(self->log);
+    PyMem_Free(self->causes.keys);
+    PyMem_Free(self->causes.slots);
+    PyMem_Free(self->tally.keys);
+    PyMem_Free(self->tally.slots);
+    PyMem_Free(self->cause_answers);
+    PyMem_Free(self->tally_counts);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int address_of(PyObject *engine, Py_ssize_t index, void **out) {
+    *out = PyLong_AsVoidPtr(PyTuple_GET_ITEM(engine, index));
+    if (!*out && !PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "engine item %zd is a null address", index);
+    return *out ? 0 : -1;
+}
+
+/* Tracer(engine, verifier, sentinel, uses_vfp, every, shard_index,
+ * shard_count, classify, slow, observe_all): engine is (handle,
+ * reg_read_batch, mem_read, emu_start, emu_stop, hook_add, hook_del as
+ * addresses, the code hook type, register ids: r0-r15, cpsr[, d8-d15]). */
+static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"engine", "verifier", "sentinel", "uses_vfp", "every", "shard_index", "shard_count",
+                            "classify", "slow", "observe_all", NULL};
+    PyObject *engine, *verifier, *classify, *slow;
+    unsigned long sentinel;
+    int uses_vfp, observe_all;
+    unsigned long long every, shard_index, shard_count;
+    if (self->engine.handle) {
+        PyErr_SetString(PyExc_TypeError, "a Tracer is initialised once");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp", names, &PyTuple_Type, &engine, &verifier, &sentinel,
+                                     &uses_vfp, &every, &shard_index, &shard_count, &classify, &slow, &observe_all))
+        return -1;
+    if (verifier != Py_None && !PyObject_TypeCheck(verifier, &VerifierType)) {
+        PyErr_SetString(PyExc_TypeError, "verifier must be a Verifier or None");
+        return -1;
+    }
+    if (!PyCallable_Check(classify) || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "classify and slow must be callable");
+        return -1;
+    }
+    if (!every || !shard_count || shard_index >= shard_count) {
+        PyErr_SetString(PyExc_ValueError, "every and shard_count must be positive, shard_index below shard_count");
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(engine) != 9) {
+        PyErr_SetString(PyExc_ValueError, "engine must hold 9 items");
+        return -1;
+    }
+    Engine e;
+    memset(&e, 0, sizeof e);
+    if (address_of(engine, 0, &e.handle) || address_of(engine, 1, (void **)&e.reg_read_batch) ||
+        address_of(engine, 2, (void **)&e.mem_read) || address_of(engine, 3, (void **)&e.emu_start) ||
+        address_of(engine, 4, (void **)&e.emu_stop) || address_of(engine, 5, (void **)&e.hook_add) ||
+        address_of(engine, 6, (void **)&e.hook_del))
+        return -1;
+    e.hook_code = (int)PyLong_AsLong(PyTuple_GET_ITEM(engine, 7));
+    PyObject *ids = PySequence_Fast(PyTuple_GET_ITEM(engine, 8), "register ids must be a sequence");
+    if (!ids) return -1;
+    e.count = (int)PySequence_Fast_GET_SIZE(ids);
+    if (e.count != (uses_vfp ? MAX_REGISTERS : FIRST_VFP)) {
+        PyErr_Format(PyExc_ValueError, "expected %d register ids, got %d", uses_vfp ? MAX_REGISTERS : FIRST_VFP, e.count);
+        Py_DECREF(ids);
+        return -1;
+    }
+    for (int i = 0; i < e.count; i++) e.ids[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(ids, i));
+    Py_DECREF(ids);
+    if (PyErr_Occurred()) return -1;
+    for (int i = 0; i < MAX_REGISTERS; i++) self->pointers[i] = &self->values[i];  /* 32-bit ones fill the low half */
+    self->engine = e;
+    self->verifier = verifier == Py_None ? NULL : (Verifier *)verifier;
+    Py_XINCREF(self->verifier);
+    self->sentinel = (uint32_t)sentinel;
+    self->uses_vfp = uses_vfp;
+    self->every = every;
+    self->shard_index = shard_index;
+    self->shard_count = shard_count;
+    Py_INCREF(classify);
+    self->classify = classify;
+    Py_INCREF(slow);
+    self->slow = slow;
+    self->observe_all = observe_all;
+    self->overran = -1;
+    self->causes.key_size = sizeof(CauseKey);
+    self->tally.key_size = sizeof(TallyKey);
+    return 0;
+}
+
+/* run(begin, until, budget) -> (engine status, pc where the budget ran out
+ * or -1); raises what a callback raised. */
+static PyObject *Tracer_run(Tracer *self, PyObject *args) {
+    unsigned long long begin, until, budget;
+    if (!PyArg_ParseTuple(args, "KKK", &begin, &until, &budget)) return NULL;
+    if (!self->engine.handle || self->ran) {
+        PyErr_SetString(PyExc_RuntimeError, "a Tracer runs once, after it is initialised");
+        return NULL;
+    }
+    self->ran = 1;
+    self->budget = budget;
+    size_t hook = 0;
+    int status = self->engine.hook_add(self->engine.handle, &hook, self->engine.hook_code, (void *)on_code, self,
+                                       (uint64_t)1, (uint64_t)0);
+    if (status) return PyErr_Format(PyExc_OSError, "adding the code hook failed with status %d", status);
+    status = self->engine.emu_start(self->engine.handle, begin, until, 0, 0);
+    self->engine.hook_del(self->engine.handle, hook);
+    if (self->error_type) {
+        PyErr_Restore(self->error_type, self->error_value, self->error_traceback);
+        self->error_type = self->error_value = self->error_traceback = NULL;
+        return NULL;
+    }
+    return Py_BuildValue("(iL)", status, (long long)self->overran);
+}
+
+/* causes() -> [(unwinder, answer, culprit where id or -1)] by cause id: the
+ * first answer of each (see answer_object). */
+static PyObject *Tracer_causes(Tracer *self, PyObject *unused) {
+    PyObject *out = PyList_New((Py_ssize_t)self->causes.count);
+    if (!out) return NULL;
+    for (size_t id = 0; id < self->causes.count; id++) {
+        const CauseKey *key = (const CauseKey *)(self->causes.keys + id * sizeof(CauseKey));
+        PyObject *item = Py_BuildValue("(LNL)", (long long)key->unwinder, answer_object(&self->cause_answers[id]),
+                                       (long long)(key->kind == ANSWER_MISMATCH ? key->culprit : -1));
+        if (!item) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, (Py_ssize_t)id, item);
+    }
+    return out;
+}
+
+/* tally() -> [(where id, cause id, stops)] */
+static PyObject *Tracer_tally(Tracer *self, PyObject *unused) {
+    PyObject *out = PyList_New((Py_ssize_t)self->tally.count);
+    if (!out) return NULL;
+    for (size_t id = 0; id < self->tally.count; id++) {
+        const TallyKey *key = (const TallyKey *)(self->tally.keys + id * sizeof(TallyKey));
+        PyObject *item = Py_BuildValue("(LLK)", (long long)key->where, (long long)key->cause,
+                                       (unsigned long long)self->tally_counts[id]);
+        if (!item) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, (Py_ssize_t)id, item);
+    }
+    return out;
+}
+
+/* (stop, pc, where, cause, values or None): a failure log entry. */
+static PyObject *log_entry(const Logged *entry, PyObject *wheres, PyObject *causes) {
+    if (entry->where >= PyList_GET_SIZE(wheres) || entry->cause >= PyList_GET_SIZE(causes)) {
+        PyErr_SetString(PyExc_IndexError, "a failure's where or cause id is past the lists given");
+        return NULL;
+    }
+    PyObject *where = PyList_GET_ITEM(wheres, entry->where), *cause = PyList_GET_ITEM(causes, entry->cause);
+    unsigned long long number = entry->number, want = entry->want;
+    unsigned long pc = entry->pc;
+    switch (entry->values) {
+    case CORE_VALUES: return Py_BuildValue("(KkOO(LK))", number, pc, where, cause, (long long)entry->got, want);
+    case VFP_VALUES:
+        return Py_BuildValue("(KkOO(KK))", number, pc, where, cause, (unsigned long long)entry->got, want);
+    }
+    return Py_BuildValue("(KkOOO)", number, pc, where, cause, Py_None);
+}
+
+/* failure_log(wheres, causes, others, limit) -> the failure log
+ * (harness.verify.FailureLog): this tracer's failing answers, their where
+ * and cause ids looked up in `wheres` and `causes`, merged in (stop,
+ * unwinder) order with `others`, [(stop, unwinder, entry)] in that order;
+ * with a limit, only the first `limit` of each unwinder. */
+static PyObject *Tracer_failure_log(Tracer *self, PyObject *args) {
+    PyObject *wheres, *causes, *others;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "O!O!O!n", &PyList_Type, &wheres, &PyList_Type, &causes, &PyList_Type, &others,
+                          &limit))
+        return NULL;
+    Py_ssize_t unwinders = self->verifier ? verifier_unwinders(self->verifier) : 0;
+    Py_ssize_t *taken = PyMem_Calloc(unwinders + 1, sizeof(Py_ssize_t));
+    PyObject *out = PyList_New(0);
+    if (!taken || !out) goto error;
+    size_t mine = 0;
+    Py_ssize_t theirs = 0, count = PyList_GET_SIZE(others);
+    while (mine < self->logged || theirs < count) {
+        unsigned long long number = 0;
+        int unwinder = 0;
+        PyObject *entry = NULL;  /* the next of `others`, borrowed */
+        if (theirs < count) {
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(others, theirs), "KiO", &number, &unwinder, &entry)) goto error;
+            if (unwinder < 0 || unwinder >= unwinders) {
+                PyErr_SetString(PyExc_IndexError, "a failure names an unwinder the verifier does not have");
+                goto error;
+            }
+        }
+        const Logged *next = mine < self->logged ? &self->log[mine] : NULL;
+        int take_theirs = entry && (!next || number < next->number ||
+                                    (number == next->number && unwinder < next->unwinder));
+        if (take_theirs) {
+            theirs++;
+        } else {
+            mine++;
+            unwinder = next->unwinder;
+        }
+        if (limit && taken[unwinder] >= limit) continue;
+        taken[unwinder]++;
+        PyObject *item = take_theirs ? Py_NewRef(entry) : log_entry(next, wheres, causes);
+        if (!item || PyList_Append(out, item)) {
+            Py_XDECREF(item);
+            goto error;
+        }
+        Py_DECREF(item);
+    }
+    PyMem_Free(taken);
+    return out;
+error:
+    PyMem_Free(taken);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyObject *Tracer_stops(Tracer *self, void *unused) {
+    return PyLong_FromUnsignedLongLong(self->stops);
+}
+
+static PyMethodDef Tracer_methods[] = {
+    {"run", (PyCFunction)Tracer_run, METH_VARARGS, "Run the engine from begin to until, verifying every stop."},
+    {"causes", (PyCFunction)Tracer_causes, METH_NOARGS, "The first failing answer of each cause, by cause id."},
+    {"tally", (PyCFunction)Tracer_tally, METH_NOARGS, "Failing stops per (where id, cause id)."},
+    {"failure_log", (PyCFunction)Tracer_failure_log, METH_VARARGS, "Every failing answer, merged with others."},
+    {NULL}
+};
+
+static PyGetSetDef Tracer_getset[] = {
+    {"stops", (getter)Tracer_stops, NULL, "Stops verified.", NULL},
+    {NULL}
+};
+
+PyTypeObject TracerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "harness.verify._kernel.Tracer",
+    .tp_basicsize = sizeof(Tracer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Tracer_init,
+    .tp_dealloc = (destructor)Tracer_dealloc,
+    .tp_methods = Tracer_methods,
+    .tp_getset = Tracer_getset,
+    .tp_doc = "The shadow stack and every unwinder's walk before every instruction, in a compiled hook.",
+};

@@ -1,0 +1,110 @@
+"""The shadow call stack: what every unwinder must reproduce, recorded from
+execution alone (ARCHITECTURE.md, "Ground truth").
+
+- A call (BL, BLX immediate or register) at A with length n that executes
+  pushes a frame: return pc A + n, sp at the call, the caller's r4-r11 (and
+  d8-d15 when the program uses VFP) at that moment.
+- A plain branch into another function (tail call) pushes nothing.
+- A return that lands on the top frame's return pc with sp equal to its sp
+  pops it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from harness.thumb.encoding import it_advance
+
+
+@dataclass(frozen=True)
+class ShadowFrame:
+    pc: int  # return address, Thumb bit clear
+    sp: int
+    callee_saved: tuple[int, ...]  # r4-r11
+    vfp: tuple[int, ...] | None  # d8-d15, or None when the program uses no VFP
+    serial: int = 0  # unique per push: identifies this frame and everything below it
+
+
+class SkippedStops:
+    """Unicorn runs no code hook before an instruction an IT block skips, yet
+    a profiler can sample there. This tracks IT blocks and names the
+    instructions passed over without a stop, with the IT state each would
+    have had; everything else is as at the next stop (a skipped instruction
+    changes nothing)."""
+
+    def __init__(self, size_at):
+        self._size_at = size_at  # address -> instruction size
+        self._pending: list[tuple[int, int]] = []  # (address, ITSTATE)
+        self._end = 0
+
+    def passed_over(self, pc: int) -> list[tuple[int, int]]:
+        """(address, ITSTATE) of block instructions skipped before reaching
+        `pc`. Call at every stop."""
+        pending = self._pending
+        if not pending:
+            return []
+        addresses = [address for address, _ in pending]
+        if pc in addresses or pc == self._end:
+            index = addresses.index(pc) if pc in addresses else len(pending)
+            skipped, self._pending = pending[:index], pending[index + 1 :]
+            return skipped
+        self._pending = []  # a branch inside the block left it
+        return []
+
+    def entered(self, pc: int, it_instruction: int, block: int) -> None:
+        """The instruction at pc is IT (`it_instruction`, its half-word)
+        governing `block` instructions."""
+        state = it_instruction & 0xFF  # firstcond:mask is ITSTATE for the first
+        address = pc + 2
+        pending = []
+        for _ in range(block):
+            pending.append((address, state))
+            address += self._size_at(address)
+            state = it_advance(state)
+        self._pending, self._end = pending, address
+
+
+_PACKED = struct.Struct("<11I8Q")
+
+
+def packed(frame: ShadowFrame) -> bytes:
+    """pc, sp, r4-r11, whether d8-d15 are known, d8-d15: the layout of
+    `Expected` in harness/verify/csrc/kernel.h."""
+    vfp = frame.vfp
+    return _PACKED.pack(frame.pc, frame.sp, *frame.callee_saved, vfp is not None, *(vfp or (0,) * 8))
+
+
+def unpacked(data: bytes, index: int, serial: int) -> ShadowFrame:
+    """The `index`-th frame of packed frames (the inverse of `packed`)."""
+    pc, sp, *rest = _PACKED.unpack_from(data, index * _PACKED.size)
+    callee_saved, vfp_known, vfp = tuple(rest[:8]), rest[8], tuple(rest[9:])
+    return ShadowFrame(pc, sp, callee_saved, vfp if vfp_known else None, serial)
+
+
+class ShadowStack:
+    """Frames from the sentinel (bottom, index 0) to the innermost caller
+    (harness/verify/csrc/trace.c keeps the same, packed, in the compiled hook)."""
+
+    def __init__(self, bottom: ShadowFrame):
+        self.frames: list[ShadowFrame] = [bottom]
+        self._pending: tuple[int, ShadowFrame] | None = None
+        self._serial = bottom.serial
+
+    def observe(self, pc: int, sp: int) -> None:
+        """Account for the instruction that ran since the previous stop."""
+        if self._pending is not None:
+            fall_through, frame = self._pending
+            self._pending = None
+            if pc != fall_through:  # the call was taken (not skipped under IT)
+                self.frames.append(frame)
+                return
+        top = self.frames[-1]
+        if pc == top.pc and sp == top.sp and len(self.frames) > 1:
+            self.frames.pop()
+
+    def before(self, pc: int, length: int, regs, vfp) -> None:
+        """The instruction at pc is a call of `length` bytes about to execute."""
+        self._serial += 1
+        frame = ShadowFrame(pc + length, regs[13], tuple(regs[4:12]), vfp, self._serial)
+        self._pending = (pc + length, frame)

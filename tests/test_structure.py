@@ -1,0 +1,114 @@
+"""The shape of the code: small modules and functions, a layered import
+graph without cycles, and the boundaries the ground-truth rule needs
+(generators import nothing under test; one module per foreign engine)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("harness", "generators")
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every Python module of the packages."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> set[str]:
+    """Every module `name` imports (at any depth of its code), as dotted names."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _internal(name: str) -> set[str]:
+    """The package modules `name` imports (a package import counts as its __init__)."""
+    return {module for module in _imports(name) if module in MODULES and module != name}
+
+
+def _closure(name: str) -> set[str]:
+    seen, todo = set(), [name]
+    while todo:
+        for module in _internal(todo.pop()):
+            if module not in seen:
+                seen.add(module)
+                todo.append(module)
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_is_small(name):
+    lines = len(MODULES[name].read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{name}: {lines} lines"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_functions_are_small(name):
+    tree = ast.parse(MODULES[name].read_text())
+    long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)" for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"{name}: {', '.join(long)}"
+
+
+def test_import_graph_has_no_cycle():
+    cyclic = sorted(name for name in MODULES if name in _closure(name))
+    assert not cyclic, f"modules that import themselves through others: {cyclic}"
+
+
+def _layer(prefix: str) -> list[str]:
+    return [name for name in MODULES if name == prefix or name.startswith(prefix + ".")]
+
+
+@pytest.mark.parametrize("name", _layer("harness.formats"))
+def test_formats_know_nothing_of_unwinding(name):
+    """A format module reads and writes bytes; it never reaches up into the
+    unwinders, the verifier or the reports built on it."""
+    above = {m for m in _closure(name) if m.startswith(("harness.unwind", "harness.verify", "harness.report"))}
+    assert not above, f"{name} imports {sorted(above)}"
+
+
+@pytest.mark.parametrize("name", _layer("generators"))
+def test_generators_import_nothing_under_test(name):
+    """Ground truth must not come from the code it judges: the generators
+    write their own CFI rows and EHABI tables, and never touch a table
+    format, an unwinder or the verifier (ARCHITECTURE.md, "Ground truth")."""
+    under_test = {m for m in _closure(name)
+                  if m.startswith(("harness.formats", "harness.unwind", "harness.verify", "harness.thumb"))}
+    assert not under_test, f"{name} imports {sorted(under_test)}"
+
+
+@pytest.mark.parametrize("engine, home", [
+    ("unicorn", "harness.verify.emulator"),
+    ("capstone", "harness.thumb.disasm"),
+    ("keystone", "generators.assembler"),
+])
+def test_one_module_per_engine(engine, home):
+    users = sorted(name for name in MODULES if any(m == engine or m.startswith(engine + ".") for m in _imports(name)))
+    assert users == [home]
