@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from harness.formats.dwarf_cfi import TRACKED_REGS, CfiRow
+from harness.program import TRACKED_REGS, CfiRow
 from harness.registers import DWARF_D0, SP
 
 FP = 7  # Thumb frame pointer

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from generators import frame_model as fx
 from generators.assembler import AssemblyError, assemble
 from generators.functions import MASK, Insn, Plan, evaluate, instructions
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
-from harness.formats.arm_exidx import ExidxSections, encode_exidx
-from harness.program import FunctionInfo, Program
+from harness.program import CfiRow, FunctionCfi
+from harness.program import ExidxSections
+from harness.formats.arm_exidx import encode_exidx
+from harness.classify import PAGE, FrameFacts, FunctionInfo, traits_of
+from harness.program import Program
 from harness.formats.chrome_v2.encoder import InexpressibleState, state_instructions
 
 TEXT_BASE = 0x00100000
-PAGE = 1 << 17
 ALIGN = 4
 FILL = b"\x00\xde"  # udf #0: padding that must never run
 
@@ -120,23 +121,10 @@ def _positions(placed: list[Placed], start: int) -> tuple[int, tuple[tuple[int, 
     return prologue_end, tuple(epilogues)
 
 
-def _traits(plan: Plan, start: int, end: int) -> frozenset[str]:
-    traits = {"frame_pointer" if plan.frame_pointer else "no_frame_pointer"}
-    if plan.leaf and not plan.saves_lr:
-        traits.add("leaf")
-    if plan.alloca:
-        traits.add("alloca")
-    if plan.locals > 1024:
-        traits.add("large_frame")
-    if plan.locals > 256 * 1024:
-        traits.add("huge_frame")
-    if plan.vfp:
-        traits.add("vfp")
-    if (start - TEXT_BASE) // PAGE != (end - 1 - TEXT_BASE) // PAGE:
-        traits.add("page_crossing")
-    if plan.epilogues > 1:
-        traits.add("multi_epilogue")
-    return frozenset(traits)
+def _facts(plan: Plan) -> FrameFacts:
+    """The frame of a function as its plan made it."""
+    return FrameFacts(frame_pointer=plan.frame_pointer, leaf=plan.leaf and not plan.saves_lr, alloca=plan.alloca,
+                      frame_bytes=plan.locals, vfp=plan.vfp, epilogues=plan.epilogues)
 
 
 def _padding_before(plan: Plan, address: int, size: int) -> int:
@@ -200,7 +188,7 @@ def build_program(name: str, plans: list[Plan], entry: str, arg: int) -> Program
         end = start + len(code)
         prologue_end, epilogues = _positions(placed, start)
         functions.append(FunctionInfo(plan.name, start, end, prologue_end, epilogues,
-                                      _traits(plan, start, end)))
+                                      traits_of(_facts(plan), start, end, TEXT_BASE)))
         clang_rows.append(FunctionCfi(plan.name, start, end, cfi_rows(placed, start, end, "clang")))
         gcc_rows.append(FunctionCfi(plan.name, start, end, cfi_rows(placed, start, end, "gcc")))
     return Program(

@@ -29,7 +29,8 @@ from typing import Sequence
 
 from generators.corpus import generate_program
 from harness.formats import chrome_v2
-from harness.formats.dwarf_cfi import FunctionCfi, read_cfi
+from harness.program import FunctionCfi
+from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
 from harness.verify.emulator import Emulator
 from harness.unwind.v2_epilogue import EpilogueFirst

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi, read_cfi
-from harness.thumb.disasm import decode, sweep
-from harness.formats.elf import load_segments, open_elf, symbol_address, text_base
-from harness.thumb.epilogue import find_epilogues
+from harness.classify import FrameFacts, FunctionInfo, traits_of
 from harness.formats.arm_exidx import read_exidx_sections
+from harness.formats.dwarf_cfi import read_cfi
+from harness.formats.elf import load_segments, open_elf, symbol_address, text_base
+from harness.program import CfiRow, FunctionCfi, Program
 from harness.registers import DWARF_D0, LR, SP
-from harness.program import FunctionInfo, Program
-
-PAGE = 1 << 17
+from harness.thumb.disasm import moves_sp_by_register, sweep
+from harness.thumb.epilogue import find_epilogues
 
 
 def _grows(previous: CfiRow, row: CfiRow) -> bool:
@@ -44,40 +43,20 @@ def prologue_end(function: FunctionCfi) -> int:
     return end
 
 
-def _traits(function: FunctionCfi, code: bytes, base: int, epilogues: int) -> frozenset[str]:
-    mnemonics = sweep(code, function.start)
-    texts = {m for _, _, m in mnemonics}
+def frame_facts(function: FunctionCfi, code: bytes, epilogues: int) -> FrameFacts:
+    """What the CFI rows and a linear sweep of the code say of the frame."""
     rows = [r for r in function.rows if not r.problem]
     frame_pointer = any(r.cfa_reg != SP for r in rows)
     saved = {reg for r in rows for reg, _ in r.saved}
-    frame = max((r.cfa_offset for r in rows if r.cfa_reg == SP), default=0)
-    calls = bool(texts & {"bl", "blx"})
-    traits = {"frame_pointer" if frame_pointer else "no_frame_pointer"}
-    if LR not in saved and not calls:
-        traits.add("leaf")
-    if frame_pointer and _moves_sp_by_register(code, function.start):
-        traits.add("alloca")
-    if frame > 1024:
-        traits.add("large_frame")
-    if frame > 256 * 1024:
-        traits.add("huge_frame")
-    if any(reg >= DWARF_D0 + 8 for reg in saved):
-        traits.add("vfp")
-    if (function.start - base) // PAGE != (function.end - 1 - base) // PAGE:
-        traits.add("page_crossing")
-    if epilogues > 1:
-        traits.add("multi_epilogue")
-    return frozenset(traits)
-
-
-def _moves_sp_by_register(code: bytes, start: int) -> bool:
-    """`sub sp, sp, rN` (or `sub sp, rN`): dynamic stack allocation."""
-    for address, size, mnemonic in sweep(code, start):
-        if mnemonic.split(".")[0] == "sub":
-            insn = decode(code[address - start : address - start + size], address, 1)
-            if insn and insn[0].regs[:1] == (SP,) and insn[0].imm is None and insn[0].regs[-1] not in (SP,):
-                return True
-    return False
+    calls = any(mnemonic in ("bl", "blx") for _, _, mnemonic in sweep(code, function.start))
+    return FrameFacts(
+        frame_pointer=frame_pointer,
+        leaf=LR not in saved and not calls,
+        alloca=frame_pointer and moves_sp_by_register(code, function.start),
+        frame_bytes=max((r.cfa_offset for r in rows if r.cfa_reg == SP), default=0),
+        vfp=any(reg >= DWARF_D0 + 8 for reg in saved),
+        epilogues=epilogues,
+    )
 
 
 def function_info(function: FunctionCfi, code: bytes, base: int) -> FunctionInfo:
@@ -85,8 +64,8 @@ def function_info(function: FunctionCfi, code: bytes, base: int) -> FunctionInfo
         (insns[0].address, insns[-1].address + insns[-1].size)
         for _, insns, _ in find_epilogues(code, function.start, function.end)
     )
-    return FunctionInfo(function.name, function.start, function.end, prologue_end(function),
-                        epilogues, _traits(function, code, base, len(epilogues)))
+    traits = traits_of(frame_facts(function, code, len(epilogues)), function.start, function.end, base)
+    return FunctionInfo(function.name, function.start, function.end, prologue_end(function), epilogues, traits)
 
 
 def program_from_elf(path: str, entry: str, expected: int | None = None,

@@ -2,7 +2,9 @@
 
 Everything the verifier needs and nothing more: memory contents, the entry,
 per-function layout (positions and traits) for classifying stops, and the
-unwind tables the unwinders are built from (CFI flavours, EHABI sections).
+unwind information the unwinders are built from, as data: CFI rows (each a
+complete unwind state) and the bytes of `.ARM.exidx`/`.ARM.extab`. Readers
+of real formats (harness.formats) and the generators both produce these.
 """
 
 from __future__ import annotations
@@ -11,52 +13,77 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from harness.formats.dwarf_cfi import FunctionCfi
-from harness.formats.arm_exidx import ExidxSections
+from harness.classify import FunctionInfo
+from harness.registers import DWARF_D0, LR, SP, reg_name
 
-POSITIONS = ("prologue", "body", "epilogue")
-TRAITS = (
-    "leaf",
-    "alloca",
-    "large_frame",
-    "huge_frame",
-    "frame_pointer",
-    "no_frame_pointer",
-    "vfp",
-    "page_crossing",
-    "multi_epilogue",
+TRACKED_REGS = frozenset((4, 5, 6, 7, 8, 9, 10, 11, LR)) | frozenset(
+    DWARF_D0 + n for n in range(8, 16)
 )
 
 
 @dataclass(frozen=True)
-class FunctionInfo:
-    """Layout of one function: [start, end), prologue [start, prologue_end),
-    epilogues as [start, end) ranges; everything else is body."""
+class CfiRow:
+    """Unwind state from `address` (inclusive) to the next row.
+
+    `saved` is sorted by register: (register, offset from the CFA).
+    `problem` is set when the state cannot be expressed (a DWARF expression,
+    a register saved in another register...): such a row cannot be unwound.
+    """
+
+    address: int
+    cfa_reg: int = SP
+    cfa_offset: int = 0
+    saved: tuple[tuple[int, int], ...] = ()
+    problem: str | None = None
+
+    def describe(self) -> str:
+        if self.problem:
+            return f"{self.address:#x}: unusable ({self.problem})"
+        saves = ", ".join(f"{reg_name(r)}@cfa{o:+d}" for r, o in self.saved)
+        cfa = f"cfa={reg_name(self.cfa_reg)}{self.cfa_offset:+d}"
+        return f"{self.address:#x}: {cfa}" + (f" {saves}" if saves else "")
+
+
+@dataclass(frozen=True)
+class FunctionCfi:
+    """One function (one FDE): [start, end), its rows in address order.
+
+    The first row is at `start`. `problems` lists, with addresses, every piece
+    of CFI the reader could not express or chose to ignore.
+    """
 
     name: str
     start: int
     end: int
-    prologue_end: int
-    epilogues: tuple[tuple[int, int], ...]
-    traits: frozenset[str]
+    rows: tuple[CfiRow, ...]
+    problems: tuple[str, ...] = ()
 
-    def position(self, pc: int) -> str:
-        return self.position_span(pc)[0]
+    def row_at(self, address: int) -> CfiRow:
+        """The row in force at `address` (which must lie in [start, end))."""
+        return self.row_range(address)[0]
 
-    def position_span(self, pc: int) -> tuple[str, int, int]:
-        """pc's position, and the pcs [low, high) of the function around it
-        that share it."""
-        if pc < self.prologue_end:
-            return "prologue", self.start, self.prologue_end
-        low, high = self.prologue_end, self.end
-        for start, end in self.epilogues:
-            if start <= pc < end:
-                return "epilogue", start, end
-            if end <= pc:
-                low = max(low, end)
-            else:
-                high = min(high, start)
-        return "body", low, high
+    def row_range(self, address: int) -> tuple[CfiRow, int, int]:
+        """The row in force at `address`, and the addresses [low, high) of
+        this function where the same row is in force."""
+        current, low, high = self.rows[0], self.start, self.end
+        for row in self.rows:
+            if row.address > address:
+                high = min(high, row.address)
+                break
+            current, low = row, max(low, row.address)
+        return current, low, high
+
+
+@dataclass(frozen=True)
+class ExidxSections:
+    """`.ARM.exidx` and `.ARM.extab` as bytes at their addresses; `end` is where
+    the last entry's function ends (the end of the code the table covers)."""
+
+    exidx: bytes
+    exidx_address: int
+    extab: bytes
+    extab_address: int
+    end: int
 
 
 @dataclass(frozen=True)

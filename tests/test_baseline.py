@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.program import POSITIONS, TRAITS
+from harness.classify import POSITIONS, TRAITS
 from harness.report.sizes import CHROME_REFERENCE, FORMATS
 
 BASELINE = json.loads((Path(__file__).resolve().parent.parent / "reports" / "baseline.json").read_text())

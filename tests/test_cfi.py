@@ -12,7 +12,8 @@ from elftools.dwarf.callframe import FDE, CFARule, RegisterRule
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.formats.dwarf_cfi import TRACKED_REGS, CfiRow, function_cfi, read_cfi
+from harness.program import TRACKED_REGS, CfiRow
+from harness.formats.dwarf_cfi import function_cfi, read_cfi
 from harness.formats.elf import function_symbols, open_elf, text_base
 from harness.errors import ElfError
 from harness.registers import DWARF_D0, LR, SP

@@ -24,7 +24,7 @@ import pytest
 
 import harness
 from harness.formats import ehabi, chrome_v2
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.cli import main
 from harness.formats.elf import open_elf
 from harness.verify.emulator import EmulationFault, Emulator

@@ -9,7 +9,8 @@ import pytest
 from harness.formats import ehabi
 from harness.elf_program import program_from_elf
 from harness.errors import EncodeError, InputError, TableOverflow, UnwindFailure
-from harness.formats.arm_exidx import (ExidxEntry, ExidxError, decode_instructions, encode_exidx, parse_exidx, read_exidx, require_exidx_sections)
+from harness.formats.arm_exidx import (ExidxEntry, ExidxError, decode_instructions, encode_exidx, parse_exidx, parse_sections,
+                                       read_exidx, require_exidx_sections)
 from harness.registers import LR
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder, exidx_unwinder_for
@@ -174,7 +175,7 @@ RUNS = [
 @pytest.mark.parametrize("name, run, body", RUNS, ids=[n for n, _, _ in RUNS])
 def test_encode_then_parse_gives_the_same_ops(name, run, body):
     sections = encode_exidx([(0x100, run), (0x180, None)], EXIDX_AT, EXTAB_AT, 0x200)
-    entries = sections.entries()
+    entries = parse_sections(sections)
     assert [(e.start, e.kind) for e in entries] == [
         (0x100, "compact"), (0x180, "cantunwind"), (0x200, "cantunwind")]
     assert entries[0].ops == decode_instructions(run, "test", 0)
@@ -231,7 +232,7 @@ def test_committed_elf_tables_encode_back(path):
     entries = read_exidx(str(path))
     assert entries[-1].kind == "cantunwind"
     body = [(e.start, e.instructions) for e in entries[:-1]]
-    again = encode_exidx(body, EXIDX_AT, EXIDX_AT + 8 * len(entries), entries[-1].start).entries()
+    again = parse_sections(encode_exidx(body, EXIDX_AT, EXIDX_AT + 8 * len(entries), entries[-1].start))
     assert [(e.start, e.kind, e.ops) for e in again] == [(e.start, e.kind, e.ops) for e in entries]
 
 
@@ -239,7 +240,7 @@ def test_compiled_program_carries_its_elf_tables():
     path = str(CORPUS / "fixtures" / "calls-clang-nofp.elf")
     program = program_from_elf(path, "entry")
     assert program.exidx == require_exidx_sections(path)
-    assert program.exidx.entries() == read_exidx(path)
+    assert parse_sections(program.exidx) == read_exidx(path)
     from_path, from_program = exidx_unwinder(path), exidx_unwinder_for(program.exidx)
     assert (from_path.entries, from_path.end) == (from_program.entries, from_program.end)
     # The linker's closing CANTUNWIND sits at the very end of .text, so no

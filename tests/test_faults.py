@@ -10,10 +10,11 @@ import pytest
 
 from generators.assembler import assemble
 from harness import runner
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.cli import main
 from harness.registers import LR, SP
-from harness.program import FunctionInfo, Program
+from harness.classify import FunctionInfo
+from harness.program import Program
 from harness.unwind import build_unwinders
 from harness.verify.stops import verify_program
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from generators.corpus import NON_LEAF_FAMILIES, default_corpus, generate_program, program_plans
 from generators.layout import PAGE, TEXT_BASE, body_instructions
 from harness.formats import ehabi
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.formats.arm_exidx import parse_sections
+from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR
 from harness.unwind import build_unwinders
 from harness.unwind.exidx import exidx_unwinder_for
@@ -80,7 +81,7 @@ def test_exidx_holds_each_functions_body_state():
     closing CANTUNWIND; the sections lie beside the code, not in it."""
     for program in default_corpus(0, 3):
         sections = program.exidx
-        entries = sections.entries()
+        entries = parse_sections(sections)
         functions = program.functions
         assert [e.start for e in entries] == [f.start for f in functions] + [functions[-1].end]
         assert sections.end == functions[-1].end and entries[-1].kind == "cantunwind"

@@ -5,7 +5,8 @@ returns."""
 from generators.assembler import assemble
 from harness.verify.emulator import SENTINEL, STACK_TOP
 from harness.thumb.encoding import call_length
-from harness.program import FunctionInfo, Program
+from harness.classify import FunctionInfo
+from harness.program import Program
 from harness.verify.stops import verify_program
 
 BASE = 0x100000

@@ -3,7 +3,7 @@
 import json
 
 from harness.cli import main
-from harness.program import POSITIONS, TRAITS
+from harness.classify import POSITIONS, TRAITS
 
 
 def run(tmp_path, *extra):

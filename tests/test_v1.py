@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.elf_program import program_from_elf
 from harness.errors import CorruptTable, UnwindFailure
 from harness.registers import LR, SP

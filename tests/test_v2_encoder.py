@@ -3,7 +3,7 @@
 import pytest
 
 from harness.formats import ehabi
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.errors import EncodeError
 from harness.registers import DWARF_D0
 from harness.formats.chrome_v2.encoder import (FINISH_ONLY, REFUSE_RUN, InexpressibleState, cover_text, function_unwind, state_instructions)

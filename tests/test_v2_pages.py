@@ -44,7 +44,7 @@ def test_page_in_which_no_function_starts(layout):
 
 def test_function_offsets_beyond_16_bits(layout):
     # A row 0x30000 bytes in: its half-word offset 0x18000 needs a 3-byte ULEB128.
-    from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+    from harness.program import CfiRow, FunctionCfi
 
     rows = (CfiRow(0), CfiRow(2, 13, 8), CfiRow(0x30000, 13, 24))
     _, reader = read_back([FunctionCfi("big", 0, 0x30100, rows)], 0, layout)

@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.formats import ehabi
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.formats.chrome_v2 import LAYOUTS, V2Reader, encode
 
 PAGE = 1 << 17

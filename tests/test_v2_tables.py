@@ -3,7 +3,7 @@
 import pytest
 
 from harness.formats import uleb128
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.errors import TableOverflow
 from harness.formats.chrome_v2 import V2Reader, encode
 from harness.formats.chrome_v2.tables import pack_sharing_suffixes

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.errors import UnwindFailure
 from harness.unwind.frame import Stack, make_frame
 from harness.formats.chrome_v2 import V2Reader, encode

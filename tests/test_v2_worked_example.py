@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from harness.formats import ehabi
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.unwind.frame import Frame, Stack
 from harness.formats.chrome_v2 import LAYOUTS, V2Reader, encode
 from harness.unwind.v2 import V2Unwinder

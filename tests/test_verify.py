@@ -8,7 +8,7 @@ import pytest
 
 from generators.corpus import generate_program
 from harness.formats import ehabi, chrome_v2
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.unwind import COMPARATORS, UNWINDER_NAMES, build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.formats.chrome_v2.encoder import AddressUnwind, cover_text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.formats import ehabi, chrome_v2
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.registers import SP
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from harness.formats import ehabi
+from harness.program import ExidxSections
 from harness.formats.elf import PARSE_ERRORS, ElfImage, executable_ranges, open_elf
 from harness.errors import EhabiError, ElfError, EncodeError, InputError, TableOverflow, TruncatedSequence
 
@@ -52,21 +53,6 @@ class ExidxEntry:
     instructions: bytes | None
     kind: str  # "compact" | "cantunwind" | "generic"
     ops: tuple[ehabi.Op, ...] = ()
-
-
-@dataclass(frozen=True)
-class ExidxSections:
-    """`.ARM.exidx` and `.ARM.extab` as bytes at their addresses; `end` is where
-    the last entry's function ends (the end of the code the table covers)."""
-
-    exidx: bytes
-    exidx_address: int
-    extab: bytes
-    extab_address: int
-    end: int
-
-    def entries(self) -> tuple[ExidxEntry, ...]:
-        return parse_exidx(self.exidx, self.exidx_address, self.extab, self.extab_address)
 
 
 def prel31(word: int, address: int) -> int:
@@ -112,6 +98,11 @@ def _compact(word: int, extab: bytes, offset: int, where: str) -> bytes:
             out += _word(extab, offset + 4 + 4 * i, EXTAB).to_bytes(4, "big")
         return bytes(out)
     raise ExidxError(where, offset, f"personality index {index} is not allowed here")
+
+
+def parse_sections(sections: ExidxSections) -> tuple[ExidxEntry, ...]:
+    """The entries of a program's `.ARM.exidx` / `.ARM.extab` (harness.program)."""
+    return parse_exidx(sections.exidx, sections.exidx_address, sections.extab, sections.extab_address)
 
 
 def parse_exidx(exidx: bytes, exidx_address: int, extab: bytes = b"",
@@ -174,7 +165,7 @@ def read_exidx_sections(image_or_path: ElfImage | str) -> ExidxSections | None:
     extab = _section(image, EXTAB) or (b"", 0)
     sections = ExidxSections(exidx[0], exidx[1], extab[0], extab[1], ADDRESS_SPACE_END)
     try:
-        entries = sections.entries()
+        entries = parse_sections(sections)
     except ExidxError as e:
         raise ExidxError(e.section, e.offset, e.message, image.path) from None
     if not entries:
@@ -195,7 +186,7 @@ def require_exidx_sections(image_or_path: ElfImage | str) -> ExidxSections:
 
 def read_exidx(image_or_path: ElfImage | str) -> tuple[ExidxEntry, ...]:
     """Entries of an ELF's `.ARM.exidx`; ElfError if it has none."""
-    return require_exidx_sections(image_or_path).entries()
+    return parse_sections(require_exidx_sections(image_or_path))
 
 
 # ----------------------------------------------------------------- writing

@@ -34,7 +34,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.errors import CorruptTable, EncodeError, TableOverflow
 from harness.registers import LR, SP
 from harness.formats.chrome_v2.encoder import starts_epilogue

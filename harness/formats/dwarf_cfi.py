@@ -12,71 +12,14 @@ these when the reader sees s(2n) and s(2n+1) saved side by side.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from elftools.dwarf.callframe import FDE, CFARule, RegisterRule
 
 from harness.formats.elf import PARSE_ERRORS, ElfImage, executable_ranges, function_symbols
 from harness.errors import ElfError
+from harness.program import TRACKED_REGS, CfiRow, FunctionCfi
 from harness.registers import DWARF_D0, LR, SP, reg_name
-
-TRACKED_REGS = frozenset((4, 5, 6, 7, 8, 9, 10, 11, LR)) | frozenset(
-    DWARF_D0 + n for n in range(8, 16)
-)
-
-
-@dataclass(frozen=True)
-class CfiRow:
-    """Unwind state from `address` (inclusive) to the next row.
-
-    `saved` is sorted by register: (register, offset from the CFA).
-    `problem` is set when the state cannot be expressed (a DWARF expression,
-    a register saved in another register...): such a row cannot be unwound.
-    """
-
-    address: int
-    cfa_reg: int = SP
-    cfa_offset: int = 0
-    saved: tuple[tuple[int, int], ...] = ()
-    problem: str | None = None
-
-    def describe(self) -> str:
-        if self.problem:
-            return f"{self.address:#x}: unusable ({self.problem})"
-        saves = ", ".join(f"{reg_name(r)}@cfa{o:+d}" for r, o in self.saved)
-        cfa = f"cfa={reg_name(self.cfa_reg)}{self.cfa_offset:+d}"
-        return f"{self.address:#x}: {cfa}" + (f" {saves}" if saves else "")
-
-
-@dataclass(frozen=True)
-class FunctionCfi:
-    """One function (one FDE): [start, end), its rows in address order.
-
-    The first row is at `start`. `problems` lists, with addresses, every piece
-    of CFI the reader could not express or chose to ignore.
-    """
-
-    name: str
-    start: int
-    end: int
-    rows: tuple[CfiRow, ...]
-    problems: tuple[str, ...] = ()
-
-    def row_at(self, address: int) -> CfiRow:
-        """The row in force at `address` (which must lie in [start, end))."""
-        return self.row_range(address)[0]
-
-    def row_range(self, address: int) -> tuple[CfiRow, int, int]:
-        """The row in force at `address`, and the addresses [low, high) of
-        this function where the same row is in force."""
-        current, low, high = self.rows[0], self.start, self.end
-        for row in self.rows:
-            if row.address > address:
-                high = min(high, row.address)
-                break
-            current, low = row, max(low, row.address)
-        return current, low, high
-
 
 # One line of a decoded FDE table: (pc, CFA rule, {DWARF register: rule}).
 Line = tuple[int, CFARule, Mapping[int, RegisterRule]]

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from harness import __version__
-from harness.program import POSITIONS, TRAITS
+from harness.classify import POSITIONS, TRAITS, in_order
 from harness.report.sizes import FORMATS
-from harness.report.summary import Culprits, ProgramSummary, combine, ordered
+from harness.report.summary import Culprits, ProgramSummary, combine
 
 ALL = "all"
 SCHEMA = 1
@@ -59,7 +59,7 @@ def culprit_table(summary: ProgramSummary, unwinders: Sequence[str]) -> dict[str
     for unwinder in unwinders:
         blame = summary.culprits.get(unwinder, Culprits())
         table[unwinder] = {"innermost": blame.innermost, "deeper": blame.deeper,
-                           "traits": {t: blame.traits[t] for t in ordered(blame.traits, TRAITS) if blame.traits[t]}}
+                           "traits": {t: blame.traits[t] for t in in_order(blame.traits) if blame.traits[t]}}
     return table
 
 

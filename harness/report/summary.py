@@ -148,9 +148,3 @@ def from_json(data: dict) -> ProgramSummary:
                   for u, c in data["culprits"].items()},
         without_cfi=Counter(data["without_cfi"]),
     )
-
-
-def ordered(traits: Iterable[str], known: Sequence[str]) -> list[str]:
-    """Traits in the report's order: the known ones first, then the rest sorted."""
-    seen = set(traits)
-    return [t for t in known if t in seen] + sorted(seen - set(known))

@@ -7,7 +7,7 @@ from typing import NamedTuple
 from capstone import CS_ARCH_ARM, CS_GRP_CALL, CS_GRP_INT, CS_GRP_JUMP, CS_GRP_RET, CS_MODE_THUMB, Cs, CsError
 from capstone import arm as cs_arm
 
-from harness.registers import DWARF_D0, PC
+from harness.registers import DWARF_D0, PC, SP
 
 _CS = Cs(CS_ARCH_ARM, CS_MODE_THUMB)
 _CS.detail = True
@@ -142,3 +142,14 @@ def sweep(code: bytes, address: int) -> list[tuple[int, int, str]]:
 
 
 _LITE = Cs(CS_ARCH_ARM, CS_MODE_THUMB)
+
+
+def moves_sp_by_register(code: bytes, start: int) -> bool:
+    """Does the code at `start` hold `sub sp, sp, rN` (or `sub sp, rN`), a
+    dynamic stack allocation?"""
+    for address, size, mnemonic in sweep(code, start):
+        if mnemonic.split(".")[0] == "sub":
+            insn = decode(code[address - start : address - start + size], address, 1)
+            if insn and insn[0].regs[:1] == (SP,) and insn[0].imm is None and insn[0].regs[-1] not in (SP,):
+                return True
+    return False

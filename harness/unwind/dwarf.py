@@ -6,7 +6,7 @@ from bisect import bisect_right
 from functools import lru_cache
 from typing import Sequence
 
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.errors import UnwindFailure
 from harness.registers import DWARF_D0, LR, PC, SP
 from harness.unwind.frame import Frame, StackReader

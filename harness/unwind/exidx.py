@@ -12,7 +12,8 @@ from typing import Sequence
 from harness.formats import ehabi
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.formats.elf import ElfImage
-from harness.formats.arm_exidx import ExidxEntry, ExidxSections, require_exidx_sections
+from harness.formats.arm_exidx import ExidxEntry, parse_sections, require_exidx_sections
+from harness.program import ExidxSections
 from harness.errors import UnwindFailure
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import EVERYWHERE, RuleRange, ranged
@@ -61,7 +62,7 @@ class ExidxUnwinder:
 
 def exidx_unwinder_for(sections: ExidxSections, name: str = "exidx") -> ExidxUnwinder:
     """An ExidxUnwinder from `.ARM.exidx` / `.ARM.extab` bytes (a Program's, or an ELF's)."""
-    return ExidxUnwinder(sections.entries(), name, sections.end)
+    return ExidxUnwinder(parse_sections(sections), name, sections.end)
 
 
 def exidx_unwinder(image_or_path: ElfImage | str, name: str = "exidx") -> ExidxUnwinder:

@@ -20,11 +20,11 @@ from harness.registers import DWARF_D0, PC, SP, reg_name
 from harness.unwind.frame import Frame
 from harness.thumb.encoding import call_length, instruction_size, it_block_length, with_it_state
 from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, unpacked
+from harness.classify import Classifier, Where
 from harness.program import Program
 from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
 DEFAULT_BUDGET = 20_000_000  # instructions per program before it counts as runaway
-NO_INFO_TRAITS = frozenset({"no_info"})  # stops outside every known function
 VFP_NONE = (None,) * 8
 D_TAIL = (None,) * 16
 
@@ -67,9 +67,6 @@ class FailureCause(NamedTuple):
     register: str | None
     detail: str
     culprit_traits: frozenset[str]
-
-
-Where = tuple[str, frozenset, str]  # (function, traits, position) of a stop's pc
 
 
 class FailureLog:
@@ -304,34 +301,12 @@ class MemoizedWalk:
         return outcome
 
 
-class _Classifier:
-    """pc -> (function, traits, position), cached per pc."""
-
-    def __init__(self, program: Program):
-        self.program = program
-        self.cache: dict[int, tuple[str, frozenset[str], str]] = {}
-
-    def __call__(self, pc: int) -> tuple[str, frozenset[str], str]:
-        found = self.cache.get(pc)
-        if found is None:
-            found = self.cache[pc] = self.span(pc)[0]
-        return found
-
-    def span(self, pc: int) -> tuple[tuple[str, frozenset[str], str], int, int]:
-        """pc's (function, traits, position), and the pcs [low, high) that share it."""
-        function = self.program.function_at(pc)
-        if function is None:
-            return (f"{pc:#x}", NO_INFO_TRAITS, "body"), pc, pc + 1
-        position, low, high = function.position_span(pc)
-        return (function.name, function.traits, position), low, high
-
-
 class _Verification:
     """One program's verification, whichever hook drives it: the verdicts of
     walks in Python, and the causes of the kernel's failing answers."""
 
     def __init__(self, program: Program, unwinders: Sequence[Unwinder], memoize: bool, result: ProgramResult):
-        self.classify = _Classifier(program)
+        self.classify = Classifier(program.function_at)
         self.names = [u.name for u in unwinders]
         self.walks = [MemoizedWalk(u) if memoize else partial(unwind_and_compare, u) for u in unwinders]
         self.counts = result.counts

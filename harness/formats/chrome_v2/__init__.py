@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from harness.formats.dwarf_cfi import FunctionCfi
+from harness.program import FunctionCfi
 from harness.formats.chrome_v2.encoder import (EPILOGUE_POLICIES, EpiloguePolicy, FunctionUnwind, cover_text, function_unwind)
 from harness.formats.chrome_v2.layout import LAYOUTS, Layout, header_fields, serialize
 from harness.formats.chrome_v2.reader import V2Reader

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterable, Literal
 
 from harness.formats import ehabi
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.errors import EncodeError
 from harness.registers import DWARF_D0, PC, SP
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from harness.formats.dwarf_cfi import CfiRow, FunctionCfi
+from harness.program import CfiRow, FunctionCfi
 from harness.thumb.epilogue import AdjustFramePointer, Release, Restore, RestoreVfp, Step, find_epilogues
 from harness.registers import DWARF_D0, PC, SP
 

@@ -1,0 +1,117 @@
+"""Categories of a stop (ARCHITECTURE.md, "Categories"): the position of a
+pc in its function and the traits of that function.
+
+The rules live here; the facts they are applied to come from whatever made
+the program: a generator knows its plans (generators/layout.py), a compiled
+ELF is read from its CFI and code (harness.elf_program).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, NamedTuple
+
+POSITIONS = ("prologue", "body", "epilogue")
+TRAITS = (
+    "leaf",
+    "alloca",
+    "large_frame",
+    "huge_frame",
+    "frame_pointer",
+    "no_frame_pointer",
+    "vfp",
+    "page_crossing",
+    "multi_epilogue",
+)
+NO_INFO = "no_info"  # the trait of stops outside every known function
+LARGE_FRAME, HUGE_FRAME = 1024, 256 * 1024  # bytes of stack adjustment
+PAGE = 1 << 17  # the 128 KiB pages of v2's page table
+
+
+@dataclass(frozen=True)
+class FunctionInfo:
+    """Layout of one function: [start, end), prologue [start, prologue_end),
+    epilogues as [start, end) ranges; everything else is body."""
+
+    name: str
+    start: int
+    end: int
+    prologue_end: int
+    epilogues: tuple[tuple[int, int], ...]
+    traits: frozenset[str]
+
+    def position(self, pc: int) -> str:
+        return self.position_span(pc)[0]
+
+    def position_span(self, pc: int) -> tuple[str, int, int]:
+        """pc's position, and the pcs [low, high) of the function around it
+        that share it."""
+        if pc < self.prologue_end:
+            return "prologue", self.start, self.prologue_end
+        low, high = self.prologue_end, self.end
+        for start, end in self.epilogues:
+            if start <= pc < end:
+                return "epilogue", start, end
+            if end <= pc:
+                low = max(low, end)
+            else:
+                high = min(high, start)
+        return "body", low, high
+
+
+class FrameFacts(NamedTuple):
+    """What is known of a function's frame, from which its traits follow."""
+
+    frame_pointer: bool  # the CFA is defined through a frame pointer somewhere
+    leaf: bool  # saves no lr and makes no call
+    alloca: bool  # sp moves by a register amount
+    frame_bytes: int  # the largest stack adjustment
+    vfp: bool  # saves some of d8-d15
+    epilogues: int
+
+
+def traits_of(facts: FrameFacts, start: int, end: int, text_base: int) -> frozenset[str]:
+    """The traits of a function [start, end) of a text at text_base."""
+    traits = {"frame_pointer" if facts.frame_pointer else "no_frame_pointer"}
+    flags = {
+        "leaf": facts.leaf,
+        "alloca": facts.alloca,
+        "large_frame": facts.frame_bytes > LARGE_FRAME,
+        "huge_frame": facts.frame_bytes > HUGE_FRAME,
+        "vfp": facts.vfp,
+        "page_crossing": (start - text_base) // PAGE != (end - 1 - text_base) // PAGE,
+        "multi_epilogue": facts.epilogues > 1,
+    }
+    return frozenset(traits | {trait for trait, holds in flags.items() if holds})
+
+
+def in_order(traits: Iterable[str]) -> list[str]:
+    """Traits in the reports' order: the known ones first, then the rest sorted."""
+    seen = set(traits)
+    return [t for t in TRAITS if t in seen] + sorted(seen - set(TRAITS))
+
+
+Where = tuple[str, frozenset, str]  # (function, traits, position) of a stop's pc
+
+
+class Classifier:
+    """pc -> where it is (function, traits, position), given which function
+    holds a pc (Program.function_at); cached per pc."""
+
+    def __init__(self, function_at: Callable[[int], FunctionInfo | None]):
+        self.function_at = function_at
+        self._cache: dict[int, Where] = {}
+
+    def __call__(self, pc: int) -> Where:
+        found = self._cache.get(pc)
+        if found is None:
+            found = self._cache[pc] = self.span(pc)[0]
+        return found
+
+    def span(self, pc: int) -> tuple[Where, int, int]:
+        """pc's (function, traits, position), and the pcs [low, high) that share it."""
+        function = self.function_at(pc)
+        if function is None:
+            return (f"{pc:#x}", frozenset({NO_INFO}), "body"), pc, pc + 1
+        position, low, high = function.position_span(pc)
+        return (function.name, function.traits, position), low, high
