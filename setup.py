@@ -1,10 +1,21 @@
-"""Only the compiled verification kernel; everything else is in pyproject.toml."""
+"""Only the compiled verification kernel; everything else is in pyproject.toml.
+
+The kernel's view of the Python/C boundary, csrc/abi.h, is written here from
+harness/verify/abi.py (run by path: the package is not installed yet)."""
+
+import runpy
+from pathlib import Path
 
 from setuptools import Extension, setup
+
+CSRC = Path(__file__).resolve().parent / "harness" / "verify" / "csrc"
+header = runpy.run_path(str(CSRC.parent / "abi.py"))["header"]()
+if not (CSRC / "abi.h").exists() or (CSRC / "abi.h").read_text() != header:
+    (CSRC / "abi.h").write_text(header)
 
 setup(ext_modules=[Extension(
     "harness.verify._kernel",
     ["harness/verify/csrc/module.c", "harness/verify/csrc/rules.c", "harness/verify/csrc/trace.c"],
-    depends=["harness/verify/csrc/kernel.h"],
+    depends=["harness/verify/csrc/kernel.h", "harness/verify/csrc/abi.h"],
     extra_compile_args=["-O2"],
 )])

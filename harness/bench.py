@@ -20,7 +20,6 @@ from __future__ import annotations
 import gc
 import random
 import resource
-import struct
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -34,14 +33,15 @@ from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
 from harness.verify.emulator import Emulator
 from harness.unwind.v2_epilogue import EpilogueFirst
-from harness.errors import BadRead, UnwindFailure
 from harness.program import Program
 from harness.runner import ELF_CORPUS
 from harness.report.summary import summarize
 from harness.unwind import build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.v2 import DirectMappedCache, NoCache, V2Unwinder
-from harness.verify.stops import DEFAULT_BUDGET, ObservedStop, verify_program, without_scratch
+from harness.unwind.frame import Stack
+from harness.unwind.walk import walk
+from harness.verify.stops import DEFAULT_BUDGET, ObservedStop, verify_program
 
 # Chrome is built by clang with optimization for size or speed: its functions
 # are drawn from these builds.
@@ -130,55 +130,26 @@ def overhead(programs: Sequence[Program]) -> dict:
 # ------------------------------------------------------------ 2. step cost
 
 
-class SnapshotStack:
+def snapshot(low: int, high: int, lines: dict[int, bytes]) -> Stack:
     """The stack lines some walks read, copied out of the emulator: a stop
-    replayed later reads exactly what it read live (the reader interface of
-    harness.frame.Stack, bounded by the live stack)."""
-
-    def __init__(self, low: int, high: int, lines: dict[int, bytes]):
-        self.low, self.high = low, high
-        self.start = min(lines, default=low)
-        end = max(lines, default=low) + 16
-        data = bytearray(end - self.start)
-        for address, line in lines.items():
-            data[address - self.start : address - self.start + len(line)] = line
-        self.data = bytes(data)
-
-    def contains(self, address: int) -> bool:
-        return self.low <= address <= self.high
-
-    def read_u32(self, address: int) -> int:
-        if address < self.low or address + 4 > self.high:
-            raise BadRead(address, 4, self.low, self.high)
-        return _U32(self.data, address - self.start)[0]
-
-    def read_u64(self, address: int) -> int:
-        if address < self.low or address + 8 > self.high:
-            raise BadRead(address, 8, self.low, self.high)
-        return _U64(self.data, address - self.start)[0]
-
-
-_U32 = struct.Struct("<I").unpack_from
-_U64 = struct.Struct("<Q").unpack_from
+    replayed later reads exactly what it read live."""
+    start = min(lines, default=low)
+    data = bytearray(max(lines, default=low) + 16 - start)
+    for address, line in lines.items():
+        data[address - start : address - start + len(line)] = line
+    return Stack(low, bytes(data), high, start)
 
 
 @dataclass(frozen=True)
 class RecordedStop:
     frame: object
-    stack: SnapshotStack
+    stack: Stack
     expected: tuple
 
 
 def walk_all(unwinder, stop: RecordedStop) -> int:
     """Frames stepped walking the whole stack (up to the first failure)."""
-    frame, steps = stop.frame, 0
-    for index in range(len(stop.expected)):
-        steps += 1
-        try:
-            frame = without_scratch(unwinder.step(frame, stop.stack, index == 0))
-        except UnwindFailure:
-            break
-    return steps
+    return sum(1 for _ in walk(unwinder, stop.frame, stop.stack, len(stop.expected)))
 
 
 def step_unwinders(program: Program) -> dict:
@@ -214,7 +185,7 @@ def record(program: Program, unwinders: dict, wanted: int) -> list[RecordedStop]
         finally:
             _, touched = live.stop_recording()
         lines = {a: live.line(a) for a in touched if a < live.high}  # line() zero-fills outside
-        recorded.append(RecordedStop(stop.frame, SnapshotStack(live.low, live.high, lines), stop.expected))
+        recorded.append(RecordedStop(stop.frame, snapshot(live.low, live.high, lines), stop.expected))
 
     verify_program(program, [], observe=keep, every=every)
     return recorded

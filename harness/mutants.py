@@ -29,7 +29,8 @@ from harness.formats.chrome_v2.encoder import AddressUnwind, FunctionUnwind
 from harness.formats.chrome_v2.layout import serialize
 from harness.formats.chrome_v2.tables import build_tables
 from harness.unwind.v2 import V2Unwinder
-from harness.verify.stops import ObservedStop, verify_program, without_scratch
+from harness.unwind.walk import walk
+from harness.verify.stops import ObservedStop, verify_program
 
 OPERATORS = ("vsp_add", "insert_vsp_add", "drop_register", "add_register", "remove_op", "set_vsp",
              "vfp_count", "refuse", "flip_bit")
@@ -148,16 +149,8 @@ def _projection(frame: Frame) -> tuple:
 def oracle_walk(unwinder, stop: ObservedStop) -> list:
     """The frames a fresh walk yields at a stop (depth of the shadow stack),
     then the failure kind if one ended it."""
-    frames, frame = [], stop.frame
-    for index in range(len(stop.expected)):
-        try:
-            caller = unwinder.step(frame, stop.stack, index == 0)
-        except UnwindFailure as failure:
-            frames.append(failure.kind)
-            break
-        frames.append(_projection(caller))
-        frame = without_scratch(caller)
-    return frames
+    return [got.kind if isinstance(got, UnwindFailure) else _projection(got)
+            for got in walk(unwinder, stop.frame, stop.stack, len(stop.expected))]
 
 
 def verdicts(result) -> dict[int, tuple]:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.bench import SnapshotStack
+from harness.bench import snapshot
 from harness.cli import main
 from harness.errors import BadRead
 from harness.unwind.v2 import DirectMappedCache
@@ -53,9 +53,10 @@ def test_direct_mapped_cache_keeps_one_pc_per_slot():
 
 
 def test_snapshot_stack_reads_what_was_copied_and_keeps_bounds():
-    stack = SnapshotStack(0x1004, 0x1100, {0x1000: bytes(range(16)), 0x1010: bytes(range(16, 32))})
+    stack = snapshot(0x1004, 0x1100, {0x1000: bytes(range(16)), 0x1010: bytes(range(16, 32))})
     assert stack.read_u32(0x1004) == int.from_bytes(bytes([4, 5, 6, 7]), "little")
     assert stack.read_u64(0x100C) == int.from_bytes(bytes(range(12, 20)), "little")
     with pytest.raises(BadRead):
         stack.read_u32(0x1000)  # below the live stack, though the line was copied
     assert stack.contains(0x1100) and not stack.contains(0x1101)
+    assert stack.read_u32(0x10F0) == 0  # a line no walk read: held as zeros

@@ -5,24 +5,29 @@ from __future__ import annotations
 
 import random
 from functools import lru_cache
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from generators.corpus import generate_program
-from harness.verify import kernel, stops as verify
+from harness.verify import abi, kernel
 from harness.elf_program import program_from_elf
 from harness.verify.emulator import SENTINEL, Emulator
 from harness.thumb.encoding import may_start_epilogue
 from harness.errors import UnwindFailure
 from harness.registers import SP
 from harness.unwind.frame import Frame, Stack
+from harness.unwind.walk import walk
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.unwind.rule import Rule
 from harness.runner import ELF_CORPUS, elf_builds
 from harness.unwind import UNWINDER_NAMES, build_unwinders
-from harness.verify.stops import (DEFAULT_BUDGET, failure_of, kernel_outcome, unwind_and_compare, verify_program, without_scratch)
+from harness.verify.failures import FailureLog, difference, failure_of
+from harness.verify.kernel import pack_rule
+from harness.verify.stops import DEFAULT_BUDGET, Verification, verify_program
+from harness.verify.walks import first_difference
 
 BASE = 0x7000_0000  # where the test stack's bytes start
 SIZE = 0x400
@@ -30,6 +35,19 @@ SIZE = 0x400
 
 def test_the_kernel_is_built():
     assert kernel.AVAILABLE, "harness.verify._kernel is missing: reinstall with `pip install -e .`"
+
+
+def test_the_kernel_was_built_from_the_declared_boundary():
+    """csrc/abi.h, which the kernel includes, is what harness/verify/abi.py
+    declares: setup.py writes it at build time."""
+    built = (Path(abi.__file__).parent / "csrc" / "abi.h").read_text()
+    assert built == abi.header(), "harness/verify/abi.py changed since the build: reinstall with `pip install -e .`"
+
+
+def test_answers_come_back_as_named_records():
+    assert abi.answer((2, abi.MISMATCH_ANSWER, 13, 5, 6, 0x100)) == abi.Mismatch(2, 1, 13, 5, 6, 0x100)
+    assert abi.answer((0, abi.FAILS_ANSWER, 7, 0x100)).rule_id == 7
+    assert abi.answer((1, abi.GUARD_FAILS_ANSWER, 3, 0x10, 0x20, 0x30, 0x100)).low == 0x30
 
 
 def same_results(program, every: int = 1):
@@ -65,7 +83,7 @@ def test_the_first_failures_of_each_unwinder_are_those_of_the_whole_log():
     slow = verify_program(program, build_unwinders(program), compiled=False)
     for count in (1, 3):
         first = fast.failure_log.first(count)
-        assert first == verify.FailureLog(entries=list(fast.failure_log)).first(count)
+        assert first == FailureLog(entries=list(fast.failure_log)).first(count)
         # The Python hook words a mismatch in its cause, the kernel when read: compare them spelled out.
         assert [failure_of(*e) for e in first] == [failure_of(*e) for e in slow.failure_log.first(count)]
         assert len({entry[3].unwinder for entry in first}) >= 3 and len(first) < len(fast.failure_log)
@@ -74,13 +92,13 @@ def test_the_first_failures_of_each_unwinder_are_those_of_the_whole_log():
 def test_the_kernel_answers_most_walks_itself(monkeypatch):
     """Deferring is for odd states only: most answers come from the kernel."""
     deferred = []
-    real = verify._Verification.walk
+    real = Verification.walk
 
     def spying(self, number, pc, indices, *rest):
         deferred.extend(indices)
         return real(self, number, pc, indices, *rest)
 
-    monkeypatch.setattr(verify._Verification, "walk", spying)
+    monkeypatch.setattr(Verification, "walk", spying)
     program = generate_program(0, 1)
     unwinders = build_unwinders(program)
     result = verify_program(program, unwinders, compiled=True)
@@ -155,7 +173,7 @@ def test_a_tracer_is_set_up_once_and_runs_once():
     with pytest.raises(ValueError, match="shard_index below shard_count"):
         tracer(shard_index=1)
     with pytest.raises(ValueError, match="register ids"):
-        tracer(engine=engine[:8] + (engine[8][:5],))
+        tracer(engine=engine._replace(registers=engine.registers[:5]))
     with pytest.raises(TypeError, match="Verifier or None"):
         tracer(verifier=object())
     once = tracer()
@@ -174,7 +192,14 @@ def unwinders_of(index: int):
     return program, build_unwinders(program)
 
 
-def only_answer(found: tuple):
+def outcome(stop_kernel, answer):
+    """A failing answer worded as the verifier words a failing walk."""
+    if isinstance(answer, abi.Mismatch):
+        return (answer.frame, *difference(answer.register, answer.got, answer.want))
+    return stop_kernel.outcome(answer)
+
+
+def only_answer(found: list):
     """The answer of a one-unwinder kernel: None if its walk matched."""
     if not found:
         return None
@@ -184,15 +209,7 @@ def only_answer(found: tuple):
 
 
 def python_walk(unwinder, frame: Frame, stack: Stack, depth: int) -> list[Frame]:
-    frames = []
-    for number in range(depth):
-        try:
-            caller = unwinder.step(frame, stack, number == 0)
-        except UnwindFailure:
-            break
-        frames.append(caller)
-        frame = without_scratch(caller)
-    return frames
+    return [got for got in walk(unwinder, frame, stack, depth) if isinstance(got, Frame)]
 
 
 def shadow_of(frame: Frame, with_vfp: bool) -> ShadowFrame:
@@ -284,8 +301,8 @@ def kernel_agrees_with_step(state) -> None:
     answer = only_answer(stop_kernel.check(regs, regs[15], cpsr, vfp, sp, outermost_first, 0))
     if answer is kernel.DEFER:
         return
-    want = unwind_and_compare(unwinder, frame, stack, expected)
-    got = None if answer is None else kernel_outcome(stop_kernel, 0, answer)
+    want = first_difference(unwinder, frame, stack, expected)
+    got = None if answer is None else outcome(stop_kernel, answer)
     assert got == want
 
 
@@ -304,9 +321,10 @@ def test_the_kernel_agrees_with_step_where_an_epilogue_moves_its_base(state):
 def test_rules_pack_to_what_the_kernel_reads():
     rule = Rule(base=7, offset=-4, loads=((4, 0), (15, 4)), vfp_loads=((8, 8),), end=16, bounds=(0, 12),
                 pc_from_lr=False, aligned=True)
-    words = [int.from_bytes(rule.packed[i : i + 4], "little", signed=True) for i in range(0, len(rule.packed), 4)]
+    packed_rule = pack_rule(rule)
+    words = [int.from_bytes(packed_rule[i : i + 4], "little", signed=True) for i in range(0, len(packed_rule), 4)]
     assert words == [1 | 4, 7, -1, -4, 16, 0, 12, 2, 1, 4, 0, 15, 4, 8, 8]
-    assert Rule(index=3).packed[8:12] == (3).to_bytes(4, "little")
+    assert pack_rule(Rule(index=3))[8:12] == (3).to_bytes(4, "little")
 
 
 def test_a_failing_rule_is_reported_with_its_reason():
@@ -319,7 +337,7 @@ def test_a_failing_rule_is_reported_with_its_reason():
     expected = [ShadowFrame(lr_outside, BASE + 0x100, (0,) * 8, None), ShadowFrame(0x20, BASE + 0x200, (0,) * 8, None)]
     answer = only_answer(stop_kernel.check(regs, regs[15], 0, None, regs[13],
                                            b"".join(packed(f) for f in reversed(expected)), 0))
-    assert kernel_outcome(stop_kernel, 0, answer) == (1, "no_info", None, f"v1 has no row for pc {lr_outside - 1:#x}")
+    assert stop_kernel.outcome(answer) == (1, "no_info", None, f"v1 has no row for pc {lr_outside - 1:#x}")
 
 
 # ------------------------------------------------------------- rule ranges

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from harness.verify.stops import Failure, ProgramResult, failure_of
+from harness.verify.failures import Failure, ProgramResult, failure_of
 
 SAMPLES_PER_UNWINDER = 10
 CountKey = tuple[str, frozenset, str, "str | None"]  # (unwinder, traits, position, failure kind)

@@ -1,13 +1,15 @@
 """One unwinder step at one pc, written down as data, for the compiled
-verification kernel (harness/verify/csrc/rules.c).
+verification kernel (harness/verify/csrc/rules.c; harness.verify.kernel
+packs rules by harness/verify/abi.py).
 
 Each unwinder's `step` stays the definition. Its `rule_at(pc, innermost)`
 gives a RuleRange: the rule for a frame at pc, and the pcs around it that
-share it. A rule describes the step as fixed offsets from one base register: what the
-step does for every register and stack state, *except* where the rule's
-guards fail, and there the kernel defers to `step`. `None` means "always
-defer" (an EHABI run only `execute` can follow, an epilogue that moves r7,
-or sets sp from a register after its first instruction). tests/test_kernel.py holds the kernel to `step` on random
+share it. A rule describes the step as fixed offsets from one base
+register: what the step does for every register and stack state, *except*
+where the rule's guards fail, and there the kernel defers to `step`.
+`None` means "always defer" (an EHABI run only the interpreter can follow,
+an epilogue that moves r7, or sets sp from a register after its first
+instruction). tests/test_kernel.py holds the kernel to `step` on random
 frames and stacks for the rules of real programs.
 
 The kernel applies a rule as follows (`base` is r[base] + offset, or with
@@ -22,25 +24,17 @@ an `index` register, (r[base] + r[index]) mod 2**32 + offset):
    pointer, not code); an `outside_it` rule defers inside an IT block;
 3. each load reads the stack at base + offset (a read outside it defers);
 4. pc = (lr if `pc_from_lr` else the loaded pc) & ~1, sp = base + end;
-5. the caller must pass harness.walk.check_caller, or the kernel defers.
+5. the caller must pass harness.unwind.walk.check_caller, or the kernel defers.
 """
 
 from __future__ import annotations
 
-import struct
 from bisect import bisect_right
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Callable, NamedTuple, TypeVar
 
 from harness.errors import UnwindFailure
 from harness.registers import SP
-
-# Flag bits shared with harness/verify/csrc/rules.c.
-BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS = (
-    1 << i for i in range(8))
-_HEADER = struct.Struct("<9i")  # flags, base, index (-1: none), offset, end, lowest, highest, loads, vfp loads
-_PAIR = struct.Struct("<2i")
 
 
 @dataclass(frozen=True)
@@ -61,18 +55,6 @@ class Rule:
     # Where a guard fails, the step fails (instead of deferring) with
     # guard_failure(base, frame sp, stack low, stack high) -> (kind, reason).
     guard_failure: Callable[[int, int, int, int], tuple[str, str]] | None = None
-
-    @cached_property
-    def packed(self) -> bytes:
-        flags = sum(bit for bit, on in (
-            (BOUNDS, self.bounds is not None), (PC_FROM_LR, self.pc_from_lr),
-            (ALIGNED, self.aligned), (ABOVE_SP, self.above_sp),
-            (LEAF_UNLESS_RECORD, self.leaf_unless_record), (OUTSIDE_IT, self.outside_it),
-            (FAILS, self.failure is not None), (GUARD_FAILS, self.guard_failure is not None)) if on)
-        lowest, highest = self.bounds or (0, 0)
-        header = _HEADER.pack(flags, self.base, -1 if self.index is None else self.index, self.offset, self.end,
-                              lowest, highest, len(self.loads), len(self.vfp_loads))
-        return header + b"".join(_PAIR.pack(*pair) for pair in self.loads + self.vfp_loads)
 
 
 def failing(kind: str, reason: str) -> Rule:

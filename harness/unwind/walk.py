@@ -1,16 +1,15 @@
-"""Walking a stack by repeating one unwinder step, with the loop guards every
-strategy shares (Chrome's unwinder applies the same ones)."""
+"""Walking a stack by repeating one unwinder step: the unwinder protocol,
+the registers each strategy claims to restore, the loop guards every
+strategy shares (Chrome's unwinder applies the same ones), and the walk."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Iterator, Protocol
 
 from harness.errors import UnwindFailure
 from harness.registers import CALLEE_SAVED, reg_name
 from harness.unwind.frame import Frame, StackReader
-
-DEFAULT_FRAME_LIMIT = 256
 
 
 @dataclass(frozen=True)
@@ -55,21 +54,31 @@ def check_caller(callee: Frame, caller: Frame, innermost: bool) -> None:
     )
 
 
-def walk(unwinder: Unwinder, frame: Frame, stack: StackReader, done: Callable[[Frame], bool],
-         limit: int = DEFAULT_FRAME_LIMIT) -> list[Frame]:
-    """Frames from `frame` outwards until `done(frame)` holds (that frame included).
+def restores_of(unwinder: Unwinder) -> Restores:
+    return getattr(unwinder, "restores", ALL_CALLEE_SAVED)
 
-    Raises UnwindFailure with `frames` (the frames recovered so far) attached.
-    """
-    frames = [frame]
-    while not done(frames[-1]):
-        if len(frames) > limit:
-            failure = UnwindFailure("limit", f"more than {limit} frames")
-            failure.frames = frames
-            raise failure
+
+def without_scratch(frame: Frame) -> Frame:
+    """r0-r3 and r12 are caller-saved: in a caller frame they hold nothing the
+    caller relies on. They are cleared before a walk goes on, so that no
+    unwinder can lean on leftovers of the innermost function."""
+    r = frame.r
+    return Frame(r=(0, 0, 0, 0) + r[4:12] + (0,) + r[13:], d=frame.d)
+
+
+def walk(unwinder: Unwinder, frame: Frame, stack: StackReader, frames: int,
+         innermost: bool = True) -> Iterator[Frame | UnwindFailure]:
+    """The callers of `frame`, outwards, at most `frames` of them, each as
+    its step gave it; a step that fails ends the walk with its failure.
+    Scratch registers are cleared between steps (`without_scratch`), and
+    only the first step is at the innermost frame (when `innermost`). The
+    one walk every caller makes: verification, bench, mutants and tests.
+    (The compiled kernel's walk, rules.c's verifier_walk, is its twin.)"""
+    for index in range(frames):
         try:
-            frames.append(unwinder.step(frames[-1], stack, innermost=len(frames) == 1))
+            caller = unwinder.step(frame, stack, innermost and index == 0)
         except UnwindFailure as failure:
-            failure.frames = frames
-            raise
-    return frames
+            yield failure
+            return
+        yield caller
+        frame = without_scratch(caller)

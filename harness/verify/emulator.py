@@ -25,18 +25,14 @@ from unicorn import arm_const as arm
 from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 
 from harness.errors import BadRead, HarnessError
+from harness.verify import abi
 
 PAGE = 0x1000
 SENTINEL = 0x0000F000  # the entry "returns" here; nothing else is mapped nearby
 STACK_TOP = 0x7F000000
 STACK_SIZE = 16 << 20  # room for several frames over 1 MiB
-CORE_REGS = [arm.UC_ARM_REG_R0 + i for i in range(13)] + [
-    arm.UC_ARM_REG_SP,
-    arm.UC_ARM_REG_LR,
-    arm.UC_ARM_REG_PC,
-]
-STATUS_REGS = CORE_REGS + [arm.UC_ARM_REG_CPSR]
-VFP_CALLEE_SAVED = [arm.UC_ARM_REG_D8 + i for i in range(8)]
+SLOT_IDS = [getattr(arm, f"UC_ARM_REG_{name.upper()}") for name in abi.SLOTS]  # abi.SLOTS as engine ids
+STATUS_REGS = SLOT_IDS[: abi.FIRST_VFP_SLOT]  # r0-r15, cpsr
 
 
 class EmulationFault(HarnessError):
@@ -207,7 +203,7 @@ class Emulator:
         self.instructions = 0
         self.registers = _BatchReader(uc, STATUS_REGS, ctypes.c_uint32)
         """r0-r15 and cpsr (17 values)."""
-        self.registers_and_vfp = _BatchReader(uc, STATUS_REGS + VFP_CALLEE_SAVED, ctypes.c_uint64)
+        self.registers_and_vfp = _BatchReader(uc, SLOT_IDS, ctypes.c_uint64)
         """r0-r15, cpsr and d8-d15 (25 values) in one call: 32-bit registers
         fill the low half of their 64-bit slot, whose high half stays 0."""
 
@@ -222,17 +218,15 @@ class Emulator:
     def read(self, address: int, size: int) -> bytes:
         return bytes(self._uc.mem_read(address, size))
 
-    def engine(self, uses_vfp: bool) -> tuple:
-        """The engine as the compiled tracer (harness/verify/csrc/trace.c) drives it:
-        its handle; the addresses of its batch register read, memory read,
-        start, stop, hook add and hook delete functions; the code hook type;
-        and the registers read at every stop: r0-r15, cpsr, and d8-d15 when
+    def engine(self, uses_vfp: bool) -> abi.Engine:
+        """The engine as the compiled tracer (harness/verify/csrc/trace.c)
+        drives it; its registers: the slots up to cpsr, and d8-d15 when
         `uses_vfp`."""
         functions = (uclib.uc_reg_read_batch, uclib.uc_mem_read, uclib.uc_emu_start, uclib.uc_emu_stop,
                      uclib.uc_hook_add, uclib.uc_hook_del)
         addresses = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in functions)
-        registers = STATUS_REGS + VFP_CALLEE_SAVED if uses_vfp else STATUS_REGS
-        return (self._uc._uch.value, *addresses, UC_HOOK_CODE, tuple(registers))
+        return abi.Engine(self._uc._uch.value, *addresses, UC_HOOK_CODE,
+                          tuple(SLOT_IDS if uses_vfp else STATUS_REGS))
 
     def call(self, entry: int, on_stop: Callable[[int], None] | None, budget: int,
              args: tuple[int, ...] = ()) -> int:

@@ -11,10 +11,10 @@ execution alone (ARCHITECTURE.md, "Ground truth").
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from harness.thumb.encoding import it_advance
+from harness.verify import abi
 
 
 @dataclass(frozen=True)
@@ -65,12 +65,11 @@ class SkippedStops:
         self._pending, self._end = pending, address
 
 
-_PACKED = struct.Struct("<11I8Q")
+_PACKED = abi.EXPECTED.struct
 
 
 def packed(frame: ShadowFrame) -> bytes:
-    """pc, sp, r4-r11, whether d8-d15 are known, d8-d15: the layout of
-    `Expected` in harness/verify/csrc/kernel.h."""
+    """pc, sp, r4-r11, whether d8-d15 are known, d8-d15: abi.EXPECTED."""
     vfp = frame.vfp
     return _PACKED.pack(frame.pc, frame.sp, *frame.callee_saved, vfp is not None, *(vfp or (0,) * 8))
 

@@ -1,23 +1,26 @@
 """The compiled verification kernel (harness/verify/csrc), seen from Python.
 
 The Tracer is the per-instruction hook of a verified run: it follows the
-shadow stack (as harness.groundtruth defines it) and, at every stop, lets
-the Verifier walk every unwinder by its rules (harness.rule) over the
-emulator's stack memory and compare each caller frame with the shadow
-stack. The Verifier counts the walks that match every frame (per stop
-class, read back with `passes`) and answers for the others: a failing rule
-(frame, 0, rule id), a mismatch (frame, MISMATCH, register, value,
-expected), or DEFER: the verifier then runs the unwinder's own Python step
-for that stop, so the kernel only ever repeats what `step` would say, faster.
+shadow stack (as harness.verify.groundtruth defines it) and, at every stop,
+lets the Verifier walk every unwinder by its rules (harness.unwind.rule)
+over the emulator's stack memory and compare each caller frame with the
+shadow stack. The Verifier counts the walks that match every frame (per
+stop class, read back with `passes`) and answers for the others with a
+record of harness.verify.abi (a failing rule, a mismatch, a guard failure)
+or DEFER: the verifier then runs the unwinder's own Python step for that
+stop, so the kernel only ever repeats what `step` would say, faster.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Sequence
 
 from harness.registers import CALLEE_SAVED
 from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule
-from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
+from harness.unwind.walk import Unwinder, restores_of
+from harness.verify import abi
+from harness.verify.failures import Outcome
 
 try:
     from harness.verify._kernel import Tracer, Verifier
@@ -26,11 +29,24 @@ except ImportError:  # not built: the verifier runs in Python alone
 
 AVAILABLE = Verifier is not None
 DEFER = False  # the kernel's answer where the unwinder's own step must run
-MISMATCH, GUARD_FAILS = 1, 2  # kinds of failing answers (0: a failing rule)
+
+
+@lru_cache(maxsize=1 << 16)  # rules repeat by value across ranges and programs
+def pack_rule(rule: Rule) -> bytes:
+    """A rule as rules.c reads it: abi.RULE_HEADER, then its loads."""
+    flags = sum(bit for bit, on in (
+        (abi.BOUNDS, rule.bounds is not None), (abi.PC_FROM_LR, rule.pc_from_lr),
+        (abi.ALIGNED, rule.aligned), (abi.ABOVE_SP, rule.above_sp),
+        (abi.LEAF_UNLESS_RECORD, rule.leaf_unless_record), (abi.OUTSIDE_IT, rule.outside_it),
+        (abi.FAILS, rule.failure is not None), (abi.GUARD_FAILS, rule.guard_failure is not None)) if on)
+    lowest, highest = rule.bounds or (0, 0)
+    header = abi.RULE_HEADER.struct.pack(flags, rule.base, -1 if rule.index is None else rule.index, rule.offset,
+                                         rule.end, lowest, highest, len(rule.loads), len(rule.vfp_loads))
+    return header + b"".join(abi.LOAD.struct.pack(*pair) for pair in rule.loads + rule.vfp_loads)
 
 
 def _restores(unwinder: Unwinder) -> tuple[int, bool]:
-    restores: Restores = getattr(unwinder, "restores", ALL_CALLEE_SAVED)
+    restores = restores_of(unwinder)
     assert set(restores.core) <= set(CALLEE_SAVED)
     return sum(1 << reg for reg in restores.core), restores.vfp
 
@@ -45,12 +61,16 @@ class StopKernel:
         self._rule_at = [getattr(u, "rule_at", None) for u in self.unwinders]
         self.verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide)
         """What the Tracer walks with at every stop."""
-        self.check = self.verifier.check
-        """check(regs, pc, cpsr, vfp or None, low, packed shadow stack, stop class)
-        -> ((unwinder index, answer), ...) for the walks that did not match
-        (one stop, walked from Python)"""
         self.passes = self.verifier.passes
         """passes() -> [(stop class, unwinder index, walks that matched)]"""
+
+    def check(self, regs, pc: int, cpsr: int, vfp, low: int, shadow: bytes,
+              stop_class: int) -> list[tuple[int, abi.Answer | bool]]:
+        """(unwinder index, answer record or DEFER) for the walks at one stop
+        (walked from Python) that did not match; `shadow` holds the packed
+        shadow frames, outermost first."""
+        found = self.verifier.check(regs, pc, cpsr, vfp, low, shadow, stop_class)
+        return [(index, DEFER if answer is DEFER else abi.answer(answer)) for index, answer in found]
 
     def _provide(self, index: int, pc: int, innermost: int) -> tuple[int, bytes | None, int, int]:
         rule_at = self._rule_at[index]
@@ -60,15 +80,14 @@ class StopKernel:
         if rule is None:
             return -1, None, low, high
         self.rules.append(rule)
-        return len(self.rules) - 1, rule.packed, low, high
+        return len(self.rules) - 1, pack_rule(rule), low, high
 
-    def guard_failure(self, rule_id: int, base: int, sp: int, low: int) -> tuple[str, None, str]:
-        """(kind, no register, reason) where the guards of a rule with a
-        `guard_failure` failed, for a frame at sp and a stack from low."""
-        kind, reason = self.rules[rule_id].guard_failure(base, sp, low, self.high)
-        return kind, None, reason
-
-    def failure(self, rule_id: int) -> tuple[str, None, str]:
-        """(kind, no register, reason) of the failure rule the kernel met."""
-        kind, reason = self.rules[rule_id].failure
-        return kind, None, reason
+    def outcome(self, answer: abi.FailingRule | abi.GuardFailure) -> Outcome:
+        """(frame, kind, no register, reason) of a failing rule, or of a rule
+        whose guards failed with a `guard_failure`, as `step` words it."""
+        rule = self.rules[answer.rule_id]
+        if isinstance(answer, abi.GuardFailure):
+            kind, reason = rule.guard_failure(answer.base, answer.sp, answer.low, self.high)
+        else:
+            kind, reason = rule.failure
+        return answer.frame, kind, None, reason

@@ -1,14 +1,14 @@
 /* The compiled verification kernel (the Python module harness._kernel),
  * shared declarations.
  *
- * rules.c  walks every unwinder's rules (harness/rule.py) over the stack and
+ * rules.c  walks every unwinder's rules (harness/unwind/rule.py) over the stack and
  *          compares each caller frame with the shadow stack (Verifier).
  * trace.c  the per-instruction hook: the shadow stack, the stops an IT block
  *          skips, and a Verifier walk at every stop, calling into Python only
  *          where the rules do not answer (Tracer).
  * module.c the batch register reader (Registers) and the module itself.
  *
- * Python's definitions stay the reference: harness.groundtruth for the
+ * Python's definitions stay the reference: harness.verify.groundtruth for the
  * shadow stack, each unwinder's `step` for its walk. Registers are int64 so
  * that sums past 32 bits compare exactly as Python ints do.
  */
@@ -19,10 +19,9 @@
 #include <Python.h>
 #include <stdint.h>
 
-enum { SP = 13, LR = 14, PC = 15 };
+#include "abi.h"  /* generated from harness/verify/abi.py: structs, flags, slots, answer kinds */
 
-/* One shadow frame, as harness.groundtruth.packed lays it out. */
-typedef struct { uint32_t pc, sp, r[8], vfp_known; uint64_t d[8]; } __attribute__((packed)) Expected;
+enum { SP = 13, LR = 14, PC = 15 };
 
 /* The registers of the frame being unwound. */
 typedef struct {
@@ -31,8 +30,7 @@ typedef struct {
     unsigned d_known;   /* bit i: d(8+i) is known */
 } KFrame;
 
-/* What one unwinder's walk at one stop came to (harness.kernel words it). */
-enum { ANSWER_FAILS = 0, ANSWER_MISMATCH = 1, ANSWER_GUARD_FAILS = 2, ANSWER_PASS = 3, ANSWER_DEFER = 4 };
+/* What one unwinder's walk at one stop came to (kinds: ANSWER_*). */
 typedef struct {
     int kind;
     int reg;               /* MISMATCH: 15 pc, 13 sp, 4-11, 264-271 for d8-d15 */
@@ -62,9 +60,8 @@ Py_ssize_t verifier_unwinders(const Verifier *v);
 int verifier_walk(Verifier *v, Py_ssize_t unwinder, const KFrame *innermost, int64_t low, uint32_t cpsr,
                   const Expected *expected, Py_ssize_t frames, Answer *out);
 int verifier_count_pass(Verifier *v, Py_ssize_t stop_class, Py_ssize_t unwinder);
-/* A failing answer as harness.kernel reads it: (frame, 0, rule id, pc),
- * (frame, 1, register, got, expected, pc) or (frame, 2, rule id, base, sp,
- * stack low, pc); False for DEFER. */
+/* A failing answer as a tuple in the field order of its record in
+ * harness/verify/abi.py (FailingRule, Mismatch, GuardFailure); False for DEFER. */
 PyObject *answer_object(const Answer *answer);
 
 extern PyTypeObject TracerType;

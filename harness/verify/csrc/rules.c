@@ -7,12 +7,7 @@
 
 #include <string.h>
 
-enum { BOUNDS = 1, PC_FROM_LR = 2, ALIGNED = 4, ABOVE_SP = 8,
-       LEAF_UNLESS_RECORD = 16, OUTSIDE_IT = 32, FAILS = 64, GUARD_FAILS = 128 };
 enum { STEP_OK, STEP_DEFER, STEP_FAILS, STEP_GUARD_FAILS };
-
-typedef struct { int32_t flags, base, index, offset, end, lowest, highest, loads, vfp_loads; } RuleHeader;
-typedef struct { int32_t reg, offset; } Load;
 
 typedef struct {
     const uint8_t *memory;  /* the stack mapping, from guest address `base` */
@@ -35,9 +30,10 @@ static inline int read64(const KStack *s, int64_t a, uint64_t *out) {
     return 1;
 }
 
+/* harness.thumb.encoding.it_state */
 static inline int it_state(uint32_t cpsr) { return ((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3); }
 
-/* harness.walk.check_caller, deferring where it would raise. */
+/* harness.unwind.walk.check_caller, deferring where it would raise. */
 static inline int caller_ok(int64_t callee_sp, int64_t callee_pc, const KFrame *caller, int innermost) {
     if (caller->r[SP] & 3) return 0;
     if (caller->r[SP] > callee_sp) return 1;

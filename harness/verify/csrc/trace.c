@@ -1,7 +1,7 @@
 /* Tracer: the per-instruction hook of a verified run, in C.
  *
- * Before every instruction it does what harness.verify's Python hook does:
- * follow the shadow stack (harness.groundtruth: ShadowStack and
+ * Before every instruction it does what harness.verify.stops' Python hook does:
+ * follow the shadow stack (harness.verify.groundtruth: ShadowStack and
  * SkippedStops, the definitions this mirrors), and at every verified stop let
  * the Verifier walk each unwinder. It calls into Python only where C cannot
  * answer: to classify a pc met for the first time, for a rule not made yet
@@ -25,7 +25,7 @@ typedef int (*HookAdd)(void *engine, size_t *hook, int type, void *callback, voi
                        uint64_t begin, uint64_t end, ...);
 typedef int (*HookDel)(void *engine, size_t hook);
 
-enum { MAX_REGISTERS = 25, CPSR = 16, FIRST_VFP = 17, IT_BLOCK = 4, SIGNAL_EVERY = 1 << 16 };
+enum { IT_BLOCK = 4, SIGNAL_EVERY = 1 << 16 };
 
 typedef struct {
     void *handle;
@@ -58,7 +58,7 @@ typedef struct {
 } Interned;
 
 /* What a failing answer says apart from the stop: answers alike share a
- * cause (harness.verify.FailureCause), which Python describes once. */
+ * cause (harness.verify.failures.FailureCause), which Python describes once. */
 typedef struct {
     int64_t unwinder, kind, frame;
     int64_t detail;   /* MISMATCH: the register; else the rule id */
@@ -173,7 +173,7 @@ static int64_t intern(Interned *t, const void *key, int *added) {
 
 /* ------------------------------------------------------------ pcs */
 
-/* The decoded instruction at pc: harness.groundtruth's call_length and
+/* The decoded instruction at pc: harness.thumb.encoding's call_length and
  * it_block_length (memory the engine cannot read counts as zeros). */
 static PcInfo *decoded(Tracer *t, uint32_t pc) {
     if (2 * (t->table_used + 1) > t->table_size) {
@@ -238,7 +238,7 @@ static int classified(Tracer *t, uint32_t pc, Py_ssize_t *stop_class, int32_t *w
     return 0;
 }
 
-/* harness.groundtruth.instruction_size */
+/* harness.thumb.encoding.instruction_size */
 static int instruction_size(uint16_t first) {
     unsigned top = first >> 11;
     return top == 0x1D || top == 0x1E || top == 0x1F ? 4 : 2;
@@ -296,7 +296,7 @@ static int passed_over(Tracer *t, uint32_t pc, SkippedStop *skipped) {
     return count;
 }
 
-/* SkippedStops.entered */
+/* SkippedStops.entered (harness.thumb.encoding.it_advance for each instruction) */
 static int entered(Tracer *t, uint32_t pc, uint16_t it_instruction, int block) {
     uint8_t state = it_instruction & 0xFF;
     uint32_t address = pc + 2;
@@ -312,7 +312,7 @@ static int entered(Tracer *t, uint32_t pc, uint16_t it_instruction, int block) {
     return 0;
 }
 
-/* harness.groundtruth.with_it_state */
+/* harness.thumb.encoding.with_it_state */
 static uint32_t with_it_state(uint32_t cpsr, uint8_t state) {
     return (cpsr & ~0x0600FC00u) | ((uint32_t)(state & 0x3) << 25) | ((uint32_t)(state >> 2) << 10);
 }
@@ -531,9 +531,8 @@ static int address_of(PyObject *engine, Py_ssize_t index, void **out) {
 }
 
 /* Tracer(engine, verifier, sentinel, uses_vfp, every, shard_index,
- * shard_count, classify, slow, observe_all): engine is (handle,
- * reg_read_batch, mem_read, emu_start, emu_stop, hook_add, hook_del as
- * addresses, the code hook type, register ids: r0-r15, cpsr[, d8-d15]). */
+ * shard_count, classify, slow, observe_all): engine is harness/verify/abi.py's
+ * Engine (its items by the ENGINE_* indices). */
 static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     static char *names[] = {"engine", "verifier", "sentinel", "uses_vfp", "every", "shard_index", "shard_count",
                             "classify", "slow", "observe_all", NULL};
@@ -560,19 +559,22 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "every and shard_count must be positive, shard_index below shard_count");
         return -1;
     }
-    if (PyTuple_GET_SIZE(engine) != 9) {
-        PyErr_SetString(PyExc_ValueError, "engine must hold 9 items");
+    if (PyTuple_GET_SIZE(engine) != ENGINE_FIELDS) {
+        PyErr_Format(PyExc_ValueError, "engine must hold %d items", ENGINE_FIELDS);
         return -1;
     }
     Engine e;
     memset(&e, 0, sizeof e);
-    if (address_of(engine, 0, &e.handle) || address_of(engine, 1, (void **)&e.reg_read_batch) ||
-        address_of(engine, 2, (void **)&e.mem_read) || address_of(engine, 3, (void **)&e.emu_start) ||
-        address_of(engine, 4, (void **)&e.emu_stop) || address_of(engine, 5, (void **)&e.hook_add) ||
-        address_of(engine, 6, (void **)&e.hook_del))
+    if (address_of(engine, ENGINE_HANDLE, &e.handle) ||
+        address_of(engine, ENGINE_REG_READ_BATCH, (void **)&e.reg_read_batch) ||
+        address_of(engine, ENGINE_MEM_READ, (void **)&e.mem_read) ||
+        address_of(engine, ENGINE_EMU_START, (void **)&e.emu_start) ||
+        address_of(engine, ENGINE_EMU_STOP, (void **)&e.emu_stop) ||
+        address_of(engine, ENGINE_HOOK_ADD, (void **)&e.hook_add) ||
+        address_of(engine, ENGINE_HOOK_DEL, (void **)&e.hook_del))
         return -1;
-    e.hook_code = (int)PyLong_AsLong(PyTuple_GET_ITEM(engine, 7));
-    PyObject *ids = PySequence_Fast(PyTuple_GET_ITEM(engine, 8), "register ids must be a sequence");
+    e.hook_code = (int)PyLong_AsLong(PyTuple_GET_ITEM(engine, ENGINE_HOOK_CODE));
+    PyObject *ids = PySequence_Fast(PyTuple_GET_ITEM(engine, ENGINE_REGISTERS), "register ids must be a sequence");
     if (!ids) return -1;
     e.count = (int)PySequence_Fast_GET_SIZE(ids);
     if (e.count != (uses_vfp ? MAX_REGISTERS : FIRST_VFP)) {
@@ -675,7 +677,7 @@ static PyObject *log_entry(const Logged *entry, PyObject *wheres, PyObject *caus
 }
 
 /* failure_log(wheres, causes, others, limit) -> the failure log
- * (harness.verify.FailureLog): this tracer's failing answers, their where
+ * (harness.verify.failures.FailureLog): this tracer's failing answers, their where
  * and cause ids looked up in `wheres` and `causes`, merged in (stop,
  * unwinder) order with `others`, [(stop, unwinder, entry)] in that order;
  * with a limit, only the first `limit` of each unwinder. */

@@ -1,0 +1,170 @@
+"""The boundary between Python and the compiled kernel (harness/verify/csrc),
+declared once.
+
+Python packs and reads with the structs, flags and records below; the C
+side includes `csrc/abi.h`, which setup.py writes from this module at build
+time (`header()`), so the two cannot drift apart: tests/test_kernel.py
+checks that the header the kernel was built with is this module's.
+
+This module imports nothing but the standard library: setup.py runs it
+before the package is installed.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+# ------------------------------------------------------------ structs
+
+
+class Field(NamedTuple):
+    name: str
+    ctype: str  # int32_t, uint32_t or uint64_t
+    count: int = 1
+
+
+_CODES = {"int32_t": "i", "uint32_t": "I", "uint64_t": "Q"}
+
+
+class Layout(NamedTuple):
+    """A packed little-endian struct, read in C by `memcpy` or a cast."""
+
+    name: str
+    fields: tuple[Field, ...]
+
+    @property
+    def struct(self) -> struct.Struct:
+        return struct.Struct("<" + "".join(f"{f.count}{_CODES[f.ctype]}" for f in self.fields))
+
+    def c(self) -> str:
+        """The C typedef, fields of one type grouped as declared."""
+        groups: list[tuple[str, list[str]]] = []
+        for field in self.fields:
+            name = field.name if field.count == 1 else f"{field.name}[{field.count}]"
+            if groups and groups[-1][0] == field.ctype:
+                groups[-1][1].append(name)
+            else:
+                groups.append((field.ctype, [name]))
+        members = " ".join(f"{ctype} {', '.join(names)};" for ctype, names in groups)
+        return f"typedef struct {{ {members} }} __attribute__((packed)) {self.name};"
+
+
+# A rule (harness.unwind.rule.Rule): this header, then `loads` core and
+# `vfp_loads` VFP Loads. `index` is -1 for none.
+RULE_HEADER = Layout("RuleHeader", tuple(Field(name, "int32_t") for name in (
+    "flags", "base", "index", "offset", "end", "lowest", "highest", "loads", "vfp_loads")))
+LOAD = Layout("Load", (Field("reg", "int32_t"), Field("offset", "int32_t")))
+# One shadow frame (harness.verify.groundtruth.ShadowFrame): r = r4-r11, d = d8-d15.
+EXPECTED = Layout("Expected", (Field("pc", "uint32_t"), Field("sp", "uint32_t"), Field("r", "uint32_t", 8),
+                               Field("vfp_known", "uint32_t"), Field("d", "uint64_t", 8)))
+
+# Rule flags: bit i is FLAGS[i] (their meaning: harness.unwind.rule).
+FLAGS = ("BOUNDS", "PC_FROM_LR", "ALIGNED", "ABOVE_SP", "LEAF_UNLESS_RECORD", "OUTSIDE_IT", "FAILS", "GUARD_FAILS")
+BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS = (
+    1 << bit for bit in range(len(FLAGS)))
+
+# ------------------------------------------------------------ registers
+
+# What the tracer reads at every stop, in this order: r0-r15, cpsr, and
+# d8-d15 when the program uses VFP (harness.verify.emulator maps the names
+# to the engine's register ids).
+SLOTS = tuple(f"r{n}" for n in range(16)) + ("cpsr",) + tuple(f"d{n}" for n in range(8, 16))
+CPSR_SLOT, FIRST_VFP_SLOT = SLOTS.index("cpsr"), SLOTS.index("d8")
+
+# ------------------------------------------------------------ the engine
+
+
+class Engine(NamedTuple):
+    """The emulator as the tracer drives it: its handle and the addresses of
+    its functions (Unicorn's C API), the code hook type, and the register
+    ids of SLOTS (without the d registers when the program uses no VFP)."""
+
+    handle: int
+    reg_read_batch: int
+    mem_read: int
+    emu_start: int
+    emu_stop: int
+    hook_add: int
+    hook_del: int
+    hook_code: int
+    registers: tuple[int, ...]
+
+
+# ------------------------------------------------------------ answers
+
+# What one unwinder's walk at one stop came to. PASS and DEFER never reach
+# Python as records: passes are counted in C, DEFER is `False`.
+ANSWERS = ("FAILS", "MISMATCH", "GUARD_FAILS", "PASS", "DEFER")
+FAILS_ANSWER, MISMATCH_ANSWER, GUARD_FAILS_ANSWER = range(3)
+
+
+class FailingRule(NamedTuple):
+    """The rule at frame `frame` is a failure rule (its id: `rule_id`)."""
+
+    frame: int
+    kind: int
+    rule_id: int
+    pc: int  # of the frame being unwound
+
+
+class Mismatch(NamedTuple):
+    """The caller of frame `frame` has `got` in `register` (15 pc, 13 sp,
+    4-11, or 264-271 for d8-d15) where the shadow stack has `want`."""
+
+    frame: int
+    kind: int
+    register: int
+    got: int
+    want: int
+    pc: int
+
+
+class GuardFailure(NamedTuple):
+    """The guards of rule `rule_id` failed for a frame at sp, its base at
+    `base`, over a stack from `low`."""
+
+    frame: int
+    kind: int
+    rule_id: int
+    base: int
+    sp: int
+    low: int
+    pc: int
+
+
+RECORDS = {FAILS_ANSWER: FailingRule, MISMATCH_ANSWER: Mismatch, GUARD_FAILS_ANSWER: GuardFailure}
+Answer = FailingRule | Mismatch | GuardFailure
+
+
+def answer(values: tuple) -> Answer:
+    """The record of a failing answer as the kernel returns it (a tuple in
+    the record's field order)."""
+    return RECORDS[values[1]]._make(values)
+
+
+# ------------------------------------------------------------ the header
+
+
+def _enum(names: tuple[str, ...], values) -> str:
+    return "enum { " + ", ".join(f"{name} = {value}" for name, value in zip(names, values)) + " };"
+
+
+def header() -> str:
+    """csrc/abi.h: everything above, for the C side."""
+    lines = [
+        "/* Generated from harness/verify/abi.py by setup.py: do not edit. */",
+        "#ifndef HARNESS_ABI_H", "#define HARNESS_ABI_H", "#include <stdint.h>", "",
+        _enum(FLAGS, (1 << bit for bit in range(len(FLAGS)))),
+        RULE_HEADER.c(), LOAD.c(), EXPECTED.c(), "",
+        _enum(("CPSR", "FIRST_VFP", "MAX_REGISTERS"), (CPSR_SLOT, FIRST_VFP_SLOT, len(SLOTS))),
+        _enum(tuple(f"ENGINE_{name.upper()}" for name in Engine._fields) + ("ENGINE_FIELDS",),
+              range(len(Engine._fields) + 1)),
+        _enum(tuple(f"ANSWER_{name}" for name in ANSWERS), range(len(ANSWERS))), "",
+        "#endif", "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(header(), end="")

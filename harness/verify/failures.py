@@ -1,0 +1,131 @@
+"""Failures of a verified run: one record per failing stop, the causes
+alike failures share, the run's log and tally of them, and the wording of a
+mismatch."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
+
+from harness.classify import Where
+from harness.registers import DWARF_D0, PC, SP, reg_name
+
+
+Outcome = tuple[int, str, "str | None", str]  # a failing walk: (frame index, kind, register name or None, detail)
+
+
+class Failure(NamedTuple):
+    """One failing stop of one unwinder (a tuple: a run makes many)."""
+
+    unwinder: str
+    stop: int  # the stop's sequence number in the program's run (verified or not)
+    pc: int
+    function: str  # innermost function at the stop
+    position: str
+    kind: str
+    frame: int  # the frame whose unwind went wrong (0: the innermost)
+    culprit: str  # the function that frame is in
+    register: str | None  # for wrong_register
+    detail: str
+    culprit_traits: frozenset[str] = frozenset()
+
+
+class FailureCause(NamedTuple):
+    """What a failing walk says apart from the stop it failed at: one is
+    shared by every stop where an unwinder fails alike."""
+
+    unwinder: str
+    kind: str
+    frame: int
+    culprit: str
+    register: str | None
+    detail: str
+    culprit_traits: frozenset[str]
+
+
+class FailureLog:
+    """A run's failures in stop order, each (stop, pc, where, cause, values):
+    where and cause shared between stops, values (got, expected) of a
+    mismatch, worded only when needed (the cause's detail is then empty).
+    Built on demand: a run may fail at every stop for several unwinders,
+    while its report reads only the tally and the first few of each."""
+
+    def __init__(self, build: Callable[[int], list] | None = None, entries: list | None = None):
+        self._build = build  # build(at most this many per unwinder, 0: all) -> entries
+        self._entries = entries
+
+    def entries(self) -> list:
+        if self._entries is None:
+            self._entries = self._build(0) if self._build else []
+        return self._entries
+
+    def __iter__(self):
+        return iter(self.entries())
+
+    def __len__(self) -> int:
+        return len(self.entries())
+
+    def first(self, count: int) -> list:
+        """The first `count` failures of each unwinder, in stop order."""
+        if self._entries is None and self._build is not None:
+            return self._build(count)
+        seen: Counter = Counter()
+        kept = []
+        for entry in self.entries():
+            seen[entry[3].unwinder] += 1
+            if seen[entry[3].unwinder] <= count:
+                kept.append(entry)
+        return kept
+
+
+@dataclass
+class ProgramResult:
+    program: str
+    stops: int = 0
+    # (unwinder, traits, position, failure kind or None for a pass) -> stops
+    counts: Counter = field(default_factory=Counter)
+    failure_log: FailureLog = field(default_factory=FailureLog)
+    # (where, cause) -> failing stops: what counts and summaries need.
+    failure_tally: Counter = field(default_factory=Counter)
+    result: int | None = None
+    expected: int | None = None
+    fault: str | None = None
+
+    @property
+    def failures(self) -> list[Failure]:
+        return [failure_of(*entry) for entry in self.failure_log]
+
+    @property
+    def self_check_ok(self) -> bool:
+        return self.fault is None and (self.expected is None or self.result == self.expected)
+
+
+def failure_of(stop: int, pc: int, where: Where, cause: FailureCause, values: tuple[int, int] | None) -> Failure:
+    """The full record of one entry of a failure log."""
+    detail = cause.detail if values is None else worded(cause.kind, cause.register, *values)
+    return Failure(cause.unwinder, stop, pc, where[0], where[2], cause.kind, cause.frame, cause.culprit,
+                   cause.register, detail, cause.culprit_traits)
+
+
+def mismatch_of(register: int) -> tuple[str, str | None]:
+    """(kind, register name) of a wrong `register`: PC, SP, 4-11, or
+    DWARF_D0 + 8-15 for d8-d15."""
+    if register == PC:
+        return "wrong_pc", None
+    if register == SP:
+        return "wrong_sp", None
+    return "wrong_register", reg_name(register)
+
+
+def worded(kind: str, name: str | None, got: int, want: int) -> str:
+    """The detail of a mismatch (kind and register name from `mismatch_of`)."""
+    label = "pc" if kind == "wrong_pc" else "sp" if kind == "wrong_sp" else name
+    return f"{label} {got:#x}, expected {want:#x}"
+
+
+def difference(register: int, got: int, want: int) -> tuple[str, str | None, str]:
+    """(kind, register name, detail) for a caller frame whose `register`
+    holds `got` instead of `want`."""
+    kind, name = mismatch_of(register)
+    return kind, name, worded(kind, name, got, want)

@@ -1,0 +1,139 @@
+"""Walks checked against the shadow stack: the first difference between
+an unwinder's walk and the expected frames, and the same without
+re-walking outer frames whose stack is unchanged (the memo)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from harness.errors import UnwindFailure
+from harness.registers import DWARF_D0, PC, SP
+from harness.unwind.frame import Frame, StackReader
+from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder, restores_of, walk, without_scratch
+from harness.verify.failures import Outcome, difference
+from harness.verify.groundtruth import ShadowFrame
+
+
+def compare(caller: Frame, expected: ShadowFrame,
+            restores: Restores = ALL_CALLEE_SAVED) -> tuple[str, str | None, str] | None:
+    """(kind, register, detail) for the first difference, or None. Registers
+    are compared where the unwinder claims to restore them."""
+    if caller.pc != expected.pc:
+        return difference(PC, caller.pc, expected.pc)
+    if caller.sp != expected.sp:
+        return difference(SP, caller.sp, expected.sp)
+    got = caller.r[4:12]
+    if got != expected.callee_saved:
+        for reg in restores.core:
+            value, want = got[reg - 4], expected.callee_saved[reg - 4]
+            if value != want:
+                return difference(reg, value, want)
+    if expected.vfp is not None and restores.vfp:
+        got = caller.d[8:16]
+        if got != expected.vfp:  # unknown (None) values are not compared
+            for index, (value, want) in enumerate(zip(got, expected.vfp)):
+                if value is not None and value != want:
+                    return difference(DWARF_D0 + 8 + index, value, want)
+    return None
+
+
+
+
+def first_difference(unwinder: Unwinder, frame: Frame, stack: StackReader, expected: Sequence[ShadowFrame],
+                     first: int = 0) -> Outcome | None:
+    """None if the walk from `frame` matches every expected frame, else
+    where and how it first went wrong; `first` numbers the first expected
+    frame (frames after the innermost are no longer innermost)."""
+    restores = restores_of(unwinder)
+    for index, (got, want) in enumerate(zip(walk(unwinder, frame, stack, len(expected), first == 0), expected),
+                                        first):
+        if isinstance(got, UnwindFailure):
+            return index, got.kind, None, got.reason
+        mismatch = compare(got, want, restores)
+        if mismatch is not None:
+            return (index, *mismatch)
+    return None
+
+
+@dataclass(frozen=True)
+class _Proven:
+    """A walk from some caller frame that matched the shadow stack all the way
+    down, and the stack contents it depended on: the region from the first to
+    the last line it read, as it was (one comparison instead of one per line;
+    a change in the lines between, the locals of outer frames, only costs a
+    re-walk, never a wrong answer)."""
+
+    lowest: int  # lowest address it examined
+    start: int
+    region: bytes
+
+    def holds(self, stack) -> bool:
+        """Would the walk read the same bytes, and find its addresses inside the stack?"""
+        return stack.low <= self.lowest and stack.region(self.start, len(self.region)) == self.region
+
+
+@dataclass(frozen=True)
+class _ProvenLines:
+    """The same, for a walk whose lines lie far apart (frames of a megabyte):
+    kept line by line."""
+
+    lowest: int
+    lines: tuple[tuple[int, bytes], ...]
+
+    def holds(self, stack) -> bool:
+        return stack.low <= self.lowest and all(stack.line(a) == data for a, data in self.lines)
+
+
+REGION_LIMIT = 2048  # bytes: a larger region is compared line by line
+
+
+def _proof(stack, lowest: int, touched: set[int]) -> _Proven | _ProvenLines:
+    first, last = min(touched, default=lowest), max(touched, default=lowest)
+    size = last + stack.LINE - first
+    if size <= REGION_LIMIT:
+        return _Proven(lowest, first, stack.region(first, size))
+    return _ProvenLines(lowest, tuple((a, stack.line(a)) for a in sorted(touched)))
+
+
+class MemoizedWalk:
+    """Exactly the result of first_difference, without re-walking the outer
+    frames at every stop.
+
+    The walk from frame 1 on is a pure function of that frame's registers,
+    the stack bytes it reads, whether its addresses are inside the stack, and
+    the shadow frames it is compared with. So a walk that matched is reused
+    when the same caller frame is reached under the same shadow frame, the
+    stack bytes it read are unchanged, and the stack's low bound still
+    admits every address it examined. Walks that fail are never reused.
+    (Not "unwritten since": unicorn 2.1.4 mis-steps IT blocks whose stores
+    trigger a memory-write hook, so the harness installs none.)
+    """
+
+    def __init__(self, unwinder: Unwinder):
+        self.unwinder = unwinder
+        self.restores = restores_of(unwinder)
+        self.proven: dict[tuple[int, Frame], _Proven | _ProvenLines] = {}
+
+    def __call__(self, frame: Frame, stack, expected: Sequence[ShadowFrame]):
+        caller = next(walk(self.unwinder, frame, stack, 1))
+        if isinstance(caller, UnwindFailure):
+            return 0, caller.kind, None, caller.reason
+        mismatch = compare(caller, expected[0], self.restores)
+        if mismatch is not None:
+            return (0, *mismatch)
+        if len(expected) == 1:
+            return None
+        caller = without_scratch(caller)
+        key = (expected[0].serial, caller)
+        proof = self.proven.get(key)
+        if proof is not None and proof.holds(stack):
+            return None
+        stack.start_recording()
+        try:
+            outcome = first_difference(self.unwinder, caller, stack, expected[1:], first=1)
+        finally:
+            lowest, touched = stack.stop_recording()
+        if outcome is None:
+            self.proven[key] = _proof(stack, lowest, touched)
+        return outcome
