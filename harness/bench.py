@@ -34,7 +34,7 @@ from harness.formats.elf import open_elf
 from harness.verify.emulator import Emulator
 from harness.unwind.v2_epilogue import EpilogueFirst
 from harness.program import Program
-from harness.runner import ELF_CORPUS
+from harness.manifest import ELF_CORPUS
 from harness.report.summary import summarize
 from harness.unwind import build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from generators.corpus import generate_program
-from harness.report import data as report
+from harness.report.data import SCHEMA, elf_group, report_data
 from harness.formats import chrome_v2
+from harness.manifest import ELF_CORPUS, elf_builds
 from harness.elf_program import has_epilogue_cfi, program_from_elf
 from harness.formats.elf import open_elf, section_size
 from harness.errors import InputError
@@ -25,7 +26,6 @@ from harness.report.summary import from_json, summarize, to_json
 from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.verify.stops import verify_program
 
-ELF_CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "elf"
 PARTIAL = "partial"  # the key that marks a shard's output
 
 
@@ -70,16 +70,6 @@ class Unit:
     @property
     def kind(self) -> str:
         return "generated" if self.build is None else "elf"
-
-
-def elf_builds(directory: Path = ELF_CORPUS) -> list[dict]:
-    """The builds listed in `directory`/manifest.json, by file name ([] if none)."""
-    try:
-        manifest = json.loads((directory / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return []
-    builds = manifest.get("builds", []) if isinstance(manifest, dict) else manifest
-    return sorted((b for b in builds if isinstance(b, dict) and "file" in b), key=lambda b: b["file"])
 
 
 def units_of(seed: int, programs: int, names: Sequence[str], elf: bool) -> list[Unit]:
@@ -129,26 +119,34 @@ def run_unit(unit: Unit) -> dict:
              "flags": build.get("flags", [])}
     summary = summarize(result, with_cfi={f.name for f in program.functions})
     return {"index": unit.index, "kind": "elf", "summary": to_json(summary),
-            "group": report.elf_group(summary, names, label, not_expressed(encoded)),
+            "group": elf_group(summary, names, label, not_expressed(encoded)),
             "size": size_row(program.name, [program], section_size(open_elf(str(path)), ".debug_frame"))}
 
 
-def run_units(units: Sequence[Unit], jobs: int, done: Callable[[dict], None] = lambda record: None) -> list[dict]:
-    """Records of `units`, in unit order, verified by `jobs` processes."""
-    if jobs <= 1 or len(units) <= 1:
+def in_processes(work: Callable, items: Sequence, jobs: int, done: Callable[[dict], None] = lambda record: None,
+                 first: Callable = lambda item: 0) -> list:
+    """`work(item)` of every item, in item order, by `jobs` processes (in
+    this one for a single job); `done` sees each record as it comes, and
+    the items `first` ranks lowest start first."""
+    if jobs <= 1 or len(items) <= 1:
         records = []
-        for unit in units:
-            records.append(run_unit(unit))
+        for item in items:
+            records.append(work(item))
             done(records[-1])
         return records
-    # Compiled builds are the longest units: start them first.
-    order = sorted(units, key=lambda u: (u.kind != "elf", u.index))
-    records = []
+    records: dict[int, object] = {}
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for future in as_completed([pool.submit(run_unit, unit) for unit in order]):
-            records.append(future.result())
-            done(records[-1])
-    return sorted(records, key=lambda r: r["index"])
+        futures = {pool.submit(work, items[n]): n for n in sorted(range(len(items)), key=lambda n: first(items[n]))}
+        for future in as_completed(futures):
+            records[futures[future]] = future.result()
+            done(records[futures[future]])
+    return [records[n] for n in range(len(items))]
+
+
+def run_units(units: Sequence[Unit], jobs: int, done: Callable[[dict], None] = lambda record: None) -> list[dict]:
+    """Records of `units`, in unit order, verified by `jobs` processes (the
+    compiled builds, the longest units, first)."""
+    return in_processes(run_unit, units, jobs, done, first=lambda unit: (unit.kind != "elf", unit.index))
 
 
 def assemble(records: Sequence[dict], names: Sequence[str], seed: int) -> dict:
@@ -158,7 +156,7 @@ def assemble(records: Sequence[dict], names: Sequence[str], seed: int) -> dict:
     sizes = {"layout": "seed", "rows": [
         add_size_rows(f"generated corpus ({len(generated)} programs)", [r["size"] for r in generated]),
         *(r["size"] for r in compiled), CHROME_REFERENCE]}
-    data = report.report_data([from_json(r["summary"]) for r in generated], names, seed, "generated", sizes)
+    data = report_data([from_json(r["summary"]) for r in generated], names, seed, "generated", sizes)
     if compiled:
         data["elf"] = [r["group"] for r in compiled]
     return data
@@ -169,7 +167,7 @@ def assemble(records: Sequence[dict], names: Sequence[str], seed: int) -> dict:
 
 def partial(command: str, config: dict, shard: Shard, records: list[dict]) -> dict:
     """A shard's output: its unit records and what the whole run was."""
-    return {"schema": report.SCHEMA, "tool": "unwind-harness",
+    return {"schema": SCHEMA, "tool": "unwind-harness",
             PARTIAL: {"command": command, "config": config, "shard": [shard.index, shard.count]},
             "records": records}
 

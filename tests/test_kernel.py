@@ -16,13 +16,12 @@ from harness.verify import abi, kernel
 from harness.elf_program import program_from_elf
 from harness.verify.emulator import SENTINEL, Emulator
 from harness.thumb.encoding import may_start_epilogue
-from harness.errors import UnwindFailure
 from harness.registers import SP
 from harness.unwind.frame import Frame, Stack
 from harness.unwind.walk import walk
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.unwind.rule import Rule
-from harness.runner import ELF_CORPUS, elf_builds
+from harness.manifest import ELF_CORPUS, elf_builds
 from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.verify.failures import FailureLog, difference, failure_of
 from harness.verify.kernel import pack_rule

@@ -1,4 +1,9 @@
-"""Unwinding strategies, built by name for a program (names in ARCHITECTURE.md)."""
+"""Unwinding strategies, built by name for a program (names in ARCHITECTURE.md).
+
+One module per strategy: v2, v2_epilogue, dwarf, v1, exidx, framepointer;
+beside them the frame and stack reader (frame), the unwinder protocol and
+the walk (walk), the kernel's rules (rule) and the EHABI step v2 and exidx
+share (ehabi_run)."""
 
 from __future__ import annotations
 
@@ -87,3 +92,17 @@ RESTORES: dict[str, Restores] = {
 
 def build_unwinders(program: Program, names=UNWINDER_NAMES) -> list[Unwinder]:
     return [BUILDERS[name](program) for name in names]
+
+
+def with_v2_tables(unwinders: list[Unwinder], reader: chrome_v2.V2Reader, text_base: int) -> list[Unwinder]:
+    """`unwinders` with given v2 tables standing in for the ones built from
+    the CFI (in `v2`, and under `v2+epilogue`'s simulation)."""
+    given = V2Unwinder(reader, text_base, "v2")
+    replaced = []
+    for unwinder in unwinders:
+        if unwinder.name == "v2":
+            unwinder = given
+        elif unwinder.name == "v2+epilogue":
+            unwinder = EpilogueFirst(unwinder.simulator, given, unwinder.name)
+        replaced.append(unwinder)
+    return replaced

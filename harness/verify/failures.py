@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 from harness.classify import Where
-from harness.registers import DWARF_D0, PC, SP, reg_name
+from harness.registers import PC, SP, reg_name
 
 
 Outcome = tuple[int, str, "str | None", str]  # a failing walk: (frame index, kind, register name or None, detail)

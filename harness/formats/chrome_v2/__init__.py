@@ -1,4 +1,5 @@
-"""Chrome Unwind Info v2: encoder (CFI rows -> tables -> blob), reader, unwinder.
+"""Chrome Unwind Info v2: encoder (CFI rows -> tables -> blob) and reader
+(the unwinder that runs it is harness.unwind.v2).
 
     encoded = encode(functions, text_base, policy="drop")
     blob = encoded.blob("seed")
@@ -8,8 +9,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Literal, Sequence
 
+from harness.errors import InputError
 from harness.program import FunctionCfi
 from harness.formats.chrome_v2.encoder import (EPILOGUE_POLICIES, EpiloguePolicy, FunctionUnwind, cover_text, function_unwind)
 from harness.formats.chrome_v2.layout import LAYOUTS, Layout, header_fields, serialize
@@ -19,7 +21,7 @@ from harness.formats.chrome_v2.tables import V2Tables, build_tables
 
 __all__ = [
     "EPILOGUE_POLICIES", "LAYOUTS", "Encoded", "EpiloguePolicy", "Layout",
-    "V2Reader", "encode",
+    "V2Reader", "encode", "read_blob",
 ]
 
 
@@ -69,6 +71,20 @@ class Encoded:
     @property
     def problems(self) -> list[tuple[str, str]]:
         return [(f.name, p) for f in self.functions for p in f.problems]
+
+
+def read_blob(blob: bytes, layout: Layout | Literal["auto"] = "auto") -> tuple[V2Reader, Layout]:
+    """A reader of `blob` in `layout`, or in whichever layout reads it
+    ("auto": seed first); InputError naming both attempts otherwise."""
+    if layout != "auto":
+        return V2Reader.from_blob(blob, layout), layout
+    errors = []
+    for candidate in LAYOUTS:
+        try:
+            return V2Reader.from_blob(blob, candidate), candidate
+        except InputError as error:
+            errors.append(f"as {candidate}: {error}")
+    raise InputError(f"not a v2 blob in either layout ({'; '.join(errors)})")
 
 
 def encode(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePolicy = "drop",

@@ -1,0 +1,337 @@
+"""What each command of `unwind-harness` does (harness.cli parses the
+arguments and calls these). Exit codes: EXIT_OK, EXIT_FAILED (a
+verification failure or a regression), and bad input raised as InputError."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from generators.corpus import generate_program
+from harness.elf_program import program_from_elf
+from harness.errors import InputError
+from harness.formats import chrome_v2
+from harness.formats.chrome_v1 import V1Encoded, V1Table, dump_v1, encode_v1
+from harness.formats.chrome_v2.dump import dump
+from harness.formats.dwarf_cfi import read_cfi
+from harness.formats.elf import load_segments, open_elf, text_base
+from harness.manifest import expected_checksum
+from harness.report.baseline import risen_above
+from harness.report.data import dumps, report_data
+from harness.report.files import write_reports
+from harness.report.summary import ProgramSummary, combine, from_json, summarize, to_json
+from harness.report.tables import not_verified
+from harness.report.terminal import print_table
+from harness.runner import (Shard, all_names, assemble, elf_unwinder_names, in_processes, partial, read_partials,
+                            run_units, units_of)
+from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
+from harness.verify.stops import verify_program
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _console():
+    """A rich console: the terminal's width, or 120 columns into a file."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 120)
+
+
+def _check_output(path: str | None) -> None:
+    """Refuse an output file that cannot be written before the work, not after it."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir() or not target.parent.is_dir():
+        reason = "is a directory" if target.is_dir() else f"no directory {target.parent}"
+        raise InputError(f"{path}: cannot write: {reason}")
+
+
+def _code_reader(image):
+    """`code_at(address, size)` over an ELF's loaded segments (for policy `synthesize`)."""
+    segments = load_segments(image)
+
+    def code_at(address: int, size: int) -> bytes:
+        for start, data in segments:
+            if start <= address < start + len(data):
+                return data[address - start : address - start + size]
+        return b""
+
+    return code_at
+
+
+def encode_elf(path: str, policy: str, text_start: int | None) -> chrome_v2.Encoded:
+    image = open_elf(path)
+    base = text_base(image) if text_start is None else text_start
+    code_at = _code_reader(image) if policy == "synthesize" else None
+    return chrome_v2.encode(read_cfi(image), base, policy, code_at=code_at)
+
+
+def size_summary(encoded: chrome_v2.Encoded, layout: str) -> str:
+    sizes = encoded.table_sizes(layout)
+    total = sum(sizes.values())
+    functions = len(encoded.functions)
+    lines = [
+        f"text base: {encoded.text_base:#x}",
+        f"functions: {functions}, CFI rows: {encoded.rows}, "
+        f"rows dropped by epilogue policy '{encoded.policy}': {encoded.dropped_rows}",
+        f"addresses: {encoded.addresses}, distinct instruction runs: {encoded.distinct_runs}",
+        f"table bytes ({layout} layout):",
+    ]
+    lines += [f"  {name:<26}{size:>8}" for name, size in sizes.items()]
+    lines.append(f"  {'total':<26}{total:>8}")
+    lines.append(f"bytes per function: {total / max(functions, 1):.2f}")
+    lines.append(f"bytes per address: {total / max(encoded.addresses, 1):.2f}")
+    problems = encoded.problems
+    lines.append(f"CFI the encoder could not express or ignored: {len(problems)}")
+    lines += [f"  {name}: {problem}" for name, problem in problems]
+    return "\n".join(lines)
+
+
+def v1_summary(encoded: V1Encoded, functions: int, base: int) -> str:
+    size = len(encoded.blob)
+    lines = [
+        f"text base: {base:#x}",
+        f"functions: {functions}, in the table: {len(encoded.functions)}, "
+        f"frameless (no entry needed): {len(encoded.frameless)}, refused: {len(encoded.refused)}",
+        f"rows: {encoded.addresses}, index entries: {encoded.index_entries}",
+        f"table bytes: {size} ({size / max(functions, 1):.2f} per function)",
+    ]
+    lines += [f"  refused {name}: {why}" for name, why in encoded.refused]
+    return "\n".join(lines)
+
+
+def cmd_encode(args) -> int:
+    if args.format == "v1":
+        image = open_elf(args.elf)
+        base = text_base(image) if args.text_start is None else args.text_start
+        functions = read_cfi(image)
+        encoded_v1 = encode_v1(functions, base)
+        Path(args.output).write_bytes(encoded_v1.blob)
+        print(v1_summary(encoded_v1, len(functions), base))
+        print(f"wrote {len(encoded_v1.blob)} bytes to {args.output}")
+        return EXIT_OK
+    encoded = encode_elf(args.elf, args.epilogue, args.text_start)
+    blob = encoded.blob(args.layout)
+    Path(args.output).write_bytes(blob)
+    print(size_summary(encoded, args.layout))
+    print(f"wrote {len(blob)} bytes to {args.output}")
+    return EXIT_OK
+
+
+def _read_blob(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+
+
+def _read_v2_table(path: str, layout: str) -> tuple[chrome_v2.V2Reader, str]:
+    try:
+        return chrome_v2.read_blob(_read_blob(path), layout)
+    except InputError as error:
+        raise InputError(f"{path}: {error}") from None
+
+
+def elf_unwinders(program, names, v2_table: str | None, layout: str) -> list:
+    """The unwinders `names` for an ELF, v2 from the blob `v2_table` if given."""
+    unwinders = build_unwinders(program, names)
+    if v2_table is None:
+        return unwinders
+    return with_v2_tables(unwinders, _read_v2_table(v2_table, layout)[0], program.text_base)
+
+
+def cmd_dump(args) -> int:
+    if args.format == "v1":
+        try:
+            table = V1Table.from_blob(_read_blob(args.file))
+        except InputError as error:
+            raise InputError(f"{args.file}: {error}") from None
+        sys.stdout.write(dump_v1(table, args.text_start))
+        return EXIT_OK
+    reader, _ = _read_v2_table(args.file, args.layout)
+    sys.stdout.write(dump(reader, args.text_start, args.layout))
+    return EXIT_OK
+
+
+def finish_run(data: dict, args, console) -> int:
+    """Print the tables, report self-check failures, and write or check the baseline."""
+    print_table(data, console)
+    status = EXIT_OK
+    for line in not_verified(data):
+        print(f"unwind-harness: not verified: {line}", file=sys.stderr)
+        status = EXIT_FAILED
+    baseline_path = Path(args.reports) / "baseline.json"
+    if args.write_baseline:
+        baseline_path.write_text(dumps(data))
+        console.print(f"wrote {baseline_path}")
+    if args.check_baseline:
+        risen = risen_above(data, baseline_path)
+        for line in risen:
+            print(f"unwind-harness: regression: {line}", file=sys.stderr)
+        if risen:
+            status = EXIT_FAILED
+        else:
+            console.print(f"no failure count rose above {baseline_path}")
+    return status
+
+
+def verify_elf_part(job: tuple) -> dict:
+    """One stop shard of a verify-elf run (a process of `--jobs`)."""
+    elf, entry, expected, text_start, names, v2_table, layout, every, shard = job
+    program = program_from_elf(elf, entry, expected, text_start)
+    unwinders = elf_unwinders(program, names, v2_table, layout)
+    result = verify_program(program, unwinders, every=every, shard=(shard.index, shard.count))
+    return {"index": shard.index, "kind": "stops", "summary": to_json(summarize(result))}
+
+
+def elf_summary(records: list[dict], elf: str) -> ProgramSummary:
+    """One program's summary from the summaries of its stop shards."""
+    return combine([from_json(r["summary"]) for r in records], program=elf)
+
+
+def cmd_verify_elf(args) -> int:
+    console = _console()
+    if args.shard.count > 1 and not args.json:
+        raise InputError("verify-elf --shard needs --json PATH for the shard report")
+    _check_output(args.json)
+    expected = args.expect if args.expect is not None else expected_checksum(args.elf, args.entry)
+    program = program_from_elf(args.elf, args.entry, expected, args.text_start)
+    names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
+    elf_unwinders(program, names, args.v2_table, args.layout)  # bad tables fail here, before any work
+    # Each job emulates the whole program and verifies every jobs-th of this shard's stops.
+    parts = [Shard(k, args.jobs).within(args.shard) for k in range(args.jobs)]
+    jobs = [(args.elf, args.entry, expected, args.text_start, names, args.v2_table, args.layout, args.every, part)
+            for part in parts]
+    started = time.perf_counter()
+    records = in_processes(verify_elf_part, jobs, args.jobs)
+    seconds = time.perf_counter() - started
+    summary = elf_summary(records, args.elf)
+    config = {"elf": args.elf, "entry": args.entry, "unwinders": names, "every": args.every,
+              "units": args.shard.count}
+    if args.shard.count > 1:
+        record = {"index": args.shard.index, "kind": "stops", "summary": to_json(summary)}
+        Path(args.json).write_text(dumps(partial("verify-elf", config, args.shard, [record])))
+        console.print(f"shard {args.shard}: verified {summary.stops} stops; join the shards with merge")
+        return EXIT_OK
+    data = report_data([summary], names, None, args.elf)
+    if args.json:
+        Path(args.json).write_text(dumps(data))
+    print_table(data, console)
+    console.print(f"verified {summary.stops} stops x {len(names)} unwinders in {seconds:.1f} s"
+                  + (f" (every {args.every}th stop)" if args.every > 1 else ""))
+    check = data["programs"][0]["self_check"]
+    if check != "ok":
+        print(f"unwind-harness: {args.elf}: {check}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _progress(console):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=console, transient=True)
+
+
+def cmd_run(args) -> int:
+    console = _console()
+    names = all_names(args.unwinder)
+    units = units_of(args.seed, args.programs, names, not args.no_elf)
+    mine = [u for u in units if args.shard.takes(u.index)]
+    started = time.perf_counter()
+    with _progress(console) as progress:
+        task = progress.add_task("verifying programs", total=len(mine))
+        records = run_units(mine, args.jobs, lambda record: progress.advance(task))
+    seconds = time.perf_counter() - started
+    stops = sum(r["summary"]["stops"] for r in records)
+    console.print(f"verified {stops} stops x {len(names)} unwinders in {seconds:.1f} s "
+                  f"({args.jobs} job{'s' if args.jobs > 1 else ''}): {stops / max(seconds, 1e-9):,.0f} stops/s")
+    config = {"seed": args.seed, "programs": args.programs, "unwinders": names, "elf": not args.no_elf,
+              "units": len(units)}
+    if args.shard.count > 1:
+        path = Path(args.json or Path(args.reports) / f"shard-{args.shard.index}-of-{args.shard.count}.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dumps(partial("run", config, args.shard, records)))
+        console.print(f"shard {args.shard}: {len(records)} of {len(units)} units in {path}; "
+                      "join the shards with merge")
+        return EXIT_OK
+    data = assemble(records, names, args.seed)
+    write_reports(data, Path(args.reports), args.json, "unwind-harness: generated corpus")
+    return finish_run(data, args, console)
+
+
+def cmd_merge(args) -> int:
+    console = _console()
+    command, config, records = read_partials(args.shards)
+    try:
+        if command == "verify-elf":
+            data = report_data([elf_summary(records, config["elf"])], config["unwinders"], None,
+                                      config["elf"])
+        else:
+            data = assemble(records, config["unwinders"], config["seed"])
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise InputError(f"merge: malformed shard records in {' '.join(args.shards)} "
+                         f"({type(error).__name__}: {error})") from None
+    if command == "verify-elf":
+        Path(args.json or Path(args.reports) / "latest.json").write_text(dumps(data))
+        print_table(data, console)
+        return EXIT_OK if data["programs"][0]["self_check"] == "ok" else EXIT_FAILED
+    write_reports(data, Path(args.reports), args.json, "unwind-harness: generated corpus")
+    return finish_run(data, args, console)
+
+
+def cmd_bench(args) -> int:
+    from rich.table import Table
+
+    from harness.bench import FULL, QUICK, run_bench, table_rows
+
+    console = _console()
+    _check_output(args.json)
+    size = QUICK if args.quick else FULL
+    with console.status(f"measuring ({'quick' if args.quick else 'full'} size: {size.functions:,} functions "
+                        f"at scale, {size.programs} programs)"):
+        figures = run_bench(size)
+    table = Table(title="unwind-harness bench" + (" (quick)" if args.quick else ""))
+    for name in ("figure", "value", "beside it"):
+        table.add_column(name, justify="right" if name == "value" else "left")
+    for row in table_rows(figures):
+        table.add_row(*row)
+    console.print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+    return EXIT_OK
+
+
+def cmd_mutants(args) -> int:
+    from rich.table import Table
+
+    from harness.mutants import check_program, summary
+
+    console = _console()
+    results = []
+    with _progress(console) as progress:
+        task = progress.add_task("mutating and verifying", total=args.programs)
+        for number in range(args.programs):
+            results += check_program(generate_program(args.seed, number), args.per_program, args.seed)
+            progress.advance(task)
+    counts = summary(results)
+    table = Table(title=f"Mutation check: {args.programs} programs x {args.per_program} mutants of v2 runs")
+    table.add_column("mutants")
+    table.add_column("count", justify="right")
+    labels = {"mutants": "all", "rejected_by_reader": "rejected by the reader", "detected": "detected",
+              "changed_an_unwind": "changed an unwind (oracle)", "changed_and_detected": "  of those, detected",
+              "changed_but_missed": "  of those, missed", "unchanged_survived": "changed nothing, survived"}
+    for key, label in labels.items():
+        table.add_row(label, str(counts[key]))
+    console.print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(counts, indent=1) + "\n")
+    missed = [r for r in results if r.changed and not r.detected]
+    for verdict in missed:
+        print(f"unwind-harness: missed mutant: {verdict.mutant}", file=sys.stderr)
+    return EXIT_FAILED if missed else EXIT_OK
+
+

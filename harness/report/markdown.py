@@ -1,0 +1,94 @@
+"""The report as Markdown (reports/latest.md)."""
+
+from __future__ import annotations
+
+from harness.classify import POSITIONS
+from harness.report.data import ALL, index_rows
+from harness.report.tables import (elf_cells, group_cells, not_verified, rate, size_cells, table_cells,
+                                   unwinder_names)
+
+
+def markdown(data: dict, title: str) -> str:
+    header, body = table_cells(data)
+    out = [f"# {title}", ""]
+    out.append(f"unwind-harness {data['version']}, input: {data['input']}, seed: {data['seed']}. "
+               "Failure rate = stops where the unwinder did not reproduce every frame of the shadow "
+               "call stack (pc, sp and the registers it restores, listed under the table), over stops "
+               "in that category and position; the category is the innermost function's.")
+    out += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(row) + " |" for row in body]
+    out += ["", "Checked in every frame: " + "; ".join(f"`{u}` {c}" for u, c in data["checked"].items())
+            + ". v1 and frame-pointer walking restore no other callee-saved register by design, so "
+            "they are judged on the stack trace (and, for frame-pointer walking, the chain register)."]
+    index = index_rows(data["results"])
+    for unwinder in unwinder_names(data):
+        out += ["", f"## {unwinder}: failure rate by trait and position", ""]
+        out += ["| category | " + " | ".join(POSITIONS) + " |", "|---|" + "---|" * len(POSITIONS)]
+        for category in dict.fromkeys(r["category"] for r in data["results"]):
+            cells = [rate(index[(unwinder, category, p)]) for p in POSITIONS]
+            out.append(f"| {category} | " + " | ".join(cells) + " |")
+        kinds = index[(unwinder, ALL, ALL)]["failure_kinds"]
+        if kinds:
+            out += ["", "Failure kinds: " + ", ".join(f"{k} {n}" for k, n in kinds.items()) + "."]
+        blame = data["culprits"][unwinder]
+        if blame["innermost"] or blame["deeper"]:
+            out.append(f"First wrong frame: the innermost at {blame['innermost']} stops, a caller at "
+                       f"{blame['deeper']}; it was in a function that is "
+                       + ", ".join(f"{t} {n}" for t, n in blame["traits"].items()) + ".")
+        registers = data["wrong_registers"].get(unwinder)
+        if registers:
+            out.append("Wrong registers: " + ", ".join(f"{k} {n}" for k, n in registers.items()) + ".")
+        samples = data["failure_samples"].get(unwinder)
+        if samples:
+            out += ["", "First failing stops:", ""]
+            out += [f"- `{s['program']}` pc {s['pc']} in {s['function']} ({s['position']}): "
+                    f"{s['kind']} at frame {s['frame']} ({s['culprit']}): {s['detail']}" for s in samples]
+    out += size_lines(data.get("sizes"))
+    out += elf_lines(data.get("elf", []))
+    programs = data["programs"]
+    out += ["", "## Programs", "", "| program | stops | self-check |", "|---|---|---|"]
+    out += [f"| {p['name']} | {p['stops']} | {p['self_check']} |" for p in programs]
+    problems = not_verified(data)
+    if problems:
+        out += ["", "## Not verified", "", "Every count above covers only the stops before these ended:", ""]
+        out += [f"- {line}" for line in problems]
+    return "\n".join(out) + "\n"
+
+
+def size_lines(sizes: dict | None) -> list[str]:
+    if not sizes:
+        return []
+    header, totals, ratios = size_cells(sizes)
+    rule = "|" + "---|" * len(header)
+    out = ["", f"## Table sizes (bytes; v2 in the {sizes['layout']} layout)", "",
+           "The compiler's own sections as linked, and the tables built here from the same CFI. "
+           "v1 cannot describe some functions at all (`refused`: CFA through r7, frames over 64 KiB, "
+           "code over 64 KiB); they cost it nothing and are not unwound. `addresses`: v2 address entries "
+           "under the `drop` policy. `n/a`: not emitted (generated code has no DWARF sections) "
+           "or not published.", "",
+           "| " + " | ".join(header) + " |", rule]
+    out += ["| " + " | ".join(row) + " |" for row in totals]
+    out += ["", "Bytes per function / per address:", "", "| " + " | ".join(header) + " |", rule]
+    out += ["| " + " | ".join(row) + " |" for row in ratios]
+    return out
+
+
+def elf_lines(groups: list[dict]) -> list[str]:
+    if not groups:
+        return []
+    header, body = elf_cells(groups)
+    out = ["", "## Compiled programs (corpus/elf)", "",
+           "Failed stops per unwinder over all stops of each build, and how many of those failed in "
+           "a frame of code without CFI (libgcc's division wrappers); `n/a`: the compiler describes no "
+           "epilogues, so `v2-gcc` would only repeat `v2`. `v2 epilogue-only`: stops v2 fails only "
+           "because they are in an epilogue, over all stops (the design measured 1.5% on Chrome).", "",
+           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(row) + " |" for row in body]
+    for group in groups:
+        header, body = group_cells(group)
+        out += ["", f"### {group['build']} ({group['compiler']}, {' '.join(group['flags'])})", "",
+                "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(row) + " |" for row in body]
+        if group["cfi_not_expressed"]:
+            out += ["", "CFI not expressed: " + ", ".join(f"{m} ({n})" for m, n in group["cfi_not_expressed"].items()) + "."]
+    return out

@@ -1,0 +1,106 @@
+"""The report's tables as rows of cells, for every view (Markdown and the
+terminal): the main table, table sizes, and the compiled builds."""
+
+from __future__ import annotations
+
+
+from harness.classify import POSITIONS
+from harness.report.data import ALL, index_rows
+from harness.report.sizes import FORMATS
+
+
+def rate(row: dict) -> str:
+    if not row["stops"]:
+        return "-"
+    return f"{100 * row['failed'] / row['stops']:.2f}% ({row['failed']})"
+
+
+def summary_lines(data: dict) -> list[tuple[str, str]]:
+    """(category, position) pairs of the main table: positions, then traits."""
+    categories_seen = dict.fromkeys(r["category"] for r in data["results"])
+    lines = [(ALL, p) for p in (ALL, *POSITIONS)]
+    return lines + [(c, ALL) for c in categories_seen if c != ALL]
+
+
+def unwinder_names(data: dict) -> list[str]:
+    return list(dict.fromkeys(r["unwinder"] for r in data["results"]))
+
+
+def table_cells(data: dict) -> tuple[list[str], list[list[str]]]:
+    index = index_rows(data["results"])
+    names = unwinder_names(data)
+    header = ["category", "position", "stops", *(f"{u} failed" for u in names)]
+    body = []
+    for category, position in summary_lines(data):
+        first = index[(names[0], category, position)]
+        body.append([category, position, str(first["stops"]),
+                     *(rate(index[(u, category, position)]) for u in names)])
+    return header, body
+
+
+def not_verified(data: dict) -> list[str]:
+    """One line per program whose run did not complete as it should: where
+    it stopped and why, or the wrong result it computed."""
+    runs = [(p["name"], p["stops"], p["self_check"]) for p in data["programs"]]
+    runs += [(g["input"], g["stops"], g["self_check"]) for g in data.get("elf", [])]
+    lines = []
+    for name, stops, check in runs:
+        if check.startswith("emulation fault"):
+            lines.append(f"{name}: {check}; {stops} stops verified before it, the rest did not run")
+        elif check != "ok":
+            lines.append(f"{name}: {check}: the run completed, but computed the wrong result, "
+                         "so its stops are suspect")
+    return lines
+
+
+def _size(value: int | None) -> str:
+    return "n/a" if value is None else f"{value:,}"
+
+
+def size_cells(sizes: dict) -> tuple[list[str], list[list[str]], list[list[str]]]:
+    """Header, then rows of bytes, and rows of bytes per function / per address."""
+    header = ["input", "functions", "addresses", *FORMATS]
+    totals, ratios = [], []
+    for row in sizes["rows"]:
+        first = [row["input"], f"{row['functions']:,}", f"{row['addresses']:,}"]
+        values = [row["bytes"][name] for name in FORMATS]
+        refused = row.get("v1_refused")
+        totals.append(first + [_size(v) + (f" ({refused} refused)" if name == "v1" and refused else "")
+                               for name, v in zip(FORMATS, values)])
+        ratios.append(first + ["n/a" if v is None else
+                               f"{v / row['functions']:.2f} / {v / row['addresses']:.2f}"
+                               for v in values])
+    return header, totals, ratios
+
+
+def elf_cells(groups: list[dict]) -> tuple[list[str], list[list[str]]]:
+    names = list(dict.fromkeys(u for group in groups for u in unwinder_names(group)))
+    header = ["build", "stops", "no_info stops", *(f"{u} failed" for u in names),
+              "v2 epilogue-only"]
+    body = []
+    for group in groups:
+        index = index_rows(group["results"])
+        no_info = index.get(("v2", "no_info", ALL), {"stops": 0})["stops"]
+        cells = [
+            f"{rate(index[(u, ALL, ALL)])[:-1]}; {group['failed_in_frames_without_cfi'][u]} no CFI)"
+            if (u, ALL, ALL) in index else "n/a"
+            for u in names
+        ]
+        body.append([group["build"], str(group["stops"]), str(no_info), *cells,
+                     f"{group['v2_epilogue_only_failure_percent']:.2f}%"])
+    return header, body
+
+
+def group_cells(group: dict) -> tuple[list[str], list[list[str]]]:
+    """One build's table: every unwinder side by side per category and
+    position (rows without stops left out)."""
+    index = index_rows(group["results"])
+    names = unwinder_names(group)
+    header = ["category", "position", "stops", *names]
+    body = []
+    for category, position in summary_lines(group):
+        row = index[(names[0], category, position)]
+        if row["stops"]:
+            body.append([category, position, str(row["stops"]),
+                         *(rate(index[(u, category, position)]) for u in names)])
+    return header, body
