@@ -9,13 +9,10 @@ from dataclasses import dataclass
 
 from generators import frame_model as fx
 from generators.assembler import AssemblyError, assemble
+from generators.ehabi_writer import Inexpressible, frame_instructions, write_exidx
 from generators.functions import MASK, Insn, Plan, evaluate, instructions
-from harness.program import CfiRow, FunctionCfi
-from harness.program import ExidxSections
-from harness.formats.arm_exidx import encode_exidx
 from harness.classify import PAGE, FrameFacts, FunctionInfo, traits_of
-from harness.program import Program
-from harness.formats.chrome_v2.encoder import InexpressibleState, state_instructions
+from harness.program import CfiRow, ExidxSections, FunctionCfi, Program
 
 TEXT_BASE = 0x00100000
 ALIGN = 4
@@ -142,8 +139,8 @@ def body_instructions(function: FunctionCfi) -> bytes | None:
     if row.problem:
         return None
     try:
-        return state_instructions(row)
-    except InexpressibleState:
+        return frame_instructions(row)
+    except Inexpressible:
         return None
 
 
@@ -151,8 +148,8 @@ def exidx_sections(clang_rows: list[FunctionCfi], text_end: int) -> ExidxSection
     """`.ARM.exidx` right after the text (4-aligned), `.ARM.extab` after it."""
     exidx_address = (text_end + 3) // 4 * 4
     extab_address = exidx_address + 8 * (len(clang_rows) + 1)  # one entry more: the final CANTUNWIND
-    return encode_exidx([(f.start, body_instructions(f)) for f in clang_rows],
-                        exidx_address, extab_address, clang_rows[-1].end)
+    return write_exidx([(f.start, body_instructions(f)) for f in clang_rows],
+                       exidx_address, extab_address, clang_rows[-1].end)
 
 
 class _AnyAddress(dict):

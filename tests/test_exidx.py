@@ -1,4 +1,5 @@
-""".ARM.exidx / .ARM.extab: parsing, and the ELF's own tables as an unwinder."""
+""".ARM.exidx / .ARM.extab: parsing, the ELF's own tables as an unwinder, and
+the generators' writer (generators.ehabi_writer) read back through the parser."""
 
 import json
 from collections import Counter
@@ -9,7 +10,8 @@ import pytest
 from harness.formats import ehabi
 from harness.elf_program import program_from_elf
 from harness.errors import EncodeError, InputError, TableOverflow, UnwindFailure
-from harness.formats.arm_exidx import (ExidxEntry, ExidxError, decode_instructions, encode_exidx, parse_exidx, parse_sections,
+from generators.ehabi_writer import write_exidx
+from harness.formats.arm_exidx import (ExidxEntry, ExidxError, decode_instructions, parse_exidx, parse_sections,
                                        read_exidx, require_exidx_sections)
 from harness.registers import LR
 from harness.unwind.frame import Stack, make_frame
@@ -155,6 +157,8 @@ def test_exidx_is_right_in_bodies_only(name):
 
 
 # ----------------------------------------------------------------- writing
+# The generators' own writer (generators.ehabi_writer.write_exidx), checked
+# against the harness reader above.
 
 # Instruction runs of each shape the writer meets: (name, bytes, how many of
 # them remain once trailing finishes are dropped).
@@ -173,8 +177,8 @@ RUNS = [
 
 
 @pytest.mark.parametrize("name, run, body", RUNS, ids=[n for n, _, _ in RUNS])
-def test_encode_then_parse_gives_the_same_ops(name, run, body):
-    sections = encode_exidx([(0x100, run), (0x180, None)], EXIDX_AT, EXTAB_AT, 0x200)
+def test_write_then_parse_gives_the_same_ops(name, run, body):
+    sections = write_exidx([(0x100, run), (0x180, None)], EXIDX_AT, EXTAB_AT, 0x200)
     entries = parse_sections(sections)
     assert [(e.start, e.kind) for e in entries] == [
         (0x100, "compact"), (0x180, "cantunwind"), (0x200, "cantunwind")]
@@ -190,12 +194,12 @@ def test_encode_then_parse_gives_the_same_ops(name, run, body):
         assert sections.extab[-4:] == bytes(4)
 
 
-def test_encode_by_hand():
+def test_write_by_hand():
     """Words written from the EHABI rules: prel31 offsets, Su16 inline,
     Lu16 in .ARM.extab shared by two functions, the closing CANTUNWIND."""
     run = bytes.fromhex("97b1088400b0")  # vsp = r7; pop {r3}; pop {lr}; finish
-    sections = encode_exidx([(0x100, bytes.fromhex("a8b0")), (0x200, run), (0x300, None),
-                             (0x400, run)], EXIDX_AT, EXTAB_AT, 0x500)
+    sections = write_exidx([(0x100, bytes.fromhex("a8b0")), (0x200, run), (0x300, None),
+                            (0x400, run)], EXIDX_AT, EXTAB_AT, 0x500)
     assert sections.exidx == b"".join(map(word, [
         0x7FFFF100, 0x80A8B0B0,  # 0x1000: 0x100 - 0x1000 = -0xf00; pop {r4, lr}, finish x2
         0x7FFFF1F8, 0x00000FF4,  # 0x1008: -0xe08; 0x2000 - 0x100c
@@ -219,20 +223,20 @@ def test_encode_by_hand():
     ([(0x100, bytes.fromhex("b4"))], EXIDX_AT, EXTAB_AT, EncodeError, "undecodable"),
     ([(0x100, bytes(8))], EXIDX_AT, EXIDX_AT + 8, EncodeError, "overlap"),
 ])
-def test_encode_errors_are_typed(functions, exidx_at, extab_at, error, words):
+def test_write_errors_are_typed(functions, exidx_at, extab_at, error, words):
     with pytest.raises(error) as caught:
-        encode_exidx(functions, exidx_at, extab_at, 0x1000)
+        write_exidx(functions, exidx_at, extab_at, 0x1000)
     assert isinstance(caught.value, InputError) and words in str(caught.value)
 
 
 @pytest.mark.parametrize("path", ELFS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_committed_elf_tables_encode_back(path):
+def test_committed_elf_tables_write_back(path):
     """The writer reads what compilers write: re-encoding an ELF's entries
     (up to its closing CANTUNWIND) gives the same starts and ops."""
     entries = read_exidx(str(path))
     assert entries[-1].kind == "cantunwind"
     body = [(e.start, e.instructions) for e in entries[:-1]]
-    again = parse_sections(encode_exidx(body, EXIDX_AT, EXIDX_AT + 8 * len(entries), entries[-1].start))
+    again = parse_sections(write_exidx(body, EXIDX_AT, EXIDX_AT + 8 * len(entries), entries[-1].start))
     assert [(e.start, e.kind, e.ops) for e in again] == [(e.start, e.kind, e.ops) for e in entries]
 
 

@@ -104,11 +104,13 @@ def test_generators_import_nothing_under_test(name):
     assert not under_test, f"{name} imports {sorted(under_test)}"
 
 
-@pytest.mark.parametrize("engine, home", [
-    ("unicorn", "harness.verify.emulator"),
-    ("capstone", "harness.thumb.disasm"),
-    ("keystone", "generators.assembler"),
+@pytest.mark.parametrize("engine, homes", [
+    # The corpus build's own check runs each ELF in Unicorn by itself, so
+    # that the checksums it records owe nothing to the harness.
+    ("unicorn", ["generators.compiled.check", "harness.verify.emulator"]),
+    ("capstone", ["harness.thumb.disasm"]),
+    ("keystone", ["generators.assembler"]),
 ])
-def test_one_module_per_engine(engine, home):
+def test_one_module_per_engine(engine, homes):
     users = sorted(name for name in MODULES if any(m == engine or m.startswith(engine + ".") for m in _imports(name)))
-    assert users == [home]
+    assert users == homes

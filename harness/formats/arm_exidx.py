@@ -11,25 +11,21 @@ prel31 offset to a generic personality routine, which this tool cannot run.
 
 `parse_exidx` is a pure function of the two sections' bytes and addresses.
 Malformed input raises ExidxError naming the section and the byte offset.
-`encode_exidx` is its inverse: it writes the sections as a compiler and linker
-would for given per-function instructions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from harness.formats import ehabi
 from harness.program import ExidxSections
 from harness.formats.elf import PARSE_ERRORS, ElfImage, executable_ranges, open_elf
-from harness.errors import EhabiError, ElfError, EncodeError, InputError, TableOverflow, TruncatedSequence
+from harness.errors import EhabiError, ElfError, InputError, TruncatedSequence
 
 EXIDX = ".ARM.exidx"
 EXIDX_CANTUNWIND = 1
 EXTAB = ".ARM.extab"
 ADDRESS_SPACE_END = 1 << 32  # `end` when nothing bounds the last entry
-FINISH_BYTE = 0xB0
 
 
 class ExidxError(InputError):
@@ -188,97 +184,3 @@ def read_exidx(image_or_path: ElfImage | str) -> tuple[ExidxEntry, ...]:
     """Entries of an ELF's `.ARM.exidx`; ElfError if it has none."""
     return parse_sections(require_exidx_sections(image_or_path))
 
-
-# ----------------------------------------------------------------- writing
-
-
-def prel31_field(target: int, address: int, section: str, offset: int) -> int:
-    """The prel31 field stored at `address` (byte `offset` of `section`) that
-    points at `target`; TableOverflow if the distance needs more than 31 bits."""
-    distance = target - address
-    if not -(1 << 30) <= distance < 1 << 30:
-        raise TableOverflow(f"{section} byte {offset}: prel31 offset from {address:#x} to "
-                            f"{target:#x} ({distance:+#x}) does not fit 31 bits signed")
-    return distance & 0x7FFFFFFF
-
-
-def without_finish(instructions: bytes, start: int) -> bytes:
-    """`instructions` less their trailing finishes, which a compact model
-    implies. 0xb0 may also be an operand (`b3 b0`), so a byte goes only if the
-    bytes before it still decode whole."""
-    try:
-        ehabi.decode(instructions)
-    except EhabiError as e:
-        raise EncodeError(f"function at {start:#x}: undecodable instructions "
-                          f"{instructions.hex()}: {e}") from None
-    while instructions and instructions[-1] == FINISH_BYTE:
-        try:
-            ehabi.decode(instructions[:-1])
-        except TruncatedSequence:
-            break
-        instructions = instructions[:-1]
-    return instructions
-
-
-def lu16(instructions: bytes, start: int) -> bytes:
-    """A personality 1 (Lu16) `.ARM.extab` entry for more than 3 instruction
-    bytes: 0x81, the count of extra words, the first two bytes; the rest in the
-    extra words, most significant byte first, padded with finish; then an empty
-    descriptor list (a zero word) for the personality routine, as assemblers
-    emit it."""
-    rest = instructions[2:]
-    rest += bytes([FINISH_BYTE]) * (-len(rest) % 4)
-    count = len(rest) // 4
-    if count > 0xFF:
-        raise TableOverflow(f"function at {start:#x}: {len(instructions)} instruction bytes need "
-                            f"{count} extra words; Lu16 counts at most 255")
-    words = [0x81 << 24 | count << 16 | int.from_bytes(instructions[:2], "big")]
-    words += [int.from_bytes(rest[i : i + 4], "big") for i in range(0, len(rest), 4)]
-    return b"".join(w.to_bytes(4, "little") for w in words + [0])
-
-
-def _check_layout(starts: list[int], exidx_address: int, extab_address: int) -> None:
-    for name, address in ((EXIDX, exidx_address), (EXTAB, extab_address)):
-        if address % 4:
-            raise EncodeError(f"{name} address {address:#x} is not 4-aligned")
-    for previous, start in zip([None] + starts, starts):
-        if start % 2:
-            raise EncodeError(f"function start {start:#x} is odd (give it without the Thumb bit)")
-        if previous is not None and start <= previous:
-            raise EncodeError(f"function start {start:#x} does not follow {previous:#x}: "
-                              "starts must ascend, and `end` follow them")
-
-
-def encode_exidx(functions: Sequence[tuple[int, bytes | None]], exidx_address: int,
-                 extab_address: int, end: int) -> ExidxSections:
-    """`.ARM.exidx` / `.ARM.extab` for (start, EHABI instructions or None for
-    EXIDX_CANTUNWIND) sorted by start, ending, as linkers do, with a
-    EXIDX_CANTUNWIND entry at `end` so that the last function is bounded.
-    Up to 3 instruction bytes go inline (personality 0, Su16), longer runs to
-    `.ARM.extab` (personality 1, Lu16), identical ones shared."""
-    rows = [*functions, (end, None)]
-    _check_layout([start for start, _ in rows], exidx_address, extab_address)
-    exidx, extab = bytearray(), bytearray()
-    shared: dict[bytes, int] = {}  # extab entry -> its offset
-    for index, (start, instructions) in enumerate(rows):
-        offset = 8 * index
-        second = EXIDX_CANTUNWIND
-        if instructions is not None:
-            body = without_finish(instructions, start)
-            if len(body) <= 3:
-                padded = body + bytes([FINISH_BYTE]) * (3 - len(body))
-                second = 0x80 << 24 | int.from_bytes(padded, "big")
-            else:
-                entry = lu16(body, start)
-                if entry not in shared:
-                    shared[entry] = len(extab)
-                    extab += entry
-                second = prel31_field(extab_address + shared[entry],
-                                      exidx_address + offset + 4, EXIDX, offset + 4)
-        exidx += prel31_field(start, exidx_address + offset, EXIDX, offset).to_bytes(4, "little")
-        exidx += second.to_bytes(4, "little")
-    if extab and (exidx_address < extab_address + len(extab)
-                  and extab_address < exidx_address + len(exidx)):
-        raise EncodeError(f"{EXIDX} [{exidx_address:#x}, +{len(exidx)}) and {EXTAB} "
-                          f"[{extab_address:#x}, +{len(extab)}) overlap")
-    return ExidxSections(bytes(exidx), exidx_address, bytes(extab), extab_address, end)
