@@ -44,3 +44,12 @@ corpus: setup
 fuzz: setup
 	$(VENV)/bin/python -m pytest tests/test_fuzz.py --hypothesis-profile=fuzz --hypothesis-show-statistics -q
 	$(VENV)/bin/unwind-harness mutants --programs 10 --per-program 30
+
+# The full bench, recorded for the README's figures (about two minutes).
+.PHONY: bench readme
+bench: setup
+	$(VENV)/bin/unwind-harness bench --json reports/bench.json
+
+# The README's figure tables, regenerated from reports/latest.json and reports/bench.json.
+readme: setup
+	$(VENV)/bin/python -m harness.report.figures
