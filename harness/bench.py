@@ -28,19 +28,18 @@ from typing import Sequence
 
 from generators.corpus import generate_program
 from harness.formats import chrome_v2
-from harness.program import FunctionCfi
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
-from harness.verify.emulator import Emulator
-from harness.unwind.v2_epilogue import EpilogueFirst
-from harness.program import Program
 from harness.manifest import ELF_CORPUS
+from harness.program import FunctionCfi, Program
 from harness.report.summary import summarize
 from harness.unwind import build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder
-from harness.unwind.v2 import DirectMappedCache, NoCache, V2Unwinder
 from harness.unwind.frame import Stack
+from harness.unwind.v2 import DirectMappedCache, NoCache, V2Unwinder
+from harness.unwind.v2_epilogue import EpilogueFirst
 from harness.unwind.walk import walk
+from harness.verify.emulator import Emulator
 from harness.verify.stops import DEFAULT_BUDGET, ObservedStop, verify_program
 
 # Chrome is built by clang with optimization for size or speed: its functions

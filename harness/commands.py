@@ -24,8 +24,17 @@ from harness.report.files import write_reports
 from harness.report.summary import ProgramSummary, combine, from_json, summarize, to_json
 from harness.report.tables import not_verified
 from harness.report.terminal import print_table
-from harness.runner import (Shard, all_names, assemble, elf_unwinder_names, in_processes, partial, read_partials,
-                            run_units, units_of)
+from harness.runner import (
+    Shard,
+    all_names,
+    assemble,
+    elf_unwinder_names,
+    in_processes,
+    partial,
+    read_partials,
+    run_units,
+    units_of,
+)
 from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
 from harness.verify.stops import verify_program
 

@@ -21,13 +21,13 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from harness.formats import ehabi, chrome_v2
 from harness.errors import EhabiError, InputError, UnwindFailure
-from harness.unwind.frame import Frame
-from harness.program import Program
+from harness.formats import chrome_v2, ehabi
 from harness.formats.chrome_v2.encoder import AddressUnwind, FunctionUnwind
 from harness.formats.chrome_v2.layout import serialize
 from harness.formats.chrome_v2.tables import build_tables
+from harness.program import Program
+from harness.unwind.frame import Frame
 from harness.unwind.v2 import V2Unwinder
 from harness.unwind.walk import walk
 from harness.verify.stops import ObservedStop, verify_program

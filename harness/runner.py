@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from generators.corpus import generate_program
-from harness.report.data import SCHEMA, elf_group, report_data
-from harness.formats import chrome_v2
-from harness.manifest import ELF_CORPUS, elf_builds
 from harness.elf_program import has_epilogue_cfi, program_from_elf
-from harness.formats.elf import open_elf, section_size
 from harness.errors import InputError
+from harness.formats import chrome_v2
+from harness.formats.elf import open_elf, section_size
+from harness.manifest import ELF_CORPUS, elf_builds
+from harness.report.data import SCHEMA, elf_group, report_data
 from harness.report.sizes import CHROME_REFERENCE, add_size_rows, size_row
 from harness.report.summary import from_json, summarize, to_json
 from harness.unwind import UNWINDER_NAMES, build_unwinders

@@ -12,10 +12,10 @@ from elftools.dwarf.callframe import FDE, CFARule, RegisterRule
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.program import TRACKED_REGS, CfiRow
+from harness.errors import ElfError
 from harness.formats.dwarf_cfi import function_cfi, read_cfi
 from harness.formats.elf import function_symbols, open_elf, text_base
-from harness.errors import ElfError
+from harness.program import TRACKED_REGS, CfiRow
 from harness.registers import DWARF_D0, LR, SP
 
 FIXTURES = Path(__file__).resolve().parent.parent / "corpus" / "fixtures"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
+from harness.errors import BadRead, EhabiError, SpareEncoding, TruncatedSequence, UnsupportedInstruction, UnwindFailure
 from harness.formats import ehabi, uleb128
 from harness.formats.ehabi import FINISH, REFUSE, Pop, PopVfp, SetVsp, VspAdd
-from harness.errors import (BadRead, EhabiError, SpareEncoding, TruncatedSequence, UnsupportedInstruction, UnwindFailure)
 from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, Stack, make_frame
 

@@ -9,13 +9,13 @@ from generators.assembler import assemble
 from generators.corpus import DEFAULT_PROGRAMS, generate_program
 from generators.functions import Call, Plan
 from generators.layout import build_program
+from harness.formats.chrome_v2.synthesize import synthesize_epilogues
 from harness.thumb.disasm import decode_one
 from harness.thumb.encoding import condition_holds, it_state, may_start_epilogue
 from harness.thumb.epilogue import classify
-from harness.unwind.v2_epilogue import EpilogueSimulator
-from harness.unwind.frame import Frame, Stack
 from harness.unwind import build_unwinders
-from harness.formats.chrome_v2.synthesize import synthesize_epilogues
+from harness.unwind.frame import Frame, Stack
+from harness.unwind.v2_epilogue import EpilogueSimulator
 from harness.verify.stops import verify_program
 
 BASE = 0x100000

@@ -24,24 +24,36 @@ import pytest
 
 import harness
 from generators.ehabi_writer import write_exidx
-from harness.formats import ehabi, chrome_v2
-from harness.program import CfiRow, FunctionCfi
 from harness.cli import main
-from harness.formats.elf import open_elf
-from harness.verify.emulator import EmulationFault, Emulator
-from harness.thumb.epilogue import Release
-from harness.errors import (FAILURE_KINDS, BadRead, CorruptTable, EhabiError, ElfError, EncodeError, HarnessError, InputError, TableOverflow, TruncatedSequence, UnwindFailure)
+from harness.errors import (
+    FAILURE_KINDS,
+    BadRead,
+    CorruptTable,
+    EhabiError,
+    ElfError,
+    EncodeError,
+    HarnessError,
+    InputError,
+    TableOverflow,
+    TruncatedSequence,
+    UnwindFailure,
+)
+from harness.formats import chrome_v2, ehabi
 from harness.formats.arm_exidx import ExidxError, parse_exidx
-from harness.registers import SP
-from harness.unwind.ehabi_run import caller_by_run
-from harness.unwind.frame import Stack, make_frame
-from harness.runner import read_partials
 from harness.formats.chrome_v1 import Refused, V1Table, encode_v1, v1_function
 from harness.formats.chrome_v2.encoder import InexpressibleState, state_instructions
 from harness.formats.chrome_v2.layout import serialize
 from harness.formats.chrome_v2.synthesize import Unsynthesizable, _after, synthesize_epilogues
 from harness.formats.chrome_v2.tables import FunctionTableEntry, V2Tables
+from harness.formats.elf import open_elf
+from harness.program import CfiRow, FunctionCfi
+from harness.registers import SP
+from harness.runner import read_partials
+from harness.thumb.epilogue import Release
+from harness.unwind.ehabi_run import caller_by_run
+from harness.unwind.frame import Stack, make_frame
 from harness.unwind.v2 import V2Unwinder
+from harness.verify.emulator import EmulationFault, Emulator
 
 ROOT = Path(__file__).resolve().parent.parent
 ELF = ROOT / "corpus" / "fixtures" / "calls-clang-nofp.elf"  # small, fast to verify

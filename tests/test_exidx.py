@@ -7,15 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from harness.formats import ehabi
+from generators.ehabi_writer import write_exidx
 from harness.elf_program import program_from_elf
 from harness.errors import EncodeError, InputError, TableOverflow, UnwindFailure
-from generators.ehabi_writer import write_exidx
-from harness.formats.arm_exidx import (ExidxEntry, ExidxError, decode_instructions, parse_exidx, parse_sections,
-                                       read_exidx, require_exidx_sections)
+from harness.formats import ehabi
+from harness.formats.arm_exidx import (
+    ExidxEntry,
+    ExidxError,
+    decode_instructions,
+    parse_exidx,
+    parse_sections,
+    read_exidx,
+    require_exidx_sections,
+)
 from harness.registers import LR
-from harness.unwind.frame import Stack, make_frame
 from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder, exidx_unwinder_for
+from harness.unwind.frame import Stack, make_frame
 from harness.verify.stops import verify_program
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"

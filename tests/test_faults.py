@@ -10,11 +10,10 @@ import pytest
 
 from generators.assembler import assemble
 from harness import runner
-from harness.program import CfiRow, FunctionCfi
-from harness.cli import main
-from harness.registers import LR, SP
 from harness.classify import FunctionInfo
-from harness.program import Program
+from harness.cli import main
+from harness.program import CfiRow, FunctionCfi, Program
+from harness.registers import LR, SP
 from harness.unwind import build_unwinders
 from harness.verify.stops import verify_program
 

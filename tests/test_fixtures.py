@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from harness.formats import ehabi
+from harness.formats.chrome_v2 import encode
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf, text_base
-from harness.formats.chrome_v2 import encode
 
 FIXTURES = Path(__file__).resolve().parent.parent / "corpus" / "fixtures"
 

@@ -19,15 +19,15 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from generators.corpus import generate_program
+from harness.errors import InputError, UnwindFailure
 from harness.formats import chrome_v2
+from harness.formats.arm_exidx import parse_exidx
+from harness.formats.chrome_v1 import V1Table, encode_v1
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
-from harness.errors import InputError, UnwindFailure
-from harness.formats.arm_exidx import parse_exidx
-from harness.unwind.frame import Frame, Stack
 from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.unwind.exidx import ExidxUnwinder
-from harness.formats.chrome_v1 import V1Table, encode_v1
+from harness.unwind.frame import Frame, Stack
 from harness.unwind.v2 import V2Unwinder
 from harness.unwind.walk import walk
 

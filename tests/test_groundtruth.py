@@ -3,10 +3,10 @@ program whose call tree is known: calls, a call skipped under IT, a tail call,
 returns."""
 
 from generators.assembler import assemble
-from harness.verify.emulator import SENTINEL, STACK_TOP
-from harness.thumb.encoding import call_length
 from harness.classify import FunctionInfo
 from harness.program import Program
+from harness.thumb.encoding import call_length
+from harness.verify.emulator import SENTINEL, STACK_TOP
 from harness.verify.stops import verify_program
 
 BASE = 0x100000

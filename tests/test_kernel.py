@@ -12,18 +12,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from generators.corpus import generate_program
-from harness.verify import abi, kernel
 from harness.elf_program import program_from_elf
-from harness.verify.emulator import SENTINEL, Emulator
-from harness.thumb.encoding import may_start_epilogue
-from harness.registers import SP
-from harness.unwind.frame import Frame, Stack
-from harness.unwind.walk import walk
-from harness.verify.groundtruth import ShadowFrame, packed
-from harness.unwind.rule import Rule
 from harness.manifest import ELF_CORPUS, elf_builds
+from harness.registers import SP
+from harness.thumb.encoding import may_start_epilogue
 from harness.unwind import UNWINDER_NAMES, build_unwinders
+from harness.unwind.frame import Frame, Stack
+from harness.unwind.rule import Rule
+from harness.unwind.walk import walk
+from harness.verify import abi, kernel
+from harness.verify.emulator import SENTINEL, Emulator
 from harness.verify.failures import FailureLog, difference, failure_of
+from harness.verify.groundtruth import ShadowFrame, packed
 from harness.verify.kernel import pack_rule
 from harness.verify.stops import DEFAULT_BUDGET, Verification, verify_program
 from harness.verify.walks import first_difference

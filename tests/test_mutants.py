@@ -8,8 +8,8 @@ import json
 from functools import lru_cache
 
 from generators.corpus import generate_program
-from harness.formats import ehabi
 from harness.cli import main
+from harness.formats import ehabi
 from harness.mutants import Mutant, check_mutant, check_program, original_tables, summary
 
 

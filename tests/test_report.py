@@ -2,8 +2,8 @@
 
 import json
 
-from harness.cli import main
 from harness.classify import POSITIONS, TRAITS
+from harness.cli import main
 
 
 def run(tmp_path, *extra):

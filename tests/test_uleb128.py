@@ -1,7 +1,8 @@
 """Unsigned LEB128 (harness.uleb128)."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from harness.formats import uleb128
 

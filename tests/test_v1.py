@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.program import CfiRow, FunctionCfi
 from harness.elf_program import program_from_elf
 from harness.errors import CorruptTable, UnwindFailure
+from harness.formats.chrome_v1 import CANT_UNWIND, V1Table, encode_v1
+from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR, SP
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.v1 import V1Unwinder
-from harness.formats.chrome_v1 import CANT_UNWIND, V1Table, encode_v1
 from harness.verify.stops import verify_program
 
 BASE = 0x1000

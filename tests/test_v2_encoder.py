@@ -2,11 +2,18 @@
 
 import pytest
 
-from harness.formats import ehabi
-from harness.program import CfiRow, FunctionCfi
 from harness.errors import EncodeError
+from harness.formats import ehabi
+from harness.formats.chrome_v2.encoder import (
+    FINISH_ONLY,
+    REFUSE_RUN,
+    InexpressibleState,
+    cover_text,
+    function_unwind,
+    state_instructions,
+)
+from harness.program import CfiRow, FunctionCfi
 from harness.registers import DWARF_D0
-from harness.formats.chrome_v2.encoder import (FINISH_ONLY, REFUSE_RUN, InexpressibleState, cover_text, function_unwind, state_instructions)
 
 D8 = DWARF_D0 + 8
 

@@ -1,9 +1,9 @@
 """Lookup across 128 KiB pages, each edge case on its own, for both layouts."""
 
 import pytest
+from v2_helpers import read_back, run_text, simple_function
 
 from harness.formats.chrome_v2 import LAYOUTS
-from v2_helpers import read_back, run_text, simple_function
 
 PAGE = 1 << 17
 pytestmark = pytest.mark.parametrize("layout", LAYOUTS)

@@ -3,10 +3,10 @@
 import struct
 
 import pytest
+from v2_helpers import simple_function
 
 from harness.errors import CorruptTable
 from harness.formats.chrome_v2 import V2Reader, encode
-from v2_helpers import simple_function
 
 PAGE = 1 << 17
 FUNCTIONS = [simple_function("a", 0, PAGE + 0x40), simple_function("b", PAGE + 0x40, 0x40, 16)]

@@ -5,8 +5,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.formats import ehabi
-from harness.program import CfiRow, FunctionCfi
 from harness.formats.chrome_v2 import LAYOUTS, V2Reader, encode
+from harness.program import CfiRow, FunctionCfi
 
 PAGE = 1 << 17
 CORE = (4, 5, 6, 7, 8, 9, 10, 11, 14)

@@ -1,13 +1,13 @@
 """Table building: deduplication, suffix sharing, index order, field limits."""
 
 import pytest
+from v2_helpers import simple_function
 
-from harness.formats import uleb128
-from harness.program import CfiRow, FunctionCfi
 from harness.errors import TableOverflow
+from harness.formats import uleb128
 from harness.formats.chrome_v2 import V2Reader, encode
 from harness.formats.chrome_v2.tables import pack_sharing_suffixes
-from v2_helpers import simple_function
+from harness.program import CfiRow, FunctionCfi
 
 
 def test_suffix_is_stored_inside_its_host():

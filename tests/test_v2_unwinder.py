@@ -2,10 +2,10 @@
 
 import pytest
 
-from harness.program import CfiRow, FunctionCfi
 from harness.errors import UnwindFailure
-from harness.unwind.frame import Stack, make_frame
 from harness.formats.chrome_v2 import V2Reader, encode
+from harness.program import CfiRow, FunctionCfi
+from harness.unwind.frame import Stack, make_frame
 from harness.unwind.v2 import V2Unwinder
 from harness.unwind.walk import walk
 

@@ -10,9 +10,9 @@ import struct
 import pytest
 
 from harness.formats import ehabi
+from harness.formats.chrome_v2 import LAYOUTS, V2Reader, encode
 from harness.program import CfiRow, FunctionCfi
 from harness.unwind.frame import Frame, Stack
-from harness.formats.chrome_v2 import LAYOUTS, V2Reader, encode
 from harness.unwind.v2 import V2Unwinder
 
 START = 0x9EF4DC

@@ -7,14 +7,14 @@ from functools import lru_cache
 import pytest
 
 from generators.corpus import generate_program
-from harness.formats import ehabi, chrome_v2
-from harness.program import CfiRow, FunctionCfi
-from harness.unwind import COMPARATORS, UNWINDER_NAMES, build_unwinders
-from harness.unwind.dwarf import DwarfUnwinder
+from harness.formats import chrome_v2, ehabi
 from harness.formats.chrome_v2.encoder import AddressUnwind, cover_text
 from harness.formats.chrome_v2.layout import serialize
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.formats.chrome_v2.tables import build_tables
+from harness.program import CfiRow, FunctionCfi
+from harness.unwind import COMPARATORS, UNWINDER_NAMES, build_unwinders
+from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.v2 import V2Unwinder
 from harness.verify.stops import verify_program
 

@@ -4,10 +4,10 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from harness.formats import ehabi, chrome_v2
 from harness.cli import main
 from harness.commands import elf_unwinders
 from harness.elf_program import has_epilogue_cfi, program_from_elf, prologue_end
+from harness.formats import chrome_v2, ehabi
 from harness.formats.chrome_v2.encoder import AddressUnwind, cover_text
 from harness.formats.chrome_v2.layout import serialize
 from harness.formats.chrome_v2.tables import build_tables

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.formats import ehabi, chrome_v2
+from harness.formats import chrome_v2, ehabi
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import SP
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from harness.formats import ehabi
-from harness.program import ExidxSections
-from harness.formats.elf import PARSE_ERRORS, ElfImage, executable_ranges, open_elf
 from harness.errors import EhabiError, ElfError, InputError, TruncatedSequence
+from harness.formats import ehabi
+from harness.formats.elf import PARSE_ERRORS, ElfImage, executable_ranges, open_elf
+from harness.program import ExidxSections
 
 EXIDX = ".ARM.exidx"
 EXIDX_CANTUNWIND = 1

@@ -34,10 +34,10 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
-from harness.program import CfiRow, FunctionCfi
 from harness.errors import CorruptTable, EncodeError, TableOverflow
-from harness.registers import LR, SP
 from harness.formats.chrome_v2.encoder import starts_epilogue
+from harness.program import CfiRow, FunctionCfi
+from harness.registers import LR, SP
 
 CANT_UNWIND = 0xFFFF
 MAX_FUNCTION_BYTES = 0xFFFF

@@ -16,8 +16,8 @@ from dataclasses import replace
 
 from elftools.dwarf.callframe import FDE, CFARule, RegisterRule
 
-from harness.formats.elf import PARSE_ERRORS, ElfImage, executable_ranges, function_symbols
 from harness.errors import ElfError
+from harness.formats.elf import PARSE_ERRORS, ElfImage, executable_ranges, function_symbols
 from harness.program import TRACKED_REGS, CfiRow, FunctionCfi
 from harness.registers import DWARF_D0, LR, SP, reg_name
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from harness.classify import POSITIONS
 from harness.report.data import ALL, index_rows
-from harness.report.tables import (elf_cells, group_cells, not_verified, rate, size_cells, table_cells,
-                                   unwinder_names)
+from harness.report.tables import elf_cells, group_cells, not_verified, rate, size_cells, table_cells, unwinder_names
 
 
 def markdown(data: dict, title: str) -> str:

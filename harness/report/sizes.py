@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from harness.formats import chrome_v2
-from harness.program import Program
 from harness.formats.chrome_v1 import encode_v1
+from harness.program import Program
 
 POLICY_SOURCES = {"drop": "tables", "keep": "reference", "synthesize": "tables"}
 FORMATS = (".debug_frame", "exidx+extab", "v1", "v2 drop", "v2 keep", "v2 synthesize")

@@ -3,7 +3,6 @@ terminal): the main table, table sizes, and the compiled builds."""
 
 from __future__ import annotations
 
-
 from harness.classify import POSITIONS
 from harness.report.data import ALL, index_rows
 from harness.report.sizes import FORMATS

@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import Callable
 
 from harness.formats import chrome_v2
-from harness.unwind.v2_epilogue import EpilogueFirst, EpilogueSimulator
+from harness.formats.chrome_v1 import V1Table, encode_v1
 from harness.program import Program
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder_for
 from harness.unwind.framepointer import FramePointerUnwinder
 from harness.unwind.v1 import V1Unwinder
-from harness.formats.chrome_v1 import V1Table, encode_v1
 from harness.unwind.v2 import V2Unwinder
+from harness.unwind.v2_epilogue import EpilogueFirst, EpilogueSimulator
 from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
 

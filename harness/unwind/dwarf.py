@@ -6,8 +6,8 @@ from bisect import bisect_right
 from functools import lru_cache
 from typing import Sequence
 
-from harness.program import CfiRow, FunctionCfi
 from harness.errors import UnwindFailure
+from harness.program import CfiRow, FunctionCfi
 from harness.registers import DWARF_D0, LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import Rule, RuleRange, ranged

@@ -9,12 +9,12 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Sequence
 
-from harness.formats import ehabi
-from harness.unwind.ehabi_run import caller_by_run, rule_of_run
-from harness.formats.elf import ElfImage
-from harness.formats.arm_exidx import ExidxEntry, parse_sections, require_exidx_sections
-from harness.program import ExidxSections
 from harness.errors import UnwindFailure
+from harness.formats import ehabi
+from harness.formats.arm_exidx import ExidxEntry, parse_sections, require_exidx_sections
+from harness.formats.elf import ElfImage
+from harness.program import ExidxSections
+from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import EVERYWHERE, RuleRange, ranged
 

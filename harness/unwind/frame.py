@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -87,7 +88,13 @@ class Stack:
         return bytes(self.data[i] if 0 <= i < len(self.data) else 0 for i in range(offset, offset + size))
 
     def read_u32(self, address: int) -> int:
+        offset = address - self.start
+        if self.low <= address and address + 4 <= self.high and 0 <= offset <= len(self.data) - 4:
+            return _U32(self.data, offset)[0]  # the common case, kept short
         return int.from_bytes(self._bytes(address, 4), "little")
 
     def read_u64(self, address: int) -> int:
         return int.from_bytes(self._bytes(address, 8), "little")
+
+
+_U32 = struct.Struct("<I").unpack_from

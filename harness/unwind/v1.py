@@ -13,10 +13,10 @@ from __future__ import annotations
 from functools import lru_cache
 
 from harness.errors import UnwindFailure
+from harness.formats.chrome_v1 import V1Table
 from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import EVERYWHERE, LEAF, NOWHERE, Rule, RuleRange, ranged
-from harness.formats.chrome_v1 import V1Table
 from harness.unwind.walk import PC_SP_ONLY, check_caller
 
 

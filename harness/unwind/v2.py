@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from harness.formats import ehabi
-from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.errors import UnwindFailure
+from harness.formats import ehabi
+from harness.formats.chrome_v2.reader import UnsupportedRun, V2Reader
+from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import RuleRange, ranged
-from harness.formats.chrome_v2.reader import UnsupportedRun, V2Reader
 
 Run = tuple[ehabi.Op, ...]
 

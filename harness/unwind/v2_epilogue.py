@@ -19,8 +19,18 @@ from typing import Callable
 from harness.registers import LR, PC, SP
 from harness.thumb.disasm import Instruction, decode_one
 from harness.thumb.encoding import condition_holds, it_state, may_start_epilogue
-from harness.thumb.epilogue import (LIMIT, AdjustFramePointer, Branch, Release, Restore, RestoreVfp, ReturnToLr,
-                                    Step, classify, ends_frame)
+from harness.thumb.epilogue import (
+    LIMIT,
+    AdjustFramePointer,
+    Branch,
+    Release,
+    Restore,
+    RestoreVfp,
+    ReturnToLr,
+    Step,
+    classify,
+    ends_frame,
+)
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import RangeCache, Rule, RuleRange
 from harness.unwind.walk import check_caller

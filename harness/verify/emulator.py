@@ -13,14 +13,7 @@ import mmap
 import struct
 from typing import Callable, Iterable
 
-from unicorn import (
-    UC_ARCH_ARM,
-    UC_HOOK_CODE,
-    UC_MODE_THUMB,
-    UC_PROT_ALL,
-    Uc,
-    UcError,
-)
+from unicorn import UC_ARCH_ARM, UC_HOOK_CODE, UC_MODE_THUMB, UC_PROT_ALL, Uc, UcError
 from unicorn import arm_const as arm
 from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 

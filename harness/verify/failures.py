@@ -11,7 +11,6 @@ from typing import Callable, NamedTuple
 from harness.classify import Where
 from harness.registers import PC, SP, reg_name
 
-
 Outcome = tuple[int, str, "str | None", str]  # a failing walk: (frame index, kind, register name or None, detail)
 
 

@@ -31,6 +31,9 @@ AVAILABLE = Verifier is not None
 DEFER = False  # the kernel's answer where the unwinder's own step must run
 
 
+_HEADER, _LOAD = abi.RULE_HEADER.struct, abi.LOAD.struct
+
+
 @lru_cache(maxsize=1 << 16)  # rules repeat by value across ranges and programs
 def pack_rule(rule: Rule) -> bytes:
     """A rule as rules.c reads it: abi.RULE_HEADER, then its loads."""
@@ -40,9 +43,9 @@ def pack_rule(rule: Rule) -> bytes:
         (abi.LEAF_UNLESS_RECORD, rule.leaf_unless_record), (abi.OUTSIDE_IT, rule.outside_it),
         (abi.FAILS, rule.failure is not None), (abi.GUARD_FAILS, rule.guard_failure is not None)) if on)
     lowest, highest = rule.bounds or (0, 0)
-    header = abi.RULE_HEADER.struct.pack(flags, rule.base, -1 if rule.index is None else rule.index, rule.offset,
-                                         rule.end, lowest, highest, len(rule.loads), len(rule.vfp_loads))
-    return header + b"".join(abi.LOAD.struct.pack(*pair) for pair in rule.loads + rule.vfp_loads)
+    header = _HEADER.pack(flags, rule.base, -1 if rule.index is None else rule.index, rule.offset,
+                          rule.end, lowest, highest, len(rule.loads), len(rule.vfp_loads))
+    return header + b"".join(_LOAD.pack(*pair) for pair in rule.loads + rule.vfp_loads)
 
 
 def _restores(unwinder: Unwinder) -> tuple[int, bool]:

@@ -12,12 +12,18 @@ from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
 
 from harness.errors import InputError
-from harness.program import FunctionCfi
-from harness.formats.chrome_v2.encoder import (EPILOGUE_POLICIES, EpiloguePolicy, FunctionUnwind, cover_text, function_unwind)
+from harness.formats.chrome_v2.encoder import (
+    EPILOGUE_POLICIES,
+    EpiloguePolicy,
+    FunctionUnwind,
+    cover_text,
+    function_unwind,
+)
 from harness.formats.chrome_v2.layout import LAYOUTS, Layout, header_fields, serialize
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.formats.chrome_v2.synthesize import synthesize_epilogues
 from harness.formats.chrome_v2.tables import V2Tables, build_tables
+from harness.program import FunctionCfi
 
 __all__ = [
     "EPILOGUE_POLICIES", "LAYOUTS", "Encoded", "EpiloguePolicy", "Layout",

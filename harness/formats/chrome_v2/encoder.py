@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Literal
 
+from harness.errors import EncodeError
 from harness.formats import ehabi
 from harness.program import CfiRow, FunctionCfi
-from harness.errors import EncodeError
 from harness.registers import DWARF_D0, PC, SP
 
 EpiloguePolicy = Literal["drop", "keep", "synthesize"]

@@ -11,8 +11,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from harness.formats import ehabi, uleb128
 from harness.errors import CorruptTable, EhabiError, UnsupportedInstruction
+from harness.formats import ehabi, uleb128
 from harness.formats.chrome_v2.layout import Layout, parse
 from harness.formats.chrome_v2.tables import PAGE_SHIFT, V2Tables, continuation_bits
 

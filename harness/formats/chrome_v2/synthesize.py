@@ -16,8 +16,8 @@ from dataclasses import replace
 from typing import Callable
 
 from harness.program import CfiRow, FunctionCfi
-from harness.thumb.epilogue import AdjustFramePointer, Release, Restore, RestoreVfp, Step, find_epilogues
 from harness.registers import DWARF_D0, PC, SP
+from harness.thumb.epilogue import AdjustFramePointer, Release, Restore, RestoreVfp, Step, find_epilogues
 
 
 class Unsynthesizable(Exception):

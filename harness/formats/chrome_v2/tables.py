@@ -16,8 +16,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from harness.formats import uleb128
 from harness.errors import TableOverflow
+from harness.formats import uleb128
 from harness.formats.chrome_v2.encoder import FunctionUnwind
 
 PAGE_SHIFT = 17  # 128 KiB pages

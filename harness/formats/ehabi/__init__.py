@@ -5,8 +5,7 @@ those of the three modules."""
 
 from harness.formats.ehabi.codec import decode, encode, encode_op
 from harness.formats.ehabi.interpreter import Flat, Memory, execute, flatten
-from harness.formats.ehabi.ops import (FINISH, REFUSE, Finish, Op, Pop, PopVfp, Refuse, SetVsp, VspAdd,
-                                       text)
+from harness.formats.ehabi.ops import FINISH, REFUSE, Finish, Op, Pop, PopVfp, Refuse, SetVsp, VspAdd, text
 
 __all__ = ["FINISH", "REFUSE", "Finish", "Flat", "Memory", "Op", "Pop", "PopVfp", "Refuse", "SetVsp",
            "VspAdd", "decode", "encode", "encode_op", "execute", "flatten", "text"]

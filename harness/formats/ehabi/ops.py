@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Union
 
+
 @dataclass(frozen=True)
 class VspAdd:
     """vsp = vsp + amount (amount a multiple of 4, may be negative)."""
