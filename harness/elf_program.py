@@ -73,7 +73,7 @@ def program_from_elf(path: str, entry: str, expected: int | None = None,
     image = open_elf(path)
     base = text_base(image) if text_start is None else text_start
     cfi = tuple(read_cfi(image))
-    # The ELF's own CFI serves as both flavours (see harness.unwinders).
+    # The ELF's own CFI serves as both flavours (see harness.unwind).
     program = Program(path, load_segments(image), symbol_address(image, entry), base, (),
                       {"tables": cfi, "reference": cfi}, expected, uses_vfp=True,
                       exidx=read_exidx_sections(image))

@@ -93,7 +93,7 @@ class Program:
     entry: int
     text_base: int
     functions: tuple[FunctionInfo, ...]  # sorted by start, not overlapping
-    # "tables": what v2 encodes; "reference": complete CFI (see harness.unwinders)
+    # "tables": what v2 encodes; "reference": complete CFI (see harness.unwind)
     cfi: dict[str, tuple[FunctionCfi, ...]] = field(default_factory=dict)
     expected_result: int | None = None  # what the entry must return
     uses_vfp: bool = False

@@ -82,7 +82,7 @@ BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
 }
 UNWINDER_NAMES = tuple(BUILDERS)
 COMPARATORS = ("v1", "exidx", "framepointer")  # other formats, measured beside v2
-# What each is checked on besides pc and sp (see harness.walk.Restores).
+# What each is checked on besides pc and sp (see harness.unwind.walk.Restores).
 RESTORES: dict[str, Restores] = {
     **dict.fromkeys(BUILDERS, ALL_CALLEE_SAVED),
     "v1": V1Unwinder.restores,

@@ -1,7 +1,7 @@
-/* Verifier: at one stop, walk every unwinder by its rules (harness/rule.py)
+/* Verifier: at one stop, walk every unwinder by its rules (harness/unwind/rule.py)
  * over the emulator's stack memory and compare each caller frame with the
  * shadow stack. Wherever a rule's guard fails the answer is DEFER, and the
- * harness runs the unwinder's own Python step instead (harness/kernel.py).
+ * harness runs the unwinder's own Python step instead (harness/verify/kernel.py).
  */
 #include "kernel.h"
 
