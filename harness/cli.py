@@ -10,12 +10,13 @@ import sys
 
 from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED
 from harness import __version__, commands
-from harness.commands import EXIT_BAD_INPUT
-from harness.errors import InputError
+from harness.commands import EXIT_BAD_INPUT, EXIT_FAILED
+from harness.errors import HarnessError, InputError
 from harness.formats import chrome_v2
 from harness.runner import Shard, parse_shard
 from harness.unwind import UNWINDER_NAMES
 from harness.verify import kernel
+from harness.verify.stops import DEFAULT_LIMITS
 
 
 def _positive(text: str) -> int:
@@ -26,6 +27,33 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"not a positive integer: {text!r}")
     return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
+    return value
+
+
+def _limits(parser: argparse.ArgumentParser) -> None:
+    """The limits of each program's run (harness.verify.abi.Limits): past
+    one, the run ends as a fault at its pc."""
+    defaults = DEFAULT_LIMITS
+    parser.add_argument("--max-instructions", type=_positive, metavar="N",
+                        help=f"fault a program that executes more than N instructions "
+                             f"(default {defaults.instructions:,})")
+    parser.add_argument("--max-seconds", type=_seconds, metavar="S",
+                        help=f"fault a program that runs for more than S seconds, wall clock "
+                             f"(default {defaults.seconds:g})")
+    parser.add_argument("--max-memory-mb", type=_positive, metavar="MB",
+                        help="fault a program once the process's peak resident size is over this many MiB "
+                             f"(default {defaults.memory_bytes >> 20})")
+    parser.add_argument("--max-depth", type=_positive, metavar="N",
+                        help=f"fault a program nested deeper than N calls (default {defaults.depth:,})")
 
 
 def _shard(text: str) -> Shard:
@@ -62,22 +90,25 @@ def _add_run(subparsers) -> None:
                      help=f"programs in the generated corpus (default {DEFAULT_PROGRAMS})")
     run.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
                      help="verify only these (repeatable; default: all)")
-    run.add_argument("--json", help="write the JSON report here (default: REPORTS/latest.json)")
+    run.add_argument("--json", help="write the JSON report here (alone, unless --reports is given too)")
     run.add_argument("--no-elf", action="store_true", help="skip the compiled corpus in corpus/elf")
-    run.add_argument("--reports", default="reports", help="report directory (default: reports)")
+    run.add_argument("--reports", help="write latest.json, latest.md and latest.png here (default: reports, "
+                                       "unless only --json is given); the baseline is read from here")
     run.add_argument("--check-baseline", action="store_true",
                      help="exit 1 if a failure count rose above REPORTS/baseline.json")
     run.add_argument("--write-baseline", action="store_true",
                      help="record this run as REPORTS/baseline.json")
     _parallel(run, "programs")
+    _limits(run)
     run.set_defaults(handler=commands.cmd_run)
 
 
 def _add_merge(subparsers) -> None:
     merge = subparsers.add_parser("merge", help="join shard reports of run or verify-elf into the full report")
     merge.add_argument("shards", nargs="+", help="the shard reports (JSON)")
-    merge.add_argument("--json", help="write the JSON report here (default: REPORTS/latest.json)")
-    merge.add_argument("--reports", default="reports", help="report directory (default: reports)")
+    merge.add_argument("--json", help="write the JSON report here (alone, unless --reports is given too)")
+    merge.add_argument("--reports", help="write latest.json, latest.md and latest.png here (default: reports, "
+                                         "unless only --json is given); the baseline is read from here")
     merge.add_argument("--check-baseline", action="store_true",
                        help="exit 1 if a failure count rose above REPORTS/baseline.json")
     merge.add_argument("--write-baseline", action="store_true",
@@ -113,6 +144,7 @@ def _add_verify_elf(subparsers) -> None:
                         help="the entry's return value (default: from manifest.json beside the ELF)")
     verify.add_argument("--json", help="write the JSON report here")
     _parallel(verify, "stops")
+    _limits(verify)
     verify.set_defaults(handler=commands.cmd_verify_elf)
 
 
@@ -142,32 +174,62 @@ def _add_dump(subparsers) -> None:
     dump_cmd.set_defaults(handler=commands.cmd_dump)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, pointing at --help for the usage itself."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"unwind-harness: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="unwind-harness",
         description="Chrome Unwind Info v2 for ARM32 Thumb-2: encode, dump, verify.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_add_run, _add_merge, _add_encode, _add_verify_elf, _add_mutants, _add_bench, _add_dump):
         add(subparsers)
     return parser
 
 
+def _within_limits(args) -> None:
+    """--jobs above the machine's cores is clamped, with a note: more
+    processes than cores only cost memory."""
+    cores = os.cpu_count() or 1
+    if getattr(args, "jobs", 1) > cores:
+        print(f"unwind-harness: note: --jobs {args.jobs} is more than the {cores} cores here; using {cores}",
+              file=sys.stderr)
+        args.jobs = cores
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"unwind-harness: error: {message}", file=sys.stderr)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _within_limits(args)
+    if sys.stdout is None:  # started with standard output closed
+        if args.command == "dump":
+            return _fail("standard output is closed: nowhere to write the listing", EXIT_BAD_INPUT)
+        sys.stdout = open(os.devnull, "w")
     if args.command in ("run", "verify-elf", "bench", "mutants") and not kernel.AVAILABLE:
         print("unwind-harness: note: the compiled kernel (harness/verify/csrc) is not built; verifying "
               "in Python alone, several times slower (`pip install -e .` builds it)", file=sys.stderr)
     try:
         return args.handler(args)
     except InputError as error:
-        print(f"unwind-harness: error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except OSError as error:  # an output path that could not be written
+        return _fail(str(error), EXIT_BAD_INPUT)
+    except HarnessError as error:  # the run itself could not be completed (a worker lost)
+        return _fail(str(error), EXIT_FAILED)
+    except BrokenPipeError:
+        sys.stdout = open(os.devnull, "w")  # nothing more reaches the closed pipe, not even at exit
+        return _fail("standard output was closed before everything was written", EXIT_BAD_INPUT)
+    except OSError as error:  # a file the command did not open through harness.filesystem
         where = f"{error.filename}: " if error.filename else ""
-        print(f"unwind-harness: error: {where}{error.strerror or error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _fail(f"{where}{error.strerror or error}", EXIT_BAD_INPUT)
 
 
 if __name__ == "__main__":

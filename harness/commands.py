@@ -17,10 +17,11 @@ from harness.formats.chrome_v1 import V1Encoded, V1Table, dump_v1, encode_v1
 from harness.formats.chrome_v2.dump import dump
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import load_segments, open_elf, text_base
+from harness.filesystem import check_output, read_input, write_output
 from harness.manifest import expected_checksum
 from harness.report.baseline import risen_above
 from harness.report.data import dumps, report_data
-from harness.report.files import write_reports
+from harness.report.files import report_directory, report_paths, write_reports
 from harness.report.summary import ProgramSummary, combine, from_json, summarize, to_json
 from harness.report.tables import not_verified
 from harness.report.terminal import print_table
@@ -30,13 +31,13 @@ from harness.runner import (
     assemble,
     elf_unwinder_names,
     in_processes,
-    partial,
-    read_partials,
     run_units,
     units_of,
 )
+from harness.shards import partial, read_partials
 from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
-from harness.verify.stops import verify_program
+from harness.verify.abi import Limits
+from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -46,16 +47,6 @@ def _console():
     from rich.console import Console
 
     return Console(width=None if sys.stdout.isatty() else 120)
-
-
-def _check_output(path: str | None) -> None:
-    """Refuse an output file that cannot be written before the work, not after it."""
-    if path is None:
-        return
-    target = Path(path)
-    if target.is_dir() or not target.parent.is_dir():
-        reason = "is a directory" if target.is_dir() else f"no directory {target.parent}"
-        raise InputError(f"{path}: cannot write: {reason}")
 
 
 def _code_reader(image):
@@ -113,33 +104,28 @@ def v1_summary(encoded: V1Encoded, functions: int, base: int) -> str:
 
 
 def cmd_encode(args) -> int:
+    check_output(args.output, [args.elf])
     if args.format == "v1":
         image = open_elf(args.elf)
         base = text_base(image) if args.text_start is None else args.text_start
         functions = read_cfi(image)
         encoded_v1 = encode_v1(functions, base)
-        Path(args.output).write_bytes(encoded_v1.blob)
+        write_output(args.output, encoded_v1.blob)
         print(v1_summary(encoded_v1, len(functions), base))
         print(f"wrote {len(encoded_v1.blob)} bytes to {args.output}")
         return EXIT_OK
     encoded = encode_elf(args.elf, args.epilogue, args.text_start)
     blob = encoded.blob(args.layout)
-    Path(args.output).write_bytes(blob)
+    write_output(args.output, blob)
     print(size_summary(encoded, args.layout))
     print(f"wrote {len(blob)} bytes to {args.output}")
     return EXIT_OK
 
 
-def _read_blob(path: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
-
-
 def _read_v2_table(path: str, layout: str) -> tuple[chrome_v2.V2Reader, str]:
+    blob = read_input(path, "v2 blob")
     try:
-        return chrome_v2.read_blob(_read_blob(path), layout)
+        return chrome_v2.read_blob(blob, layout)
     except InputError as error:
         raise InputError(f"{path}: {error}") from None
 
@@ -155,7 +141,7 @@ def elf_unwinders(program, names, v2_table: str | None, layout: str) -> list:
 def cmd_dump(args) -> int:
     if args.format == "v1":
         try:
-            table = V1Table.from_blob(_read_blob(args.file))
+            table = V1Table.from_blob(read_input(args.file, "v1 blob"))
         except InputError as error:
             raise InputError(f"{args.file}: {error}") from None
         sys.stdout.write(dump_v1(table, args.text_start))
@@ -172,9 +158,9 @@ def finish_run(data: dict, args, console) -> int:
     for line in not_verified(data):
         print(f"unwind-harness: not verified: {line}", file=sys.stderr)
         status = EXIT_FAILED
-    baseline_path = Path(args.reports) / "baseline.json"
+    baseline_path = Path(args.reports or "reports") / "baseline.json"
     if args.write_baseline:
-        baseline_path.write_text(dumps(data))
+        write_output(baseline_path, dumps(data))
         console.print(f"wrote {baseline_path}")
     if args.check_baseline:
         risen = risen_above(data, baseline_path)
@@ -187,12 +173,26 @@ def finish_run(data: dict, args, console) -> int:
     return status
 
 
+def limits_of(args) -> Limits:
+    """The limits of each program's run (--max-instructions, --max-seconds,
+    --max-memory-mb, --max-depth; the defaults where not given)."""
+    given = (args.max_instructions, args.max_seconds,
+             None if args.max_memory_mb is None else args.max_memory_mb << 20, args.max_depth)
+    return Limits(*(default if value is None else value for value, default in zip(given, DEFAULT_LIMITS)))
+
+
+def _with_limits(config: dict, limits: Limits) -> dict:
+    """A shard report's config, naming the limits where they are not the
+    defaults (so that merge refuses shards run under others)."""
+    return config if limits == DEFAULT_LIMITS else {**config, "limits": list(limits)}
+
+
 def verify_elf_part(job: tuple) -> dict:
     """One stop shard of a verify-elf run (a process of `--jobs`)."""
-    elf, entry, expected, text_start, names, v2_table, layout, every, shard = job
+    elf, entry, expected, text_start, names, v2_table, layout, every, shard, limits = job
     program = program_from_elf(elf, entry, expected, text_start)
     unwinders = elf_unwinders(program, names, v2_table, layout)
-    result = verify_program(program, unwinders, every=every, shard=(shard.index, shard.count))
+    result = verify_program(program, unwinders, every=every, shard=(shard.index, shard.count), limits=limits)
     return {"index": shard.index, "kind": "stops", "summary": to_json(summarize(result))}
 
 
@@ -205,29 +205,30 @@ def cmd_verify_elf(args) -> int:
     console = _console()
     if args.shard.count > 1 and not args.json:
         raise InputError("verify-elf --shard needs --json PATH for the shard report")
-    _check_output(args.json)
+    check_output(args.json, [args.elf, args.v2_table])
     expected = args.expect if args.expect is not None else expected_checksum(args.elf, args.entry)
     program = program_from_elf(args.elf, args.entry, expected, args.text_start)
     names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
     elf_unwinders(program, names, args.v2_table, args.layout)  # bad tables fail here, before any work
     # Each job emulates the whole program and verifies every jobs-th of this shard's stops.
     parts = [Shard(k, args.jobs).within(args.shard) for k in range(args.jobs)]
-    jobs = [(args.elf, args.entry, expected, args.text_start, names, args.v2_table, args.layout, args.every, part)
-            for part in parts]
+    limits = limits_of(args)
+    jobs = [(args.elf, args.entry, expected, args.text_start, names, args.v2_table, args.layout, args.every, part,
+             limits) for part in parts]
     started = time.perf_counter()
     records = in_processes(verify_elf_part, jobs, args.jobs)
     seconds = time.perf_counter() - started
     summary = elf_summary(records, args.elf)
-    config = {"elf": args.elf, "entry": args.entry, "unwinders": names, "every": args.every,
-              "units": args.shard.count}
+    config = _with_limits({"elf": args.elf, "entry": args.entry, "unwinders": names, "every": args.every,
+                           "units": args.shard.count}, limits)
     if args.shard.count > 1:
         record = {"index": args.shard.index, "kind": "stops", "summary": to_json(summary)}
-        Path(args.json).write_text(dumps(partial("verify-elf", config, args.shard, [record])))
+        write_output(args.json, dumps(partial("verify-elf", config, args.shard, [record])))
         console.print(f"shard {args.shard}: verified {summary.stops} stops; join the shards with merge")
         return EXIT_OK
     data = report_data([summary], names, None, args.elf)
     if args.json:
-        Path(args.json).write_text(dumps(data))
+        write_output(args.json, dumps(data))
     print_table(data, console)
     console.print(f"verified {summary.stops} stops x {len(names)} unwinders in {seconds:.1f} s"
                   + (f" (every {args.every}th stop)" if args.every > 1 else ""))
@@ -245,10 +246,30 @@ def _progress(console):
     return Progress(*columns, console=console, transient=True)
 
 
+def _make_directory(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(f"{directory}: cannot make the directory: {error.strerror or error}") from None
+
+
+def _check_report_outputs(args, inputs=()) -> None:
+    """Refuse, before any work, report files that cannot be written or that
+    would overwrite an input."""
+    directory = report_directory(args.reports, args.json)
+    if directory is not None and directory.exists() and not directory.is_dir():
+        raise InputError(f"{directory}: cannot write reports there: not a directory")
+    for path in report_paths(directory, args.json):
+        if path.parent.is_dir() or path == Path(args.json or ""):
+            check_output(path, inputs)
+
+
 def cmd_run(args) -> int:
+    _check_report_outputs(args)
     console = _console()
     names = all_names(args.unwinder)
-    units = units_of(args.seed, args.programs, names, not args.no_elf)
+    limits = limits_of(args)
+    units = units_of(args.seed, args.programs, names, not args.no_elf, limits)
     mine = [u for u in units if args.shard.takes(u.index)]
     started = time.perf_counter()
     with _progress(console) as progress:
@@ -258,37 +279,34 @@ def cmd_run(args) -> int:
     stops = sum(r["summary"]["stops"] for r in records)
     console.print(f"verified {stops} stops x {len(names)} unwinders in {seconds:.1f} s "
                   f"({args.jobs} job{'s' if args.jobs > 1 else ''}): {stops / max(seconds, 1e-9):,.0f} stops/s")
-    config = {"seed": args.seed, "programs": args.programs, "unwinders": names, "elf": not args.no_elf,
-              "units": len(units)}
+    config = _with_limits({"seed": args.seed, "programs": args.programs, "unwinders": names,
+                           "elf": not args.no_elf, "units": len(units)}, limits)
     if args.shard.count > 1:
-        path = Path(args.json or Path(args.reports) / f"shard-{args.shard.index}-of-{args.shard.count}.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(dumps(partial("run", config, args.shard, records)))
+        path = Path(args.json or Path(args.reports or "reports") / f"shard-{args.shard.index}-of-{args.shard.count}.json")
+        _make_directory(path.parent)
+        write_output(path, dumps(partial("run", config, args.shard, records)))
         console.print(f"shard {args.shard}: {len(records)} of {len(units)} units in {path}; "
                       "join the shards with merge")
         return EXIT_OK
     data = assemble(records, names, args.seed)
-    write_reports(data, Path(args.reports), args.json, "unwind-harness: generated corpus")
+    write_reports(data, report_directory(args.reports, args.json), args.json, "unwind-harness: generated corpus")
     return finish_run(data, args, console)
 
 
 def cmd_merge(args) -> int:
+    _check_report_outputs(args, args.shards)
     console = _console()
-    command, config, records = read_partials(args.shards)
-    try:
-        if command == "verify-elf":
-            data = report_data([elf_summary(records, config["elf"])], config["unwinders"], None,
-                                      config["elf"])
-        else:
-            data = assemble(records, config["unwinders"], config["seed"])
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise InputError(f"merge: malformed shard records in {' '.join(args.shards)} "
-                         f"({type(error).__name__}: {error})") from None
+    command, config, records = read_partials(args.shards)  # validated: see harness.shards
     if command == "verify-elf":
-        Path(args.json or Path(args.reports) / "latest.json").write_text(dumps(data))
+        data = report_data([elf_summary(records, config["elf"])], config["unwinders"], None, config["elf"])
+    else:
+        data = assemble(records, config["unwinders"], config["seed"])
+    directory = report_directory(args.reports, args.json)
+    if command == "verify-elf":
+        write_output(args.json or directory / "latest.json", dumps(data))
         print_table(data, console)
         return EXIT_OK if data["programs"][0]["self_check"] == "ok" else EXIT_FAILED
-    write_reports(data, Path(args.reports), args.json, "unwind-harness: generated corpus")
+    write_reports(data, directory, args.json, "unwind-harness: generated corpus")
     return finish_run(data, args, console)
 
 
@@ -298,7 +316,7 @@ def cmd_bench(args) -> int:
     from harness.bench import FULL, QUICK, run_bench, table_rows
 
     console = _console()
-    _check_output(args.json)
+    check_output(args.json)
     size = QUICK if args.quick else FULL
     with console.status(f"measuring ({'quick' if args.quick else 'full'} size: {size.functions:,} functions "
                         f"at scale, {size.programs} programs)"):
@@ -310,7 +328,7 @@ def cmd_bench(args) -> int:
         table.add_row(*row)
     console.print(table)
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+        write_output(args.json, json.dumps(figures, indent=1, sort_keys=True) + "\n")
     return EXIT_OK
 
 
@@ -319,6 +337,7 @@ def cmd_mutants(args) -> int:
 
     from harness.mutants import check_program, summary
 
+    check_output(args.json)
     console = _console()
     results = []
     with _progress(console) as progress:
@@ -337,7 +356,7 @@ def cmd_mutants(args) -> int:
         table.add_row(label, str(counts[key]))
     console.print(table)
     if args.json:
-        Path(args.json).write_text(json.dumps(counts, indent=1) + "\n")
+        write_output(args.json, json.dumps(counts, indent=1) + "\n")
     missed = [r for r in results if r.changed and not r.detected]
     for verdict in missed:
         print(f"unwind-harness: missed mutant: {verdict.mutant}", file=sys.stderr)

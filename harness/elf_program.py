@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.classify import FrameFacts, FunctionInfo, traits_of
+from harness.errors import ElfError
 from harness.formats.arm_exidx import read_exidx_sections
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import load_segments, open_elf, symbol_address, text_base
@@ -77,8 +78,20 @@ def program_from_elf(path: str, entry: str, expected: int | None = None,
     program = Program(path, load_segments(image), symbol_address(image, entry), base, (),
                       {"tables": cfi, "reference": cfi}, expected, uses_vfp=True,
                       exidx=read_exidx_sections(image))
-    infos = tuple(function_info(f, program.code(f.start, f.end - f.start), base) for f in cfi)
-    return replace(program, functions=infos)
+    return replace(program, functions=tuple(function_info(f, _code_of(program, f), base) for f in cfi))
+
+
+def _code_of(program: Program, function: FunctionCfi) -> bytes:
+    """The loaded bytes of a function with CFI; ElfError where no PT_LOAD
+    segment holds them (the program headers and sections disagree)."""
+    try:
+        code = program.code(function.start, function.end - function.start)
+    except KeyError:
+        code = b""
+    if len(code) < function.end - function.start:
+        raise ElfError(f"{program.name}: {function.name} [{function.start:#x}, {function.end:#x}) has CFI "
+                       "but no PT_LOAD segment holds its code")
+    return code
 
 
 def has_epilogue_cfi(program: Program) -> bool:

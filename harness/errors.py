@@ -74,6 +74,11 @@ class ElfError(InputError):
     """An ELF file that is not a usable ARM ELF (not ARM, truncated, no CFI...)."""
 
 
+class WorkerLost(HarnessError):
+    """A worker process died (killed, out of memory) while it verified a
+    program: the run is incomplete (exit code 1)."""
+
+
 # Failure kinds an unwinder may report (ARCHITECTURE.md, "Categories").
 FAILURE_KINDS = ("no_info", "unsupported", "bad_read", "limit", "corrupt_table")
 

@@ -8,25 +8,23 @@ byte for byte.
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Callable, Sequence
 
 from generators.corpus import generate_program
 from harness.elf_program import has_epilogue_cfi, program_from_elf
-from harness.errors import InputError
+from harness.errors import WorkerLost
 from harness.formats import chrome_v2
 from harness.formats.elf import open_elf, section_size
 from harness.manifest import ELF_CORPUS, elf_builds
-from harness.report.data import SCHEMA, elf_group, report_data
+from harness.report.data import elf_group, report_data
 from harness.report.sizes import CHROME_REFERENCE, add_size_rows, size_row
 from harness.report.summary import from_json, summarize, to_json
 from harness.unwind import UNWINDER_NAMES, build_unwinders
-from harness.verify.stops import verify_program
-
-PARTIAL = "partial"  # the key that marks a shard's output
+from harness.verify.abi import Limits
+from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 
 @dataclass(frozen=True)
@@ -66,16 +64,18 @@ class Unit:
     seed: int = 0
     number: int = 0
     build: dict | None = field(default=None, hash=False)
+    limits: Limits = DEFAULT_LIMITS  # how far its program may run (harness.verify.abi.Limits)
 
     @property
     def kind(self) -> str:
         return "generated" if self.build is None else "elf"
 
 
-def units_of(seed: int, programs: int, names: Sequence[str], elf: bool) -> list[Unit]:
-    units = [Unit(i, tuple(names), seed, i) for i in range(programs)]
+def units_of(seed: int, programs: int, names: Sequence[str], elf: bool,
+             limits: Limits = DEFAULT_LIMITS) -> list[Unit]:
+    units = [Unit(i, tuple(names), seed, i, limits=limits) for i in range(programs)]
     if elf:
-        units += [Unit(programs + i, tuple(names), build=b) for i, b in enumerate(elf_builds())]
+        units += [Unit(programs + i, tuple(names), build=b, limits=limits) for i, b in enumerate(elf_builds())]
     return units
 
 
@@ -103,7 +103,7 @@ def run_unit(unit: Unit) -> dict:
     """Verify one unit; its record (plain JSON data)."""
     if unit.build is None:
         program = generate_program(unit.seed, unit.number)
-        result = verify_program(program, build_unwinders(program, unit.names))
+        result = verify_program(program, build_unwinders(program, unit.names), limits=unit.limits)
         return {"index": unit.index, "kind": "generated", "summary": to_json(summarize(result)),
                 "size": size_row(program.name, [program])}
     build = unit.build
@@ -112,7 +112,7 @@ def run_unit(unit: Unit) -> dict:
     program = replace(program_from_elf(str(path), build["entry"], build.get("expected_checksum")),
                       name=f"corpus/elf/{build['file']}")
     names = elf_unwinder_names(program, unit.names)
-    result = verify_program(program, build_unwinders(program, names))
+    result = verify_program(program, build_unwinders(program, names), limits=unit.limits)
     encoded = chrome_v2.encode(program.cfi["tables"], program.text_base, "drop")
     label = {"input": program.name, "build": path.stem,
              "compiler": build.get("compiler_version", build.get("compiler", "")),
@@ -124,10 +124,11 @@ def run_unit(unit: Unit) -> dict:
 
 
 def in_processes(work: Callable, items: Sequence, jobs: int, done: Callable[[dict], None] = lambda record: None,
-                 first: Callable = lambda item: 0) -> list:
+                 first: Callable = lambda item: 0, name: Callable = str) -> list:
     """`work(item)` of every item, in item order, by `jobs` processes (in
     this one for a single job); `done` sees each record as it comes, and
-    the items `first` ranks lowest start first."""
+    the items `first` ranks lowest start first. A worker that dies (killed,
+    out of memory) ends the run with WorkerLost naming the item (`name`)."""
     if jobs <= 1 or len(items) <= 1:
         records = []
         for item in items:
@@ -138,15 +139,27 @@ def in_processes(work: Callable, items: Sequence, jobs: int, done: Callable[[dic
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(work, items[n]): n for n in sorted(range(len(items)), key=lambda n: first(items[n]))}
         for future in as_completed(futures):
-            records[futures[future]] = future.result()
-            done(records[futures[future]])
+            number = futures[future]
+            try:
+                records[number] = future.result()
+            except BrokenProcessPool:
+                raise WorkerLost(f"a worker process died while verifying {name(items[number])} "
+                                 "(killed, or out of memory)") from None
+            done(records[number])
     return [records[n] for n in range(len(items))]
 
 
 def run_units(units: Sequence[Unit], jobs: int, done: Callable[[dict], None] = lambda record: None) -> list[dict]:
     """Records of `units`, in unit order, verified by `jobs` processes (the
     compiled builds, the longest units, first)."""
-    return in_processes(run_unit, units, jobs, done, first=lambda unit: (unit.kind != "elf", unit.index))
+    return in_processes(run_unit, units, jobs, done, first=lambda unit: (unit.kind != "elf", unit.index),
+                        name=unit_name)
+
+
+def unit_name(unit: Unit) -> str:
+    if unit.build is not None:
+        return f"corpus/elf/{unit.build['file']}"
+    return f"generated program {unit.number} (seed {unit.seed})"
 
 
 def assemble(records: Sequence[dict], names: Sequence[str], seed: int) -> dict:
@@ -160,63 +173,6 @@ def assemble(records: Sequence[dict], names: Sequence[str], seed: int) -> dict:
     if compiled:
         data["elf"] = [r["group"] for r in compiled]
     return data
-
-
-# ------------------------------------------------------------------ shards
-
-
-def partial(command: str, config: dict, shard: Shard, records: list[dict]) -> dict:
-    """A shard's output: its unit records and what the whole run was."""
-    return {"schema": SCHEMA, "tool": "unwind-harness",
-            PARTIAL: {"command": command, "config": config, "shard": [shard.index, shard.count]},
-            "records": records}
-
-
-def read_partials(paths: Sequence[str]) -> tuple[str, dict, list[dict]]:
-    """(command, config, records in order) of shard files that together cover
-    one run exactly; InputError naming the file otherwise."""
-    command = config = None
-    records: dict[int, dict] = {}
-    for path in paths:
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as error:
-            raise InputError(f"{path}: cannot read a shard report: {error}") from None
-        part = data.get(PARTIAL) if isinstance(data, dict) else None
-        if not isinstance(part, dict) or "records" not in data:
-            raise InputError(f"{path}: not a shard report (written by run or verify-elf with --shard)")
-        _check_partial(path, part, data["records"])
-        if config is None:
-            command, config = part["command"], part["config"]
-        elif (part["command"], part["config"]) != (command, config):
-            raise InputError(f"{path}: from another run ({part['command']} {part['config']}; "
-                             f"expected {command} {config})")
-        for record in data["records"]:
-            if record["index"] in records:
-                raise InputError(f"{path}: unit {record['index']} is in two shard reports")
-            records[record["index"]] = record
-    if config is None:
-        raise InputError("merge: no shard reports given")
-    missing = sorted(set(range(config["units"])) - set(records))
-    if missing:
-        raise InputError(f"merge: the shard reports lack units {missing[:10]}"
-                         f"{' ...' if len(missing) > 10 else ''} of {config['units']}")
-    return command, config, [records[i] for i in sorted(records)]
-
-
-def _check_partial(path: str, part: dict, records) -> None:
-    """InputError naming the file unless a shard report has the shape merge reads."""
-    config = part.get("config")
-    problem = None
-    if part.get("command") not in ("run", "verify-elf"):
-        problem = f"command {part.get('command')!r} is neither run nor verify-elf"
-    elif not isinstance(config, dict) or not isinstance(config.get("units"), int):
-        problem = "its config has no count of units"
-    elif not isinstance(records, list) or not all(
-            isinstance(r, dict) and isinstance(r.get("index"), int) for r in records):
-        problem = "its records are not a list of numbered units"
-    if problem:
-        raise InputError(f"{path}: corrupt shard report: {problem}")
 
 
 def all_names(names: Sequence[str] | None) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
 import shutil
 import struct
@@ -37,6 +38,7 @@ from harness.errors import (
     TableOverflow,
     TruncatedSequence,
     UnwindFailure,
+    WorkerLost,
 )
 from harness.formats import chrome_v2, ehabi
 from harness.formats.arm_exidx import ExidxError, parse_exidx
@@ -48,7 +50,8 @@ from harness.formats.chrome_v2.tables import FunctionTableEntry, V2Tables
 from harness.formats.elf import open_elf
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import SP
-from harness.runner import read_partials
+from harness.runner import in_processes
+from harness.shards import read_partials
 from harness.thumb.epilogue import Release
 from harness.unwind.ehabi_run import caller_by_run
 from harness.unwind.frame import Stack, make_frame
@@ -77,6 +80,8 @@ COVERAGE = {
     "harness.errors.BadRead": "test_bad_read",  # also test_ehabi.py::test_execute_read_outside_stack_is_bad_read
     "harness.formats.arm_exidx.ExidxError": "test_exidx_error",  # also test_exidx.py (every malformation)
     "harness.verify.emulator.EmulationFault": "test_emulation_fault",
+    "harness.verify.placement.NoRoom": "test_placement.py::test_a_program_that_leaves_no_room_is_refused",
+    "harness.errors.WorkerLost": "test_worker_lost",
     # Internal: caught where raised and turned into a report line; they never escape.
     "harness.formats.chrome_v1.Refused": "test_refused",
     "harness.formats.chrome_v2.encoder.InexpressibleState": "test_inexpressible_state",
@@ -364,7 +369,7 @@ def test_cli_bad_elf(command, kind, bad, capsys, tmp_path):
 
 def test_cli_encode_output_that_cannot_be_written(bad, capsys, tmp_path):
     out = tmp_path / "no" / "such" / "dir.bin"
-    expect_one_line(["encode", str(ELF), "-o", str(out)], capsys, str(out), "No such file or directory")
+    expect_one_line(["encode", str(ELF), "-o", str(out)], capsys, str(out), "cannot write: no directory")
 
 
 def test_cli_encode_synthesize(tmp_path, capsys):
@@ -393,8 +398,8 @@ def test_cli_encode_synthesize(tmp_path, capsys):
                  ["{dir}/no/report.json", "cannot write"], id="verify-elf-json-unwritable"),
     pytest.param(["bench", "--quick", "--json", "{dir}/no/bench.json"], ["{dir}/no/bench.json", "cannot write"],
                  id="bench-json-unwritable"),
-    pytest.param(["merge", "{missing}"], ["{missing}", "cannot read a shard report"], id="merge-missing"),
-    pytest.param(["merge", "{text}"], ["{text}", "cannot read a shard report"], id="merge-not-json"),
+    pytest.param(["merge", "{missing}"], ["{missing}: cannot read"], id="merge-missing"),
+    pytest.param(["merge", "{text}"], ["{text}: not a shard report (not JSON"], id="merge-not-json"),
 ])
 def test_cli_bad_input(argv, names, bad, capsys):
     paths = {name: str(path) for name, path in bad.items()}
@@ -403,8 +408,10 @@ def test_cli_bad_input(argv, names, bad, capsys):
 
 @pytest.mark.parametrize("shard, words", [
     ({"schema": 1}, "not a shard report"),
-    ({"partial": {"command": "run", "config": {"units": 1}}, "records": 5}, "corrupt shard report"),
-    ({"partial": {"command": "run"}, "records": []}, "corrupt shard report"),
+    ({"schema": 1, "tool": "unwind-harness", "partial": {"command": "run", "config": {"units": 1}, "shard": [0, 1]},
+      "records": 5}, "records: 5 is not a list"),
+    ({"schema": 1, "tool": "unwind-harness", "partial": {"command": "run", "config": {}, "shard": [0, 1]},
+      "records": []}, 'partial.config: the key "seed" is missing'),
 ], ids=["not-shard", "records", "config"])
 def test_cli_merge_corrupt_shard_report(shard, words, tmp_path, capsys):
     path = tmp_path / "shard.json"
@@ -414,9 +421,12 @@ def test_cli_merge_corrupt_shard_report(shard, words, tmp_path, capsys):
 
 def test_cli_merge_malformed_records(tmp_path, capsys):
     path = tmp_path / "shard.json"
-    path.write_text(json.dumps({"partial": {"command": "run", "config": {"units": 1, "unwinders": ["v2"], "seed": 0},
-                                            "shard": [0, 1]}, "records": [{"index": 0, "kind": "generated"}]}))
-    expect_one_line(["merge", str(path), "--reports", str(tmp_path)], capsys, str(path), "malformed shard records")
+    config = {"seed": 0, "programs": 1, "unwinders": ["v2"], "elf": False, "units": 1}
+    path.write_text(json.dumps({"schema": 1, "tool": "unwind-harness",
+                                "partial": {"command": "run", "config": config, "shard": [0, 1]},
+                                "records": [{"index": 0, "kind": "generated"}]}))
+    expect_one_line(["merge", str(path), "--reports", str(tmp_path)], capsys,
+                    f'{path}: records[0]: the key "summary" is missing')
 
 
 @pytest.mark.parametrize("argv, option", [
@@ -448,7 +458,7 @@ RUN = ["run", "--programs", "1", "--no-elf", "--jobs", "1", "--unwinder", "v2"]
 
 
 @pytest.mark.parametrize("baseline, words", [
-    ("{not json", "cannot read the baseline"),
+    ("{not json", "not a baseline (not JSON"),
     ("[]", "not a report"),
     ('{"seed": 0, "input": "generated"}', "not a report"),
     ('{"seed": 0, "input": "generated", "results": [{"unwinder": "v2"}]}', "malformed result rows"),
@@ -466,3 +476,17 @@ def test_python_dash_m_truncated_elf_has_no_traceback(bad, tmp_path):
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [result.stderr.strip()]
     assert result.stderr.startswith(f"unwind-harness: error: {bad['cut']}: truncated or corrupt ELF")
+
+
+def _dies(item: int) -> int:
+    """A worker that is killed while it works on item 1."""
+    if item == 1:
+        os._exit(9)
+    return item
+
+
+def test_worker_lost():
+    """A worker process that dies ends the run naming what it was doing."""
+    error = raised(in_processes, _dies, [0, 1, 2], 2, name=lambda item: f"unit {item}")
+    assert type(error) is WorkerLost
+    assert str(error) == "a worker process died while verifying unit 1 (killed, or out of memory)"

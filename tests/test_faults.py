@@ -20,7 +20,7 @@ from harness.verify.stops import verify_program
 BASE = 0x100000
 PROLOGUE = ["push {r4, lr}", "movs r4, #1"]  # a frame, so the unwinders have work before the fault
 FAULTS = {
-    "runaway loop": (["b #0x100004"], "more than 500 instructions", BASE + 4),
+    "runaway loop": (["adds r0, #1", "b #0x100004"], "more than 500 instructions", BASE + 4),
     "undefined instruction": ([".short 0xde00"], "UC_ERR_INSN_INVALID", BASE + 4),
     "read of unmapped memory": (["movs r1, #0x40", "lsls r1, r1, #24", "ldr r0, [r1]"],
                                 "UC_ERR_READ_UNMAPPED", BASE + 8),

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from generators.corpus import generate_program
 from harness.errors import InputError, UnwindFailure
+from harness.elf_program import program_from_elf
 from harness.formats import chrome_v2
 from harness.formats.arm_exidx import parse_exidx
 from harness.formats.chrome_v1 import V1Table, encode_v1
@@ -207,6 +208,41 @@ def test_cfi_reader_on_mutated_debug_frame(data, tmp_path):
         except InputError as error:
             return rejected(error)
         event("accepted" if not any(f.problems for f in functions) else "accepted, with problems listed")
+
+
+@lru_cache(maxsize=None)
+def elf_regions() -> tuple[bytes, tuple[tuple[str, int, int], ...]]:
+    """The fixture's bytes and where its headers and unwind sections lie:
+    what a corrupt or hostile ELF changes."""
+    raw = ELF.read_bytes()
+    elf = open_elf(str(ELF)).elf
+    regions = [("ELF header", 0, 0x34), ("program headers", elf["e_phoff"], elf["e_phnum"] * elf["e_phentsize"]),
+               ("section headers", elf["e_shoff"], elf["e_shnum"] * elf["e_shentsize"])]
+    for name in (".debug_frame", ".ARM.exidx", ".symtab"):
+        section = elf.get_section_by_name(name)
+        if section is not None:
+            regions.append((name, section["sh_offset"], section["sh_size"]))
+    return raw, tuple(regions)
+
+
+@settings(max_examples=max(60, settings.default.max_examples // 3), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_mutated_elfs_load_or_are_refused(data, tmp_path):
+    """Headers and unwind sections mutated: the ELF becomes a Program with
+    unwinders, or is refused with a typed error, within the time bound (the
+    hostile classes of tests/test_hostile.py, at volume)."""
+    raw, regions = elf_regions()
+    name, offset, size = data.draw(st.sampled_from(regions))
+    part = data.draw(mutated(raw[offset : offset + size]))
+    path = tmp_path / "mutated.elf"
+    path.write_bytes(raw[:offset] + (part + bytes(size))[:size] + raw[offset + size :])
+    with bounded():
+        try:
+            build_unwinders(program_from_elf(str(path), "entry"))
+        except InputError as error:
+            return rejected(error)
+        event(f"accepted, {name} mutated")
 
 
 # --- unwinders --------------------------------------------------------------------------

@@ -179,7 +179,7 @@ def test_a_tracer_is_set_up_once_and_runs_once():
     assert emulator.call_traced(program.entry, once, DEFAULT_BUDGET, program.args) == program.expected_result
     assert once.stops > 100
     with pytest.raises(RuntimeError, match="runs once"):
-        once.run(program.entry | 1, SENTINEL, DEFAULT_BUDGET)
+        once.run(program.entry | 1, SENTINEL, abi.Limits())
 
 
 # ------------------------------------------- the kernel against `step`, on random states

@@ -12,7 +12,8 @@ from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from harness.errors import ElfError
+from harness.errors import ElfError, InputError
+from harness.filesystem import read_input
 
 # What pyelftools lets escape on malformed input: its own errors, the errors
 # of its vendored `construct`, and plain Python errors from unchecked reads.
@@ -46,10 +47,9 @@ class ElfImage:
 def open_elf(path: str) -> ElfImage:
     """Parse `path` as a little-endian 32-bit ARM ELF; ElfError otherwise."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ElfError(f"{path}: cannot read: {e.strerror or e}") from e
+        data = read_input(path, "ELF")
+    except InputError as error:
+        raise ElfError(str(error)) from None
     if not data.startswith(b"\x7fELF"):
         raise ElfError(f"{path}: not an ELF file")
     try:
@@ -107,18 +107,33 @@ def function_symbols(image: ElfImage) -> list[tuple[int, int, str]]:
     return sorted(found)
 
 
+MEMORY_BUDGET = 256 << 20  # bytes of memory all PT_LOAD segments together may ask for
+
+
 def load_segments(image: ElfImage) -> tuple[tuple[int, bytes], ...]:
     """Contents of every PT_LOAD segment at its virtual address (zero-filled
-    up to its memory size, so .bss is there too)."""
-    segments = []
+    up to its memory size, so .bss is there too); ElfError for a segment
+    past the 32-bit address space, with less memory than file bytes, or
+    asking for more memory than MEMORY_BUDGET in all."""
+    segments, total = [], 0
     try:
         for segment in image.elf.iter_segments():
             if segment["p_type"] != "PT_LOAD" or segment["p_memsz"] == 0:
                 continue
+            address, memsz, filesz = segment["p_vaddr"], segment["p_memsz"], segment["p_filesz"]
+            where = f"{image.path}: the PT_LOAD segment at {address:#x}"
+            if address + memsz > 1 << 32:
+                raise ElfError(f"{where} ({memsz:#x} bytes) runs past the 32-bit address space")
+            if filesz > memsz:
+                raise ElfError(f"{where} has {filesz:#x} bytes in the file but only {memsz:#x} in memory")
+            total += memsz
+            if total > MEMORY_BUDGET:
+                raise ElfError(f"{where} takes the segments past the {MEMORY_BUDGET >> 20} MiB of memory "
+                               f"the harness maps ({memsz:#x} bytes)")
             data = segment.data()
-            if len(data) < segment["p_filesz"]:
+            if len(data) < filesz:
                 raise ElfError(f"{image.path}: truncated: a PT_LOAD segment runs past the end of the file")
-            segments.append((segment["p_vaddr"], data + bytes(segment["p_memsz"] - len(data))))
+            segments.append((address, data + bytes(memsz - len(data))))
     except PARSE_ERRORS as e:
         raise ElfError(f"{image.path}: corrupt program headers: {e}") from e
     if not segments:

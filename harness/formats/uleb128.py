@@ -17,18 +17,25 @@ def encode(value: int) -> bytes:
             return bytes(out)
 
 
+MAX_BYTES = 5  # enough for any 32-bit field of the formats that use it
+
+
 def decode(data: bytes | memoryview, pos: int, end: int | None = None) -> tuple[int, int]:
     """Decode one value at `pos`; return (value, position after it).
 
     Raises IndexError when the run is not terminated before `end` (default:
-    the end of `data`); callers turn that into their own typed error.
+    the end of `data`), ValueError when it runs past MAX_BYTES; callers turn
+    those into their own typed errors.
     """
     stop = len(data) if end is None else end
     value = 0
     shift = 0
+    start = pos
     while True:
         if pos >= stop:
             raise IndexError("unterminated ULEB128")
+        if pos - start == MAX_BYTES:
+            raise ValueError(f"ULEB128 longer than {MAX_BYTES} bytes")
         byte = data[pos]
         pos += 1
         value |= (byte & 0x7F) << shift

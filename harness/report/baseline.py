@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from harness.errors import InputError
+from harness.filesystem import read_json
 from harness.report.data import index_rows
 
 
@@ -29,10 +29,7 @@ def regressions(latest: dict, baseline: dict) -> list[str]:
 def read_baseline(path: Path, data: dict) -> dict:
     """The baseline report at `path`, checked to be one this run can be
     compared with; InputError naming the file otherwise."""
-    try:
-        baseline = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise InputError(f"{path}: cannot read the baseline: {error}") from None
+    baseline = read_json(path, "baseline")
     if not isinstance(baseline, dict) or not isinstance(baseline.get("results"), list):
         raise InputError(f"{path}: not a report (no list of results)")
     if baseline.get("seed") != data["seed"] or baseline.get("input") != data["input"]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import io
 
 from harness.report.data import ALL, index_rows
 from harness.report.tables import summary_lines, unwinder_names
@@ -24,9 +24,9 @@ def _bars(ax, names: list[str], groups: list[tuple[dict, str, str]], labels: lis
     ax.set_title(title)
 
 
-def chart(data: dict, path: Path) -> None:
-    """Grouped bars: failure rate per category for every unwinder, and per
-    compiled build when the report has them."""
+def chart(data: dict) -> bytes:
+    """The PNG of grouped bars: failure rate per category for every unwinder,
+    and per compiled build when the report has them."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -45,5 +45,7 @@ def chart(data: dict, path: Path) -> None:
         _bars(axes[1][0], names, [(index_rows(g["results"]), ALL, ALL) for g in groups],
               [g["build"] for g in groups], "Compiled programs (corpus/elf): all stops")
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata={"Software": None})
+    out = io.BytesIO()
+    fig.savefig(out, format="png", dpi=90, metadata={"Software": None})
     plt.close(fig)
+    return out.getvalue()

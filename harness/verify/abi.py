@@ -91,6 +91,30 @@ class Engine(NamedTuple):
     registers: tuple[int, ...]
 
 
+# ------------------------------------------------------------ limits
+
+
+class Limits(NamedTuple):
+    """How far one program's run may go (both hooks: harness.verify.stops
+    and csrc/trace.c); past any of them the run ends as a fault, with the pc
+    and the guard (GUARDS) that stopped it."""
+
+    instructions: int = 20_000_000  # instructions executed
+    seconds: float = 120.0  # wall clock, from the start of the run
+    memory_bytes: int = 1 << 30  # the process's peak resident size (getrusage ru_maxrss)
+    depth: int = 10_000  # shadow frames, the harness's own bottom frame included
+
+
+# Why a run was stopped: the tracer's `run` reports one of these with the pc.
+# SELF_LOOP: two consecutive stops at one pc with every register read there
+# unchanged (no Thumb instruction both writes memory and branches to itself).
+GUARDS = ("NONE", "INSTRUCTIONS", "SELF_LOOP", "SECONDS", "MEMORY", "DEPTH")
+GUARD_NONE, GUARD_INSTRUCTIONS, GUARD_SELF_LOOP, GUARD_SECONDS, GUARD_MEMORY, GUARD_DEPTH = range(len(GUARDS))
+# Failing answers logged one by one per run, at most (beyond, tallied only).
+FAILURE_LOG_CAP = 1_000_000
+# Instructions between two checks of the clock and of memory in csrc/trace.c.
+CHECK_EVERY = 1 << 16
+
 # ------------------------------------------------------------ answers
 
 # What one unwinder's walk at one stop came to. PASS and DEFER never reach
@@ -160,7 +184,9 @@ def header() -> str:
         _enum(("CPSR", "FIRST_VFP", "MAX_REGISTERS"), (CPSR_SLOT, FIRST_VFP_SLOT, len(SLOTS))),
         _enum(tuple(f"ENGINE_{name.upper()}" for name in Engine._fields) + ("ENGINE_FIELDS",),
               range(len(Engine._fields) + 1)),
-        _enum(tuple(f"ANSWER_{name}" for name in ANSWERS), range(len(ANSWERS))), "",
+        _enum(tuple(f"ANSWER_{name}" for name in ANSWERS), range(len(ANSWERS))),
+        _enum(tuple(f"GUARD_{name}" for name in GUARDS), range(len(GUARDS))),
+        _enum(("FAILURE_LOG_CAP", "CHECK_EVERY"), (FAILURE_LOG_CAP, CHECK_EVERY)), "",
         "#endif", "",
     ]
     return "\n".join(lines)

@@ -2,15 +2,19 @@
 
 Loads a program's segments, maps a stack, calls the entry in Thumb state with
 lr = a sentinel address, and calls back before every instruction. Faults
-(unmapped access, undefined instruction, a runaway loop) end the run with an
-`EmulationFault` naming the pc and the cause.
+(unmapped access, undefined instruction, a run past one of its limits,
+harness.verify.abi.Limits) end the run with an `EmulationFault` naming the
+pc and the cause.
 """
 
 from __future__ import annotations
 
 import ctypes
 import mmap
+import resource
 import struct
+import sys
+import time
 from typing import Callable, Iterable
 
 from unicorn import UC_ARCH_ARM, UC_HOOK_CODE, UC_MODE_THUMB, UC_PROT_ALL, Uc, UcError
@@ -19,13 +23,16 @@ from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost
 
 from harness.errors import BadRead, HarnessError
 from harness.verify import abi
+from harness.verify.placement import DEFAULT, PAGE, Placement, pages_of, place
 
-PAGE = 0x1000
-SENTINEL = 0x0000F000  # the entry "returns" here; nothing else is mapped nearby
-STACK_TOP = 0x7F000000
-STACK_SIZE = 16 << 20  # room for several frames over 1 MiB
+SENTINEL, STACK_TOP = DEFAULT.sentinel, DEFAULT.stack_top  # where ordinary programs get them
 SLOT_IDS = [getattr(arm, f"UC_ARM_REG_{name.upper()}") for name in abi.SLOTS]  # abi.SLOTS as engine ids
 STATUS_REGS = SLOT_IDS[: abi.FIRST_VFP_SLOT]  # r0-r15, cpsr
+# Instructions between the Python hook's checks of the clock and memory: a
+# stop there walks the whole stack in Python, tens of milliseconds deep in a
+# recursion, and a check costs a microsecond (trace.c: abi.CHECK_EVERY).
+CHECK_EVERY = 1 << 6
+MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # bytes in getrusage's ru_maxrss unit
 
 
 class EmulationFault(HarnessError):
@@ -35,6 +42,45 @@ class EmulationFault(HarnessError):
         super().__init__(f"emulation fault at pc {pc:#x}: {cause}")
         self.pc = pc
         self.cause = cause
+
+
+def as_limits(limits: abi.Limits | int) -> abi.Limits:
+    """`limits`, or for a number the default limits with that instruction
+    budget; each at most 2**64 - 1 (as trace.c reads them); ValueError
+    unless each is positive."""
+    limits = abi.Limits(instructions=limits) if isinstance(limits, int) else abi.Limits(*limits)
+    if not all(value > 0 for value in limits):
+        raise ValueError(f"limits must be positive: {limits}")
+    return abi.Limits(*(min(value, (1 << 64) - 1) for value in limits))
+
+
+def _size(count: int) -> str:
+    return f"{count >> 20} MiB" if count and not count % (1 << 20) else f"{count} bytes"
+
+
+def guard_cause(guard: int, limits: abi.Limits) -> str:
+    """The cause of a fault by one of the guards (abi.GUARDS): the guard and its limit."""
+    if guard == abi.GUARD_INSTRUCTIONS:
+        return f"more than {limits.instructions} instructions (runaway loop?)"
+    if guard == abi.GUARD_SELF_LOOP:
+        return "branches to itself without changing any register: an endless loop"
+    if guard == abi.GUARD_SECONDS:
+        return f"more than {limits.seconds:g} seconds of emulation (the time limit; runaway loop?)"
+    if guard == abi.GUARD_MEMORY:
+        return f"the process's peak resident size passed {_size(limits.memory_bytes)} (the memory limit)"
+    if guard == abi.GUARD_DEPTH:
+        return f"more than {limits.depth} nested calls: endless recursion?"
+    raise ValueError(f"no guard {guard}")
+
+
+def exhausted(limits: abi.Limits, started: float) -> int:
+    """abi.GUARD_SECONDS or GUARD_MEMORY for a run started at `started`
+    (time.monotonic) that is past that limit, else GUARD_NONE."""
+    if time.monotonic() - started > limits.seconds:
+        return abi.GUARD_SECONDS
+    if resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * MAXRSS_UNIT > limits.memory_bytes:
+        return abi.GUARD_MEMORY
+    return abi.GUARD_NONE
 
 
 class _BatchReader:
@@ -159,39 +205,27 @@ def _read(uc: Uc, address: int, size: int) -> bytes:
     return buffer.raw
 
 
-def _merged_pages(segments: list[tuple[int, bytes]]) -> list[tuple[int, int]]:
-    """Page-aligned ranges covering every segment, merged where they touch."""
-    spans = sorted(
-        (address & ~(PAGE - 1), (address + len(data) + PAGE - 1) & ~(PAGE - 1))
-        for address, data in segments
-    )
-    merged: list[tuple[int, int]] = []
-    for start, end in spans:
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
-        else:
-            merged.append((start, end))
-    return merged
-
-
 class Emulator:
     def __init__(self, segments: Iterable[tuple[int, bytes]]):
+        segments = [(address, bytes(data)) for address, data in segments]
+        self.placement: Placement = place(segments)
+        """Where the stack and the return sentinel are (harness.verify.placement)."""
         uc = Uc(UC_ARCH_ARM, UC_MODE_THUMB)
         # VFP needs an ARMv7-A model, cp10/cp11 access in CPACR, and FPEXC.EN.
         uc.ctl_set_cpu_model(arm.UC_CPU_ARM_CORTEX_A15)
         uc.reg_write(arm.UC_ARM_REG_C1_C0_2, uc.reg_read(arm.UC_ARM_REG_C1_C0_2) | (0xF << 20))
         uc.reg_write(arm.UC_ARM_REG_FPEXC, 0x40000000)
-        segments = [(address, bytes(data)) for address, data in segments]
-        for start, end in _merged_pages(segments):
+        for start, end in pages_of(segments):
             uc.mem_map(start, end - start, UC_PROT_ALL)
         for address, data in segments:
             uc.mem_write(address, data)
-        uc.mem_map(SENTINEL, PAGE, UC_PROT_ALL)
+        where = self.placement
+        uc.mem_map(where.sentinel, PAGE, UC_PROT_ALL)
         # The stack lives in memory the harness owns, so that the compiled
         # kernel reads it in place (harness/verify/csrc/rules.c).
-        self._stack_memory = mmap.mmap(-1, STACK_SIZE)
+        self._stack_memory = mmap.mmap(-1, where.stack_size)
         stack_address = ctypes.addressof(ctypes.c_char.from_buffer(self._stack_memory))
-        uc.mem_map_ptr(STACK_TOP - STACK_SIZE, STACK_SIZE, UC_PROT_ALL, stack_address)
+        uc.mem_map_ptr(where.stack_bottom, where.stack_size, UC_PROT_ALL, stack_address)
         self._uc = uc
         self.instructions = 0
         self.registers = _BatchReader(uc, STATUS_REGS, ctypes.c_uint32)
@@ -201,12 +235,12 @@ class Emulator:
         fill the low half of their 64-bit slot, whose high half stays 0."""
 
     def stack(self, sp: int) -> LiveStack:
-        return LiveStack(self._uc, sp, STACK_TOP)
+        return LiveStack(self._uc, sp, self.placement.stack_top)
 
     @property
     def stack_memory(self) -> tuple[mmap.mmap, int, int]:
         """(the stack's bytes, the address of the first, the stack top)."""
-        return self._stack_memory, STACK_TOP - STACK_SIZE, STACK_TOP
+        return self._stack_memory, self.placement.stack_bottom, self.placement.stack_top
 
     def read(self, address: int, size: int) -> bytes:
         return bytes(self._uc.mem_read(address, size))
@@ -221,56 +255,77 @@ class Emulator:
         return abi.Engine(self._uc._uch.value, *addresses, UC_HOOK_CODE,
                           tuple(SLOT_IDS if uses_vfp else STATUS_REGS))
 
-    def call(self, entry: int, on_stop: Callable[[int], None] | None, budget: int,
+    def call(self, entry: int, on_stop: Callable[[int], None] | None, limits: abi.Limits | int,
              args: tuple[int, ...] = ()) -> int:
         """Run `entry` (Thumb) until it returns to the sentinel; return r0.
 
         `on_stop(pc)` runs before every instruction (None: no hook at all,
         emulation alone). Raises EmulationFault when the program faults or
-        executes more than `budget` instructions.
+        passes `limits` (a number: the instruction budget): more
+        instructions, and, checked every CHECK_EVERY of them, more seconds
+        or memory (the guards that need the registers or the shadow stack
+        are `on_stop`'s, which raises the EmulationFault itself). Once
+        stopped, the hook calls `on_stop` no more.
         """
+        limits = as_limits(limits)
+        budget = limits.instructions
         uc = self._start(args)
-        overran: list[int] = []
+        stopped: list[EmulationFault] = []
+        started = time.monotonic()
 
         def hook(uc_, address, size, user_data):
-            self.instructions += 1
-            if self.instructions > budget:
-                overran.append(address)
-                uc_.emu_stop()
+            if stopped:
                 return
-            on_stop(address)
+            self.instructions += 1
+            guard = abi.GUARD_INSTRUCTIONS if self.instructions > budget else abi.GUARD_NONE
+            if not guard and not self.instructions % CHECK_EVERY:
+                guard = exhausted(limits, started)
+            try:
+                if guard:
+                    raise EmulationFault(address, guard_cause(guard, limits))
+                on_stop(address)
+            except EmulationFault as fault:
+                stopped.append(fault)
+                uc_.emu_stop()
 
         handle = None if on_stop is None else uc.hook_add(UC_HOOK_CODE, hook)
         try:
-            uc.emu_start(entry | 1, SENTINEL, count=budget if on_stop is None else 0)
+            uc.emu_start(entry | 1, self.placement.sentinel, count=budget if on_stop is None else 0)
         except UcError as error:
             raise EmulationFault(uc.reg_read(arm.UC_ARM_REG_PC), str(error)) from None
         finally:
             if handle is not None:
                 uc.hook_del(handle)
-        return self._returned(overran[0] if overran else None, budget)
+        if stopped:
+            raise stopped[0]
+        return self._returned(abi.GUARD_NONE, 0, limits)
 
-    def call_traced(self, entry: int, tracer, budget: int, args: tuple[int, ...] = ()) -> int:
-        """`call`, with the compiled tracer (built on `engine()`) as the hook."""
+    def call_traced(self, entry: int, tracer, limits: abi.Limits | int, args: tuple[int, ...] = (),
+                    log_cap: int = abi.FAILURE_LOG_CAP) -> int:
+        """`call`, with the compiled tracer (built on `engine()`) as the hook,
+        which checks every guard itself and logs at most `log_cap` failing
+        answers one by one."""
+        limits = as_limits(limits)
         self._start(args)
-        status, overran = tracer.run(entry | 1, SENTINEL, budget)
+        status, guard, pc = tracer.run(entry | 1, self.placement.sentinel, limits, log_cap)
         if status:
             raise EmulationFault(self._uc.reg_read(arm.UC_ARM_REG_PC), str(UcError(status)))
-        return self._returned(None if overran < 0 else overran, budget)
+        return self._returned(guard, pc, limits)
 
     def _start(self, args: tuple[int, ...]) -> Uc:
         uc = self._uc
         for index, value in enumerate(args):
             uc.reg_write(arm.UC_ARM_REG_R0 + index, value)
-        uc.reg_write(arm.UC_ARM_REG_SP, STACK_TOP)
-        uc.reg_write(arm.UC_ARM_REG_LR, SENTINEL | 1)
+        uc.reg_write(arm.UC_ARM_REG_SP, self.placement.stack_top)
+        uc.reg_write(arm.UC_ARM_REG_LR, self.placement.sentinel | 1)
         return uc
 
-    def _returned(self, overran: int | None, budget: int) -> int:
-        """r0 of a run that ended without an engine error, or the fault."""
-        if overran is not None:
-            raise EmulationFault(overran, f"more than {budget} instructions (runaway loop?)")
+    def _returned(self, guard: int, pc: int, limits: abi.Limits) -> int:
+        """r0 of a run that ended without an engine error, or the fault (a
+        guard that stopped it at pc)."""
+        if guard != abi.GUARD_NONE:
+            raise EmulationFault(pc, guard_cause(guard, limits))
         pc = self._uc.reg_read(arm.UC_ARM_REG_PC)
-        if pc != SENTINEL:
+        if pc != self.placement.sentinel:
             raise EmulationFault(pc, "stopped before returning to the sentinel")
         return self._uc.reg_read(arm.UC_ARM_REG_R0)

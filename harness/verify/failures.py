@@ -48,11 +48,18 @@ class FailureLog:
     where and cause shared between stops, values (got, expected) of a
     mismatch, worded only when needed (the cause's detail is then empty).
     Built on demand: a run may fail at every stop for several unwinders,
-    while its report reads only the tally and the first few of each."""
+    while its report reads only the tally and the first few of each.
 
-    def __init__(self, build: Callable[[int], list] | None = None, entries: list | None = None):
+    A run logs at most abi.FAILURE_LOG_CAP failing answers one by one: past
+    that, `truncated` is set and the log holds only the first (the run's
+    tally, and so its counts, stay exact)."""
+
+    def __init__(self, build: Callable[[int], list] | None = None, entries: list | None = None,
+                 truncated: bool = False):
         self._build = build  # build(at most this many per unwinder, 0: all) -> entries
         self._entries = entries
+        self.truncated = truncated
+        """Whether failing answers past the cap were tallied but left out."""
 
     def entries(self) -> list:
         if self._entries is None:

@@ -1,7 +1,9 @@
 """The compiled verification kernel (harness/verify/csrc), seen from Python.
 
 The Tracer is the per-instruction hook of a verified run: it follows the
-shadow stack (as harness.verify.groundtruth defines it) and, at every stop,
+shadow stack (as harness.verify.groundtruth defines it), ends a runaway run
+at one of its limits (harness.verify.abi.Limits, as the Python hook does:
+`run` reports the guard and the pc) and, at every stop,
 lets the Verifier walk every unwinder by its rules (harness.unwind.rule)
 over the emulator's stack memory and compare each caller frame with the
 shadow stack. The Verifier counts the walks that match every frame (per
@@ -34,18 +36,26 @@ DEFER = False  # the kernel's answer where the unwinder's own step must run
 _HEADER, _LOAD = abi.RULE_HEADER.struct, abi.LOAD.struct
 
 
+INT32 = range(-(1 << 31), 1 << 31)
+
+
 @lru_cache(maxsize=1 << 16)  # rules repeat by value across ranges and programs
-def pack_rule(rule: Rule) -> bytes:
-    """A rule as rules.c reads it: abi.RULE_HEADER, then its loads."""
+def pack_rule(rule: Rule) -> bytes | None:
+    """A rule as rules.c reads it: abi.RULE_HEADER, then its loads; None for
+    a rule whose offsets do not fit the kernel's 32-bit fields (a hostile
+    table's vsp adjustment of 2**40, say): there `step` runs instead."""
     flags = sum(bit for bit, on in (
         (abi.BOUNDS, rule.bounds is not None), (abi.PC_FROM_LR, rule.pc_from_lr),
         (abi.ALIGNED, rule.aligned), (abi.ABOVE_SP, rule.above_sp),
         (abi.LEAF_UNLESS_RECORD, rule.leaf_unless_record), (abi.OUTSIDE_IT, rule.outside_it),
         (abi.FAILS, rule.failure is not None), (abi.GUARD_FAILS, rule.guard_failure is not None)) if on)
     lowest, highest = rule.bounds or (0, 0)
-    header = _HEADER.pack(flags, rule.base, -1 if rule.index is None else rule.index, rule.offset,
-                          rule.end, lowest, highest, len(rule.loads), len(rule.vfp_loads))
-    return header + b"".join(_LOAD.pack(*pair) for pair in rule.loads + rule.vfp_loads)
+    fields = (flags, rule.base, -1 if rule.index is None else rule.index, rule.offset, rule.end, lowest, highest,
+              len(rule.loads), len(rule.vfp_loads))
+    pairs = rule.loads + rule.vfp_loads
+    if not all(value in INT32 for value in (*fields, *(v for pair in pairs for v in pair))):
+        return None
+    return _HEADER.pack(*fields) + b"".join(_LOAD.pack(*pair) for pair in pairs)
 
 
 def _restores(unwinder: Unwinder) -> tuple[int, bool]:
@@ -80,10 +90,11 @@ class StopKernel:
         if rule_at is None:
             return -1, None, NOWHERE, EVERYWHERE  # no rules: always its own step
         rule, low, high = rule_at(pc, innermost == 1)
-        if rule is None:
+        packed = None if rule is None else pack_rule(rule)
+        if packed is None:
             return -1, None, low, high
         self.rules.append(rule)
-        return len(self.rules) - 1, pack_rule(rule), low, high
+        return len(self.rules) - 1, packed, low, high
 
     def outcome(self, answer: abi.FailingRule | abi.GuardFailure) -> Outcome:
         """(frame, kind, no register, reason) of a failing rule, or of a rule

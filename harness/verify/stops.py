@@ -20,12 +20,13 @@ from harness.thumb.encoding import call_length, instruction_size, it_block_lengt
 from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
-from harness.verify.emulator import SENTINEL, EmulationFault, Emulator
+from harness.verify.emulator import EmulationFault, Emulator, as_limits, guard_cause
 from harness.verify.failures import FailureCause, FailureLog, Outcome, ProgramResult, mismatch_of
 from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, unpacked
 from harness.verify.walks import MemoizedWalk, first_difference
 
-DEFAULT_BUDGET = 20_000_000  # instructions per program before it counts as runaway
+DEFAULT_LIMITS = abi.Limits()  # how far a program may run before it counts as runaway
+DEFAULT_BUDGET = DEFAULT_LIMITS.instructions
 VFP_NONE = (None,) * 8
 D_TAIL = (None,) * 16
 
@@ -54,6 +55,8 @@ class Verification:
         self.wheres: list[Where] = []  # by the id the kernel knows them by
         self._where_ids: dict[Where, int] = {}
         self.log: list[tuple[int, int, tuple]] = []  # (stop, unwinder index, failure log entry) of walks in Python
+        self.log_cap = abi.FAILURE_LOG_CAP  # entries in `log`, at most; the rest are tallied in `unlogged`
+        self.unlogged: Counter = Counter()  # (where, cause) -> failing walks in Python past the cap
 
     def ids(self, pc: int) -> tuple[int, int, int, int]:
         """(stop class, where id) of pc, for the kernel, and the pcs [low,
@@ -93,7 +96,16 @@ class Verification:
                 continue
             cause = self.failure_cause(self.names[index], outcome,
                                        pc if outcome[0] == 0 else expected[outcome[0] - 1].pc)
-            self.log.append((number, index, (number, pc, where, cause, None)))
+            if len(self.log) < self.log_cap:
+                self.log.append((number, index, (number, pc, where, cause, None)))
+            else:
+                self.unlogged[(where, cause)] += 1
+
+    def tally(self) -> Counter:
+        """(where, cause) -> stops, of the walks in Python, logged or not."""
+        tally = Counter((entry[2], entry[3]) for _, _, entry in self.log)
+        tally.update(self.unlogged)
+        return tally
 
 
 def _frame(pc: int, regs, cpsr: int, vfp) -> Frame:
@@ -101,14 +113,19 @@ def _frame(pc: int, regs, cpsr: int, vfp) -> Frame:
 
 
 def verify_program(program: Program, unwinders: Sequence[Unwinder],
-                   budget: int = DEFAULT_BUDGET, memoize: bool = True,
+                   budget: int | None = None, memoize: bool = True,
                    observe: Callable[[ObservedStop], None] | None = None,
                    every: int = 1, shard: tuple[int, int] = (0, 1),
-                   compiled: bool | None = None) -> ProgramResult:
+                   compiled: bool | None = None, limits: abi.Limits = DEFAULT_LIMITS) -> ProgramResult:
     """Run `program`, verifying every unwinder at every stop (or at every
     `every`-th: the shadow stack still follows every instruction). With
     `shard` (I, N), only the I-th of every N of those stops is verified, so
     that N runs split the work and together verify each stop once.
+
+    A run past one of `limits` (instructions, or `budget` when given;
+    seconds; the process's peak memory; nested calls), or stuck in an
+    instruction that branches to itself, ends as a fault at its pc, as an
+    engine error does: the stops before it are verified and counted.
 
     `compiled` (default: when built) runs the compiled hook (harness.verify.kernel):
     the shadow stack and every walk the rules answer in C, each unwinder's
@@ -121,6 +138,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         compiled = memoize and kernel.AVAILABLE
     elif compiled and not kernel.AVAILABLE:
         raise RuntimeError("compiled=True, but the compiled kernel (harness/verify/csrc) is not built")
+    limits = as_limits(limits if budget is None else limits._replace(instructions=budget))
     emulator = Emulator(program.segments)
     result = ProgramResult(program.name, expected=program.expected_result)
     run = Verification(program, unwinders, memoize, result)
@@ -131,9 +149,9 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     try:
         try:
             if compiled:
-                _run_compiled(program, unwinders, emulator, run, result, budget, observe, every, shard)
+                _run_compiled(program, unwinders, emulator, run, result, limits, observe, every, shard)
             else:
-                _run_in_python(program, emulator, run, result, budget, observe, every, shard)
+                _run_in_python(program, emulator, run, result, limits, observe, every, shard)
         except EmulationFault as fault:
             result.fault = str(fault)
         for (where, cause), stops in result.failure_tally.items():
@@ -145,12 +163,14 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
 
 
 def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emulator, run: Verification,
-                  result: ProgramResult, budget: int, observe, every: int, shard: tuple[int, int]) -> None:
+                  result: ProgramResult, limits: abi.Limits, observe, every: int, shard: tuple[int, int]) -> None:
     stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if unwinders else None
     shadow_frames: dict[int, ShadowFrame] = {}  # serial -> frame, unpacked once
 
     def slow(number: int, pc: int, regs, cpsr: int, vfp, deferred, packed_shadow: bytes, serials) -> None:
         """A stop where a walk deferred, or every stop when observed."""
+        if len(shadow_frames) > 2 * len(serials) + 4096:  # mostly frames returned from: start afresh
+            shadow_frames.clear()
         expected = []
         for index in range(len(serials) - 1, -1, -1):  # innermost first
             frame = shadow_frames.get(serials[index])
@@ -163,37 +183,39 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         if observe is not None:
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
-    tracer = kernel.Tracer(emulator.engine(program.uses_vfp), stop_kernel and stop_kernel.verifier, SENTINEL,
-                           program.uses_vfp, every, *shard, run.ids, slow, observe is not None)
+    tracer = kernel.Tracer(emulator.engine(program.uses_vfp), stop_kernel and stop_kernel.verifier,
+                           emulator.placement.sentinel, program.uses_vfp, every, *shard, run.ids, slow,
+                           observe is not None)
+    cap = run.log_cap
     try:
-        result.result = emulator.call_traced(program.entry, tracer, budget, program.args)
+        result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap)
     finally:  # the stops before a fault count too
         result.stops = tracer.stops
         causes = [run.kernel_cause(stop_kernel, index, abi.answer(answer), culprit)
                   for index, answer, culprit in tracer.causes()]
-        result.failure_log = FailureLog(partial(tracer.failure_log, run.wheres, causes, run.log))
-        tally = Counter((entry[2], entry[3]) for _, _, entry in run.log)
+        tally = run.tally()
         for where, cause, stops in tracer.tally():
             tally[(run.wheres[where], causes[cause])] += stops
         result.failure_tally = tally
+        # Each side logged its first `cap` answers: the first `cap` of both merged are the run's.
+        result.failure_log = FailureLog(lambda count: tracer.failure_log(run.wheres, causes, run.log, count, cap),
+                                        truncated=sum(tally.values()) > cap)
         if stop_kernel is not None:
             classes = {number: key for key, number in run.stop_classes.items()}
             for stop_class, index, passes in stop_kernel.passes():
                 result.counts[(unwinders[index].name, *classes[stop_class], None)] += passes
 
 
-def _run_in_python(program: Program, emulator: Emulator, run: Verification, result: ProgramResult,
-                   budget: int, observe, every: int, shard: tuple[int, int]) -> None:
-    decoded_at: dict[int, tuple[int, int, bytes]] = {}  # pc -> (call length, IT block length, first half-word)
-    it_blocks = SkippedStops(lambda address: instruction_size(program.code(address, 4)))
-    uses_vfp = program.uses_vfp
+def _checker(emulator: Emulator, run: Verification, result: ProgramResult, observe, every: int,
+             shard: tuple[int, int]) -> Callable:
+    """check(pc, regs, cpsr, vfp, shadow frames): verify every unwinder at one
+    stop of the Python hook, if it is one of those to verify (regs: r0-r14
+    at least)."""
     every_walk = range(len(run.walks))
-    shadow: ShadowStack | None = None
     seen = 0
     shard_index, shard_count = shard
 
-    def check(pc: int, regs, cpsr: int, vfp) -> None:
-        """Verify every unwinder at one stop (regs: r0-r14 at least)."""
+    def check(pc: int, regs, cpsr: int, vfp, frames: list[ShadowFrame]) -> None:
         nonlocal seen
         number = seen
         seen += 1
@@ -202,25 +224,45 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         result.stops += 1
         if not every_walk and observe is None:
             return  # ground truth alone
-        frame, stack, expected = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13]), shadow.frames[::-1]
+        frame, stack, expected = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13]), frames[::-1]
         run.walk(number, pc, every_walk, frame, stack, expected)
         if observe is not None:
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
+    return check
+
+
+def _run_in_python(program: Program, emulator: Emulator, run: Verification, result: ProgramResult,
+                   limits: abi.Limits, observe, every: int, shard: tuple[int, int]) -> None:
+    """The Python hook, the reference csrc/trace.c mirrors, guards included
+    (the emulator checks the instruction budget, the clock and memory; the
+    hook, in the same order as trace.c, an endless self-loop and the depth)."""
+    decoded_at: dict[int, tuple[int, int, bytes]] = {}  # pc -> (call length, IT block length, first half-word)
+    it_blocks = SkippedStops(lambda address: instruction_size(program.code(address, 4)))
+    uses_vfp, max_depth = program.uses_vfp, limits.depth
+    check = _checker(emulator, run, result, observe, every, shard)
+    shadow: ShadowStack | None = None
+    last: tuple = (None, None)  # pc and registers of the stop before
+
     def on_stop(pc: int) -> None:
-        nonlocal shadow
+        nonlocal shadow, last
         if uses_vfp:
             regs = emulator.registers_and_vfp()
             vfp = tuple(regs[17:])
         else:
             regs, vfp = emulator.registers(), None
+        if pc == last[0] and regs == last[1]:
+            raise EmulationFault(pc, guard_cause(abi.GUARD_SELF_LOOP, limits))
+        last = pc, regs
         if shadow is None:  # first stop: the harness's own call into the entry
-            shadow = ShadowStack(ShadowFrame(SENTINEL, regs[13], tuple(regs[4:12]), vfp))
+            shadow = ShadowStack(ShadowFrame(emulator.placement.sentinel, regs[13], tuple(regs[4:12]), vfp))
         else:
             shadow.observe(pc, regs[13])
+        if len(shadow.frames) > max_depth:
+            raise EmulationFault(pc, guard_cause(abi.GUARD_DEPTH, limits))
         for skipped, state in it_blocks.passed_over(pc):
-            check(skipped, regs, with_it_state(regs[16], state), vfp)
-        check(pc, regs, regs[16], vfp)
+            check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames)
+        check(pc, regs, regs[16], vfp, shadow.frames)
         decoded = decoded_at.get(pc)
         if decoded is None:
             code = program.code(pc, 4)
@@ -231,7 +273,8 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
             it_blocks.entered(pc, int.from_bytes(decoded[2], "little"), decoded[1])
 
     try:
-        result.result = emulator.call(program.entry, on_stop, budget, program.args)
+        result.result = emulator.call(program.entry, on_stop, limits, program.args)
     finally:
-        result.failure_log = FailureLog(entries=[entry for _, _, entry in run.log])
-        result.failure_tally = Counter((entry[2], entry[3]) for entry in result.failure_log)
+        result.failure_tally = run.tally()
+        result.failure_log = FailureLog(entries=[entry for _, _, entry in run.log],
+                                        truncated=sum(result.failure_tally.values()) > run.log_cap)

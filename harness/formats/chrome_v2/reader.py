@@ -128,6 +128,8 @@ class V2Reader:
                 run_index, position = uleb128.decode(table, position)
             except IndexError:
                 raise CorruptTable(field, f"list starting at {index} is not terminated", position) from None
+            except ValueError as error:
+                raise CorruptTable(field, f"list starting at {index}: {error}", position) from None
             if previous is not None and offset >= previous:
                 raise CorruptTable(field, f"offsets do not decrease ({previous} then {offset})", position)
             self._load_run(run_index, position)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from harness.errors import SpareEncoding, TruncatedSequence, UnsupportedInstruction
+from harness.errors import EhabiError, SpareEncoding, TruncatedSequence, UnsupportedInstruction
 from harness.formats import uleb128
 from harness.formats.ehabi.ops import FINISH, REFUSE, Finish, Op, Pop, PopVfp, Refuse, SetVsp, VspAdd
 from harness.registers import LR, PC, SP
@@ -193,6 +193,8 @@ def _10110010_uleb128(r: _Reader) -> Op:  # vsp = vsp + 0x204 + (uleb128 << 2)
         value, r.pos = uleb128.decode(r.data, r.pos, r.stop)
     except IndexError:
         raise TruncatedSequence("unterminated ULEB128 after 0xb2", r.start) from None
+    except ValueError as error:
+        raise EhabiError(f"{error} after 0xb2", r.start) from None
     return VspAdd(0x204 + (value << 2))
 
 

@@ -12,10 +12,19 @@
  * It runs the engine itself (run() calls the emulator's start function with
  * the hook installed, holding the GIL throughout), through function addresses
  * the emulator module hands over; it knows no engine beyond their signatures.
+ *
+ * Guards end a runaway run (harness.verify.abi.Limits, GUARD_*), as the Python
+ * hook's do: more instructions than the budget; a stop at the pc of the stop
+ * before with every register read unchanged (an endless loop); more shadow
+ * frames than the limit; and, every CHECK_EVERY instructions, the wall clock
+ * and the process's peak resident size. At most log_cap failing answers are
+ * logged one by one; every one is tallied.
  */
 #include "kernel.h"
 
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 typedef int (*RegReadBatch)(void *engine, int *ids, void **values, int count);
 typedef int (*MemRead)(void *engine, uint64_t address, void *bytes, uint64_t size);
@@ -25,7 +34,7 @@ typedef int (*HookAdd)(void *engine, size_t *hook, int type, void *callback, voi
                        uint64_t begin, uint64_t end, ...);
 typedef int (*HookDel)(void *engine, size_t hook);
 
-enum { IT_BLOCK = 4, SIGNAL_EVERY = 1 << 16 };
+enum { IT_BLOCK = 4 };
 
 typedef struct {
     void *handle;
@@ -87,9 +96,13 @@ typedef struct {
     uint64_t every, shard_index, shard_count;
     PyObject *classify;  /* classify(pc) -> (stop class, where id, low, high) */
     PyObject *slow;      /* slow(number, pc, regs, cpsr, vfp, deferred, shadow, serials) */
-    /* registers of the current stop */
-    uint64_t values[MAX_REGISTERS];
-    void *pointers[MAX_REGISTERS];
+    /* registers of the current stop (`values`: one of two banks, the other
+     * holding the previous stop's, at `last_pc`) */
+    uint64_t *values;
+    uint64_t banks[2][MAX_REGISTERS];
+    void *pointers[2][MAX_REGISTERS];
+    int bank;
+    uint64_t last_pc;
     /* the shadow stack, outermost first, and its frames' serials */
     Expected *frames;
     uint64_t *serials;
@@ -116,8 +129,14 @@ typedef struct {
     size_t cause_answers_capacity;
     uint64_t *tally_counts;  /* stops per tally key */
     size_t tally_counts_capacity;
-    uint64_t budget, instructions, seen, stops;
-    int64_t overran;
+    /* guards (harness.verify.abi.Limits) */
+    uint64_t budget, max_depth, max_memory;
+    double max_seconds;
+    size_t log_cap;
+    struct timespec started;
+    int guard;          /* GUARD_*: what stopped the run */
+    uint32_t guard_pc;
+    uint64_t instructions, seen, stops;
     int ran, halted;
     PyObject *error_type, *error_value, *error_traceback;  /* raised in a callback */
 } Tracer;
@@ -396,6 +415,7 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
         t->tally_counts[tallied] = 0;
     }
     t->tally_counts[tallied]++;
+    if (t->logged >= t->log_cap) return 0;  /* tallied, not logged */
     if (reserve(&t->log, &t->log_capacity, t->logged + 1, sizeof(Logged))) return -1;
     int values = a->kind != ANSWER_MISMATCH ? NO_VALUES : a->reg > PC ? VFP_VALUES : CORE_VALUES;
     t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, values, a->got, a->want };
@@ -453,6 +473,29 @@ static void fail(Tracer *t) {
     halt(t);
 }
 
+/* End the run at pc: past the limit of `guard`. */
+static void guard_stop(Tracer *t, int guard, uint32_t pc) {
+    t->guard = guard;
+    t->guard_pc = pc;
+    halt(t);
+}
+
+/* GUARD_SECONDS or GUARD_MEMORY when the run is past that limit, else GUARD_NONE. */
+static int exhausted(const Tracer *t) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double elapsed = (double)(now.tv_sec - t->started.tv_sec) + (now.tv_nsec - t->started.tv_nsec) / 1e9;
+    if (elapsed > t->max_seconds) return GUARD_SECONDS;
+    struct rusage usage;
+#ifdef __APPLE__
+    const uint64_t unit = 1;     /* ru_maxrss in bytes */
+#else
+    const uint64_t unit = 1024;  /* in KiB */
+#endif
+    if (!getrusage(RUSAGE_SELF, &usage) && (uint64_t)usage.ru_maxrss * unit > t->max_memory) return GUARD_MEMORY;
+    return GUARD_NONE;
+}
+
 static int stop_at(Tracer *t, uint32_t pc) {
     const uint64_t *v = t->values;
     const uint32_t cpsr = (uint32_t)v[CPSR];
@@ -462,6 +505,10 @@ static int stop_at(Tracer *t, uint32_t pc) {
         if (push(t, &bottom, t->serial)) return -1;
     } else if (observe(t, pc, (uint32_t)v[SP])) {
         return -1;
+    }
+    if (t->depth > t->max_depth) {
+        guard_stop(t, GUARD_DEPTH, pc);
+        return 0;
     }
     SkippedStop skipped[IT_BLOCK];
     int passed = passed_over(t, pc, skipped);
@@ -486,18 +533,28 @@ static void on_code(void *engine, uint64_t address, uint32_t size, void *user_da
     Tracer *t = user_data;
     if (t->halted) return;
     if (++t->instructions > t->budget) {
-        t->overran = (int64_t)address;
-        halt(t);
+        guard_stop(t, GUARD_INSTRUCTIONS, (uint32_t)address);
         return;
     }
-    if (t->instructions % SIGNAL_EVERY == 0 && PyErr_CheckSignals()) { fail(t); return; }
-    int status = t->engine.reg_read_batch(t->engine.handle, t->engine.ids, t->pointers, t->engine.count);
+    if (t->instructions % CHECK_EVERY == 0) {
+        if (PyErr_CheckSignals()) { fail(t); return; }
+        int guard = exhausted(t);
+        if (guard) { guard_stop(t, guard, (uint32_t)address); return; }
+    }
+    t->bank ^= 1;
+    t->values = t->banks[t->bank];
+    int status = t->engine.reg_read_batch(t->engine.handle, t->engine.ids, t->pointers[t->bank], t->engine.count);
     if (status) {
         PyErr_Format(PyExc_OSError, "batch register read failed with status %d at pc %#llx", status,
                      (unsigned long long)address);
         fail(t);
         return;
     }
+    if (address == t->last_pc && !memcmp(t->banks[0], t->banks[1], t->engine.count * sizeof(uint64_t))) {
+        guard_stop(t, GUARD_SELF_LOOP, (uint32_t)address);
+        return;
+    }
+    t->last_pc = address;
     if (stop_at(t, (uint32_t)address)) fail(t);
 }
 
@@ -585,7 +642,11 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     for (int i = 0; i < e.count; i++) e.ids[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(ids, i));
     Py_DECREF(ids);
     if (PyErr_Occurred()) return -1;
-    for (int i = 0; i < MAX_REGISTERS; i++) self->pointers[i] = &self->values[i];  /* 32-bit ones fill the low half */
+    for (int b = 0; b < 2; b++) {  /* 32-bit registers fill the low half of their slot */
+        for (int i = 0; i < MAX_REGISTERS; i++) self->pointers[b][i] = &self->banks[b][i];
+    }
+    self->values = self->banks[0];
+    self->last_pc = UINT64_MAX;  /* no stop before the first */
     self->engine = e;
     self->verifier = verifier == Py_None ? NULL : (Verifier *)verifier;
     Py_XINCREF(self->verifier);
@@ -599,23 +660,36 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     Py_INCREF(slow);
     self->slow = slow;
     self->observe_all = observe_all;
-    self->overran = -1;
     self->causes.key_size = sizeof(CauseKey);
     self->tally.key_size = sizeof(TallyKey);
     return 0;
 }
 
-/* run(begin, until, budget) -> (engine status, pc where the budget ran out
- * or -1); raises what a callback raised. */
+/* run(begin, until, limits, log_cap=FAILURE_LOG_CAP) -> (engine status,
+ * guard, pc): limits is harness/verify/abi.py's Limits (instructions,
+ * seconds, memory_bytes, depth); guard the GUARD_* that ended the run at pc
+ * (GUARD_NONE and 0: none did). Raises what a callback raised. */
 static PyObject *Tracer_run(Tracer *self, PyObject *args) {
-    unsigned long long begin, until, budget;
-    if (!PyArg_ParseTuple(args, "KKK", &begin, &until, &budget)) return NULL;
+    unsigned long long begin, until, budget, memory, depth;
+    double seconds;
+    Py_ssize_t log_cap = FAILURE_LOG_CAP;
+    if (!PyArg_ParseTuple(args, "KK(KdKK)|n", &begin, &until, &budget, &seconds, &memory, &depth, &log_cap))
+        return NULL;
     if (!self->engine.handle || self->ran) {
         PyErr_SetString(PyExc_RuntimeError, "a Tracer runs once, after it is initialised");
         return NULL;
     }
+    if (log_cap < 0) {
+        PyErr_SetString(PyExc_ValueError, "log_cap must not be negative");
+        return NULL;
+    }
     self->ran = 1;
     self->budget = budget;
+    self->max_seconds = seconds;
+    self->max_memory = memory;
+    self->max_depth = depth;
+    self->log_cap = (size_t)log_cap;
+    clock_gettime(CLOCK_MONOTONIC, &self->started);
     size_t hook = 0;
     int status = self->engine.hook_add(self->engine.handle, &hook, self->engine.hook_code, (void *)on_code, self,
                                        (uint64_t)1, (uint64_t)0);
@@ -627,7 +701,7 @@ static PyObject *Tracer_run(Tracer *self, PyObject *args) {
         self->error_type = self->error_value = self->error_traceback = NULL;
         return NULL;
     }
-    return Py_BuildValue("(iL)", status, (long long)self->overran);
+    return Py_BuildValue("(iik)", status, self->guard, (unsigned long)self->guard_pc);
 }
 
 /* causes() -> [(unwinder, answer, culprit where id or -1)] by cause id: the
@@ -676,16 +750,17 @@ static PyObject *log_entry(const Logged *entry, PyObject *wheres, PyObject *caus
     return Py_BuildValue("(KkOOO)", number, pc, where, cause, Py_None);
 }
 
-/* failure_log(wheres, causes, others, limit) -> the failure log
+/* failure_log(wheres, causes, others, limit, total=0) -> the failure log
  * (harness.verify.failures.FailureLog): this tracer's failing answers, their where
  * and cause ids looked up in `wheres` and `causes`, merged in (stop,
  * unwinder) order with `others`, [(stop, unwinder, entry)] in that order;
- * with a limit, only the first `limit` of each unwinder. */
+ * with a total, only the first `total` of the merged answers; of those, with
+ * a limit, only the first `limit` of each unwinder. */
 static PyObject *Tracer_failure_log(Tracer *self, PyObject *args) {
     PyObject *wheres, *causes, *others;
-    Py_ssize_t limit;
-    if (!PyArg_ParseTuple(args, "O!O!O!n", &PyList_Type, &wheres, &PyList_Type, &causes, &PyList_Type, &others,
-                          &limit))
+    Py_ssize_t limit, total = 0;
+    if (!PyArg_ParseTuple(args, "O!O!O!n|n", &PyList_Type, &wheres, &PyList_Type, &causes, &PyList_Type, &others,
+                          &limit, &total))
         return NULL;
     Py_ssize_t unwinders = self->verifier ? verifier_unwinders(self->verifier) : 0;
     Py_ssize_t *taken = PyMem_Calloc(unwinders + 1, sizeof(Py_ssize_t));
@@ -693,7 +768,7 @@ static PyObject *Tracer_failure_log(Tracer *self, PyObject *args) {
     if (!taken || !out) goto error;
     size_t mine = 0;
     Py_ssize_t theirs = 0, count = PyList_GET_SIZE(others);
-    while (mine < self->logged || theirs < count) {
+    while ((mine < self->logged || theirs < count) && !(total > 0 && (Py_ssize_t)mine + theirs >= total)) {
         unsigned long long number = 0;
         int unwinder = 0;
         PyObject *entry = NULL;  /* the next of `others`, borrowed */

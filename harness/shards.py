@@ -1,0 +1,292 @@
+"""Shard reports: what `run --shard I/N` and `verify-elf --shard I/N` write
+(`partial`), and reading them back for `merge` (`read_partials`).
+
+A shard report is input like any other: each is read under the size cap of
+its kind and checked against the format `partial` writes before anything
+of it is used. Every type, key and range is checked (counts are integers
+from 0 to 2**53; floats, Infinity, NaN and booleans are not), and so is
+what the numbers must agree on: the shard holds exactly its units, every
+verified stop is counted once per unwinder, failing stops are blamed once,
+and a compiled build's section is the one its summary gives. Anything else
+is refused with one line naming the file and the JSON path of the field.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+from typing import Sequence
+
+from harness.classify import POSITIONS
+from harness.errors import InputError
+from harness.filesystem import read_json
+from harness.report.data import ALL, SCHEMA, elf_group
+from harness.report.sizes import FORMATS
+from harness.report.summary import SAMPLES_PER_UNWINDER, from_json
+from harness.runner import Shard
+from harness.schema import (
+    ANY,
+    BOOLEAN,
+    COUNT,
+    POSITIVE,
+    SEED,
+    WORD,
+    Check,
+    at,
+    fail,
+    hex_address,
+    integer,
+    list_of,
+    map_of,
+    number,
+    object_of,
+    one_of,
+    optional,
+    row,
+    show,
+    string,
+)
+from harness.unwind import UNWINDER_NAMES
+
+PARTIAL = "partial"  # the key that marks a shard's output
+TOOL = "unwind-harness"
+NOT_A_SHARD = "not a shard report (written by run or verify-elf with --shard)"
+
+
+def partial(command: str, config: dict, shard: Shard, records: list[dict]) -> dict:
+    """A shard's output: its unit records and what the whole run was."""
+    return {"schema": SCHEMA, "tool": TOOL,
+            PARTIAL: {"command": command, "config": config, "shard": [shard.index, shard.count]},
+            "records": records}
+
+
+def read_partials(paths: Sequence[str]) -> tuple[str, dict, list[dict]]:
+    """(command, config, records in order) of shard files that together cover
+    one run exactly; InputError naming the file otherwise."""
+    first: tuple[str, str, dict] | None = None
+    records: dict[int, dict] = {}
+    for path in paths:
+        data = read_json(path, "shard report")
+        if not isinstance(data, dict) or PARTIAL not in data:
+            raise InputError(f"{path}: {NOT_A_SHARD}")
+        try:
+            check_shard_report(data)
+        except InputError as error:
+            raise InputError(f"{path}: {error}") from None
+        command, config = data[PARTIAL]["command"], data[PARTIAL]["config"]
+        if first is None:
+            first = (path, command, config)
+        elif (command, config) != first[1:]:
+            raise InputError(f"{path}: from another run than {first[0]} ({_other_run(command, config, *first[1:])})")
+        for record in data["records"]:
+            if record["index"] in records:
+                raise InputError(f"{path}: unit {record['index']} is in two shard reports")
+            records[record["index"]] = record
+    if first is None:
+        raise InputError("merge: no shard reports given")
+    _, command, config = first
+    if len(records) < config["units"]:
+        missing = [i for i in range(min(config["units"], len(records) + 10)) if i not in records][:10]
+        raise InputError(f"merge: the shard reports lack units {missing}"
+                         f"{' ...' if config['units'] - len(records) > 10 else ''} of {config['units']}")
+    return command, config, [records[i] for i in sorted(records)]
+
+
+def _other_run(command: str, config: dict, first_command: str, first_config: dict) -> str:
+    if command != first_command:
+        return f"its command is {command}, the first shard's {first_command}"
+    key = next(k for k in {**first_config, **config} if config.get(k, ...) != first_config.get(k, ...))
+    mine, theirs = (show(c[key]) if key in c else "not given" for c in (config, first_config))
+    return f"its partial.config.{key} is {mine}, the first shard's {theirs}"
+
+
+# ------------------------------------------------------------ the checker
+
+# ------------------------------------------------------------ the format
+
+POSITION = one_of(POSITIONS)
+SHARD = row("a shard [I, N]", COUNT, POSITIVE)
+TOP = object_of({"schema": one_of([SCHEMA]), "tool": one_of([TOOL]), "records": list_of(map_of(string, ANY)),
+               PARTIAL: object_of({"command": one_of(["run", "verify-elf"]), "config": map_of(string, ANY),
+                                 "shard": SHARD})})
+PERCENT = number(0, 100, "a percentage (a number from 0 to 100)")
+UNWINDERS = list_of(one_of(UNWINDER_NAMES, "an unwinder's name"))
+LIMIT = integer(1, math.inf, "a positive integer")
+LIMITS = {"limits": row("limits [instructions, seconds, memory bytes, depth]", LIMIT,  # where not the defaults
+                         number(sys.float_info.min, sys.float_info.max, "a positive number of seconds"), LIMIT, LIMIT)}
+CONFIGS = {
+    "run": object_of({"seed": SEED, "programs": POSITIVE, "unwinders": UNWINDERS, "elf": BOOLEAN, "units": POSITIVE},
+                   LIMITS),
+    "verify-elf": object_of({"elf": string, "entry": string, "unwinders": UNWINDERS, "every": POSITIVE,
+                           "units": POSITIVE}, LIMITS),
+}
+SAMPLE = object_of({"program": string, "stop": COUNT, "pc": hex_address, "function": string, "position": POSITION,
+                  "kind": string, "frame": COUNT, "culprit": string, "detail": string})
+SAMPLES = list_of(SAMPLE, SAMPLES_PER_UNWINDER)
+CULPRITS = object_of({"innermost": COUNT, "deeper": COUNT, "traits": map_of(string, COUNT)})
+SIZE = object_of({"input": string, "functions": POSITIVE, "addresses": POSITIVE, "v1_refused": COUNT,
+                "bytes": object_of({name: optional(COUNT) for name in FORMATS})})
+RESULT_ROW = object_of({"unwinder": string, "category": string, "position": one_of((*POSITIONS, ALL)),
+                      "stops": COUNT, "failed": COUNT, "failure_kinds": map_of(string, COUNT)})
+
+
+def _summary(unwinder: Check) -> Check:
+    """ProgramSummary as `harness.report.summary.to_json` writes it."""
+    count_row = row("a count row [unwinder, traits, position, kind, stops]",
+                     unwinder, list_of(string), POSITION, optional(string), COUNT)
+    return object_of({"program": string, "stops": COUNT, "counts": list_of(count_row), "result": optional(WORD),
+                    "expected": optional(WORD), "fault": optional(string), "samples": map_of(unwinder, SAMPLES),
+                    "wrong_registers": map_of(unwinder, map_of(string, COUNT)), "culprits": map_of(unwinder, CULPRITS),
+                    "without_cfi": map_of(unwinder, COUNT)})
+
+
+def _records(unwinder: Check) -> dict[str, Check]:
+    """Per kind, the schema of a unit record."""
+    summary = _summary(unwinder)
+    group = object_of({"input": string, "build": string, "compiler": string, "flags": list_of(string),
+                     "stops": COUNT, "self_check": string, "v2_epilogue_only_failure_percent": PERCENT,
+                     "cfi_not_expressed": map_of(string, COUNT),
+                     "failed_in_frames_without_cfi": map_of(unwinder, COUNT), "results": list_of(RESULT_ROW),
+                     "culprits": map_of(unwinder, CULPRITS), "failure_samples": map_of(unwinder, SAMPLES)})
+    more = {"generated": {"size": SIZE}, "elf": {"group": group, "size": SIZE}, "stops": {}}
+    return {kind: object_of({"index": COUNT, "kind": one_of([kind]), "summary": summary, **more[kind]}) for kind in more}
+
+
+# ------------------------------------------------------------ checking one report
+
+
+def check_shard_report(data: dict) -> None:
+    """InputError (with the JSON path, without the file) unless `data` is a
+    shard report as `partial` writes it."""
+    TOP(data, "")
+    part = data[PARTIAL]
+    command, config, (index, count) = part["command"], part["config"], part["shard"]
+    CONFIGS[command](config, "partial.config")
+    if index >= count:
+        fail("partial.shard", f"shard {index}/{count} is not one of {count} (need 0 <= I < N)")
+    _check_config(command, config, count)
+    schemas = _records(one_of(config["unwinders"], "one of partial.config.unwinders"))
+    taken = range(index, config["units"], count) if command == "run" else range(index, index + 1)
+    records = data["records"]
+    for n, record in enumerate(records):
+        where = f"records[{n}]"
+        for key in ("index", "kind"):
+            if key not in record:
+                fail(where, f"the key {show(key)} is missing")
+        COUNT(record["index"], f"{where}.index")
+        _check_index(record["index"], n, taken, config["units"], Shard(index, count), f"{where}.index")
+        kind = "stops" if command == "verify-elf" else "generated" if record["index"] < config["programs"] else "elf"
+        one_of([kind], f'"{kind}" (the kind of unit {record["index"]})')(record["kind"], f"{where}.kind")
+        schemas[kind](record, where)
+        _check_summary(record["summary"], f"{where}.summary")
+        _check_record(command, config, record, where)
+    if len(records) < len(taken):
+        fail("records", f"lacks unit {taken[len(records)]} (shard {index}/{count} holds {len(taken)} of the "
+                         f"{config['units']} units of partial.config.units)")
+
+
+def _check_config(command: str, config: dict, count: int) -> None:
+    names = config["unwinders"]
+    if not names or len(set(names)) < len(names):
+        fail("partial.config.unwinders", "names no unwinder" if not names else "names an unwinder twice")
+    units, where = config["units"], "partial.config.units"
+    if command == "verify-elf" and units != count:
+        fail(where, f"{units} is not the count of shards N = {count} of partial.shard")
+    if command == "run" and (units < config["programs"] or (units != config["programs"] and not config["elf"])):
+        fail(where, f"{units} units do not fit partial.config.programs {config['programs']} "
+                     f"with partial.config.elf {show(config['elf'])}")
+
+
+def _check_index(index: int, n: int, taken: range, units: int, shard: Shard, where: str) -> None:
+    if n < len(taken) and index == taken[n]:
+        return
+    if index >= units:
+        fail(where, f"unit {index} is not below partial.config.units {units}")
+    if index not in taken:
+        fail(where, f"unit {index} is not one of shard {shard}'s")
+    fail(where, f"unit {index} is out of order or twice" + (f" (expected unit {taken[n]})" if n < len(taken) else ""))
+
+
+def _check_summary(summary: dict, where: str) -> None:
+    """The numbers of a summary agree: every stop once per unwinder, every
+    failing stop blamed once, no more samples or registers than failures."""
+    stops, seen = summary["stops"], {}
+    total, failing = Counter(), Counter()
+    for n, (unwinder, traits, position, kind, count) in enumerate(summary["counts"]):
+        if len(set(traits)) < len(traits):
+            fail(f"{where}.counts[{n}][1]", "names a trait twice")
+        key = (unwinder, frozenset(traits), position, kind)
+        if key in seen:
+            fail(f"{where}.counts[{n}]", f"the same unwinder, traits, position and kind as counts[{seen[key]}]")
+        seen[key] = n
+        total[unwinder] += count
+        failing[unwinder] += count if kind is not None else 0
+    for unwinder, counted in total.items():
+        if counted != stops:
+            fail(f"{where}.counts", f"the rows of {show(unwinder)} count {counted} stops, not the summary's "
+                                     f"{stops} (every stop is counted once per unwinder)")
+    culprits = summary["culprits"]
+    for unwinder in sorted(set(failing) | set(culprits)):
+        blame = culprits.get(unwinder, {"innermost": 0, "deeper": 0, "traits": {}})
+        blamed = blame["innermost"] + blame["deeper"]
+        if blamed != failing[unwinder]:
+            fail(at(f"{where}.culprits", unwinder), f"innermost + deeper is {blamed}, not the "
+                  f"{failing[unwinder]} failing stops of its count rows")
+        for trait, count in blame["traits"].items():
+            if count > blamed:
+                fail(at(at(at(f"{where}.culprits", unwinder), "traits"), trait),
+                      f"{count} is more than the {blamed} failing stops")
+    parts = {"samples": {u: len(s) for u, s in summary["samples"].items()}, "without_cfi": summary["without_cfi"],
+             "wrong_registers": {u: sum(r.values()) for u, r in summary["wrong_registers"].items()}}
+    for name, numbers in parts.items():
+        for unwinder, count in numbers.items():
+            if count > failing[unwinder]:
+                fail(at(f"{where}.{name}", unwinder), f"{count} is more than the {failing[unwinder]} "
+                                                        "failing stops of its count rows")
+
+
+def _check_record(command: str, config: dict, record: dict, where: str) -> None:
+    program = record["summary"]["program"]
+    if command == "verify-elf" and program != config["elf"]:
+        fail(f"{where}.summary.program", f"{show(program)} is not partial.config.elf {show(config['elf'])}")
+    if "size" in record and record["size"]["input"] != program:
+        fail(f"{where}.size.input", f"{show(record['size']['input'])} is not the summary's program")
+    if record["kind"] == "elf":
+        _check_group(record["group"], record["summary"], f"{where}.group")
+
+
+def _check_group(group: dict, summary: dict, where: str) -> None:
+    """A compiled build's section: rows that add up, and what its summary gives."""
+    for n, result in enumerate(group["results"]):
+        if result["failed"] > result["stops"]:
+            fail(f"{where}.results[{n}].failed", f"{result['failed']} is more than the row's {result['stops']} stops")
+        if sum(result["failure_kinds"].values()) != result["failed"]:
+            fail(f"{where}.results[{n}].failure_kinds", f"add up to {sum(result['failure_kinds'].values())}, "
+                                                         f"not the row's {result['failed']} failed")
+    if group["input"] != summary["program"]:
+        fail(f"{where}.input", f"{show(group['input'])} is not the summary's program")
+    names = list(group["failed_in_frames_without_cfi"])
+    if not names:
+        fail(f"{where}.failed_in_frames_without_cfi", "names no unwinder")
+    label = {key: group[key] for key in ("input", "build", "compiler", "flags")}
+    expected = elf_group(from_json(summary), names, label, group["cfi_not_expressed"])
+    difference = _difference(group, expected, where)
+    if difference:
+        fail(difference[0], f"{difference[1]}, but the record's summary gives {difference[2]}")
+
+
+def _difference(got, want, where: str) -> tuple[str, str, str] | None:
+    """The first place where `got` (checked JSON) is not `want`: (path, got, want)."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        for key in [*want, *(k for k in got if k not in want)]:
+            if key not in got or key not in want:
+                return at(where, key), "present" if key in got else "missing", "present" if key in want else "none"
+        pairs = ((got[key], want[key], at(where, key)) for key in want)
+    elif isinstance(want, list) and isinstance(got, list):
+        if len(got) != len(want):
+            return where, f"{len(got)} items", f"{len(want)}"
+        pairs = ((g, w, at(where, n)) for n, (g, w) in enumerate(zip(got, want)))
+    else:
+        return (where, show(got), show(want)) if type(got) is not type(want) or got != want else None
+    return next(filter(None, (_difference(*pair) for pair in pairs)), None)
