@@ -128,6 +128,15 @@ def _runs(row: CfiRow) -> list[tuple[int, str, list[int]]]:
     return runs
 
 
+MAX_DOWN, MAX_UP = 0x1000, 1 << 32  # bytes vsp may move down or up: beyond, no frame
+
+
+def _moved(amount: int) -> bytes:
+    if not -MAX_DOWN <= amount <= MAX_UP:
+        raise Inexpressible(f"vsp would move {amount:+d} bytes")
+    return vsp_add(amount)
+
+
 def frame_instructions(row: CfiRow) -> bytes:
     """The instructions that undo the frame `row` describes, ending in
     finish; Inexpressible if EHABI has none."""
@@ -140,14 +149,14 @@ def frame_instructions(row: CfiRow) -> bytes:
         out.append(0x90 | row.cfa_reg)
     vsp = -row.cfa_offset  # CFA-relative: vsp = CFA - offset to begin with
     for slot, bank, regs in _runs(row):
-        out += vsp_add(slot - vsp)
+        out += _moved(slot - vsp)
         if bank == "vfp":
             out += pop_vfp(regs[0] - DWARF_D0, len(regs))
             vsp = slot + 8 * len(regs)
         else:
             out += pop_core(regs)
             vsp = slot + 4 * len(regs)
-    out += vsp_add(-vsp)  # up to the CFA: the caller's sp
+    out += _moved(-vsp)  # up to the CFA: the caller's sp
     out.append(FINISH)
     return bytes(out)
 

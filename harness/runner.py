@@ -8,6 +8,7 @@ byte for byte.
 
 from __future__ import annotations
 
+import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
@@ -126,27 +127,38 @@ def run_unit(unit: Unit) -> dict:
 def in_processes(work: Callable, items: Sequence, jobs: int, done: Callable[[dict], None] = lambda record: None,
                  first: Callable = lambda item: 0, name: Callable = str) -> list:
     """`work(item)` of every item, in item order, by `jobs` processes (in
-    this one for a single job); `done` sees each record as it comes, and
-    the items `first` ranks lowest start first. A worker that dies (killed,
-    out of memory) ends the run with WorkerLost naming the item (`name`)."""
-    if jobs <= 1 or len(items) <= 1:
-        records = []
-        for item in items:
-            records.append(work(item))
-            done(records[-1])
-        return records
+    this one for a single job, or where no process can be started: a
+    process limit); `done` sees each record as it comes, and the items
+    `first` ranks lowest start first. A worker that dies (killed, out of
+    memory) ends the run with WorkerLost naming the item (`name`)."""
+    order = sorted(range(len(items)), key=lambda n: first(items[n]))
     records: dict[int, object] = {}
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(work, items[n]): n for n in sorted(range(len(items)), key=lambda n: first(items[n]))}
-        for future in as_completed(futures):
-            number = futures[future]
-            try:
-                records[number] = future.result()
-            except BrokenProcessPool:
-                raise WorkerLost(f"a worker process died while verifying {name(items[number])} "
-                                 "(killed, or out of memory)") from None
-            done(records[number])
+    if jobs > 1 and len(items) > 1:
+        try:
+            pool = ProcessPoolExecutor(max_workers=jobs)
+            futures = {pool.submit(work, items[n]): n for n in order}
+        except (OSError, RuntimeError) as error:  # no process or thread to be had
+            print(f"unwind-harness: note: cannot start {jobs} processes ({error}); verifying in one",
+                  file=sys.stderr)
+        else:
+            with pool:
+                _collect(futures, records, done, lambda number: name(items[number]))
+            return [records[n] for n in range(len(items))]
+    for number in order:
+        records[number] = work(items[number])
+        done(records[number])
     return [records[n] for n in range(len(items))]
+
+
+def _collect(futures: dict, records: dict, done: Callable, name: Callable) -> None:
+    for future in as_completed(futures):
+        number = futures[future]
+        try:
+            records[number] = future.result()
+        except BrokenProcessPool:
+            raise WorkerLost(f"a worker process died while verifying {name(number)} "
+                             "(killed, or out of memory)") from None
+        done(records[number])
 
 
 def run_units(units: Sequence[Unit], jobs: int, done: Callable[[dict], None] = lambda record: None) -> list[dict]:

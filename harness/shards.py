@@ -18,8 +18,8 @@ import sys
 from collections import Counter
 from typing import Sequence
 
-from harness.classify import POSITIONS
-from harness.errors import InputError
+from harness.classify import NO_INFO, POSITIONS, TRAITS
+from harness.errors import FAILURE_KINDS, InputError
 from harness.filesystem import read_json
 from harness.report.data import ALL, SCHEMA, elf_group
 from harness.report.sizes import FORMATS
@@ -48,6 +48,7 @@ from harness.schema import (
     string,
 )
 from harness.unwind import UNWINDER_NAMES
+from harness.verify.failures import COMPARED_REGISTERS, MISMATCH_KINDS
 
 PARTIAL = "partial"  # the key that marks a shard's output
 TOOL = "unwind-harness"
@@ -106,6 +107,9 @@ def _other_run(command: str, config: dict, first_command: str, first_config: dic
 # ------------------------------------------------------------ the format
 
 POSITION = one_of(POSITIONS)
+TRAIT = one_of((*TRAITS, NO_INFO), "a trait")
+KIND = one_of((*FAILURE_KINDS, *MISMATCH_KINDS), "a failure kind")
+REGISTER = one_of(COMPARED_REGISTERS, "a compared register (r4-r11, d8-d15)")
 SHARD = row("a shard [I, N]", COUNT, POSITIVE)
 TOP = object_of({"schema": one_of([SCHEMA]), "tool": one_of([TOOL]), "records": list_of(map_of(string, ANY)),
                PARTIAL: object_of({"command": one_of(["run", "verify-elf"]), "config": map_of(string, ANY),
@@ -122,22 +126,23 @@ CONFIGS = {
                            "units": POSITIVE}, LIMITS),
 }
 SAMPLE = object_of({"program": string, "stop": COUNT, "pc": hex_address, "function": string, "position": POSITION,
-                  "kind": string, "frame": COUNT, "culprit": string, "detail": string})
+                  "kind": KIND, "frame": COUNT, "culprit": string, "detail": string})
 SAMPLES = list_of(SAMPLE, SAMPLES_PER_UNWINDER)
-CULPRITS = object_of({"innermost": COUNT, "deeper": COUNT, "traits": map_of(string, COUNT)})
+CULPRITS = object_of({"innermost": COUNT, "deeper": COUNT, "traits": map_of(TRAIT, COUNT)})
 SIZE = object_of({"input": string, "functions": POSITIVE, "addresses": POSITIVE, "v1_refused": COUNT,
                 "bytes": object_of({name: optional(COUNT) for name in FORMATS})})
-RESULT_ROW = object_of({"unwinder": string, "category": string, "position": one_of((*POSITIONS, ALL)),
-                      "stops": COUNT, "failed": COUNT, "failure_kinds": map_of(string, COUNT)})
+RESULT_ROW = object_of({"unwinder": string, "category": one_of((ALL, *TRAITS, NO_INFO), "a category"),
+                        "position": one_of((*POSITIONS, ALL)), "stops": COUNT, "failed": COUNT,
+                        "failure_kinds": map_of(KIND, COUNT)})
 
 
 def _summary(unwinder: Check) -> Check:
     """ProgramSummary as `harness.report.summary.to_json` writes it."""
     count_row = row("a count row [unwinder, traits, position, kind, stops]",
-                     unwinder, list_of(string), POSITION, optional(string), COUNT)
+                     unwinder, list_of(TRAIT), POSITION, optional(KIND), COUNT)
     return object_of({"program": string, "stops": COUNT, "counts": list_of(count_row), "result": optional(WORD),
                     "expected": optional(WORD), "fault": optional(string), "samples": map_of(unwinder, SAMPLES),
-                    "wrong_registers": map_of(unwinder, map_of(string, COUNT)), "culprits": map_of(unwinder, CULPRITS),
+                    "wrong_registers": map_of(unwinder, map_of(REGISTER, COUNT)), "culprits": map_of(unwinder, CULPRITS),
                     "without_cfi": map_of(unwinder, COUNT)})
 
 
@@ -226,6 +231,7 @@ def _check_summary(summary: dict, where: str) -> None:
         if counted != stops:
             fail(f"{where}.counts", f"the rows of {show(unwinder)} count {counted} stops, not the summary's "
                                      f"{stops} (every stop is counted once per unwinder)")
+    _check_classes(summary["counts"], where)
     culprits = summary["culprits"]
     for unwinder in sorted(set(failing) | set(culprits)):
         blame = culprits.get(unwinder, {"innermost": 0, "deeper": 0, "traits": {}})
@@ -244,6 +250,22 @@ def _check_summary(summary: dict, where: str) -> None:
             if count > failing[unwinder]:
                 fail(at(f"{where}.{name}", unwinder), f"{count} is more than the {failing[unwinder]} "
                                                         "failing stops of its count rows")
+
+
+def _check_classes(counts: list, where: str) -> None:
+    """Every unwinder walked the same stops: per class of stop (traits and
+    position), all unwinders count the same number."""
+    classes: dict[str, Counter] = {}
+    for unwinder, traits, position, _, count in counts:
+        classes.setdefault(unwinder, Counter())[(frozenset(traits), position)] += count
+    first, *others = sorted(classes) or [None]
+    for unwinder in others:
+        if classes[unwinder] != classes[first]:
+            changed = next(k for k in classes[unwinder].keys() | classes[first].keys()
+                           if classes[unwinder][k] != classes[first][k])
+            fail(f"{where}.counts", f"{show(unwinder)} counts {classes[unwinder][changed]} stops of "
+                                     f"{sorted(changed[0])} in the {changed[1]}, {show(first)} "
+                                     f"{classes[first][changed]}: unwinders walk the same stops")
 
 
 def _check_record(command: str, config: dict, record: dict, where: str) -> None:

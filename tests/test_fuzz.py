@@ -8,6 +8,7 @@ conftest.py and the README).
 
 from __future__ import annotations
 
+import json
 import signal
 import struct
 from contextlib import contextmanager
@@ -19,13 +20,17 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from generators.corpus import generate_program
-from harness.errors import InputError, UnwindFailure
 from harness.elf_program import program_from_elf
+from harness.errors import InputError, UnwindFailure
 from harness.formats import chrome_v2
 from harness.formats.arm_exidx import parse_exidx
 from harness.formats.chrome_v1 import V1Table, encode_v1
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
+from harness.manifest import elf_builds
+from harness.report.markdown import markdown
+from harness.runner import Shard, Unit, assemble, run_unit
+from harness.shards import partial, read_partials
 from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.unwind.exidx import ExidxUnwinder
 from harness.unwind.frame import Frame, Stack
@@ -243,6 +248,88 @@ def test_mutated_elfs_load_or_are_refused(data, tmp_path):
         except InputError as error:
             return rejected(error)
         event(f"accepted, {name} mutated")
+
+
+# --- shard reports and manifests -----------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12)
+
+
+@lru_cache(maxsize=None)
+def genuine_shards() -> tuple[dict, dict]:
+    """The two shard reports of `run --programs 2 --no-elf --shard I/2`."""
+    shards = []
+    for index in range(2):
+        config = {"seed": 0, "programs": 2, "unwinders": list(UNWINDER_NAMES), "elf": False, "units": 2}
+        records = [run_unit(Unit(index, tuple(UNWINDER_NAMES), 0, index))]
+        shards.append(partial("run", config, Shard(index, 2), records))
+    return tuple(shards)
+
+
+def _paths(value, where=()):
+    """Every JSON path in `value`, as tuples of keys and indices."""
+    yield where
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in items:
+        yield from _paths(child, (*where, key))
+
+
+@st.composite
+def tampered(draw, document: dict) -> dict:
+    """`document` with one to three places replaced by random JSON, deleted, or duplicated."""
+    document = json.loads(json.dumps(document))
+    for _ in range(draw(st.integers(1, 3))):
+        where = draw(st.sampled_from(list(_paths(document))))
+        if not where:
+            continue
+        *parents, key = where
+        parent = document
+        for step in parents:
+            parent = parent[step]
+        action = draw(st.sampled_from(["replace", "delete", "duplicate"]))
+        if action == "delete":
+            del parent[key]
+        elif action == "duplicate" and isinstance(parent, list):
+            parent.insert(key, parent[key])
+        else:
+            parent[key] = draw(json_values)
+    return document
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_tampered_shards_merge_or_are_refused(data, tmp_path):
+    """Shard reports changed at random: merge refuses them with a typed
+    error, or what it accepts assembles and renders (no traceback)."""
+    shards = list(genuine_shards())
+    which = data.draw(st.integers(0, 1))
+    shards[which] = data.draw(tampered(shards[which]))
+    paths = []
+    for index, shard in enumerate(shards):
+        paths.append(tmp_path / f"s{index}.json")
+        paths[-1].write_text(json.dumps(shard))
+    with bounded():
+        try:
+            command, config, records = read_partials([str(p) for p in paths])
+        except InputError as error:
+            return rejected(error)
+        markdown(assemble(records, config["unwinders"], config["seed"]), "merged")
+        event("accepted")
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(manifest=json_values)
+def test_random_manifests_are_read_or_refused(manifest, tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with bounded():
+        try:
+            builds = elf_builds(tmp_path)
+        except InputError as error:
+            return rejected(error)
+        assert all(isinstance(b["file"], str) for b in builds)
 
 
 # --- unwinders --------------------------------------------------------------------------

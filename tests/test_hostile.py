@@ -324,3 +324,16 @@ def test_the_elf_is_read_once_and_only_within_its_cap():
     """open_elf reads through harness.filesystem (regular files, capped)."""
     assert open_elf(str(ELF)).path == str(ELF)
     assert CAPS["ELF"] >= 64 << 20
+
+
+def test_where_no_process_can_start_the_work_runs_in_this_one(monkeypatch, capsys):
+    """Under a process limit (`can't start new thread`), the pool's work is
+    done here, with a note, not lost in a traceback."""
+    from harness import runner
+
+    def no_pool(*args, **kwargs):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", no_pool)
+    assert runner.in_processes(abs, [-3, 1, -2], 2) == [3, 1, 2]
+    assert "cannot start 2 processes (can't start new thread); verifying in one" in capsys.readouterr().err

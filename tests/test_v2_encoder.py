@@ -2,6 +2,7 @@
 
 import pytest
 
+from generators.ehabi_writer import Inexpressible, frame_instructions
 from harness.errors import EncodeError
 from harness.formats import ehabi
 from harness.formats.chrome_v2.encoder import (
@@ -13,7 +14,7 @@ from harness.formats.chrome_v2.encoder import (
     state_instructions,
 )
 from harness.program import CfiRow, FunctionCfi
-from harness.registers import DWARF_D0
+from harness.registers import DWARF_D0, SP
 
 D8 = DWARF_D0 + 8
 
@@ -165,3 +166,17 @@ def test_cover_text_rejects_bad_functions(spans, message):
     ]
     with pytest.raises(EncodeError, match=message):
         cover_text(functions, 0x4 if message == "below the text base" else 0)
+
+
+@pytest.mark.parametrize("row, words", [
+    (CfiRow(0, SP, 8, ((4, -(1 << 30)),)), "vsp would move -1073741816 bytes"),  # a save 1 GiB below sp
+    (CfiRow(0, SP, 8, ((4, 1 << 33),)), "vsp would move +8589934600 bytes"),  # far above the CFA
+])
+def test_states_no_frame_has_are_refused_at_once(row, words):
+    """A hostile CFI row does not make the encoder write gigabytes of vsp
+    adjustments (0x7f subtracts 0x100 a byte): it is inexpressible, and the
+    generators' writer agrees."""
+    with pytest.raises(InexpressibleState, match=words.replace("+", r"\+")):
+        state_instructions(row)
+    with pytest.raises(Inexpressible, match=words.replace("+", r"\+")):
+        frame_instructions(row)

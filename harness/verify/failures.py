@@ -114,6 +114,10 @@ def failure_of(stop: int, pc: int, where: Where, cause: FailureCause, values: tu
                    cause.register, detail, cause.culprit_traits)
 
 
+MISMATCH_KINDS = ("wrong_pc", "wrong_sp", "wrong_register")  # beside the UnwindFailure kinds (errors.FAILURE_KINDS)
+COMPARED_REGISTERS = tuple(f"r{n}" for n in range(4, 12)) + tuple(f"d{n}" for n in range(8, 16))
+
+
 def mismatch_of(register: int) -> tuple[str, str | None]:
     """(kind, register name) of a wrong `register`: PC, SP, 4-11, or
     DWARF_D0 + 8-15 for d8-d15."""

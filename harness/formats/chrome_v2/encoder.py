@@ -47,6 +47,18 @@ class FunctionUnwind:
     problems: tuple[str, ...] = ()
 
 
+# How far a run may move vsp: down, only past saves a compiler leaves below
+# the CFA's sp (a run that must go further describes no frame); up, within
+# the 32-bit address space.
+MAX_VSP_DOWN, MAX_VSP_UP = 0x1000, 1 << 32
+
+
+def _vsp_add(amount: int) -> ehabi.VspAdd:
+    if not -MAX_VSP_DOWN <= amount <= MAX_VSP_UP:
+        raise InexpressibleState(f"vsp would move {amount:+d} bytes")
+    return ehabi.VspAdd(amount)
+
+
 def state_instructions(row: CfiRow) -> bytes:
     """The run that undoes the frame described by one CFI row."""
     ops: list[ehabi.Op] = []
@@ -75,13 +87,13 @@ def state_instructions(row: CfiRow) -> bytes:
         if not extends:
             _flush(ops, group, group_is_vfp)
             if offset != cursor:
-                ops.append(ehabi.VspAdd(offset - cursor))
+                ops.append(_vsp_add(offset - cursor))
             group, group_is_vfp = [], is_vfp
         group.append(reg)
         cursor = offset + (8 if is_vfp else 4)
     _flush(ops, group, group_is_vfp)
     if cursor != 0:
-        ops.append(ehabi.VspAdd(-cursor))
+        ops.append(_vsp_add(-cursor))
     ops.append(ehabi.FINISH)
     return ehabi.encode(ops)
 
