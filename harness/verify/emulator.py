@@ -218,7 +218,7 @@ class Emulator:
         for start, end in pages_of(segments):
             uc.mem_map(start, end - start, UC_PROT_ALL)
         for address, data in segments:
-            uc.mem_write(address, data)
+            uc.mem_write(address, data[: len(data.rstrip(b"\0"))])  # mapped memory is zeros: .bss costs nothing
         where = self.placement
         uc.mem_map(where.sentinel, PAGE, UC_PROT_ALL)
         # The stack lives in memory the harness owns, so that the compiled
