@@ -337,3 +337,19 @@ def test_where_no_process_can_start_the_work_runs_in_this_one(monkeypatch, capsy
     monkeypatch.setattr(runner, "ProcessPoolExecutor", no_pool)
     assert runner.in_processes(abs, [-3, 1, -2], 2) == [3, 1, 2]
     assert "cannot start 2 processes (can't start new thread); verifying in one" in capsys.readouterr().err
+
+
+def test_merge_does_not_write_over_a_shard(tmp_path, capsys):
+    shards = [tmp_path / f"s{index}.json" for index in range(2)]
+    for index, shard in enumerate(shards):
+        assert main(["run", "--programs", "2", "--no-elf", "--unwinder", "v2", "--jobs", "1",
+                     "--shard", f"{index}/2", "--json", str(shard)]) == 0
+    kept = {shard: digest(shard) for shard in shards}
+    capsys.readouterr()
+    one_line_error(capsys, main(["merge", *map(str, shards), "--json", str(shards[0])]), 2, "is also an input")
+    (tmp_path / "reports").mkdir()
+    os.replace(shards[1], tmp_path / "reports" / "latest.json")
+    moved = tmp_path / "reports" / "latest.json"
+    one_line_error(capsys, main(["merge", str(shards[0]), str(moved), "--reports", str(tmp_path / "reports")]), 2,
+                   "is also an input")
+    assert digest(shards[0]) == kept[shards[0]] and digest(moved) == kept[shards[1]]
