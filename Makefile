@@ -20,9 +20,22 @@ run: setup
 toolchains:
 	bash corpus/toolchains.sh
 
+# The armhf sysroot Linux programs run against: Debian's libc6, libstdc++6...
+# fetched with apt-get download and unpacked into the cache, never installed.
+.PHONY: linux-sysroot linux-corpus
+linux-sysroot:
+	bash corpus/linux/sysroot.sh
+
+# The Linux corpus: our programs and Debian's (built from source, and as
+# shipped), their outputs under qemu-user checked against the manifest.
+linux-corpus: toolchains linux-sysroot
+	bash corpus/linux/build.sh
+	bash corpus/linux/debian.sh
+	python3 corpus/linux/record.py --check
+
 # The test suite, then the main job checked against the committed baseline
 # (CI runs exactly this).
-test: setup toolchains
+test: setup toolchains linux-sysroot
 	$(VENV)/bin/python -m pytest
 	$(VENV)/bin/unwind-harness run --check-baseline
 

@@ -130,9 +130,19 @@ def _add_encode(subparsers) -> None:
 
 
 def _add_verify_elf(subparsers) -> None:
-    verify = subparsers.add_parser("verify-elf", help="run a bare-metal Thumb-2 ELF, verifying at every stop")
-    verify.add_argument("elf")
-    verify.add_argument("--entry", required=True, help="function symbol to call")
+    verify = subparsers.add_parser("verify-elf", help="run an ARM ELF, verifying at every stop: a Linux program "
+                                   "as a process, or a bare-metal function (--entry)",
+                                   usage="%(prog)s [options] ELF [-- PROGRAM ARGUMENTS...]")
+    verify.add_argument("elf", help="the ELF: an ARM Linux executable (hard-float EABI5), or bare metal with --entry")
+    verify.add_argument("--entry", help="bare metal: the function symbol to call")
+    verify.add_argument("--sysroot", help="Linux: the directory absolute paths resolve in (the dynamic linker, "
+                                          "the shared libraries); nothing outside it is opened")
+    verify.add_argument("--cwd", help="Linux: the working directory relative paths resolve in (default: .)")
+    verify.add_argument("--stdin", help="Linux: the file the program reads as stdin (default: none, as /dev/null)")
+    verify.add_argument("--lazy-binding", action="store_true",
+                        help="Linux: let the dynamic linker bind lazily (default: bind now, as Android links)")
+    verify.add_argument("--expect-exit", type=int, default=None, help="Linux: the exit status a correct run has")
+    verify.add_argument("--expect-stdout-sha256", default=None, help="Linux: the sha256 of a correct run's stdout")
     verify.add_argument("--every", type=_positive, default=1, help="verify every Nth stop only")
     verify.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
                         help="verify only these (repeatable; default: all that apply)")
@@ -208,8 +218,21 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
+def split_program_arguments(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the harness's arguments, the emulated program's: everything after
+    the first `--`), so that a program's options never reach the parser."""
+    if "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1 :]
+    return argv, []
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    own, program_arguments = split_program_arguments(sys.argv[1:] if argv is None else list(argv))
+    args = build_parser().parse_args(own)
+    args.args = program_arguments
+    if program_arguments and args.command != "verify-elf":
+        return _fail(f"{args.command} takes no program arguments (after --)", EXIT_BAD_INPUT)
     _within_limits(args)
     if sys.stdout is None:  # started with standard output closed
         if args.command == "dump":

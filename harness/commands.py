@@ -7,17 +7,20 @@ from __future__ import annotations
 import json
 import sys
 import time
+from functools import partial as bind
 from pathlib import Path
 
 from generators.corpus import generate_program
 from harness.elf_program import program_from_elf
 from harness.errors import InputError
+from harness.filesystem import check_output, read_input, write_output
 from harness.formats import chrome_v2
 from harness.formats.chrome_v1 import V1Encoded, V1Table, dump_v1, encode_v1
 from harness.formats.chrome_v2.dump import dump
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import load_segments, open_elf, text_base
-from harness.filesystem import check_output, read_input, write_output
+from harness.linux.process import LinuxRun, LinuxSystem, is_linux_program
+from harness.linux.verify import Expected, process_program, verify_process_part
 from harness.manifest import expected_checksum
 from harness.report.baseline import risen_above
 from harness.report.data import dumps, report_data
@@ -25,15 +28,7 @@ from harness.report.files import report_directory, report_paths, write_reports
 from harness.report.summary import ProgramSummary, combine, from_json, summarize, to_json
 from harness.report.tables import not_verified
 from harness.report.terminal import print_table
-from harness.runner import (
-    Shard,
-    all_names,
-    assemble,
-    elf_unwinder_names,
-    in_processes,
-    run_units,
-    units_of,
-)
+from harness.runner import Shard, all_names, assemble, elf_unwinder_names, in_processes, run_units, units_of
 from harness.shards import partial, read_partials
 from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
 from harness.verify.abi import Limits
@@ -201,25 +196,51 @@ def elf_summary(records: list[dict], elf: str) -> ProgramSummary:
     return combine([from_json(r["summary"]) for r in records], program=elf)
 
 
-def cmd_verify_elf(args) -> int:
-    console = _console()
-    if args.shard.count > 1 and not args.json:
-        raise InputError("verify-elf --shard needs --json PATH for the shard report")
-    check_output(args.json, [args.elf, args.v2_table])
+def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
+    """(the worker and its jobs, the unwinders, what the run is) for
+    verify-elf: a bare-metal ELF called at --entry, or a Linux process."""
+    # Each job emulates the whole program and verifies every jobs-th of this shard's stops.
+    parts = [Shard(k, args.jobs).within(args.shard) for k in range(args.jobs)]
+    if args.entry is None:
+        if not is_linux_program(args.elf):
+            raise InputError(f"{args.elf}: not a Linux program (no PT_INTERP, no GNU/Linux ABI note): give --entry "
+                             "SYMBOL to call a bare-metal function")
+        run = LinuxRun(args.elf, tuple(args.args), args.sysroot, args.cwd or ".", args.stdin, args.lazy_binding)
+        program = process_program(LinuxSystem(run))
+        names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
+        unwinders_of = bind(elf_unwinders, names=names, v2_table=args.v2_table, layout=args.layout)
+        unwinders_of(program)  # bad tables fail here, before any work
+        expected = Expected(args.expect_exit, args.expect_stdout_sha256)
+        return [(verify_process_part, (run, unwinders_of, args.every, part, limits, expected)) for part in parts], \
+            names, {"args": list(args.args), "sysroot": args.sysroot, "cwd": args.cwd, "stdin": args.stdin}
+    if args.args or args.sysroot or args.stdin or args.cwd:
+        raise InputError("verify-elf --entry runs a bare-metal function: program arguments, --sysroot, --cwd and "
+                         "--stdin are for Linux programs (run without --entry)")
     expected = args.expect if args.expect is not None else expected_checksum(args.elf, args.entry)
     program = program_from_elf(args.elf, args.entry, expected, args.text_start)
     names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
     elf_unwinders(program, names, args.v2_table, args.layout)  # bad tables fail here, before any work
-    # Each job emulates the whole program and verifies every jobs-th of this shard's stops.
-    parts = [Shard(k, args.jobs).within(args.shard) for k in range(args.jobs)]
+    return [(verify_elf_part, (args.elf, args.entry, expected, args.text_start, names, args.v2_table, args.layout,
+                               args.every, part, limits)) for part in parts], names, {"entry": args.entry}
+
+
+def _run_job(job: tuple) -> dict:
+    worker, arguments = job
+    return worker(arguments)
+
+
+def cmd_verify_elf(args) -> int:
+    console = _console()
+    if args.shard.count > 1 and not args.json:
+        raise InputError("verify-elf --shard needs --json PATH for the shard report")
+    check_output(args.json, [args.elf, args.v2_table, args.stdin])
     limits = limits_of(args)
-    jobs = [(args.elf, args.entry, expected, args.text_start, names, args.v2_table, args.layout, args.every, part,
-             limits) for part in parts]
+    jobs, names, what = _verify_elf_jobs(args, limits)
     started = time.perf_counter()
-    records = in_processes(verify_elf_part, jobs, args.jobs)
+    records = in_processes(_run_job, jobs, args.jobs)
     seconds = time.perf_counter() - started
     summary = elf_summary(records, args.elf)
-    config = _with_limits({"elf": args.elf, "entry": args.entry, "unwinders": names, "every": args.every,
+    config = _with_limits({"elf": args.elf, **what, "unwinders": names, "every": args.every,
                            "units": args.shard.count}, limits)
     if args.shard.count > 1:
         record = {"index": args.shard.index, "kind": "stops", "summary": to_json(summary)}

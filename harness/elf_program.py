@@ -15,8 +15,8 @@ from harness.classify import FrameFacts, FunctionInfo, traits_of
 from harness.errors import ElfError
 from harness.formats.arm_exidx import read_exidx_sections
 from harness.formats.dwarf_cfi import read_cfi
-from harness.formats.elf import load_segments, open_elf, symbol_address, text_base
-from harness.program import CfiRow, FunctionCfi, Program
+from harness.formats.elf import ElfImage, load_segments, open_elf, symbol_address, text_base
+from harness.program import CfiRow, FunctionCfi, Program, relocated
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb.disasm import moves_sp_by_register, sweep
 from harness.thumb.epilogue import find_epilogues
@@ -72,13 +72,22 @@ def function_info(function: FunctionCfi, code: bytes, base: int) -> FunctionInfo
 def program_from_elf(path: str, entry: str, expected: int | None = None,
                      text_start: int | None = None) -> Program:
     image = open_elf(path)
+    return program_from_image(image, symbol_address(image, entry), expected, text_start)
+
+
+def program_from_image(image: ElfImage, entry: int, expected: int | None = None, text_start: int | None = None,
+                       load_base: int = 0) -> Program:
+    """The Program of an opened ELF, run from `entry` (a link-time address),
+    loaded `load_base` bytes above its link addresses."""
     base = text_base(image) if text_start is None else text_start
     cfi = tuple(read_cfi(image))
     # The ELF's own CFI serves as both flavours (see harness.unwind).
-    program = Program(path, load_segments(image), symbol_address(image, entry), base, (),
-                      {"tables": cfi, "reference": cfi}, expected, uses_vfp=True,
-                      exidx=read_exidx_sections(image))
-    return replace(program, functions=tuple(function_info(f, _code_of(program, f), base) for f in cfi))
+    program = relocated(Program(image.path, load_segments(image), entry, base, (),
+                                {"tables": cfi, "reference": cfi}, expected, uses_vfp=True,
+                                exidx=read_exidx_sections(image)), load_base)
+    functions = program.cfi["tables"]
+    return replace(program, functions=tuple(function_info(f, _code_of(program, f), program.text_base)
+                                            for f in functions))
 
 
 def _code_of(program: Program, function: FunctionCfi) -> bytes:

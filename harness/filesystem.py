@@ -29,6 +29,8 @@ CAPS = {  # bytes an input of each kind may have
     "shard report": 32 * MiB,
     "baseline": 64 * MiB,
     "manifest": 4 * MiB,
+    "guest file": 256 * MiB,  # a file an emulated Linux program opens (harness.linux.files)
+    "stdin": 64 * MiB,
 }
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}

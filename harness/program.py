@@ -10,7 +10,7 @@ of real formats (harness.formats) and the generators both produce these.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from harness.classify import FunctionInfo
@@ -117,3 +117,23 @@ class Program:
             if start <= address < start + len(data):
                 return data[address - start : address - start + size]
         raise KeyError(f"{address:#x} is not in the program")
+
+
+def relocated(program: Program, base: int) -> Program:
+    """`program` loaded `base` bytes above its link addresses (a
+    position-independent ELF): every address moved, nothing else. Run
+    before `functions` are derived (they are left as they are)."""
+    if not base:
+        return program
+
+    def moved(function: FunctionCfi) -> FunctionCfi:
+        rows = tuple(replace(row, address=row.address + base) for row in function.rows)
+        return replace(function, start=function.start + base, end=function.end + base, rows=rows)
+
+    exidx = program.exidx and replace(program.exidx, exidx_address=program.exidx.exidx_address + base,
+                                      extab_address=program.exidx.extab_address + base,
+                                      end=program.exidx.end + base)
+    return replace(program, segments=tuple((address + base, data) for address, data in program.segments),
+                   entry=program.entry + base, text_base=program.text_base + base,
+                   cfi={flavour: tuple(moved(f) for f in functions) for flavour, functions in program.cfi.items()},
+                   exidx=exidx)

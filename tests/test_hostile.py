@@ -289,7 +289,7 @@ def test_a_wrong_checksum_in_a_good_manifest_fails_the_run(tmp_path, capsys):
 
 USAGE_ERRORS = [
     [], ["nope"], ["run", "--jobs", "0"], ["run", "--jobs", "x"], ["run", "--unwinder", "v3"],
-    ["run", "--shard", "3/2"], ["encode", str(ELF)], ["dump"], ["verify-elf", str(ELF)],
+    ["run", "--shard", "3/2"], ["encode", str(ELF)], ["dump"],
     ["verify-elf", str(ELF), "--entry", "entry", "--every", "-1"], ["dump", "x", "--text-start", "0x1ffffffff"],
     ["merge"], ["bench", "--quick", "--nope"],
 ]

@@ -76,7 +76,7 @@ def report_data(summaries: Sequence[ProgramSummary], unwinders: Sequence[str], s
         "checked": {u: RESTORES[u].describe() for u in unwinders},
         "programs": [
             {"name": s.program, "stops": s.stops, "result": s.result, "expected": s.expected,
-             "self_check": s.self_check}
+             "self_check": s.self_check, **process_fields(s)}
             for s in summaries
         ],
         # unwinder -> register -> failing stops (d8-d15 apart from the core registers)
@@ -85,6 +85,13 @@ def report_data(summaries: Sequence[ProgramSummary], unwinders: Sequence[str], s
         "failure_samples": {u: whole.samples.get(u, []) for u in unwinders},
         "sizes": sizes,
     }
+
+
+def process_fields(summary: ProgramSummary) -> dict:
+    """A Linux process's exit status and output digest (nothing for a bare-metal run)."""
+    if summary.stdout_sha256 is None:
+        return {}
+    return {"exit_status": summary.result, "stdout_sha256": summary.stdout_sha256}
 
 
 def elf_group(summary: ProgramSummary, unwinders: Sequence[str], label: dict, problems: dict[str, int]) -> dict:

@@ -47,10 +47,13 @@ class ProgramSummary:
     wrong_registers: dict[str, Counter] = field(default_factory=dict)  # unwinder -> register -> stops
     culprits: dict[str, Culprits] = field(default_factory=dict)
     without_cfi: Counter = field(default_factory=Counter)  # unwinder -> failures in code without CFI
+    stdout_sha256: str | None = None  # a Linux process's output (the result is its exit status)
+    expected_stdout_sha256: str | None = None
 
     @property
     def self_check_ok(self) -> bool:
-        return self.fault is None and (self.expected is None or self.result == self.expected)
+        return (self.fault is None and (self.expected is None or self.result == self.expected)
+                and (self.expected_stdout_sha256 is None or self.stdout_sha256 == self.expected_stdout_sha256))
 
     @property
     def self_check(self) -> str:
@@ -59,6 +62,10 @@ class ProgramSummary:
             return "ok"
         if self.fault:
             return self.fault
+        if self.expected is None or self.result == self.expected:
+            return f"wrote stdout of sha256 {self.stdout_sha256}, expected {self.expected_stdout_sha256}"
+        if self.stdout_sha256 is not None:  # a process
+            return f"exited with status {self.result}, expected {self.expected}"
         got = "nothing" if self.result is None else f"{self.result:#x}"
         return f"returned {got}, expected {self.expected:#x}"
 
@@ -77,7 +84,8 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
     counted by their tally (alike failures once, with their number); only
     the samples need the log: the first few of each unwinder."""
     summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.result,
-                             result.expected, result.fault)
+                             result.expected, result.fault, stdout_sha256=result.stdout_sha256,
+                             expected_stdout_sha256=result.expected_stdout_sha256)
     for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):
         summary.samples.setdefault(entry[3].unwinder, []).append(sample(failure_of(*entry), result.program))
     for (where, cause), stops in result.failure_tally.items():
@@ -113,6 +121,7 @@ def combine(parts: Sequence[ProgramSummary], program: str | None = None) -> Prog
     if program is not None and parts:
         first = parts[0]
         whole.result, whole.expected, whole.fault = first.result, first.expected, first.fault
+        whole.stdout_sha256, whole.expected_stdout_sha256 = first.stdout_sha256, first.expected_stdout_sha256
         for found in whole.samples.values():
             found.sort(key=lambda s: s["stop"])
     for unwinder, found in whole.samples.items():
@@ -134,6 +143,8 @@ def to_json(summary: ProgramSummary) -> dict:
         "culprits": {u: {"innermost": c.innermost, "deeper": c.deeper, "traits": dict(sorted(c.traits.items()))}
                      for u, c in sorted(summary.culprits.items())},
         "without_cfi": dict(sorted(summary.without_cfi.items())),
+        **({} if summary.stdout_sha256 is None else
+           {"stdout_sha256": summary.stdout_sha256, "expected_stdout_sha256": summary.expected_stdout_sha256}),
     }
 
 
@@ -147,4 +158,5 @@ def from_json(data: dict) -> ProgramSummary:
         culprits={u: Culprits(c["innermost"], c["deeper"], Counter(c["traits"]))
                   for u, c in data["culprits"].items()},
         without_cfi=Counter(data["without_cfi"]),
+        stdout_sha256=data.get("stdout_sha256"), expected_stdout_sha256=data.get("expected_stdout_sha256"),
     )

@@ -39,6 +39,45 @@ def call_length(code: bytes) -> int:
     return 0
 
 
+def return_kind(code: bytes) -> bool:
+    """Does the Thumb instruction starting `code` return, taking pc from lr
+    or from the stack: bx lr (0x4770), mov pc, lr (0x46F7), pop {..., pc},
+    ldmia.w sp!, {..., pc}, ldr.w pc, [sp], #4? (Ground truth's return rule:
+    harness.verify.groundtruth.) C twin: trace.c: decoded() (returns).
+    """
+    first = int.from_bytes(code[0:2], "little")
+    if first in (0x4770, 0x46F7) or first & 0xFF00 == 0xBD00:
+        return True
+    if len(code) < 4:
+        return False
+    second = int.from_bytes(code[2:4], "little")
+    return (first == 0xE8BD and bool(second & 0x8000)) or (first == 0xF85D and second == 0xFB04)
+
+
+def arm_call_length(code: bytes) -> int:
+    """4 if the ARM-state instruction `code` (4 bytes) is a call: BL
+    (cond 1011 imm24), BLX immediate (1111 101H imm24), BLX register
+    (cond 0001 0010 1111 1111 1111 0011 Rm); else 0. ARM code is what PLT
+    stubs, the kuser helpers and some hand-written library code run in.
+    C twin: trace.c: decode_arm().
+    """
+    word = int.from_bytes(code[0:4], "little")
+    cond = word >> 28
+    if cond != 0xF and word & 0x0F000000 == 0x0B000000 or word & 0xFE000000 == 0xFA000000:
+        return 4
+    return 4 if cond != 0xF and word & 0x0FFFFFF0 == 0x012FFF30 else 0
+
+
+def arm_return_kind(code: bytes) -> bool:
+    """Does the ARM-state instruction `code` return: bx lr, mov pc, lr,
+    ldr pc, [sp], #4, or ldmia sp!, {..., pc}? C twin: trace.c: decode_arm().
+    """
+    word = int.from_bytes(code[0:4], "little")
+    if word >> 28 == 0xF:
+        return False
+    return word & 0x0FFFFFFF in (0x012FFF1E, 0x01A0F00E, 0x049DF004) or word & 0x0FFF8000 == 0x08BD8000
+
+
 def it_block_length(code: bytes) -> int:
     """Instructions governed by the IT instruction starting `code`, else 0.
     IT is 10111111 cccc mmmm with mmmm != 0; the lowest set bit of the mask

@@ -12,17 +12,18 @@ from __future__ import annotations
 import ctypes
 import mmap
 import resource
-import struct
 import sys
 import time
 from typing import Callable, Iterable
 
-from unicorn import UC_ARCH_ARM, UC_HOOK_CODE, UC_MODE_THUMB, UC_PROT_ALL, Uc, UcError
+from unicorn import UC_ARCH_ARM, UC_HOOK_CODE, UC_HOOK_INTR, UC_MODE_THUMB, UC_PROT_ALL, Uc, UcError
 from unicorn import arm_const as arm
 from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 
-from harness.errors import BadRead, HarnessError
+from harness.errors import HarnessError
+from harness.linux.machine import BadAddress
 from harness.verify import abi
+from harness.verify.livestack import LiveStack
 from harness.verify.placement import DEFAULT, PAGE, Placement, pages_of, place
 
 SENTINEL, STACK_TOP = DEFAULT.sentinel, DEFAULT.stack_top  # where ordinary programs get them
@@ -104,99 +105,6 @@ class _BatchReader:
         return self._values[:]
 
 
-class LiveStack:
-    """Stack reader over the paused emulator's memory, [low, high).
-
-    Reads fetch aligned chunks on demand and keep them for this stop only:
-    unwinders touch a few hundred bytes, while a frame may be a megabyte.
-    While `recording`, it notes which chunks were read and the lowest address
-    examined, so a caller can tell later whether the same reads would still
-    give the same answers.
-    """
-
-    __slots__ = ("_uc", "low", "high", "_chunks", "touched", "lowest")
-    CHUNK = 512  # bytes fetched from the emulator at a time
-    LINE = 16  # granularity at which reads are recorded
-
-    def __init__(self, uc: Uc, low: int, high: int):
-        self._uc = uc
-        self.low = low
-        self.high = high
-        self._chunks: dict[int, bytes] = {}
-        self.touched: set[int] | None = None
-        self.lowest = high
-
-    def start_recording(self) -> None:
-        self.touched = set()
-        self.lowest = self.high
-
-    def stop_recording(self) -> tuple[int, set[int]]:
-        """(lowest address examined, start addresses of the LINE-byte lines read)."""
-        touched, self.touched = self.touched, None
-        return self.lowest, touched
-
-    def contains(self, address: int) -> bool:
-        if self.touched is not None and address < self.lowest:
-            self.lowest = address
-        return self.low <= address <= self.high
-
-    def chunk(self, base: int) -> bytes:
-        """CHUNK bytes from `base` (a multiple of CHUNK); zeros outside the stack."""
-        data = self._chunks.get(base)
-        if data is None:
-            start = max(base, self.low)
-            end = min(base + self.CHUNK, self.high)
-            data = bytes(start - base) + _read(self._uc, start, end - start) if end > start else b""
-            self._chunks[base] = data
-        return data
-
-    def line(self, address: int) -> bytes:
-        """The LINE bytes at `address` (a multiple of LINE)."""
-        base = address & ~(self.CHUNK - 1)
-        offset = address - base
-        return self.chunk(base)[offset : offset + self.LINE]
-
-    def region(self, start: int, size: int) -> bytes:
-        """`size` bytes from `start` (zeros outside the stack), unrecorded."""
-        base = start & ~(self.CHUNK - 1)
-        if start + size <= base + self.CHUNK:
-            return self.chunk(base)[start - base : start - base + size]
-        parts = [self.chunk(b) for b in range(base, start + size, self.CHUNK)]
-        return b"".join(parts)[start - base : start - base + size]
-
-    def _bytes(self, address: int, size: int) -> bytes:
-        if address < self.low or address + size > self.high:
-            raise BadRead(address, size, self.low, self.high)
-        if self.touched is not None:
-            self.touched.update(range(address & ~(self.LINE - 1), address + size, self.LINE))
-            self.lowest = min(self.lowest, address)
-        base = address & ~(self.CHUNK - 1)
-        if address + size <= base + self.CHUNK:
-            return self.chunk(base)[address - base : address - base + size]
-        return self.chunk(base)[address - base :] + self.chunk(base + self.CHUNK)[: address + size - base - self.CHUNK]
-
-    def read_u32(self, address: int) -> int:
-        offset = address & (self.CHUNK - 1)
-        if self.low <= address and offset <= self.CHUNK - 4 and address + 4 <= self.high:
-            touched = self.touched  # the common case, kept short
-            if touched is not None:
-                touched.add(address & ~(self.LINE - 1))
-                if address & (self.LINE - 1) > self.LINE - 4:
-                    touched.add((address & ~(self.LINE - 1)) + self.LINE)
-                if address < self.lowest:
-                    self.lowest = address
-            base = address - offset
-            return _U32(self._chunks.get(base) or self.chunk(base), offset)[0]
-        return _U32(self._bytes(address, 4))[0]
-
-    def read_u64(self, address: int) -> int:
-        return _U64(self._bytes(address, 8))[0]
-
-
-_U32 = struct.Struct("<I").unpack_from
-_U64 = struct.Struct("<Q").unpack_from
-
-
 def _read(uc: Uc, address: int, size: int) -> bytes:
     buffer = ctypes.create_string_buffer(size)
     status = uclib.uc_mem_read(uc._uch, address, buffer, size)
@@ -205,10 +113,50 @@ def _read(uc: Uc, address: int, size: int) -> bytes:
     return buffer.raw
 
 
+EXCP_SWI = 2  # Unicorn's interrupt number for SVC
+SVC_ARGUMENTS = [getattr(arm, f"UC_ARM_REG_R{n}") for n in range(6)]
+
+
+class _Machine:
+    """What a system-call layer may do to the engine (harness.linux.machine.Machine)."""
+
+    def __init__(self, uc: Uc):
+        self._uc = uc
+
+    def read(self, address: int, size: int) -> bytes:
+        try:
+            return bytes(self._uc.mem_read(address, size))
+        except UcError:
+            raise BadAddress(f"{size} bytes at {address:#x} are not mapped") from None
+
+    def write(self, address: int, data: bytes) -> None:
+        try:
+            self._uc.mem_write(address, data)
+        except UcError:
+            raise BadAddress(f"{len(data)} bytes at {address:#x} are not mapped") from None
+
+    def map(self, address: int, size: int) -> None:
+        self._uc.mem_map(address, size, UC_PROT_ALL)
+
+    def unmap(self, address: int, size: int) -> None:
+        self._uc.mem_unmap(address, size)
+
+    def set_tls(self, value: int) -> None:
+        self._uc.reg_write(arm.UC_ARM_REG_C13_C0_3, value)
+
+    def stop(self) -> None:
+        self._uc.emu_stop()
+
+
 class Emulator:
-    def __init__(self, segments: Iterable[tuple[int, bytes]]):
+    def __init__(self, segments: Iterable[tuple[int, bytes]], system=None, placement: Placement | None = None):
+        """`segments` mapped, the stack and sentinel placed where they are not
+        (or at `placement`). With `system` (harness.linux.process.LinuxSystem),
+        a process: the system maps what else it needs, chooses where the run
+        starts, and answers the program's system calls; the run ends when it
+        exits."""
         segments = [(address, bytes(data)) for address, data in segments]
-        self.placement: Placement = place(segments)
+        self.placement: Placement = placement or place(segments)
         """Where the stack and the return sentinel are (harness.verify.placement)."""
         uc = Uc(UC_ARCH_ARM, UC_MODE_THUMB)
         # VFP needs an ARMv7-A model, cp10/cp11 access in CPACR, and FPEXC.EN.
@@ -233,9 +181,37 @@ class Emulator:
         self.registers_and_vfp = _BatchReader(uc, SLOT_IDS, ctypes.c_uint64)
         """r0-r15, cpsr and d8-d15 (25 values) in one call: 32-bit registers
         fill the low half of their 64-bit slot, whose high half stays 0."""
+        self.system = system
+        self._fault: EmulationFault | None = None  # raised by the system-call hook, reported after the run
+        self._start_sp, self._start_lr = where.stack_top, where.sentinel | 1
+        if system is not None:
+            self._start_sp = system.attach(_Machine(uc), where)
+            self._start_lr = 0  # the outermost frame: no caller (Linux starts a process with lr = 0)
+            uc.hook_add(UC_HOOK_INTR, self._interrupt)
+
+    def _interrupt(self, uc: Uc, number: int, user_data) -> None:
+        """A system call (SVC) of the program, answered by the system; any
+        other exception, or a call it refuses, ends the run as a fault."""
+        pc = uc.reg_read(arm.UC_ARM_REG_PC)
+        try:
+            if number != EXCP_SWI:
+                raise EmulationFault(pc, f"processor exception {number} (undefined instruction or abort)")
+            thumb = uc.reg_read(arm.UC_ARM_REG_CPSR) & 0x20
+            call_pc = pc - (2 if thumb else 4)
+            arguments = tuple(uc.reg_read(register) for register in SVC_ARGUMENTS)
+            result = self.system.system_call(uc.reg_read(arm.UC_ARM_REG_R7), arguments, call_pc)
+            if self.system.exit_status is None:
+                uc.reg_write(arm.UC_ARM_REG_R0, result)
+        except HarnessError as error:
+            self._fault = error if isinstance(error, EmulationFault) else EmulationFault(pc, str(error))
+            uc.emu_stop()
+        except Exception as error:  # a bug here must still end the run as a fault, not vanish in the engine
+            self._fault = EmulationFault(pc, f"system call layer failed: {type(error).__name__}: {error}")
+            uc.emu_stop()
 
     def stack(self, sp: int) -> LiveStack:
-        return LiveStack(self._uc, sp, self.placement.stack_top)
+        uc = self._uc
+        return LiveStack(lambda address, size: _read(uc, address, size), sp, self.placement.stack_top)
 
     @property
     def stack_memory(self) -> tuple[mmap.mmap, int, int]:
@@ -244,6 +220,16 @@ class Emulator:
 
     def read(self, address: int, size: int) -> bytes:
         return bytes(self._uc.mem_read(address, size))
+
+    def code(self, address: int, size: int) -> bytes:
+        """Up to `size` bytes of code at `address`: fewer where the mapping
+        ends, none where nothing is mapped."""
+        while size:
+            try:
+                return bytes(self._uc.mem_read(address, size))
+            except UcError:
+                size -= 2
+        return b""
 
     def engine(self, uses_vfp: bool) -> abi.Engine:
         """The engine as the compiled tracer (harness/verify/csrc/trace.c)
@@ -290,7 +276,7 @@ class Emulator:
 
         handle = None if on_stop is None else uc.hook_add(UC_HOOK_CODE, hook)
         try:
-            uc.emu_start(entry | 1, self.placement.sentinel, count=budget if on_stop is None else 0)
+            uc.emu_start(self._entry(entry), self.placement.sentinel, count=budget if on_stop is None else 0)
         except UcError as error:
             raise EmulationFault(uc.reg_read(arm.UC_ARM_REG_PC), str(error)) from None
         finally:
@@ -307,25 +293,37 @@ class Emulator:
         answers one by one."""
         limits = as_limits(limits)
         self._start(args)
-        status, guard, pc = tracer.run(entry | 1, self.placement.sentinel, limits, log_cap)
+        status, guard, pc = tracer.run(self._entry(entry), self.placement.sentinel, limits, log_cap)
         if status:
             raise EmulationFault(self._uc.reg_read(arm.UC_ARM_REG_PC), str(UcError(status)))
         return self._returned(guard, pc, limits)
+
+    def _entry(self, entry: int) -> int:
+        """Where a run starts: a process's entry (the system's, in the state
+        its bit 0 says); a bare-metal `entry`, always Thumb."""
+        return self.system.entry if self.system is not None else entry | 1
 
     def _start(self, args: tuple[int, ...]) -> Uc:
         uc = self._uc
         for index, value in enumerate(args):
             uc.reg_write(arm.UC_ARM_REG_R0 + index, value)
-        uc.reg_write(arm.UC_ARM_REG_SP, self.placement.stack_top)
-        uc.reg_write(arm.UC_ARM_REG_LR, self.placement.sentinel | 1)
+        uc.reg_write(arm.UC_ARM_REG_SP, self._start_sp)
+        uc.reg_write(arm.UC_ARM_REG_LR, self._start_lr)
         return uc
 
     def _returned(self, guard: int, pc: int, limits: abi.Limits) -> int:
-        """r0 of a run that ended without an engine error, or the fault (a
-        guard that stopped it at pc)."""
+        """r0 of a run that ended without an engine error (a process's exit
+        status), or the fault (a guard that stopped it at pc, or the
+        system-call hook)."""
+        if self._fault is not None:
+            raise self._fault
         if guard != abi.GUARD_NONE:
             raise EmulationFault(pc, guard_cause(guard, limits))
         pc = self._uc.reg_read(arm.UC_ARM_REG_PC)
+        if self.system is not None:
+            if self.system.exit_status is None:
+                raise EmulationFault(pc, "the program stopped without exiting")
+            return self.system.exit_status
         if pc != self.placement.sentinel:
             raise EmulationFault(pc, "stopped before returning to the sentinel")
         return self._uc.reg_read(arm.UC_ARM_REG_R0)

@@ -97,6 +97,9 @@ class ProgramResult:
     result: int | None = None
     expected: int | None = None
     fault: str | None = None
+    # a Linux process (harness.linux): what it wrote to stdout, and what it must have
+    stdout_sha256: str | None = None
+    expected_stdout_sha256: str | None = None
 
     @property
     def failures(self) -> list[Failure]:
@@ -104,7 +107,8 @@ class ProgramResult:
 
     @property
     def self_check_ok(self) -> bool:
-        return self.fault is None and (self.expected is None or self.result == self.expected)
+        return (self.fault is None and (self.expected is None or self.result == self.expected)
+                and (self.expected_stdout_sha256 is None or self.stdout_sha256 == self.expected_stdout_sha256))
 
 
 def failure_of(stop: int, pc: int, where: Where, cause: FailureCause, values: tuple[int, int] | None) -> Failure:

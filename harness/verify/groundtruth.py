@@ -7,6 +7,16 @@ execution alone (ARCHITECTURE.md, "Ground truth").
 - A plain branch into another function (tail call) pushes nothing.
 - A return that lands on the top frame's return pc with sp equal to its sp
   pops it.
+- NON_LOCAL_EXIT (longjmp, a C++ exception reaching its landing pad):
+  the sp rises above the sp of frames still on the shadow stack. Every
+  frame whose sp lies below the new sp is gone and dropped; and a taken
+  return-kind instruction (harness.thumb.encoding.return_kind: bx lr,
+  pop {pc}...) that lands with sp equal to the top frame's sp pops it even
+  away from its return pc (longjmp returns to setjmp's caller, libgcc
+  restores the landing pad's registers with a pop {pc}, both with the
+  sp of the frame they land in).
+- A process's first frame (harness.linux) has no caller: its bottom
+  frame stands for that and is never compared.
 """
 
 from __future__ import annotations
@@ -88,6 +98,7 @@ class ShadowStack:
     def __init__(self, bottom: ShadowFrame):
         self.frames: list[ShadowFrame] = [bottom]
         self._pending: tuple[int, ShadowFrame] | None = None
+        self._return_fall_through: int | None = None
         self._serial = bottom.serial
 
     def observe(self, pc: int, sp: int) -> None:
@@ -98,9 +109,18 @@ class ShadowStack:
             if pc != fall_through:  # the call was taken (not skipped under IT)
                 self.frames.append(frame)
                 return
-        top = self.frames[-1]
-        if pc == top.pc and sp == top.sp and len(self.frames) > 1:
-            self.frames.pop()
+        returned = self._return_fall_through is not None and pc != self._return_fall_through
+        self._return_fall_through = None
+        frames = self.frames
+        while len(frames) > 1 and frames[-1].sp < sp:  # NON_LOCAL_EXIT: their callees are gone
+            frames.pop()
+        top = frames[-1]
+        if len(frames) > 1 and sp == top.sp and (pc == top.pc or returned):
+            frames.pop()
+
+    def before_return(self, pc: int, length: int) -> None:
+        """The instruction at pc is a return-kind instruction of `length` bytes about to execute."""
+        self._return_fall_through = pc + length
 
     def before(self, pc: int, length: int, regs, vfp) -> None:
         """The instruction at pc is a call of `length` bytes about to execute."""

@@ -16,7 +16,8 @@ from typing import Callable, Sequence
 
 from harness.classify import Classifier, Where
 from harness.program import Program
-from harness.thumb.encoding import call_length, instruction_size, it_block_length, with_it_state
+from harness.thumb.encoding import (arm_call_length, arm_return_kind, call_length, instruction_size, it_block_length,
+                                    return_kind, with_it_state)
 from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
@@ -116,7 +117,8 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
                    budget: int | None = None, memoize: bool = True,
                    observe: Callable[[ObservedStop], None] | None = None,
                    every: int = 1, shard: tuple[int, int] = (0, 1),
-                   compiled: bool | None = None, limits: abi.Limits = DEFAULT_LIMITS) -> ProgramResult:
+                   compiled: bool | None = None, limits: abi.Limits = DEFAULT_LIMITS,
+                   system=None) -> ProgramResult:
     """Run `program`, verifying every unwinder at every stop (or at every
     `every`-th: the shadow stack still follows every instruction). With
     `shard` (I, N), only the I-th of every N of those stops is verified, so
@@ -130,7 +132,10 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     `compiled` (default: when built) runs the compiled hook (harness.verify.kernel):
     the shadow stack and every walk the rules answer in C, each unwinder's
     Python step only where they defer; `compiled=False` runs the hook in
-    Python, every walk by `step`. `memoize=False` (Python hook only)
+    Python, every walk by `step`. With `system` (harness.linux.process.LinuxSystem)
+    the program is a process: it starts where the system says, ends when
+    it exits (its status is the result), and its first frame has no
+    caller to compare. `memoize=False` (Python hook only)
     re-walks every frame at every stop (for checking that the memo changes
     nothing); `observe` sees each verified stop.
     """
@@ -139,7 +144,8 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     elif compiled and not kernel.AVAILABLE:
         raise RuntimeError("compiled=True, but the compiled kernel (harness/verify/csrc) is not built")
     limits = as_limits(limits if budget is None else limits._replace(instructions=budget))
-    emulator = Emulator(program.segments)
+    emulator = (Emulator(program.segments) if system is None
+                else Emulator(system.segments, system, system.placement))
     result = ProgramResult(program.name, expected=program.expected_result)
     run = Verification(program, unwinders, memoize, result)
     collecting = gc.isenabled()
@@ -156,6 +162,8 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
             result.fault = str(fault)
         for (where, cause), stops in result.failure_tally.items():
             result.counts[(cause.unwinder, where[1], where[2], cause.kind)] += stops
+        if system is not None:
+            result.stdout_sha256 = system.outcome().stdout_sha256
     finally:
         if collecting:
             gc.enable()
@@ -166,6 +174,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
                   result: ProgramResult, limits: abi.Limits, observe, every: int, shard: tuple[int, int]) -> None:
     stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if unwinders else None
     shadow_frames: dict[int, ShadowFrame] = {}  # serial -> frame, unpacked once
+    compare_bottom = emulator.system is None
 
     def slow(number: int, pc: int, regs, cpsr: int, vfp, deferred, packed_shadow: bytes, serials) -> None:
         """A stop where a walk deferred, or every stop when observed."""
@@ -177,6 +186,8 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
             if frame is None:
                 frame = shadow_frames[serials[index]] = unpacked(packed_shadow, index, serials[index])
             expected.append(frame)
+        if not compare_bottom:
+            expected.pop()  # a process's first frame: no caller to compare
         frame, stack = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13])
         if deferred:
             run.walk(number, pc, deferred, frame, stack, expected)
@@ -185,7 +196,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
 
     tracer = kernel.Tracer(emulator.engine(program.uses_vfp), stop_kernel and stop_kernel.verifier,
                            emulator.placement.sentinel, program.uses_vfp, every, *shard, run.ids, slow,
-                           observe is not None)
+                           observe is not None, compare_bottom)
     cap = run.log_cap
     try:
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap)
@@ -224,7 +235,8 @@ def _checker(emulator: Emulator, run: Verification, result: ProgramResult, obser
         result.stops += 1
         if not every_walk and observe is None:
             return  # ground truth alone
-        frame, stack, expected = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13]), frames[::-1]
+        expected = frames[::-1] if emulator.system is None else frames[:0:-1]  # a process's first frame: no caller
+        frame, stack = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13])
         run.walk(number, pc, every_walk, frame, stack, expected)
         if observe is not None:
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
@@ -232,13 +244,22 @@ def _checker(emulator: Emulator, run: Verification, result: ProgramResult, obser
     return check
 
 
+def decode(code: bytes, thumb: bool) -> tuple[int, int, bool, int, bytes]:
+    """What ground truth needs of the instruction `code` in its state: (call
+    length, IT block length, a return-kind instruction, its size, first
+    half-word). C twin: trace.c: decoded()."""
+    if not thumb:
+        return arm_call_length(code), 0, arm_return_kind(code), 4, code[:2]
+    return call_length(code), it_block_length(code), return_kind(code), instruction_size(code), code[:2]
+
+
 def _run_in_python(program: Program, emulator: Emulator, run: Verification, result: ProgramResult,
                    limits: abi.Limits, observe, every: int, shard: tuple[int, int]) -> None:
     """The Python hook, the reference csrc/trace.c mirrors, guards included
     (the emulator checks the instruction budget, the clock and memory; the
     hook, in the same order as trace.c, an endless self-loop and the depth)."""
-    decoded_at: dict[int, tuple[int, int, bytes]] = {}  # pc -> (call length, IT block length, first half-word)
-    it_blocks = SkippedStops(lambda address: instruction_size(program.code(address, 4)))
+    decoded_at: dict[tuple[int, bool], tuple] = {}  # (pc, Thumb) -> decode(...)
+    it_blocks = SkippedStops(lambda address: instruction_size(emulator.code(address, 4)))
     uses_vfp, max_depth = program.uses_vfp, limits.depth
     check = _checker(emulator, run, result, observe, every, shard)
     shadow: ShadowStack | None = None
@@ -263,14 +284,16 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         for skipped, state in it_blocks.passed_over(pc):
             check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames)
         check(pc, regs, regs[16], vfp, shadow.frames)
-        decoded = decoded_at.get(pc)
+        thumb = bool(regs[16] & 0x20)
+        decoded = decoded_at.get((pc, thumb))
         if decoded is None:
-            code = program.code(pc, 4)
-            decoded = decoded_at[pc] = (call_length(code), it_block_length(code), code[:2])
+            decoded = decoded_at[(pc, thumb)] = decode(emulator.code(pc, 4), thumb)
+        if decoded[2]:
+            shadow.before_return(pc, decoded[3])
         if decoded[0]:
             shadow.before(pc, decoded[0], regs, vfp)
         if decoded[1]:
-            it_blocks.entered(pc, int.from_bytes(decoded[2], "little"), decoded[1])
+            it_blocks.entered(pc, int.from_bytes(decoded[4], "little"), decoded[1])
 
     try:
         result.result = emulator.call(program.entry, on_stop, limits, program.args)

@@ -116,6 +116,8 @@ class MemoizedWalk:
         self.proven: dict[tuple[int, Frame], _Proven | _ProvenLines] = {}
 
     def __call__(self, frame: Frame, stack, expected: Sequence[ShadowFrame]):
+        if not expected:
+            return None  # a process's first frame: nothing to unwind to
         caller = next(walk(self.unwinder, frame, stack, 1))
         if isinstance(caller, UnwindFailure):
             return 0, caller.kind, None, caller.reason

@@ -49,10 +49,10 @@ typedef struct {
     int count;
 } Engine;
 
-/* What the tracer knows of the instruction at one pc. */
+/* What the tracer knows of the instruction at one pc, in one state. */
 typedef struct {
-    uint32_t pc;
-    uint8_t used, call_length, it_length;
+    uint64_t key;        /* pc << 1 | Thumb */
+    uint8_t used, call_length, it_length, returns;
     uint16_t first;      /* its first half-word */
 } PcInfo;
 
@@ -93,6 +93,7 @@ typedef struct {
     Verifier *verifier;  /* NULL: ground truth only */
     uint32_t sentinel;
     int uses_vfp, observe_all;
+    int compare_bottom;  /* 0: the bottom frame stands for "no caller" (a process's first), never compared */
     uint64_t every, shard_index, shard_count;
     PyObject *classify;  /* classify(pc) -> (stop class, where id, low, high) */
     PyObject *slow;      /* slow(number, pc, regs, cpsr, vfp, deferred, shadow, serials) */
@@ -108,8 +109,8 @@ typedef struct {
     uint64_t *serials;
     size_t depth, frames_capacity, serials_capacity;
     uint64_t serial;
-    int call_pending;
-    uint32_t fall_through;
+    int call_pending, return_pending;
+    uint32_t fall_through, return_fall_through;
     Expected pending_frame;
     uint64_t pending_serial;
     /* instructions of the current IT block not reached yet */
@@ -192,16 +193,29 @@ static int64_t intern(Interned *t, const void *key, int *added) {
 
 /* ------------------------------------------------------------ pcs */
 
-/* The decoded instruction at pc: harness.thumb.encoding's call_length and
- * it_block_length (memory the engine cannot read counts as zeros). */
-static PcInfo *decoded(Tracer *t, uint32_t pc) {
+/* harness.thumb.encoding.arm_call_length and arm_return_kind, for ARM state. */
+static void decode_arm(PcInfo *info, uint32_t word) {
+    const uint32_t cond = word >> 28;
+    info->call_length = (cond != 0xF && (word & 0x0F000000) == 0x0B000000)     /* BL */
+                     || (word & 0xFE000000) == 0xFA000000                      /* BLX (immediate) */
+                     || (cond != 0xF && (word & 0x0FFFFFF0) == 0x012FFF30)     /* BLX (register) */
+                     ? 4 : 0;
+    const uint32_t w = word & 0x0FFFFFFF;
+    info->returns = cond != 0xF && (w == 0x012FFF1E || w == 0x01A0F00E || w == 0x049DF004
+                                    || (word & 0x0FFF8000) == 0x08BD8000);
+}
+
+/* The decoded instruction at pc in the state `thumb` says: harness.thumb.encoding's
+ * call_length, it_block_length and return_kind (or their ARM twins);
+ * memory the engine cannot read counts as zeros. */
+static PcInfo *decoded(Tracer *t, uint32_t pc, int thumb) {
     if (2 * (t->table_used + 1) > t->table_size) {
         size_t size = t->table_size ? 2 * t->table_size : 4096;
         PcInfo *table = PyMem_Calloc(size, sizeof(PcInfo));
         if (!table) { PyErr_NoMemory(); return NULL; }
         for (size_t i = 0; i < t->table_size; i++) {
             if (!t->table[i].used) continue;
-            size_t j = (t->table[i].pc * 2654435761u) & (size - 1);
+            size_t j = (size_t)(t->table[i].key * 2654435761u) & (size - 1);
             while (table[j].used) j = (j + 1) & (size - 1);
             table[j] = t->table[i];
         }
@@ -209,9 +223,10 @@ static PcInfo *decoded(Tracer *t, uint32_t pc) {
         t->table = table;
         t->table_size = size;
     }
-    size_t mask = t->table_size - 1, i = (pc * 2654435761u) & mask;
+    const uint64_t key = (uint64_t)pc << 1 | (thumb != 0);
+    size_t mask = t->table_size - 1, i = (size_t)(key * 2654435761u) & mask;
     for (; t->table[i].used; i = (i + 1) & mask) {
-        if (t->table[i].pc == pc) return &t->table[i];
+        if (t->table[i].key == key) return &t->table[i];
     }
     PcInfo *info = &t->table[i];
     t->table_used++;
@@ -219,12 +234,19 @@ static PcInfo *decoded(Tracer *t, uint32_t pc) {
     if (t->engine.mem_read(t->engine.handle, pc, code, 4)) t->engine.mem_read(t->engine.handle, pc, code, 2);
     uint16_t first = code[0] | code[1] << 8, second = code[2] | code[3] << 8;
     unsigned mask_bits = first & 0xF;
+    if (!thumb) {
+        *info = (PcInfo){ .key = key, .used = 1, .first = first };
+        decode_arm(info, (uint32_t)first | (uint32_t)second << 16);
+        return info;
+    }
     *info = (PcInfo){
-        .pc = pc, .used = 1, .first = first,
+        .key = key, .used = 1, .first = first,
         .call_length = (first & 0xFF87) == 0x4780 ? 2
                      : (first & 0xF800) == 0xF000 && ((second & 0xD000) == 0xD000 || (second & 0xD001) == 0xC000) ? 4
                      : 0,
         .it_length = (first & 0xFF00) == 0xBF00 && mask_bits ? 4 - __builtin_ctz(mask_bits) : 0,
+        .returns = first == 0x4770 || first == 0x46F7 || (first & 0xFF00) == 0xBD00
+                || (first == 0xE8BD && (second & 0x8000)) || (first == 0xF85D && second == 0xFB04),
     };
     return info;
 }
@@ -290,8 +312,12 @@ static int observe(Tracer *t, uint32_t pc, uint32_t sp) {
         t->call_pending = 0;
         if (pc != t->fall_through) return push(t, &t->pending_frame, t->pending_serial);
     }
+    const int returned = t->return_pending && pc != t->return_fall_through;
+    t->return_pending = 0;
+    /* NON_LOCAL_EXIT: frames whose caller's sp lies below sp are gone */
+    while (t->depth > 1 && t->frames[t->depth - 1].sp < sp) t->depth--;
     const Expected *top = &t->frames[t->depth - 1];
-    if (pc == top->pc && sp == top->sp && t->depth > 1) t->depth--;
+    if (t->depth > 1 && sp == top->sp && (pc == top->pc || returned)) t->depth--;
     return 0;
 }
 
@@ -321,7 +347,7 @@ static int entered(Tracer *t, uint32_t pc, uint16_t it_instruction, int block) {
     uint32_t address = pc + 2;
     for (int i = 0; i < block; i++) {
         t->it_pending[i] = (SkippedStop){ address, state };
-        PcInfo *info = decoded(t, address);
+        PcInfo *info = decoded(t, address, 1);
         if (!info) return -1;
         address += instruction_size(info->first);
         state = (state & 0x7) == 0 ? 0 : (state & 0xE0) | ((state << 1) & 0x1F);
@@ -444,8 +470,9 @@ static int check(Tracer *t, uint32_t pc, uint32_t cpsr) {
         }
         for (Py_ssize_t i = 0; i < unwinders; i++) {
             Answer answer;
-            if (verifier_walk(t->verifier, i, &frame, (uint32_t)t->values[SP], cpsr, t->frames,
-                              (Py_ssize_t)t->depth, &answer))
+            const size_t skip = !t->compare_bottom;
+            if (verifier_walk(t->verifier, i, &frame, (uint32_t)t->values[SP], cpsr, t->frames + skip,
+                              (Py_ssize_t)(t->depth - skip), &answer))
                 return -1;
             if (answer.kind == ANSWER_PASS) {
                 if (verifier_count_pass(t->verifier, stop_class, i)) return -1;
@@ -516,8 +543,13 @@ static int stop_at(Tracer *t, uint32_t pc) {
         if (check(t, skipped[i].address, with_it_state(cpsr, skipped[i].state))) return -1;
     }
     if (check(t, pc, cpsr)) return -1;
-    PcInfo *info = decoded(t, pc);
+    const int thumb = (cpsr & 0x20) != 0;
+    PcInfo *info = decoded(t, pc, thumb);
     if (!info) return -1;
+    if (info->returns) {  /* ShadowStack.before_return */
+        t->return_pending = 1;
+        t->return_fall_through = pc + (thumb ? instruction_size(info->first) : 4);
+    }
     if (info->call_length) {  /* ShadowStack.before */
         t->serial++;
         t->call_pending = 1;
@@ -588,21 +620,22 @@ static int address_of(PyObject *engine, Py_ssize_t index, void **out) {
 }
 
 /* Tracer(engine, verifier, sentinel, uses_vfp, every, shard_index,
- * shard_count, classify, slow, observe_all): engine is harness/verify/abi.py's
- * Engine (its items by the ENGINE_* indices). */
+ * shard_count, classify, slow, observe_all, compare_bottom=True): engine is
+ * harness/verify/abi.py's Engine (its items by the ENGINE_* indices). */
 static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     static char *names[] = {"engine", "verifier", "sentinel", "uses_vfp", "every", "shard_index", "shard_count",
-                            "classify", "slow", "observe_all", NULL};
+                            "classify", "slow", "observe_all", "compare_bottom", NULL};
     PyObject *engine, *verifier, *classify, *slow;
     unsigned long sentinel;
-    int uses_vfp, observe_all;
+    int uses_vfp, observe_all, compare_bottom = 1;
     unsigned long long every, shard_index, shard_count;
     if (self->engine.handle) {
         PyErr_SetString(PyExc_TypeError, "a Tracer is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp", names, &PyTuple_Type, &engine, &verifier, &sentinel,
-                                     &uses_vfp, &every, &shard_index, &shard_count, &classify, &slow, &observe_all))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp|p", names, &PyTuple_Type, &engine, &verifier, &sentinel,
+                                     &uses_vfp, &every, &shard_index, &shard_count, &classify, &slow, &observe_all,
+                                     &compare_bottom))
         return -1;
     if (verifier != Py_None && !PyObject_TypeCheck(verifier, &VerifierType)) {
         PyErr_SetString(PyExc_TypeError, "verifier must be a Verifier or None");
@@ -660,6 +693,7 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     Py_INCREF(slow);
     self->slow = slow;
     self->observe_all = observe_all;
+    self->compare_bottom = compare_bottom;
     self->causes.key_size = sizeof(CauseKey);
     self->tally.key_size = sizeof(TallyKey);
     return 0;

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Build the armhf runtime sysroot that the Linux corpus programs run against
+# (under qemu-arm -L, and later in the harness's own loader).
+#
+# Debian bookworm armhf .debs are fetched with `apt-get download` and unpacked
+# with `dpkg -x`: nothing armhf is ever installed on the host.  The result is
+#   $CACHE/debs/      the downloaded .debs
+#   $CACHE/sysroot/   the unpacked tree, with VERSIONS ("package version" lines)
+# where CACHE=${UNWIND_HARNESS_CACHE:-$HOME/.cache/unwind-harness}/linux.
+#
+# Idempotent: when the sysroot already holds exactly this package list at the
+# versions apt offers now, nothing is done.  Must work as root on a fresh
+# bookworm machine, so it adds the armhf architecture and qemu-user when missing.
+set -euo pipefail
+
+CACHE=${UNWIND_HARNESS_CACHE:-$HOME/.cache/unwind-harness}/linux
+DEBS=$CACHE/debs
+SYSROOT=$CACHE/sysroot
+
+# Runtime libraries: the C/C++ runtime for our own programs, and what the
+# Debian-built corpus programs (corpus/linux/debian*) link against.  Add a
+# package here when a program needs one more shared library.
+PACKAGES=(
+    libbz2-1.0
+    libc6
+    libgcc-s1
+    liblua5.4-0
+    liblzma5
+    libncursesw6
+    libreadline8
+    libsqlite3-0
+    libstdc++6
+    libtinfo6
+    zlib1g
+)
+
+# Bump when this script changes what it puts in the sysroot, so that a
+# sysroot made by an older version is rebuilt.
+LAYOUT=2
+
+log() { echo "sysroot.sh: $*" >&2; }
+
+SUDO=""
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then SUDO=sudo; fi
+
+# One bookworm-security armhf index may fail to download; apt still has the
+# main index, so a failing update is reported and then ignored.
+apt_update() { $SUDO apt-get update -q >&2 || log "apt-get update reported errors; continuing with the indexes it has"; }
+
+updated=no
+if ! dpkg --print-foreign-architectures | grep -qx armhf; then
+    log "adding the armhf architecture"
+    $SUDO dpkg --add-architecture armhf
+    apt_update
+    updated=yes
+fi
+
+# qemu-user runs the programs (record.py); install it here, with the sysroot.
+if ! command -v qemu-arm >/dev/null 2>&1; then
+    [ $updated = yes ] || { apt_update; updated=yes; }
+    $SUDO apt-get install -y -q qemu-user >&2
+fi
+
+# "package version" for each package, the version apt would download now
+# ("(none)" when apt knows none).  One apt-cache call: each one reads the
+# whole package cache, which takes a second.
+candidates() {
+    apt-cache policy "${PACKAGES[@]/%/:armhf}" 2>/dev/null | awk '
+        /^[^ ].*:$/   { pkg = $1; sub(/:armhf:$/, "", pkg) }
+        /Candidate:/  { print pkg, $2 }'
+}
+want=$(candidates | LC_ALL=C sort)
+if ! echo "$want" | grep -q '^libc6 [0-9]'; then
+    [ $updated = yes ] || { apt_update; updated=yes; }
+    want=$(candidates | LC_ALL=C sort)
+fi
+for p in "${PACKAGES[@]}"; do
+    if ! echo "$want" | grep -q "^$p [0-9]"; then
+        log "no armhf candidate for $p (is 'apt-get update' done?)"; exit 1
+    fi
+done
+
+if [ -f "$SYSROOT/VERSIONS" ] && [ "$(cat "$SYSROOT/VERSIONS")" = "$want" ] \
+   && [ "$(cat "$SYSROOT/.layout" 2>/dev/null)" = "$LAYOUT" ] \
+   && [ -e "$SYSROOT/lib/ld-linux-armhf.so.3" ]; then
+    log "up to date: $SYSROOT ($(echo "$want" | wc -l) packages)"
+    exit 0
+fi
+
+# The .deb of package $1 at version $2 in $DEBS, if downloaded.  apt-get
+# download names files with the epoch's colon escaped (zlib1g_1%3a1.2.13...),
+# so the file is found by what it holds, not by a guessed name.
+deb_for() {
+    local f
+    for f in "$DEBS/$1"_*_armhf.deb; do
+        [ -s "$f" ] || continue
+        if [ "$(dpkg-deb -f "$f" Package Version | awk '{print $2}' | paste -sd' ')" = "$1 $2" ]; then
+            echo "$f"; return 0
+        fi
+    done
+    return 1
+}
+
+mkdir -p "$DEBS"
+missing=()
+while read -r p v; do
+    deb_for "$p" "$v" >/dev/null || missing+=("$p:armhf=$v")
+done <<<"$want"
+if [ ${#missing[@]} -gt 0 ]; then
+    log "downloading ${missing[*]}"
+    # The cache is usually under /root, where apt's _apt user cannot write:
+    # download as the calling user instead of warning about it.
+    (cd "$DEBS" && apt-get download -q -o APT::Sandbox::User="$(id -un)" "${missing[@]}" >&2)
+fi
+
+# Unpack into a fresh directory and swap it in at the end, so that an
+# interrupted run never leaves a half sysroot that looks complete.
+tmp=$(mktemp -d "$CACHE/sysroot.tmp.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+while read -r p v; do
+    f=$(deb_for "$p" "$v") || { log "no .deb for $p $v in $DEBS"; exit 1; }
+    dpkg -x "$f" "$tmp"
+done <<<"$want"
+
+# Absolute symlinks (e.g. lib/ld-linux-armhf.so.3 -> /lib/arm-linux-gnueabihf/
+# ld-linux-armhf.so.3) would point into the host's filesystem.  Rewrite each
+# to the same target relative to the sysroot, then refuse any link that still
+# leaves the sysroot.
+while IFS= read -r -d '' link; do
+    target=$(readlink "$link")
+    case $target in
+        /*)
+            rel=$(realpath -m --relative-to="$(dirname "$link")" "$tmp$target")
+            ln -sfn "$rel" "$link"
+            ;;
+    esac
+done < <(find "$tmp" -type l -print0)
+root=$(realpath "$tmp")
+while IFS= read -r -d '' link; do
+    resolved=$(realpath -m "$link")
+    case $resolved in
+        "$root"|"$root"/*) ;;
+        *) log "symlink ${link#"$tmp"} leaves the sysroot ($(readlink "$link"))"; exit 1 ;;
+    esac
+done < <(find "$tmp" -type l -print0)
+
+# qemu-arm -L looks a path up in the sysroot first and falls back to the
+# host's file when the sysroot has none.  Without these two files the guest's
+# ld.so would read the host's /etc/ld.so.cache (and try the x86 libraries it
+# lists, e.g. /lib32/libc.so.6) and any host /etc/ld.so.preload.  Empty files
+# mean "no cache, nothing preloaded": ld.so then searches its default
+# directories, which exist only in the sysroot.
+mkdir -p "$tmp/etc"
+: >"$tmp/etc/ld.so.cache"
+: >"$tmp/etc/ld.so.preload"
+
+echo "$want" >"$tmp/VERSIONS"
+echo "$LAYOUT" >"$tmp/.layout"
+if [ ! -e "$tmp/lib/ld-linux-armhf.so.3" ]; then
+    log "lib/ld-linux-armhf.so.3 does not resolve inside the sysroot"; exit 1
+fi
+chmod 755 "$tmp"
+rm -rf "$SYSROOT"
+mv "$tmp" "$SYSROOT"
+trap - EXIT
+log "unpacked $(echo "$want" | wc -l) packages into $SYSROOT"

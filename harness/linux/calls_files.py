@@ -1,0 +1,351 @@
+"""System calls on files and file descriptors (harness.linux.table).
+
+Paths go through harness.linux.files (the sysroot and the working
+directory, nothing else); contents live in memory.
+"""
+
+from __future__ import annotations
+
+import errno
+import stat
+import struct
+
+from harness.linux.files import GuestError, Node, OpenFile
+from harness.linux.machine import read_c_string
+from harness.linux.table import handles, signed
+
+AT_FDCWD = -100
+AT_SYMLINK_NOFOLLOW = 0x100
+AT_EMPTY_PATH = 0x1000
+O_ACCMODE, O_WRONLY, O_RDWR = 3, 1, 2
+O_CREAT, O_EXCL, O_TRUNC, O_APPEND = 0o100, 0o200, 0o1000, 0o2000
+O_DIRECTORY, O_NOFOLLOW = 0o40000, 0o100000  # ARM's values
+MAX_TRANSFER = 16 << 20  # bytes one read or write moves at most (a hostile count reads no more)
+FILE_TIME = 1_600_000_000  # every file's times, so that no host time reaches the program
+BLOCK_SIZE = 4096
+# struct stat64 of ARM EABI (asm/stat.h): dev, pad, ino32, mode, nlink, uid,
+# gid, rdev, pad (and 4 bytes aligning size), size, blksize, (4 aligning) blocks,
+# three (sec, nsec) times, ino64: 104 bytes.
+STAT64 = struct.Struct("<Q4xIIIIIQ8xqI4xQIIIIIIQ")
+STATX_BASIC = 0x7FF
+
+
+def _path(kernel, address: int) -> str:
+    return read_c_string(kernel.machine, address).decode("utf-8", "surrogateescape")
+
+
+def _at(kernel, dirfd: int, address: int) -> str:
+    """The guest path `address` names, relative to directory `dirfd`."""
+    path = _path(kernel, address)
+    dirfd = signed(dirfd)
+    if path.startswith("/") or dirfd == AT_FDCWD:
+        return kernel.files.guest_path(path, kernel.cwd)
+    directory = kernel.file(dirfd)
+    if not stat.S_ISDIR(directory.node.mode):
+        raise GuestError(errno.ENOTDIR)
+    return kernel.files.guest_path(path, directory.path)
+
+
+def _open(kernel, path: str, flags: int) -> int:
+    access = flags & O_ACCMODE
+    try:
+        guest, node = kernel.files.lookup(path, follow_last=not flags & O_NOFOLLOW)
+        if flags & O_CREAT and flags & O_EXCL:
+            raise GuestError(errno.EEXIST)
+    except GuestError as error:
+        if error.code != errno.ENOENT or not flags & O_CREAT:
+            raise
+        guest, node = kernel.files.create(path)
+    if stat.S_ISLNK(node.mode):
+        raise GuestError(errno.ELOOP)
+    if flags & O_DIRECTORY and not stat.S_ISDIR(node.mode):
+        raise GuestError(errno.ENOTDIR)
+    if stat.S_ISDIR(node.mode) and access != 0:
+        raise GuestError(errno.EISDIR)
+    if access in (O_WRONLY, O_RDWR):
+        node = Node(node.mode, bytearray() if flags & O_TRUNC else bytearray(node.data), inode=node.inode)
+        kernel.files.keep(guest, node)  # the copy in memory; the host file stays as it was
+    opened = OpenFile(node, guest, readable=access != O_WRONLY, writable=access != 0,
+                      append=bool(flags & O_APPEND), flags=flags)
+    return kernel.new_fd(opened)
+
+
+@handles(5, "open")
+def sys_open(kernel, path, flags, mode):
+    return _open(kernel, kernel.files.guest_path(_path(kernel, path), kernel.cwd), flags)
+
+
+@handles(322, "openat")
+def sys_openat(kernel, dirfd, path, flags, mode):
+    return _open(kernel, _at(kernel, dirfd, path), flags)
+
+
+@handles(6, "close")
+def sys_close(kernel, fd):
+    kernel.file(fd)
+    del kernel.fds[fd]
+    return 0
+
+
+def _read_into(kernel, opened, buffer: int, count: int, offset: int | None = None) -> int:
+    if not opened.readable:
+        raise GuestError(errno.EBADF)
+    if stat.S_ISDIR(opened.node.mode):
+        raise GuestError(errno.EISDIR)
+    start = opened.position if offset is None else offset
+    data = bytes(opened.node.data[start : start + min(count, MAX_TRANSFER)])
+    kernel.machine.write(buffer, data)
+    if offset is None:
+        opened.position += len(data)
+    return len(data)
+
+
+def _write_from(kernel, opened, buffer: int, count: int, offset: int | None = None) -> int:
+    if not opened.writable:
+        raise GuestError(errno.EBADF)
+    data = kernel.machine.read(buffer, min(count, MAX_TRANSFER)) if count else b""
+    node = opened.node
+    if node is kernel.stdout or node is kernel.stderr:
+        kernel.output(node, data)
+        return len(data)
+    start = len(node.data) if opened.append else opened.position if offset is None else offset
+    if start > len(node.data):
+        node.data += bytes(start - len(node.data))
+    node.data[start : start + len(data)] = data
+    if offset is None:
+        opened.position = start + len(data)
+    return len(data)
+
+
+@handles(3, "read")
+def sys_read(kernel, fd, buffer, count):
+    return _read_into(kernel, kernel.file(fd), buffer, count)
+
+
+@handles(4, "write")
+def sys_write(kernel, fd, buffer, count):
+    return _write_from(kernel, kernel.file(fd), buffer, count)
+
+
+@handles(180, "pread64")
+def sys_pread64(kernel, fd, buffer, count, _pad, low, high):
+    return _read_into(kernel, kernel.file(fd), buffer, count, high << 32 | low)
+
+
+def _vector(kernel, vector: int, count: int) -> list[tuple[int, int]]:
+    if count > 1024:
+        raise GuestError(errno.EINVAL)
+    raw = kernel.machine.read(vector, 8 * count)
+    return [struct.unpack_from("<II", raw, 8 * i) for i in range(count)]
+
+
+@handles(145, "readv")
+def sys_readv(kernel, fd, vector, count):
+    opened, total = kernel.file(fd), 0
+    for base, length in _vector(kernel, vector, count):
+        got = _read_into(kernel, opened, base, length)
+        total += got
+        if got < length:
+            break
+    return total
+
+
+@handles(146, "writev")
+def sys_writev(kernel, fd, vector, count):
+    opened = kernel.file(fd)
+    return sum(_write_from(kernel, opened, base, length) for base, length in _vector(kernel, vector, count))
+
+
+def _seek(opened, offset: int, whence: int) -> int:
+    if stat.S_ISFIFO(opened.node.mode) or stat.S_ISCHR(opened.node.mode):
+        raise GuestError(errno.ESPIPE)
+    base = {0: 0, 1: opened.position, 2: len(opened.node.data)}.get(whence)
+    if base is None or base + offset < 0:
+        raise GuestError(errno.EINVAL)
+    opened.position = base + offset
+    return opened.position
+
+
+@handles(19, "lseek")
+def sys_lseek(kernel, fd, offset, whence):
+    position = _seek(kernel.file(fd), signed(offset), whence)
+    if position >= 1 << 31:
+        raise GuestError(errno.EOVERFLOW)
+    return position
+
+
+@handles(140, "_llseek")
+def sys_llseek(kernel, fd, high, low, result, whence):
+    offset = high << 32 | low
+    position = _seek(kernel.file(fd), offset - (1 << 64) if offset >> 63 else offset, whence)
+    kernel.machine.write(result, struct.pack("<q", position))
+    return 0
+
+
+def stat64_bytes(node: Node) -> bytes:
+    size = len(node.data)
+    times = (FILE_TIME, 0) * 3
+    return STAT64.pack(1, node.inode, node.mode, 1, 0, 0, 0, size, BLOCK_SIZE, (size + 511) // 512, *times,
+                       node.inode)
+
+
+def statx_bytes(node: Node) -> bytes:
+    size = len(node.data)
+    head = struct.pack("<IIQIIIHxxQQQQ", STATX_BASIC, BLOCK_SIZE, 0, 1, 0, 0, node.mode, node.inode, size,
+                       (size + 511) // 512, 0)
+    times = struct.pack("<qIi", FILE_TIME, 0, 0) * 4
+    return (head + times + struct.pack("<IIII", 0, 0, 0, 1)).ljust(0x100, b"\0")
+
+
+def _node_at(kernel, dirfd: int, path: int, flags: int) -> Node:
+    if flags & AT_EMPTY_PATH and not read_c_string(kernel.machine, path):
+        return kernel.file(dirfd).node
+    return kernel.files.lookup(_at(kernel, dirfd, path), follow_last=not flags & AT_SYMLINK_NOFOLLOW)[1]
+
+
+@handles(197, "fstat64")
+def sys_fstat64(kernel, fd, buffer):
+    kernel.machine.write(buffer, stat64_bytes(kernel.file(fd).node))
+    return 0
+
+
+@handles(195, "stat64")
+def sys_stat64(kernel, path, buffer):
+    kernel.machine.write(buffer, stat64_bytes(_node_at(kernel, AT_FDCWD, path, 0)))
+    return 0
+
+
+@handles(196, "lstat64")
+def sys_lstat64(kernel, path, buffer):
+    kernel.machine.write(buffer, stat64_bytes(_node_at(kernel, AT_FDCWD, path, AT_SYMLINK_NOFOLLOW)))
+    return 0
+
+
+@handles(327, "fstatat64")
+def sys_fstatat64(kernel, dirfd, path, buffer, flags):
+    kernel.machine.write(buffer, stat64_bytes(_node_at(kernel, dirfd, path, flags)))
+    return 0
+
+
+@handles(397, "statx")
+def sys_statx(kernel, dirfd, path, flags, mask, buffer):
+    kernel.machine.write(buffer, statx_bytes(_node_at(kernel, dirfd, path, flags)))
+    return 0
+
+
+def _readlink(kernel, guest: str, buffer: int, size: int) -> int:
+    if guest == "/proc/self/exe":
+        target = kernel.executable.encode()
+    else:
+        node = kernel.files.lookup(guest, follow_last=False)[1]
+        if not stat.S_ISLNK(node.mode):
+            raise GuestError(errno.EINVAL)
+        target = bytes(node.data)
+    kernel.machine.write(buffer, target[:size])
+    return min(len(target), size)
+
+
+@handles(85, "readlink")
+def sys_readlink(kernel, path, buffer, size):
+    return _readlink(kernel, kernel.files.guest_path(_path(kernel, path), kernel.cwd), buffer, size)
+
+
+@handles(332, "readlinkat")
+def sys_readlinkat(kernel, dirfd, path, buffer, size):
+    return _readlink(kernel, _at(kernel, dirfd, path), buffer, size)
+
+
+@handles(33, "access")
+def sys_access(kernel, path, mode):
+    _node_at(kernel, AT_FDCWD, path, 0)
+    return 0
+
+
+@handles(334, "faccessat")
+def sys_faccessat(kernel, dirfd, path, mode):
+    _node_at(kernel, dirfd, path, 0)
+    return 0
+
+
+@handles(439, "faccessat2")
+def sys_faccessat2(kernel, dirfd, path, mode, flags):
+    _node_at(kernel, dirfd, path, flags)
+    return 0
+
+
+@handles(183, "getcwd")
+def sys_getcwd(kernel, buffer, size):
+    path = kernel.cwd.encode() + b"\0"
+    if size < len(path):
+        raise GuestError(errno.ERANGE)
+    kernel.machine.write(buffer, path)
+    return len(path)
+
+
+@handles(54, "ioctl")
+def sys_ioctl(kernel, fd, request, argument):
+    kernel.file(fd)
+    raise GuestError(errno.ENOTTY)  # no terminal: stdio buffers fully, as under a pipe
+
+
+@handles(221, "fcntl64")
+def sys_fcntl64(kernel, fd, command, argument):
+    opened = kernel.file(fd)
+    if command in (0, 1030):  # F_DUPFD, F_DUPFD_CLOEXEC
+        return kernel.new_fd(opened, argument)
+    if command == 3:  # F_GETFL
+        return opened.flags
+    if command in (1, 2, 4):  # F_GETFD, F_SETFD, F_SETFL
+        return 0
+    raise GuestError(errno.EINVAL)
+
+
+@handles(41, "dup")
+def sys_dup(kernel, fd):
+    return kernel.new_fd(kernel.file(fd))
+
+
+@handles(63, "dup2")
+def sys_dup2(kernel, fd, target):
+    kernel.fds[target] = kernel.file(fd)
+    return target
+
+
+@handles(358, "dup3")
+def sys_dup3(kernel, fd, target, flags):
+    if fd == target:
+        raise GuestError(errno.EINVAL)
+    return sys_dup2(kernel, fd, target)
+
+
+@handles(10, "unlink")
+def sys_unlink(kernel, path):
+    kernel.files.remove(kernel.files.guest_path(_path(kernel, path), kernel.cwd))
+    return 0
+
+
+@handles(328, "unlinkat")
+def sys_unlinkat(kernel, dirfd, path, flags):
+    kernel.files.remove(_at(kernel, dirfd, path))
+    return 0
+
+
+@handles(217, "getdents64")
+def sys_getdents64(kernel, fd, buffer, size):
+    opened = kernel.file(fd)
+    if not stat.S_ISDIR(opened.node.mode):
+        raise GuestError(errno.ENOTDIR)
+    out = bytearray()
+    names = (".", "..") + opened.node.entries
+    while opened.position < len(names):
+        name = names[opened.position].encode() + b"\0"
+        length = (19 + len(name) + 7) & ~7
+        if len(out) + length > size:
+            break
+        record = struct.pack("<QqHB", opened.position + 1, opened.position + 1, length, 0) + name
+        out += record.ljust(length, b"\0")
+        opened.position += 1
+    if not out and opened.position < len(names):
+        raise GuestError(errno.EINVAL)
+    kernel.machine.write(buffer, bytes(out))
+    return len(out)

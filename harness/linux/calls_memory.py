@@ -1,0 +1,132 @@
+"""System calls on memory: brk, mmap2, munmap, mprotect, mremap, madvise.
+
+Every page is mapped readable, writable and executable (protections are
+recorded by no one: a program the harness runs never relies on a fault),
+and a mapping is placed only where the address space is free
+(harness.linux.memory).
+"""
+
+from __future__ import annotations
+
+import errno
+
+from harness.linux.files import GuestError
+from harness.linux.memory import MAX_MAPPED, page_up
+from harness.linux.table import handles
+
+MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x1, 0x2, 0x10, 0x20
+MAP_FIXED_NOREPLACE = 0x100000
+MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
+PAGE = 0x1000
+
+
+def _map_fresh(kernel, start: int, size: int) -> None:
+    """Map [start, start + size) (free in the address space), zeroed."""
+    if kernel.space.mapped + size > MAX_MAPPED:
+        raise GuestError(errno.ENOMEM)
+    kernel.space.take(start, start + size)
+    kernel.space.mapped += size
+    kernel.machine.map(start, size)
+
+
+def _unmap(kernel, start: int, end: int) -> None:
+    if not kernel.space.may_release(start, end):
+        raise GuestError(errno.EINVAL)  # the harness's own pages: the stack, the helper page
+    for low, high in kernel.space.release(start, end):
+        kernel.machine.unmap(low, high - low)
+        kernel.space.mapped = max(0, kernel.space.mapped - (high - low))
+
+
+@handles(45, "brk")
+def sys_brk(kernel, address):
+    """The break moves within [brk_start, ...) while the pages it needs are
+    free; otherwise it stays (Linux returns the old break, not an error)."""
+    if address < kernel.brk_start:
+        return kernel.brk
+    old_end, new_end = page_up(kernel.brk), page_up(address)
+    if new_end > old_end:
+        if not kernel.space.is_free(old_end, new_end):
+            return kernel.brk
+        try:
+            _map_fresh(kernel, old_end, new_end - old_end)
+        except GuestError:
+            return kernel.brk
+    elif new_end < old_end:
+        _unmap(kernel, new_end, old_end)
+    kernel.brk = address
+    return address
+
+
+@handles(192, "mmap2")
+def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
+    if not length or address & (PAGE - 1) or length > MAX_MAPPED:
+        raise GuestError(errno.EINVAL if length <= MAX_MAPPED else errno.ENOMEM)
+    size = page_up(length)
+    if flags & (MAP_FIXED | MAP_FIXED_NOREPLACE):
+        if not kernel.space.is_free(address, address + size) or address + size > 1 << 32:
+            if flags & MAP_FIXED_NOREPLACE or address + size > 1 << 32 or address == 0:
+                raise GuestError(errno.EEXIST if flags & MAP_FIXED_NOREPLACE else errno.EINVAL)
+            _unmap(kernel, address, address + size)
+        start = address
+    else:
+        hinted = address and kernel.space.is_free(address, address + size)
+        start = address if hinted else kernel.space.find(size)
+        if start is None:
+            raise GuestError(errno.ENOMEM)
+    contents = b""
+    if not flags & MAP_ANONYMOUS:
+        node = kernel.file(fd).node
+        offset = page_offset * PAGE
+        contents = bytes(node.data[offset : offset + length])
+    _map_fresh(kernel, start, size)
+    if contents:
+        kernel.machine.write(start, contents)
+    return start
+
+
+@handles(91, "munmap")
+def sys_munmap(kernel, address, length):
+    if address & (PAGE - 1) or not length:
+        raise GuestError(errno.EINVAL)
+    _unmap(kernel, address, page_up(address + length))
+    return 0
+
+
+@handles(125, "mprotect")
+def sys_mprotect(kernel, address, length, protection):
+    end = page_up(address + length)
+    if address & (PAGE - 1):
+        raise GuestError(errno.EINVAL)
+    covered = sum(high - low for low, high in kernel.space.taken_parts(address, end))
+    if covered != end - address:
+        raise GuestError(errno.ENOMEM)
+    return 0
+
+
+@handles(163, "mremap")
+def sys_mremap(kernel, address, old_length, new_length, flags, new_address):
+    old_end, new_end = page_up(address + old_length), page_up(address + new_length)
+    if address & (PAGE - 1) or not new_length or flags & MREMAP_FIXED:
+        raise GuestError(errno.EINVAL)
+    if new_end <= old_end:
+        _unmap(kernel, new_end, old_end)
+        return address
+    if kernel.space.is_free(old_end, new_end):
+        _map_fresh(kernel, old_end, new_end - old_end)
+        return address
+    if not flags & MREMAP_MAYMOVE:
+        raise GuestError(errno.ENOMEM)
+    start = kernel.space.find(new_end - address)
+    if start is None:
+        raise GuestError(errno.ENOMEM)
+    contents = kernel.machine.read(address, old_end - address)
+    _map_fresh(kernel, start, new_end - address)
+    kernel.machine.write(start, contents)
+    _unmap(kernel, address, old_end)
+    return start
+
+
+@handles(220, "madvise")
+def sys_madvise(kernel, address, length, advice):
+    return 0
+

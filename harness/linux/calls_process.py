@@ -1,0 +1,249 @@
+"""System calls on the process: exit, ids, time, randomness, signals,
+limits, TLS. One thread, no signal is ever delivered: handlers are
+recorded and never run; a fatal signal sent to itself (abort) ends the
+run with that signal."""
+
+from __future__ import annotations
+
+import errno
+import struct
+
+from harness.linux.files import GuestError
+from harness.linux.table import ARM_PRIVATE, SystemCallFault, handles
+
+UTS_FIELDS = (b"Linux", b"unwind-harness", b"6.1.0", b"#1 SMP", b"armv7l", b"(none)")  # struct utsname
+RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
+RLIM_INFINITY = (1 << 64) - 1
+FATAL_SIGNALS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 14, 15, 24, 25, 26, 27, 31})  # default: terminate
+NSEC = 1_000_000_000
+PID = 4242  # the process's pid and tid, whatever the host's
+
+
+@handles(1, "exit")
+def sys_exit(kernel, status):
+    kernel.end(status & 0xFF)  # one thread: the thread's exit is the process's
+    return 0
+
+
+@handles(248, "exit_group")
+def sys_exit_group(kernel, status):
+    kernel.end(status & 0xFF)
+    return 0
+
+
+@handles(37, "kill")
+def sys_kill(kernel, pid, signal):
+    return _signal_self(kernel, signal)
+
+
+@handles(268, "tgkill")
+def sys_tgkill(kernel, group, tid, signal):
+    return _signal_self(kernel, signal)
+
+
+def _signal_self(kernel, signal: int) -> int:
+    """abort() and raise(): a fatal signal whose action is the default ends
+    the process (status -signal, as subprocess reports a death by signal)."""
+    if signal in FATAL_SIGNALS and kernel.signal_actions.get(signal, bytes(4))[:4] == bytes(4):
+        kernel.end(-signal)
+    return 0
+
+
+for _number, _name, _value in ((20, "getpid", "pid"), (224, "gettid", "pid"), (64, "getppid", "parent"),
+                               (132, "getpgid", "pid"), (199, "getuid32", "id"), (200, "getgid32", "id"),
+                               (201, "geteuid32", "id"), (202, "getegid32", "id"), (60, "umask", "umask"),
+                               (158, "sched_yield", "id")):
+    def _constant(kernel, _value=_value):
+        return {"pid": PID, "parent": 1, "id": 0, "umask": 0o022}[_value]
+
+    handles(_number, _name)(_constant)
+
+
+@handles(209, "getresuid32")
+def sys_getresuid32(kernel, real, effective, saved):
+    for address in (real, effective, saved):
+        kernel.machine.write(address, bytes(4))
+    return 0
+
+
+@handles(211, "getresgid32")
+def sys_getresgid32(kernel, real, effective, saved):
+    return sys_getresuid32(kernel, real, effective, saved)
+
+
+@handles(256, "set_tid_address")
+def sys_set_tid_address(kernel, address):
+    return PID
+
+
+@handles(338, "set_robust_list")
+def sys_set_robust_list(kernel, head, length):
+    return 0
+
+
+@handles(398, "rseq")
+def sys_rseq(kernel, area, length, flags, signature):
+    raise GuestError(errno.ENOSYS)  # glibc then runs without restartable sequences
+
+
+@handles(122, "uname")
+def sys_uname(kernel, buffer):
+    kernel.machine.write(buffer, b"".join(field.ljust(65, b"\0") for field in UTS_FIELDS))
+    return 0
+
+
+@handles(384, "getrandom")
+def sys_getrandom(kernel, buffer, length, flags):
+    length = min(length, 1 << 20)
+    kernel.machine.write(buffer, kernel.random_bytes(length))
+    return length
+
+
+@handles(263, "clock_gettime")
+def sys_clock_gettime(kernel, clock, address):
+    now = kernel.now_ns()
+    kernel.machine.write(address, struct.pack("<iI", now // NSEC, now % NSEC))
+    return 0
+
+
+@handles(403, "clock_gettime64")
+def sys_clock_gettime64(kernel, clock, address):
+    now = kernel.now_ns()
+    kernel.machine.write(address, struct.pack("<qI4x", now // NSEC, now % NSEC))
+    return 0
+
+
+@handles(78, "gettimeofday")
+def sys_gettimeofday(kernel, address, zone):
+    now = kernel.now_ns()
+    if address:
+        kernel.machine.write(address, struct.pack("<iI", now // NSEC, now % NSEC // 1000))
+    return 0
+
+
+@handles(264, "clock_getres")
+def sys_clock_getres(kernel, clock, address):
+    if address:
+        kernel.machine.write(address, struct.pack("<iI", 0, 1))
+    return 0
+
+
+@handles(406, "clock_getres_time64")
+def sys_clock_getres_time64(kernel, clock, address):
+    if address:
+        kernel.machine.write(address, struct.pack("<qI4x", 0, 1))
+    return 0
+
+
+@handles(162, "nanosleep")
+def sys_nanosleep(kernel, request, remaining):
+    return 0
+
+
+@handles(407, "clock_nanosleep_time64")
+def sys_clock_nanosleep_time64(kernel, clock, flags, request, remaining):
+    return 0
+
+
+@handles(43, "times")
+def sys_times(kernel, buffer):
+    ticks = kernel.ticks
+    if buffer:
+        kernel.machine.write(buffer, struct.pack("<iiii", ticks, 0, 0, 0))
+    return ticks
+
+
+@handles(174, "rt_sigaction")
+def sys_rt_sigaction(kernel, signal, action, old_action, set_size):
+    if not 1 <= signal <= 64 or signal in (9, 19):
+        raise GuestError(errno.EINVAL)
+    if old_action:
+        kernel.machine.write(old_action, kernel.signal_actions.get(signal, bytes(20)))
+    if action:
+        kernel.signal_actions[signal] = kernel.machine.read(action, 20)
+    return 0
+
+
+@handles(175, "rt_sigprocmask")
+def sys_rt_sigprocmask(kernel, how, new_set, old_set, set_size):
+    if old_set:
+        kernel.machine.write(old_set, bytes(min(set_size, 128)))
+    return 0
+
+
+@handles(186, "sigaltstack")
+def sys_sigaltstack(kernel, new_stack, old_stack):
+    if old_stack:
+        kernel.machine.write(old_stack, struct.pack("<IiI", 0, 2, 0))  # SS_DISABLE
+    return 0
+
+
+def _limit(resource: int) -> tuple[int, int]:
+    if resource == RLIMIT_STACK:
+        return 8 << 20, RLIM_INFINITY
+    if resource == RLIMIT_NOFILE:
+        return 1024, 4096
+    return RLIM_INFINITY, RLIM_INFINITY
+
+
+@handles(369, "prlimit64")
+def sys_prlimit64(kernel, pid, resource, new_limit, old_limit):
+    if old_limit:
+        kernel.machine.write(old_limit, struct.pack("<QQ", *_limit(resource)))
+    return 0
+
+
+@handles(191, "ugetrlimit")
+def sys_ugetrlimit(kernel, resource, address):
+    kernel.machine.write(address, struct.pack("<II", *(min(v, 0xFFFFFFFF) for v in _limit(resource))))
+    return 0
+
+
+@handles(242, "sched_getaffinity")
+def sys_sched_getaffinity(kernel, pid, size, mask):
+    if size < 4:
+        raise GuestError(errno.EINVAL)
+    kernel.machine.write(mask, struct.pack("<I", 1))  # one CPU
+    return 4
+
+
+@handles(116, "sysinfo")
+def sys_sysinfo(kernel, buffer):
+    kernel.machine.write(buffer, struct.pack("<i3I4IHxxIII", 1, 0, 0, 0, 1 << 30, 1 << 29, 0, 0, 1, 0, 0, 1))
+    return 0
+
+
+@handles(240, "futex")
+def sys_futex(kernel, address, operation, value, timeout, address2, value3):
+    return _futex(kernel, address, operation, value)
+
+
+@handles(422, "futex_time64")
+def sys_futex_time64(kernel, address, operation, value, timeout, address2, value3):
+    return _futex(kernel, address, operation, value)
+
+
+def _futex(kernel, address: int, operation: int, value: int) -> int:
+    """One thread: a wake finds no waiter; a wait would wait forever unless
+    the word already changed."""
+    command = operation & 0x7F
+    if command in (1, 10):  # FUTEX_WAKE, FUTEX_WAKE_BITSET
+        return 0
+    if command in (0, 9):  # FUTEX_WAIT, FUTEX_WAIT_BITSET
+        current = struct.unpack("<I", kernel.machine.read(address, 4))[0]
+        if current != value:
+            raise GuestError(errno.EAGAIN)
+        raise SystemCallFault(f"futex wait on {address:#x} with one thread: it would wait forever")
+    raise GuestError(errno.ENOSYS)
+
+
+@handles(ARM_PRIVATE + 2, "cacheflush")
+def sys_cacheflush(kernel, start, end, flags):
+    return 0
+
+
+@handles(ARM_PRIVATE + 5, "set_tls")
+def sys_set_tls(kernel, value):
+    kernel.machine.set_tls(value)
+    return 0
+

@@ -1,0 +1,108 @@
+"""One emulated Linux process: its open files, address space, break,
+captured output, clock and exit status, and the dispatch of its system
+calls (the handlers are in calls_files, calls_memory and calls_process).
+
+Everything the program can observe is fixed by its inputs: the clock
+starts at FIXED_TIME and advances a millisecond per call that reads it,
+random bytes come from a counter-mode hash of a fixed seed, pids and ids
+are constants. The same program and inputs give the same run.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import stat
+
+from harness.linux import calls_files, calls_memory, calls_process  # noqa: F401  (they register the handlers)
+from harness.linux.files import WORKDIR, GuestError, GuestFiles, Node, OpenFile
+from harness.linux.machine import BadAddress, Machine
+from harness.linux.memory import AddressSpace
+from harness.linux.table import CALLS, SystemCallFault
+
+FIXED_TIME = 1_700_000_000  # seconds since the epoch the clock starts at (2023-11-14)
+OUTPUT_CAP = 64 << 20  # bytes a program may write to stdout or stderr
+
+
+def _stream(mode: int, data: bytes = b"", name: str = "") -> Node:
+    return Node(mode, bytearray(data), inode=len(name) + 1)
+
+
+class LinuxKernel:
+    """The state of one process, and `system_call` to run one call."""
+
+    def __init__(self, machine: Machine, files: GuestFiles, space: AddressSpace, brk: int,
+                 stdin: bytes | None, executable: str):
+        self.machine = machine
+        self.files = files
+        self.space = space
+        self.brk_start = self.brk = brk
+        self.executable = executable  # the guest path /proc/self/exe names
+        self.cwd = WORKDIR
+        stdin_node = _stream(stat.S_IFCHR | 0o666) if stdin is None else _stream(stat.S_IFREG | 0o644, stdin)
+        self.stdout = _stream(stat.S_IFIFO | 0o600, name="stdout")
+        self.stderr = _stream(stat.S_IFIFO | 0o600, name="stderr")
+        self.fds: dict[int, OpenFile] = {
+            0: OpenFile(stdin_node, "/dev/stdin"),
+            1: OpenFile(self.stdout, "/dev/stdout", readable=False, writable=True, flags=1),
+            2: OpenFile(self.stderr, "/dev/stderr", readable=False, writable=True, flags=1),
+        }
+        self.exit_status: int | None = None  # set by exit, exit_group or a fatal signal
+        self.ticks = 0  # clock reads so far
+        self._random_blocks = 0
+        self.signal_actions: dict[int, bytes] = {}
+        self.calls: dict[str, int] = {}  # name -> times called, for the report
+
+    def system_call(self, number: int, args: tuple[int, ...], pc: int) -> int:
+        """Run call `number` with r0-r5 = args; the value for r0. Raises
+        SystemCallFault for a call the harness does not emulate."""
+        handler = CALLS.get(number)
+        if handler is None:
+            raise SystemCallFault(f"unknown system call {number} ({number:#x}) at pc {pc:#x}")
+        self.calls[handler.name] = self.calls.get(handler.name, 0) + 1
+        try:
+            result = handler.run(self, *args[: handler.arity])
+        except GuestError as error:
+            result = -error.code
+        except BadAddress:
+            result = -errno.EFAULT
+        return result & 0xFFFFFFFF
+
+    # ---- shared by the handlers
+
+    def file(self, fd: int) -> OpenFile:
+        found = self.fds.get(fd)
+        if found is None:
+            raise GuestError(errno.EBADF)
+        return found
+
+    def new_fd(self, opened: OpenFile, lowest: int = 0) -> int:
+        fd = lowest
+        while fd in self.fds:
+            fd += 1
+        if fd >= 1024:
+            raise GuestError(errno.EMFILE)
+        self.fds[fd] = opened
+        return fd
+
+    def output(self, node: Node, data: bytes) -> None:
+        if len(node.data) + len(data) > OUTPUT_CAP:
+            raise SystemCallFault(f"the program wrote more than {OUTPUT_CAP >> 20} MiB to stdout or stderr")
+        node.data += data
+
+    def now_ns(self) -> int:
+        """The clock: FIXED_TIME plus a millisecond per read."""
+        self.ticks += 1
+        return FIXED_TIME * 1_000_000_000 + self.ticks * 1_000_000
+
+    def random_bytes(self, count: int) -> bytes:
+        out = bytearray()
+        while len(out) < count:
+            self._random_blocks += 1
+            out += hashlib.sha256(b"unwind-harness %d" % self._random_blocks).digest()
+        return bytes(out[:count])
+
+    def end(self, status: int) -> None:
+        """The process ends with `status` (negative: killed by that signal)."""
+        self.exit_status = status
+        self.machine.stop()

@@ -1,0 +1,48 @@
+"""What the system-call layer may do to the emulated machine, and nothing
+more: read and write its memory, map and unmap pages, set the TLS register,
+end the run. harness.verify.emulator implements it (the only module that
+touches Unicorn); tests use a plain one over a dict of pages."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from harness.errors import HarnessError
+
+
+class BadAddress(HarnessError):
+    """A system call's argument points at memory the program does not have (EFAULT)."""
+
+
+class Machine(Protocol):
+    def read(self, address: int, size: int) -> bytes:
+        """`size` bytes at `address`; BadAddress where nothing is mapped."""
+
+    def write(self, address: int, data: bytes) -> None:
+        """BadAddress where nothing is mapped."""
+
+    def map(self, address: int, size: int) -> None:
+        """Map zeroed pages [address, address + size) (page-aligned, free)."""
+
+    def unmap(self, address: int, size: int) -> None:
+        """Unmap pages that are mapped (page-aligned)."""
+
+    def set_tls(self, value: int) -> None:
+        """The thread ID register user code reads (TPIDRURO)."""
+
+    def stop(self) -> None:
+        """End the run after the current instruction (the process exited)."""
+
+
+def read_c_string(machine: Machine, address: int, limit: int = 4096) -> bytes:
+    """The NUL-terminated bytes at `address` (without the NUL); BadAddress
+    past `limit` bytes or unmapped memory."""
+    out = bytearray()
+    while len(out) < limit:
+        chunk_size = min(256, 0x1000 - ((address + len(out)) & 0xFFF))
+        chunk = machine.read(address + len(out), chunk_size)
+        end = chunk.find(b"\0")
+        if end >= 0:
+            return bytes(out + chunk[:end])
+        out += chunk
+    raise BadAddress(f"a string at {address:#x} runs past {limit} bytes")

@@ -1,0 +1,146 @@
+"""An ARM Linux program as a process the verifier can run
+(harness.verify.stops.verify_program(..., system=LinuxSystem(...))).
+
+The loader (harness.linux.loader) places the executable and its dynamic
+linker; `attach` maps the kuser helper page and writes the initial stack
+once the emulator exists; from then on the program's system calls go to a
+LinuxKernel, and the run ends when it exits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from harness.errors import InputError
+from harness.filesystem import read_input
+from harness.formats.elf import open_elf
+from harness.linux.files import GuestError, GuestFiles
+from harness.linux.kernel import LinuxKernel
+from harness.linux.loader import (
+    ENVIRONMENT,
+    KUSER_PAGE,
+    LoadedElf,
+    initial_stack,
+    kuser_page,
+    place_executable,
+    place_interpreter,
+)
+from harness.linux.machine import Machine
+from harness.linux.memory import AddressSpace, page_up
+from harness.verify.placement import PAGE, Placement, pages_of, place
+
+KUSER_SIZE = 0x10000  # the top 64 KiB: the helper page and what surrounds it on a device
+
+
+@dataclass(frozen=True)
+class LinuxRun:
+    """What to run: the executable (a host path), its arguments, and the two
+    directories it may read (the sysroot for absolute paths, `cwd` for
+    relative ones)."""
+
+    program: str
+    args: tuple[str, ...] = ()
+    sysroot: str | None = None
+    cwd: str = "."
+    stdin: str | None = None
+    lazy_binding: bool = False
+
+    @property
+    def environment(self) -> tuple[str, ...]:
+        # Bind-now unless asked (Android links every executable with -z now).
+        return ENVIRONMENT + (() if self.lazy_binding else ("LD_BIND_NOW=1",))
+
+
+@dataclass(frozen=True)
+class ProcessOutcome:
+    """How the process ended: its exit status (negative: killed by that
+    signal), and what it wrote."""
+
+    exit_status: int | None
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def stdout_sha256(self) -> str:
+        return hashlib.sha256(self.stdout).hexdigest()
+
+    @property
+    def stderr_sha256(self) -> str:
+        return hashlib.sha256(self.stderr).hexdigest()
+
+
+class LinuxSystem:
+    """One run of `run`: where everything goes, and the process once attached."""
+
+    def __init__(self, run: LinuxRun):
+        self.run = run
+        self.files = GuestFiles(run.sysroot, run.cwd)
+        self.executable: LoadedElf = place_executable(run.program)
+        self.placement: Placement = place(self.executable.segments)
+        where = self.placement
+        owned = [(where.stack_bottom - PAGE, where.stack_top + PAGE), (where.sentinel, where.sentinel + PAGE)]
+        self.space = AddressSpace(pages_of(self.executable.segments), ceiling=where.stack_bottom - PAGE, owned=owned)
+        self.interpreter: LoadedElf | None = None
+        if self.executable.interpreter:
+            self.interpreter = place_interpreter(self._interpreter_path(self.executable.interpreter), self.space)
+            for start, end in pages_of(self.interpreter.segments):
+                self.space.take(start, end)
+        self.stdin = None if run.stdin is None else read_input(run.stdin, "stdin")
+        self.kernel: LinuxKernel | None = None
+
+    def _interpreter_path(self, name: str) -> str:
+        if self.run.sysroot is None:
+            raise InputError(f"{self.run.program}: a dynamically linked program (interpreter {name}): "
+                             "give --sysroot DIR with its dynamic linker and libraries")
+        try:
+            return self.files.resolve(name)[1]
+        except GuestError:
+            raise InputError(f"{self.run.program}: its interpreter {name} is not in the sysroot "
+                             f"{self.run.sysroot}") from None
+
+    @property
+    def segments(self) -> tuple[tuple[int, bytes], ...]:
+        return self.executable.segments + (self.interpreter.segments if self.interpreter else ())
+
+    @property
+    def entry(self) -> int:
+        """Where the process starts (bit 0: Thumb): the dynamic linker's entry, or the program's."""
+        return (self.interpreter or self.executable).entry
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.run.program, *self.run.args]
+
+    def attach(self, machine: Machine, placement: Placement) -> int:
+        """Map the helper page, write the initial stack; the initial sp."""
+        machine.map(KUSER_PAGE, KUSER_SIZE)
+        machine.write(KUSER_PAGE, kuser_page())
+        sp, image = initial_stack(placement.stack_top, self.argv, self.run.environment, self.executable,
+                                  self.interpreter)
+        machine.write(sp, image)
+        self.kernel = LinuxKernel(machine, self.files, self.space, page_up(self.executable.end), self.stdin,
+                                  self.run.program)
+        return sp
+
+    def system_call(self, number: int, args: tuple[int, ...], pc: int) -> int:
+        return self.kernel.system_call(number, args, pc)
+
+    @property
+    def exit_status(self) -> int | None:
+        return None if self.kernel is None else self.kernel.exit_status
+
+    def outcome(self) -> ProcessOutcome:
+        if self.kernel is None:
+            return ProcessOutcome(None, b"", b"")
+        return ProcessOutcome(self.kernel.exit_status, bytes(self.kernel.stdout.data), bytes(self.kernel.stderr.data))
+
+
+def is_linux_program(path: str) -> bool:
+    """Does `path` look like a Linux program (a PT_INTERP, or an executable
+    whose ELF OS/ABI or notes say Linux) rather than bare-metal firmware?"""
+    image = open_elf(path)
+    elf = image.elf
+    if any(segment["p_type"] == "PT_INTERP" for segment in elf.iter_segments()):
+        return True
+    return any(section.name == ".note.ABI-tag" for section in elf.iter_sections())

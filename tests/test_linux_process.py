@@ -1,0 +1,234 @@
+"""ARM Linux programs run as processes: the loader, the system calls, the
+kuser helpers and the dynamic linker give the same output and exit status
+as qemu-user; the shadow stack stays true through longjmp and C++
+exceptions (decided from execution: tests/linux_src); both hooks agree.
+
+The programs are built here with the cross toolchain (`make toolchains`
+installs it) into the cache; dynamic ones run against the Debian armhf
+sysroot `make linux-sysroot` unpacks there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from bisect import bisect_right
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.formats.elf import function_symbols, open_elf
+from harness.linux.process import LinuxRun, LinuxSystem
+from harness.linux.verify import process_program
+from harness.unwind import build_unwinders
+from harness.verify.stops import verify_program
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ROOT / "tests" / "linux_src"
+CACHE = Path(os.environ.get("UNWIND_HARNESS_CACHE", Path.home() / ".cache" / "unwind-harness"))
+SYSROOT = CACHE / "linux" / "sysroot"
+FLAGS = ("-O2", "-g", "-mthumb", "-march=armv7-a", "-mfpu=vfpv3-d16", "-mfloat-abi=hard",
+         "-fasynchronous-unwind-tables")
+QEMU_ENVIRONMENT = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C"}
+
+
+@cache
+def build(source: str, *extra: str) -> str:
+    """`source` (in tests/linux_src) built for armhf with FLAGS + extra, cached by content."""
+    path = SOURCES / source
+    compiler = "arm-linux-gnueabihf-g++" if source.endswith(".cc") else "arm-linux-gnueabihf-gcc"
+    key = hashlib.sha256(path.read_bytes() + " ".join((compiler,) + FLAGS + extra).encode()).hexdigest()[:12]
+    output = CACHE / "tests" / f"{path.stem}-{key}"
+    if not output.exists():
+        output.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([compiler, *FLAGS, *extra, "-o", str(output), str(path)], check=True)
+    return str(output)
+
+
+def sysroot() -> str:
+    assert (SYSROOT / "lib" / "ld-linux-armhf.so.3").exists(), \
+        f"no armhf sysroot in {SYSROOT}: run `make linux-sysroot` (make test does)"
+    return str(SYSROOT)
+
+
+def qemu(program: str, args=(), stdin: bytes = b"", root: str | None = None) -> tuple[int, bytes]:
+    """(exit status, stdout) of `program` under qemu-user: the reference."""
+    command = ["qemu-arm", *(["-L", root] if root else []), program, *args]
+    done = subprocess.run(command, input=stdin, capture_output=True, env=QEMU_ENVIRONMENT, timeout=120)
+    return done.returncode, done.stdout
+
+
+def run_process(program: str, args=(), stdin_path: str | None = None, root: str | None = None,
+                unwinders=(), compiled=True, observe=None, lazy=False):
+    """(result, the system) of one verified run."""
+    system = LinuxSystem(LinuxRun(program, tuple(args), root, ".", stdin_path, lazy))
+    built = process_program(system)
+    result = verify_program(built, build_unwinders(built, list(unwinders)), compiled=compiled, observe=observe,
+                            system=system)
+    return result, system
+
+
+class Names:
+    """pc -> function name, from the executable's symbols where it was loaded."""
+
+    def __init__(self, system: LinuxSystem):
+        base = system.executable.base
+        found = function_symbols(open_elf(system.run.program))
+        self._spans = [(address + base, address + base + max(size, 2), name) for address, size, name in found]
+        self._starts = [start for start, _, _ in self._spans]
+
+    def __call__(self, pc: int) -> str | None:
+        index = bisect_right(self._starts, pc) - 1
+        if index >= 0 and pc < self._spans[index][1]:
+            return self._spans[index][2]
+        return None
+
+
+# ------------------------------------------------------------- like qemu
+
+
+@pytest.mark.parametrize("link", ["static", "dynamic"])
+def test_a_c_program_runs_as_under_qemu(tmp_path, link):
+    program = build("calls.c", *(["-static"] if link == "static" else ["-Wl,-z,now"]))
+    root = None if link == "static" else sysroot()
+    stdin = tmp_path / "in.txt"
+    stdin.write_bytes(b"one\ntwo\nthree\n")
+    status, stdout = qemu(program, ["x", "yz"], stdin.read_bytes(), root)
+    result, system = run_process(program, ["x", "yz"], str(stdin), root)
+    outcome = system.outcome()
+    assert result.fault is None
+    assert (outcome.exit_status, outcome.stdout) == (status, stdout) == (5, outcome.stdout)
+    assert b"longjmp returned 42\n3 lines of stdin, 2 arguments: x yz\n" in stdout
+
+
+def test_a_cxx_program_runs_as_under_qemu():
+    program = build("throw.cc", "-Wl,-z,now")
+    status, stdout = qemu(program, root=sysroot())
+    result, system = run_process(program, root=sysroot())
+    assert result.fault is None and stdout == b"caught 3\n"
+    assert (system.outcome().exit_status, system.outcome().stdout) == (status, stdout)
+
+
+def test_kuser_helpers_answer_as_the_kernel_does():
+    program = build("kuser.c", "-static")
+    status, stdout = qemu(program)
+    result, system = run_process(program)
+    assert stdout == b"tls set, swap 0 -> 9, refused yes -> 9, helpers 1\n"
+    assert (system.outcome().exit_status, system.outcome().stdout) == (status, stdout)
+
+
+def _linker_called_from_main(program: str, lazy: bool) -> int:
+    """Stops in the dynamic linker's code whose caller is main itself: the
+    PLT jumps (no call) into ld.so's resolver trampoline, which therefore
+    runs as if main had called it."""
+    system = LinuxSystem(LinuxRun(program, (), sysroot(), ".", None, lazy))
+    names = Names(system)
+    linker = [(address, address + len(data)) for address, data in system.interpreter.segments]
+    found = []
+
+    def observe(stop):
+        if stop.expected and names(stop.expected[0].pc - 1) == "main" and any(lo <= stop.pc < hi for lo, hi in linker):
+            found.append(stop.pc)
+
+    result = verify_program(process_program(system), [], observe=observe, system=system)
+    assert result.fault is None
+    return len(found)
+
+
+def test_lazy_binding_runs_through_the_resolver():
+    """Lazily bound, main's first call of each function goes through its
+    PLT entry into the resolver trampoline; bound now, never."""
+    program = build("calls.c", "-Wl,-z,lazy")
+    status, stdout = qemu(program, root=sysroot())
+    assert _linker_called_from_main(program, lazy=True) > 0
+    assert _linker_called_from_main(program, lazy=False) == 0
+    result, system = run_process(program, root=sysroot(), lazy=True)
+    assert result.fault is None and (system.outcome().exit_status, system.outcome().stdout) == (status, stdout)
+
+
+def test_verify_elf_reports_the_process(tmp_path):
+    program = build("calls.c", "-static")
+    status, stdout = qemu(program, ["a"])
+    report = tmp_path / "out.json"
+    code = main(["verify-elf", program, "--unwinder", "dwarf", "--jobs", "1", "--json", str(report),
+                 "--expect-exit", str(status), "--expect-stdout-sha256", hashlib.sha256(stdout).hexdigest(),
+                 "--", "a"])
+    entry = json.loads(report.read_text())["programs"][0]
+    assert code == 0 and entry["self_check"] == "ok"
+    assert entry["exit_status"] == 5 and entry["stdout_sha256"] == hashlib.sha256(stdout).hexdigest()
+    assert main(["verify-elf", program, "--unwinder", "dwarf", "--jobs", "1", "--expect-exit", "7"]) == 1  # it exits 0
+
+
+def test_an_unknown_system_call_ends_the_run_as_a_fault(capsys):
+    program = build("unknown.c", "-static")
+    assert main(["verify-elf", program, "--unwinder", "dwarf", "--jobs", "1"]) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "unknown system call 987 (0x3db) at pc 0x" in error
+
+
+# ------------------------------------------------------------- ground truth
+
+
+def _chains(program: str, root=None, compiled=False):
+    """(names of the function at pc and its expected callers) at each stop."""
+    seen = []
+    system_box = []
+
+    def observe(stop):
+        names = system_box[0]
+        seen.append((names(stop.pc), [names(frame.pc - 1) for frame in stop.expected],
+                     [frame.sp for frame in stop.expected], stop.frame.r[13]))
+
+    system = LinuxSystem(LinuxRun(program, (), root))
+    system_box.append(Names(system))
+    built = process_program(system)
+    result = verify_program(built, [], compiled=compiled, observe=observe, system=system)
+    assert result.fault is None
+    return seen
+
+
+def _live(chains) -> None:
+    """Every expected frame lies at or above the current sp, outer ones higher."""
+    for _, _, sps, sp in chains:
+        assert all(frame_sp >= sp for frame_sp in sps)
+        assert sps == sorted(sps)
+
+
+def test_longjmp_drops_the_frames_it_leaves():
+    chains = _chains(build("calls.c", "-static"))
+    _live(chains)
+    dives = [callers for name, callers, _, _ in chains if name == "dive"]
+    assert max(callers.count("dive") for callers in dives) == 6  # dive(6) .. dive(0): six callers were dive
+    after = [callers for name, callers, _, _ in chains if name == "marker"]
+    assert after and all(callers[0] == "main" and "dive" not in callers for callers in after)
+
+
+THROWER, DESTRUCTORS = "_Z7throweri", ("_ZN5GuardD1Ev", "_ZN5GuardD2Ev")  # thrower(int), Guard::~Guard()
+
+
+def test_an_exception_drops_the_frames_it_unwinds():
+    chains = _chains(build("throw.cc", "-static"))
+    _live(chains)
+    in_catch = [callers for name, callers, _, _ in chains if name == "marker" and callers[0] == "main"]
+    assert len({tuple(c) for c in in_catch}) == 1 and THROWER not in in_catch[0]  # marker(1), in the catch
+    destructors = [callers for name, callers, _, _ in chains if name in DESTRUCTORS]
+    assert destructors, "the destructors ran while unwinding"
+    for callers in destructors:
+        # Called from a landing pad in thrower: thrower and its callers below
+        # it, nothing of the unwinder that found the landing pad above it.
+        assert callers[0] == THROWER and "main" in callers
+        assert not any(name and "Unwind" in name for name in callers)
+    depths = {callers.count(THROWER) for callers in destructors}
+    assert depths == {1, 2, 3, 4, 5}  # thrower(0)'s guard first, thrower(4)'s last: each level's own frames
+
+
+@pytest.mark.parametrize("source, link", [("calls.c", "-static"), ("throw.cc", "-static"),
+                                          ("calls.c", "-Wl,-z,now")])
+def test_both_hooks_record_the_same_shadow_stack(source, link):
+    program = build(source, link)
+    root = None if link == "-static" else sysroot()
+    assert _chains(program, root, compiled=True) == _chains(program, root, compiled=False)

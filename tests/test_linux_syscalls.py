@@ -1,0 +1,320 @@
+"""The emulated Linux process's system calls, on a plain machine (pages in a
+dict): what each call does to memory and to the process, that files are
+read only inside the sysroot and the working directory (every escape
+refused with ENOENT, the host file never opened), and that writes never
+reach the host."""
+
+from __future__ import annotations
+
+import errno
+import stat
+import struct
+
+import pytest
+
+from harness.linux.calls_files import STAT64
+from harness.linux.files import WORKDIR, GuestError, GuestFiles
+from harness.linux.kernel import FIXED_TIME, LinuxKernel
+from harness.linux.machine import BadAddress
+from harness.linux.memory import AddressSpace
+from harness.linux.table import CALLS, SystemCallFault
+
+PAGE = 0x1000
+SCRATCH = 0x20000  # a mapped page the tests pass buffers in
+
+
+class PageMachine:
+    """harness.linux.machine.Machine over a dict of pages."""
+
+    def __init__(self):
+        self.pages: dict[int, bytearray] = {}
+        self.tls = None
+        self.stopped = False
+
+    def _page(self, address: int) -> bytearray:
+        page = self.pages.get(address & ~(PAGE - 1))
+        if page is None:
+            raise BadAddress(f"{address:#x} is not mapped")
+        return page
+
+    def read(self, address, size):
+        return bytes(self._page(a)[a & (PAGE - 1)] for a in range(address, address + size))
+
+    def write(self, address, data):
+        for offset, byte in enumerate(data):
+            self._page(address + offset)[(address + offset) & (PAGE - 1)] = byte
+
+    def map(self, address, size):
+        for page in range(address, address + size, PAGE):
+            assert page not in self.pages, f"{page:#x} mapped twice"
+            self.pages[page] = bytearray(PAGE)
+
+    def unmap(self, address, size):
+        for page in range(address, address + size, PAGE):
+            del self.pages[page]
+
+    def set_tls(self, value):
+        self.tls = value
+
+    def stop(self):
+        self.stopped = True
+
+
+NUMBERS = {handler.name: number for number, handler in CALLS.items()}
+
+
+@pytest.fixture
+def roots(tmp_path):
+    sysroot, work, outside = tmp_path / "sysroot", tmp_path / "work", tmp_path / "outside"
+    for directory in (sysroot / "lib", work / "sub", outside):
+        directory.mkdir(parents=True)
+    (sysroot / "lib" / "libc.so.6").write_bytes(b"LIBC")
+    (sysroot / "lib" / "abs-link").symlink_to("/lib/libc.so.6")  # absolute: means the sysroot's /lib
+    (sysroot / "lib" / "out-link").symlink_to(str(outside / "secret"))
+    (work / "input.txt").write_bytes(b"hello\nworld\n")
+    (work / "up-link").symlink_to("../outside/secret")
+    (outside / "secret").write_bytes(b"SECRET")
+    return sysroot, work, outside
+
+
+@pytest.fixture
+def kernel(roots):
+    sysroot, work, _ = roots
+    machine = PageMachine()
+    machine.map(SCRATCH, 4 * PAGE)
+    space = AddressSpace([(SCRATCH, SCRATCH + 4 * PAGE)], ceiling=0x40000000)
+    return LinuxKernel(machine, GuestFiles(str(sysroot), str(work)), space, brk=0x100000, stdin=b"typed in",
+                       executable="/bin/prog")
+
+
+def call(kernel, name, *args):
+    result = kernel.system_call(NUMBERS[name], tuple(args) + (0,) * (6 - len(args)), pc=0x1234)
+    return result - (1 << 32) if result & 0x80000000 else result
+
+
+def put_string(kernel, text: str, address: int = SCRATCH) -> int:
+    kernel.machine.write(address, text.encode() + b"\0")
+    return address
+
+
+def open_path(kernel, path: str, flags: int = 0) -> int:
+    return call(kernel, "openat", (-100) & 0xFFFFFFFF, put_string(kernel, path), flags)
+
+
+# ------------------------------------------------------------- paths
+
+
+@pytest.mark.parametrize("path, contents", [
+    ("/lib/libc.so.6", b"LIBC"),         # absolute: in the sysroot
+    ("/lib/abs-link", b"LIBC"),          # an absolute symlink means the sysroot's path
+    ("/lib/../lib/libc.so.6", b"LIBC"),  # .. inside the root
+    ("input.txt", b"hello\nworld\n"),    # relative: in the working directory
+    (f"{WORKDIR}/input.txt", b"hello\nworld\n"),
+])
+def test_paths_inside_the_roots_open(kernel, path, contents):
+    fd = open_path(kernel, path)
+    assert fd >= 3
+    assert call(kernel, "read", fd, SCRATCH + 0x800, 100) == len(contents)
+    assert kernel.machine.read(SCRATCH + 0x800, len(contents)) == contents
+
+
+@pytest.mark.parametrize("path", [
+    "/../outside/secret",      # .. above the sysroot
+    "../outside/secret",       # .. above the working directory
+    "sub/../../outside/secret",
+    "/lib/out-link",           # a symlink to a host path outside
+    "up-link",                 # a relative symlink climbing out of the working directory
+    "/etc/passwd",             # absolute: looked up in the sysroot only, never on the host
+])
+def test_paths_escaping_the_roots_are_refused(kernel, roots, monkeypatch, path):
+    import harness.linux.files as files
+
+    opened = []
+    real_read = files.read_input
+    monkeypatch.setattr(files, "read_input", lambda p, kind: opened.append(str(p)) or real_read(p, kind))
+    assert open_path(kernel, path) == -errno.ENOENT
+    assert opened == []  # refused before any host file is read
+    assert open_path(kernel, "/lib/libc.so.6") >= 3 and len(opened) == 1  # (the spy sees reads)
+
+
+def test_symlink_loops_end_with_eloop(tmp_path):
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    with pytest.raises(GuestError) as caught:
+        GuestFiles(None, str(tmp_path)).resolve("a")
+    assert caught.value.code == errno.ELOOP
+
+
+def test_no_sysroot_means_no_absolute_paths(tmp_path):
+    with pytest.raises(GuestError) as caught:
+        GuestFiles(None, str(tmp_path)).resolve("/lib/libc.so.6")
+    assert caught.value.code == errno.ENOENT
+
+
+def test_writes_stay_in_memory(kernel, roots):
+    _, work, _ = roots
+    fd = open_path(kernel, "input.txt", 0o1 | 0o1000)  # O_WRONLY | O_TRUNC
+    kernel.machine.write(SCRATCH + 0x800, b"changed")
+    assert call(kernel, "write", fd, SCRATCH + 0x800, 7) == 7
+    assert (work / "input.txt").read_bytes() == b"hello\nworld\n"  # the host file as it was
+    again = open_path(kernel, "input.txt")
+    assert call(kernel, "read", again, SCRATCH + 0x900, 100) == 7  # the program sees what it wrote
+    created = open_path(kernel, "new.txt", 0o1 | 0o100)  # O_WRONLY | O_CREAT
+    assert created >= 3 and not (work / "new.txt").exists()
+    assert call(kernel, "unlinkat", (-100) & 0xFFFFFFFF, put_string(kernel, "new.txt"), 0) == 0
+    assert open_path(kernel, "new.txt") == -errno.ENOENT
+
+
+# ------------------------------------------------------------- files
+
+
+def test_stdin_stdout_stderr(kernel):
+    assert call(kernel, "read", 0, SCRATCH + 0x800, 5) == 5
+    assert kernel.machine.read(SCRATCH + 0x800, 5) == b"typed"
+    kernel.machine.write(SCRATCH, b"out!err")
+    vector = struct.pack("<IIII", SCRATCH, 2, SCRATCH + 2, 2)
+    kernel.machine.write(SCRATCH + 0x100, vector)
+    assert call(kernel, "writev", 1, SCRATCH + 0x100, 2) == 4
+    assert call(kernel, "write", 2, SCRATCH + 4, 3) == 3
+    assert bytes(kernel.stdout.data) == b"out!" and bytes(kernel.stderr.data) == b"err"
+    assert call(kernel, "ioctl", 1, 0x5401, SCRATCH) == -errno.ENOTTY  # no terminal: full buffering
+    assert call(kernel, "write", 9, SCRATCH, 1) == -errno.EBADF
+
+
+def test_fstat64_layout(kernel):
+    fd = open_path(kernel, "input.txt")
+    assert call(kernel, "fstat64", fd, SCRATCH + 0x400) == 0
+    fields = STAT64.unpack(kernel.machine.read(SCRATCH + 0x400, STAT64.size))
+    assert STAT64.size == 104  # struct stat64 of ARM EABI
+    mode, size, mtime = fields[2], fields[7], fields[12]
+    assert stat.S_ISREG(mode) and size == 12 and mtime == 1_600_000_000
+
+
+def test_statx_and_seek(kernel):
+    assert call(kernel, "statx", (-100) & 0xFFFFFFFF, put_string(kernel, "input.txt"), 0, 0x7FF, SCRATCH + 0x400) == 0
+    mode, size = struct.unpack_from("<H", kernel.machine.read(SCRATCH + 0x400 + 28, 2))[0], \
+        struct.unpack("<Q", kernel.machine.read(SCRATCH + 0x400 + 40, 8))[0]
+    assert stat.S_ISREG(mode) and size == 12
+    fd = open_path(kernel, "input.txt")
+    assert call(kernel, "_llseek", fd, 0, 6, SCRATCH + 0x500, 0) == 0
+    assert struct.unpack("<q", kernel.machine.read(SCRATCH + 0x500, 8))[0] == 6
+    assert call(kernel, "read", fd, SCRATCH + 0x600, 5) == 5
+    assert kernel.machine.read(SCRATCH + 0x600, 5) == b"world"
+    assert call(kernel, "lseek", 1, 0, 0) == -errno.ESPIPE
+
+
+def test_readlink_of_the_executable_and_a_bad_buffer(kernel):
+    assert call(kernel, "readlink", put_string(kernel, "/proc/self/exe"), SCRATCH + 0x800, 100) == len("/bin/prog")
+    assert kernel.machine.read(SCRATCH + 0x800, 9) == b"/bin/prog"
+    assert call(kernel, "read", 0, 0x7000_0000, 4) == -errno.EFAULT  # unmapped buffer: EFAULT, no traceback
+
+
+def test_getdents64_lists_a_directory(kernel):
+    fd = call(kernel, "openat", (-100) & 0xFFFFFFFF, put_string(kernel, "/lib"), 0o40000)
+    count = call(kernel, "getdents64", fd, SCRATCH + 0x800, 0x800)
+    data, names, offset = kernel.machine.read(SCRATCH + 0x800, count), [], 0
+    while offset < count:
+        length = struct.unpack_from("<H", data, offset + 16)[0]
+        names.append(data[offset + 19 : offset + length].split(b"\0")[0].decode())
+        offset += length
+    assert names == [".", "..", "abs-link", "libc.so.6", "out-link"]
+
+
+# ------------------------------------------------------------- memory
+
+
+def test_brk_grows_and_shrinks(kernel):
+    assert call(kernel, "brk", 0) == 0x100000
+    assert call(kernel, "brk", 0x103010) == 0x103010
+    assert all(page in kernel.machine.pages for page in range(0x100000, 0x104000, PAGE))
+    assert call(kernel, "brk", 0x101000) == 0x101000
+    assert 0x102000 not in kernel.machine.pages
+
+
+def test_mmap_places_below_the_ceiling_and_reads_files(kernel):
+    anonymous = call(kernel, "mmap2", 0, 3 * PAGE, 3, 0x22, (-1) & 0xFFFFFFFF, 0)
+    assert anonymous == 0x40000000 - 3 * PAGE
+    fd = open_path(kernel, "/lib/libc.so.6")
+    mapped = call(kernel, "mmap2", 0, PAGE, 5, 0x2, fd, 0)
+    assert mapped == anonymous - PAGE and kernel.machine.read(mapped, 4) == b"LIBC"
+    fixed = call(kernel, "mmap2", anonymous + PAGE, PAGE, 3, 0x32, (-1) & 0xFFFFFFFF, 0)  # MAP_FIXED over it
+    assert fixed == anonymous + PAGE
+    assert call(kernel, "munmap", anonymous, 3 * PAGE) == 0
+    assert anonymous not in kernel.machine.pages
+    assert call(kernel, "mprotect", anonymous, PAGE, 1) == -errno.ENOMEM  # no longer mapped
+
+
+def test_mmap_never_takes_the_harness_pages(kernel):
+    kernel.space.owned += ((0x30000000, 0x30001000),)
+    kernel.space.take(0x30000000, 0x30001000)
+    assert call(kernel, "mmap2", 0x30000000, PAGE, 3, 0x32, (-1) & 0xFFFFFFFF, 0) == -errno.EINVAL
+    assert call(kernel, "mmap2", 0, 1 << 31, 3, 0x22, (-1) & 0xFFFFFFFF, 0) == -errno.ENOMEM
+
+
+def test_mremap_moves_when_it_must(kernel):
+    first = call(kernel, "mmap2", 0, PAGE, 3, 0x22, (-1) & 0xFFFFFFFF, 0)
+    call(kernel, "mmap2", first + PAGE, PAGE, 3, 0x32, (-1) & 0xFFFFFFFF, 0)  # a neighbour above
+    kernel.machine.write(first, b"keep")
+    moved = call(kernel, "mremap", first, PAGE, 2 * PAGE, 1, 0)  # MREMAP_MAYMOVE
+    assert moved != first and kernel.machine.read(moved, 4) == b"keep"
+    assert call(kernel, "mremap", moved, 2 * PAGE, 4 * PAGE, 0, 0) in (moved, -errno.ENOMEM)
+
+
+# ------------------------------------------------------------- the process
+
+
+def test_exit_group_ends_the_run(kernel):
+    call(kernel, "exit_group", 300)
+    assert kernel.exit_status == 300 & 0xFF and kernel.machine.stopped
+
+
+def test_abort_ends_with_the_signal(kernel):
+    call(kernel, "tgkill", 4242, 4242, 6)
+    assert kernel.exit_status == -6
+
+
+def test_tls_clock_and_randomness_are_fixed(kernel):
+    assert call(kernel, "set_tls", 0xABCD0) == 0 and kernel.machine.tls == 0xABCD0
+    call(kernel, "clock_gettime64", 0, SCRATCH)
+    seconds, nanoseconds = struct.unpack("<qI", kernel.machine.read(SCRATCH, 12))
+    assert seconds == FIXED_TIME and nanoseconds == 1_000_000
+    call(kernel, "getrandom", SCRATCH, 16, 0)
+    first = kernel.machine.read(SCRATCH, 16)
+    again = LinuxKernel(PageMachine(), kernel.files, kernel.space, 0, None, "")
+    assert again.random_bytes(16) == first  # the same on every run
+
+
+def test_uname_says_armv7l(kernel):
+    call(kernel, "uname", SCRATCH)
+    fields = [kernel.machine.read(SCRATCH + 65 * i, 65).split(b"\0")[0] for i in range(6)]
+    assert fields[0] == b"Linux" and fields[4] == b"armv7l"
+
+
+def test_an_unknown_system_call_is_a_fault_naming_it():
+    machine = PageMachine()
+    kernel = LinuxKernel(machine, GuestFiles(None, "."), AddressSpace([], 0x40000000), 0, None, "")
+    with pytest.raises(SystemCallFault, match=r"unknown system call 999 \(0x3e7\) at pc 0x8000"):
+        kernel.system_call(999, (0,) * 6, 0x8000)
+
+
+def test_a_wait_no_thread_can_end_is_a_fault(kernel):
+    kernel.machine.write(SCRATCH, struct.pack("<I", 5))
+    assert call(kernel, "futex", SCRATCH, 0, 4) == -errno.EAGAIN  # the word changed: no wait
+    with pytest.raises(SystemCallFault, match="wait forever"):
+        call(kernel, "futex", SCRATCH, 0, 5)
+
+
+def test_numbers_match_the_toolchain_header():
+    """The table's numbers are Linux's ARM EABI ones (asm/unistd-eabi.h of
+    the cross toolchain, which `make toolchains` installs)."""
+    header = "/usr/arm-linux-gnueabihf/include/asm/unistd-eabi.h"
+    text = open(header).read()
+    declared = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == "#define" and parts[1].startswith("__NR_"):
+            number = "".join(parts[2:]).strip("()").replace("__NR_SYSCALL_BASE+", "")
+            declared[parts[1][5:]] = int(number)
+    for number, handler in CALLS.items():
+        if number < 0x0F0000:
+            assert declared[handler.name] == number, handler.name
