@@ -24,6 +24,11 @@ TRAITS = (
     "multi_epilogue",
 )
 NO_INFO = "no_info"  # the trait of stops outside every known function
+# Where code comes from, for a process (harness.linux.modules): the
+# program's own, the C and C++ runtimes, the dynamic linker, PLT stubs, any
+# other library. Stops carry one as a trait; bare-metal programs none.
+MODULES = ("own", "libc", "libstdcxx", "libgcc", "ld.so", "plt", "lib")
+OWN = "own"
 LARGE_FRAME, HUGE_FRAME = 1024, 256 * 1024  # bytes of stack adjustment
 PAGE = 1 << 17  # the 128 KiB pages of v2's page table
 
@@ -96,10 +101,14 @@ Where = tuple[str, frozenset, str]  # (function, traits, position) of a stop's p
 
 class Classifier:
     """pc -> where it is (function, traits, position), given which function
-    holds a pc (Program.function_at); cached per pc."""
+    holds a pc (Program.function_at) and, for a process, which module
+    (Program.module_at: its MODULES label becomes a trait, and code without
+    CFI is named by its symbol); cached per pc."""
 
-    def __init__(self, function_at: Callable[[int], FunctionInfo | None]):
+    def __init__(self, function_at: Callable[[int], FunctionInfo | None],
+                 module_at: Callable[[int], tuple[str, str, int, int] | None] = lambda pc: None):
         self.function_at = function_at
+        self.module_at = module_at
         self._cache: dict[int, Where] = {}
 
     def __call__(self, pc: int) -> Where:
@@ -111,7 +120,13 @@ class Classifier:
     def span(self, pc: int) -> tuple[Where, int, int]:
         """pc's (function, traits, position), and the pcs [low, high) that share it."""
         function = self.function_at(pc)
+        module = self.module_at(pc)
         if function is None:
-            return (f"{pc:#x}", frozenset({NO_INFO}), "body"), pc, pc + 1
+            if module is None:
+                return (f"{pc:#x}", frozenset({NO_INFO}), "body"), pc, pc + 1
+            label, name, low, high = module
+            return (name, frozenset({NO_INFO, label}), "body"), low, high
         position, low, high = function.position_span(pc)
-        return (function.name, function.traits, position), low, high
+        if module is None:
+            return (function.name, function.traits, position), low, high
+        return (function.name, function.traits | {module[0]}, position), max(low, module[2]), min(high, module[3])

@@ -208,10 +208,11 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
         run = LinuxRun(args.elf, tuple(args.args), args.sysroot, args.cwd or ".", args.stdin, args.lazy_binding)
         program = process_program(LinuxSystem(run))
         names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
-        unwinders_of = bind(elf_unwinders, names=names, v2_table=args.v2_table, layout=args.layout)
-        unwinders_of(program)  # bad tables fail here, before any work
+        own_unwinders = bind(elf_unwinders, names=names, v2_table=args.v2_table, layout=args.layout)
+        own_unwinders(program)  # bad tables fail here, before any work
         expected = Expected(args.expect_exit, args.expect_stdout_sha256)
-        return [(verify_process_part, (run, unwinders_of, args.every, part, limits, expected)) for part in parts], \
+        return [(verify_process_part, (run, names, own_unwinders, args.every, part, limits, expected))
+                for part in parts], \
             names, {"args": list(args.args), "sysroot": args.sysroot, "cwd": args.cwd, "stdin": args.stdin}
     if args.args or args.sysroot or args.stdin or args.cwd:
         raise InputError("verify-elf --entry runs a bare-metal function: program arguments, --sysroot, --cwd and "

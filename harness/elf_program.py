@@ -14,7 +14,7 @@ from dataclasses import replace
 from harness.classify import FrameFacts, FunctionInfo, traits_of
 from harness.errors import ElfError
 from harness.formats.arm_exidx import read_exidx_sections
-from harness.formats.dwarf_cfi import read_cfi
+from harness.formats.dwarf_cfi import has_cfi, read_cfi
 from harness.formats.elf import ElfImage, load_segments, open_elf, symbol_address, text_base
 from harness.program import CfiRow, FunctionCfi, Program, relocated
 from harness.registers import DWARF_D0, LR, SP
@@ -76,11 +76,12 @@ def program_from_elf(path: str, entry: str, expected: int | None = None,
 
 
 def program_from_image(image: ElfImage, entry: int, expected: int | None = None, text_start: int | None = None,
-                       load_base: int = 0) -> Program:
+                       load_base: int = 0, cfi_required: bool = True) -> Program:
     """The Program of an opened ELF, run from `entry` (a link-time address),
-    loaded `load_base` bytes above its link addresses."""
+    loaded `load_base` bytes above its link addresses; without CFI (most
+    system libraries ship none) ElfError, unless not `cfi_required`."""
     base = text_base(image) if text_start is None else text_start
-    cfi = tuple(read_cfi(image))
+    cfi = tuple(read_cfi(image)) if cfi_required or has_cfi(image) else ()
     # The ELF's own CFI serves as both flavours (see harness.unwind).
     program = relocated(Program(image.path, load_segments(image), entry, base, (),
                                 {"tables": cfi, "reference": cfi}, expected, uses_vfp=True,

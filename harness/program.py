@@ -87,6 +87,29 @@ class ExidxSections:
 
 
 @dataclass(frozen=True)
+class ModuleSpan:
+    """Code of one module of a process (or its PLT): [start, end), its
+    harness.classify.MODULES label, its file name, and its function symbols
+    (start, end, name), sorted, that name the code without CFI."""
+
+    start: int
+    end: int
+    label: str
+    name: str
+    symbols: tuple[tuple[int, int, str], ...] = ()
+
+    def named(self, pc: int) -> tuple[str, int, int]:
+        """(the symbol at pc, or the file's name between symbols; the pcs [low, high) that share it)."""
+        index = bisect_right(self.symbols, (pc, 1 << 40)) - 1
+        if index >= 0 and pc < self.symbols[index][1]:
+            start, end, name = self.symbols[index]
+            return name, max(start, self.start), min(end, self.end)
+        low = self.symbols[index][1] if index >= 0 else self.start
+        high = self.symbols[index + 1][0] if index + 1 < len(self.symbols) else self.end
+        return self.name, max(low, self.start), min(high, self.end)
+
+
+@dataclass(frozen=True)
 class Program:
     name: str
     segments: tuple[tuple[int, bytes], ...]  # (address, contents)
@@ -100,6 +123,8 @@ class Program:
     args: tuple[int, ...] = ()
     # .ARM.exidx/.ARM.extab: metadata beside the code, not in `segments`
     exidx: ExidxSections | None = None
+    # a process's modules, sorted and disjoint (harness.linux.modules); none for bare metal
+    modules: tuple[ModuleSpan, ...] = ()
 
     @cached_property
     def _starts(self) -> list[int]:
@@ -110,6 +135,19 @@ class Program:
         if index >= 0 and pc < self.functions[index].end:
             return self.functions[index]
         return None
+
+    @cached_property
+    def _module_starts(self) -> list[int]:
+        return [m.start for m in self.modules]
+
+    def module_at(self, pc: int) -> tuple[str, str, int, int] | None:
+        """(MODULES label, a name for the code at pc, and the pcs [low, high)
+        that share both), or None outside every module."""
+        index = bisect_right(self._module_starts, pc) - 1
+        if index < 0 or pc >= self.modules[index].end:
+            return None
+        module = self.modules[index]
+        return (module.label, *module.named(pc))
 
     def code(self, address: int, size: int) -> bytes:
         """Up to `size` bytes at `address` (fewer at the end of a segment)."""

@@ -18,7 +18,7 @@ import sys
 from collections import Counter
 from typing import Sequence
 
-from harness.classify import NO_INFO, POSITIONS, TRAITS
+from harness.classify import MODULES, NO_INFO, POSITIONS, TRAITS
 from harness.errors import FAILURE_KINDS, InputError
 from harness.filesystem import read_json
 from harness.report.data import ALL, SCHEMA, elf_group
@@ -48,7 +48,7 @@ from harness.schema import (
     string,
 )
 from harness.unwind import UNWINDER_NAMES
-from harness.verify.failures import COMPARED_REGISTERS, MISMATCH_KINDS
+from harness.verify.failures import COMPARED_REGISTERS, MISMATCH_KINDS, STOPPED_KINDS
 
 PARTIAL = "partial"  # the key that marks a shard's output
 TOOL = "unwind-harness"
@@ -107,8 +107,9 @@ def _other_run(command: str, config: dict, first_command: str, first_config: dic
 # ------------------------------------------------------------ the format
 
 POSITION = one_of(POSITIONS)
-TRAIT = one_of((*TRAITS, NO_INFO), "a trait")
+TRAIT = one_of((*TRAITS, NO_INFO, *MODULES), "a trait")
 KIND = one_of((*FAILURE_KINDS, *MISMATCH_KINDS), "a failure kind")
+COUNTED_KIND = one_of((*FAILURE_KINDS, *MISMATCH_KINDS, *STOPPED_KINDS), "a failure kind, or stopped:MODULE")
 REGISTER = one_of(COMPARED_REGISTERS, "a compared register (r4-r11, d8-d15)")
 SHARD = row("a shard [I, N]", COUNT, POSITIVE)
 TOP = object_of({"schema": one_of([SCHEMA]), "tool": one_of([TOOL]), "records": list_of(map_of(string, ANY)),
@@ -119,11 +120,15 @@ UNWINDERS = list_of(one_of(UNWINDER_NAMES, "an unwinder's name"))
 LIMIT = integer(1, math.inf, "a positive integer")
 LIMITS = {"limits": row("limits [instructions, seconds, memory bytes, depth]", LIMIT,  # where not the defaults
                          number(sys.float_info.min, sys.float_info.max, "a positive number of seconds"), LIMIT, LIMIT)}
+_VERIFY = {"elf": string, "unwinders": UNWINDERS, "every": POSITIVE, "units": POSITIVE}
+_VERIFY_BARE = object_of({**_VERIFY, "entry": string}, LIMITS)  # a bare-metal function
+_VERIFY_PROCESS = object_of({**_VERIFY, "args": list_of(string), "sysroot": optional(string),  # a Linux process
+                             "cwd": optional(string), "stdin": optional(string)}, LIMITS)
 CONFIGS = {
     "run": object_of({"seed": SEED, "programs": POSITIVE, "unwinders": UNWINDERS, "elf": BOOLEAN, "units": POSITIVE},
                    LIMITS),
-    "verify-elf": object_of({"elf": string, "entry": string, "unwinders": UNWINDERS, "every": POSITIVE,
-                           "units": POSITIVE}, LIMITS),
+    "verify-elf": lambda config, where: (_VERIFY_BARE if isinstance(config, dict) and "entry" in config
+                                         else _VERIFY_PROCESS)(config, where),
 }
 SAMPLE = object_of({"program": string, "stop": COUNT, "pc": hex_address, "function": string, "position": POSITION,
                   "kind": KIND, "frame": COUNT, "culprit": string, "detail": string})
@@ -131,19 +136,21 @@ SAMPLES = list_of(SAMPLE, SAMPLES_PER_UNWINDER)
 CULPRITS = object_of({"innermost": COUNT, "deeper": COUNT, "traits": map_of(TRAIT, COUNT)})
 SIZE = object_of({"input": string, "functions": POSITIVE, "addresses": POSITIVE, "v1_refused": COUNT,
                 "bytes": object_of({name: optional(COUNT) for name in FORMATS})})
-RESULT_ROW = object_of({"unwinder": string, "category": one_of((ALL, *TRAITS, NO_INFO), "a category"),
+RESULT_ROW = object_of({"unwinder": string, "category": one_of((ALL, *TRAITS, NO_INFO, *MODULES), "a category"),
                         "position": one_of((*POSITIONS, ALL)), "stops": COUNT, "failed": COUNT,
-                        "failure_kinds": map_of(KIND, COUNT)})
+                        "failure_kinds": map_of(KIND, COUNT), "stopped": COUNT,
+                        "stopped_in": map_of(one_of(MODULES, "a module"), COUNT)})
 
 
 def _summary(unwinder: Check) -> Check:
     """ProgramSummary as `harness.report.summary.to_json` writes it."""
     count_row = row("a count row [unwinder, traits, position, kind, stops]",
-                     unwinder, list_of(TRAIT), POSITION, optional(KIND), COUNT)
+                     unwinder, list_of(TRAIT), POSITION, optional(COUNTED_KIND), COUNT)
     return object_of({"program": string, "stops": COUNT, "counts": list_of(count_row), "result": optional(WORD),
                     "expected": optional(WORD), "fault": optional(string), "samples": map_of(unwinder, SAMPLES),
                     "wrong_registers": map_of(unwinder, map_of(REGISTER, COUNT)), "culprits": map_of(unwinder, CULPRITS),
-                    "without_cfi": map_of(unwinder, COUNT)})
+                    "without_cfi": map_of(unwinder, COUNT)},
+                   {"stdout_sha256": optional(string), "expected_stdout_sha256": optional(string)})
 
 
 def _records(unwinder: Check) -> dict[str, Check]:

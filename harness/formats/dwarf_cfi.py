@@ -51,6 +51,11 @@ def read_cfi(image: ElfImage) -> list[FunctionCfi]:
     return sorted(functions.values(), key=lambda f: f.start)
 
 
+def has_cfi(image: ElfImage) -> bool:
+    """Does the ELF have a .debug_frame or .eh_frame section?"""
+    return any(image.elf.get_section_by_name(name) for name in CFI_SECTIONS)
+
+
 def _decoded_fdes(image: ElfImage) -> list[list[tuple[int, int, list[Line]]]]:
     """[(initial_location, address_range, lines)] per CFI section, in CFI_SECTIONS order."""
     present = [name for name in CFI_SECTIONS if image.elf.get_section_by_name(name)]

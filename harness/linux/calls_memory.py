@@ -75,9 +75,10 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
             raise GuestError(errno.ENOMEM)
     contents = b""
     if not flags & MAP_ANONYMOUS:
-        node = kernel.file(fd).node
+        opened = kernel.file(fd)
         offset = page_offset * PAGE
-        contents = bytes(node.data[offset : offset + length])
+        contents = bytes(opened.node.data[offset : offset + length])
+        kernel.file_mappings.append((start, start + size, opened.path, offset))
     _map_fresh(kernel, start, size)
     if contents:
         kernel.machine.write(start, contents)

@@ -52,6 +52,8 @@ class LinuxKernel:
         self._random_blocks = 0
         self.signal_actions: dict[int, bytes] = {}
         self.calls: dict[str, int] = {}  # name -> times called, for the report
+        # (start, end, guest path, file offset) of every file mapping: where ld.so put the libraries
+        self.file_mappings: list[tuple[int, int, str, int]] = []
 
     def system_call(self, number: int, args: tuple[int, ...], pc: int) -> int:
         """Run call `number` with r0-r5 = args; the value for r0. Raises

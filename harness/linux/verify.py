@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 from harness.elf_program import program_from_image
 from harness.formats.elf import open_elf
+from harness.linux.modules import discover, module_program, modules_of, process_image, process_unwinders
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.program import Program
 from harness.report.summary import summarize, to_json
+from harness.unwind.walk import Unwinder
 from harness.verify.abi import Limits
-from harness.verify.stops import verify_program
+from harness.verify.failures import ProgramResult
+from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 
 @dataclass(frozen=True)
@@ -26,18 +30,24 @@ class Expected:
 def process_program(system: LinuxSystem) -> Program:
     """The executable's code and unwind tables, where the loader put them."""
     image = open_elf(system.run.program)
-    return program_from_image(image, image.elf["e_entry"], load_base=system.executable.base)
+    return program_from_image(image, image.elf["e_entry"], load_base=system.executable.base, cfi_required=False)
 
 
-def verify_process(run: LinuxRun, unwinders_of, every: int, shard: tuple[int, int], limits: Limits,
-                   expected: Expected = Expected()):
-    """Run `run` once as a process, verifying the unwinders
-    unwinders_of(program) at its stops (every `every`-th, shard (I, N));
-    the ProgramResult, its self-check against `expected`."""
+def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
+                   every: int = 1, shard: tuple[int, int] = (0, 1), limits: Limits = DEFAULT_LIMITS,
+                   expected: Expected = Expected(), compiled: bool | None = None, observe=None) -> ProgramResult:
+    """Run `run` as a process, verifying the unwinders `names` at its stops
+    (every `every`-th, shard (I, N)), each over every module that has its
+    tables (the executable's built by `own_unwinders`); the ProgramResult,
+    its self-check against `expected`."""
+    modules = discover(run, limits)
+    programs = [module_program(module) for module in modules]
+    unwinders = process_unwinders(names, modules, programs, own_unwinders)
     system = LinuxSystem(run)
-    program = process_program(system)
-    result = verify_program(program, unwinders_of(program), every=every, shard=shard, limits=limits,
-                            system=system)
+    result = verify_program(process_image(modules, programs), unwinders, every=every, shard=shard, limits=limits,
+                            system=system, compiled=compiled, observe=observe)
+    if result.fault is None and modules_of(system) != modules:
+        result.fault = "the libraries were loaded elsewhere than in the first run: the emulation is not deterministic"
     result.expected = expected.exit_status
     result.expected_stdout_sha256 = expected.stdout_sha256
     return result
@@ -45,6 +55,6 @@ def verify_process(run: LinuxRun, unwinders_of, every: int, shard: tuple[int, in
 
 def verify_process_part(job: tuple) -> dict:
     """One stop shard of a verify-elf run of a process (a worker of `--jobs`)."""
-    run, unwinders_of, every, shard, limits, expected = job
-    result = verify_process(run, unwinders_of, every, (shard.index, shard.count), limits, expected)
+    run, names, own_unwinders, every, shard, limits, expected = job
+    result = verify_process(run, names, own_unwinders, every, (shard.index, shard.count), limits, expected)
     return {"index": shard.index, "kind": "stops", "summary": to_json(summarize(result))}

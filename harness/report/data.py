@@ -10,9 +10,10 @@ from collections import Counter
 from typing import Iterable, Sequence
 
 from harness import __version__
-from harness.classify import POSITIONS, TRAITS, in_order
+from harness.classify import MODULES, OWN, POSITIONS, TRAITS, in_order
 from harness.report.summary import Culprits, ProgramSummary, combine
 from harness.unwind import RESTORES  # what each unwinder is checked on
+from harness.verify.failures import STOPPED_PREFIX
 
 ALL = "all"
 SCHEMA = 1
@@ -20,8 +21,35 @@ SCHEMA = 1
 
 def categories(counts: Counter) -> list[str]:
     seen = {trait for (_, traits, _, _) in counts for trait in traits}
-    extra = sorted(seen - set(TRAITS))  # e.g. no_info for code without CFI
-    return [ALL, *TRAITS, *extra]
+    modules = [module for module in MODULES if module in seen]  # a process's: where the code comes from
+    extra = sorted(seen - set(TRAITS) - set(MODULES))  # e.g. no_info for code without CFI
+    return [ALL, *TRAITS, *extra, *modules]
+
+
+def _row(counts: Counter, unwinder: str, category: str, position: str) -> dict:
+    """One row: its stops; the failed ones (wrong, or refused in the
+    program's own code) by kind; the walks that stopped honestly, per
+    module (own: the no_info failures; elsewhere not failures)."""
+    stops, failed, stopped, kinds, stopped_in = 0, 0, 0, Counter(), Counter()
+    for (name, traits, where, kind), n in counts.items():
+        if name != unwinder or (category != ALL and category not in traits):
+            continue
+        if position != ALL and where != position:
+            continue
+        stops += n
+        if kind is None:
+            continue
+        if kind.startswith(STOPPED_PREFIX):
+            stopped += n
+            stopped_in[kind[len(STOPPED_PREFIX):]] += n
+            continue
+        failed += n
+        kinds[kind] += n
+        if kind == "no_info":
+            stopped_in[OWN] += n
+    return {"unwinder": unwinder, "category": category, "position": position, "stops": stops, "failed": failed,
+            "failure_kinds": dict(sorted(kinds.items())), "stopped": stopped,
+            "stopped_in": {m: stopped_in[m] for m in MODULES if stopped_in[m]}}
 
 
 def result_rows(summaries: Sequence[ProgramSummary], unwinders: Sequence[str]) -> list[dict]:
@@ -29,26 +57,8 @@ def result_rows(summaries: Sequence[ProgramSummary], unwinders: Sequence[str]) -
     counts: Counter = Counter()
     for summary in summaries:
         counts.update(summary.counts)
-    rows = []
-    for unwinder in unwinders:
-        for category in categories(counts):
-            for position in (*POSITIONS, ALL):
-                stops, failed, kinds = 0, 0, Counter()
-                for (name, traits, where, kind), n in counts.items():
-                    if name != unwinder or (category != ALL and category not in traits):
-                        continue
-                    if position != ALL and where != position:
-                        continue
-                    stops += n
-                    if kind is not None:
-                        failed += n
-                        kinds[kind] += n
-                rows.append({
-                    "unwinder": unwinder, "category": category, "position": position,
-                    "stops": stops, "failed": failed,
-                    "failure_kinds": dict(sorted(kinds.items())),
-                })
-    return rows
+    return [_row(counts, unwinder, category, position)
+            for unwinder in unwinders for category in categories(counts) for position in (*POSITIONS, ALL)]
 
 
 def culprit_table(summary: ProgramSummary, unwinders: Sequence[str]) -> dict[str, dict]:

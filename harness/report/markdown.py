@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from harness.classify import POSITIONS
 from harness.report.data import ALL, index_rows
-from harness.report.tables import elf_cells, group_cells, not_verified, rate, size_cells, table_cells, unwinder_names
+from harness.report.tables import (
+    elf_cells,
+    group_cells,
+    not_verified,
+    rate,
+    size_cells,
+    stopped_line,
+    table_cells,
+    unwinder_names,
+)
 
 
 def markdown(data: dict, title: str) -> str:
@@ -29,6 +38,9 @@ def markdown(data: dict, title: str) -> str:
         kinds = index[(unwinder, ALL, ALL)]["failure_kinds"]
         if kinds:
             out += ["", "Failure kinds: " + ", ".join(f"{k} {n}" for k, n in kinds.items()) + "."]
+        stopped = stopped_line(index[(unwinder, ALL, ALL)])
+        if stopped:
+            out.append(f"Walks {stopped}.")
         blame = data["culprits"][unwinder]
         if blame["innermost"] or blame["deeper"]:
             out.append(f"First wrong frame: the innermost at {blame['innermost']} stops, a caller at "

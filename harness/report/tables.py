@@ -37,6 +37,18 @@ def table_cells(data: dict) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
+def stopped_line(row: dict) -> str | None:
+    """How many walks of a row stopped honestly (no_info) in modules without
+    the unwinder's tables: not failures, apart from those in the program's
+    own code. None when none did (a bare-metal program's report)."""
+    if not row["stopped"]:
+        return None
+    where = ", ".join(f"{module} {n}" for module, n in row["stopped_in"].items() if module != "own")
+    own = row["stopped_in"].get("own")
+    return (f"stopped, no tables there, at {row['stopped']} stops ({where})"
+            + (f"; in own code at {own}, counted as failed" if own else ""))
+
+
 def not_verified(data: dict) -> list[str]:
     """One line per program whose run did not complete as it should: where
     it stopped and why, or the wrong result it computed."""

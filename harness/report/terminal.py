@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from harness.report.tables import elf_cells, group_cells, size_cells, table_cells
+from harness.report.data import ALL, index_rows
+from harness.report.tables import elf_cells, group_cells, size_cells, stopped_line, table_cells, unwinder_names
 
 
 def _rich_table(title: str, header: list[str], body: list[list[str]], left: int = 1):
@@ -23,6 +24,11 @@ def print_table(data: dict, console) -> None:
                               header, body, left=2))
     console.print("checked per frame: " + "; ".join(f"{u}: {c}" for u, c in data["checked"].items()),
                   highlight=False)
+    index = index_rows(data["results"])
+    for unwinder in unwinder_names(data):
+        line = stopped_line(index[(unwinder, ALL, ALL)])
+        if line:
+            console.print(f"{unwinder}: {line}", highlight=False)
     if data.get("sizes"):
         header, totals, ratios = size_cells(data["sizes"])
         console.print(_rich_table("Table bytes per format", header, totals))

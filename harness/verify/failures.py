@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
-from harness.classify import Where
+from harness.classify import MODULES, OWN, Where
 from harness.registers import PC, SP, reg_name
 
 Outcome = tuple[int, str, "str | None", str]  # a failing walk: (frame index, kind, register name or None, detail)
@@ -119,6 +119,21 @@ def failure_of(stop: int, pc: int, where: Where, cause: FailureCause, values: tu
 
 
 MISMATCH_KINDS = ("wrong_pc", "wrong_sp", "wrong_register")  # beside the UnwindFailure kinds (errors.FAILURE_KINDS)
+# A walk that refused (no_info) at a frame in a module other than the
+# program's own, every frame before it right: an honest stop, counted
+# apart from failures under the module's label (harness.classify.MODULES).
+STOPPED_PREFIX = "stopped:"
+STOPPED_KINDS = tuple(STOPPED_PREFIX + module for module in MODULES if module != OWN)
+
+
+def counted_kind(cause: FailureCause) -> str:
+    """The kind a failing walk is counted under: a no_info refusal in a
+    module that is not the program's own is a stop there, not a failure."""
+    if cause.kind == "no_info":
+        module = next((trait for trait in cause.culprit_traits if trait in MODULES), OWN)
+        if module != OWN:
+            return STOPPED_PREFIX + module
+    return cause.kind
 COMPARED_REGISTERS = tuple(f"r{n}" for n in range(4, 12)) + tuple(f"d{n}" for n in range(8, 16))
 
 

@@ -16,13 +16,20 @@ from typing import Callable, Sequence
 
 from harness.classify import Classifier, Where
 from harness.program import Program
-from harness.thumb.encoding import (arm_call_length, arm_return_kind, call_length, instruction_size, it_block_length,
-                                    return_kind, with_it_state)
+from harness.thumb.encoding import (
+    arm_call_length,
+    arm_return_kind,
+    call_length,
+    instruction_size,
+    it_block_length,
+    return_kind,
+    with_it_state,
+)
 from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
 from harness.verify.emulator import EmulationFault, Emulator, as_limits, guard_cause
-from harness.verify.failures import FailureCause, FailureLog, Outcome, ProgramResult, mismatch_of
+from harness.verify.failures import FailureCause, FailureLog, Outcome, ProgramResult, counted_kind, mismatch_of
 from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, unpacked
 from harness.verify.walks import MemoizedWalk, first_difference
 
@@ -48,7 +55,7 @@ class Verification:
     walks in Python, and the causes of the kernel's failing answers."""
 
     def __init__(self, program: Program, unwinders: Sequence[Unwinder], memoize: bool, result: ProgramResult):
-        self.classify = Classifier(program.function_at)
+        self.classify = Classifier(program.function_at, program.module_at)
         self.names = [u.name for u in unwinders]
         self.walks = [MemoizedWalk(u) if memoize else partial(first_difference, u) for u in unwinders]
         self.counts = result.counts
@@ -161,7 +168,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         except EmulationFault as fault:
             result.fault = str(fault)
         for (where, cause), stops in result.failure_tally.items():
-            result.counts[(cause.unwinder, where[1], where[2], cause.kind)] += stops
+            result.counts[(cause.unwinder, where[1], where[2], counted_kind(cause))] += stops
         if system is not None:
             result.stdout_sha256 = system.outcome().stdout_sha256
     finally:

@@ -1,0 +1,154 @@
+"""The modules of a process: the executable, its dynamic linker, and every
+library the dynamic linker maps, each where it was loaded, with its code,
+symbols and unwind tables (harness.program.Program, relocated).
+
+Where the libraries go is decided by the run itself (ld.so's mmap calls),
+and a run is deterministic: a first run without any hook, at full
+emulation speed, finds them; the verified run then meets the same layout
+with every module's tables ready before its first stop.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+from harness.classify import OWN
+from harness.elf_program import program_from_image
+from harness.errors import ElfError, HarnessError
+from harness.formats.elf import PARSE_ERRORS, function_symbols, open_elf
+from harness.linux.files import GuestError
+from harness.linux.loader import ET_DYN, KUSER_PAGE
+from harness.linux.memory import page_down, page_up
+from harness.linux.process import KUSER_SIZE, LinuxRun, LinuxSystem
+from harness.program import ModuleSpan, Program
+from harness.unwind import BUILDERS
+from harness.unwind.modules import Covered, PerModule
+from harness.unwind.walk import Unwinder
+from harness.verify.abi import Limits
+from harness.verify.emulator import Emulator
+
+CFI_STRATEGIES = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf", "v1")  # built from a module's CFI
+VECTORS = ModuleSpan(KUSER_PAGE, KUSER_PAGE + KUSER_SIZE, "lib", "[vectors]")  # the kuser helpers
+
+
+@dataclass(frozen=True)
+class LoadedModule:
+    label: str  # harness.classify.MODULES
+    path: str  # the ELF on the host
+    base: int  # added to its link-time addresses
+    start: int
+    end: int
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
+def label_of(name: str) -> str:
+    """The MODULES label of a library by its file name."""
+    for prefix, label in (("libc.so", "libc"), ("libstdc++", "libstdcxx"), ("libgcc_s", "libgcc"),
+                          ("ld-linux", "ld.so")):
+        if name.startswith(prefix):
+            return label
+    return "lib"
+
+
+def _placed(label: str, path: str, segments, base: int) -> LoadedModule:
+    return LoadedModule(label, path, base, page_down(min(a for a, _ in segments)),
+                        page_up(max(a + len(d) for a, d in segments)))
+
+
+def _library(system: LinuxSystem, start: int, guest: str) -> LoadedModule | None:
+    """The ELF ld.so mapped at `start` (its first page), or None for a file that is not one."""
+    try:
+        host = system.files.resolve(guest)[1]
+        elf = open_elf(host).elf
+        loads = [s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+        low = page_down(min(s["p_vaddr"] for s in loads))
+        high = page_up(max(s["p_vaddr"] + s["p_memsz"] for s in loads))
+        if elf["e_type"] != ET_DYN:
+            return None
+    except (GuestError, ElfError, *PARSE_ERRORS):
+        return None
+    base = start - low
+    return LoadedModule(label_of(os.path.basename(host)), host, base, start, base + high)
+
+
+def modules_of(system: LinuxSystem) -> tuple[LoadedModule, ...]:
+    """The modules of a process that has run: the executable and dynamic
+    linker the loader placed, and every ELF mapped from its first byte."""
+    found = [_placed(OWN, system.run.program, system.executable.segments, system.executable.base)]
+    if system.interpreter is not None:
+        interpreter = system.interpreter
+        found.append(_placed("ld.so", interpreter.path, interpreter.segments, interpreter.base))
+    seen = {module.path for module in found}
+    for start, _end, guest, offset in system.kernel.file_mappings if system.kernel else ():
+        module = None if offset else _library(system, start, guest)
+        if module is not None and module.path not in seen:
+            seen.add(module.path)
+            found.append(module)
+    return tuple(sorted(found, key=lambda m: m.start))
+
+
+def discover(run: LinuxRun, limits: Limits) -> tuple[LoadedModule, ...]:
+    """The modules `run` loads, from one run without any hook (a fault ends
+    it early: the verified run meets it again and reports it)."""
+    system = LinuxSystem(run)
+    try:
+        Emulator(system.segments, system, system.placement).call(0, None, limits)
+    except HarnessError:
+        pass
+    return modules_of(system)
+
+
+def module_program(module: LoadedModule) -> Program:
+    image = open_elf(module.path)
+    return program_from_image(image, image.elf["e_entry"], load_base=module.base, cfi_required=False)
+
+
+def spans_of(module: LoadedModule) -> list[ModuleSpan]:
+    """The module's code for classifying stops, its PLT apart."""
+    image = open_elf(module.path)
+    symbols = tuple((address + module.base, address + module.base + max(size, 2), name)
+                    for address, size, name in function_symbols(image))
+    plt = image.elf.get_section_by_name(".plt")
+    if plt is None or not plt["sh_size"]:
+        return [ModuleSpan(module.start, module.end, module.label, module.name, symbols)]
+    low, high = plt["sh_addr"] + module.base, plt["sh_addr"] + plt["sh_size"] + module.base
+    return [ModuleSpan(module.start, low, module.label, module.name, symbols),
+            ModuleSpan(low, high, "plt", f"{module.name}@plt"),
+            ModuleSpan(high, module.end, module.label, module.name, symbols)]
+
+
+def process_image(modules: Sequence[LoadedModule], programs: Sequence[Program]) -> Program:
+    """One Program standing for the whole process, for classifying stops:
+    the executable's, with every module's functions and spans."""
+    own = programs[[m.label for m in modules].index(OWN)]
+    functions = tuple(sorted((f for p in programs for f in p.functions), key=lambda f: f.start))
+    spans = sorted([span for module in modules for span in spans_of(module)] + [VECTORS], key=lambda s: s.start)
+    return replace(own, functions=functions, modules=tuple(s for s in spans if s.start < s.end))
+
+
+def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], programs: Sequence[Program],
+                      own_unwinders: Callable[[Program], list[Unwinder]]) -> list[Unwinder]:
+    """Each strategy over the process: for each module the unwinder built
+    from its own tables where it has them (CFI for v2, dwarf and v1,
+    `.ARM.exidx` for exidx); the executable's by `own_unwinders` (which
+    may stand given v2 tables in); frame pointers everywhere alike."""
+    own_index = [m.label for m in modules].index(OWN)
+    own = dict(zip(names, own_unwinders(programs[own_index])))
+    built = []
+    for name in names:
+        if name not in CFI_STRATEGIES and name != "exidx":
+            built.append(own[name])
+            continue
+        covered = []
+        for index, (module, program) in enumerate(zip(modules, programs)):
+            has_tables = program.exidx is not None if name == "exidx" else bool(program.cfi.get("reference"))
+            if has_tables:
+                unwinder = own[name] if index == own_index else BUILDERS[name](program)
+                covered.append(Covered(module.start, module.end, unwinder))
+        built.append(PerModule(name, covered))
+    return built

@@ -1,0 +1,119 @@
+"""A process's modules: found by a first run, each unwound by its own
+tables, and walks counted right, wrong, or stopped (an honest no_info in a
+module without tables, which the report keeps apart from failures)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from test_linux_process import build, sysroot
+
+from harness.classify import NO_INFO, OWN
+from harness.errors import UnwindFailure
+from harness.linux.modules import discover, label_of
+from harness.linux.process import LinuxRun
+from harness.linux.verify import verify_process
+from harness.report.data import result_rows
+from harness.report.summary import summarize
+from harness.unwind import build_unwinders
+from harness.unwind.frame import Stack, make_frame
+from harness.unwind.modules import Covered, PerModule
+from harness.unwind.rule import LEAF, RuleRange
+from harness.verify.abi import Limits
+from harness.verify.failures import FailureCause, counted_kind
+
+
+def own_unwinders(names):
+    return lambda program: build_unwinders(program, names)
+
+
+@pytest.fixture(scope="module")
+def calls_run():
+    """calls.c, dynamically linked, verified by dwarf, exidx and v2."""
+    names = ["dwarf", "exidx", "v2"]
+    run = LinuxRun(build("calls.c", "-Wl,-z,now"), (), sysroot())
+    return verify_process(run, names, own_unwinders(names))
+
+
+def test_the_first_run_finds_every_library_where_ld_so_put_it():
+    modules = discover(LinuxRun(build("throw.cc", "-Wl,-z,now"), (), sysroot()), Limits())
+    labels = Counter(module.label for module in modules)
+    assert labels == Counter({"own": 1, "ld.so": 1, "libc": 1, "libstdcxx": 1, "libgcc": 1, "lib": 1})  # + libm
+    spans = sorted((m.start, m.end) for m in modules)
+    assert all(end <= following for (_, end), (following, _) in zip(spans, spans[1:]))  # disjoint
+    assert {label_of("libc.so.6"), label_of("libz.so.1"), label_of("ld-linux-armhf.so.3")} == {"libc", "lib", "ld.so"}
+
+
+def test_compiler_cfi_unwinds_every_stop_of_own_code_it_covers(calls_run):
+    """dwarf and v2 fail at no body stop of a function with CFI in the
+    executable: their walks are right, or stop honestly in libc or ld.so
+    (v2 drops epilogue rows by design: its epilogue stops may fail)."""
+    assert calls_run.fault is None
+    covered = Counter()
+    for (unwinder, traits, position, kind), stops in calls_run.counts.items():
+        if unwinder in ("dwarf", "v2") and OWN in traits and NO_INFO not in traits and position == "body":
+            covered[unwinder] += stops
+            assert kind is None or kind.startswith("stopped:"), (unwinder, traits, kind, stops)
+    assert covered["dwarf"] > 400 and covered["v2"] == covered["dwarf"]
+
+
+def test_walks_that_stop_in_a_system_library_are_not_failures(calls_run):
+    rows = {(r["unwinder"], r["category"], r["position"]): r for r in result_rows([summarize(calls_run)],
+                                                                                     ["dwarf", "exidx"])}
+    libc = rows[("dwarf", "libc", "all")]
+    assert libc["stops"] > 1000 and libc["failed"] == 0 and libc["stopped"] == libc["stops"]
+    assert rows[("dwarf", "all", "all")]["stopped_in"]["libc"] >= libc["stops"]  # and walks from own code into libc
+    exidx = rows[("exidx", "libc", "all")]
+    assert exidx["stopped"] < exidx["stops"]  # Debian's libc has EXIDX for part of its code: exidx walks there
+    for row in rows.values():
+        assert row["failed"] == sum(row["failure_kinds"].values())
+        assert row["stopped"] == sum(n for module, n in row["stopped_in"].items() if module != OWN)
+
+
+def test_a_refusal_in_the_programs_own_code_stays_a_failure():
+    cause = FailureCause("dwarf", "no_info", 1, "_init", None, "", frozenset({NO_INFO, OWN}))
+    assert counted_kind(cause) == "no_info"
+    assert counted_kind(cause._replace(culprit_traits=frozenset({NO_INFO, "libc"}))) == "stopped:libc"
+    assert counted_kind(cause._replace(kind="wrong_pc", culprit_traits=frozenset({"libc"}))) == "wrong_pc"
+    assert counted_kind(cause._replace(culprit_traits=frozenset({NO_INFO}))) == "no_info"  # bare metal
+
+
+class _Leaf:
+    """An unwinder that knows every pc of its module: return to lr."""
+
+    name = "leaf"
+
+    def step(self, frame, stack, innermost):
+        return make_frame(pc=frame.r[14] & ~1, sp=frame.sp, lr=0)
+
+    def rule_at(self, pc, innermost):
+        return RuleRange(LEAF, 0, 1 << 32)
+
+
+def test_per_module_dispatch_and_its_rule_ranges():
+    each = PerModule("leaf", [Covered(0x2000, 0x3000, _Leaf()), Covered(0x8000, 0x9000, _Leaf())])
+    stack = Stack(0x100, bytes(64))
+    assert each.step(make_frame(pc=0x2100, sp=0x100, lr=0x8001), stack, True).pc == 0x8000
+    with pytest.raises(UnwindFailure) as refused:
+        each.step(make_frame(pc=0x5000, sp=0x100, lr=0), stack, True)
+    assert refused.value.kind == "no_info"
+    # A caller's pc is a return address: 0x3000 returns into the first module's last call.
+    assert each.step(make_frame(pc=0x3000, sp=0x100, lr=0x2001), stack, False).pc == 0x2000
+    inside = each.rule_at(0x2100, True)
+    assert inside.rule is LEAF and (inside.low, inside.high) == (0x2000, 0x3000)
+    gap = each.rule_at(0x5000, True)
+    assert gap.rule.failure[0] == "no_info" and (gap.low, gap.high) == (0x3000, 0x8000)
+    caller_gap = each.rule_at(0x5000, False)
+    assert (caller_gap.low, caller_gap.high) == (0x3001, 0x8001)
+
+
+def test_both_hooks_count_a_process_alike():
+    """The compiled kernel applies each module's rules (PerModule.rule_at)
+    where the Python hook runs each module's step: the same counts."""
+    names = ["dwarf", "exidx", "v2+epilogue"]
+    run = LinuxRun(build("throw.cc", "-Wl,-z,now"), (), sysroot())
+    compiled = verify_process(run, names, own_unwinders(names), every=5, compiled=True)
+    in_python = verify_process(run, names, own_unwinders(names), every=5, compiled=False)
+    assert compiled.fault is None and compiled.stops > 10_000
+    assert compiled.counts == in_python.counts
