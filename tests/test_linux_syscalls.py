@@ -318,3 +318,31 @@ def test_numbers_match_the_toolchain_header():
     for number, handler in CALLS.items():
         if number < 0x0F0000:
             assert declared[handler.name] == number, handler.name
+
+
+def test_a_pipe_carries_bytes_and_poll_sees_them(kernel):
+    assert call(kernel, "pipe2", SCRATCH, 0) == 0
+    read_end, write_end = struct.unpack("<ii", kernel.machine.read(SCRATCH, 8))
+    polled = struct.pack("<ihh", read_end, 1, 0) + struct.pack("<ihh", write_end, 4, 0)
+    kernel.machine.write(SCRATCH + 0x100, polled)
+    assert call(kernel, "poll", SCRATCH + 0x100, 2, 0) == 1  # only the write end is ready
+    kernel.machine.write(SCRATCH + 0x200, b"ping")
+    assert call(kernel, "write", write_end, SCRATCH + 0x200, 4) == 4
+    assert call(kernel, "poll", SCRATCH + 0x100, 2, 0) == 2
+    assert call(kernel, "read", read_end, SCRATCH + 0x300, 16) == 4
+    assert kernel.machine.read(SCRATCH + 0x300, 4) == b"ping"
+    assert call(kernel, "read", read_end, SCRATCH + 0x300, 16) == 0  # drained
+    kernel.machine.write(SCRATCH + 0x100, struct.pack("<ihh", read_end, 1, 0))
+    with pytest.raises(SystemCallFault, match="wait forever"):
+        call(kernel, "poll", SCRATCH + 0x100, 1, (-1) & 0xFFFFFFFF)
+
+
+def test_sockets_are_refused(kernel):
+    assert call(kernel, "socket", 1, 1, 0) == -errno.EAFNOSUPPORT
+
+
+def test_ids_ignore_whatever_the_registers_hold(kernel):
+    """Calls without arguments read no register (glibc leaves r0 as it was)."""
+    assert call(kernel, "getuid32", 0xFFFFFFFF) == 0
+    assert call(kernel, "getpid", 7) == call(kernel, "gettid", 0) == 4242
+    assert call(kernel, "umask", 0o077) == 0o022

@@ -92,6 +92,11 @@ def _read_into(kernel, opened, buffer: int, count: int, offset: int | None = Non
         raise GuestError(errno.EBADF)
     if stat.S_ISDIR(opened.node.mode):
         raise GuestError(errno.EISDIR)
+    if stat.S_ISFIFO(opened.node.mode):  # a pipe: reading drains it
+        data = bytes(opened.node.data[: min(count, MAX_TRANSFER)])
+        kernel.machine.write(buffer, data)
+        del opened.node.data[: len(data)]
+        return len(data)
     start = opened.position if offset is None else offset
     data = bytes(opened.node.data[start : start + min(count, MAX_TRANSFER)])
     kernel.machine.write(buffer, data)
@@ -108,7 +113,7 @@ def _write_from(kernel, opened, buffer: int, count: int, offset: int | None = No
     if node is kernel.stdout or node is kernel.stderr:
         kernel.output(node, data)
         return len(data)
-    start = len(node.data) if opened.append else opened.position if offset is None else offset
+    start = len(node.data) if opened.append or stat.S_ISFIFO(node.mode) else opened.position if offset is None else offset
     if start > len(node.data):
         node.data += bytes(start - len(node.data))
     node.data[start : start + len(data)] = data
@@ -349,3 +354,9 @@ def sys_getdents64(kernel, fd, buffer, size):
         raise GuestError(errno.EINVAL)
     kernel.machine.write(buffer, bytes(out))
     return len(out)
+
+
+@handles(270, "arm_fadvise64_64")
+def sys_arm_fadvise64_64(kernel, fd, advice, offset_low, offset_high, length_low, length_high):
+    kernel.file(fd)
+    return 0  # advice about reading ahead: nothing to do in memory

@@ -14,7 +14,7 @@ import errno
 import hashlib
 import stat
 
-from harness.linux import calls_files, calls_memory, calls_process  # noqa: F401  (they register the handlers)
+from harness.linux import calls_files, calls_memory, calls_pipes, calls_process  # noqa: F401  (they register the handlers)
 from harness.linux.files import WORKDIR, GuestError, GuestFiles, Node, OpenFile
 from harness.linux.machine import BadAddress, Machine
 from harness.linux.memory import AddressSpace

@@ -1,0 +1,60 @@
+"""Pipes and poll (harness.linux.table). One thread: a pipe is a buffer
+the program both fills and drains, and a poll that finds nothing ready
+would wait forever, so it ends the run as a fault instead."""
+
+from __future__ import annotations
+
+import errno
+import stat
+import struct
+
+from harness.linux.files import GuestError, Node, OpenFile
+from harness.linux.table import SystemCallFault, handles, signed
+
+POLLIN, POLLOUT, POLLNVAL = 0x1, 0x4, 0x20
+MAX_POLLED = 1024
+
+
+@handles(359, "pipe2")
+def sys_pipe2(kernel, fds, flags):
+    pipe = Node(stat.S_IFIFO | 0o600, inode=len(kernel.fds) + 1000)
+    ends = (kernel.new_fd(OpenFile(pipe, "pipe:", readable=True, writable=False)),)
+    ends += (kernel.new_fd(OpenFile(pipe, "pipe:", readable=False, writable=True, flags=1)),)
+    kernel.machine.write(fds, struct.pack("<ii", *ends))
+    return 0
+
+
+def _ready(kernel, fd: int, events: int) -> int:
+    opened = kernel.fds.get(fd)
+    if opened is None:
+        return POLLNVAL
+    node, ready = opened.node, 0
+    if events & POLLIN and opened.readable and (not stat.S_ISFIFO(node.mode) or node.data):
+        ready |= POLLIN  # files and stdin never block; a pipe when it holds bytes
+    if events & POLLOUT and opened.writable:
+        ready |= POLLOUT
+    return ready
+
+
+def _poll(kernel, address: int, count: int, waits: bool) -> int:
+    if count > MAX_POLLED:
+        raise GuestError(errno.EINVAL)
+    entries = [struct.unpack_from("<ihh", kernel.machine.read(address + 8 * i, 8)) for i in range(count)]
+    answers = [0 if signed(fd & 0xFFFFFFFF) < 0 else _ready(kernel, fd, events) for fd, events, _ in entries]
+    for index, ((fd, events, _), answer) in enumerate(zip(entries, answers)):
+        kernel.machine.write(address + 8 * index, struct.pack("<ihh", fd, events, answer))
+    ready = sum(1 for answer in answers if answer)
+    if not ready and waits:
+        raise SystemCallFault(f"poll on {count} descriptors with nothing ready and one thread: it would wait forever")
+    return ready
+
+
+@handles(168, "poll")
+def sys_poll(kernel, address, count, timeout):
+    return _poll(kernel, address, count, waits=signed(timeout) != 0)
+
+
+@handles(414, "ppoll_time64")
+def sys_ppoll_time64(kernel, address, count, timeout, mask, size):
+    waits = not timeout or any(kernel.machine.read(timeout, 16))  # no timeout, or a nonzero one
+    return _poll(kernel, address, count, waits)
