@@ -92,6 +92,10 @@ def _add_run(subparsers) -> None:
                      help="verify only these (repeatable; default: all)")
     run.add_argument("--json", help="write the JSON report here (alone, unless --reports is given too)")
     run.add_argument("--no-elf", action="store_true", help="skip the compiled corpus in corpus/elf")
+    run.add_argument("--linux", choices=("none", "slice", "all"), default="none",
+                     help="the Linux corpus programs to run too (those built): none (default), the CI slice "
+                          "(make run and make test; make linux-slice builds it), or all of "
+                          "corpus/linux/manifest.json (make linux-corpus)")
     run.add_argument("--reports", help="write latest.json, latest.md and latest.png here (default: reports, "
                                        "unless only --json is given); the baseline is read from here")
     run.add_argument("--check-baseline", action="store_true",

@@ -11,7 +11,7 @@ from functools import partial as bind
 from pathlib import Path
 
 from generators.corpus import generate_program
-from harness.elf_program import program_from_elf
+from harness.elf_program import elf_unwinder_names, program_from_elf
 from harness.errors import InputError
 from harness.filesystem import check_output, read_input, write_output
 from harness.formats import chrome_v2
@@ -19,6 +19,7 @@ from harness.formats.chrome_v1 import V1Encoded, V1Table, dump_v1, encode_v1
 from harness.formats.chrome_v2.dump import dump
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import load_segments, open_elf, text_base
+from harness.linux.corpus import linux_entries
 from harness.linux.process import LinuxRun, LinuxSystem, is_linux_program
 from harness.linux.verify import Expected, process_program, verify_process_part
 from harness.manifest import expected_checksum
@@ -28,7 +29,7 @@ from harness.report.files import report_directory, report_paths, write_reports
 from harness.report.summary import ProgramSummary, combine, from_json, summarize, to_json
 from harness.report.tables import not_verified
 from harness.report.terminal import print_table
-from harness.runner import Shard, all_names, assemble, elf_unwinder_names, in_processes, run_units, units_of
+from harness.runner import Shard, all_names, assemble, in_processes, run_units, units_of
 from harness.shards import partial, read_partials
 from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
 from harness.verify.abi import Limits
@@ -291,7 +292,8 @@ def cmd_run(args) -> int:
     console = _console()
     names = all_names(args.unwinder)
     limits = limits_of(args)
-    units = units_of(args.seed, args.programs, names, not args.no_elf, limits)
+    linux = linux_entries(args.linux)
+    units = units_of(args.seed, args.programs, names, not args.no_elf, limits, linux)
     mine = [u for u in units if args.shard.takes(u.index)]
     started = time.perf_counter()
     with _progress(console) as progress:
@@ -303,6 +305,8 @@ def cmd_run(args) -> int:
                   f"({args.jobs} job{'s' if args.jobs > 1 else ''}): {stops / max(seconds, 1e-9):,.0f} stops/s")
     config = _with_limits({"seed": args.seed, "programs": args.programs, "unwinders": names,
                            "elf": not args.no_elf, "units": len(units)}, limits)
+    if linux:
+        config["linux"] = [entry["name"] for entry in linux]
     if args.shard.count > 1:
         path = Path(args.json or Path(args.reports or "reports") / f"shard-{args.shard.index}-of-{args.shard.count}.json")
         _make_directory(path.parent)

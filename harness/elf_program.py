@@ -10,6 +10,7 @@ land in the `no_info` category.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Sequence
 
 from harness.classify import FrameFacts, FunctionInfo, traits_of
 from harness.errors import ElfError
@@ -111,3 +112,10 @@ def has_epilogue_cfi(program: Program) -> bool:
             if row.cfa_reg == previous.cfa_reg == SP and row.cfa_offset < previous.cfa_offset:
                 return True
     return False
+
+
+def elf_unwinder_names(program, wanted: Sequence[str]) -> list[str]:
+    """`wanted`, but `v2-gcc` only where the compiler describes epilogues
+    (elsewhere its input is the same as `v2`'s)."""
+    described = has_epilogue_cfi(program)
+    return [n for n in wanted if described or n != "v2-gcc"]

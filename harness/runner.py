@@ -15,10 +15,11 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from generators.corpus import generate_program
-from harness.elf_program import has_epilogue_cfi, program_from_elf
+from harness.elf_program import elf_unwinder_names, program_from_elf
 from harness.errors import WorkerLost
 from harness.formats import chrome_v2
 from harness.formats.elf import open_elf, section_size
+from harness.linux.corpus import run_linux_unit
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.report.data import elf_group, report_data
 from harness.report.sizes import CHROME_REFERENCE, add_size_rows, size_row
@@ -58,7 +59,8 @@ def parse_shard(text: str) -> Shard:
 
 @dataclass(frozen=True)
 class Unit:
-    """A generated program (`number` in the corpus of `seed`) or a compiled build (`build`)."""
+    """A generated program (`number` in the corpus of `seed`), a compiled
+    build (`build`), or a Linux corpus program (`linux`, its manifest entry)."""
 
     index: int
     names: tuple[str, ...]  # unwinders
@@ -66,25 +68,27 @@ class Unit:
     number: int = 0
     build: dict | None = field(default=None, hash=False)
     limits: Limits = DEFAULT_LIMITS  # how far its program may run (harness.verify.abi.Limits)
+    linux: dict | None = field(default=None, hash=False)
 
     @property
     def kind(self) -> str:
-        return "generated" if self.build is None else "elf"
+        return "linux" if self.linux is not None else "generated" if self.build is None else "elf"
+
+
+# Real programs run longer than generated ones: under the default limits,
+# a Linux corpus program gets these (explicit limits apply as given).
+LINUX_LIMITS = Limits(instructions=500_000_000, seconds=1800, memory_bytes=DEFAULT_LIMITS.memory_bytes,
+                      depth=DEFAULT_LIMITS.depth)
 
 
 def units_of(seed: int, programs: int, names: Sequence[str], elf: bool,
-             limits: Limits = DEFAULT_LIMITS) -> list[Unit]:
+             limits: Limits = DEFAULT_LIMITS, linux: Sequence[dict] = ()) -> list[Unit]:
     units = [Unit(i, tuple(names), seed, i, limits=limits) for i in range(programs)]
     if elf:
-        units += [Unit(programs + i, tuple(names), build=b, limits=limits) for i, b in enumerate(elf_builds())]
-    return units
-
-
-def elf_unwinder_names(program, wanted: Sequence[str]) -> list[str]:
-    """`wanted`, but `v2-gcc` only where the compiler describes epilogues
-    (elsewhere its input is the same as `v2`'s)."""
-    described = has_epilogue_cfi(program)
-    return [n for n in wanted if described or n != "v2-gcc"]
+        units += [Unit(len(units) + i, tuple(names), build=b, limits=limits) for i, b in enumerate(elf_builds())]
+    linux_limits = LINUX_LIMITS if limits == DEFAULT_LIMITS else limits
+    return units + [Unit(len(units) + i, tuple(names), limits=linux_limits, linux=entry)
+                    for i, entry in enumerate(linux)]
 
 
 def not_expressed(encoded: chrome_v2.Encoded) -> dict[str, int]:
@@ -102,6 +106,8 @@ def not_expressed(encoded: chrome_v2.Encoded) -> dict[str, int]:
 
 def run_unit(unit: Unit) -> dict:
     """Verify one unit; its record (plain JSON data)."""
+    if unit.linux is not None:
+        return run_linux_unit(unit.index, unit.linux, unit.names, unit.limits)
     if unit.build is None:
         program = generate_program(unit.seed, unit.number)
         result = verify_program(program, build_unwinders(program, unit.names), limits=unit.limits)
@@ -164,11 +170,13 @@ def _collect(futures: dict, records: dict, done: Callable, name: Callable) -> No
 def run_units(units: Sequence[Unit], jobs: int, done: Callable[[dict], None] = lambda record: None) -> list[dict]:
     """Records of `units`, in unit order, verified by `jobs` processes (the
     compiled builds, the longest units, first)."""
-    return in_processes(run_unit, units, jobs, done, first=lambda unit: (unit.kind != "elf", unit.index),
+    return in_processes(run_unit, units, jobs, done, first=lambda unit: (unit.kind == "generated", unit.index),
                         name=unit_name)
 
 
 def unit_name(unit: Unit) -> str:
+    if unit.linux is not None:
+        return f"corpus/linux/{unit.linux['name']}"
     if unit.build is not None:
         return f"corpus/elf/{unit.build['file']}"
     return f"generated program {unit.number} (seed {unit.seed})"
@@ -184,6 +192,9 @@ def assemble(records: Sequence[dict], names: Sequence[str], seed: int) -> dict:
     data = report_data([from_json(r["summary"]) for r in generated], names, seed, "generated", sizes)
     if compiled:
         data["elf"] = [r["group"] for r in compiled]
+    linux = [r["group"] for r in records if r["kind"] == "linux"]
+    if linux:
+        data["linux"] = linux
     return data
 
 

@@ -126,7 +126,7 @@ _VERIFY_PROCESS = object_of({**_VERIFY, "args": list_of(string), "sysroot": opti
                              "cwd": optional(string), "stdin": optional(string)}, LIMITS)
 CONFIGS = {
     "run": object_of({"seed": SEED, "programs": POSITIVE, "unwinders": UNWINDERS, "elf": BOOLEAN, "units": POSITIVE},
-                   LIMITS),
+                   {**LIMITS, "linux": list_of(string)}),  # the Linux corpus programs, by name
     "verify-elf": lambda config, where: (_VERIFY_BARE if isinstance(config, dict) and "entry" in config
                                          else _VERIFY_PROCESS)(config, where),
 }
@@ -161,7 +161,7 @@ def _records(unwinder: Check) -> dict[str, Check]:
                      "cfi_not_expressed": map_of(string, COUNT),
                      "failed_in_frames_without_cfi": map_of(unwinder, COUNT), "results": list_of(RESULT_ROW),
                      "culprits": map_of(unwinder, CULPRITS), "failure_samples": map_of(unwinder, SAMPLES)})
-    more = {"generated": {"size": SIZE}, "elf": {"group": group, "size": SIZE}, "stops": {}}
+    more = {"generated": {"size": SIZE}, "elf": {"group": group, "size": SIZE}, "linux": {"group": group}, "stops": {}}
     return {kind: object_of({"index": COUNT, "kind": one_of([kind]), "summary": summary, **more[kind]}) for kind in more}
 
 
@@ -188,8 +188,11 @@ def check_shard_report(data: dict) -> None:
                 fail(where, f"the key {show(key)} is missing")
         COUNT(record["index"], f"{where}.index")
         _check_index(record["index"], n, taken, config["units"], Shard(index, count), f"{where}.index")
-        kind = "stops" if command == "verify-elf" else "generated" if record["index"] < config["programs"] else "elf"
-        one_of([kind], f'"{kind}" (the kind of unit {record["index"]})')(record["kind"], f"{where}.kind")
+        kinds = (["stops"] if command == "verify-elf" else ["generated"] if record["index"] < config["programs"]
+                 else ["elf", "linux"])
+        one_of(kinds, " or ".join(f'"{k}"' for k in kinds) + f' (the kind of unit {record["index"]})')(
+            record["kind"], f"{where}.kind")
+        kind = record["kind"]
         schemas[kind](record, where)
         _check_summary(record["summary"], f"{where}.summary")
         _check_record(command, config, record, where)
@@ -281,7 +284,7 @@ def _check_record(command: str, config: dict, record: dict, where: str) -> None:
         fail(f"{where}.summary.program", f"{show(program)} is not partial.config.elf {show(config['elf'])}")
     if "size" in record and record["size"]["input"] != program:
         fail(f"{where}.size.input", f"{show(record['size']['input'])} is not the summary's program")
-    if record["kind"] == "elf":
+    if record["kind"] in ("elf", "linux"):
         _check_group(record["group"], record["summary"], f"{where}.group")
 
 

@@ -138,7 +138,7 @@ def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], pro
     `.ARM.exidx` for exidx); the executable's by `own_unwinders` (which
     may stand given v2 tables in); frame pointers everywhere alike."""
     own_index = [m.label for m in modules].index(OWN)
-    own = dict(zip(names, own_unwinders(programs[own_index])))
+    own = {unwinder.name: unwinder for unwinder in own_unwinders(programs[own_index])}
     built = []
     for name in names:
         if name not in CFI_STRATEGIES and name != "exidx":

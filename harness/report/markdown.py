@@ -7,6 +7,7 @@ from harness.report.data import ALL, index_rows
 from harness.report.tables import (
     elf_cells,
     group_cells,
+    linux_cells,
     not_verified,
     rate,
     size_cells,
@@ -56,6 +57,7 @@ def markdown(data: dict, title: str) -> str:
                     f"{s['kind']} at frame {s['frame']} ({s['culprit']}): {s['detail']}" for s in samples]
     out += size_lines(data.get("sizes"))
     out += elf_lines(data.get("elf", []))
+    out += linux_lines(data.get("linux", []))
     programs = data["programs"]
     out += ["", "## Programs", "", "| program | stops | self-check |", "|---|---|---|"]
     out += [f"| {p['name']} | {p['stops']} | {p['self_check']} |" for p in programs]
@@ -82,6 +84,20 @@ def size_lines(sizes: dict | None) -> list[str]:
     out += ["", "Bytes per function / per address:", "", "| " + " | ".join(header) + " |", rule]
     out += ["| " + " | ".join(row) + " |" for row in ratios]
     return out
+
+
+def linux_lines(groups: list[dict]) -> list[str]:
+    if not groups:
+        return []
+    header, body = linux_cells(groups)
+    out = ["", "## Linux programs (corpus/linux)", "",
+           "Each run as a process (its exit status and stdout checked against qemu-user's), every module "
+           "unwound by its own tables. Failed: stops whose walk got a frame wrong, or refused in the "
+           "program's own code; stopped: walks that refused honestly (no_info) in a library without the "
+           "unwinder's tables, every frame before right (not failures); own failed: the failed stops of "
+           "the program's own code.", "",
+           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(row) + " |" for row in body]
 
 
 def elf_lines(groups: list[dict]) -> list[str]:

@@ -102,6 +102,25 @@ def elf_cells(groups: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
+def linux_cells(groups: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """The Linux corpus: per program, each unwinder's failed stops (wrong,
+    or refused in the program's own code) over all stops, the stops whose
+    walk stopped honestly in a library without its tables, and the failed
+    stops of the program's own code."""
+    names = list(dict.fromkeys(u for group in groups for u in unwinder_names(group)))
+    header = ["program", "stops", "self-check", *(f"{u}: failed / stopped / own failed" for u in names)]
+    body = []
+    for group in groups:
+        index = index_rows(group["results"])
+        cells = []
+        for unwinder in names:
+            whole, own = index.get((unwinder, ALL, ALL)), index.get((unwinder, "own", ALL))
+            cells.append("n/a" if whole is None else
+                         f"{rate(whole)} / {whole['stopped']} / {rate(own) if own else '-'}")
+        body.append([group["build"], str(group["stops"]), group["self_check"], *cells])
+    return header, body
+
+
 def group_cells(group: dict) -> tuple[list[str], list[list[str]]]:
     """One build's table: every unwinder side by side per category and
     position (rows without stops left out)."""

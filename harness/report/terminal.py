@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from harness.report.data import ALL, index_rows
-from harness.report.tables import elf_cells, group_cells, size_cells, stopped_line, table_cells, unwinder_names
+from harness.report.tables import (
+    elf_cells,
+    group_cells,
+    linux_cells,
+    size_cells,
+    stopped_line,
+    table_cells,
+    unwinder_names,
+)
 
 
 def _rich_table(title: str, header: list[str], body: list[list[str]], left: int = 1):
@@ -39,3 +47,7 @@ def print_table(data: dict, console) -> None:
             console.print(_rich_table(f"{group['build']}: failed stops per category", header, body, left=2))
         header, body = elf_cells(data["elf"])
         console.print(_rich_table("Compiled programs (corpus/elf): failed stops over all stops", header, body))
+    if data.get("linux"):
+        header, body = linux_cells(data["linux"])
+        console.print(_rich_table("Linux programs (corpus/linux): failed / stopped in libraries / failed in own code",
+                                  header, body))

@@ -1,0 +1,92 @@
+"""The Linux corpus in the main job: the programs of corpus/linux/manifest.json
+that are built (in the cache, `make linux-corpus`), each run as a process
+and checked against the exit status and stdout qemu-user gave
+(corpus/linux/record.py), every unwinder verified at its stops.
+
+`run --linux slice` (make run, make test) takes the CI slice
+(corpus/linux/ci-slice.txt: a few of our own programs, `make linux-slice`
+builds them); `--linux all` every program of the manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import partial
+from pathlib import Path
+
+from harness.elf_program import elf_unwinder_names
+from harness.errors import InputError
+from harness.filesystem import read_input, read_json
+from harness.linux.process import LinuxRun, LinuxSystem
+from harness.linux.verify import Expected, process_program, verify_process
+from harness.report.data import elf_group
+from harness.report.summary import summarize, to_json
+from harness.unwind import build_unwinders
+from harness.verify.abi import Limits
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+LINUX_CORPUS = ROOT / "corpus" / "linux"
+SLICE = LINUX_CORPUS / "ci-slice.txt"
+CHOICES = ("slice", "all", "none")
+ENTRY_KEYS = {"name": str, "path": str, "args": list, "exit_status": int, "stdout_sha256": str}
+
+
+def cache() -> Path:
+    """Where the built programs and the sysroot are (never in the repository)."""
+    return Path(os.environ.get("UNWIND_HARNESS_CACHE", Path.home() / ".cache" / "unwind-harness")) / "linux"
+
+
+def _entries(manifest: Path) -> list[dict]:
+    data = read_json(manifest, "manifest")
+    programs = data.get("programs") if isinstance(data, dict) else None
+    if not isinstance(programs, list):
+        raise InputError(f"{manifest}: not a Linux corpus manifest (no list of programs)")
+    for index, entry in enumerate(programs):
+        for key, kind in ENTRY_KEYS.items():
+            if not isinstance(entry, dict) or not isinstance(entry.get(key), kind):
+                raise InputError(f"{manifest}: programs[{index}].{key} is missing or not a {kind.__name__}")
+    return programs
+
+
+def linux_entries(which: str, manifest: Path = LINUX_CORPUS / "manifest.json") -> list[dict]:
+    """The manifest's programs `which` names (CHOICES) that are built, by
+    name; a note on stderr for those that are not."""
+    if which == "none" or not manifest.exists():
+        return []
+    entries = _entries(manifest)
+    if which == "slice":
+        wanted = set(read_input(SLICE, "manifest").decode().split())
+        entries = [e for e in entries if e["name"] in wanted]
+    built = [e for e in entries if (cache() / e["path"]).is_file()]
+    if len(built) < len(entries):
+        print(f"unwind-harness: note: {len(entries) - len(built)} of the {len(entries)} Linux corpus programs "
+              f"are not built (make linux-{'slice' if which == 'slice' else 'corpus'}): left out", file=sys.stderr)
+    return sorted(built, key=lambda e: e["name"])
+
+
+def linux_run(entry: dict) -> LinuxRun:
+    root = cache()
+    return LinuxRun(str(root / entry["path"]), tuple(entry["args"]), str(root / "sysroot"),
+                    str(ROOT / (entry.get("cwd") or ".")), entry.get("stdin") and str(ROOT / entry["stdin"]))
+
+
+def label_of(entry: dict) -> dict:
+    flags = [f"-{entry['opt']}"] if entry.get("opt") else []
+    if entry.get("frame_pointer") is not None:
+        flags.append("-fno-omit-frame-pointer" if entry["frame_pointer"] else "-fomit-frame-pointer")
+    flags.append("-static" if entry.get("link") == "static" else "-Wl,-z,now")
+    return {"input": f"corpus/linux/{entry['name']}", "build": entry["name"],
+            "compiler": entry.get("compiler") or entry.get("source", ""), "flags": flags}
+
+
+def run_linux_unit(index: int, entry: dict, names: tuple[str, ...], limits: Limits) -> dict:
+    """Verify one corpus program; its record (as run_unit's for an ELF)."""
+    run = linux_run(entry)
+    names = elf_unwinder_names(process_program(LinuxSystem(run)), names)
+    expected = Expected(entry["exit_status"], entry["stdout_sha256"])
+    result = verify_process(run, names, partial(build_unwinders, names=names), limits=limits, expected=expected)
+    result.program = f"corpus/linux/{entry['name']}"  # named by its place, not the cache's
+    summary = summarize(result)
+    return {"index": index, "kind": "linux", "summary": to_json(summary),
+            "group": elf_group(summary, names, label_of(entry), {})}
