@@ -232,3 +232,14 @@ def test_both_hooks_record_the_same_shadow_stack(source, link):
     program = build(source, link)
     root = None if link == "-static" else sysroot()
     assert _chains(program, root, compiled=True) == _chains(program, root, compiled=False)
+
+
+def test_process_shards_merge_into_the_whole_run(tmp_path):
+    program = build("calls.c", "-static")
+    common = ["verify-elf", program, "--unwinder", "dwarf", "--jobs", "1"]
+    for index in range(2):
+        assert main([*common, "--shard", f"{index}/2", "--json", str(tmp_path / f"s{index}.json"), "--", "a"]) == 0
+    assert main(["merge", str(tmp_path / "s0.json"), str(tmp_path / "s1.json"), "--json",
+                 str(tmp_path / "merged.json")]) == 0
+    assert main([*common, "--json", str(tmp_path / "whole.json"), "--", "a"]) == 0
+    assert json.loads((tmp_path / "merged.json").read_text()) == json.loads((tmp_path / "whole.json").read_text())
