@@ -73,7 +73,7 @@ def test_each_entry_kind():
     assert long.instructions == bytes.fromhex("b1088400b0b0")
     assert long.ops == (ehabi.Pop((3,)), ehabi.Pop((LR,)), ehabi.FINISH)
     assert cant.instructions is None and cant.ops == ()
-    assert generic.instructions is None
+    assert generic.instructions is None and "truncated" in generic.problem  # its words end with the section
     assert implicit.ops == (ehabi.Pop((4, LR)), ehabi.Pop((3,)), ehabi.FINISH)
 
 
@@ -108,13 +108,47 @@ def test_unwinder_on_crafted_entries():
     assert (caller.pc, caller.sp, caller.r[4]) == (0x1234, 0x8008, 0x44)
     for pc, kind, reason in [(0x0FF, "no_info", "no .ARM.exidx"), (0x600, "no_info", "no .ARM.exidx"),
                              (0x310, "no_info", "EXIDX_CANTUNWIND"),
-                             (0x410, "unsupported", "personality")]:
+                             (0x410, "corrupt_table", "personality")]:
         with pytest.raises(UnwindFailure) as caught:
             unwinder.step(make_frame(pc, 0x8000), stack, innermost=True)
         assert caught.value.kind == kind and reason in caught.value.reason
     # Callers are looked up at pc - 1: a return address at 0x300 is still in 0x200's function.
     caller = unwinder.step(make_frame(0x300, 0x8000), Stack(0x8000, word(3) + word(0x1001)), False)
     assert (caller.pc, caller.sp, caller.r[3]) == (0x1000, 0x8008, 3)
+
+
+# The GNU model of a generic personality (__gxx_personality_v0): the
+# routine's prel31, then 01 | a8 b0 b0 (one more word; pop {r4, lr}, finish,
+# padding), the extra word b0 b0 b0 b0, then the LSDA (here one word).
+GNU_EXTAB = word(prel31(0x9000, EXTAB_AT)) + word(0x01A8B0B0) + word(0xB0B0B0B0) + word(0x12345678)
+# The same whose count claims 255 more words than the section holds.
+HOSTILE_EXTAB = GNU_EXTAB + word(prel31(0x9000, EXTAB_AT + 16)) + word(0xFFA8B0B0)
+
+
+def test_the_gnu_model_of_a_generic_personality_is_decoded_and_run():
+    exidx = exidx_entry(0, 0x100, extab_offset=0) + exidx_entry(1, 0x200, extab_offset=16) + exidx_entry(2, 0x300, 1)
+    gnu, hostile, cant = parse_exidx(exidx, EXIDX_AT, HOSTILE_EXTAB, EXTAB_AT)
+    assert gnu.kind == "generic" and gnu.problem is None
+    assert gnu.instructions == bytes.fromhex("a8b0b0b0b0b0b0") and gnu.ops == (ehabi.Pop((4, LR)), ehabi.FINISH)
+    assert hostile.kind == "generic" and hostile.ops == () and "truncated" in hostile.problem
+    assert cant.kind == "cantunwind"  # one entry that cannot be decoded spoils nothing else
+    unwinder = ExidxUnwinder((gnu, hostile, cant), end=0x400)
+    caller = unwinder.step(make_frame(0x110, 0x8000), Stack(0x8000, word(0x44) + word(0x1235)), innermost=True)
+    assert (caller.pc, caller.sp, caller.r[4]) == (0x1234, 0x8008, 0x44)
+    with pytest.raises(UnwindFailure) as caught:
+        unwinder.step(make_frame(0x210, 0x8000), Stack(0x8000, bytes(8)), innermost=True)
+    assert caught.value.kind == "corrupt_table" and ".ARM.extab at byte 24" in caught.value.reason
+
+
+def test_cxx_programs_generic_entries_all_decode():
+    """Every generic entry of a C++ program built by g++ (tests/linux_src)
+    is GNU-model and decodes."""
+    from test_linux_process import build
+
+    entries = read_exidx(build("throw.cc", "-static"))
+    generic = [e for e in entries if e.kind == "generic"]
+    assert len(generic) > 50 and all(e.problem is None and e.ops[-1] in (ehabi.FINISH, ehabi.REFUSE)
+                                     for e in generic)
 
 
 @pytest.mark.parametrize("path", ELFS, ids=lambda p: f"{p.parent.name}/{p.name}")

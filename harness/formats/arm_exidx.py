@@ -7,7 +7,13 @@ index 0: three instruction bytes), or a prel31 offset into `.ARM.extab`. There
 a word with bit 31 set is a compact model (index 0 Su16: three bytes in the
 word; index 1/2 Lu16/Lu32: byte 2 counts the extra words, instructions in
 bytes 1, 0, then those words most significant byte first); bit 31 clear is a
-prel31 offset to a generic personality routine, which this tool cannot run.
+prel31 offset to a generic personality routine. GCC's personalities
+(__gxx_personality_v0, __gcc_personality_v0: the only generic ones GNU
+toolchains emit) use the GNU model: the next word's top byte counts the
+extra words, its low three bytes are the first instructions, then the
+extra words, most significant byte first, then the routine's own data
+(libgcc's __gnu_unwind_frame reads exactly this). A generic entry that
+cannot be decoded so refuses its own function only.
 
 `parse_exidx` is a pure function of the two sections' bytes and addresses.
 Malformed input raises ExidxError naming the section and the byte offset.
@@ -49,6 +55,7 @@ class ExidxEntry:
     instructions: bytes | None
     kind: str  # "compact" | "cantunwind" | "generic"
     ops: tuple[ehabi.Op, ...] = ()
+    problem: str | None = None  # a generic entry whose instructions could not be decoded: why
 
 
 def prel31(word: int, address: int) -> int:
@@ -96,6 +103,21 @@ def _compact(word: int, extab: bytes, offset: int, where: str) -> bytes:
     raise ExidxError(where, offset, f"personality index {index} is not allowed here")
 
 
+def _generic(start: int, extab: bytes, where: int) -> ExidxEntry:
+    """The GNU-model entry for the function at `start` whose personality
+    word sits at `where` of `extab`; undecodable, an entry that names why
+    (its function refuses, the rest of the table stands)."""
+    try:
+        head = _word(extab, where + 4, EXTAB)
+        data = bytearray(head.to_bytes(4, "big")[1:])
+        for index in range(head >> 24):
+            data += _word(extab, where + 8 + 4 * index, EXTAB).to_bytes(4, "big")
+        ops = decode_instructions(bytes(data), EXTAB, where + 4)
+    except ExidxError as error:
+        return ExidxEntry(start, None, "generic", (), f"{EXTAB} at byte {error.offset}: {error.message}")
+    return ExidxEntry(start, bytes(data), "generic", ops)
+
+
 def parse_sections(sections: ExidxSections) -> tuple[ExidxEntry, ...]:
     """The entries of a program's `.ARM.exidx` / `.ARM.extab` (harness.program)."""
     return parse_exidx(sections.exidx, sections.exidx_address, sections.extab, sections.extab_address)
@@ -132,7 +154,7 @@ def parse_exidx(exidx: bytes, exidx_address: int, extab: bytes = b"",
                              f"[{extab_address:#x}, {extab_address + len(extab):#x})")
         word = _word(extab, where, EXTAB)
         if not word & 0x80000000:
-            entries.append(ExidxEntry(start, None, "generic"))
+            entries.append(_generic(start, extab, where))
             continue
         data = _compact(word, extab, where, EXTAB)
         ops = decode_instructions(data, EXTAB, where)

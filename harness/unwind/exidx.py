@@ -44,10 +44,8 @@ class ExidxUnwinder:
         entry, low, high = self.entry_range(lookup_pc)
         if entry.kind == "cantunwind":
             raise UnwindFailure("no_info", "EXIDX_CANTUNWIND")
-        if entry.kind != "compact":
-            raise UnwindFailure(
-                "unsupported", f"pc {lookup_pc:#x}: generic personality routine in .ARM.extab"
-            )
+        if entry.problem is not None:  # this function's entry only: the rest of the table stands
+            raise UnwindFailure("corrupt_table", f"generic personality entry: {entry.problem}")
         return entry.ops, low, high
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
