@@ -13,6 +13,7 @@ from harness import __version__, commands
 from harness.commands import EXIT_BAD_INPUT, EXIT_FAILED
 from harness.errors import HarnessError, InputError
 from harness.formats import chrome_v2
+from harness.linux.corpus import CHOICES as LINUX_CHOICES
 from harness.runner import Shard, parse_shard
 from harness.unwind import UNWINDER_NAMES
 from harness.verify import kernel
@@ -92,7 +93,7 @@ def _add_run(subparsers) -> None:
                      help="verify only these (repeatable; default: all)")
     run.add_argument("--json", help="write the JSON report here (alone, unless --reports is given too)")
     run.add_argument("--no-elf", action="store_true", help="skip the compiled corpus in corpus/elf")
-    run.add_argument("--linux", choices=("none", "slice", "all"), default="none",
+    run.add_argument("--linux", choices=LINUX_CHOICES, default="none",
                      help="the Linux corpus programs to run too (those built): none (default), the CI slice "
                           "(make run and make test; make linux-slice builds it), or all of "
                           "corpus/linux/manifest.json (make linux-corpus)")

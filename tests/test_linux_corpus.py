@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import InputError
 from harness.linux import corpus
-from harness.linux.corpus import label_of, linux_entries
+from harness.linux.corpus import build_label, linux_entries
 from harness.report.baseline import regressions
 
 ENTRY = {"name": "demo-gcc-O2-fp", "path": "bin/demo-gcc-O2-fp", "args": [], "stdin": None, "cwd": None,
@@ -50,10 +50,10 @@ def test_a_malformed_manifest_is_refused(tmp_path, broken, field):
 
 
 def test_labels_name_the_build():
-    label = label_of(ENTRY)
+    label = build_label(ENTRY)
     assert label == {"input": "corpus/linux/demo-gcc-O2-fp", "build": "demo-gcc-O2-fp", "compiler": "gcc",
                      "flags": ["-O2", "-fno-omit-frame-pointer", "-Wl,-z,now"]}
-    shipped = label_of({"name": "debian-gzip", "source": "debian-shipped", "link": "dynamic"})
+    shipped = build_label({"name": "debian-gzip", "source": "debian-shipped", "link": "dynamic"})
     assert shipped["compiler"] == "debian-shipped" and shipped["flags"] == ["-Wl,-z,now"]
 
 

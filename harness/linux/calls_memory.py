@@ -13,11 +13,11 @@ import errno
 from harness.linux.files import GuestError
 from harness.linux.memory import MAX_MAPPED, page_up
 from harness.linux.table import handles
+from harness.verify.placement import PAGE
 
-MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x1, 0x2, 0x10, 0x20
+MAP_FIXED, MAP_ANONYMOUS = 0x10, 0x20
 MAP_FIXED_NOREPLACE = 0x100000
 MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
-PAGE = 0x1000
 
 
 def _map_fresh(kernel, start: int, size: int) -> None:

@@ -28,7 +28,7 @@ from harness.verify.abi import Limits
 ROOT = Path(__file__).resolve().parent.parent.parent
 LINUX_CORPUS = ROOT / "corpus" / "linux"
 SLICE = LINUX_CORPUS / "ci-slice.txt"
-CHOICES = ("slice", "all", "none")
+CHOICES = ("none", "slice", "all")  # what `run --linux` takes
 ENTRY_KEYS = {"name": str, "path": str, "args": list, "exit_status": int, "stdout_sha256": str}
 
 
@@ -71,7 +71,7 @@ def linux_run(entry: dict) -> LinuxRun:
                     str(ROOT / (entry.get("cwd") or ".")), entry.get("stdin") and str(ROOT / entry["stdin"]))
 
 
-def label_of(entry: dict) -> dict:
+def build_label(entry: dict) -> dict:
     flags = [f"-{entry['opt']}"] if entry.get("opt") else []
     if entry.get("frame_pointer") is not None:
         flags.append("-fno-omit-frame-pointer" if entry["frame_pointer"] else "-fomit-frame-pointer")
@@ -89,4 +89,4 @@ def run_linux_unit(index: int, entry: dict, names: tuple[str, ...], limits: Limi
     result.program = f"corpus/linux/{entry['name']}"  # named by its place, not the cache's
     summary = summarize(result)
     return {"index": index, "kind": "linux", "summary": to_json(summary),
-            "group": elf_group(summary, names, label_of(entry), {})}
+            "group": elf_group(summary, names, build_label(entry), {})}

@@ -15,7 +15,7 @@ import hashlib
 import stat
 
 from harness.linux import calls_files, calls_memory, calls_pipes, calls_process  # noqa: F401  (they register the handlers)
-from harness.linux.files import WORKDIR, GuestError, GuestFiles, Node, OpenFile
+from harness.linux.files import WORKDIR, GuestError, GuestFiles, Node, OpenFile, inode_of
 from harness.linux.machine import BadAddress, Machine
 from harness.linux.memory import AddressSpace
 from harness.linux.table import CALLS, SystemCallFault
@@ -24,8 +24,8 @@ FIXED_TIME = 1_700_000_000  # seconds since the epoch the clock starts at (2023-
 OUTPUT_CAP = 64 << 20  # bytes a program may write to stdout or stderr
 
 
-def _stream(mode: int, data: bytes = b"", name: str = "") -> Node:
-    return Node(mode, bytearray(data), inode=len(name) + 1)
+def _stream(mode: int, name: str, data: bytes = b"") -> Node:
+    return Node(mode, bytearray(data), inode=inode_of(name))
 
 
 class LinuxKernel:
@@ -39,9 +39,10 @@ class LinuxKernel:
         self.brk_start = self.brk = brk
         self.executable = executable  # the guest path /proc/self/exe names
         self.cwd = WORKDIR
-        stdin_node = _stream(stat.S_IFCHR | 0o666) if stdin is None else _stream(stat.S_IFREG | 0o644, stdin)
-        self.stdout = _stream(stat.S_IFIFO | 0o600, name="stdout")
-        self.stderr = _stream(stat.S_IFIFO | 0o600, name="stderr")
+        stdin_node = (_stream(stat.S_IFCHR | 0o666, "/dev/stdin") if stdin is None
+                      else _stream(stat.S_IFREG | 0o644, "/dev/stdin", stdin))
+        self.stdout = _stream(stat.S_IFIFO | 0o600, "/dev/stdout")
+        self.stderr = _stream(stat.S_IFIFO | 0o600, "/dev/stderr")
         self.fds: dict[int, OpenFile] = {
             0: OpenFile(stdin_node, "/dev/stdin"),
             1: OpenFile(self.stdout, "/dev/stdout", readable=False, writable=True, flags=1),

@@ -76,10 +76,15 @@ def _library(system: LinuxSystem, start: int, guest: str) -> LoadedModule | None
     return LoadedModule(label_of(os.path.basename(host)), host, base, start, base + high)
 
 
+def executable_module(system: LinuxSystem) -> LoadedModule:
+    """The program's own module, where the loader placed it."""
+    return _placed(OWN, system.run.program, system.executable.segments, system.executable.base)
+
+
 def modules_of(system: LinuxSystem) -> tuple[LoadedModule, ...]:
     """The modules of a process that has run: the executable and dynamic
     linker the loader placed, and every ELF mapped from its first byte."""
-    found = [_placed(OWN, system.run.program, system.executable.segments, system.executable.base)]
+    found = [executable_module(system)]
     if system.interpreter is not None:
         interpreter = system.interpreter
         found.append(_placed("ld.so", interpreter.path, interpreter.segments, interpreter.base))

@@ -65,10 +65,6 @@ class ProcessOutcome:
     def stdout_sha256(self) -> str:
         return hashlib.sha256(self.stdout).hexdigest()
 
-    @property
-    def stderr_sha256(self) -> str:
-        return hashlib.sha256(self.stderr).hexdigest()
-
 
 class LinuxSystem:
     """One run of `run`: where everything goes, and the process once attached."""

@@ -6,9 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from harness.elf_program import program_from_image
-from harness.formats.elf import open_elf
-from harness.linux.modules import discover, module_program, modules_of, process_image, process_unwinders
+from harness.linux.modules import (
+    discover,
+    executable_module,
+    module_program,
+    modules_of,
+    process_image,
+    process_unwinders,
+)
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.program import Program
 from harness.report.summary import summarize, to_json
@@ -29,8 +34,7 @@ class Expected:
 
 def process_program(system: LinuxSystem) -> Program:
     """The executable's code and unwind tables, where the loader put them."""
-    image = open_elf(system.run.program)
-    return program_from_image(image, image.elf["e_entry"], load_base=system.executable.base, cfi_required=False)
+    return module_program(executable_module(system))
 
 
 def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],

@@ -17,6 +17,11 @@ from harness.report.tables import (
 )
 
 
+def table_lines(header: list[str]) -> list[str]:
+    """A Markdown table's header row and rule."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+
 def markdown(data: dict, title: str) -> str:
     header, body = table_cells(data)
     out = [f"# {title}", ""]
@@ -24,7 +29,7 @@ def markdown(data: dict, title: str) -> str:
                "Failure rate = stops where the unwinder did not reproduce every frame of the shadow "
                "call stack (pc, sp and the registers it restores, listed under the table), over stops "
                "in that category and position; the category is the innermost function's.")
-    out += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["", *table_lines(header)]
     out += ["| " + " | ".join(row) + " |" for row in body]
     out += ["", "Checked in every frame: " + "; ".join(f"`{u}` {c}" for u, c in data["checked"].items())
             + ". v1 and frame-pointer walking restore no other callee-saved register by design, so "
@@ -72,16 +77,14 @@ def size_lines(sizes: dict | None) -> list[str]:
     if not sizes:
         return []
     header, totals, ratios = size_cells(sizes)
-    rule = "|" + "---|" * len(header)
     out = ["", f"## Table sizes (bytes; v2 in the {sizes['layout']} layout)", "",
            "The compiler's own sections as linked, and the tables built here from the same CFI. "
            "v1 cannot describe some functions at all (`refused`: CFA through r7, frames over 64 KiB, "
            "code over 64 KiB); they cost it nothing and are not unwound. `addresses`: v2 address entries "
            "under the `drop` policy. `n/a`: not emitted (generated code has no DWARF sections) "
-           "or not published.", "",
-           "| " + " | ".join(header) + " |", rule]
+           "or not published.", "", *table_lines(header)]
     out += ["| " + " | ".join(row) + " |" for row in totals]
-    out += ["", "Bytes per function / per address:", "", "| " + " | ".join(header) + " |", rule]
+    out += ["", "Bytes per function / per address:", "", *table_lines(header)]
     out += ["| " + " | ".join(row) + " |" for row in ratios]
     return out
 
@@ -96,7 +99,7 @@ def linux_lines(groups: list[dict]) -> list[str]:
            "program's own code; stopped: walks that refused honestly (no_info) in a library without the "
            "unwinder's tables, every frame before right (not failures); own failed: the failed stops of "
            "the program's own code.", "",
-           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+           *table_lines(header)]
     return out + ["| " + " | ".join(row) + " |" for row in body]
 
 
@@ -109,12 +112,12 @@ def elf_lines(groups: list[dict]) -> list[str]:
            "a frame of code without CFI (libgcc's division wrappers); `n/a`: the compiler describes no "
            "epilogues, so `v2-gcc` would only repeat `v2`. `v2 epilogue-only`: stops v2 fails only "
            "because they are in an epilogue, over all stops (the design measured 1.5% on Chrome).", "",
-           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+           *table_lines(header)]
     out += ["| " + " | ".join(row) + " |" for row in body]
     for group in groups:
         header, body = group_cells(group)
         out += ["", f"### {group['build']} ({group['compiler']}, {' '.join(group['flags'])})", "",
-                "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                *table_lines(header)]
         out += ["| " + " | ".join(row) + " |" for row in body]
         if group["cfi_not_expressed"]:
             out += ["", "CFI not expressed: " + ", ".join(f"{m} ({n})" for m, n in group["cfi_not_expressed"].items()) + "."]

@@ -3,7 +3,7 @@ terminal): the main table, table sizes, and the compiled builds."""
 
 from __future__ import annotations
 
-from harness.classify import POSITIONS
+from harness.classify import OWN, POSITIONS
 from harness.report.data import ALL, index_rows
 from harness.report.sizes import FORMATS
 
@@ -43,8 +43,8 @@ def stopped_line(row: dict) -> str | None:
     own code. None when none did (a bare-metal program's report)."""
     if not row["stopped"]:
         return None
-    where = ", ".join(f"{module} {n}" for module, n in row["stopped_in"].items() if module != "own")
-    own = row["stopped_in"].get("own")
+    where = ", ".join(f"{module} {n}" for module, n in row["stopped_in"].items() if module != OWN)
+    own = row["stopped_in"].get(OWN)
     return (f"stopped, no tables there, at {row['stopped']} stops ({where})"
             + (f"; in own code at {own}, counted as failed" if own else ""))
 
