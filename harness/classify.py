@@ -23,6 +23,9 @@ TRAITS = (
     "page_crossing",
     "multi_epilogue",
 )
+# A stop's trait, not a function's: an exception is on its way to its
+# landing pad (harness.verify.groundtruth).
+CXX_EXCEPTION = "cxx_exception"
 NO_INFO = "no_info"  # the trait of stops outside every known function
 # Where code comes from, for a process (harness.linux.modules): the
 # program's own, the C and C++ runtimes, the dynamic linker, PLT stubs, any
@@ -97,6 +100,12 @@ def in_order(traits: Iterable[str]) -> list[str]:
 
 
 Where = tuple[str, frozenset, str]  # (function, traits, position) of a stop's pc
+
+
+def in_flight_where(where: Where) -> Where:
+    """`where` at a stop while an exception is in flight (harness.verify.groundtruth)."""
+    function, traits, position = where
+    return function, traits | {CXX_EXCEPTION}, position
 
 
 class Classifier:

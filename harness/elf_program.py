@@ -9,14 +9,16 @@ land in the `no_info` category.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Sequence
 
-from harness.classify import FrameFacts, FunctionInfo, traits_of
+from harness.classify import OWN, FrameFacts, FunctionInfo, traits_of
 from harness.errors import ElfError
 from harness.formats.arm_exidx import read_exidx_sections
 from harness.formats.dwarf_cfi import has_cfi, read_cfi
-from harness.formats.elf import ElfImage, load_segments, open_elf, symbol_address, text_base
+from harness.formats.elf import ElfImage, executable_ranges, load_segments, open_elf, symbol_address, text_base
+from harness.origin import origin_spans
 from harness.program import CfiRow, FunctionCfi, Program, relocated
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb.disasm import moves_sp_by_register, sweep
@@ -72,8 +74,15 @@ def function_info(function: FunctionCfi, code: bytes, base: int) -> FunctionInfo
 
 def program_from_elf(path: str, entry: str, expected: int | None = None,
                      text_start: int | None = None) -> Program:
+    """A bare-metal ELF run from its symbol `entry`; its code cut by origin
+    (harness.origin) where libraries were linked into it."""
     image = open_elf(path)
-    return program_from_image(image, symbol_address(image, entry), expected, text_start)
+    program = program_from_image(image, symbol_address(image, entry), expected, text_start)
+    spans = [span for low, high in executable_ranges(image)
+             for span in origin_spans(image, low, high, 0, os.path.basename(path))]
+    if all(span.label == OWN for span in spans):
+        return program
+    return replace(program, modules=tuple(spans))
 
 
 def program_from_image(image: ElfImage, entry: int, expected: int | None = None, text_start: int | None = None,

@@ -65,7 +65,7 @@ def test_each_entry_kind():
     entries = parse_exidx(EXIDX, EXIDX_AT, EXTAB, EXTAB_AT)
     assert [(e.start, e.kind) for e in entries] == [
         (0x100, "compact"), (0x200, "compact"), (0x300, "cantunwind"),
-        (0x400, "generic"), (0x500, "compact"),
+        (0x400, "unreadable"), (0x500, "compact"),
     ]
     inline, long, cant, generic, implicit = entries
     assert inline.instructions == bytes.fromhex("a8b0b0")
@@ -77,28 +77,46 @@ def test_each_entry_kind():
     assert implicit.ops == (ehabi.Pop((4, LR)), ehabi.Pop((3,)), ehabi.FINISH)
 
 
-@pytest.mark.parametrize("exidx, extab, section, offset, words", [
-    (EXIDX + b"\0" * 4, EXTAB, ".ARM.exidx", 40, "multiple of 8"),
+@pytest.mark.parametrize("exidx, section, offset, words", [
+    (EXIDX + b"\0" * 4, ".ARM.exidx", 40, "multiple of 8"),
+    (exidx_entry(0, 0x200, 1) + exidx_entry(1, 0x100, 1), ".ARM.exidx", 8, "sorted"),
+    (word(0x80000100) + word(1), ".ARM.exidx", 0, "bit 31"),  # a function word that is not prel31
+])
+def test_a_broken_index_is_a_typed_error(exidx, section, offset, words):
+    with pytest.raises(ExidxError) as caught:
+        parse_exidx(exidx, EXIDX_AT, EXTAB, EXTAB_AT)
+    error = caught.value
+    assert isinstance(error, InputError)
+    assert (error.section, error.offset) == (section, offset)
+    assert words in str(error) and f"{section} at byte {offset}" in str(error)
+
+
+@pytest.mark.parametrize("entry, extab, section, offset, words", [
     # extab pointer past the end of .ARM.extab
     (exidx_entry(0, 0x100, extab_offset=12), EXTAB, ".ARM.exidx", 4, "outside"),
     # ... and before its start
     (exidx_entry(0, 0x100, extab_offset=-4), EXTAB, ".ARM.exidx", 4, "outside"),
     # Lu16 announcing two extra words where .ARM.extab has one
-    (exidx_entry(0, 0x100, extab_offset=0), word(0x8102B108) + word(0x8400B0B0),
-     ".ARM.extab", 8, "truncated"),
-    (exidx_entry(0, 0x200, 1) + exidx_entry(1, 0x100, 1), b"", ".ARM.exidx", 8, "sorted"),
+    (exidx_entry(0, 0x100, extab_offset=0), word(0x8102B108) + word(0x8400B0B0), ".ARM.extab", 8, "truncated"),
     (exidx_entry(0, 0x100, 0x80B4B0B0), b"", ".ARM.exidx", 4, "undecodable"),  # spare 0xb4
     (exidx_entry(0, 0x100, 0x80A8A8B1), b"", ".ARM.exidx", 4, "undecodable"),  # b1 lacks operand
     (exidx_entry(0, 0x100, 0x8100B0B0), b"", ".ARM.exidx", 4, "index 1"),  # Lu16 inline
     (exidx_entry(0, 0x100, 0x83000000), b"", ".ARM.exidx", 4, "index 3"),  # reserved
+    (exidx_entry(0, 0x100, 0xF0A8B0B0), b"", ".ARM.exidx", 4, "bits 28-30"),
 ])
-def test_malformed_tables_are_typed_errors(exidx, extab, section, offset, words):
-    with pytest.raises(ExidxError) as caught:
-        parse_exidx(exidx, EXIDX_AT, extab, EXTAB_AT)
-    error = caught.value
-    assert isinstance(error, InputError)
-    assert (error.section, error.offset) == (section, offset)
-    assert words in str(error) and f"{section} at byte {offset}" in str(error)
+def test_a_malformed_entry_refuses_its_own_function_only(entry, extab, section, offset, words):
+    # The malformed entry first, then an inline pop {r4, lr} and a CANTUNWIND.
+    exidx = entry + exidx_entry(1, 0x201, 0x80A8B0B0) + exidx_entry(2, 0x300, 1)
+    bad, good, cant = parse_exidx(exidx, EXIDX_AT, extab, EXTAB_AT)
+    assert (bad.start, bad.kind, bad.ops) == (0x100, "unreadable", ())
+    assert words in bad.problem and f"{section} at byte {offset}" in bad.problem
+    assert good.ops == (ehabi.Pop((4, LR)), ehabi.FINISH) and cant.kind == "cantunwind"
+    unwinder = ExidxUnwinder((bad, good, cant), end=0x400)
+    with pytest.raises(UnwindFailure) as caught:
+        unwinder.step(make_frame(0x110, 0x8000), Stack(0x8000, bytes(8)), innermost=True)
+    assert caught.value.kind == "corrupt_table" and f"{section} at byte {offset}" in caught.value.reason
+    caller = unwinder.step(make_frame(0x210, 0x8000), Stack(0x8000, word(0x44) + word(0x1235)), innermost=True)
+    assert (caller.pc, caller.sp, caller.r[4]) == (0x1234, 0x8008, 0x44)
 
 
 def test_unwinder_on_crafted_entries():
@@ -108,7 +126,7 @@ def test_unwinder_on_crafted_entries():
     assert (caller.pc, caller.sp, caller.r[4]) == (0x1234, 0x8008, 0x44)
     for pc, kind, reason in [(0x0FF, "no_info", "no .ARM.exidx"), (0x600, "no_info", "no .ARM.exidx"),
                              (0x310, "no_info", "EXIDX_CANTUNWIND"),
-                             (0x410, "corrupt_table", "personality")]:
+                             (0x410, "corrupt_table", "unreadable")]:
         with pytest.raises(UnwindFailure) as caught:
             unwinder.step(make_frame(pc, 0x8000), stack, innermost=True)
         assert caught.value.kind == kind and reason in caught.value.reason
@@ -130,7 +148,7 @@ def test_the_gnu_model_of_a_generic_personality_is_decoded_and_run():
     gnu, hostile, cant = parse_exidx(exidx, EXIDX_AT, HOSTILE_EXTAB, EXTAB_AT)
     assert gnu.kind == "generic" and gnu.problem is None
     assert gnu.instructions == bytes.fromhex("a8b0b0b0b0b0b0") and gnu.ops == (ehabi.Pop((4, LR)), ehabi.FINISH)
-    assert hostile.kind == "generic" and hostile.ops == () and "truncated" in hostile.problem
+    assert hostile.kind == "unreadable" and hostile.ops == () and "truncated" in hostile.problem
     assert cant.kind == "cantunwind"  # one entry that cannot be decoded spoils nothing else
     unwinder = ExidxUnwinder((gnu, hostile, cant), end=0x400)
     caller = unwinder.step(make_frame(0x110, 0x8000), Stack(0x8000, word(0x44) + word(0x1235)), innermost=True)

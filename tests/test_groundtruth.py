@@ -86,3 +86,29 @@ def test_call_length_decodes_only_calls():
         lengths.append(call_length(code[offset:offset + 4]))
         offset += 4 if code[offset + 1] >> 3 in (0x1D, 0x1E, 0x1F) else 2
     assert lengths == [4, 2, 0, 4, 0, 0, 0]
+
+
+def test_an_exception_is_in_flight_from_its_raise_entry_to_its_landing_pad():
+    """ShadowStack.in_flight (the cxx_exception trait): set at the first
+    instruction of a raise entry, reached through a PLT stub; kept in the
+    callees it makes; cleared where the frame on top at the raise is
+    dropped: a landing pad in the thrower's caller, restored by a pop {pc}."""
+    from harness.verify.groundtruth import ShadowFrame, ShadowStack
+
+    regs = lambda sp: (0,) * 13 + (sp,)  # noqa: E731 (r0-r12, sp)
+    shadow = ShadowStack(ShadowFrame(0xDEAD, 0x8000, (0,) * 8, None), frozenset({0x2000}))
+    shadow.observe(0x1000, 0x7F00)
+    shadow.before(0x1000, 4, regs(0x7F00), None)  # main: bl __cxa_throw@plt
+    shadow.observe(0x3000, 0x7F00)  # the PLT stub
+    assert not shadow.in_flight and len(shadow.frames) == 2
+    shadow.observe(0x2000, 0x7F00)  # __cxa_throw
+    assert shadow.in_flight
+    shadow.before(0x2010, 4, regs(0x7E00), None)  # ... bl _Unwind_RaiseException
+    shadow.observe(0x4000, 0x7E00)
+    assert shadow.in_flight and len(shadow.frames) == 3
+    shadow.before_return(0x4100, 4)  # libgcc's restore: ldm ..., {..., pc}
+    shadow.observe(0x1100, 0x7F00)  # main's landing pad, with main's sp
+    assert not shadow.in_flight and len(shadow.frames) == 1
+    shadow.observe(0x2000, 0x7F00)  # a raise entry reached again (a tail call): in flight again
+    assert shadow.in_flight
+    assert not ShadowStack(ShadowFrame(0xDEAD, 0x8000, (0,) * 8, None)).in_flight  # no raise entries: never

@@ -117,3 +117,19 @@ def test_both_hooks_count_a_process_alike():
     in_python = verify_process(run, names, own_unwinders(names), every=5, compiled=False)
     assert compiled.fault is None and compiled.stops > 10_000
     assert compiled.counts == in_python.counts
+
+
+def test_stops_between_a_throw_and_its_landing_pad_are_cxx_exception():
+    """throw.cc throws three times through five frames with a destructor
+    each: the stops of the C++ runtime and libgcc while the exception is on
+    its way count as cxx_exception; the program's own code (its cleanups
+    run at landing pads, from where _Unwind_Resume raises again) never."""
+    run = LinuxRun(build("throw.cc", "-Wl,-z,now"), (), sysroot())
+    result = verify_process(run, ["dwarf"], own_unwinders(["dwarf"]), every=3)
+    assert result.fault is None
+    flying, grounded = Counter(), Counter()
+    for (_unwinder, traits, _position, _kind), stops in result.counts.items():
+        module = next(t for t in traits if t in ("own", "libc", "libstdcxx", "libgcc", "ld.so", "plt", "lib"))
+        (flying if "cxx_exception" in traits else grounded)[module] += stops
+    assert flying["libgcc"] > 1000 and flying["libstdcxx"] > 100 and flying[OWN] == 0
+    assert grounded[OWN] > 0 and grounded["libc"] > 0

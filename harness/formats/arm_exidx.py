@@ -12,11 +12,12 @@ prel31 offset to a generic personality routine. GCC's personalities
 toolchains emit) use the GNU model: the next word's top byte counts the
 extra words, its low three bytes are the first instructions, then the
 extra words, most significant byte first, then the routine's own data
-(libgcc's __gnu_unwind_frame reads exactly this). A generic entry that
-cannot be decoded so refuses its own function only.
+(libgcc's __gnu_unwind_frame reads exactly this). An entry that cannot be
+read or decoded refuses its own function only.
 
 `parse_exidx` is a pure function of the two sections' bytes and addresses.
-Malformed input raises ExidxError naming the section and the byte offset.
+A malformed index raises ExidxError naming the section and the byte offset;
+a malformed entry becomes an "unreadable" entry carrying that message.
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ class ExidxEntry:
 
     start: int
     instructions: bytes | None
-    kind: str  # "compact" | "cantunwind" | "generic"
+    kind: str  # "compact" | "cantunwind" | "generic" | "unreadable"
     ops: tuple[ehabi.Op, ...] = ()
-    problem: str | None = None  # a generic entry whose instructions could not be decoded: why
+    problem: str | None = None  # an unreadable entry: why
 
 
 def prel31(word: int, address: int) -> int:
@@ -105,17 +106,34 @@ def _compact(word: int, extab: bytes, offset: int, where: str) -> bytes:
 
 def _generic(start: int, extab: bytes, where: int) -> ExidxEntry:
     """The GNU-model entry for the function at `start` whose personality
-    word sits at `where` of `extab`; undecodable, an entry that names why
-    (its function refuses, the rest of the table stands)."""
-    try:
-        head = _word(extab, where + 4, EXTAB)
-        data = bytearray(head.to_bytes(4, "big")[1:])
-        for index in range(head >> 24):
-            data += _word(extab, where + 8 + 4 * index, EXTAB).to_bytes(4, "big")
-        ops = decode_instructions(bytes(data), EXTAB, where + 4)
-    except ExidxError as error:
-        return ExidxEntry(start, None, "generic", (), f"{EXTAB} at byte {error.offset}: {error.message}")
-    return ExidxEntry(start, bytes(data), "generic", ops)
+    word sits at `where` of `extab`."""
+    head = _word(extab, where + 4, EXTAB)
+    data = bytearray(head.to_bytes(4, "big")[1:])
+    for index in range(head >> 24):
+        data += _word(extab, where + 8 + 4 * index, EXTAB).to_bytes(4, "big")
+    return ExidxEntry(start, bytes(data), "generic", decode_instructions(bytes(data), EXTAB, where + 4))
+
+
+def _entry(start: int, second: int, offset: int, exidx: bytes, exidx_address: int,
+           extab: bytes, extab_address: int) -> ExidxEntry:
+    """The entry at `offset` of `.ARM.exidx` for the function at `start`,
+    whose second word is `second`; ExidxError if it cannot be read."""
+    if second == EXIDX_CANTUNWIND:
+        return ExidxEntry(start, None, "cantunwind")
+    if second & 0x80000000:
+        data = _compact(second, exidx, offset + 4, EXIDX)
+        return ExidxEntry(start, data, "compact", decode_instructions(data, EXIDX, offset + 4))
+    target = prel31(second, exidx_address + offset + 4)
+    where = target - extab_address
+    if not 0 <= where <= len(extab) - 4 or where % 4:
+        raise ExidxError(EXIDX, offset + 4,
+                         f"extab pointer {target:#x} is outside {EXTAB} "
+                         f"[{extab_address:#x}, {extab_address + len(extab):#x})")
+    word = _word(extab, where, EXTAB)
+    if not word & 0x80000000:
+        return _generic(start, extab, where)
+    data = _compact(word, extab, where, EXTAB)
+    return ExidxEntry(start, data, "compact", decode_instructions(data, EXTAB, where))
 
 
 def parse_sections(sections: ExidxSections) -> tuple[ExidxEntry, ...]:
@@ -125,7 +143,11 @@ def parse_sections(sections: ExidxSections) -> tuple[ExidxEntry, ...]:
 
 def parse_exidx(exidx: bytes, exidx_address: int, extab: bytes = b"",
                 extab_address: int = 0) -> tuple[ExidxEntry, ...]:
-    """The entries of an `.ARM.exidx` section, which must be sorted by start."""
+    """The entries of an `.ARM.exidx` section, which must be sorted by start.
+    A broken index (its size, a function word, the order) is an ExidxError;
+    an entry whose instructions cannot be read is kept as an "unreadable"
+    entry naming why: its function refuses, the rest of the table stands
+    (as libunwindstack fails one function, not the library)."""
     if len(exidx) % 8:
         raise ExidxError(EXIDX, len(exidx) - len(exidx) % 8,
                          f"size {len(exidx)} is not a multiple of 8")
@@ -138,27 +160,10 @@ def parse_exidx(exidx: bytes, exidx_address: int, extab: bytes = b"",
         start = prel31(first, exidx_address + offset) & ~1
         if entries and start < entries[-1].start:
             raise ExidxError(EXIDX, offset, f"entry for {start:#x} follows {entries[-1].start:#x}: not sorted")
-        if second == EXIDX_CANTUNWIND:
-            entries.append(ExidxEntry(start, None, "cantunwind"))
-            continue
-        if second & 0x80000000:
-            data = _compact(second, exidx, offset + 4, EXIDX)
-            ops = decode_instructions(data, EXIDX, offset + 4)
-            entries.append(ExidxEntry(start, data, "compact", ops))
-            continue
-        target = prel31(second, exidx_address + offset + 4)
-        where = target - extab_address
-        if not 0 <= where <= len(extab) - 4 or where % 4:
-            raise ExidxError(EXIDX, offset + 4,
-                             f"extab pointer {target:#x} is outside {EXTAB} "
-                             f"[{extab_address:#x}, {extab_address + len(extab):#x})")
-        word = _word(extab, where, EXTAB)
-        if not word & 0x80000000:
-            entries.append(_generic(start, extab, where))
-            continue
-        data = _compact(word, extab, where, EXTAB)
-        ops = decode_instructions(data, EXTAB, where)
-        entries.append(ExidxEntry(start, data, "compact", ops))
+        try:
+            entries.append(_entry(start, second, offset, exidx, exidx_address, extab, extab_address))
+        except ExidxError as error:
+            entries.append(ExidxEntry(start, None, "unreadable", (), str(error)))
     return tuple(entries)
 
 

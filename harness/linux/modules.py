@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from harness.classify import OWN
 from harness.elf_program import program_from_image
@@ -22,6 +22,7 @@ from harness.linux.files import GuestError
 from harness.linux.loader import ET_DYN, KUSER_PAGE
 from harness.linux.memory import page_down, page_up
 from harness.linux.process import KUSER_SIZE, LinuxRun, LinuxSystem
+from harness.origin import library_exports, origin_spans
 from harness.program import ModuleSpan, Program
 from harness.unwind import BUILDERS
 from harness.unwind.modules import Covered, PerModule
@@ -113,26 +114,64 @@ def module_program(module: LoadedModule) -> Program:
     return program_from_image(image, image.elf["e_entry"], load_base=module.base, cfi_required=False)
 
 
-def spans_of(module: LoadedModule) -> list[ModuleSpan]:
-    """The module's code for classifying stops, its PLT apart."""
+def _with_plt(spans: list[ModuleSpan], plt: ModuleSpan) -> list[ModuleSpan]:
+    """`spans` with the PLT's addresses cut out of them and `plt` in its place."""
+    out = [plt]
+    for span in spans:
+        if span.start < plt.start:
+            out.append(replace(span, end=min(span.end, plt.start)))
+        if span.end > plt.end:
+            out.append(replace(span, start=max(span.start, plt.end)))
+    return sorted(out, key=lambda s: s.start)
+
+
+def spans_of(module: LoadedModule, exported: Mapping[str, str] = {}) -> list[ModuleSpan]:
+    """The module's code for classifying stops: the executable's cut by
+    origin (harness.origin; `exported`: the runtime libraries' function
+    names), its PLT apart."""
     image = open_elf(module.path)
-    symbols = tuple((address + module.base, address + module.base + max(size, 2), name)
-                    for address, size, name in function_symbols(image))
+    if module.label == OWN:
+        spans = origin_spans(image, module.start - module.base, module.end - module.base, module.base,
+                             module.name, exported)
+    else:
+        symbols = tuple((address + module.base, address + module.base + max(size, 2), name)
+                        for address, size, name in function_symbols(image))
+        spans = [ModuleSpan(module.start, module.end, module.label, module.name, symbols)]
     plt = image.elf.get_section_by_name(".plt")
     if plt is None or not plt["sh_size"]:
-        return [ModuleSpan(module.start, module.end, module.label, module.name, symbols)]
+        return spans
     low, high = plt["sh_addr"] + module.base, plt["sh_addr"] + plt["sh_size"] + module.base
-    return [ModuleSpan(module.start, low, module.label, module.name, symbols),
-            ModuleSpan(low, high, "plt", f"{module.name}@plt"),
-            ModuleSpan(high, module.end, module.label, module.name, symbols)]
+    return _with_plt(spans, ModuleSpan(low, high, "plt", f"{module.name}@plt"))
 
 
-def process_image(modules: Sequence[LoadedModule], programs: Sequence[Program]) -> Program:
+# Where a Debian armhf sysroot keeps the C and C++ runtimes.
+RUNTIME_LIBRARIES = tuple(f"{directory}/{name}" for name in ("libc.so.6", "libstdc++.so.6", "libgcc_s.so.1")
+                          for directory in ("/lib/arm-linux-gnueabihf", "/usr/lib/arm-linux-gnueabihf"))
+
+
+def runtime_exports(system: LinuxSystem, modules: Sequence[LoadedModule]) -> dict[str, str]:
+    """The function names the runtime libraries export, by library label:
+    those the process loaded, or for a static executable the sysroot's."""
+    libraries = {m.path: m.label for m in modules if m.label not in (OWN, "ld.so")}
+    if not libraries:
+        for guest in RUNTIME_LIBRARIES:
+            try:
+                host = system.files.resolve(guest)[1]
+            except GuestError:
+                continue
+            if os.path.isfile(host):
+                libraries.setdefault(host, label_of(os.path.basename(guest)))
+    return library_exports(libraries)
+
+
+def process_image(modules: Sequence[LoadedModule], programs: Sequence[Program],
+                  exported: Mapping[str, str] = {}) -> Program:
     """One Program standing for the whole process, for classifying stops:
     the executable's, with every module's functions and spans."""
     own = programs[[m.label for m in modules].index(OWN)]
     functions = tuple(sorted((f for p in programs for f in p.functions), key=lambda f: f.start))
-    spans = sorted([span for module in modules for span in spans_of(module)] + [VECTORS], key=lambda s: s.start)
+    spans = sorted([span for module in modules for span in spans_of(module, exported)] + [VECTORS],
+                   key=lambda s: s.start)
     return replace(own, functions=functions, modules=tuple(s for s in spans if s.start < s.end))
 
 

@@ -13,6 +13,7 @@ from harness.linux.modules import (
     modules_of,
     process_image,
     process_unwinders,
+    runtime_exports,
 )
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.program import Program
@@ -48,7 +49,8 @@ def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[
     programs = [module_program(module) for module in modules]
     unwinders = process_unwinders(names, modules, programs, own_unwinders)
     system = LinuxSystem(run)
-    result = verify_program(process_image(modules, programs), unwinders, every=every, shard=shard, limits=limits,
+    image = process_image(modules, programs, runtime_exports(system, modules))
+    result = verify_program(image, unwinders, every=every, shard=shard, limits=limits,
                             system=system, compiled=compiled, observe=observe)
     if result.fault is None and modules_of(system) != modules:
         result.fault = "the libraries were loaded elsewhere than in the first run: the emulation is not deterministic"

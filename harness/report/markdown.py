@@ -6,6 +6,7 @@ from harness.classify import POSITIONS
 from harness.report.data import ALL, index_rows
 from harness.report.tables import (
     elf_cells,
+    failed_and_stopped,
     group_cells,
     linux_cells,
     not_verified,
@@ -98,9 +99,17 @@ def linux_lines(groups: list[dict]) -> list[str]:
            "unwound by its own tables. Failed: stops whose walk got a frame wrong, or refused in the "
            "program's own code; stopped: walks that refused honestly (no_info) in a library without the "
            "unwinder's tables, every frame before right (not failures); own failed: the failed stops of "
-           "the program's own code.", "",
+           "the program's own code. Per program below, each unwinder's failed / stopped stops per "
+           "category: where the innermost pc is (the module its code comes from, harness.origin; "
+           "`cxx_exception`: an exception on its way to its landing pad).", "",
            *table_lines(header)]
-    return out + ["| " + " | ".join(row) + " |" for row in body]
+    out += ["| " + " | ".join(row) + " |" for row in body]
+    for group in groups:
+        header, body = group_cells(group, failed_and_stopped)
+        out += ["", f"### {group['build']} ({group['compiler']}, {' '.join(group['flags'])})", "",
+                *table_lines(header)]
+        out += ["| " + " | ".join(row) + " |" for row in body]
+    return out
 
 
 def elf_lines(groups: list[dict]) -> list[str]:

@@ -3,6 +3,8 @@ terminal): the main table, table sizes, and the compiled builds."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from harness.classify import OWN, POSITIONS
 from harness.report.data import ALL, index_rows
 from harness.report.sizes import FORMATS
@@ -121,9 +123,14 @@ def linux_cells(groups: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
-def group_cells(group: dict) -> tuple[list[str], list[list[str]]]:
+def failed_and_stopped(row: dict) -> str:
+    """A process's cell: its failed stops, then those stopped honestly in a library."""
+    return f"{rate(row)} / {row['stopped']}"
+
+
+def group_cells(group: dict, cell: Callable[[dict], str] = rate) -> tuple[list[str], list[list[str]]]:
     """One build's table: every unwinder side by side per category and
-    position (rows without stops left out)."""
+    position (rows without stops left out), each `cell(row)`."""
     index = index_rows(group["results"])
     names = unwinder_names(group)
     header = ["category", "position", "stops", *names]
@@ -132,5 +139,5 @@ def group_cells(group: dict) -> tuple[list[str], list[list[str]]]:
         row = index[(names[0], category, position)]
         if row["stops"]:
             body.append([category, position, str(row["stops"]),
-                         *(rate(index[(u, category, position)]) for u in names)])
+                         *(cell(index[(u, category, position)]) for u in names)])
     return header, body

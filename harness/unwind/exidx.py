@@ -45,7 +45,7 @@ class ExidxUnwinder:
         if entry.kind == "cantunwind":
             raise UnwindFailure("no_info", "EXIDX_CANTUNWIND")
         if entry.problem is not None:  # this function's entry only: the rest of the table stands
-            raise UnwindFailure("corrupt_table", f"generic personality entry: {entry.problem}")
+            raise UnwindFailure("corrupt_table", f"unreadable entry: {entry.problem}")
         return entry.ops, low, high
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:

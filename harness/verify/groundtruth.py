@@ -17,14 +17,35 @@ execution alone (ARCHITECTURE.md, "Ground truth").
   sp of the frame they land in).
 - A process's first frame (harness.linux) has no caller: its bottom
   frame stands for that and is never compared.
+
+An exception is in flight (stops get the cxx_exception trait) from the
+first instruction of an entry point that raises one (RAISE_ENTRIES:
+__cxa_throw, _Unwind_Resume...; reached by a call, through a PLT stub or by
+a tail call) until the shadow stack drops the frame that was on top there:
+at the landing pad (a NON_LOCAL_EXIT), or when the call returns (a forced
+unwind that found no handler).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.program import Program
 from harness.thumb.encoding import it_advance
 from harness.verify import abi
+
+# The entry points that start an exception's unwinding: libstdc++'s throw
+# and rethrow, libgcc's raise, resume (from a cleanup landing pad) and
+# forced unwind (thread exit and cancellation).
+RAISE_ENTRIES = ("__cxa_throw", "__cxa_rethrow", "_Unwind_RaiseException", "_Unwind_Resume",
+                 "_Unwind_Resume_or_Rethrow", "_Unwind_ForcedUnwind")
+
+
+def raise_entries(program: Program) -> tuple[int, ...]:
+    """The addresses of the RAISE_ENTRIES among the symbols of the
+    program's modules, sorted (none in a program without modules)."""
+    found = {start for span in program.modules for start, _end, name in span.symbols if name in RAISE_ENTRIES}
+    return tuple(sorted(found))
 
 
 @dataclass(frozen=True)
@@ -95,14 +116,29 @@ class ShadowStack:
     """Frames from the sentinel (bottom, index 0) to the innermost caller
     (harness/verify/csrc/trace.c keeps the same, packed, in the compiled hook)."""
 
-    def __init__(self, bottom: ShadowFrame):
+    def __init__(self, bottom: ShadowFrame, raises: frozenset[int] = frozenset()):
         self.frames: list[ShadowFrame] = [bottom]
         self._pending: tuple[int, ShadowFrame] | None = None
         self._return_fall_through: int | None = None
         self._serial = bottom.serial
+        self._raises = raises  # RAISE_ENTRIES' addresses
+        self._flight = 0  # the depth when an exception was raised; 0: none in flight
+
+    @property
+    def in_flight(self) -> bool:
+        """Is an exception on its way to a landing pad?"""
+        return self._flight != 0
 
     def observe(self, pc: int, sp: int) -> None:
         """Account for the instruction that ran since the previous stop."""
+        self._follow(pc, sp)
+        if self._flight and len(self.frames) < self._flight:
+            self._flight = 0
+        if not self._flight and pc in self._raises:
+            self._flight = len(self.frames)
+
+    def _follow(self, pc: int, sp: int) -> None:
+        """The calls, returns and non-local exits."""
         if self._pending is not None:
             fall_through, frame = self._pending
             self._pending = None

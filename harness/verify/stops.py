@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable, Sequence
 
-from harness.classify import Classifier, Where
+from harness.classify import Classifier, Where, in_flight_where
 from harness.program import Program
 from harness.thumb.encoding import (
     arm_call_length,
@@ -30,7 +30,7 @@ from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
 from harness.verify.emulator import EmulationFault, Emulator, as_limits, guard_cause
 from harness.verify.failures import FailureCause, FailureLog, Outcome, ProgramResult, counted_kind, mismatch_of
-from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, unpacked
+from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, raise_entries, unpacked
 from harness.verify.walks import MemoizedWalk, first_difference
 
 DEFAULT_LIMITS = abi.Limits()  # how far a program may run before it counts as runaway
@@ -66,10 +66,18 @@ class Verification:
         self.log_cap = abi.FAILURE_LOG_CAP  # entries in `log`, at most; the rest are tallied in `unlogged`
         self.unlogged: Counter = Counter()  # (where, cause) -> failing walks in Python past the cap
 
-    def ids(self, pc: int) -> tuple[int, int, int, int]:
-        """(stop class, where id) of pc, for the kernel, and the pcs [low,
-        high) that share them."""
+    def where(self, pc: int, in_flight: bool) -> Where:
+        """pc's (function, traits, position) at a stop, `in_flight` with
+        an exception on its way to a landing pad (groundtruth.ShadowStack)."""
+        where = self.classify(pc)
+        return in_flight_where(where) if in_flight else where
+
+    def ids(self, pc: int, in_flight: bool = False) -> tuple[int, int, int, int]:
+        """(stop class, where id) of a stop at pc, for the kernel, and the
+        pcs [low, high) that share them."""
         where, low, high = self.classify.span(pc)
+        if in_flight:
+            where = in_flight_where(where)
         where_id = self._where_ids.get(where)
         if where_id is None:
             where_id = self._where_ids[where] = len(self.wheres)
@@ -94,9 +102,10 @@ class Verification:
             return FailureCause(self.names[index], kind, answer.frame, function, register_name, "", traits)
         return self.failure_cause(self.names[index], stop_kernel.outcome(answer), answer.pc)
 
-    def walk(self, number: int, pc: int, indices, frame: Frame, stack, expected: Sequence[ShadowFrame]) -> None:
+    def walk(self, number: int, pc: int, indices, frame: Frame, stack, expected: Sequence[ShadowFrame],
+             in_flight: bool = False) -> None:
         """The unwinders `indices` walk the stop in Python."""
-        where = self.classify(pc)
+        where = self.where(pc, in_flight)
         for index in indices:
             outcome = self.walks[index](frame, stack, expected)
             if outcome is None:
@@ -183,7 +192,8 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
     shadow_frames: dict[int, ShadowFrame] = {}  # serial -> frame, unpacked once
     compare_bottom = emulator.system is None
 
-    def slow(number: int, pc: int, regs, cpsr: int, vfp, deferred, packed_shadow: bytes, serials) -> None:
+    def slow(number: int, pc: int, regs, cpsr: int, vfp, deferred, packed_shadow: bytes, serials,
+             in_flight: int) -> None:
         """A stop where a walk deferred, or every stop when observed."""
         if len(shadow_frames) > 2 * len(serials) + 4096:  # mostly frames returned from: start afresh
             shadow_frames.clear()
@@ -197,13 +207,13 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
             expected.pop()  # a process's first frame: no caller to compare
         frame, stack = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13])
         if deferred:
-            run.walk(number, pc, deferred, frame, stack, expected)
+            run.walk(number, pc, deferred, frame, stack, expected, bool(in_flight))
         if observe is not None:
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
     tracer = kernel.Tracer(emulator.engine(program.uses_vfp), stop_kernel and stop_kernel.verifier,
                            emulator.placement.sentinel, program.uses_vfp, every, *shard, run.ids, slow,
-                           observe is not None, compare_bottom)
+                           observe is not None, compare_bottom, raise_entries(program))
     cap = run.log_cap
     try:
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap)
@@ -226,14 +236,14 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
 
 def _checker(emulator: Emulator, run: Verification, result: ProgramResult, observe, every: int,
              shard: tuple[int, int]) -> Callable:
-    """check(pc, regs, cpsr, vfp, shadow frames): verify every unwinder at one
+    """check(pc, regs, cpsr, vfp, shadow frames, in flight): verify every unwinder at one
     stop of the Python hook, if it is one of those to verify (regs: r0-r14
     at least)."""
     every_walk = range(len(run.walks))
     seen = 0
     shard_index, shard_count = shard
 
-    def check(pc: int, regs, cpsr: int, vfp, frames: list[ShadowFrame]) -> None:
+    def check(pc: int, regs, cpsr: int, vfp, frames: list[ShadowFrame], in_flight: bool) -> None:
         nonlocal seen
         number = seen
         seen += 1
@@ -244,7 +254,7 @@ def _checker(emulator: Emulator, run: Verification, result: ProgramResult, obser
             return  # ground truth alone
         expected = frames[::-1] if emulator.system is None else frames[:0:-1]  # a process's first frame: no caller
         frame, stack = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13])
-        run.walk(number, pc, every_walk, frame, stack, expected)
+        run.walk(number, pc, every_walk, frame, stack, expected, in_flight)
         if observe is not None:
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
@@ -283,14 +293,15 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
             raise EmulationFault(pc, guard_cause(abi.GUARD_SELF_LOOP, limits))
         last = pc, regs
         if shadow is None:  # first stop: the harness's own call into the entry
-            shadow = ShadowStack(ShadowFrame(emulator.placement.sentinel, regs[13], tuple(regs[4:12]), vfp))
+            shadow = ShadowStack(ShadowFrame(emulator.placement.sentinel, regs[13], tuple(regs[4:12]), vfp),
+                                 frozenset(raise_entries(program)))
         else:
             shadow.observe(pc, regs[13])
         if len(shadow.frames) > max_depth:
             raise EmulationFault(pc, guard_cause(abi.GUARD_DEPTH, limits))
         for skipped, state in it_blocks.passed_over(pc):
-            check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames)
-        check(pc, regs, regs[16], vfp, shadow.frames)
+            check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames, shadow.in_flight)
+        check(pc, regs, regs[16], vfp, shadow.frames, shadow.in_flight)
         thumb = bool(regs[16] & 0x20)
         decoded = decoded_at.get((pc, thumb))
         if decoded is None:

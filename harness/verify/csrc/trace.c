@@ -95,8 +95,8 @@ typedef struct {
     int uses_vfp, observe_all;
     int compare_bottom;  /* 0: the bottom frame stands for "no caller" (a process's first), never compared */
     uint64_t every, shard_index, shard_count;
-    PyObject *classify;  /* classify(pc) -> (stop class, where id, low, high) */
-    PyObject *slow;      /* slow(number, pc, regs, cpsr, vfp, deferred, shadow, serials) */
+    PyObject *classify;  /* classify(pc, in flight) -> (stop class, where id, low, high) */
+    PyObject *slow;      /* slow(number, pc, regs, cpsr, vfp, deferred, shadow, serials, in flight) */
     /* registers of the current stop (`values`: one of two banks, the other
      * holding the previous stop's, at `last_pc`) */
     uint64_t *values;
@@ -113,6 +113,10 @@ typedef struct {
     uint32_t fall_through, return_fall_through;
     Expected pending_frame;
     uint64_t pending_serial;
+    /* an exception in flight: the entry points that raise one, sorted, and
+     * the shadow depth at which one was raised (0: none in flight) */
+    uint32_t *raises;
+    size_t raise_count, flight;
     /* instructions of the current IT block not reached yet */
     SkippedStop it_pending[IT_BLOCK];
     int it_count;
@@ -120,8 +124,9 @@ typedef struct {
     /* pc -> PcInfo, open addressing */
     PcInfo *table;
     size_t table_size, table_used;
-    /* pcs [low, high) of one (function, traits, position): id = stop class << 32 | where id */
-    Ranges classes;
+    /* pcs [low, high) of one (function, traits, position): id = stop class << 32 | where id;
+     * the second for stops while an exception is in flight */
+    Ranges classes[2];
     /* failing answers */
     Logged *log;
     size_t logged, log_capacity;
@@ -251,16 +256,17 @@ static PcInfo *decoded(Tracer *t, uint32_t pc, int thumb) {
     return info;
 }
 
-/* The stop class and where id of pc (asking `classify` once per span of
- * pcs alike); -1 on a Python error. */
-static int classified(Tracer *t, uint32_t pc, Py_ssize_t *stop_class, int32_t *where) {
+/* The stop class and where id of pc, with an exception in flight or not
+ * (asking `classify` once per span of pcs alike); -1 on a Python error. */
+static int classified(Tracer *t, uint32_t pc, int in_flight, Py_ssize_t *stop_class, int32_t *where) {
     Py_ssize_t slot;
-    const Range *found = ranges_find(&t->classes, pc, &slot);
+    Ranges *classes = &t->classes[in_flight != 0];
+    const Range *found = ranges_find(classes, pc, &slot);
     Py_ssize_t id;
     if (found) {
         id = found->id;
     } else {
-        PyObject *made = PyObject_CallFunction(t->classify, "k", (unsigned long)pc);
+        PyObject *made = PyObject_CallFunction(t->classify, "ki", (unsigned long)pc, in_flight != 0);
         if (!made) return -1;
         int class_id, where_id;
         long long low, high;
@@ -272,7 +278,7 @@ static int classified(Tracer *t, uint32_t pc, Py_ssize_t *stop_class, int32_t *w
             return -1;
         }
         id = (Py_ssize_t)class_id << 32 | where_id;
-        if (ranges_insert(&t->classes, slot, (Range){ low, high, NULL, id })) return -1;
+        if (ranges_insert(classes, slot, (Range){ low, high, NULL, id })) return -1;
     }
     *stop_class = id >> 32;
     *where = (int32_t)(id & 0xFFFFFFFF);
@@ -306,8 +312,8 @@ static int push(Tracer *t, const Expected *frame, uint64_t serial) {
     return 0;
 }
 
-/* ShadowStack.observe: account for the instruction that ran since the last stop. */
-static int observe(Tracer *t, uint32_t pc, uint32_t sp) {
+/* ShadowStack._follow: the calls, returns and non-local exits. */
+static int follow(Tracer *t, uint32_t pc, uint32_t sp) {
     if (t->call_pending) {
         t->call_pending = 0;
         if (pc != t->fall_through) return push(t, &t->pending_frame, t->pending_serial);
@@ -318,6 +324,24 @@ static int observe(Tracer *t, uint32_t pc, uint32_t sp) {
     while (t->depth > 1 && t->frames[t->depth - 1].sp < sp) t->depth--;
     const Expected *top = &t->frames[t->depth - 1];
     if (t->depth > 1 && sp == top->sp && (pc == top->pc || returned)) t->depth--;
+    return 0;
+}
+
+static int raises_at(const Tracer *t, uint32_t pc) {
+    size_t low = 0, high = t->raise_count;
+    while (low < high) {
+        size_t middle = (low + high) / 2;
+        if (t->raises[middle] < pc) low = middle + 1; else high = middle;
+    }
+    return low < t->raise_count && t->raises[low] == pc;
+}
+
+/* ShadowStack.observe: account for the instruction that ran since the last
+ * stop, and for an exception in flight. */
+static int observe(Tracer *t, uint32_t pc, uint32_t sp) {
+    if (follow(t, pc, sp)) return -1;
+    if (t->flight && t->depth < t->flight) t->flight = 0;
+    if (!t->flight && t->raise_count && raises_at(t, pc)) t->flight = t->depth;
     return 0;
 }
 
@@ -388,8 +412,8 @@ static int call_slow(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr, con
         if (!index) goto done;
         PyTuple_SET_ITEM(which, i, index);
     }
-    result = PyObject_CallFunction(t->slow, "KkOIOOOO", (unsigned long long)number, (unsigned long)pc, regs,
-                                   (unsigned int)cpsr, vfp, which, shadow, serials);
+    result = PyObject_CallFunction(t->slow, "KkOIOOOOi", (unsigned long long)number, (unsigned long)pc, regs,
+                                   (unsigned int)cpsr, vfp, which, shadow, serials, t->flight != 0);
 done:
     Py_XDECREF(regs);
     Py_XDECREF(vfp);
@@ -414,7 +438,7 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
          * pc is a return address, its call one byte before. */
         Py_ssize_t ignored;
         int32_t culprit;
-        if (classified(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc), &ignored, &culprit)) return -1;
+        if (classified(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc), 0, &ignored, &culprit)) return -1;
         key.detail = a->reg;
         key.culprit = culprit;
     } else {
@@ -459,7 +483,7 @@ static int check(Tracer *t, uint32_t pc, uint32_t cpsr) {
     if (unwinders) {
         Py_ssize_t stop_class;
         int32_t where;
-        if (classified(t, pc, &stop_class, &where)) return -1;
+        if (classified(t, pc, t->flight != 0, &stop_class, &where)) return -1;
         KFrame frame;
         memset(&frame, 0, sizeof frame);
         for (int i = 0; i < 15; i++) frame.r[i] = (int64_t)t->values[i];
@@ -602,7 +626,9 @@ static void Tracer_dealloc(Tracer *self) {
     PyMem_Free(self->frames);
     PyMem_Free(self->serials);
     PyMem_Free(self->table);
-    ranges_clear(&self->classes);
+    ranges_clear(&self->classes[0]);
+    ranges_clear(&self->classes[1]);
+    PyMem_Free(self->raises);
     PyMem_Free(self->log);
     PyMem_Free(self->causes.keys);
     PyMem_Free(self->causes.slots);
@@ -620,12 +646,13 @@ static int address_of(PyObject *engine, Py_ssize_t index, void **out) {
 }
 
 /* Tracer(engine, verifier, sentinel, uses_vfp, every, shard_index,
- * shard_count, classify, slow, observe_all, compare_bottom=True): engine is
- * harness/verify/abi.py's Engine (its items by the ENGINE_* indices). */
+ * shard_count, classify, slow, observe_all, compare_bottom=True, raises=()):
+ * engine is harness/verify/abi.py's Engine (its items by the ENGINE_*
+ * indices); raises the entry points that raise an exception, sorted. */
 static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     static char *names[] = {"engine", "verifier", "sentinel", "uses_vfp", "every", "shard_index", "shard_count",
-                            "classify", "slow", "observe_all", "compare_bottom", NULL};
-    PyObject *engine, *verifier, *classify, *slow;
+                            "classify", "slow", "observe_all", "compare_bottom", "raises", NULL};
+    PyObject *engine, *verifier, *classify, *slow, *raises = NULL;
     unsigned long sentinel;
     int uses_vfp, observe_all, compare_bottom = 1;
     unsigned long long every, shard_index, shard_count;
@@ -633,9 +660,9 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_TypeError, "a Tracer is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp|p", names, &PyTuple_Type, &engine, &verifier, &sentinel,
-                                     &uses_vfp, &every, &shard_index, &shard_count, &classify, &slow, &observe_all,
-                                     &compare_bottom))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp|pO!", names, &PyTuple_Type, &engine, &verifier,
+                                     &sentinel, &uses_vfp, &every, &shard_index, &shard_count, &classify, &slow,
+                                     &observe_all, &compare_bottom, &PyTuple_Type, &raises))
         return -1;
     if (verifier != Py_None && !PyObject_TypeCheck(verifier, &VerifierType)) {
         PyErr_SetString(PyExc_TypeError, "verifier must be a Verifier or None");
@@ -696,6 +723,20 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     self->compare_bottom = compare_bottom;
     self->causes.key_size = sizeof(CauseKey);
     self->tally.key_size = sizeof(TallyKey);
+    Py_ssize_t count = raises ? PyTuple_GET_SIZE(raises) : 0;
+    if (count) {
+        self->raises = PyMem_Calloc((size_t)count, sizeof(uint32_t));
+        if (!self->raises) { PyErr_NoMemory(); return -1; }
+        for (Py_ssize_t i = 0; i < count; i++) {
+            self->raises[i] = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(raises, i));
+            if (PyErr_Occurred()) return -1;
+            if (i && self->raises[i] <= self->raises[i - 1]) {
+                PyErr_SetString(PyExc_ValueError, "raises must be sorted and distinct");
+                return -1;
+            }
+        }
+        self->raise_count = (size_t)count;
+    }
     return 0;
 }
 
