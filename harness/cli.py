@@ -97,6 +97,9 @@ def _add_run(subparsers) -> None:
                      help="the Linux corpus programs to run too (those built): none (default), the CI slice "
                           "(make run and make test; make linux-slice builds it), or all of "
                           "corpus/linux/manifest.json (make linux-corpus)")
+    run.add_argument("--linux-every", type=_positive, default=1, metavar="N",
+                     help="verify every N-th stop of each Linux program (default 1: every stop; the full "
+                          "corpus has about 750 million); not with the baseline options")
     run.add_argument("--reports", help="write latest.json, latest.md and latest.png here (default: reports, "
                                        "unless only --json is given); the baseline is read from here")
     run.add_argument("--check-baseline", action="store_true",

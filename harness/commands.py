@@ -289,11 +289,14 @@ def _check_report_outputs(args, inputs=()) -> None:
 
 def cmd_run(args) -> int:
     _check_report_outputs(args)
+    if args.linux_every > 1 and (args.check_baseline or args.write_baseline):
+        raise InputError("run --linux-every verifies a sample of the Linux programs' stops: its counts cannot "
+                         "be checked against the baseline or written as it")
     console = _console()
     names = all_names(args.unwinder)
     limits = limits_of(args)
     linux = linux_entries(args.linux)
-    units = units_of(args.seed, args.programs, names, not args.no_elf, limits, linux)
+    units = units_of(args.seed, args.programs, names, not args.no_elf, limits, linux, args.linux_every)
     mine = [u for u in units if args.shard.takes(u.index)]
     started = time.perf_counter()
     with _progress(console) as progress:
@@ -307,6 +310,8 @@ def cmd_run(args) -> int:
                            "elf": not args.no_elf, "units": len(units)}, limits)
     if linux:
         config["linux"] = [entry["name"] for entry in linux]
+    if args.linux_every > 1:
+        config["linux_every"] = args.linux_every
     if args.shard.count > 1:
         path = Path(args.json or Path(args.reports or "reports") / f"shard-{args.shard.index}-of-{args.shard.count}.json")
         _make_directory(path.parent)

@@ -69,6 +69,7 @@ class Unit:
     build: dict | None = field(default=None, hash=False)
     limits: Limits = DEFAULT_LIMITS  # how far its program may run (harness.verify.abi.Limits)
     linux: dict | None = field(default=None, hash=False)
+    every: int = 1  # verify every `every`-th stop (a Linux program's)
 
     @property
     def kind(self) -> str:
@@ -82,12 +83,12 @@ LINUX_LIMITS = Limits(instructions=500_000_000, seconds=1800, memory_bytes=DEFAU
 
 
 def units_of(seed: int, programs: int, names: Sequence[str], elf: bool,
-             limits: Limits = DEFAULT_LIMITS, linux: Sequence[dict] = ()) -> list[Unit]:
+             limits: Limits = DEFAULT_LIMITS, linux: Sequence[dict] = (), linux_every: int = 1) -> list[Unit]:
     units = [Unit(i, tuple(names), seed, i, limits=limits) for i in range(programs)]
     if elf:
         units += [Unit(len(units) + i, tuple(names), build=b, limits=limits) for i, b in enumerate(elf_builds())]
     linux_limits = LINUX_LIMITS if limits == DEFAULT_LIMITS else limits
-    return units + [Unit(len(units) + i, tuple(names), limits=linux_limits, linux=entry)
+    return units + [Unit(len(units) + i, tuple(names), limits=linux_limits, linux=entry, every=linux_every)
                     for i, entry in enumerate(linux)]
 
 
@@ -107,7 +108,7 @@ def not_expressed(encoded: chrome_v2.Encoded) -> dict[str, int]:
 def run_unit(unit: Unit) -> dict:
     """Verify one unit; its record (plain JSON data)."""
     if unit.linux is not None:
-        return run_linux_unit(unit.index, unit.linux, unit.names, unit.limits)
+        return run_linux_unit(unit.index, unit.linux, unit.names, unit.limits, unit.every)
     if unit.build is None:
         program = generate_program(unit.seed, unit.number)
         result = verify_program(program, build_unwinders(program, unit.names), limits=unit.limits)

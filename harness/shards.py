@@ -126,7 +126,8 @@ _VERIFY_PROCESS = object_of({**_VERIFY, "args": list_of(string), "sysroot": opti
                              "cwd": optional(string), "stdin": optional(string)}, LIMITS)
 CONFIGS = {
     "run": object_of({"seed": SEED, "programs": POSITIVE, "unwinders": UNWINDERS, "elf": BOOLEAN, "units": POSITIVE},
-                   {**LIMITS, "linux": list_of(string)}),  # the Linux corpus programs, by name
+                   {**LIMITS, "linux": list_of(string),  # the Linux corpus programs, by name
+                    "linux_every": POSITIVE}),  # ... verified at every N-th stop
     "verify-elf": lambda config, where: (_VERIFY_BARE if isinstance(config, dict) and "entry" in config
                                          else _VERIFY_PROCESS)(config, where),
 }
@@ -160,7 +161,8 @@ def _records(unwinder: Check) -> dict[str, Check]:
                      "stops": COUNT, "self_check": string, "v2_epilogue_only_failure_percent": PERCENT,
                      "cfi_not_expressed": map_of(string, COUNT),
                      "failed_in_frames_without_cfi": map_of(unwinder, COUNT), "results": list_of(RESULT_ROW),
-                     "culprits": map_of(unwinder, CULPRITS), "failure_samples": map_of(unwinder, SAMPLES)})
+                     "culprits": map_of(unwinder, CULPRITS), "failure_samples": map_of(unwinder, SAMPLES)},
+                    {"every": POSITIVE})  # a Linux program verified at every N-th stop
     more = {"generated": {"size": SIZE}, "elf": {"group": group, "size": SIZE}, "linux": {"group": group}, "stops": {}}
     return {kind: object_of({"index": COUNT, "kind": one_of([kind]), "summary": summary, **more[kind]}) for kind in more}
 

@@ -21,7 +21,7 @@ from harness.unwind.frame import Stack, make_frame
 from harness.unwind.modules import Covered, PerModule
 from harness.unwind.rule import LEAF, RuleRange
 from harness.verify.abi import Limits
-from harness.verify.failures import FailureCause, counted_kind
+from harness.verify.failures import FailureCause, counted_kind, failure_of, is_stop, logged_failures
 
 
 def own_unwinders(names):
@@ -117,6 +117,15 @@ def test_both_hooks_count_a_process_alike():
     in_python = verify_process(run, names, own_unwinders(names), every=5, compiled=False)
     assert compiled.fault is None and compiled.stops > 10_000
     assert compiled.counts == in_python.counts
+    # Walks stopped in a library are tallied, never logged (the compiled
+    # tracer by its quiet ranges, the Python hook by is_stop): the samples
+    # are real failures, the same from both hooks.
+    stopped = sum(n for (_, _, _, kind), n in compiled.counts.items() if kind and kind.startswith("stopped:"))
+    assert stopped > 10_000
+    first = [failure_of(*entry) for entry in compiled.failure_log.first(10)]
+    assert first and first == [failure_of(*entry) for entry in in_python.failure_log.first(10)]
+    assert not any(is_stop(entry[3]) for entry in compiled.failure_log)
+    assert len(compiled.failure_log) == len(in_python.failure_log) == logged_failures(compiled.failure_tally)
 
 
 def test_stops_between_a_throw_and_its_landing_pad_are_cxx_exception():
@@ -133,3 +142,17 @@ def test_stops_between_a_throw_and_its_landing_pad_are_cxx_exception():
         (flying if "cxx_exception" in traits else grounded)[module] += stops
     assert flying["libgcc"] > 1000 and flying["libstdcxx"] > 100 and flying[OWN] == 0
     assert grounded[OWN] > 0 and grounded["libc"] > 0
+
+
+def test_an_executable_without_cfi_is_verified_and_its_refusals_are_own_failures():
+    """Debian ships its executables stripped, with no CFI: v2 and dwarf have
+    no tables for them (their refusals there are the program's failures),
+    while the libraries keep theirs."""
+    names = ["v2", "dwarf", "exidx", "framepointer"]
+    run = LinuxRun(build("calls.c", "-g0", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-s",
+                         "-Wl,-z,now"), (), sysroot())
+    result = verify_process(run, names, own_unwinders(names), every=11)
+    assert result.fault is None and result.result == 0
+    own_refusals = sum(n for (unwinder, traits, _, kind), n in result.counts.items()
+                       if unwinder == "dwarf" and OWN in traits and kind == "no_info")
+    assert own_refusals > 0

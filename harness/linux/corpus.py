@@ -80,13 +80,16 @@ def build_label(entry: dict) -> dict:
             "compiler": entry.get("compiler") or entry.get("source", ""), "flags": flags}
 
 
-def run_linux_unit(index: int, entry: dict, names: tuple[str, ...], limits: Limits) -> dict:
-    """Verify one corpus program; its record (as run_unit's for an ELF)."""
+def run_linux_unit(index: int, entry: dict, names: tuple[str, ...], limits: Limits, every: int = 1) -> dict:
+    """Verify one corpus program at every `every`-th stop; its record (as
+    run_unit's for an ELF, the interval in its group when not 1)."""
     run = linux_run(entry)
     names = elf_unwinder_names(process_program(LinuxSystem(run)), names)
     expected = Expected(entry["exit_status"], entry["stdout_sha256"])
-    result = verify_process(run, names, partial(build_unwinders, names=names), limits=limits, expected=expected)
+    result = verify_process(run, names, partial(build_unwinders, names=names), every=every, limits=limits,
+                            expected=expected)
     result.program = f"corpus/linux/{entry['name']}"  # named by its place, not the cache's
     summary = summarize(result)
+    group = elf_group(summary, names, build_label(entry), {})
     return {"index": index, "kind": "linux", "summary": to_json(summary),
-            "group": elf_group(summary, names, build_label(entry), {})}
+            "group": {**group, "every": every} if every > 1 else group}

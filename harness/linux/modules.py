@@ -182,17 +182,20 @@ def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], pro
     `.ARM.exidx` for exidx); the executable's by `own_unwinders` (which
     may stand given v2 tables in); frame pointers everywhere alike."""
     own_index = [m.label for m in modules].index(OWN)
-    own = {unwinder.name: unwinder for unwinder in own_unwinders(programs[own_index])}
+    own_program = programs[own_index]
+    # An executable without CFI (Debian's, stripped) has no v2 or dwarf tables to build.
+    own = {unwinder.name: unwinder for unwinder in own_unwinders(own_program)} \
+        if own_program.cfi.get("reference") else {}
     built = []
     for name in names:
         if name not in CFI_STRATEGIES and name != "exidx":
-            built.append(own[name])
+            built.append(own[name] if name in own else BUILDERS[name](own_program))
             continue
         covered = []
         for index, (module, program) in enumerate(zip(modules, programs)):
             has_tables = program.exidx is not None if name == "exidx" else bool(program.cfi.get("reference"))
             if has_tables:
-                unwinder = own[name] if index == own_index else BUILDERS[name](program)
+                unwinder = own[name] if index == own_index and name in own else BUILDERS[name](program)
                 covered.append(Covered(module.start, module.end, unwinder))
         built.append(PerModule(name, covered))
     return built

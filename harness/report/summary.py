@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from harness.verify.failures import STOPPED_PREFIX, Failure, ProgramResult, counted_kind, failure_of
+from harness.verify.failures import Failure, ProgramResult, failure_of
 
 SAMPLES_PER_UNWINDER = 10
 CountKey = tuple[str, frozenset, str, "str | None"]  # (unwinder, traits, position, failure kind)
@@ -78,21 +78,6 @@ def sample(failure: Failure, program: str) -> dict:
     }
 
 
-def _samples(result: ProgramResult) -> list:
-    """The first failures of each unwinder: failures that count, so past
-    the walks that stopped honestly in a system library (a process's)."""
-    if not any(counted_kind(cause).startswith(STOPPED_PREFIX) for _, cause in result.failure_tally):
-        return result.failure_log.first(SAMPLES_PER_UNWINDER)
-    seen: Counter = Counter()
-    kept = []
-    for entry in result.failure_log:
-        unwinder = entry[3].unwinder
-        if not counted_kind(entry[3]).startswith(STOPPED_PREFIX) and seen[unwinder] < SAMPLES_PER_UNWINDER:
-            seen[unwinder] += 1
-            kept.append(entry)
-    return kept
-
-
 def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> ProgramSummary:
     """The summary of one run; `with_cfi` names the functions that have CFI
     (for counting failures in frames of code without it). Failures are
@@ -101,7 +86,7 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
     summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.result,
                              result.expected, result.fault, stdout_sha256=result.stdout_sha256,
                              expected_stdout_sha256=result.expected_stdout_sha256)
-    for entry in _samples(result):
+    for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):  # walks stopped in a library are not logged
         summary.samples.setdefault(entry[3].unwinder, []).append(sample(failure_of(*entry), result.program))
     for (where, cause), stops in result.failure_tally.items():
         if cause.register:

@@ -119,7 +119,8 @@ def linux_cells(groups: list[dict]) -> tuple[list[str], list[list[str]]]:
             whole, own = index.get((unwinder, ALL, ALL)), index.get((unwinder, "own", ALL))
             cells.append("n/a" if whole is None else
                          f"{rate(whole)} / {whole['stopped']} / {rate(own) if own else '-'}")
-        body.append([group["build"], str(group["stops"]), group["self_check"], *cells])
+        every = f" (1 in {group['every']})" if group.get("every", 1) > 1 else ""  # run --linux-every
+        body.append([group["build"], f"{group['stops']}{every}", group["self_check"], *cells])
     return header, body
 
 

@@ -59,9 +59,12 @@ LOAD = Layout("Load", (Field("reg", "int32_t"), Field("offset", "int32_t")))
 EXPECTED = Layout("Expected", (Field("pc", "uint32_t"), Field("sp", "uint32_t"), Field("r", "uint32_t", 8),
                                Field("vfp_known", "uint32_t"), Field("d", "uint64_t", 8)))
 
-# Rule flags: bit i is FLAGS[i] (their meaning: harness.unwind.rule).
-FLAGS = ("BOUNDS", "PC_FROM_LR", "ALIGNED", "ABOVE_SP", "LEAF_UNLESS_RECORD", "OUTSIDE_IT", "FAILS", "GUARD_FAILS")
-BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS = (
+# Rule flags: bit i is FLAGS[i] (their meaning: harness.unwind.rule;
+# NO_INFO: a rule that FAILS refuses with no_info, which the tracer need not
+# log where it is a stop in a library: harness.verify.failures.counted_kind).
+FLAGS = ("BOUNDS", "PC_FROM_LR", "ALIGNED", "ABOVE_SP", "LEAF_UNLESS_RECORD", "OUTSIDE_IT", "FAILS", "GUARD_FAILS",
+         "NO_INFO")
+BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS, NO_INFO = (
     1 << bit for bit in range(len(FLAGS)))
 
 # ------------------------------------------------------------ registers

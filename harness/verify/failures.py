@@ -52,7 +52,9 @@ class FailureLog:
 
     A run logs at most abi.FAILURE_LOG_CAP failing answers one by one: past
     that, `truncated` is set and the log holds only the first (the run's
-    tally, and so its counts, stay exact)."""
+    tally, and so its counts, stay exact). Walks that stopped honestly in
+    a library (`is_stop`) are tallied, never logged: they are not failures,
+    and a process meets millions of them."""
 
     def __init__(self, build: Callable[[int], list] | None = None, entries: list | None = None,
                  truncated: bool = False):
@@ -124,6 +126,24 @@ MISMATCH_KINDS = ("wrong_pc", "wrong_sp", "wrong_register")  # beside the Unwind
 # apart from failures under the module's label (harness.classify.MODULES).
 STOPPED_PREFIX = "stopped:"
 STOPPED_KINDS = tuple(STOPPED_PREFIX + module for module in MODULES if module != OWN)
+
+
+def is_stop(cause: FailureCause) -> bool:
+    """Did the walk stop honestly in a library, rather than fail?"""
+    return counted_kind(cause).startswith(STOPPED_PREFIX)
+
+
+def quiet_ranges(program) -> tuple[tuple[int, int], ...]:
+    """The pcs of a Program's modules that are not its own (sorted, disjoint):
+    where the compiled tracer tallies a no_info refusal without logging it,
+    as `is_stop` would judge it."""
+    return tuple((span.start, min(span.end, 0xFFFFFFFF)) for span in program.modules
+                 if span.label != OWN and span.start < span.end)
+
+
+def logged_failures(tally: Counter) -> int:
+    """How many failing walks of a tally a run logs, its cap aside."""
+    return sum(stops for (_, cause), stops in tally.items() if not is_stop(cause))
 
 
 def counted_kind(cause: FailureCause) -> str:

@@ -29,7 +29,17 @@ from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
 from harness.verify.emulator import EmulationFault, Emulator, as_limits, guard_cause
-from harness.verify.failures import FailureCause, FailureLog, Outcome, ProgramResult, counted_kind, mismatch_of
+from harness.verify.failures import (
+    FailureCause,
+    FailureLog,
+    Outcome,
+    ProgramResult,
+    counted_kind,
+    is_stop,
+    logged_failures,
+    mismatch_of,
+    quiet_ranges,
+)
 from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, raise_entries, unpacked
 from harness.verify.walks import MemoizedWalk, first_difference
 
@@ -113,9 +123,9 @@ class Verification:
                 continue
             cause = self.failure_cause(self.names[index], outcome,
                                        pc if outcome[0] == 0 else expected[outcome[0] - 1].pc)
-            if len(self.log) < self.log_cap:
+            if len(self.log) < self.log_cap and not is_stop(cause):
                 self.log.append((number, index, (number, pc, where, cause, None)))
-            else:
+            else:  # past the cap, or a stop in a library: tallied only
                 self.unlogged[(where, cause)] += 1
 
     def tally(self) -> Counter:
@@ -213,7 +223,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
 
     tracer = kernel.Tracer(emulator.engine(program.uses_vfp), stop_kernel and stop_kernel.verifier,
                            emulator.placement.sentinel, program.uses_vfp, every, *shard, run.ids, slow,
-                           observe is not None, compare_bottom, raise_entries(program))
+                           observe is not None, compare_bottom, raise_entries(program), quiet_ranges(program))
     cap = run.log_cap
     try:
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap)
@@ -227,7 +237,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         result.failure_tally = tally
         # Each side logged its first `cap` answers: the first `cap` of both merged are the run's.
         result.failure_log = FailureLog(lambda count: tracer.failure_log(run.wheres, causes, run.log, count, cap),
-                                        truncated=sum(tally.values()) > cap)
+                                        truncated=logged_failures(tally) > cap)
         if stop_kernel is not None:
             classes = {number: key for key, number in run.stop_classes.items()}
             for stop_class, index, passes in stop_kernel.passes():
@@ -318,4 +328,4 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
     finally:
         result.failure_tally = run.tally()
         result.failure_log = FailureLog(entries=[entry for _, _, entry in run.log],
-                                        truncated=sum(result.failure_tally.values()) > run.log_cap)
+                                        truncated=logged_failures(result.failure_tally) > run.log_cap)

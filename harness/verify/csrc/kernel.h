@@ -36,6 +36,7 @@ typedef struct {
     int reg;               /* MISMATCH: 15 pc, 13 sp, 4-11, 264-271 for d8-d15 */
     Py_ssize_t frame;      /* the frame whose unwind went wrong */
     Py_ssize_t rule_id;    /* FAILS, GUARD_FAILS */
+    int32_t rule_flags;    /* FAILS, GUARD_FAILS: the rule's (abi.FLAGS) */
     int64_t got;           /* MISMATCH */
     uint64_t want;
     int64_t pc, base, sp, low;  /* pc and sp of the frame being unwound; GUARD_FAILS: base, stack low */

@@ -258,6 +258,7 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
         if (!rule) return -1;
         out->rule_id = rule_id;
         if (rule == Py_None) { out->kind = ANSWER_DEFER; return 0; }
+        out->rule_flags = ((const RuleHeader *)PyBytes_AS_STRING(rule))->flags;
         switch (step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, innermost, &s, cpsr, &out->base)) {
         case STEP_DEFER: out->kind = ANSWER_DEFER; return 0;
         case STEP_FAILS: out->kind = ANSWER_FAILS; return 0;

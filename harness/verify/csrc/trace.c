@@ -117,6 +117,10 @@ typedef struct {
      * the shadow depth at which one was raised (0: none in flight) */
     uint32_t *raises;
     size_t raise_count, flight;
+    /* pcs [quiet[2i], quiet[2i + 1]) of modules that are not the program's
+     * own: a no_info refusal there is a stop, tallied but not logged */
+    uint32_t *quiet;
+    size_t quiet_count;
     /* instructions of the current IT block not reached yet */
     SkippedStop it_pending[IT_BLOCK];
     int it_count;
@@ -327,13 +331,25 @@ static int follow(Tracer *t, uint32_t pc, uint32_t sp) {
     return 0;
 }
 
-static int raises_at(const Tracer *t, uint32_t pc) {
-    size_t low = 0, high = t->raise_count;
+/* The index of the first of `count` sorted values above or at pc. */
+static size_t lower_bound(const uint32_t *values, size_t count, uint32_t pc) {
+    size_t low = 0, high = count;
     while (low < high) {
         size_t middle = (low + high) / 2;
-        if (t->raises[middle] < pc) low = middle + 1; else high = middle;
+        if (values[middle] < pc) low = middle + 1; else high = middle;
     }
-    return low < t->raise_count && t->raises[low] == pc;
+    return low;
+}
+
+static int raises_at(const Tracer *t, uint32_t pc) {
+    size_t at = lower_bound(t->raises, t->raise_count, pc);
+    return at < t->raise_count && t->raises[at] == pc;
+}
+
+/* Is pc in a quiet range? (ends are sorted: pc lies in one when the first
+ * end above pc is a range's high end) */
+static int quiet_at(const Tracer *t, uint32_t pc) {
+    return lower_bound(t->quiet, 2 * t->quiet_count, pc + 1) % 2 == 1;
 }
 
 /* ShadowStack.observe: account for the instruction that ran since the last
@@ -466,6 +482,8 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
     }
     t->tally_counts[tallied]++;
     if (t->logged >= t->log_cap) return 0;  /* tallied, not logged */
+    if (a->kind == ANSWER_FAILS && (a->rule_flags & NO_INFO) && quiet_at(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc)))
+        return 0;  /* a stop in a library: not a failure, no sample */
     if (reserve(&t->log, &t->log_capacity, t->logged + 1, sizeof(Logged))) return -1;
     int values = a->kind != ANSWER_MISMATCH ? NO_VALUES : a->reg > PC ? VFP_VALUES : CORE_VALUES;
     t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, values, a->got, a->want };
@@ -629,6 +647,7 @@ static void Tracer_dealloc(Tracer *self) {
     ranges_clear(&self->classes[0]);
     ranges_clear(&self->classes[1]);
     PyMem_Free(self->raises);
+    PyMem_Free(self->quiet);
     PyMem_Free(self->log);
     PyMem_Free(self->causes.keys);
     PyMem_Free(self->causes.slots);
@@ -645,14 +664,35 @@ static int address_of(PyObject *engine, Py_ssize_t index, void **out) {
     return *out ? 0 : -1;
 }
 
+/* The quiet ranges, a tuple of (low, high) pairs, sorted and disjoint. */
+static int quiet_ranges(Tracer *self, PyObject *quiet) {
+    Py_ssize_t count = PyTuple_GET_SIZE(quiet);
+    if (!count) return 0;
+    self->quiet = PyMem_Calloc(2 * (size_t)count, sizeof(uint32_t));
+    if (!self->quiet) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        unsigned long low, high;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(quiet, i), "kk", &low, &high)) return -1;
+        if (low >= high || high > 0xFFFFFFFFul || (i && low < self->quiet[2 * i - 1])) {
+            PyErr_SetString(PyExc_ValueError, "quiet ranges must be sorted, disjoint and not empty");
+            return -1;
+        }
+        self->quiet[2 * i] = (uint32_t)low;
+        self->quiet[2 * i + 1] = (uint32_t)high;
+    }
+    self->quiet_count = (size_t)count;
+    return 0;
+}
+
 /* Tracer(engine, verifier, sentinel, uses_vfp, every, shard_index,
- * shard_count, classify, slow, observe_all, compare_bottom=True, raises=()):
- * engine is harness/verify/abi.py's Engine (its items by the ENGINE_*
- * indices); raises the entry points that raise an exception, sorted. */
+ * shard_count, classify, slow, observe_all, compare_bottom=True, raises=(),
+ * quiet=()): engine is harness/verify/abi.py's Engine (its items by the
+ * ENGINE_* indices); raises the entry points that raise an exception,
+ * sorted; quiet the pcs of modules not the program's own. */
 static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     static char *names[] = {"engine", "verifier", "sentinel", "uses_vfp", "every", "shard_index", "shard_count",
-                            "classify", "slow", "observe_all", "compare_bottom", "raises", NULL};
-    PyObject *engine, *verifier, *classify, *slow, *raises = NULL;
+                            "classify", "slow", "observe_all", "compare_bottom", "raises", "quiet", NULL};
+    PyObject *engine, *verifier, *classify, *slow, *raises = NULL, *quiet = NULL;
     unsigned long sentinel;
     int uses_vfp, observe_all, compare_bottom = 1;
     unsigned long long every, shard_index, shard_count;
@@ -660,9 +700,9 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_TypeError, "a Tracer is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp|pO!", names, &PyTuple_Type, &engine, &verifier,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp|pO!O!", names, &PyTuple_Type, &engine, &verifier,
                                      &sentinel, &uses_vfp, &every, &shard_index, &shard_count, &classify, &slow,
-                                     &observe_all, &compare_bottom, &PyTuple_Type, &raises))
+                                     &observe_all, &compare_bottom, &PyTuple_Type, &raises, &PyTuple_Type, &quiet))
         return -1;
     if (verifier != Py_None && !PyObject_TypeCheck(verifier, &VerifierType)) {
         PyErr_SetString(PyExc_TypeError, "verifier must be a Verifier or None");
@@ -737,7 +777,7 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
         }
         self->raise_count = (size_t)count;
     }
-    return 0;
+    return quiet ? quiet_ranges(self, quiet) : 0;
 }
 
 /* run(begin, until, limits, log_cap=FAILURE_LOG_CAP) -> (engine status,
