@@ -20,6 +20,7 @@ from harness.formats.chrome_v2.dump import dump
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import load_segments, open_elf, text_base
 from harness.linux.corpus import linux_entries
+from harness.linux.modules import own_tables
 from harness.linux.process import LinuxRun, LinuxSystem, is_linux_program
 from harness.linux.verify import Expected, process_program, verify_process_part
 from harness.manifest import expected_checksum
@@ -210,7 +211,7 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
         program = process_program(LinuxSystem(run))
         names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
         own_unwinders = bind(elf_unwinders, names=names, v2_table=args.v2_table, layout=args.layout)
-        own_unwinders(program)  # bad tables fail here, before any work
+        own_tables(program, own_unwinders)  # bad tables fail here, before any work
         expected = Expected(args.expect_exit, args.expect_stdout_sha256)
         return [(verify_process_part, (run, names, own_unwinders, args.every, part, limits, expected))
                 for part in parts], \

@@ -112,6 +112,11 @@ def library_exports(paths: Mapping[str, str]) -> dict[str, str]:
     return names
 
 
+def placed_symbols(image: ElfImage, base: int) -> tuple[tuple[int, int, str], ...]:
+    """The ELF's function symbols as ModuleSpan.symbols, loaded `base` bytes up."""
+    return tuple((start + base, start + base + max(size, 2), name) for start, size, name in function_symbols(image))
+
+
 def symbol_label(name: str, exported: Mapping[str, str]) -> str | None:
     """The library a function outside every compile unit belongs to by its
     name, or None when its name does not say."""
@@ -148,12 +153,11 @@ def origin_spans(image: ElfImage, low: int, high: int, base: int, name: str,
                  exported: Mapping[str, str] = {}) -> list[ModuleSpan]:
     """The code [low, high) (link addresses) of an executable loaded `base`
     bytes above them, cut by origin; one own span without compile units."""
-    symbols = function_symbols(image)
-    named = tuple((s + base, s + base + max(size, 2), n) for s, size, n in symbols)
+    named = placed_symbols(image, base)
     units = compile_units(image)
     if not units:
         return [ModuleSpan(low + base, high + base, OWN, name, named)]
-    pieces = _pieces(units, symbols, low, high, exported)
+    pieces = _pieces(units, function_symbols(image), low, high, exported)
     labels = [p[2] for p in pieces]
     for index, piece in enumerate(pieces):  # unnamed: its neighbours' library, when they agree
         if piece[2] is None:

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from test_linux_process import build, sysroot
 
-from harness.classify import NO_INFO, OWN
+from harness.classify import MODULES, NO_INFO, OWN
 from harness.errors import UnwindFailure
 from harness.linux.modules import discover, label_of
 from harness.linux.process import LinuxRun
@@ -138,7 +138,7 @@ def test_stops_between_a_throw_and_its_landing_pad_are_cxx_exception():
     assert result.fault is None
     flying, grounded = Counter(), Counter()
     for (_unwinder, traits, _position, _kind), stops in result.counts.items():
-        module = next(t for t in traits if t in ("own", "libc", "libstdcxx", "libgcc", "ld.so", "plt", "lib"))
+        module = next(t for t in traits if t in MODULES)
         (flying if "cxx_exception" in traits else grounded)[module] += stops
     assert flying["libgcc"] > 1000 and flying["libstdcxx"] > 100 and flying[OWN] == 0
     assert grounded[OWN] > 0 and grounded["libc"] > 0

@@ -346,3 +346,13 @@ def test_ids_ignore_whatever_the_registers_hold(kernel):
     assert call(kernel, "getuid32", 0xFFFFFFFF) == 0
     assert call(kernel, "getpid", 7) == call(kernel, "gettid", 0) == 4242
     assert call(kernel, "umask", 0o077) == 0o022
+
+
+def test_mincore_says_every_mapped_page_is_resident(kernel):
+    """Debian's diff asks mincore (call 219) before reading its inputs."""
+    mapped = call(kernel, "mmap2", 0, 3 * PAGE, 3, 0x22, (-1) & 0xFFFFFFFF, 0)
+    assert call(kernel, "mincore", mapped, 2 * PAGE + 1, SCRATCH) == 0
+    assert kernel.machine.read(SCRATCH, 4) == b"\x01\x01\x01\x00"  # three pages, a byte each
+    assert call(kernel, "mincore", mapped + 1, PAGE, SCRATCH) == -errno.EINVAL
+    assert call(kernel, "munmap", mapped, 3 * PAGE) == 0
+    assert call(kernel, "mincore", mapped, PAGE, SCRATCH) == -errno.ENOMEM

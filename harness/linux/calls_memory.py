@@ -1,4 +1,4 @@
-"""System calls on memory: brk, mmap2, munmap, mprotect, mremap, madvise.
+"""System calls on memory: brk, mmap2, munmap, mprotect, mremap, madvise, mincore.
 
 Every page is mapped readable, writable and executable (protections are
 recorded by no one: a program the harness runs never relies on a fault),
@@ -93,14 +93,29 @@ def sys_munmap(kernel, address, length):
     return 0
 
 
-@handles(125, "mprotect")
-def sys_mprotect(kernel, address, length, protection):
+def _mapped_pages(kernel, address: int, length: int) -> int:
+    """The end of the pages [address, address + length), which must all be
+    mapped: EINVAL for an address not page-aligned, ENOMEM for a hole."""
     end = page_up(address + length)
     if address & (PAGE - 1):
         raise GuestError(errno.EINVAL)
     covered = sum(high - low for low, high in kernel.space.taken_parts(address, end))
     if covered != end - address:
         raise GuestError(errno.ENOMEM)
+    return end
+
+
+@handles(125, "mprotect")
+def sys_mprotect(kernel, address, length, protection):
+    _mapped_pages(kernel, address, length)
+    return 0
+
+
+@handles(219, "mincore")
+def sys_mincore(kernel, address, length, vector):
+    """Every mapped page is resident: one byte 1 per page (diffutils asks)."""
+    end = _mapped_pages(kernel, address, length)
+    kernel.machine.write(vector, b"\x01" * ((end - address) // PAGE))
     return 0
 
 

@@ -17,12 +17,12 @@ from typing import Callable, Mapping, Sequence
 from harness.classify import OWN
 from harness.elf_program import program_from_image
 from harness.errors import ElfError, HarnessError
-from harness.formats.elf import PARSE_ERRORS, function_symbols, open_elf
+from harness.formats.elf import PARSE_ERRORS, open_elf
 from harness.linux.files import GuestError
 from harness.linux.loader import ET_DYN, KUSER_PAGE
 from harness.linux.memory import page_down, page_up
 from harness.linux.process import KUSER_SIZE, LinuxRun, LinuxSystem
-from harness.origin import library_exports, origin_spans
+from harness.origin import library_exports, origin_spans, placed_symbols
 from harness.program import ModuleSpan, Program
 from harness.unwind import BUILDERS
 from harness.unwind.modules import Covered, PerModule
@@ -134,9 +134,8 @@ def spans_of(module: LoadedModule, exported: Mapping[str, str] = {}) -> list[Mod
         spans = origin_spans(image, module.start - module.base, module.end - module.base, module.base,
                              module.name, exported)
     else:
-        symbols = tuple((address + module.base, address + module.base + max(size, 2), name)
-                        for address, size, name in function_symbols(image))
-        spans = [ModuleSpan(module.start, module.end, module.label, module.name, symbols)]
+        spans = [ModuleSpan(module.start, module.end, module.label, module.name,
+                            placed_symbols(image, module.base))]
     plt = image.elf.get_section_by_name(".plt")
     if plt is None or not plt["sh_size"]:
         return spans
@@ -175,6 +174,16 @@ def process_image(modules: Sequence[LoadedModule], programs: Sequence[Program],
     return replace(own, functions=functions, modules=tuple(s for s in spans if s.start < s.end))
 
 
+def own_tables(program: Program, own_unwinders: Callable[[Program], list[Unwinder]]) -> dict[str, Unwinder]:
+    """The executable's unwinders by name, built by `own_unwinders`; none
+    for an executable without CFI (Debian's, stripped), which they would
+    have no tables for (the CFI strategies refuse there, exidx and frame
+    pointers are built as for any module)."""
+    if not program.cfi.get("reference"):
+        return {}
+    return {unwinder.name: unwinder for unwinder in own_unwinders(program)}
+
+
 def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], programs: Sequence[Program],
                       own_unwinders: Callable[[Program], list[Unwinder]]) -> list[Unwinder]:
     """Each strategy over the process: for each module the unwinder built
@@ -183,19 +192,17 @@ def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], pro
     may stand given v2 tables in); frame pointers everywhere alike."""
     own_index = [m.label for m in modules].index(OWN)
     own_program = programs[own_index]
-    # An executable without CFI (Debian's, stripped) has no v2 or dwarf tables to build.
-    own = {unwinder.name: unwinder for unwinder in own_unwinders(own_program)} \
-        if own_program.cfi.get("reference") else {}
+    own = own_tables(own_program, own_unwinders)
     built = []
     for name in names:
         if name not in CFI_STRATEGIES and name != "exidx":
-            built.append(own[name] if name in own else BUILDERS[name](own_program))
+            built.append(BUILDERS[name](own_program))  # frame pointers: no tables
             continue
         covered = []
         for index, (module, program) in enumerate(zip(modules, programs)):
             has_tables = program.exidx is not None if name == "exidx" else bool(program.cfi.get("reference"))
             if has_tables:
-                unwinder = own[name] if index == own_index and name in own else BUILDERS[name](program)
+                unwinder = (own.get(name) if index == own_index else None) or BUILDERS[name](program)
                 covered.append(Covered(module.start, module.end, unwinder))
         built.append(PerModule(name, covered))
     return built
