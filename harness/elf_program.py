@@ -66,7 +66,7 @@ def frame_facts(function: FunctionCfi, code: bytes, epilogues: int) -> FrameFact
 def function_info(function: FunctionCfi, code: bytes, base: int) -> FunctionInfo:
     epilogues = tuple(
         (insns[0].address, insns[-1].address + insns[-1].size)
-        for _, insns, _ in find_epilogues(code, function.start, function.end)
+        for _, insns, _ in find_epilogues(code, function.start, function.end, conditional=True)
     )
     traits = traits_of(frame_facts(function, code, len(epilogues)), function.start, function.end, base)
     return FunctionInfo(function.name, function.start, function.end, prologue_end(function), epilogues, traits)

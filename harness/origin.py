@@ -13,7 +13,8 @@ a failure of the program's code. The ELF tells the origins apart twice:
   program's own;
 - its function symbols name the code outside every unit, which belongs to
   the library whose dynamic symbols export that name (a static link's
-  memcpy or __cxa_throw), to libgcc when the name is one of the ARM run-time
+  memcpy or __cxa_throw), to the library whose start files define it
+  (_start is the C library's, frame_dummy libgcc's), to libgcc when the name is one of the ARM run-time
   ABI's or libgcc's helpers (__aeabi_idiv, __udivsi3, _Unwind_Resume), to
   the library of both its neighbours when they agree (an archive's members
   are linked together), and otherwise to "lib": runtime code whose library
@@ -47,6 +48,13 @@ LIBGCC_NAMES = re.compile(
     r"__aeabi_\w+|__gnu_\w+|_Unwind_\w+|__gcc_personality_v0|__restore_core_regs|__clear_cache|__sync_\w+"
     r"|__(u?(div|mod)|udivmod|clz|ctz|ffs|popcount|parity|bswap|ash[lr]|lshr|mul|neg|u?cmp|fix\w*|float\w*"
     r"|add|sub|extend\w*|trunc\w*|eq|ne|gt|ge|lt|le|unord)[sdtx]?[if]?[234]")
+
+# The start files every link adds, by the library that ships them: the C
+# library's crt1.o and crti.o (program entry, _init/_fini), and libgcc's
+# crtbegin.o (the TM clone tables, the destructor and frame-info hooks).
+START_FILES = {"_start": "libc", "call_weak_fn": "libc", "_init": "libc", "_fini": "libc",
+               "deregister_tm_clones": "libgcc", "register_tm_clones": "libgcc",
+               "__do_global_dtors_aux": "libgcc", "__do_global_ctors_aux": "libgcc", "frame_dummy": "libgcc"}
 
 
 def source_label(name: str) -> str:
@@ -122,6 +130,8 @@ def symbol_label(name: str, exported: Mapping[str, str]) -> str | None:
     name, or None when its name does not say."""
     if name in exported:
         return exported[name]
+    if name in START_FILES:
+        return START_FILES[name]
     if LIBGCC_NAMES.fullmatch(name):
         return "libgcc"
     return None

@@ -12,7 +12,7 @@ from generators.layout import build_program
 from harness.formats.chrome_v2.synthesize import synthesize_epilogues
 from harness.thumb.disasm import decode_one
 from harness.thumb.encoding import condition_holds, it_state, may_start_epilogue
-from harness.thumb.epilogue import classify
+from harness.thumb.epilogue import classify, find_epilogues
 from harness.unwind import build_unwinders
 from harness.unwind.frame import Frame, Stack
 from harness.unwind.v2_epilogue import EpilogueSimulator
@@ -207,3 +207,54 @@ def test_the_encoding_filter_passes_every_32_bit_epilogue_instruction_sampled():
         else:
             taken += plan_takes_first(code)
     assert taken > 500
+
+
+# clang's conditional tail call (cxxvirt-clang-Os-fp, std::_Vector_base::_M_allocate):
+# the frame is torn down and the call taken only when the IT condition holds.
+CONDITIONAL_TAIL_CALL = bytes.fromhex(
+    "80b5"  # 0x1000 push {r7, lr}
+    "6f46"  # 0x1002 mov r7, sp
+    "b1f1005f"  # 0x1004 cmp.w r1, #0x20000000
+    "3ebf"  # 0x1008 ittt cc
+    "8800"  # 0x100a lslcc r0, r1, #2          (body work in the block)
+    "bde88040"  # 0x100c ldmiacc.w sp!, {r7, lr}  (the teardown)
+    "00f055b8"  # 0x1010 bcc.w 0x10be            (the tail call, out of the function)
+    "80bd"  # 0x1014 pop {r7, pc}
+)
+
+
+def epilogue_spans(code: bytes, conditional: bool) -> list[tuple[int, int]]:
+    return [(insns[0].address, insns[-1].address + insns[-1].size) for _, insns, _ in
+            find_epilogues(code, 0x1000, 0x1000 + len(code), conditional=conditional)]
+
+
+def test_an_epilogue_ending_an_it_block_is_found_for_positions_only():
+    # No single row describes the conditional one (the frame is torn down or
+    # not), so synthesis never asks for it; the position finder does.
+    assert epilogue_spans(CONDITIONAL_TAIL_CALL, False) == [(0x1014, 0x1016)]
+    assert epilogue_spans(CONDITIONAL_TAIL_CALL, True) == [(0x100C, 0x1014), (0x1014, 0x1016)]
+    mixed = bytearray(CONDITIONAL_TAIL_CALL)
+    mixed[8:10] = bytes.fromhex("36bf")  # itet cc: the teardown and the branch under opposite conditions
+    assert epilogue_spans(bytes(mixed), True) == [(0x1014, 0x1016)]
+
+
+def test_a_conditional_epilogue_may_run_over_two_it_blocks_of_one_condition():
+    code = bytes.fromhex(
+        "f0b5"  # 0x1000 push {r4-r7, lr}
+        "81b0"  # 0x1002 sub sp, #4
+        "8a42"  # 0x1004 cmp r2, r1
+        "bfbf"  # 0x1006 itttt lt
+        "2046"  # 0x1008 movlt r0, r4
+        "1146"  # 0x100a movlt r1, r2
+        "3a46"  # 0x100c movlt r2, r7
+        "01b0"  # 0x100e addlt sp, #4               (the teardown starts)
+        "bcbf"  # 0x1010 itt lt
+        "bde8f040"  # 0x1012 ldmialt.w sp!, {r4-r7, lr}
+        "00f065b8"  # 0x1016 blt.w (out of the function: a tail call)
+        "01b0"  # 0x101a add sp, #4
+        "f0bd"  # 0x101c pop {r4-r7, pc}
+    )
+    assert epilogue_spans(code, True) == [(0x100E, 0x101A), (0x101A, 0x101E)]
+    other = bytearray(code)
+    other[0x10:0x12] = bytes.fromhex("a4bf")  # itt ge: the second block under another condition
+    assert epilogue_spans(bytes(other), True) == [(0x1012, 0x101A), (0x101A, 0x101E)]

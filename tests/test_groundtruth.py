@@ -10,13 +10,14 @@ from harness.verify.emulator import SENTINEL, STACK_TOP
 from harness.verify.stops import verify_program
 
 BASE = 0x100000
-SOURCE = [
-    # main @ 0x100000
+MAIN = [  # @ 0x100000
     "push {r4, lr}",  # 0x100000
     "movs r4, #7",  # 0x100002
     "bl 0x10000c",  # 0x100004: call f, returns to 0x100008
     "adds r0, #1",  # 0x100008
     "pop {r4, pc}",  # 0x10000a
+]
+SOURCE = MAIN + [
     # f @ 0x10000c
     "push {r5, lr}",  # 0x10000c
     "movs r5, #9",  # 0x10000e
@@ -32,20 +33,18 @@ SOURCE = [
 ]
 
 
-def program() -> Program:
-    code = assemble(SOURCE, BASE)
-    assert len(code) == 0x28
-    functions = tuple(
-        FunctionInfo(name, start, end, start, (), frozenset())
-        for name, start, end in (("main", BASE, BASE + 0xC), ("f", BASE + 0xC, BASE + 0x24),
-                                 ("g", BASE + 0x24, BASE + 0x28))
-    )
+def program(source: list[str], spans: tuple[tuple[str, int, int], ...]) -> Program:
+    """`source` at BASE, its functions (name, start, end offset); main returns 4."""
+    code = assemble(source, BASE)
+    assert len(code) == spans[-1][2]
+    functions = tuple(FunctionInfo(name, BASE + start, BASE + end, BASE + start, (), frozenset())
+                      for name, start, end in spans)
     return Program("hand-written", ((BASE, code),), BASE, BASE, functions, expected_result=4)
 
 
-def frames_at_each_stop(compiled: bool):
+def frames_at_each_stop(compiled: bool, source=SOURCE, spans=(("main", 0, 0xC), ("f", 0xC, 0x24), ("g", 0x24, 0x28))):
     seen = []
-    result = verify_program(program(), [], compiled=compiled, observe=lambda stop: seen.append(
+    result = verify_program(program(source, spans), [], compiled=compiled, observe=lambda stop: seen.append(
         (stop.pc, [(f.pc, f.sp, f.callee_saved[:2]) for f in reversed(stop.expected)])))
     assert result.self_check_ok and result.result == 4
     return seen
@@ -54,16 +53,18 @@ def frames_at_each_stop(compiled: bool):
 SENTINEL_FRAME = (SENTINEL, STACK_TOP, (0, 0))
 MAIN_CALLS_F = (0x100008, STACK_TOP - 8, (7, 0))
 F_CALLS_G = (0x10001C, STACK_TOP - 16, (7, 9))
+UNTIL_F_RUNS = [  # main's first three instructions, then f's first three (MAIN, then either f)
+    (0x100000, [SENTINEL_FRAME]),
+    (0x100002, [SENTINEL_FRAME]),
+    (0x100004, [SENTINEL_FRAME]),
+    (0x10000C, [SENTINEL_FRAME, MAIN_CALLS_F]),
+    (0x10000E, [SENTINEL_FRAME, MAIN_CALLS_F]),
+    (0x100010, [SENTINEL_FRAME, MAIN_CALLS_F]),
+]
 
 
 def test_every_stop_has_the_expected_shadow_stack(compiled):
-    assert frames_at_each_stop(compiled) == [
-        (0x100000, [SENTINEL_FRAME]),
-        (0x100002, [SENTINEL_FRAME]),
-        (0x100004, [SENTINEL_FRAME]),
-        (0x10000C, [SENTINEL_FRAME, MAIN_CALLS_F]),
-        (0x10000E, [SENTINEL_FRAME, MAIN_CALLS_F]),
-        (0x100010, [SENTINEL_FRAME, MAIN_CALLS_F]),
+    assert frames_at_each_stop(compiled) == UNTIL_F_RUNS + [
         (0x100012, [SENTINEL_FRAME, MAIN_CALLS_F]),
         (0x100014, [SENTINEL_FRAME, MAIN_CALLS_F]),
         (0x100018, [SENTINEL_FRAME, MAIN_CALLS_F]),  # the skipped bleq pushed nothing
@@ -74,6 +75,31 @@ def test_every_stop_has_the_expected_shadow_stack(compiled):
         (0x100024, [SENTINEL_FRAME, MAIN_CALLS_F]),  # tail call: g returns for f
         (0x100026, [SENTINEL_FRAME, MAIN_CALLS_F]),
         (0x100008, [SENTINEL_FRAME]),
+        (0x10000A, [SENTINEL_FRAME]),
+    ]
+
+
+# A call as a function's last instruction, to the function right after it
+# (GCC and clang end a call to a noreturn function so): the callee starts at
+# the call's return address, yet the call was made.
+NORETURN_SOURCE = MAIN + [
+    # f @ 0x10000c
+    "push {r4, lr}",  # 0x10000c
+    "movs r4, #9",  # 0x10000e
+    "bl 0x100014",  # 0x100010: call h, whose first instruction is the return address
+    # h @ 0x100014
+    "movs r0, #3",  # 0x100014
+    "pop {r4, pc}",  # 0x100016: f's frame, back to main (h never returns to f)
+]
+
+
+def test_a_call_to_the_function_at_its_return_address_pushes_a_frame(compiled):
+    seen = frames_at_each_stop(compiled, NORETURN_SOURCE, (("main", 0, 0xC), ("f", 0xC, 0x14), ("h", 0x14, 0x18)))
+    f_calls_h = (0x100014, STACK_TOP - 16, (9, 0))
+    assert seen == UNTIL_F_RUNS + [
+        (0x100014, [SENTINEL_FRAME, MAIN_CALLS_F, f_calls_h]),  # h runs for f, called from f's last instruction
+        (0x100016, [SENTINEL_FRAME, MAIN_CALLS_F, f_calls_h]),
+        (0x100008, [SENTINEL_FRAME]),  # h popped f's frame: both are gone
         (0x10000A, [SENTINEL_FRAME]),
     ]
 
@@ -112,3 +138,16 @@ def test_an_exception_is_in_flight_from_its_raise_entry_to_its_landing_pad():
     shadow.observe(0x2000, 0x7F00)  # a raise entry reached again (a tail call): in flight again
     assert shadow.in_flight
     assert not ShadowStack(ShadowFrame(0xDEAD, 0x8000, (0,) * 8, None)).in_flight  # no raise entries: never
+
+
+def test_a_call_executes_when_its_condition_holds():
+    """Unicorn hooks an ARM instruction whose condition fails: its call is
+    not taken and pushes no frame (harness.thumb.encoding.executes)."""
+    from harness.thumb.encoding import executes, with_it_state
+
+    z_set, z_clear = 1 << 30, 0
+    assert executes(0xE, z_clear) and executes(0xF, z_clear)  # always; ARM's unconditional BLX
+    assert not executes(0x1, z_set) and executes(0x1, z_clear)  # blxne r3
+    assert executes(0x0, z_set) and not executes(0x0, z_clear)  # bleq
+    in_it_eq = with_it_state(0, 0b0000_1000)  # ITSTATE: firstcond eq, the block's last instruction
+    assert executes(0xE, in_it_eq | z_set) and not executes(0xE, in_it_eq | z_clear)  # Thumb: IT decides

@@ -62,7 +62,9 @@ def test_walks_that_stop_in_a_system_library_are_not_failures(calls_run):
     rows = {(r["unwinder"], r["category"], r["position"]): r for r in result_rows([summarize(calls_run)],
                                                                                      ["dwarf", "exidx"])}
     libc = rows[("dwarf", "libc", "all")]
-    assert libc["stops"] > 1000 and libc["failed"] == 0 and libc["stopped"] == libc["stops"]
+    # Right only at the first instructions of _start (crt1.o's, glibc's): the
+    # process's first frame, with no caller to unwind to.
+    assert libc["stops"] > 1000 and libc["failed"] == 0 and 0 < libc["stops"] - libc["stopped"] < 20
     assert rows[("dwarf", "all", "all")]["stopped_in"]["libc"] >= libc["stops"]  # and walks from own code into libc
     exidx = rows[("exidx", "libc", "all")]
     assert exidx["stopped"] < exidx["stops"]  # Debian's libc has EXIDX for part of its code: exidx walks there

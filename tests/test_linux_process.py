@@ -226,6 +226,26 @@ def test_an_exception_drops_the_frames_it_unwinds():
     assert depths == {1, 2, 3, 4, 5}  # thrower(0)'s guard first, thrower(4)'s last: each level's own frames
 
 
+def test_pthread_exit_in_the_main_thread_unwinds_to_the_start_and_never_returns():
+    program = build("pexit.c", "-fexceptions", "-Wl,-z,now")
+    result, system = run_process(program, root=sysroot())
+    assert result.fault is None
+    assert (system.outcome().exit_status, system.outcome().stdout) == qemu(program, root=sysroot()) == \
+        (0, b"leaving\ncleanup inner\ncleanup inner\ncleanup inner\natexit ran\n")
+    chains = _chains(program, sysroot())
+    _live(chains)
+    cleanups = [callers for name, callers, _, _ in chains if name and name.startswith("cleanup")]  # .constprop.0
+    # Each handler runs from a landing pad in its own frame of leave: the
+    # forced unwind has dropped the deeper leave frames and its own frames
+    # are not callers (cleanup is called from the pad, not from libgcc).
+    depths = [callers.count("leave") for callers in cleanups if callers[0] == "leave"]
+    assert sorted(set(depths)) == [1, 2, 3] and len(depths) == len(cleanups)
+    after = [callers for name, callers, _, _ in chains if name == "after"]
+    # atexit's handler runs from exit, called by __libc_start_call_main once
+    # the longjmp landed there: main and leave are gone from the stack.
+    assert after and all("leave" not in callers and "main" not in callers for callers in after)
+
+
 @pytest.mark.parametrize("source, link", [("calls.c", "-static"), ("throw.cc", "-static"),
                                           ("calls.c", "-Wl,-z,now")])
 def test_both_hooks_record_the_same_shadow_stack(source, link):

@@ -38,8 +38,15 @@ def test_a_symbol_outside_every_unit_is_named_by_exports_then_libgccs_names():
     for name in ("__aeabi_uidiv", "__aeabi_ldivmod", "__udivsi3", "__divdi3", "_Unwind_Resume", "__clzsi2",
                  "__gnu_unwind_frame", "__aeabi_dadd"):
         assert symbol_label(name, {}) == "libgcc", name
-    for name in ("main", "_start", "frame_dummy", "__libc_start_call_main", "__udiv"):
+    for name in ("main", "__libc_start_call_main", "__udiv", "start", "_start_"):
         assert symbol_label(name, {}) is None, name
+
+
+def test_the_start_files_are_the_libraries_that_ship_them():
+    assert symbol_label("_start", {}) == "libc" and symbol_label("_init", {}) == "libc"  # crt1.o, crti.o
+    for name in ("frame_dummy", "register_tm_clones", "__do_global_dtors_aux"):  # crtbegin.o
+        assert symbol_label(name, {}) == "libgcc", name
+    assert symbol_label("_start", {"_start": "lib"}) == "lib"  # what a library exports comes first
 
 
 def test_pieces_follow_units_then_symbols_and_padding_joins_the_code_before():
@@ -47,7 +54,7 @@ def test_pieces_follow_units_then_symbols_and_padding_joins_the_code_before():
     symbols = [(0x80, 0x20, "_start"), (0x100, 0x80, "main"), (0x200, 0x40, "memcpy"), (0x260, 0x10, "helper"),
                (0x280, 0x20, "strlen")]
     pieces = _pieces(units, symbols, 0x80, 0x400, {"memcpy": "libc", "strlen": "libc"})
-    assert pieces == [[0x80, 0x100, None], [0x100, 0x200, OWN], [0x200, 0x260, "libc"], [0x260, 0x280, None],
+    assert pieces == [[0x80, 0x100, "libc"], [0x100, 0x200, OWN], [0x200, 0x260, "libc"], [0x260, 0x280, None],
                       [0x280, 0x300, "libc"], [0x300, 0x400, "libgcc"]]  # no symbol past 0x340: padding
 
 
@@ -93,7 +100,8 @@ def test_a_static_linux_program_counts_its_c_library_as_libc():
     symbols = {name: address for address, _size, name in function_symbols(open_elf(run.program))}
     assert image.module_at(symbols["main"])[0] == OWN
     assert image.module_at(symbols["__libc_start_main"])[0] == "libc"
-    assert image.module_at(symbols["_start"])[0] == OTHER  # crt1.o's: glibc's start file, named by no export
+    assert image.module_at(symbols["_start"])[0] == "libc"  # crt1.o's: glibc's start file
+    assert image.module_at(symbols["frame_dummy"])[0] == "libgcc"  # crtbegin.o's
     # dwarf has CFI for our code only: its walks stop honestly in libc, never fail there.
     result = verify_process(run, ["dwarf"], lambda program: build_unwinders(program, ["dwarf"]), every=7)
     assert result.fault is None and result.result == 0

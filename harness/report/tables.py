@@ -17,10 +17,15 @@ def rate(row: dict) -> str:
 
 
 def summary_lines(data: dict) -> list[tuple[str, str]]:
-    """(category, position) pairs of the main table: positions, then traits."""
+    """(category, position) pairs of the main table: positions, then traits;
+    the program's own code (where modules are told apart) by position too,
+    for its body is where an unwinder with the compiler's CFI must not fail."""
     categories_seen = dict.fromkeys(r["category"] for r in data["results"])
     lines = [(ALL, p) for p in (ALL, *POSITIONS)]
-    return lines + [(c, ALL) for c in categories_seen if c != ALL]
+    for category in categories_seen:
+        if category != ALL:
+            lines += [(category, p) for p in ((ALL, *POSITIONS) if category == OWN else (ALL,))]
+    return lines
 
 
 def unwinder_names(data: dict) -> list[str]:

@@ -120,6 +120,15 @@ def condition_holds(cond: int, cpsr: int) -> bool:
     return bool(base) if cond % 2 == 0 or cond >= 14 else not base
 
 
+def executes(cond: int, cpsr: int) -> bool:
+    """Does an instruction of condition `cond` (an ARM instruction's; 0xE,
+    always, for Thumb) execute under `cpsr`? In an IT block the block's
+    condition decides. Unicorn hooks an ARM instruction whose condition
+    fails, and ground truth must not take its call. C twin: trace.c."""
+    state = it_state(cpsr)
+    return condition_holds(state >> 4 if state else cond, cpsr)
+
+
 def may_start_epilogue(code: bytes) -> bool:
     """False only for bytes that cannot start an instruction `plan` takes, so
     that `plan` declines at once: a superset, by encoding, of the
@@ -133,7 +142,7 @@ def may_start_epilogue(code: bytes) -> bool:
         return (first & 0xFE00 == 0xBC00  # pop
                 or first & 0xFF80 == 0xB000  # add sp, sp, #imm
                 or first & 0xFF87 in (0x4485, 0x4685)  # add sp, rm / mov sp, rm
-                or first & 0xFFF8 == 0x4770  # bx lr
+                or first & 0xFF80 == 0x4700  # bx lr, bx rm
                 or first & 0xF800 == 0xE000  # b
                 or first & 0xFF00 == 0x3700  # adds r7, #imm8
                 or first & 0xFE3F == 0x1C3F)  # adds r7, r7, #imm3

@@ -59,9 +59,11 @@ class ReturnToLr:
 
 @dataclass(frozen=True)
 class Branch:
-    """b / b.w: a tail call when it leaves the function."""
+    """b / b.w: a tail call when it leaves the function; bx rN (not lr), a
+    tail call through a register (target None), as clang ends
+    `ldm sp!, {..., lr}; bx r1`."""
 
-    target: int
+    target: int | None
 
 
 Step = Union[Release, AdjustFramePointer, Restore, RestoreVfp, ReturnToLr, Branch]
@@ -97,6 +99,8 @@ def classify(insn: Instruction) -> Step | None:
         return ReturnToLr()
     if op == "b" and insn.imm is not None and not insn.conditional:
         return Branch(insn.imm)
+    if op == "bx" and len(regs) == 1 and 0 <= regs[0] < SP:
+        return Branch(None)
     return None
 
 
@@ -126,10 +130,10 @@ def ends_frame(step: Step) -> bool:
 
 
 # Encodings that may end a frame (little-endian): pop {..., pc}, b (16-bit),
-# bx lr, pop.w/ldm sp! with pc, ldr pc, [sp], #4, b.w. Found by one regex
-# scan, so only short windows before them are ever disassembled.
+# bx lr or rN, pop.w/ldm sp! with pc, ldr pc, [sp], #4, b.w. Found by one
+# regex scan, so only short windows before them are ever disassembled.
 _MAY_END_FRAME = re.compile(
-    rb"(?=[\x00-\xff][\xbd\xe0-\xe7]|\x70\x47|\xbd\xe8[\x00-\xff][\x80-\xff]"
+    rb"(?=[\x00-\xff][\xbd\xe0-\xe7]|[\x00-\x7f]\x47|\xbd\xe8[\x00-\xff][\x80-\xff]"
     rb"|\x5d\xf8\x04\xfb|[\x00-\xff][\xf0-\xf7][\x00-\xff][\x90-\x9f\xb0-\xbf])",
     re.DOTALL,
 )
@@ -147,58 +151,103 @@ def _window_ending_at(code: bytes, start: int, offset: int) -> list[tuple[int, i
     return []
 
 
-def _in_it_block(window: list[tuple[int, int, str]], index: int) -> bool:
-    """Whether instruction `index` is governed by an IT before it (IT covers
-    as many instructions as its mnemonic has letters after the I)."""
+def _it_governing(window: list[tuple[int, int, str]], index: int) -> int | None:
+    """The index of the IT that governs instruction `index`, or None (IT
+    covers as many instructions as its mnemonic has letters after the I)."""
     for back in range(1, 5):
         if index - back < 0:
-            return False
+            return None
         mnemonic = window[index - back][2]
         if mnemonic.startswith("it"):
-            return back <= len(mnemonic) - 1
-    return False
+            return index - back if back <= len(mnemonic) - 1 else None
+    return None
 
 
-def find_epilogues(code: bytes, start: int, end: int):
+def _in_it_block(window: list[tuple[int, int, str]], index: int) -> bool:
+    return _it_governing(window, index) is not None
+
+
+def find_epilogues(code: bytes, start: int, end: int, conditional: bool = False):
     """(prelude, instructions, steps) of every unconditional epilogue of the
     function [start, end) whose bytes are `code`: the instructions from its
     first teardown to its return or tail call, and up to four before it.
-    Only instructions near a return are ever decoded."""
+    Only instructions near a return are ever decoded.
+
+    With `conditional`, also the epilogues that end an IT block whose
+    instructions all share one condition (clang's `ittt cc; ...; ldmcc sp!,
+    {r7, lr}; bcc.w f`: a tail call taken only when the condition holds).
+    Their pcs are epilogue positions, but no single row describes them
+    (the frame is torn down or not by the condition), so only the position
+    finder asks for them."""
     for match in _MAY_END_FRAME.finditer(code):
         offset = match.start()
         if offset % 2:
             continue
         window = _window_ending_at(code, start, offset)
-        if not window or _in_it_block(window, len(window) - 1):
+        if not window:
+            continue
+        block = _it_governing(window, len(window) - 1)
+        if block is not None and not (conditional and _uniform_it(window, block, len(window) - 1)):
             continue
         last = decode_one(code[offset : offset + 4], start + offset)
         step = classify(last) if last else None
         if step is None or not ends_frame(step) or last.conditional:
             continue
-        if isinstance(step, Branch) and start <= step.target < end:
+        if isinstance(step, Branch) and step.target is not None and start <= step.target < end:
             continue  # a branch inside the function, not a tail call
-        # Walk back over teardown instructions, and over neutral ones scheduled
-        # between them; the epilogue starts at the earliest teardown reached.
-        walked: list[tuple[Instruction, Step | None]] = []
-        index = len(window) - 1
-        while index > 0:
-            insn = _decoded(code, start, window[index - 1])
-            if insn is None or insn.conditional or _in_it_block(window, index - 1):
-                break
-            before = classify(insn)
-            if before is None and not is_neutral(insn) or before is not None and ends_frame(before):
-                break
-            walked.insert(0, (insn, before))
-            index -= 1
-        while walked and walked[0][1] is None:  # neutral work before the teardown is body
-            walked.pop(0)
-            index += 1
+        walked, index = _walk_back(code, start, window, block)
         if isinstance(step, Branch) and not walked:
             continue  # a plain branch out, with no frame to tear down here
         insns = [insn for insn, _ in walked] + [last]
         steps = [before for _, before in walked] + [step]
         prelude = [i for i in (_decoded(code, start, w) for w in window[max(0, index - 4) : index]) if i]
         yield prelude, insns, steps
+
+
+def _walk_back(code: bytes, start: int, window: list[tuple[int, int, str]], block: int | None):
+    """The teardown before the last instruction of `window`, as (instruction,
+    step or None for neutral work) pairs, and the window index it starts at:
+    teardown instructions and neutral ones scheduled between them, inside
+    the IT `block` of the last instruction when there is one."""
+    walked: list[tuple[Instruction, Step | None]] = []
+    index = len(window) - 1
+    while index > 0:
+        insn = _decoded(code, start, window[index - 1])
+        if insn is not None and block is not None and index - 1 == block:
+            # The IT of this block: the teardown may go on in the block
+            # before it, when that one ends here under the same condition
+            # (clang: `itttt lt; ...; addlt sp, #4; itt lt; ldmlt ...; blt.w f`).
+            earlier = _it_governing(window, block - 1)
+            if earlier is None or not _uniform_it(window, earlier, block - 1) \
+                    or _it_condition(code, start, window[earlier]) != _it_condition(code, start, window[block]):
+                break
+            walked.insert(0, (insn, None))
+            block, index = earlier, index - 1
+            continue
+        if insn is None or insn.conditional or _it_governing(window, index - 1) != block:
+            break
+        before = classify(insn)
+        if before is None and not is_neutral(insn) or before is not None and ends_frame(before):
+            break
+        walked.insert(0, (insn, before))
+        index -= 1
+    while walked and walked[0][1] is None:  # neutral work before the teardown is body
+        walked.pop(0)
+        index += 1
+    return walked, index
+
+
+def _uniform_it(window: list[tuple[int, int, str]], block: int, last: int) -> bool:
+    """Whether the IT at `block` gives every instruction up to `last` the
+    same condition (its mask is all "then") and `last` ends the block."""
+    mnemonic = window[block][2]
+    letters = mnemonic[1:].split(".")[0].split(" ")[0]
+    return set(letters) == {"t"} and last - block == len(letters)
+
+
+def _it_condition(code: bytes, start: int, boundary: tuple[int, int, str]) -> int:
+    """The first condition of the IT instruction at `boundary` (bits 7:4)."""
+    return code[boundary[0] - start] >> 4
 
 
 def _decoded(code: bytes, start: int, boundary: tuple[int, int, str]):

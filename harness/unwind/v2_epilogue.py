@@ -67,7 +67,7 @@ class EpilogueSimulator:
                 return f"'{insn.text}' is not an epilogue instruction"
             # A branch out of the function is a tail call: any teardown is
             # done by then (possibly before pc), and control returns to lr.
-            if isinstance(step, Branch) and self._same_function(pc, step.target):
+            if isinstance(step, Branch) and step.target is not None and self._same_function(pc, step.target):
                 return "a branch within the function"
             steps.append(step)
             if ends_frame(step):

@@ -2,8 +2,10 @@
 execution alone (ARCHITECTURE.md, "Ground truth").
 
 - A call (BL, BLX immediate or register) at A with length n that executes
-  pushes a frame: return pc A + n, sp at the call, the caller's r4-r11 (and
-  d8-d15 when the program uses VFP) at that moment.
+  (its condition holds) pushes a frame: return pc A + n, sp at the call,
+  the caller's r4-r11 (and d8-d15 when the program uses VFP) at that
+  moment; even when the callee starts at A + n (a call to a function that
+  never returns, as the last instruction before that callee).
 - A plain branch into another function (tail call) pushes nothing.
 - A return that lands on the top frame's return pc with sp equal to its sp
   pops it.
@@ -118,7 +120,7 @@ class ShadowStack:
 
     def __init__(self, bottom: ShadowFrame, raises: frozenset[int] = frozenset()):
         self.frames: list[ShadowFrame] = [bottom]
-        self._pending: tuple[int, ShadowFrame] | None = None
+        self._pending: ShadowFrame | None = None
         self._return_fall_through: int | None = None
         self._serial = bottom.serial
         self._raises = raises  # RAISE_ENTRIES' addresses
@@ -139,12 +141,10 @@ class ShadowStack:
 
     def _follow(self, pc: int, sp: int) -> None:
         """The calls, returns and non-local exits."""
-        if self._pending is not None:
-            fall_through, frame = self._pending
+        if self._pending is not None:  # even when the callee starts at the return pc (a noreturn call)
+            self.frames.append(self._pending)
             self._pending = None
-            if pc != fall_through:  # the call was taken (not skipped under IT)
-                self.frames.append(frame)
-                return
+            return
         returned = self._return_fall_through is not None and pc != self._return_fall_through
         self._return_fall_through = None
         frames = self.frames
@@ -159,7 +159,7 @@ class ShadowStack:
         self._return_fall_through = pc + length
 
     def before(self, pc: int, length: int, regs, vfp) -> None:
-        """The instruction at pc is a call of `length` bytes about to execute."""
+        """The instruction at pc is a call of `length` bytes about to execute
+        (its condition holds: harness.thumb.encoding.executes)."""
         self._serial += 1
-        frame = ShadowFrame(pc + length, regs[13], tuple(regs[4:12]), vfp, self._serial)
-        self._pending = (pc + length, frame)
+        self._pending = ShadowFrame(pc + length, regs[13], tuple(regs[4:12]), vfp, self._serial)

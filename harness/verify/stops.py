@@ -20,6 +20,7 @@ from harness.thumb.encoding import (
     arm_call_length,
     arm_return_kind,
     call_length,
+    executes,
     instruction_size,
     it_block_length,
     return_kind,
@@ -271,13 +272,14 @@ def _checker(emulator: Emulator, run: Verification, result: ProgramResult, obser
     return check
 
 
-def decode(code: bytes, thumb: bool) -> tuple[int, int, bool, int, bytes]:
+def decode(code: bytes, thumb: bool) -> tuple[int, int, bool, int, bytes, int]:
     """What ground truth needs of the instruction `code` in its state: (call
     length, IT block length, a return-kind instruction, its size, first
-    half-word). C twin: trace.c: decoded()."""
+    half-word, condition: an ARM instruction's, 0xE in Thumb where IT
+    decides). C twin: trace.c: decoded()."""
     if not thumb:
-        return arm_call_length(code), 0, arm_return_kind(code), 4, code[:2]
-    return call_length(code), it_block_length(code), return_kind(code), instruction_size(code), code[:2]
+        return arm_call_length(code), 0, arm_return_kind(code), 4, code[:2], code[3] >> 4 if len(code) > 3 else 0xE
+    return call_length(code), it_block_length(code), return_kind(code), instruction_size(code), code[:2], 0xE
 
 
 def _run_in_python(program: Program, emulator: Emulator, run: Verification, result: ProgramResult,
@@ -318,7 +320,7 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
             decoded = decoded_at[(pc, thumb)] = decode(emulator.code(pc, 4), thumb)
         if decoded[2]:
             shadow.before_return(pc, decoded[3])
-        if decoded[0]:
+        if decoded[0] and executes(decoded[5], regs[16]):
             shadow.before(pc, decoded[0], regs, vfp)
         if decoded[1]:
             it_blocks.entered(pc, int.from_bytes(decoded[4], "little"), decoded[1])

@@ -54,6 +54,7 @@ typedef struct {
     uint64_t key;        /* pc << 1 | Thumb */
     uint8_t used, call_length, it_length, returns;
     uint16_t first;      /* its first half-word */
+    uint8_t cond;        /* an ARM instruction's condition; 0xE (always) in Thumb, where IT decides */
 } PcInfo;
 
 typedef struct { uint32_t address; uint8_t state; } SkippedStop;
@@ -205,6 +206,7 @@ static int64_t intern(Interned *t, const void *key, int *added) {
 /* harness.thumb.encoding.arm_call_length and arm_return_kind, for ARM state. */
 static void decode_arm(PcInfo *info, uint32_t word) {
     const uint32_t cond = word >> 28;
+    info->cond = (uint8_t)cond;
     info->call_length = (cond != 0xF && (word & 0x0F000000) == 0x0B000000)     /* BL */
                      || (word & 0xFE000000) == 0xFA000000                      /* BLX (immediate) */
                      || (cond != 0xF && (word & 0x0FFFFFF0) == 0x012FFF30)     /* BLX (register) */
@@ -249,7 +251,7 @@ static PcInfo *decoded(Tracer *t, uint32_t pc, int thumb) {
         return info;
     }
     *info = (PcInfo){
-        .key = key, .used = 1, .first = first,
+        .key = key, .used = 1, .first = first, .cond = 0xE,
         .call_length = (first & 0xFF87) == 0x4780 ? 2
                      : (first & 0xF800) == 0xF000 && ((second & 0xD000) == 0xD000 || (second & 0xD001) == 0xC000) ? 4
                      : 0,
@@ -320,7 +322,7 @@ static int push(Tracer *t, const Expected *frame, uint64_t serial) {
 static int follow(Tracer *t, uint32_t pc, uint32_t sp) {
     if (t->call_pending) {
         t->call_pending = 0;
-        if (pc != t->fall_through) return push(t, &t->pending_frame, t->pending_serial);
+        return push(t, &t->pending_frame, t->pending_serial);
     }
     const int returned = t->return_pending && pc != t->return_fall_through;
     t->return_pending = 0;
@@ -395,6 +397,30 @@ static int entered(Tracer *t, uint32_t pc, uint16_t it_instruction, int block) {
     t->it_count = block;
     t->it_end = address;
     return 0;
+}
+
+/* harness.thumb.encoding.condition_holds */
+static int condition_holds(unsigned cond, uint32_t cpsr) {
+    const int n = cpsr >> 31 & 1, z = cpsr >> 30 & 1, c = cpsr >> 29 & 1, v = cpsr >> 28 & 1;
+    int base;
+    switch (cond >> 1) {
+    case 0: base = z; break;
+    case 1: base = c; break;
+    case 2: base = n; break;
+    case 3: base = v; break;
+    case 4: base = c && !z; break;
+    case 5: base = n == v; break;
+    case 6: base = !z && n == v; break;
+    default: return 1;
+    }
+    return (cond & 1) ? !base : base;
+}
+
+/* harness.thumb.encoding.executes */
+static int executes(unsigned cond, uint32_t cpsr) {
+    const int state = ((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3);
+    if (state) cond = (unsigned)state >> 4;
+    return condition_holds(cond, cpsr);
 }
 
 /* harness.thumb.encoding.with_it_state */
@@ -592,7 +618,7 @@ static int stop_at(Tracer *t, uint32_t pc) {
         t->return_pending = 1;
         t->return_fall_through = pc + (thumb ? instruction_size(info->first) : 4);
     }
-    if (info->call_length) {  /* ShadowStack.before */
+    if (info->call_length && executes(info->cond, cpsr)) {  /* ShadowStack.before */
         t->serial++;
         t->call_pending = 1;
         t->fall_through = pc + info->call_length;
