@@ -17,7 +17,15 @@ from harness.classify import OWN, FrameFacts, FunctionInfo, traits_of
 from harness.errors import ElfError
 from harness.formats.arm_exidx import read_exidx_sections
 from harness.formats.dwarf_cfi import has_cfi, read_cfi
-from harness.formats.elf import ElfImage, executable_ranges, load_segments, open_elf, symbol_address, text_base
+from harness.formats.elf import (
+    ElfImage,
+    executable_ranges,
+    load_segments,
+    open_elf,
+    symbol_address,
+    text_base,
+    thumb_functions,
+)
 from harness.origin import origin_spans
 from harness.program import CfiRow, FunctionCfi, Program, relocated
 from harness.registers import DWARF_D0, LR, SP
@@ -95,7 +103,7 @@ def program_from_image(image: ElfImage, entry: int, expected: int | None = None,
     # The ELF's own CFI serves as both flavours (see harness.unwind).
     program = relocated(Program(image.path, load_segments(image), entry, base, (),
                                 {"tables": cfi, "reference": cfi}, expected, uses_vfp=True,
-                                exidx=read_exidx_sections(image)), load_base)
+                                exidx=read_exidx_sections(image), code_spans=thumb_functions(image)), load_base)
     functions = program.cfi["tables"]
     return replace(program, functions=tuple(function_info(f, _code_of(program, f), program.text_base)
                                             for f in functions))

@@ -125,6 +125,9 @@ class Program:
     exidx: ExidxSections | None = None
     # a process's modules, sorted and disjoint (harness.linux.modules); none for bare metal
     modules: tuple[ModuleSpan, ...] = ()
+    # Thumb functions (start, end, name) by symbol, for tables from code alone
+    # (harness.thumb.frame_analysis); none: the generator's `functions`
+    code_spans: tuple[tuple[int, int, str], ...] = ()
 
     @cached_property
     def _starts(self) -> list[int]:
@@ -174,4 +177,4 @@ def relocated(program: Program, base: int) -> Program:
     return replace(program, segments=tuple((address + base, data) for address, data in program.segments),
                    entry=program.entry + base, text_base=program.text_base + base,
                    cfi={flavour: tuple(moved(f) for f in functions) for flavour, functions in program.cfi.items()},
-                   exidx=exidx)
+                   exidx=exidx, code_spans=tuple((s + base, e + base, n) for s, e, n in program.code_spans))

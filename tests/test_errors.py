@@ -52,7 +52,10 @@ from harness.program import CfiRow, FunctionCfi
 from harness.registers import SP
 from harness.runner import in_processes
 from harness.shards import read_partials
+from harness.thumb.disasm import decode_one
 from harness.thumb.epilogue import Release
+from harness.thumb.frame_analysis import analyse
+from harness.thumb.frame_effects import FrameState, Unknowable, after
 from harness.unwind.ehabi_run import caller_by_run
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.v2 import V2Unwinder
@@ -89,9 +92,10 @@ COVERAGE = {
     "harness.formats.chrome_v1.Refused": "test_refused",
     "harness.formats.chrome_v2.encoder.InexpressibleState": "test_inexpressible_state",
     "harness.formats.chrome_v2.synthesize.Unsynthesizable": "test_unsynthesizable",
+    "harness.thumb.frame_effects.Unknowable": "test_unknowable",
 }
 INTERNAL = {"harness.formats.chrome_v1.Refused", "harness.formats.chrome_v2.encoder.InexpressibleState",
-            "harness.formats.chrome_v2.synthesize.Unsynthesizable"}
+            "harness.formats.chrome_v2.synthesize.Unsynthesizable", "harness.thumb.frame_effects.Unknowable"}
 
 
 def raised(call, *args, **kwargs) -> Exception:
@@ -493,3 +497,14 @@ def test_worker_lost():
     error = raised(in_processes, _dies, [0, 1, 2], 2, name=lambda item: f"unit {item}")
     assert type(error) is WorkerLost
     assert str(error) == "a worker process died while verifying unit 1 (killed, or out of memory)"
+
+
+def test_unknowable():
+    code = bytes.fromhex("8546" "10bd")  # mov sp, r0; pop {r4, pc}
+    insn = decode_one(code, BASE)
+    error = raised(after, insn, FrameState(8, saved=((4, -8), (14, -4))), lambda address, size: b"")
+    assert type(error) is Unknowable
+    assert str(error) == "'mov sp, r0' sets sp in a way the analysis does not model"
+    # analyse catches it: that pc and what follows refuse, and the problem says where.
+    function = analyse("f", BASE, BASE + 4, lambda address, size: code[address - BASE:address - BASE + size])
+    assert function.problems == (f"{BASE:#x}: 'mov sp, r0' sets sp in a way the analysis does not model",)

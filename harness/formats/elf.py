@@ -107,6 +107,38 @@ def function_symbols(image: ElfImage) -> list[tuple[int, int, str]]:
     return sorted(found)
 
 
+def thumb_functions(image: ElfImage) -> tuple[tuple[int, int, str], ...]:
+    """Thumb functions (STT_FUNC symbols with the Thumb bit) as sorted
+    (start, end, name): one per address (an alias keeps the first name),
+    ending at the symbol's size or the next function, whichever is first;
+    a symbol of size 0 ends at the next function or its section's end."""
+    spans: dict[int, tuple[int, str]] = {}
+    limits = []
+    try:
+        for section in image.elf.iter_sections():
+            if section["sh_flags"] & 0x4:  # SHF_EXECINSTR
+                limits.append((section["sh_addr"], section["sh_addr"] + section["sh_size"]))
+        for section in image.elf.iter_sections():
+            if not isinstance(section, SymbolTableSection):
+                continue
+            for sym in section.iter_symbols():
+                value = sym["st_value"]
+                if sym["st_info"]["type"] == "STT_FUNC" and sym["st_shndx"] != "SHN_UNDEF" and value & 1:
+                    spans.setdefault(value & ~1, (sym["st_size"], sym.name))
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{image.path}: corrupt symbol table: {e}") from e
+    starts = sorted(spans)
+    found = []
+    for index, start in enumerate(starts):
+        size, name = spans[start]
+        section_end = next((high for low, high in limits if low <= start < high), start)
+        end = min(start + size if size else section_end, starts[index + 1] if index + 1 < len(starts) else section_end,
+                  section_end)
+        if end > start:
+            found.append((start, end, name))
+    return tuple(found)
+
+
 MEMORY_BUDGET = 256 << 20  # bytes of memory all PT_LOAD segments together may ask for
 
 

@@ -11,7 +11,8 @@ from typing import Callable
 
 from harness.formats import chrome_v2
 from harness.formats.chrome_v1 import V1Table, encode_v1
-from harness.program import Program
+from harness.program import FunctionCfi, Program
+from harness.thumb.frame_analysis import analyse
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder_for
 from harness.unwind.framepointer import FramePointerUnwinder
@@ -22,7 +23,8 @@ from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
 
 def _v2_unwinder(program: Program, flavour: str, policy: str, name: str) -> V2Unwinder:
-    encoded = chrome_v2.encode(program.cfi[flavour], program.text_base, policy, code_at=program.code)
+    functions = code_cfi(program) if flavour == "code" else program.cfi[flavour]
+    encoded = chrome_v2.encode(functions, program.text_base, policy, code_at=program.code)
     # Through the bytes, so the verified path is the one a device would run.
     reader = chrome_v2.V2Reader.from_blob(encoded.blob("seed"), "seed")
     return V2Unwinder(reader, program.text_base, name)
@@ -30,6 +32,14 @@ def _v2_unwinder(program: Program, flavour: str, policy: str, name: str) -> V2Un
 
 def _v2(name: str, flavour: str, policy: str) -> Callable[[Program], Unwinder]:
     return lambda program: _v2_unwinder(program, flavour, policy, name)
+
+
+def code_cfi(program: Program) -> tuple[FunctionCfi, ...]:
+    """Rows from the program's machine code alone, per Thumb function (by
+    symbol; a generated program's by its layout), no unwind table read."""
+    spans = program.code_spans or tuple((f.start, f.end, f.name) for f in program.functions)
+    return tuple(analyse(name, start, end, program.code) for start, end, name in spans
+                 if start >= program.text_base)
 
 
 def _v2_epilogue(program: Program) -> Unwinder:
@@ -66,6 +76,7 @@ def _exidx(program: Program) -> Unwinder:
 # v2+epilogue: v2, plus simulating the epilogue ahead of the innermost pc.
 # v2-synth: `tables` plus epilogue rows synthesized from disassembly.
 # v2-gcc: `reference` encoded with policy `keep`.
+# v2-code: rows synthesized from the machine code alone (harness.thumb.frame_analysis), policy `keep`.
 # dwarf: the `reference` rows interpreted directly.
 # v1: Chrome's first format, built from `tables` (pc and sp only).
 # exidx: the program's .ARM.exidx/.ARM.extab (the body state of each function).
@@ -75,6 +86,7 @@ BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
     "v2+epilogue": _v2_epilogue,
     "v2-synth": _v2("v2-synth", "tables", "synthesize"),
     "v2-gcc": _v2("v2-gcc", "reference", "keep"),
+    "v2-code": _v2("v2-code", "code", "keep"),
     "dwarf": _dwarf,
     "v1": _v1,
     "exidx": _exidx,

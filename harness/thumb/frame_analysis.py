@@ -1,0 +1,343 @@
+"""Unwind rows from machine code alone: a dataflow analysis of the frame.
+
+`analyse` follows every path of a Thumb-2 function from its entry and
+writes the unwind state before each instruction it reaches, as CFI rows
+(harness.program.CfiRow), the way GCC writes them: the CFA through sp,
+through r7 from the instruction that makes r7 the frame pointer, and
+through sp again once an epilogue knows sp. It reads no unwind table.
+
+The state before an instruction (FrameState) is what an unwinder needs:
+the CFA as sp or r7 plus an offset, how far sp lies below the CFA (`depth`,
+None once sp moved by an amount the code computes), where each callee-saved
+register and lr is saved, and which of them no longer hold the caller's
+value (a store of such a register is not a save). Each instruction maps a
+state to the state after it (harness.thumb.frame_effects); paths join where they meet, and
+must agree there.
+
+Conditions: the instructions of an IT block run or not by one condition.
+A path entering a block splits into the path where the condition holds and
+the one where it fails, and each remembers that (`fact`) until flags are
+set again, so that a second block under the same condition (clang splits
+`addlt sp, #4` and `ldmialt sp!, {...}` over two) is taken alike. Where
+paths with different states meet under different facts, no single row
+describes the pc: its row refuses (as where the state cannot be known).
+
+What the analysis cannot model is never guessed: sp or the frame pointer
+set by an instruction it does not know, paths that disagree at a join, an
+indirect branch inside the function. The function's rows refuse to unwind
+from there, and `problems` names the reason and address.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
+
+from harness.program import CfiRow, FunctionCfi
+from harness.registers import LR, PC, SP
+from harness.thumb.disasm import Instruction, decode_one
+from harness.thumb.frame_effects import FrameState, Unknowable, after
+
+MAX_STATES = 200_000  # (address, fact) pairs visited per function, a guard against pathological code
+LANDING_ROUNDS = 8  # rounds of analysing code only the unwinder enters (landing pads)
+CANNOT_FOLLOW = "leaves for an address the analysis cannot follow"
+# Condition codes (ARM ARM A8.3): the inverse of c is c ^ 1; 14 is always.
+ALWAYS = 14
+_FLAG_SETTERS = ("cmp", "cmn", "tst", "teq")
+
+
+@dataclass(frozen=True)
+class Path:
+    state: FrameState
+    fact: tuple[int, bool] | None = None  # (condition, holds) known since flags were last set
+    block: tuple[int, ...] = ()  # conditions of the IT block instructions still to come
+
+
+def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes]) -> FunctionCfi:
+    """The rows of the Thumb function [start, end) from its code alone.
+
+    Code no branch reaches is entered, if at all, by the unwinder: a C++
+    landing pad, which resumes with the frame of the call that threw. When
+    every call of the function has one frame and every path was followed
+    without a problem, each such piece is analysed from that frame, and
+    kept where that meets no problem (data decoded by chance soon does);
+    otherwise its rows refuse (rounds, as one pad may lead to the next)."""
+    analysis = _Analysis(start, end, code_at)
+    analysis.explore([(start, Path(FrameState()))])
+    branched = set(analysis.sizes)  # what branches reach: landing pads never change its rows
+    frame = analysis.call_frame()
+    for _ in range(LANDING_ROUNDS if frame is not None and not analysis.problems else 0):
+        grown = False
+        for gap in analysis.gaps():
+            trial = analysis.copy()
+            trial.explore([(gap, Path(frame))], branched)
+            if not trial.problems:  # code, not data decoded by chance: keep it
+                analysis, grown = trial, True
+        if not grown:
+            break
+    return FunctionCfi(name, start, end, _rows(start, end, analysis.reached, analysis.sizes, analysis.refused),
+                       tuple(analysis.problems))
+
+
+class _Analysis:
+    """The paths of one function: the states reached before each
+    instruction (per fact), and where the analysis refuses."""
+
+    def __init__(self, start: int, end: int, code_at: Callable[[int, int], bytes]):
+        self.start, self.end, self.code_at = start, end, code_at
+        self.reached: dict[int, dict[tuple[int, bool] | None, FrameState]] = {}
+        self.sizes: dict[int, int] = {}  # instruction sizes where paths went
+        self.calls: set[int] = set()  # addresses of calls on some path
+        self.problems: list[str] = []
+        self.refused: set[int] = set()
+        self.data: set[int] = set()  # bytes read as data: jump tables, literal pools
+        self.visited = 0
+
+    def explore(self, pending: list[tuple[int, Path]], kept: set[int] = frozenset()) -> None:
+        """Follow `pending` paths; one meeting a state at an address of
+        `kept` with another frame ends there, leaving that row as it was."""
+        while pending:
+            address, path = pending.pop()
+            if not self.start <= address < self.end or address in self.data:
+                continue
+            states = self.reached.setdefault(address, {})
+            known = states.get(path.fact)
+            if known is not None:
+                joined = _join(known, path.state)
+                if joined is None and address in kept:
+                    continue
+                if joined is None:
+                    self._refuse(address, "paths meet with different frames")
+                if joined is None or joined == known:
+                    continue
+                path = replace(path, state=joined)  # a register lost on some path: go on with it lost
+            states[path.fact] = path.state
+            self.visited += 1
+            if self.visited > MAX_STATES:
+                self._refuse(address, f"more than {MAX_STATES} states; the analysis gave up")
+                self.refused.update(range(self.start, self.end, 2))
+                return
+            try:
+                insn = _instruction(self.code_at, address, self.end)
+                self.sizes[address] = insn.size
+                if insn.op in ("bl", "blx"):
+                    self.calls.add(address)
+                self.data.update(_data_read(insn, self.code_at))
+                pending.extend(_successors(insn, path, self.start, self.end, self.code_at))
+            except Unknowable as why:
+                self._refuse(address, str(why))
+
+    def copy(self) -> "_Analysis":
+        twin = _Analysis(self.start, self.end, self.code_at)
+        twin.reached = {address: dict(states) for address, states in self.reached.items()}
+        twin.sizes, twin.calls, twin.data = dict(self.sizes), set(self.calls), set(self.data)
+        twin.problems, twin.refused = list(self.problems), set(self.refused)
+        twin.visited = self.visited
+        return twin
+
+    def _refuse(self, address: int, why: str) -> None:
+        if address not in self.refused:
+            self.refused.add(address)
+            self.problems.append(f"{address:#x}: {why}")
+
+    def call_frame(self) -> FrameState | None:
+        """The one frame every call of the function is made with (lr then
+        gone), or None when the calls disagree or there are none."""
+        frames = {replace(state, clobbered=frozenset()) for address in self.calls
+                  for state in self.reached[address].values()}
+        if len(frames) != 1:
+            return None
+        lost = frozenset({LR}).union(*(state.clobbered for address in self.calls
+                                      for state in self.reached[address].values()))
+        return replace(frames.pop(), clobbered=lost)
+
+    def gaps(self) -> list[int]:
+        """Where code no path reached begins (not data the code reads)."""
+        found, covered = [], self.start
+        extents = {**{a: 1 for a in self.data}, **self.sizes}
+        for address in sorted(extents):
+            if address > covered and covered not in self.data and covered % 2 == 0:
+                found.append(covered)
+            covered = max(covered, address + extents[address])
+        return found + ([covered] if covered < self.end else [])
+
+
+def _data_read(insn: Instruction, code_at) -> set[int]:
+    """The bytes `insn` reads as data from the code: a literal (`ldr rX,
+    [pc, #n]`, at Align(pc, 4) + n) or a jump table after a tbb/tbh."""
+    if insn.op in ("tbb", "tbh"):
+        count = _guarded_entries(insn, code_at) or 0
+        table = insn.address + insn.size
+        return set(range(table, table + count * (1 if insn.op == "tbb" else 2)))
+    if insn.op == "ldr" and PC in insn.writes and insn.mem and insn.mem[0] != SP:
+        table, count = _table_address(insn, code_at), _guarded_entries(insn, code_at)
+        return set(range(table, table + 4 * count)) if table is not None and count else set()
+    if insn.op.startswith(("ldr", "vldr")) and insn.mem and insn.mem[0] == PC:
+        literal = ((insn.address + 4) & ~3) + insn.mem[1]
+        return set(range(literal, literal + (8 if insn.op in ("ldrd", "vldr") else 4)))
+    return set()
+
+
+def _join(known: FrameState, other: FrameState) -> FrameState | None:
+    """The state where two paths meet: the same frame (CFA, depth, saves),
+    a register that lost the caller's value on either path lost; None
+    when the frames differ."""
+    if replace(known, clobbered=other.clobbered) != other:
+        return None
+    return replace(known, clobbered=known.clobbered | other.clobbered)
+
+
+def _instruction(code_at: Callable[[int, int], bytes], address: int, end: int) -> Instruction:
+    insn = decode_one(code_at(address, 4), address)
+    if insn is None:
+        raise Unknowable("undecodable instruction on a path")
+    if address + insn.size > end:
+        raise Unknowable("a path runs past the function's end")
+    return insn
+
+
+def _rows(start: int, end: int, reached, sizes: dict[int, int], refused: set[int]) -> tuple[CfiRow, ...]:
+    """A row wherever the state changes; a refusing row where no single
+    state is known, and over code no path reaches (a C++ landing pad is
+    entered from the unwinder, not by a branch; data and padding are never
+    executed, so refusing there costs nothing)."""
+    rows: list[CfiRow] = []
+
+    def add(row: CfiRow) -> None:
+        if not rows or replace(rows[-1], address=row.address) != row:
+            rows.append(row)
+
+    covered = start
+    for address in sorted(reached):
+        if address > covered:
+            add(CfiRow(covered, problem="no path reaches this code"))
+        states = set(reached[address].values())
+        if address in refused or len(states) != 1:
+            add(CfiRow(address, problem="no single frame state is known here"))
+        else:
+            add(next(iter(states)).row(address))
+        covered = max(covered, address + sizes.get(address, 2))
+    if covered < end:
+        add(CfiRow(covered, problem="no path reaches this code"))
+    return tuple(rows)
+
+
+# ------------------------------------------------------------------ paths
+
+
+def _successors(insn: Instruction, path: Path, start: int, end: int, code_at) -> Iterable[tuple[int, Path]]:
+    """(address, path) pairs after `insn` on `path`: both outcomes of a
+    conditional instruction, every target of a branch inside the function."""
+    following = insn.address + insn.size
+    if insn.op.startswith("it"):
+        block = _it_conditions(code_at(insn.address, 2))
+        if path.fact is not None and path.fact[0] >> 1 == block[0] >> 1:  # flags unchanged: taken alike
+            return [(following, replace(path, block=block))]
+        return [(following, Path(path.state, (block[0], holds), block)) for holds in (True, False)]
+    if path.block:
+        condition, path = path.block[0], replace(path, block=path.block[1:])
+        if not _holds(path.fact, condition):
+            return [(following, path)]
+    return _executed(insn, path, start, end, code_at, following)
+
+
+def _holds(fact: tuple[int, bool] | None, condition: int) -> bool:
+    """Does `condition` hold on a path that knows `fact` (set by the IT
+    block the instruction is in, so about the same condition or its inverse)?"""
+    if condition == ALWAYS or fact is None:
+        return True
+    known, value = fact
+    return value if known == condition else not value
+
+
+def _it_conditions(code: bytes) -> tuple[int, ...]:
+    """The condition of each instruction an IT block governs."""
+    first = int.from_bytes(code[:2], "little")
+    firstcond, mask = (first >> 4) & 0xF, first & 0xF
+    length = 4 - ((mask & -mask).bit_length() - 1)
+    conditions = [firstcond]
+    for index in range(1, length):
+        bit = (mask >> (4 - index)) & 1
+        conditions.append((firstcond & 0xE) | bit)
+    return tuple(conditions)
+
+
+def _executed(insn: Instruction, path: Path, start: int, end: int, code_at, following: int):
+    """Successors of `insn` when it runs."""
+    fact = None if _sets_flags(insn) else path.fact
+    onward = Path(after(insn, path.state, code_at), fact, path.block)
+    op = insn.op
+    if op in ("cbz", "cbnz"):
+        return [(insn.imm, onward), (following, onward)]
+    if op == "b":
+        inside = start <= insn.imm < end
+        if insn.conditional:  # b<c> outside an IT block: taken or not
+            return ([(insn.imm, onward)] if inside else []) + [(following, onward)]
+        return [(insn.imm, onward)] if inside else []  # out of the function: a tail call
+    if op in ("tbb", "tbh"):
+        return [(target, onward) for target in _jump_table(insn, code_at, start, end)]
+    if op == "ldr" and PC in insn.writes and insn.mem and insn.mem[0] != SP:
+        return [(target, onward) for target in _address_table(insn, code_at, start, end)]
+    if op == "bx" or PC in insn.writes and op in ("pop", "ldr", "ldm", "mov"):
+        return []  # a return (bx lr, pop {pc}...), or a tail call through a register (bx rN)
+    if op in ("udf", "bkpt"):
+        return []  # a trap: the path ends
+    if insn.transfers and op not in ("bl", "blx", "svc") or PC in insn.writes and op not in ("bl", "blx"):
+        raise Unknowable(f"'{insn.text}' {CANNOT_FOLLOW}")
+    return [(following, onward)]
+
+
+def _sets_flags(insn: Instruction) -> bool:
+    return -1 in insn.writes or insn.op in _FLAG_SETTERS or (insn.op.endswith("s") and not insn.op.startswith("v"))
+
+
+def _jump_table(insn: Instruction, code_at, start: int, end: int) -> list[int]:
+    """The targets of `tbb/tbh [pc, rN]`: its table follows it, with as many
+    entries as the `cmp rN, #n` guarding it allows (n + 1)."""
+    table = insn.address + insn.size
+    size = 1 if insn.op == "tbb" else 2
+    count = _guarded_entries(insn, code_at)
+    if count is None:
+        raise Unknowable(f"'{insn.text}': no bound on its table found")
+    targets = []
+    for index in range(count):
+        target = table + 2 * int.from_bytes(code_at(table + size * index, size), "little")
+        if not start <= target < end:
+            raise Unknowable(f"'{insn.text}': a table entry leads out of the function")
+        targets.append(target)
+    return targets
+
+
+def _address_table(insn: Instruction, code_at, start: int, end: int) -> list[int]:
+    """The targets of `adr rX, table; ldr pc, [rX, rN, lsl #2]` (GCC's
+    switch without optimisation): a table of addresses, as many as the
+    guarding `cmp rN, #n` allows."""
+    table = _table_address(insn, code_at)
+    count = _guarded_entries(insn, code_at)
+    if table is None or count is None:
+        raise Unknowable(f"'{insn.text}' {CANNOT_FOLLOW}")
+    targets = [int.from_bytes(code_at(table + 4 * index, 4), "little") & ~1 for index in range(count)]
+    if not all(start <= target < end for target in targets):
+        raise Unknowable(f"'{insn.text}': a table entry leads out of the function")
+    return targets
+
+
+def _table_address(insn: Instruction, code_at) -> int | None:
+    """The address `adr rX, #n` right before `insn` put in its base register."""
+    for back in (2, 4):
+        found = decode_one(code_at(insn.address - back, 4), insn.address - back)
+        if found is not None and found.size == back and found.op == "adr" and found.regs == (insn.mem[0],):
+            return ((found.address + 4) & ~3) + found.imm
+    return None
+
+
+def _guarded_entries(insn: Instruction, code_at) -> int | None:
+    """n + 1 from the nearest `cmp rX, #n` among the few instructions before
+    a table branch (the index, or its copy spilled and reloaded at -O0,
+    checked against the table's last entry, with a `bhi` to the default)."""
+    for back in range(2, 14, 2):
+        found = decode_one(code_at(insn.address - back, 4), insn.address - back)
+        if found is not None and found.op == "cmp" and found.imm is not None \
+                and found.address + found.size <= insn.address:
+            return found.imm + 1
+    return None

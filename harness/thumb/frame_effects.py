@@ -1,0 +1,238 @@
+"""What one Thumb-2 instruction does to a function's frame: the transfer
+functions of the frame analysis (harness.thumb.frame_analysis).
+
+`after(insn, state, code_at)` is the state after `insn` runs: pushes and
+stores of registers still holding the caller's value are saves, pops and
+loads from a save slot restore, sp moves by constants (an immediate, or a
+register movw/movt set just before), is set from the frame pointer or a
+copy of it, or by a computed amount (then only the frame pointer knows the
+frame); r7 becomes the frame pointer, or moves by a constant (GCC's large
+frames). Anything else that sets sp or the frame pointer is Unknowable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from harness.program import TRACKED_REGS, CfiRow
+from harness.registers import LR, PC, SP
+from harness.thumb.disasm import Instruction, decode, decode_one
+from harness.thumb.encoding import FRAME_POINTERS
+
+FP = FRAME_POINTERS[0]  # r7, the Thumb frame pointer
+CALLEE_SAVED = frozenset(TRACKED_REGS)
+
+
+@dataclass(frozen=True)
+class FrameState:
+    """The unwind state before an instruction (see the module docstring)."""
+
+    depth: int | None = 0  # CFA - sp
+    cfa_reg: int = SP
+    fp_offset: int | None = None  # CFA - r7, while r7 is the frame pointer
+    saved: tuple[tuple[int, int], ...] = ()  # (register, offset from the CFA), sorted
+    clobbered: frozenset[int] = frozenset()  # callee-saved registers no longer holding the caller's value
+
+    def row(self, address: int) -> CfiRow:
+        offset = self.depth if self.cfa_reg == SP else self.fp_offset
+        return CfiRow(address, self.cfa_reg, offset, self.saved)
+
+
+class Unknowable(Exception):
+    """The state after an instruction cannot be known; says why."""
+
+
+def after(insn: Instruction, state: FrameState, code_at) -> FrameState:
+    """The frame state after `insn` runs."""
+    op, regs = insn.op, insn.regs
+    if op == "push":
+        return _push(state, [(reg, 4) for reg in regs])
+    if op == "vpush":
+        return _push(state, [(reg, 8) for reg in regs])
+    if op in ("pop", "vpop"):
+        return _pop(state, regs, 4 if op == "pop" else 8)
+    if op in ("str", "strd") and insn.mem and insn.mem[0] == SP:
+        return _store(insn, state)
+    if op in ("ldr", "ldrd") and insn.mem and insn.mem[0] == SP:
+        return _load(insn, state)
+    if op in ("bl", "blx"):  # the callee returns with lr gone (and r0-r3, r12)
+        return _clobber(state, (LR,))
+    if SP in insn.writes:
+        return _sp_written(insn, state, code_at)
+    if FP in insn.writes and state.fp_offset is not None:
+        return _fp_written(insn, state)
+    if op in ("add", "mov") and regs[:2] == (FP, SP) and state.depth is not None:  # r7 becomes the frame pointer
+        below = insn.imm or 0
+        return replace(state, cfa_reg=FP, fp_offset=state.depth - below,
+                       clobbered=state.clobbered | {FP} if not _saved(state, FP) else state.clobbered)
+    return _clobber(state, [reg for reg in insn.writes if reg in CALLEE_SAVED])
+
+
+def _saved(state: FrameState, reg: int) -> bool:
+    return any(r == reg for r, _ in state.saved)
+
+
+def _clobber(state: FrameState, regs) -> FrameState:
+    lost = {reg for reg in regs if reg in CALLEE_SAVED and not _saved(state, reg)}
+    return replace(state, clobbered=state.clobbered | lost) if lost - state.clobbered else state
+
+
+def _moved(state: FrameState, delta: int) -> FrameState:
+    """sp moved down by `delta` bytes (up when negative)."""
+    if state.depth is None:
+        raise Unknowable("sp moves where its distance to the frame is unknown")
+    depth = state.depth + delta
+    if state.cfa_reg == FP and delta < 0:  # an epilogue: sp is known, the CFA goes back to it
+        return replace(state, depth=depth, cfa_reg=SP)
+    return replace(state, depth=depth)
+
+
+def _push(state: FrameState, stored: list[tuple[int, int]]) -> FrameState:
+    """Registers stored below sp, the first lowest, sp moved down past them."""
+    moved = _moved(state, sum(size for _, size in stored))
+    saved = dict(state.saved)
+    slot = -moved.depth
+    for reg, size in stored:
+        if reg in CALLEE_SAVED and reg not in state.clobbered and reg not in saved:
+            saved[reg] = slot
+        slot += size
+    return replace(moved, saved=tuple(sorted(saved.items())))
+
+
+def _pop(state: FrameState, regs: tuple[int, ...], size: int) -> FrameState:
+    """Registers loaded from sp up, sp moved up past them: a register loaded
+    from its own save slot holds the caller's value again. The CFA is
+    defined through sp from here (r7 may be among them)."""
+    if state.depth is None:
+        raise Unknowable("a pop where sp's distance to the frame is unknown")
+    saved = dict(state.saved)
+    clobbered = set(state.clobbered)
+    for index, reg in enumerate(regs):
+        slot = -state.depth + size * index
+        if reg == PC:
+            continue
+        if saved.get(reg) == slot:
+            del saved[reg]
+            clobbered.discard(reg)
+        elif reg in CALLEE_SAVED:
+            saved.pop(reg, None)
+            clobbered.add(reg)
+    return FrameState(state.depth - size * len(regs), SP, None if FP in regs else state.fp_offset,
+                      tuple(sorted(saved.items())), frozenset(clobbered))
+
+
+def _store(insn: Instruction, state: FrameState) -> FrameState:
+    """str/strd to the stack: `str rX, [sp, #-4]!` pushes; a store of a
+    register still holding the caller's value is a save."""
+    displacement = insn.mem[1]
+    if insn.text.endswith("!"):  # pre-indexed: sp moves down first
+        return _push(state, [(reg, 4) for reg in insn.regs[:2 if insn.op == "strd" else 1]]) \
+            if displacement == -4 * (2 if insn.op == "strd" else 1) else _unknown_sp(insn, state)
+    if insn.post_index:
+        raise Unknowable(f"'{insn.text}' moves sp after storing")
+    if state.depth is None:
+        return state
+    saved = dict(state.saved)
+    for index, reg in enumerate(insn.regs[:2 if insn.op == "strd" else 1]):
+        if reg in CALLEE_SAVED and reg not in state.clobbered and reg not in saved:
+            saved[reg] = -state.depth + displacement + 4 * index
+    return replace(state, saved=tuple(sorted(saved.items())))
+
+
+def _load(insn: Instruction, state: FrameState) -> FrameState:
+    """ldr/ldrd from the stack: `ldr rX, [sp], #4` pops; a load from a
+    register's save slot restores it."""
+    count = 2 if insn.op == "ldrd" else 1
+    loaded = insn.regs[:count]
+    if insn.post_index:
+        if insn.imm != 4 * count:
+            return _unknown_sp(insn, state)
+        return _pop(state, loaded, 4)
+    if insn.text.endswith("!"):
+        return _unknown_sp(insn, state)
+    if state.depth is None:
+        return _clobber(state, loaded)
+    saved = dict(state.saved)
+    clobbered = set(state.clobbered)
+    for index, reg in enumerate(loaded):
+        if saved.get(reg) == -state.depth + insn.mem[1] + 4 * index:
+            del saved[reg]
+            clobbered.discard(reg)
+        elif reg in CALLEE_SAVED:
+            clobbered.add(reg)
+    return replace(state, saved=tuple(sorted(saved.items())), clobbered=frozenset(clobbered))
+
+
+def _sp_written(insn: Instruction, state: FrameState, code_at) -> FrameState:
+    """Instructions that set sp: adjustments by constants (an immediate, or
+    a register movw/movt just set), sp from the frame pointer, and sp moved
+    by a register amount (a dynamic allocation, the CFA kept on r7)."""
+    op, regs = insn.op, insn.regs
+    sources = regs[1:] if regs[1:2] != (SP,) else regs[2:]
+    if op in ("sub", "add") and regs[:1] == (SP,):
+        amount = insn.imm if not sources else _constant_before(insn, sources, code_at)
+        if amount is not None and len(sources) <= 1 and (not sources or insn.imm is None):
+            return _moved(state, amount if op == "sub" else -amount)
+    if op in ("mov", "sub", "add") and regs[:1] == (SP,) and sources == (FP,) and state.fp_offset is not None:
+        below = (insn.imm or 0) if op != "add" else -(insn.imm or 0)
+        return replace(state, depth=state.fp_offset + below, cfa_reg=SP)
+    if op == "mov" and len(sources) == 1 and state.fp_offset is not None:
+        below = _frame_pointer_copy_before(insn, sources[0], code_at)  # clang: sub.w r4, r7, #8; mov sp, r4
+        if below is not None:
+            return replace(state, depth=state.fp_offset + below, cfa_reg=SP)
+    return _unknown_sp(insn, state)
+
+
+def _frame_pointer_copy_before(insn: Instruction, reg: int, code_at) -> int | None:
+    """k when the last instruction to write `reg`, among the few straight
+    before `insn`, set it to r7 - k (clang schedules `sub.w r4, r7, #16`
+    a few instructions ahead of `mov sp, r4`)."""
+    for low in range(insn.address - 16, insn.address, 2):
+        found = decode(code_at(low, insn.address - low), low)
+        if not found or found[-1].address + found[-1].size != insn.address:
+            continue
+        for earlier in reversed(found):
+            if reg in earlier.writes:
+                if earlier.op in ("sub", "add") and earlier.regs == (reg, FP) and earlier.imm is not None:
+                    return earlier.imm if earlier.op == "sub" else -earlier.imm
+                return 0 if earlier.op == "mov" and earlier.regs == (reg, FP) else None
+            if earlier.transfers:
+                return None
+        return None
+    return None
+
+
+def _constant_before(insn: Instruction, sources: tuple[int, ...], code_at) -> int | None:
+    """The value a `movw rN, #lo; movt rN, #hi` (or a lone movw) right
+    before `insn` put in its one source register rN, else None."""
+    if len(sources) != 1:
+        return None
+    value = None
+    for back in (8, 4):
+        found = decode_one(code_at(insn.address - back, 4), insn.address - back)
+        if found is None or found.size != 4 or found.regs[:1] != sources or found.imm is None:
+            continue
+        if found.op == "movw":
+            value = found.imm
+        elif found.op == "movt" and value is not None:
+            value |= found.imm << 16
+    return value
+
+
+def _unknown_sp(insn: Instruction, state: FrameState) -> FrameState:
+    """sp moved by an amount the code computes: known again only through
+    the frame pointer, which the CFA is then defined by."""
+    if state.fp_offset is not None:
+        return replace(state, depth=None, cfa_reg=FP)
+    raise Unknowable(f"'{insn.text}' sets sp in a way the analysis does not model")
+
+
+def _fp_written(insn: Instruction, state: FrameState) -> FrameState:
+    """r7 written while it is the frame pointer: GCC moves it by a constant
+    before `mov sp, r7` in large frames; anything else loses the frame."""
+    if insn.op in ("add", "adds", "sub", "subs") and insn.imm is not None and all(r == FP for r in insn.regs):
+        delta = insn.imm if insn.op.startswith("add") else -insn.imm
+        return replace(state, fp_offset=state.fp_offset - delta)
+    if state.cfa_reg == FP:
+        raise Unknowable(f"'{insn.text}' overwrites the frame pointer the CFA is defined by")
+    return replace(state, fp_offset=None)

@@ -1,0 +1,202 @@
+"""Unwind rows from machine code alone (harness.thumb.frame_analysis): one
+test per instruction form that moves sp, saves or restores a register or
+ends a path; joins and refusals; and the generators' own rows, which the
+analysis must reproduce at every instruction of every generated function."""
+
+import pytest
+
+from generators.assembler import assemble
+from generators.corpus import generate_program
+from harness.formats.elf import open_elf, thumb_functions
+from harness.program import CfiRow
+from harness.registers import DWARF_D0, LR, SP
+from harness.thumb.frame_analysis import analyse
+from harness.unwind import build_unwinders
+from harness.verify.stops import verify_program
+
+BASE = 0x100000
+FP = 7
+
+
+def rows_of(code: bytes) -> tuple[tuple[CfiRow, ...], tuple[str, ...]]:
+    """The rows and problems of `code` as one function at BASE."""
+    function = analyse("f", BASE, BASE + len(code), lambda address, size: code[address - BASE:address - BASE + size])
+    return function.rows, function.problems
+
+
+def states(lines: list[str]) -> list[tuple[int, int | None, tuple]]:
+    """(offset, CFA register, CFA offset, saves) of each row, or the problem."""
+    rows, _ = rows_of(assemble(lines, BASE))
+    return [(r.address - BASE, r.problem or (r.cfa_reg, r.cfa_offset, r.saved)) for r in rows]
+
+
+def test_push_sub_and_pop_return():
+    assert states(["push {r4, r5, lr}", "sub sp, #16", "movs r0, #1", "add sp, #16", "pop {r4, r5, pc}"]) == [
+        (0, (SP, 0, ())),
+        (2, (SP, 12, ((4, -12), (5, -8), (LR, -4)))),
+        (4, (SP, 28, ((4, -12), (5, -8), (LR, -4)))),
+        (8, (SP, 12, ((4, -12), (5, -8), (LR, -4)))),
+    ]
+
+
+def test_frame_pointer_then_alloca_then_sp_from_the_frame_pointer():
+    assert states(["push {r4, r7, lr}", "add r7, sp, #4", "sub sp, sp, r3", "str r0, [sp]",
+                   "sub sp, r7, #4", "pop {r4, r7, pc}"]) == [
+        (0, (SP, 0, ())),
+        (2, (SP, 12, ((4, -12), (FP, -8), (LR, -4)))),
+        (4, (FP, 8, ((4, -12), (FP, -8), (LR, -4)))),  # the CFA through r7 from here
+        (14, (SP, 12, ((4, -12), (FP, -8), (LR, -4)))),  # sp known again: through sp
+    ]
+
+
+def test_vpush_and_vpop_save_and_restore_d_registers():
+    found = states(["push {r4, lr}", "vpush {d8-d9}", "movs r0, #1", "vpop {d8-d9}", "pop {r4, pc}"])
+    assert found[2] == (6, (SP, 24, ((4, -8), (LR, -4), (DWARF_D0 + 8, -24), (DWARF_D0 + 9, -16))))
+    assert found[3] == (12, (SP, 8, ((4, -8), (LR, -4))))
+
+
+def test_a_large_frame_through_movw_movt():
+    found = states(["push {r4, lr}", "movw r12, #0x1000", "movt r12, #0x1", "sub sp, sp, r12", "movs r0, #1",
+                    "add sp, sp, r12", "pop {r4, pc}"])
+    assert (14, (SP, 8 + 0x11000, ((4, -8), (LR, -4)))) in found
+
+
+def test_str_with_writeback_pushes_and_ldr_post_index_pops():
+    code = bytes.fromhex("80b5" "4df8048d" "0120" "5df8048b" "80bd")  # push {r7, lr}; str.w r8, [sp, #-4]!; ...
+    rows, problems = rows_of(code)
+    assert not problems
+    assert [(r.address - BASE, r.cfa_offset, r.saved) for r in rows] == [
+        (0, 0, ()), (2, 8, ((FP, -8), (LR, -4))), (6, 12, ((FP, -8), (8, -12), (LR, -4))),
+        (12, 8, ((FP, -8), (LR, -4))),
+    ]
+
+
+def test_a_register_that_no_longer_holds_the_callers_value_is_not_saved_by_a_store():
+    found = states(["mov r4, r0", "push {r4, lr}", "pop {r4, pc}"])
+    assert found[1] == (4, (SP, 8, ((LR, -4),)))  # r4 pushed after it was overwritten: not a save
+
+
+def test_gccs_frame_pointer_moved_before_sp_is_set_from_it():
+    """Finding A of the compiled corpus: GCC's CFI keeps the CFA on r7 while
+    `add.w r7, r7, #N` moves r7; the analysis moves the CFA offset with it."""
+    found = states(["push {r7, lr}", "sub sp, #8", "add r7, sp, #0", "add.w r7, r7, #8", "mov sp, r7",
+                    "pop {r7, pc}"])
+    assert found[3:] == [(6, (FP, 16, ((FP, -8), (LR, -4)))), (10, (FP, 8, ((FP, -8), (LR, -4)))),
+                         (12, (SP, 8, ((FP, -8), (LR, -4))))]
+
+
+def test_clangs_sp_from_a_copy_of_the_frame_pointer():
+    found = states(["push {r4, r7, lr}", "add r7, sp, #4", "sub sp, sp, r3", "sub.w r4, r7, #4", "movs r0, #1",
+                    "mov sp, r4", "pop {r4, r7, pc}"])
+    assert found[-1][1] == (SP, 12, ((4, -12), (FP, -8), (LR, -4)))
+
+
+def test_a_conditional_return_ends_one_path_only():
+    found = states(["push {r4, lr}", "cmp r0, #0", "it ne", "popne {r4, pc}", "movs r0, #1", "pop {r4, pc}"])
+    assert found == [(0, (SP, 0, ())), (2, (SP, 8, ((4, -8), (LR, -4))))]  # the body's row on both sides
+
+
+def test_a_branch_table_follows_every_case():
+    lines = ["push {r4, lr}", "cmp r0, #2", "bhi 0x100014", "tbb [pc, r0]", ".byte 3, 4, 5, 0",
+             "movs r0, #1", "movs r0, #2", "movs r0, #3", "pop {r4, pc}"]
+    rows, problems = rows_of(assemble(lines, BASE))
+    assert not problems and rows[-1].cfa_offset == 8
+
+
+def test_paths_that_meet_with_different_frames_refuse_there():
+    rows, problems = rows_of(assemble(["push {r4, lr}", "cbz r0, 0x100008", "sub sp, #8", "movs r0, #1",
+                                       "pop {r4, pc}"], BASE))
+    assert problems == ("0x100008: paths meet with different frames",)
+    assert [r.address - BASE for r in rows if r.problem] == [8]
+
+
+def test_sp_set_in_a_way_not_modelled_refuses_from_there():
+    rows, problems = rows_of(assemble(["push {r4, lr}", "mov sp, r0", "pop {r4, pc}"], BASE))
+    assert problems == ("0x100002: 'mov sp, r0' sets sp in a way the analysis does not model",)
+    assert [(r.address - BASE, r.problem) for r in rows[1:]] == [
+        (2, "no single frame state is known here"), (4, "no path reaches this code")]
+
+
+LANDING_PAD = ["push {r4, lr}", "sub sp, #8", "bl 0x100010", "add sp, #8", "pop {r4, pc}",
+               "movs r0, #1", "b 0x100008"]  # @ 0x10000c: entered only by the unwinder, back to the epilogue
+
+
+def test_code_only_the_unwinder_enters_resumes_with_the_frame_of_the_calls():
+    """A landing pad is entered by the unwinder, never by a branch, with the
+    frame of the call that threw: the one frame all calls are made with."""
+    rows, problems = rows_of(assemble(LANDING_PAD, BASE))
+    assert not problems and not any(r.problem for r in rows)
+    pad = [r for r in rows if r.address == BASE + 0xC][0]
+    assert (pad.cfa_reg, pad.cfa_offset, pad.saved) == (SP, 16, ((4, -8), (LR, -4)))
+
+
+def test_code_no_path_reaches_refuses_when_a_branch_was_not_followed():
+    lines = LANDING_PAD[:3] + ["cbz r0, 0x10000e", "add pc, r0", "movs r0, #1", "add sp, #8", "pop {r4, pc}"]
+    rows, problems = rows_of(assemble(lines, BASE))
+    assert problems == ("0x10000a: 'add pc, r0' leaves for an address the analysis cannot follow",)
+    assert [(r.address - BASE, r.problem) for r in rows if r.problem] == [
+        (0xA, "no single frame state is known here"), (0xC, "no path reaches this code")]
+
+
+def test_an_epilogue_over_two_it_blocks_is_followed_under_one_condition():
+    """clang: `itttt lt; ...; addlt sp, #4; itt lt; ldmialt ...; blt.w f`. The
+    path where lt holds tears the frame down and leaves; the other keeps the
+    body's frame. Where both reach one pc with different frames, no row can
+    say which: that pc refuses; the rest is exact."""
+    code = bytes.fromhex("f0b5" "81b0" "8a42" "bfbf" "2046" "1146" "3a46" "01b0" "bcbf" "bde8f040" "00f065b8"
+                         "01b0" "f0bd")
+    rows, problems = rows_of(code)
+    assert not problems
+    refused = [r.address - BASE for r in rows if r.problem]
+    assert refused == [0x10]  # the second `itt lt`: released on one path, not on the other
+    body = [r for r in rows if r.address - BASE == 0x1A][0]
+    assert (body.cfa_reg, body.cfa_offset) == (SP, 24)  # after the blocks: the path where lt failed
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_the_generators_rows_at_every_instruction(index):
+    """Each generated function's rows, from its code alone, equal the rows
+    its generator derived from the instructions it chose (gcc style)."""
+    program = generate_program(7, index)
+    reference = {f.start: f for f in program.cfi["reference"]}
+    for info in program.functions:
+        got = analyse(info.name, info.start, info.end, program.code)
+        expected = reference[info.start]
+        assert got.problems == ()
+        for address in sorted({r.address for r in got.rows} | {r.address for r in expected.rows}):
+            mine, theirs = got.row_at(address), expected.row_at(address)
+            if mine.problem == "no path reaches this code":
+                continue  # filler bytes the generator jumps over: never executed
+            assert (mine.cfa_reg, mine.cfa_offset, mine.saved) == (theirs.cfa_reg, theirs.cfa_offset, theirs.saved), \
+                (info.name, hex(address))
+
+
+def test_v2_code_unwinds_every_stop_of_generated_programs():
+    for index in range(4):
+        program = generate_program(11, index)
+        result = verify_program(program, build_unwinders(program, ["v2-code"]))
+        assert result.self_check_ok and result.stops > 500
+        assert not any(kind for (_u, _t, _p, kind) in result.counts), result.counts
+
+
+def test_gccs_table_of_addresses_is_followed():
+    """GCC -O0: `cmp r3, #n; bhi default; adr r2, table; ldr.w pc, [r2, r3, lsl #2]`."""
+    cases = [BASE + 0x20, BASE + 0x22]
+    code = bytearray(assemble(["push {r7, lr}", "cmp r3, #1", "bhi 0x100024"], BASE))  # 0x0-0x6
+    code += bytes.fromhex("00bf" "01a2" "52f823f0" "00bf")  # 0x6 nop; 0x8 adr r2, 0x10; 0xa ldr.w pc, [...]
+    code += b"".join((case | 1).to_bytes(4, "little") for case in cases) + b"\0" * 8  # 0x10: the table
+    code += assemble(["movs r0, #1", "movs r0, #2", "pop {r7, pc}"], BASE + 0x20)
+    rows, problems = rows_of(bytes(code))
+    assert not problems
+    assert [(r.address - BASE, r.problem or r.cfa_offset) for r in rows] == [
+        (0, 0), (2, 8), (0xE, "no path reaches this code"), (0x20, 8)]  # padding and the table; both cases run
+
+
+def test_function_starts_come_from_thumb_symbols():
+    """Not from unwind rules: libgcc's division wrappers, which have no CFI,
+    get rows too (an alias keeps one span; spans are sorted and disjoint)."""
+    spans = thumb_functions(open_elf("corpus/elf/gcc-O2-fp.elf"))
+    names = {name for _, _, name in spans}
+    assert {"entry", "__udivsi3", "__aeabi_idivmod"} <= names and "__aeabi_uidiv" not in names  # its alias
+    assert all(start < end for start, end, _ in spans)
+    assert all(end <= following for (_, end, _), (following, _, _) in zip(spans, spans[1:]))
