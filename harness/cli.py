@@ -132,6 +132,14 @@ def _add_encode(subparsers) -> None:
                         help="v2 (default) or Chrome's earlier v1 format")
     encode.add_argument("--layout", choices=chrome_v2.LAYOUTS, default="seed")
     encode.add_argument("--epilogue", choices=chrome_v2.EPILOGUE_POLICIES, default="drop")
+    encode.add_argument("--from-code", action="store_true",
+                        help="rows from the machine code alone (harness/thumb/frame_analysis.py), reading no "
+                             ".debug_frame, .eh_frame or .ARM.exidx; functions by their Thumb symbols")
+    encode.add_argument("--compare", action="store_true",
+                        help="with --from-code: the synthesized rows beside the ELF's CFI at every instruction")
+    encode.add_argument("--entry", default=None,
+                        help="with --compare: run this function (bare metal) and say which rows were right "
+                             "where they disagree")
     encode.add_argument("--text-start", type=_address, default=None,
                         help="text base (default: lowest executable section address)")
     encode.set_defaults(handler=commands.cmd_encode)

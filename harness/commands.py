@@ -11,14 +11,14 @@ from functools import partial as bind
 from pathlib import Path
 
 from generators.corpus import generate_program
-from harness.elf_program import elf_unwinder_names, program_from_elf
+from harness.compare_rows import compare_elf
+from harness.elf_program import code_reader, elf_functions, elf_unwinder_names, program_from_elf
 from harness.errors import InputError
 from harness.filesystem import check_output, read_input, write_output
 from harness.formats import chrome_v2
 from harness.formats.chrome_v1 import V1Encoded, V1Table, dump_v1, encode_v1
 from harness.formats.chrome_v2.dump import dump
-from harness.formats.dwarf_cfi import read_cfi
-from harness.formats.elf import load_segments, open_elf, text_base
+from harness.formats.elf import open_elf, text_base
 from harness.linux.corpus import linux_entries
 from harness.linux.modules import own_tables
 from harness.linux.process import LinuxRun, LinuxSystem, is_linux_program
@@ -46,24 +46,11 @@ def _console():
     return Console(width=None if sys.stdout.isatty() else 120)
 
 
-def _code_reader(image):
-    """`code_at(address, size)` over an ELF's loaded segments (for policy `synthesize`)."""
-    segments = load_segments(image)
-
-    def code_at(address: int, size: int) -> bytes:
-        for start, data in segments:
-            if start <= address < start + len(data):
-                return data[address - start : address - start + size]
-        return b""
-
-    return code_at
-
-
-def encode_elf(path: str, policy: str, text_start: int | None) -> chrome_v2.Encoded:
+def encode_elf(path: str, policy: str, text_start: int | None, from_code: bool = False) -> chrome_v2.Encoded:
     image = open_elf(path)
     base = text_base(image) if text_start is None else text_start
-    code_at = _code_reader(image) if policy == "synthesize" else None
-    return chrome_v2.encode(read_cfi(image), base, policy, code_at=code_at)
+    code_at = code_reader(image) if policy == "synthesize" else None
+    return chrome_v2.encode(elf_functions(image, from_code), base, policy, code_at=code_at)
 
 
 def size_summary(encoded: chrome_v2.Encoded, layout: str) -> str:
@@ -105,17 +92,21 @@ def cmd_encode(args) -> int:
     if args.format == "v1":
         image = open_elf(args.elf)
         base = text_base(image) if args.text_start is None else args.text_start
-        functions = read_cfi(image)
+        functions = elf_functions(image, args.from_code)
         encoded_v1 = encode_v1(functions, base)
         write_output(args.output, encoded_v1.blob)
         print(v1_summary(encoded_v1, len(functions), base))
         print(f"wrote {len(encoded_v1.blob)} bytes to {args.output}")
         return EXIT_OK
-    encoded = encode_elf(args.elf, args.epilogue, args.text_start)
+    if (args.compare or args.entry) and not (args.from_code and args.compare):
+        raise InputError("--compare needs --from-code, and --entry needs --compare")
+    encoded = encode_elf(args.elf, args.epilogue, args.text_start, args.from_code)
     blob = encoded.blob(args.layout)
     write_output(args.output, blob)
     print(size_summary(encoded, args.layout))
     print(f"wrote {len(blob)} bytes to {args.output}")
+    if args.compare:
+        print("\n".join(compare_elf(args.elf, args.entry)))
     return EXIT_OK
 
 

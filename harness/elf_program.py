@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from harness.classify import OWN, FrameFacts, FunctionInfo, traits_of
-from harness.errors import ElfError
+from harness.errors import ElfError, InputError
 from harness.formats.arm_exidx import read_exidx_sections
 from harness.formats.dwarf_cfi import has_cfi, read_cfi
 from harness.formats.elf import (
@@ -31,6 +31,7 @@ from harness.program import CfiRow, FunctionCfi, Program, relocated
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb.disasm import moves_sp_by_register, sweep
 from harness.thumb.epilogue import find_epilogues
+from harness.thumb.frame_analysis import analyse_all
 
 
 def _grows(previous: CfiRow, row: CfiRow) -> bool:
@@ -136,3 +137,28 @@ def elf_unwinder_names(program, wanted: Sequence[str]) -> list[str]:
     (elsewhere its input is the same as `v2`'s)."""
     described = has_epilogue_cfi(program)
     return [n for n in wanted if described or n != "v2-gcc"]
+
+
+def code_reader(image):
+    """`code_at(address, size)` over an ELF's loaded segments (b"" outside them)."""
+    segments = load_segments(image)
+
+    def code_at(address: int, size: int) -> bytes:
+        for start, data in segments:
+            if start <= address < start + len(data):
+                return data[address - start : address - start + size]
+        return b""
+
+    return code_at
+
+
+def elf_functions(image, from_code: bool) -> list:
+    """The rows to encode: the ELF's DWARF CFI, or with `from_code` rows
+    from its machine code alone (no unwind section read), per Thumb
+    function symbol."""
+    if not from_code:
+        return read_cfi(image)
+    functions = list(analyse_all(thumb_functions(image), code_reader(image)))
+    if not functions:
+        raise InputError(f"{image.path}: no Thumb function symbols to synthesize tables for")
+    return functions

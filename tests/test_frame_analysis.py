@@ -3,10 +3,18 @@ test per instruction form that moves sp, saves or restores a register or
 ends a path; joins and refusals; and the generators' own rows, which the
 analysis must reproduce at every instruction of every generated function."""
 
+import json
+from collections import Counter
+
 import pytest
 
 from generators.assembler import assemble
 from generators.corpus import generate_program
+from harness.cli import main
+from harness.compare_rows import compare, judge
+from harness.elf_program import code_reader as load_code
+from harness.elf_program import elf_functions, program_from_elf
+from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf, thumb_functions
 from harness.program import CfiRow
 from harness.registers import DWARF_D0, LR, SP
@@ -200,3 +208,52 @@ def test_function_starts_come_from_thumb_symbols():
     assert {"entry", "__udivsi3", "__aeabi_idivmod"} <= names and "__aeabi_uidiv" not in names  # its alias
     assert all(start < end for start, end, _ in spans)
     assert all(end <= following for (_, end, _), (following, _, _) in zip(spans, spans[1:]))
+
+
+def test_encode_from_code_writes_tables_that_unwind_every_stop(tmp_path, capsys):
+    elf, blob = "corpus/elf/clang-O2-nofp.elf", tmp_path / "code.bin"
+    assert main(["encode", elf, "--from-code", "--epilogue", "keep", "-o", str(blob)]) == 0
+    assert "CFI the encoder could not express or ignored: 0" in capsys.readouterr().out
+    report = tmp_path / "report.json"
+    assert main(["verify-elf", elf, "--entry", "entry", "--unwinder", "v2", "--v2-table", str(blob),
+                 "--json", str(report)]) == 0
+    rows = json.loads(report.read_text())["results"]
+    whole = next(r for r in rows if (r["unwinder"], r["category"], r["position"]) == ("v2", "all", "all"))
+    assert whole["stops"] > 5000 and whole["failed"] == 0  # clang describes no epilogue: these rows do
+
+
+def test_encode_from_code_without_function_symbols_is_a_one_line_error(tmp_path, capsys):
+    data = bytearray(open("corpus/elf/gcc-O2-fp.elf", "rb").read())
+    elf = open_elf("corpus/elf/gcc-O2-fp.elf").elf
+    index = next(i for i, section in enumerate(elf.iter_sections()) if section.name == ".symtab")
+    header = elf["e_shoff"] + index * elf["e_shentsize"]
+    data[header + 4:header + 8] = (1).to_bytes(4, "little")  # sh_type SHT_PROGBITS: no symbol table left
+    stripped = tmp_path / "stripped.elf"
+    stripped.write_bytes(bytes(data))
+    status = main(["encode", str(stripped), "--from-code", "-o", str(tmp_path / "out.bin")])
+    error = capsys.readouterr().err.strip()
+    assert status == 2 and "no Thumb function symbols" in error and "\n" not in error
+    assert not (tmp_path / "out.bin").exists()
+
+
+def test_compare_sets_the_rows_beside_the_compilers_and_running_says_who_was_right():
+    """gcc-O2-fp's large frames (finding A): GCC keeps the CFA on r7 while
+    `adds r7, #12` moves it before `mov sp, r7`; the analysis follows r7.
+    Running the program shows the compiler's rows wrong there, ours right."""
+    image = open_elf("corpus/elf/gcc-O2-fp.elf")
+    compiler = read_cfi(image)
+    found = compare(compiler, load_code(image))
+    assert found.functions == len(compiler) and found.agree > 2900 and found.refused == 0
+    at = {(d.function, d.instruction): d for d in found.disagreements}
+    moved = at[("frame4k_big", "adds r7, #0xc")]
+    assert (moved.compiler, moved.synthesized) == ("cfa=r7+5016 r4@cfa-12, r7@cfa-8, r14@cfa-4",
+                                                   "cfa=r7+24 r4@cfa-12, r7@cfa-8, r14@cfa-4")
+    program = program_from_elf("corpus/elf/gcc-O2-fp.elf", "entry")
+    judged = judge(found, program, compiler, elf_functions(image, True))
+    totals = sum(found.verdicts.values(), Counter())
+    assert judged > 0 and totals == Counter({"compiler wrong": judged, "synthesized right": judged})
+
+
+def test_compare_needs_from_code(tmp_path, capsys):
+    status = main(["encode", "corpus/elf/gcc-O2-fp.elf", "--compare", "-o", str(tmp_path / "x.bin")])
+    assert status == 2 and capsys.readouterr().err.count("\n") == 1

@@ -62,6 +62,23 @@ def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes
     without a problem, each such piece is analysed from that frame, and
     kept where that meets no problem (data decoded by chance soon does);
     otherwise its rows refuse (rounds, as one pad may lead to the next)."""
+    analysis = _analysed(start, end, code_at)
+    return FunctionCfi(name, start, end, _rows(start, end, analysis.reached, analysis.sizes, analysis.refused),
+                       tuple(analysis.problems))
+
+
+def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes]) -> dict[int, FrameState | None]:
+    """The frame before each instruction a path reaches, None where no
+    single one is known (what `analyse` writes rows from)."""
+    analysis = _analysed(start, end, code_at)
+    found = {}
+    for address, states in analysis.reached.items():
+        distinct = set(states.values())
+        found[address] = distinct.pop() if len(distinct) == 1 and address not in analysis.refused else None
+    return found
+
+
+def _analysed(start: int, end: int, code_at: Callable[[int, int], bytes]) -> "_Analysis":
     analysis = _Analysis(start, end, code_at)
     analysis.explore([(start, Path(FrameState()))])
     branched = set(analysis.sizes)  # what branches reach: landing pads never change its rows
@@ -75,8 +92,12 @@ def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes
                 analysis, grown = trial, True
         if not grown:
             break
-    return FunctionCfi(name, start, end, _rows(start, end, analysis.reached, analysis.sizes, analysis.refused),
-                       tuple(analysis.problems))
+    return analysis
+
+
+def analyse_all(spans: Iterable[tuple[int, int, str]], code_at: Callable[[int, int], bytes]) -> tuple[FunctionCfi, ...]:
+    """The rows of each function (start, end, name) of `spans`."""
+    return tuple(analyse(name, start, end, code_at) for start, end, name in spans)
 
 
 class _Analysis:

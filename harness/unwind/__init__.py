@@ -12,7 +12,7 @@ from typing import Callable
 from harness.formats import chrome_v2
 from harness.formats.chrome_v1 import V1Table, encode_v1
 from harness.program import FunctionCfi, Program
-from harness.thumb.frame_analysis import analyse
+from harness.thumb.frame_analysis import analyse_all
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder_for
 from harness.unwind.framepointer import FramePointerUnwinder
@@ -38,8 +38,7 @@ def code_cfi(program: Program) -> tuple[FunctionCfi, ...]:
     """Rows from the program's machine code alone, per Thumb function (by
     symbol; a generated program's by its layout), no unwind table read."""
     spans = program.code_spans or tuple((f.start, f.end, f.name) for f in program.functions)
-    return tuple(analyse(name, start, end, program.code) for start, end, name in spans
-                 if start >= program.text_base)
+    return analyse_all((span for span in spans if span[0] >= program.text_base), program.code)
 
 
 def _v2_epilogue(program: Program) -> Unwinder:
