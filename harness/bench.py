@@ -21,18 +21,23 @@ import gc
 import random
 import resource
 import time
+import tracemalloc
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
+from pathlib import Path
 from typing import Sequence
 
 from generators.corpus import generate_program
+from harness.elf_program import code_reader
 from harness.formats import chrome_v2
 from harness.formats.dwarf_cfi import read_cfi
-from harness.formats.elf import open_elf
+from harness.formats.elf import open_elf, thumb_functions
+from harness.linux.corpus import cache as linux_cache
 from harness.manifest import ELF_CORPUS
 from harness.program import FunctionCfi, Program
 from harness.report.summary import summarize
+from harness.thumb.frame_analysis import analyse_all
 from harness.unwind import build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.frame import Stack
@@ -272,6 +277,41 @@ def encode_at_scale(count: int) -> dict:
     }
 
 
+SYNTHESIS_BINARY = "cjmp-gcc-O2-fp-static"  # the Linux slice's static build: glibc's Thumb code and ours
+
+
+def synthesis_binary() -> Path:
+    """The largest binary at hand for measuring synthesis: the Linux slice's
+    static executable when built (make), else the largest compiled ELF."""
+    built = linux_cache() / "bin" / SYNTHESIS_BINARY
+    return built if built.exists() else max(sorted(ELF_CORPUS.glob("*.elf")), key=lambda p: p.stat().st_size)
+
+
+def synthesis_at_scale(path: str) -> dict:
+    """Rows from the code of every Thumb function of `path`: time, then the
+    peak of Python's allocations doing it again (tracemalloc), and the v2
+    bytes per function beside the tables from the compiler's CFI, for the
+    functions both describe (policy keep, chrome layout)."""
+    image = open_elf(path)
+    spans, code_at = thumb_functions(image), code_reader(image)
+    started = time.perf_counter()
+    synthesized = analyse_all(spans, code_at)
+    seconds = time.perf_counter() - started
+    tracemalloc.start()
+    analyse_all(spans, code_at)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    with_cfi = {f.start: f for f in read_cfi(image)}
+    same = [f for f in synthesized if f.start in with_cfi]
+    per_function = lambda functions: len(chrome_v2.encode(  # noqa: E731
+        functions, min(f.start for f in synthesized), "keep").blob("chrome")) / max(len(functions), 1)
+    return {"binary": Path(path).name, "functions": len(synthesized), "seconds": seconds,
+            "seconds_per_10k_functions": seconds * 10_000 / len(synthesized), "peak_mb": peak / (1 << 20),
+            "functions_with_cfi": len(same), "refusing_functions": sum(bool(f.problems) for f in synthesized),
+            "bytes_per_function_from_code": per_function(same),
+            "bytes_per_function_from_cfi": per_function([with_cfi[f.start] for f in same])}
+
+
 def lookups(blob: bytes, text_end: int, text_base: int, count: int, seed: int = 1) -> dict:
     started = time.perf_counter()
     reader = chrome_v2.V2Reader.from_blob(blob, "chrome")
@@ -298,6 +338,7 @@ def run_bench(size: BenchSize) -> dict:
     figures["steps"] = step_cost(programs, size.recorded_stops)
     with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
         scale = pool.submit(encode_at_scale, size.functions).result()
+    figures["synthesis"] = synthesis_at_scale(str(synthesis_binary()))
     blob = scale.pop("blob")
     figures["encoder"] = scale
     figures["reader"] = lookups(blob, scale.pop("text_end"), scale.pop("text_base"), size.lookups)
@@ -348,5 +389,12 @@ def table_rows(figures: dict) -> list[tuple[str, str, str]]:
         ("reader: load and validate", f"{r['load_seconds']:.2f} s", ""),
         ("reader: lookups", f"{r['lookups_per_second']:,.0f} /s", ""),
         ("lookups via the previous page's entry", f"{100 * r['share_touching_two_pages']:.2f}%", ""),
+    ]
+    y = figures["synthesis"]
+    rows += [
+        (f"rows from code: {y['functions']:,} functions", f"{y['seconds_per_10k_functions']:.1f} s per 10,000",
+         f"{y['binary']}, peak {y['peak_mb']:.0f} MB (Python's)"),
+        ("v2 bytes per function: from code / CFI", f"{y['bytes_per_function_from_code']:.2f} / "
+         f"{y['bytes_per_function_from_cfi']:.2f}", f"the {y['functions_with_cfi']:,} functions with CFI"),
     ]
     return rows
