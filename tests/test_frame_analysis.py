@@ -257,3 +257,16 @@ def test_compare_sets_the_rows_beside_the_compilers_and_running_says_who_was_rig
 def test_compare_needs_from_code(tmp_path, capsys):
     status = main(["encode", "corpus/elf/gcc-O2-fp.elf", "--compare", "-o", str(tmp_path / "x.bin")])
     assert status == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_v2_code_without_any_function_to_analyse_refuses_everywhere():
+    from harness.errors import UnwindFailure
+    from harness.program import Program
+    from harness.unwind.frame import Frame
+
+    code = assemble(["push {r4, lr}", "pop {r4, pc}"], BASE)
+    stripped = Program("stripped", ((BASE, code),), BASE, BASE, ())  # no symbols, no layout
+    unwinder = build_unwinders(stripped, ["v2-code"])[0]
+    with pytest.raises(UnwindFailure) as refused:
+        unwinder.step(Frame(r=(0,) * 13 + (0x8000, 0, BASE)), None, True)
+    assert refused.value.kind == "no_info" and unwinder.name == "v2-code"

@@ -6,6 +6,7 @@ from generators.assembler import assemble
 from harness.classify import FunctionInfo
 from harness.program import Program
 from harness.thumb.encoding import call_length
+from harness.unwind import build_unwinders
 from harness.verify.emulator import SENTINEL, STACK_TOP
 from harness.verify.stops import verify_program
 
@@ -151,3 +152,43 @@ def test_a_call_executes_when_its_condition_holds():
     assert executes(0x0, z_set) and not executes(0x0, z_clear)  # bleq
     in_it_eq = with_it_state(0, 0b0000_1000)  # ITSTATE: firstcond eq, the block's last instruction
     assert executes(0xE, in_it_eq | z_set) and not executes(0xE, in_it_eq | z_clear)  # Thumb: IT decides
+
+
+def test_a_frame_that_never_resumes_is_marked_from_an_earlier_run(compiled):
+    """h never returns to f: it pops f's frame and returns to main, so the
+    frame f made calling h never resumes (f's registers are never read
+    again) while main's resumes. The verified run knows it from the run of
+    ground truth alone before it: the frame is compared on pc and sp only."""
+    program_ = program(NORETURN_SOURCE, (("main", 0, 0xC), ("f", 0xC, 0x14), ("h", 0x14, 0x18)))
+    seen = {}
+    result = verify_program(program_, build_unwinders(program_, ["framepointer"]), compiled=compiled,
+                            observe=lambda stop: seen.setdefault(stop.pc, [f.resumes for f in stop.expected]))
+    assert result.self_check_ok
+    assert seen[0x100014] == [False, True, True]  # innermost first: f (for h), main (for f), the sentinel
+    assert seen[0x10000E] == [True, True]
+    unobserved = {}
+    verify_program(program_, [], compiled=compiled,
+                   observe=lambda stop: unobserved.setdefault(stop.pc, [f.resumes for f in stop.expected]))
+    assert unobserved[0x100014] == [True, True, True]  # ground truth alone: no earlier run, nothing marked
+
+
+def test_the_shadow_stack_records_the_frames_that_resume():
+    from harness.verify.groundtruth import ShadowFrame, ShadowStack, has_bit
+
+    regs = lambda sp: (0,) * 13 + (sp,)  # noqa: E731 (r0-r12, sp)
+    shadow = ShadowStack(ShadowFrame(0xDEAD, 0x8000, (0,) * 8, None))
+    shadow.observe(0x1000, 0x7F00)
+    shadow.before(0x1000, 4, regs(0x7F00), None)  # serial 1: returns
+    shadow.observe(0x2000, 0x7F00)
+    shadow.before(0x2010, 4, regs(0x7E00), None)  # serial 2: longjmp'd past
+    shadow.observe(0x3000, 0x7E00)
+    shadow.before_return(0x3010, 2)
+    shadow.observe(0x1004, 0x7F00)  # back in the first caller, past the second frame
+    assert [has_bit(bytes(shadow.resumed), serial) for serial in (1, 2)] == [True, False]
+    marked = ShadowStack(ShadowFrame(0xDEAD, 0x8000, (0,) * 8, None), resumes=bytes(shadow.resumed))
+    marked.observe(0x1000, 0x7F00)
+    marked.before(0x1000, 4, regs(0x7F00), None)
+    marked.observe(0x2000, 0x7F00)
+    marked.before(0x2010, 4, regs(0x7E00), None)
+    marked.observe(0x3000, 0x7E00)
+    assert [frame.resumes for frame in marked.frames] == [True, True, False]

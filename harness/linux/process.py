@@ -85,6 +85,11 @@ class LinuxSystem:
         self.stdin = None if run.stdin is None else read_input(run.stdin, "stdin")
         self.kernel: LinuxKernel | None = None
 
+    def rerun(self) -> "LinuxSystem":
+        """A fresh system for the same run (runs are deterministic: the
+        verified run repeats one made before it)."""
+        return LinuxSystem(self.run)
+
     def _interpreter_path(self, name: str) -> str:
         if self.run.sysroot is None:
             raise InputError(f"{self.run.program}: a dynamically linked program (interpreter {name}): "

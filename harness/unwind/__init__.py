@@ -22,8 +22,10 @@ from harness.unwind.v2_epilogue import EpilogueFirst, EpilogueSimulator
 from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
 
-def _v2_unwinder(program: Program, flavour: str, policy: str, name: str) -> V2Unwinder:
+def _v2_unwinder(program: Program, flavour: str, policy: str, name: str) -> Unwinder:
     functions = code_cfi(program) if flavour == "code" else program.cfi[flavour]
+    if flavour == "code" and not functions:  # no Thumb function symbol (a stripped executable): no tables
+        return DwarfUnwinder((), name)
     encoded = chrome_v2.encode(functions, program.text_base, policy, code_at=program.code)
     # Through the bytes, so the verified path is the one a device would run.
     reader = chrome_v2.V2Reader.from_blob(encoded.blob("seed"), "seed")

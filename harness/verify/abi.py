@@ -57,7 +57,11 @@ RULE_HEADER = Layout("RuleHeader", tuple(Field(name, "int32_t") for name in (
 LOAD = Layout("Load", (Field("reg", "int32_t"), Field("offset", "int32_t")))
 # One shadow frame (harness.verify.groundtruth.ShadowFrame): r = r4-r11, d = d8-d15.
 EXPECTED = Layout("Expected", (Field("pc", "uint32_t"), Field("sp", "uint32_t"), Field("r", "uint32_t", 8),
-                               Field("vfp_known", "uint32_t"), Field("d", "uint64_t", 8)))
+                               Field("state", "uint32_t"), Field("d", "uint64_t", 8)))
+# A shadow frame's state bits: d8-d15 known (the program uses VFP); the
+# frame never resumes, so its registers are not compared (groundtruth).
+EXPECTED_STATES = ("VFP_KNOWN", "NEVER_RESUMES")
+VFP_KNOWN, NEVER_RESUMES = (1 << bit for bit in range(len(EXPECTED_STATES)))
 
 # Rule flags: bit i is FLAGS[i] (their meaning: harness.unwind.rule;
 # NO_INFO: a rule that FAILS refuses with no_info, which the tracer need not
@@ -183,7 +187,8 @@ def header() -> str:
         "/* Generated from harness/verify/abi.py by setup.py: do not edit. */",
         "#ifndef HARNESS_ABI_H", "#define HARNESS_ABI_H", "#include <stdint.h>", "",
         _enum(FLAGS, (1 << bit for bit in range(len(FLAGS)))),
-        RULE_HEADER.c(), LOAD.c(), EXPECTED.c(), "",
+        RULE_HEADER.c(), LOAD.c(), EXPECTED.c(),
+        _enum(EXPECTED_STATES, (1 << bit for bit in range(len(EXPECTED_STATES)))), "",
         _enum(("CPSR", "FIRST_VFP", "MAX_REGISTERS"), (CPSR_SLOT, FIRST_VFP_SLOT, len(SLOTS))),
         _enum(tuple(f"ENGINE_{name.upper()}" for name in Engine._fields) + ("ENGINE_FIELDS",),
               range(len(Engine._fields) + 1)),

@@ -19,6 +19,13 @@ execution alone (ARCHITECTURE.md, "Ground truth").
   sp of the frame they land in).
 - A process's first frame (harness.linux) has no caller: its bottom
   frame stands for that and is never compared.
+- A frame that never resumes (its callee exits the process, or a longjmp
+  or an exception unwinds past it: it is never popped by a return) has
+  no use for its callee-saved registers: nothing reads them again, and a
+  callee that never returns need not keep them (GCC's noreturn functions
+  and glibc's __libc_start_call_main don't). An earlier run of the same
+  program tells which frames resume (`resumed`, a bit per serial); its
+  pc and sp are compared, its registers are not.
 
 An exception is in flight (stops get the cxx_exception trait) from the
 first instruction of an entry point that raises one (RAISE_ENTRIES:
@@ -30,7 +37,7 @@ unwind that found no handler).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.program import Program
 from harness.thumb.encoding import it_advance
@@ -57,6 +64,7 @@ class ShadowFrame:
     callee_saved: tuple[int, ...]  # r4-r11
     vfp: tuple[int, ...] | None  # d8-d15, or None when the program uses no VFP
     serial: int = 0  # unique per push: identifies this frame and everything below it
+    resumes: bool = True  # False: the caller never runs again, its registers are not compared
 
 
 class SkippedStops:
@@ -101,25 +109,39 @@ class SkippedStops:
 _PACKED = abi.EXPECTED.struct
 
 
+def has_bit(bits: bytes, serial: int) -> bool:
+    return serial // 8 < len(bits) and bool(bits[serial // 8] >> (serial % 8) & 1)
+
+
+def set_bit(bits: bytearray, serial: int) -> None:
+    if serial // 8 >= len(bits):
+        bits.extend(bytes(serial // 8 + 1 - len(bits)))
+    bits[serial // 8] |= 1 << (serial % 8)
+
+
 def packed(frame: ShadowFrame) -> bytes:
-    """pc, sp, r4-r11, whether d8-d15 are known, d8-d15: abi.EXPECTED."""
+    """pc, sp, r4-r11, the state bits (abi.EXPECTED_STATES), d8-d15: abi.EXPECTED."""
     vfp = frame.vfp
-    return _PACKED.pack(frame.pc, frame.sp, *frame.callee_saved, vfp is not None, *(vfp or (0,) * 8))
+    state = (abi.VFP_KNOWN if vfp is not None else 0) | (0 if frame.resumes else abi.NEVER_RESUMES)
+    return _PACKED.pack(frame.pc, frame.sp, *frame.callee_saved, state, *(vfp or (0,) * 8))
 
 
 def unpacked(data: bytes, index: int, serial: int) -> ShadowFrame:
     """The `index`-th frame of packed frames (the inverse of `packed`)."""
     pc, sp, *rest = _PACKED.unpack_from(data, index * _PACKED.size)
-    callee_saved, vfp_known, vfp = tuple(rest[:8]), rest[8], tuple(rest[9:])
-    return ShadowFrame(pc, sp, callee_saved, vfp if vfp_known else None, serial)
+    callee_saved, state, vfp = tuple(rest[:8]), rest[8], tuple(rest[9:])
+    return ShadowFrame(pc, sp, callee_saved, vfp if state & abi.VFP_KNOWN else None, serial,
+                       not state & abi.NEVER_RESUMES)
 
 
 class ShadowStack:
     """Frames from the sentinel (bottom, index 0) to the innermost caller
     (harness/verify/csrc/trace.c keeps the same, packed, in the compiled hook)."""
 
-    def __init__(self, bottom: ShadowFrame, raises: frozenset[int] = frozenset()):
+    def __init__(self, bottom: ShadowFrame, raises: frozenset[int] = frozenset(), resumes: bytes | None = None):
         self.frames: list[ShadowFrame] = [bottom]
+        self._resumes = resumes  # from an earlier run: the frames that resume (resumed_bits)
+        self.resumed = bytearray()  # this run's, a bit per serial
         self._pending: ShadowFrame | None = None
         self._return_fall_through: int | None = None
         self._serial = bottom.serial
@@ -142,8 +164,10 @@ class ShadowStack:
     def _follow(self, pc: int, sp: int) -> None:
         """The calls, returns and non-local exits."""
         if self._pending is not None:  # even when the callee starts at the return pc (a noreturn call)
-            self.frames.append(self._pending)
-            self._pending = None
+            frame, self._pending = self._pending, None
+            if self._resumes is not None and not has_bit(self._resumes, frame.serial):
+                frame = replace(frame, resumes=False)
+            self.frames.append(frame)
             return
         returned = self._return_fall_through is not None and pc != self._return_fall_through
         self._return_fall_through = None
@@ -151,7 +175,8 @@ class ShadowStack:
         while len(frames) > 1 and frames[-1].sp < sp:  # NON_LOCAL_EXIT: their callees are gone
             frames.pop()
         top = frames[-1]
-        if len(frames) > 1 and sp == top.sp and (pc == top.pc or returned):
+        if len(frames) > 1 and sp == top.sp and (pc == top.pc or returned):  # the caller resumes
+            set_bit(self.resumed, top.serial)
             frames.pop()
 
     def before_return(self, pc: int, length: int) -> None:

@@ -181,10 +181,11 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     gc.disable()
     try:
         try:
+            resumes = _resuming_frames(program, system, compiled, limits) if unwinders else None
             if compiled:
-                _run_compiled(program, unwinders, emulator, run, result, limits, observe, every, shard)
+                _run_compiled(program, unwinders, emulator, run, result, limits, observe, every, shard, resumes)
             else:
-                _run_in_python(program, emulator, run, result, limits, observe, every, shard)
+                _run_in_python(program, emulator, run, result, limits, observe, every, shard, resumes)
         except EmulationFault as fault:
             result.fault = str(fault)
         for (where, cause), stops in result.failure_tally.items():
@@ -197,8 +198,26 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     return result
 
 
+def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limits) -> bytes | None:
+    """A first run, of ground truth alone: the frames that resume, a bit per
+    serial (harness.verify.groundtruth); None where it faults (the verified
+    run then faults alike, comparing every frame's registers up to there)."""
+    twin = None if system is None else system.rerun()
+    emulator = Emulator(program.segments) if twin is None else Emulator(twin.segments, twin, twin.placement)
+    result = ProgramResult(program.name)
+    run = Verification(program, [], True, result)
+    try:
+        if compiled:
+            return _run_compiled(program, [], emulator, run, result, limits, None, 1, (0, 1))
+        return _run_in_python(program, emulator, run, result, limits, None, 1, (0, 1))
+    except EmulationFault:
+        return None
+
+
 def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emulator, run: Verification,
-                  result: ProgramResult, limits: abi.Limits, observe, every: int, shard: tuple[int, int]) -> None:
+                  result: ProgramResult, limits: abi.Limits, observe, every: int, shard: tuple[int, int],
+                  resumes: bytes | None = None) -> bytes:
+    """The compiled hook's run; the frames that resumed (a bit per serial)."""
     stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if unwinders else None
     shadow_frames: dict[int, ShadowFrame] = {}  # serial -> frame, unpacked once
     compare_bottom = emulator.system is None
@@ -224,7 +243,8 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
 
     tracer = kernel.Tracer(emulator.engine(program.uses_vfp), stop_kernel and stop_kernel.verifier,
                            emulator.placement.sentinel, program.uses_vfp, every, *shard, run.ids, slow,
-                           observe is not None, compare_bottom, raise_entries(program), quiet_ranges(program))
+                           observe is not None, compare_bottom, raise_entries(program), quiet_ranges(program),
+                           resumes)
     cap = run.log_cap
     try:
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap)
@@ -243,6 +263,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
             classes = {number: key for key, number in run.stop_classes.items()}
             for stop_class, index, passes in stop_kernel.passes():
                 result.counts[(unwinders[index].name, *classes[stop_class], None)] += passes
+    return tracer.resumed()
 
 
 def _checker(emulator: Emulator, run: Verification, result: ProgramResult, observe, every: int,
@@ -283,10 +304,12 @@ def decode(code: bytes, thumb: bool) -> tuple[int, int, bool, int, bytes, int]:
 
 
 def _run_in_python(program: Program, emulator: Emulator, run: Verification, result: ProgramResult,
-                   limits: abi.Limits, observe, every: int, shard: tuple[int, int]) -> None:
+                   limits: abi.Limits, observe, every: int, shard: tuple[int, int],
+                   resumes: bytes | None = None) -> bytes:
     """The Python hook, the reference csrc/trace.c mirrors, guards included
     (the emulator checks the instruction budget, the clock and memory; the
-    hook, in the same order as trace.c, an endless self-loop and the depth)."""
+    hook, in the same order as trace.c, an endless self-loop and the depth);
+    the frames that resumed (a bit per serial)."""
     decoded_at: dict[tuple[int, bool], tuple] = {}  # (pc, Thumb) -> decode(...)
     it_blocks = SkippedStops(lambda address: instruction_size(emulator.code(address, 4)))
     uses_vfp, max_depth = program.uses_vfp, limits.depth
@@ -306,7 +329,7 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         last = pc, regs
         if shadow is None:  # first stop: the harness's own call into the entry
             shadow = ShadowStack(ShadowFrame(emulator.placement.sentinel, regs[13], tuple(regs[4:12]), vfp),
-                                 frozenset(raise_entries(program)))
+                                 frozenset(raise_entries(program)), resumes)
         else:
             shadow.observe(pc, regs[13])
         if len(shadow.frames) > max_depth:
@@ -331,3 +354,4 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         result.failure_tally = run.tally()
         result.failure_log = FailureLog(entries=[entry for _, _, entry in run.log],
                                         truncated=logged_failures(result.failure_tally) > run.log_cap)
+    return bytes(shadow.resumed) if shadow is not None else b""

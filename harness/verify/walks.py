@@ -23,6 +23,8 @@ def compare(caller: Frame, expected: ShadowFrame,
         return difference(PC, caller.pc, expected.pc)
     if caller.sp != expected.sp:
         return difference(SP, caller.sp, expected.sp)
+    if not expected.resumes:
+        return None  # its registers are never read again (harness.verify.groundtruth)
     got = caller.r[4:12]
     if got != expected.callee_saved:
         for reg in restores.core:

@@ -229,12 +229,13 @@ static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, i
                     int64_t *got, uint64_t *expected) {
     if (c->r[PC] != want->pc) { *got = c->r[PC]; *expected = want->pc; return PC; }
     if (c->r[SP] != want->sp) { *got = c->r[SP]; *expected = want->sp; return SP; }
+    if (want->state & NEVER_RESUMES) return -1;  /* its registers are never read again */
     for (int reg = 4; reg < 12; reg++) {
         if ((core_mask >> reg & 1) && c->r[reg] != want->r[reg - 4]) {
             *got = c->r[reg]; *expected = want->r[reg - 4]; return reg;
         }
     }
-    if (vfp && want->vfp_known) {
+    if (vfp && (want->state & VFP_KNOWN)) {
         for (int i = 0; i < 8; i++) {
             if ((c->d_known >> i & 1) && c->d[i] != want->d[i]) {
                 *got = (int64_t)c->d[i]; *expected = want->d[i]; return 264 + i;

@@ -114,6 +114,13 @@ typedef struct {
     uint32_t fall_through, return_fall_through;
     Expected pending_frame;
     uint64_t pending_serial;
+    /* frames that resumed (returned to), a bit per serial: recorded here; and
+     * given from an earlier run of the same program, whose frames that never
+     * resume are not compared on registers (groundtruth.ShadowStack) */
+    uint8_t *resumed;
+    size_t resumed_capacity;
+    Py_buffer resumes;
+    int has_resumes;
     /* an exception in flight: the entry points that raise one, sorted, and
      * the shadow depth at which one was raised (0: none in flight) */
     uint32_t *raises;
@@ -304,8 +311,12 @@ static void frame_of(Expected *e, uint32_t pc, const uint64_t *v, int uses_vfp) 
     e->pc = pc;
     e->sp = (uint32_t)v[SP];
     for (int i = 0; i < 8; i++) e->r[i] = (uint32_t)v[4 + i];
-    e->vfp_known = uses_vfp;
+    e->state = uses_vfp ? VFP_KNOWN : 0;
     if (uses_vfp) memcpy(e->d, &v[FIRST_VFP], sizeof e->d);
+}
+
+static int bit_of(const uint8_t *bits, size_t size, uint64_t serial) {
+    return serial / 8 < size && (bits[serial / 8] >> (serial % 8) & 1);
 }
 
 static int push(Tracer *t, const Expected *frame, uint64_t serial) {
@@ -313,6 +324,8 @@ static int push(Tracer *t, const Expected *frame, uint64_t serial) {
         reserve(&t->serials, &t->serials_capacity, t->depth + 1, sizeof(uint64_t)))
         return -1;
     t->frames[t->depth] = *frame;
+    if (t->has_resumes && t->depth && !bit_of(t->resumes.buf, (size_t)t->resumes.len, serial))
+        t->frames[t->depth].state |= NEVER_RESUMES;
     t->serials[t->depth] = serial;
     t->depth++;
     return 0;
@@ -329,7 +342,14 @@ static int follow(Tracer *t, uint32_t pc, uint32_t sp) {
     /* NON_LOCAL_EXIT: frames whose caller's sp lies below sp are gone */
     while (t->depth > 1 && t->frames[t->depth - 1].sp < sp) t->depth--;
     const Expected *top = &t->frames[t->depth - 1];
-    if (t->depth > 1 && sp == top->sp && (pc == top->pc || returned)) t->depth--;
+    if (t->depth > 1 && sp == top->sp && (pc == top->pc || returned)) {  /* the frame resumes */
+        const uint64_t serial = t->serials[t->depth - 1];
+        const size_t had = t->resumed_capacity;
+        if (reserve(&t->resumed, &t->resumed_capacity, serial / 8 + 1, 1)) return -1;
+        memset(t->resumed + had, 0, t->resumed_capacity - had);
+        t->resumed[serial / 8] |= (uint8_t)(1u << (serial % 8));
+        t->depth--;
+    }
     return 0;
 }
 
@@ -669,6 +689,8 @@ static void Tracer_dealloc(Tracer *self) {
     Py_XDECREF(self->error_traceback);
     PyMem_Free(self->frames);
     PyMem_Free(self->serials);
+    PyMem_Free(self->resumed);
+    if (self->has_resumes) PyBuffer_Release(&self->resumes);
     PyMem_Free(self->table);
     ranges_clear(&self->classes[0]);
     ranges_clear(&self->classes[1]);
@@ -717,8 +739,8 @@ static int quiet_ranges(Tracer *self, PyObject *quiet) {
  * sorted; quiet the pcs of modules not the program's own. */
 static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     static char *names[] = {"engine", "verifier", "sentinel", "uses_vfp", "every", "shard_index", "shard_count",
-                            "classify", "slow", "observe_all", "compare_bottom", "raises", "quiet", NULL};
-    PyObject *engine, *verifier, *classify, *slow, *raises = NULL, *quiet = NULL;
+                            "classify", "slow", "observe_all", "compare_bottom", "raises", "quiet", "resumes", NULL};
+    PyObject *engine, *verifier, *classify, *slow, *raises = NULL, *quiet = NULL, *resumes = Py_None;
     unsigned long sentinel;
     int uses_vfp, observe_all, compare_bottom = 1;
     unsigned long long every, shard_index, shard_count;
@@ -726,10 +748,15 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_TypeError, "a Tracer is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp|pO!O!", names, &PyTuple_Type, &engine, &verifier,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp|pO!O!O", names, &PyTuple_Type, &engine, &verifier,
                                      &sentinel, &uses_vfp, &every, &shard_index, &shard_count, &classify, &slow,
-                                     &observe_all, &compare_bottom, &PyTuple_Type, &raises, &PyTuple_Type, &quiet))
+                                     &observe_all, &compare_bottom, &PyTuple_Type, &raises, &PyTuple_Type, &quiet,
+                                     &resumes))
         return -1;
+    if (resumes != Py_None) {
+        if (PyObject_GetBuffer(resumes, &self->resumes, PyBUF_SIMPLE)) return -1;
+        self->has_resumes = 1;
+    }
     if (verifier != Py_None && !PyObject_TypeCheck(verifier, &VerifierType)) {
         PyErr_SetString(PyExc_TypeError, "verifier must be a Verifier or None");
         return -1;
@@ -950,11 +977,17 @@ static PyObject *Tracer_stops(Tracer *self, void *unused) {
     return PyLong_FromUnsignedLongLong(self->stops);
 }
 
+static PyObject *Tracer_resumed(Tracer *self, PyObject *unused) {
+    (void)unused;
+    return PyBytes_FromStringAndSize((const char *)self->resumed, (Py_ssize_t)self->resumed_capacity);
+}
+
 static PyMethodDef Tracer_methods[] = {
     {"run", (PyCFunction)Tracer_run, METH_VARARGS, "Run the engine from begin to until, verifying every stop."},
     {"causes", (PyCFunction)Tracer_causes, METH_NOARGS, "The first failing answer of each cause, by cause id."},
     {"tally", (PyCFunction)Tracer_tally, METH_NOARGS, "Failing stops per (where id, cause id)."},
     {"failure_log", (PyCFunction)Tracer_failure_log, METH_VARARGS, "Every failing answer, merged with others."},
+    {"resumed", (PyCFunction)Tracer_resumed, METH_NOARGS, "The frames that resumed, a bit per serial (bytes)."},
     {NULL}
 };
 
