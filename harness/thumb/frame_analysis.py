@@ -2,9 +2,10 @@
 
 `analyse` follows every path of a Thumb-2 function from its entry and
 writes the unwind state before each instruction it reaches, as CFI rows
-(harness.program.CfiRow), the way GCC writes them: the CFA through sp,
-through r7 from the instruction that makes r7 the frame pointer, and
-through sp again once an epilogue knows sp. It reads no unwind table.
+(harness.program.CfiRow): the CFA through sp wherever sp's distance to it
+is known, through r7 (set from sp: the frame pointer) where sp moved by an
+amount the code computes, and through sp again once sp is known. It reads
+no unwind table.
 
 The state before an instruction (FrameState) is what an unwinder needs:
 the CFA as sp or r7 plus an offset, how far sp lies below the CFA (`depth`,
@@ -35,12 +36,12 @@ from typing import Callable, Iterable
 
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR, PC, SP
+from harness.thumb.branch_tables import CANNOT_FOLLOW, address_table, data_read, jump_table, offset_table
 from harness.thumb.disasm import Instruction, decode_one
 from harness.thumb.frame_effects import FrameState, Unknowable, after
 
 MAX_STATES = 200_000  # (address, fact) pairs visited per function, a guard against pathological code
 LANDING_ROUNDS = 8  # rounds of analysing code only the unwinder enters (landing pads)
-CANNOT_FOLLOW = "leaves for an address the analysis cannot follow"
 # Condition codes (ARM ARM A8.3): the inverse of c is c ^ 1; 14 is always.
 ALWAYS = 14
 _FLAG_SETTERS = ("cmp", "cmn", "tst", "teq")
@@ -73,9 +74,16 @@ def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes]) -> 
     analysis = _analysed(start, end, code_at)
     found = {}
     for address, states in analysis.reached.items():
-        distinct = set(states.values())
-        found[address] = distinct.pop() if len(distinct) == 1 and address not in analysis.refused else None
+        one = _one_frame(states.values(), address)
+        found[address] = None if one is None or address in analysis.refused else next(iter(states.values()))
     return found
+
+
+def _one_frame(states, address: int) -> CfiRow | None:
+    """The row all `states` at `address` share (paths under different
+    facts may differ in what no row says: lost registers, r7), or None."""
+    rows = {state.row(address) for state in states}
+    return rows.pop() if len(rows) == 1 else None
 
 
 def _analysed(start: int, end: int, code_at: Callable[[int, int], bytes]) -> "_Analysis":
@@ -143,7 +151,7 @@ class _Analysis:
                 self.sizes[address] = insn.size
                 if insn.op in ("bl", "blx"):
                     self.calls.add(address)
-                self.data.update(_data_read(insn, self.code_at))
+                self.data.update(data_read(insn, self.code_at))
                 pending.extend(_successors(insn, path, self.start, self.end, self.code_at))
             except Unknowable as why:
                 self._refuse(address, str(why))
@@ -183,29 +191,17 @@ class _Analysis:
         return found + ([covered] if covered < self.end else [])
 
 
-def _data_read(insn: Instruction, code_at) -> set[int]:
-    """The bytes `insn` reads as data from the code: a literal (`ldr rX,
-    [pc, #n]`, at Align(pc, 4) + n) or a jump table after a tbb/tbh."""
-    if insn.op in ("tbb", "tbh"):
-        count = _guarded_entries(insn, code_at) or 0
-        table = insn.address + insn.size
-        return set(range(table, table + count * (1 if insn.op == "tbb" else 2)))
-    if insn.op == "ldr" and PC in insn.writes and insn.mem and insn.mem[0] != SP:
-        table, count = _table_address(insn, code_at), _guarded_entries(insn, code_at)
-        return set(range(table, table + 4 * count)) if table is not None and count else set()
-    if insn.op.startswith(("ldr", "vldr")) and insn.mem and insn.mem[0] == PC:
-        literal = ((insn.address + 4) & ~3) + insn.mem[1]
-        return set(range(literal, literal + (8 if insn.op in ("ldrd", "vldr") else 4)))
-    return set()
-
-
 def _join(known: FrameState, other: FrameState) -> FrameState | None:
     """The state where two paths meet: the same frame (CFA, depth, saves),
-    a register that lost the caller's value on either path lost; None
-    when the frames differ."""
-    if replace(known, clobbered=other.clobbered) != other:
+    a register that lost the caller's value on either path lost, and r7's
+    distance to the CFA where both agree (where sp is known, r7 may hold
+    anything); None when the frames differ."""
+    fp_offset = known.fp_offset if known.fp_offset == other.fp_offset else None
+    if fp_offset is None and known.cfa_reg != SP:
         return None
-    return replace(known, clobbered=known.clobbered | other.clobbered)
+    if replace(known, clobbered=other.clobbered, fp_offset=other.fp_offset) != other:
+        return None
+    return replace(known, clobbered=known.clobbered | other.clobbered, fp_offset=fp_offset)
 
 
 def _instruction(code_at: Callable[[int, int], bytes], address: int, end: int) -> Instruction:
@@ -232,11 +228,11 @@ def _rows(start: int, end: int, reached, sizes: dict[int, int], refused: set[int
     for address in sorted(reached):
         if address > covered:
             add(CfiRow(covered, problem="no path reaches this code"))
-        states = set(reached[address].values())
-        if address in refused or len(states) != 1:
+        one = _one_frame(reached[address].values(), address)
+        if address in refused or one is None:
             add(CfiRow(address, problem="no single frame state is known here"))
         else:
-            add(next(iter(states)).row(address))
+            add(one)
         covered = max(covered, address + sizes.get(address, 2))
     if covered < end:
         add(CfiRow(covered, problem="no path reaches this code"))
@@ -296,9 +292,13 @@ def _executed(insn: Instruction, path: Path, start: int, end: int, code_at, foll
             return ([(insn.imm, onward)] if inside else []) + [(following, onward)]
         return [(insn.imm, onward)] if inside else []  # out of the function: a tail call
     if op in ("tbb", "tbh"):
-        return [(target, onward) for target in _jump_table(insn, code_at, start, end)]
+        return [(target, onward) for target in jump_table(insn, code_at, start, end)]
     if op == "ldr" and PC in insn.writes and insn.mem and insn.mem[0] != SP:
-        return [(target, onward) for target in _address_table(insn, code_at, start, end)]
+        return [(target, onward) for target in address_table(insn, code_at, start, end)]
+    if op == "bx" and insn.regs != (LR,):
+        table = offset_table(insn, code_at, start, end)
+        if table is not None:
+            return [(target, onward) for target in table]
     if op == "bx" or PC in insn.writes and op in ("pop", "ldr", "ldm", "mov"):
         return []  # a return (bx lr, pop {pc}...), or a tail call through a register (bx rN)
     if op in ("udf", "bkpt"):
@@ -312,53 +312,3 @@ def _sets_flags(insn: Instruction) -> bool:
     return -1 in insn.writes or insn.op in _FLAG_SETTERS or (insn.op.endswith("s") and not insn.op.startswith("v"))
 
 
-def _jump_table(insn: Instruction, code_at, start: int, end: int) -> list[int]:
-    """The targets of `tbb/tbh [pc, rN]`: its table follows it, with as many
-    entries as the `cmp rN, #n` guarding it allows (n + 1)."""
-    table = insn.address + insn.size
-    size = 1 if insn.op == "tbb" else 2
-    count = _guarded_entries(insn, code_at)
-    if count is None:
-        raise Unknowable(f"'{insn.text}': no bound on its table found")
-    targets = []
-    for index in range(count):
-        target = table + 2 * int.from_bytes(code_at(table + size * index, size), "little")
-        if not start <= target < end:
-            raise Unknowable(f"'{insn.text}': a table entry leads out of the function")
-        targets.append(target)
-    return targets
-
-
-def _address_table(insn: Instruction, code_at, start: int, end: int) -> list[int]:
-    """The targets of `adr rX, table; ldr pc, [rX, rN, lsl #2]` (GCC's
-    switch without optimisation): a table of addresses, as many as the
-    guarding `cmp rN, #n` allows."""
-    table = _table_address(insn, code_at)
-    count = _guarded_entries(insn, code_at)
-    if table is None or count is None:
-        raise Unknowable(f"'{insn.text}' {CANNOT_FOLLOW}")
-    targets = [int.from_bytes(code_at(table + 4 * index, 4), "little") & ~1 for index in range(count)]
-    if not all(start <= target < end for target in targets):
-        raise Unknowable(f"'{insn.text}': a table entry leads out of the function")
-    return targets
-
-
-def _table_address(insn: Instruction, code_at) -> int | None:
-    """The address `adr rX, #n` right before `insn` put in its base register."""
-    for back in (2, 4):
-        found = decode_one(code_at(insn.address - back, 4), insn.address - back)
-        if found is not None and found.size == back and found.op == "adr" and found.regs == (insn.mem[0],):
-            return ((found.address + 4) & ~3) + found.imm
-    return None
-
-
-def _guarded_entries(insn: Instruction, code_at) -> int | None:
-    """n + 1 from the nearest `cmp rX, #n` among the few instructions before
-    a table branch (the index, or its copy spilled and reloaded at -O0,
-    checked against the table's last entry, with a `bhi` to the default)."""
-    for back in range(2, 14, 2):
-        found = decode_one(code_at(insn.address - back, 4), insn.address - back)
-        if found is not None and found.op == "cmp" and found.imm is not None \
-                and found.address + found.size <= insn.address:
-            return found.imm + 1
-    return None

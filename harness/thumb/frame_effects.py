@@ -29,7 +29,7 @@ class FrameState:
 
     depth: int | None = 0  # CFA - sp
     cfa_reg: int = SP
-    fp_offset: int | None = None  # CFA - r7, while r7 is the frame pointer
+    fp_offset: int | None = None  # CFA - r7, while r7 holds sp + k from an `add r7, sp, #k`
     saved: tuple[tuple[int, int], ...] = ()  # (register, offset from the CFA), sorted
     clobbered: frozenset[int] = frozenset()  # callee-saved registers no longer holding the caller's value
 
@@ -59,12 +59,14 @@ def after(insn: Instruction, state: FrameState, code_at) -> FrameState:
         return _clobber(state, (LR,))
     if SP in insn.writes:
         return _sp_written(insn, state, code_at)
+    if op in ("add", "mov") and regs[:2] == (FP, SP) and state.depth is not None:
+        # r7 = sp + k: the frame pointer, should sp later move by a computed
+        # amount or be set from it; the CFA stays on sp while sp is known
+        # (clang's frameless code uses r7 for other things too)
+        return replace(state, fp_offset=state.depth - (insn.imm or 0),
+                       clobbered=state.clobbered | {FP} if not _saved(state, FP) else state.clobbered)
     if FP in insn.writes and state.fp_offset is not None:
         return _fp_written(insn, state)
-    if op in ("add", "mov") and regs[:2] == (FP, SP) and state.depth is not None:  # r7 becomes the frame pointer
-        below = insn.imm or 0
-        return replace(state, cfa_reg=FP, fp_offset=state.depth - below,
-                       clobbered=state.clobbered | {FP} if not _saved(state, FP) else state.clobbered)
     return _clobber(state, [reg for reg in insn.writes if reg in CALLEE_SAVED])
 
 

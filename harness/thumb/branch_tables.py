@@ -1,0 +1,141 @@
+"""Branch tables in Thumb-2 code: where a table branch goes, and the
+bytes it reads as data (harness.thumb.frame_analysis follows them).
+
+- `tbb/tbh [pc, rN]`: byte or half-word offsets right after it;
+- GCC without optimisation: `adr rT, table; ldr pc, [rT, rN, lsl #2]`, a
+  table of addresses;
+- GCC's position-independent switch: `adr rT, table; ldr rO, [rT, rN, lsl
+  #2]; add rT, rO; bx rT`, offsets from the table.
+
+Each is as long as the `cmp` guarding it allows (n + 1 entries after `cmp
+rX, #n; bhi default`). A table that cannot be sized, or leads out of its
+function, is Unknowable.
+"""
+
+from __future__ import annotations
+
+from harness.registers import LR, PC, SP
+from harness.thumb.disasm import Instruction, decode, decode_one
+from harness.thumb.frame_effects import Unknowable
+
+CANNOT_FOLLOW = "leaves for an address the analysis cannot follow"
+
+
+def jump_table(insn: Instruction, code_at, start: int, end: int) -> list[int]:
+    """The targets of `tbb/tbh [pc, rN]`: its table follows it, with as many
+    entries as the `cmp rN, #n` guarding it allows (n + 1); unguarded (clang,
+    where rN's range is known), it ends where the first case begins."""
+    table = insn.address + insn.size
+    size = 1 if insn.op == "tbb" else 2
+    if not insn.text.startswith(("tbb [pc", "tbh [pc")):
+        raise Unknowable(f"'{insn.text}' {CANNOT_FOLLOW}")
+    count = guarded_entries(insn, code_at)
+    targets: list[int] = []
+    while count is None or len(targets) < count:
+        offset = table + size * len(targets)
+        target = table + 2 * int.from_bytes(code_at(offset, size), "little")
+        if count is None and (offset + size > min(targets, default=end) or not start <= target < end):
+            break  # unguarded: the first case, or an entry that cannot be one, ends the table
+        if not start <= target < end:
+            raise Unknowable(f"'{insn.text}': a table entry leads out of the function")
+        targets.append(target)
+    if not targets:
+        raise Unknowable(f"'{insn.text}': no table found")
+    return targets
+
+
+def address_table(insn: Instruction, code_at, start: int, end: int) -> list[int]:
+    """The targets of `adr rX, table; ldr pc, [rX, rN, lsl #2]` (GCC's
+    switch without optimisation): a table of addresses, as many as the
+    guarding `cmp rN, #n` allows."""
+    table = table_address(insn, code_at)
+    count = guarded_entries(insn, code_at)
+    if table is None or count is None:
+        raise Unknowable(f"'{insn.text}' {CANNOT_FOLLOW}")
+    targets = [int.from_bytes(code_at(table + 4 * index, 4), "little") & ~1 for index in range(count)]
+    if not all(start <= target < end for target in targets):
+        raise Unknowable(f"'{insn.text}': a table entry leads out of the function")
+    return targets
+
+def table_address(insn: Instruction, code_at) -> int | None:
+    """The address `adr rX, #n` right before `insn` put in its base register."""
+    for back in (2, 4):
+        found = decode_one(code_at(insn.address - back, 4), insn.address - back)
+        if found is not None and found.size == back and found.op == "adr" and found.regs == (insn.mem[0],):
+            return ((found.address + 4) & ~3) + found.imm
+    return None
+
+def offset_table_at(insn: Instruction, code_at) -> tuple[int, int | None] | None:
+    """(table, entries or None) of GCC's position-independent switch ending
+    in `insn`: `adr rT, table; ldr rO, [rT, rI, lsl #2]; add rT, rO; bx rT`
+    (offsets from the table; entries from the guarding `cmp`), else None."""
+    add, load, adr = (decode_one(code_at(insn.address - back, 4), insn.address - back) for back in (2, 6, 8))
+    reg = insn.regs[0]
+    if not (add and load and adr and add.size == 2 and load.size == 4 and adr.size == 2 and add.op == "add"
+            and add.regs == (reg, load.regs[0]) and load.op == "ldr" and load.mem and load.mem[0] == reg
+            and adr.op == "adr" and adr.regs == (reg,)):
+        return None
+    return ((adr.address + 4) & ~3) + adr.imm, guarded_entries(load, code_at)
+
+def offset_table(insn: Instruction, code_at, start: int, end: int) -> list[int] | None:
+    """The targets of such a switch; None for any other `bx rN` (a tail
+    call through a register)."""
+    found = offset_table_at(insn, code_at)
+    if found is None:
+        return None
+    table, count = found
+    if count is None:
+        raise Unknowable(f"'{insn.text}': no bound on its table found")
+    targets = [(table + int.from_bytes(code_at(table + 4 * index, 4), "little", signed=True)) & ~1
+               for index in range(count)]
+    if not all(start <= target < end for target in targets):
+        raise Unknowable(f"'{insn.text}': a table entry leads out of the function")
+    return targets
+
+def guarded_entries(insn: Instruction, code_at) -> int | None:
+    """n + 1 from the `cmp rI, #n` guarding a table branch on index rI,
+    among the few instructions before it: rI must not change in between but
+    for a reload from the stack (-O0 spills the index and compares the value
+    before storing it: there the nearest cmp counts). None when rI was
+    computed after the last cmp (clang's unguarded tables)."""
+    index = _index_register(insn)
+    for low in range(insn.address - 16, insn.address, 2):
+        found = decode(code_at(low, insn.address - low), low)
+        if not found or found[-1].address + found[-1].size != insn.address:
+            continue
+        reloaded = False
+        for earlier in reversed(found):
+            if earlier.op == "cmp" and earlier.imm is not None and (reloaded or earlier.regs[:1] == (index,)):
+                return earlier.imm + 1
+            if index in earlier.writes and not earlier.conditional:  # (clang: `itt hi; movwhi r0; bxhi lr`)
+                if not (earlier.op == "ldr" and earlier.mem and earlier.mem[0] == SP):
+                    return None
+                reloaded = True
+        return None
+    return None
+
+
+def _index_register(insn: Instruction) -> int | None:
+    """rI of `tbb [pc, rI]`, `ldr rX, [rT, rI, lsl #2]` (the last register operand)."""
+    names = [part.strip(" []!") for part in insn.text.split(" ", 1)[-1].split(",")]
+    registers = [name for name in names if name[:1] == "r" and name[1:].isdigit()]
+    return int(registers[-1][1:]) if registers else None
+
+
+def data_read(insn: Instruction, code_at) -> set[int]:
+    """The bytes `insn` reads as data from the code: a literal (`ldr rX,
+    [pc, #n]`, at Align(pc, 4) + n) or a jump table after a tbb/tbh."""
+    if insn.op in ("tbb", "tbh"):
+        count = guarded_entries(insn, code_at) or 0  # unguarded: data up to the first case, found anyway
+        table = insn.address + insn.size
+        return set(range(table, table + count * (1 if insn.op == "tbb" else 2)))
+    if insn.op == "ldr" and PC in insn.writes and insn.mem and insn.mem[0] != SP:
+        table, count = table_address(insn, code_at), guarded_entries(insn, code_at)
+        return set(range(table, table + 4 * count)) if table is not None and count else set()
+    if insn.op == "bx" and insn.regs != (LR,):
+        found = offset_table_at(insn, code_at)
+        return set(range(found[0], found[0] + 4 * found[1])) if found and found[1] else set()
+    if insn.op.startswith(("ldr", "vldr")) and insn.mem and insn.mem[0] == PC:
+        literal = ((insn.address + 4) & ~3) + insn.mem[1]
+        return set(range(literal, literal + (8 if insn.op in ("ldrd", "vldr") else 4)))
+    return set()
