@@ -15,7 +15,7 @@ function, is Unknowable.
 from __future__ import annotations
 
 from harness.registers import LR, PC, SP
-from harness.thumb.disasm import Instruction, decode, decode_one
+from harness.thumb.disasm import Instruction, decode_before, decode_one
 from harness.thumb.frame_effects import Unknowable
 
 CANNOT_FOLLOW = "leaves for an address the analysis cannot follow"
@@ -99,19 +99,14 @@ def guarded_entries(insn: Instruction, code_at) -> int | None:
     before storing it: there the nearest cmp counts). None when rI was
     computed after the last cmp (clang's unguarded tables)."""
     index = _index_register(insn)
-    for low in range(insn.address - 16, insn.address, 2):
-        found = decode(code_at(low, insn.address - low), low)
-        if not found or found[-1].address + found[-1].size != insn.address:
-            continue
-        reloaded = False
-        for earlier in reversed(found):
-            if earlier.op == "cmp" and earlier.imm is not None and (reloaded or earlier.regs[:1] == (index,)):
-                return earlier.imm + 1
-            if index in earlier.writes and not earlier.conditional:  # (clang: `itt hi; movwhi r0; bxhi lr`)
-                if not (earlier.op == "ldr" and earlier.mem and earlier.mem[0] == SP):
-                    return None
-                reloaded = True
-        return None
+    reloaded = False
+    for earlier in reversed(decode_before(code_at, insn.address)):
+        if earlier.op == "cmp" and earlier.imm is not None and (reloaded or earlier.regs[:1] == (index,)):
+            return earlier.imm + 1
+        if index in earlier.writes and not earlier.conditional:  # (clang: `itt hi; movwhi r0; bxhi lr`)
+            if not (earlier.op == "ldr" and earlier.mem and earlier.mem[0] == SP):
+                return None
+            reloaded = True
     return None
 
 

@@ -111,6 +111,17 @@ def decode(code: bytes, address: int, count: int = 0) -> list[Instruction]:
     return out
 
 
+def decode_before(code_at, address: int, span: int = 16) -> list[Instruction]:
+    """The instructions straight before `address`, up to `span` bytes of
+    them, ending exactly there (the first start a linear decode lands on
+    `address` from); [] when none does. `code_at(address, size)` reads."""
+    for low in range(address - span, address, 2):
+        found = decode(code_at(low, address - low), low)
+        if found and found[-1].address + found[-1].size == address:
+            return found
+    return []
+
+
 def decode_one(code: bytes, address: int) -> Instruction | None:
     """The instruction `code` starts with, at `address`. Most instructions
     decode alike at any address, and those are decoded once per process."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from harness.program import TRACKED_REGS, CfiRow
 from harness.registers import LR, PC, SP
-from harness.thumb.disasm import Instruction, decode, decode_one
+from harness.thumb.disasm import Instruction, decode_before, decode_one
 from harness.thumb.encoding import FRAME_POINTERS
 
 FP = FRAME_POINTERS[0]  # r7, the Thumb frame pointer
@@ -189,18 +189,13 @@ def _frame_pointer_copy_before(insn: Instruction, reg: int, code_at) -> int | No
     """k when the last instruction to write `reg`, among the few straight
     before `insn`, set it to r7 - k (clang schedules `sub.w r4, r7, #16`
     a few instructions ahead of `mov sp, r4`)."""
-    for low in range(insn.address - 16, insn.address, 2):
-        found = decode(code_at(low, insn.address - low), low)
-        if not found or found[-1].address + found[-1].size != insn.address:
-            continue
-        for earlier in reversed(found):
-            if reg in earlier.writes:
-                if earlier.op in ("sub", "add") and earlier.regs == (reg, FP) and earlier.imm is not None:
-                    return earlier.imm if earlier.op == "sub" else -earlier.imm
-                return 0 if earlier.op == "mov" and earlier.regs == (reg, FP) else None
-            if earlier.transfers:
-                return None
-        return None
+    for earlier in reversed(decode_before(code_at, insn.address)):
+        if reg in earlier.writes:
+            if earlier.op in ("sub", "add") and earlier.regs == (reg, FP) and earlier.imm is not None:
+                return earlier.imm if earlier.op == "sub" else -earlier.imm
+            return 0 if earlier.op == "mov" and earlier.regs == (reg, FP) else None
+        if earlier.transfers:
+            return None
     return None
 
 
