@@ -19,6 +19,7 @@ from harness.formats.arm_exidx import read_exidx_sections
 from harness.formats.dwarf_cfi import has_cfi, read_cfi
 from harness.formats.elf import (
     ElfImage,
+    code_labels,
     executable_ranges,
     load_segments,
     open_elf,
@@ -102,9 +103,11 @@ def program_from_image(image: ElfImage, entry: int, expected: int | None = None,
     base = text_base(image) if text_start is None else text_start
     cfi = tuple(read_cfi(image)) if cfi_required or has_cfi(image) else ()
     # The ELF's own CFI serves as both flavours (see harness.unwind).
+    spans = thumb_functions(image)
     program = relocated(Program(image.path, load_segments(image), entry, base, (),
                                 {"tables": cfi, "reference": cfi}, expected, uses_vfp=True,
-                                exidx=read_exidx_sections(image), code_spans=thumb_functions(image)), load_base)
+                                exidx=read_exidx_sections(image), code_spans=spans,
+                                code_labels=code_labels(image, spans)), load_base)
     functions = program.cfi["tables"]
     return replace(program, functions=tuple(function_info(f, _code_of(program, f), program.text_base)
                                             for f in functions))
@@ -158,7 +161,8 @@ def elf_functions(image, from_code: bool) -> list:
     function symbol."""
     if not from_code:
         return read_cfi(image)
-    functions = list(analyse_all(thumb_functions(image), code_reader(image)))
+    spans = thumb_functions(image)
+    functions = list(analyse_all(spans, code_reader(image), code_labels(image, spans)))
     if not functions:
         raise InputError(f"{image.path}: no Thumb function symbols to synthesize tables for")
     return functions

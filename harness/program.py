@@ -128,6 +128,8 @@ class Program:
     # Thumb functions (start, end, name) by symbol, for tables from code alone
     # (harness.thumb.frame_analysis); none: the generator's `functions`
     code_spans: tuple[tuple[int, int, str], ...] = ()
+    # addresses in those functions that the data holds: computed goto targets
+    code_labels: tuple[int, ...] = ()
 
     @cached_property
     def _starts(self) -> list[int]:
@@ -177,4 +179,5 @@ def relocated(program: Program, base: int) -> Program:
     return replace(program, segments=tuple((address + base, data) for address, data in program.segments),
                    entry=program.entry + base, text_base=program.text_base + base,
                    cfi={flavour: tuple(moved(f) for f in functions) for flavour, functions in program.cfi.items()},
-                   exidx=exidx, code_spans=tuple((s + base, e + base, n) for s, e, n in program.code_spans))
+                   exidx=exidx, code_spans=tuple((s + base, e + base, n) for s, e, n in program.code_spans),
+                   code_labels=tuple(label + base for label in program.code_labels))

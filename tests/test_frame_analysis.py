@@ -18,7 +18,7 @@ from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf, thumb_functions
 from harness.program import CfiRow
 from harness.registers import DWARF_D0, LR, SP
-from harness.thumb.frame_analysis import analyse, frame_states
+from harness.thumb.frame_analysis import GAP, analyse, analyse_all, frame_states
 from harness.unwind import build_unwinders
 from harness.verify.stops import verify_program
 
@@ -118,11 +118,76 @@ def test_paths_that_meet_with_different_frames_refuse_there():
     assert [r.address - BASE for r in rows if r.problem] == [8]
 
 
+def test_after_paths_meet_with_different_frames_nothing_is_known():
+    """The refusal flows on: the code after the join is not described by
+    the path that happened to reach it first."""
+    rows, problems = rows_of(assemble(["push {r4, lr}", "cbz r0, 0x100008", "sub sp, #8", "movs r0, #1",
+                                       "movs r1, #2", "add sp, #8", "pop {r4, pc}"], BASE))
+    assert problems == ("0x100008: paths meet with different frames",)
+    assert [(r.address - BASE, r.problem) for r in rows if r.address >= BASE + 8] == [
+        (8, "no single frame state is known here")]  # one refusing row to the end
+
+
 def test_sp_set_in_a_way_not_modelled_refuses_from_there():
-    rows, problems = rows_of(assemble(["push {r4, lr}", "mov sp, r0", "pop {r4, pc}"], BASE))
+    rows, problems = rows_of(assemble(["push {r4, lr}", "mov sp, r0", "movs r0, #1", "pop {r4, pc}"], BASE))
     assert problems == ("0x100002: 'mov sp, r0' sets sp in a way the analysis does not model",)
-    assert [(r.address - BASE, r.problem) for r in rows[1:]] == [
-        (2, "no single frame state is known here"), (4, "no path reaches this code")]
+    assert [(r.address - BASE, r.problem) for r in rows[1:]] == [(2, "no single frame state is known here")]
+
+
+def test_an_alloca_on_one_path_joins_the_other_through_the_frame_pointer():
+    """glibc's __printf_fp_l: sp apart where the paths meet, r7 at one
+    distance from the CFA on both."""
+    assert states(["push {r4, r7, lr}", "add r7, sp, #4", "cbz r0, 0x10000c", "sub sp, sp, r3", "str r0, [sp]",
+                   "movs r0, #1", "sub sp, r7, #4", "pop {r4, r7, pc}"]) == [
+        (0, (SP, 0, ())),
+        (2, (SP, 12, ((4, -12), (FP, -8), (LR, -4)))),
+        (0xA, (FP, 8, ((4, -12), (FP, -8), (LR, -4)))),  # after sub sp, sp, r3 and from the join (0xc) on
+        (0x12, (SP, 12, ((4, -12), (FP, -8), (LR, -4)))),
+    ]
+
+
+def test_a_computed_goto_jumps_to_the_labels_the_data_holds():
+    """Lua's dispatch: `bx r3` with the frame set up is no tail call."""
+    code = assemble(["push {r4, lr}", "bx r3", "movs r0, #1", "bx r3", "pop {r4, pc}"], BASE)
+    reader = lambda address, size: code[address - BASE:address - BASE + size]
+    found = analyse("f", BASE, BASE + len(code), reader, labels=(BASE + 4, BASE + 8, BASE + 0x40))
+    assert not found.problems and not any(row.problem for row in found.rows)
+    assert [(r.address - BASE, r.cfa_offset) for r in found.rows] == [(0, 0), (2, 8)]
+    _, problems = rows_of(code)  # no label known: refused, never taken for a tail call
+    assert problems == ("0x100002: 'bx r3' jumps with the frame set up, and no data holds a label here",)
+
+
+def test_a_tail_call_through_a_register_leaves_with_the_frame_gone():
+    rows, problems = rows_of(assemble(["push {r4, lr}", "pop {r4, lr}", "bx r3"], BASE))
+    assert not problems and [r.cfa_offset for r in rows] == [0, 8, 0]
+
+
+def test_a_table_branch_from_a_base_register_set_by_adr():
+    """clang: `adr r0, table; ...; tbh [r0, r5, lsl #1]`, offsets counted
+    from the tbh as ever."""
+    code = bytearray(assemble(["push {r4, lr}", "cmp r5, #1", "bhi 0x100016"], BASE))  # 0x0-0x6
+    code += bytes.fromhex("02a0" "00bf" "d0e815f0" "0000")  # 0x6 adr r0, 0x10; nop; 0xa tbh [r0, r5, lsl #1]
+    code += (3).to_bytes(2, "little") + (4).to_bytes(2, "little")  # 0x10: 0xe + 2 * (3, 4) = 0x14, 0x16
+    code += assemble(["movs r0, #1", "pop {r4, pc}"], BASE + 0x14)
+    rows, problems = rows_of(bytes(code))
+    assert not problems
+    assert [(r.address - BASE, r.problem or r.cfa_offset) for r in rows] == [
+        (0, 0), (2, 8), (0xE, "no path reaches this code"), (0x14, 8)]  # padding and the table; both cases run
+
+
+def test_calls_with_and_without_r7_set_share_one_frame_for_landing_pads():
+    pad = LANDING_PAD[:3] + ["add r7, sp, #0", "bl 0x100010", "add sp, #8", "pop {r4, pc}", "movs r0, #1",
+                             "b 0x10000c"]
+    rows, problems = rows_of(assemble(pad, BASE))
+    assert not problems and not any(r.problem for r in rows)
+
+
+def test_code_between_function_symbols_is_not_analysed():
+    code = assemble(["push {r4, lr}", "pop {r4, pc}", "movs r0, #1", "bx lr", "bx lr"], BASE)
+    reader = lambda address, size: code[address - BASE:address - BASE + size]
+    found = analyse_all([(BASE, BASE + 4, "f"), (BASE + 8, BASE + 10, "g")], reader)
+    assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [("f", 0, 4), (GAP, 4, 8), ("g", 8, 10)]
+    assert found[1].rows[0].problem == "no Thumb function symbol here"
 
 
 LANDING_PAD = ["push {r4, lr}", "sub sp, #8", "bl 0x100010", "add sp, #8", "pop {r4, pc}",

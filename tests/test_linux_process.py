@@ -263,3 +263,18 @@ def test_process_shards_merge_into_the_whole_run(tmp_path):
                  str(tmp_path / "merged.json")]) == 0
     assert main([*common, "--json", str(tmp_path / "whole.json"), "--", "a"]) == 0
     assert json.loads((tmp_path / "merged.json").read_text()) == json.loads((tmp_path / "whole.json").read_text())
+
+
+def test_tables_from_code_follow_a_computed_goto_and_an_alloca_join(tmp_path):
+    """dispatch.c: `goto *dispatch[op]` (bx r3 with the frame set up: to the
+    labels its data holds, not a tail call) and an alloca on one path that
+    meets the other with sp apart (the CFA through r7 from there). v2-code
+    must unwind every stop of the program's own code."""
+    program = build("dispatch.c", "-fno-omit-frame-pointer", "-Wl,-z,now")
+    report = tmp_path / "report.json"
+    assert main(["verify-elf", program, "--sysroot", sysroot(), "--unwinder", "v2-code", "--jobs", "1",
+                 "--json", str(report)]) == 0
+    own = {row["position"]: row for row in json.loads(report.read_text())["results"]
+           if row["unwinder"] == "v2-code" and row["category"] == "own"}
+    assert own["all"]["stops"] > 300 and own["all"]["failed"] == 0
+    assert own["prologue"]["stops"] and own["epilogue"]["stops"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from elftools.common.exceptions import DWARFError, ELFError
@@ -137,6 +138,33 @@ def thumb_functions(image: ElfImage) -> tuple[tuple[int, int, str], ...]:
         if end > start:
             found.append((start, end, name))
     return tuple(found)
+
+
+def code_labels(image: ElfImage, spans) -> tuple[int, ...]:
+    """Addresses inside the functions `spans` (start, end, name) that the
+    data (words of segments that are not executable) holds, Thumb bit
+    cleared: where a computed goto may jump (`goto *table[op]`: GCC and
+    clang keep such tables of labels in .data.rel.ro or .rodata)."""
+    starts = [start for start, _, _ in spans]
+    if not starts:
+        return ()
+    low, high = starts[0], max(end for _, end, _ in spans)
+    found = set()
+    try:
+        for segment in image.elf.iter_segments():
+            if segment["p_type"] != "PT_LOAD" or segment["p_flags"] & 1:  # PF_X
+                continue
+            data, address = segment.data(), segment["p_vaddr"]
+            skip = -address % 4
+            for (word,) in struct.iter_unpack("<I", data[skip:skip + (len(data) - skip) // 4 * 4]):
+                label = word & ~1
+                if low <= label < high:
+                    index = bisect_right(starts, label) - 1
+                    if index >= 0 and label < spans[index][1]:
+                        found.add(label)
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{image.path}: corrupt program headers: {e}") from e
+    return tuple(sorted(found))
 
 
 MEMORY_BUDGET = 256 << 20  # bytes of memory all PT_LOAD segments together may ask for

@@ -22,18 +22,20 @@ CANNOT_FOLLOW = "leaves for an address the analysis cannot follow"
 
 
 def jump_table(insn: Instruction, code_at, start: int, end: int) -> list[int]:
-    """The targets of `tbb/tbh [pc, rN]`: its table follows it, with as many
-    entries as the `cmp rN, #n` guarding it allows (n + 1); unguarded (clang,
-    where rN's range is known), it ends where the first case begins."""
-    table = insn.address + insn.size
+    """The targets of `tbb/tbh [pc, rN]`, offsets from the instruction after
+    it: its table follows it (or lies where an `adr rB` just before put the
+    base of `tbh [rB, rN]`: clang), with as many entries as the `cmp rN, #n`
+    guarding it allows (n + 1); unguarded (clang, where rN's range is
+    known), it ends where the first case begins."""
+    table = jump_table_address(insn, code_at)
     size = 1 if insn.op == "tbb" else 2
-    if not insn.text.startswith(("tbb [pc", "tbh [pc")):
+    if table is None:
         raise Unknowable(f"'{insn.text}' {CANNOT_FOLLOW}")
     count = guarded_entries(insn, code_at)
     targets: list[int] = []
     while count is None or len(targets) < count:
         offset = table + size * len(targets)
-        target = table + 2 * int.from_bytes(code_at(offset, size), "little")
+        target = insn.address + 4 + 2 * int.from_bytes(code_at(offset, size), "little")
         if count is None and (offset + size > min(targets, default=end) or not start <= target < end):
             break  # unguarded: the first case, or an entry that cannot be one, ends the table
         if not start <= target < end:
@@ -42,6 +44,20 @@ def jump_table(insn: Instruction, code_at, start: int, end: int) -> list[int]:
     if not targets:
         raise Unknowable(f"'{insn.text}': no table found")
     return targets
+
+
+def jump_table_address(insn: Instruction, code_at) -> int | None:
+    """Where the table of `tbb/tbh [pc, rN]` or `tbh [rB, rN]` lies: right
+    after it, or where the last instruction before it writing rB (among a
+    few) put pc-relative (`adr rB, table`, `addw rB, pc, #n`); else None."""
+    if insn.mem[0] == PC:
+        return insn.address + insn.size
+    for earlier in reversed(decode_before(code_at, insn.address)):
+        if insn.mem[0] in earlier.writes:
+            if earlier.conditional or earlier.op not in ("adr", "add") or earlier.regs[1:] not in ((), (PC,)):
+                return None
+            return ((earlier.address + 4) & ~3) + earlier.imm
+    return None
 
 
 def address_table(insn: Instruction, code_at, start: int, end: int) -> list[int]:
@@ -122,8 +138,8 @@ def data_read(insn: Instruction, code_at) -> set[int]:
     [pc, #n]`, at Align(pc, 4) + n) or a jump table after a tbb/tbh."""
     if insn.op in ("tbb", "tbh"):
         count = guarded_entries(insn, code_at) or 0  # unguarded: data up to the first case, found anyway
-        table = insn.address + insn.size
-        return set(range(table, table + count * (1 if insn.op == "tbb" else 2)))
+        table = jump_table_address(insn, code_at)
+        return set(range(table, table + count * (1 if insn.op == "tbb" else 2))) if table is not None else set()
     if insn.op == "ldr" and PC in insn.writes and insn.mem and insn.mem[0] != SP:
         table, count = table_address(insn, code_at), guarded_entries(insn, code_at)
         return set(range(table, table + 4 * count)) if table is not None and count else set()

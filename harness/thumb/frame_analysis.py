@@ -31,20 +31,32 @@ from there, and `problems` names the reason and address.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR, PC, SP
 from harness.thumb.branch_tables import CANNOT_FOLLOW, address_table, data_read, jump_table, offset_table
 from harness.thumb.disasm import Instruction, decode_one
-from harness.thumb.frame_effects import FrameState, Unknowable, after
+from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, after
 
+GAP = "<not analysed>"  # the name of the refusing rows between functions
 MAX_STATES = 200_000  # (address, fact) pairs visited per function, a guard against pathological code
 LANDING_ROUNDS = 8  # rounds of analysing code only the unwinder enters (landing pads)
 # Condition codes (ARM ARM A8.3): the inverse of c is c ^ 1; 14 is always.
 ALWAYS = 14
 _FLAG_SETTERS = ("cmp", "cmn", "tst", "teq")
+
+
+class Body(NamedTuple):
+    """One function's code: [start, end), how to read it, and the labels
+    in it that the program's data holds (targets of a computed goto)."""
+
+    start: int
+    end: int
+    code_at: Callable[[int, int], bytes]
+    labels: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,7 +66,8 @@ class Path:
     block: tuple[int, ...] = ()  # conditions of the IT block instructions still to come
 
 
-def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes]) -> FunctionCfi:
+def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes],
+            labels: Iterable[int] = ()) -> FunctionCfi:
     """The rows of the Thumb function [start, end) from its code alone.
 
     Code no branch reaches is entered, if at all, by the unwinder: a C++
@@ -62,16 +75,18 @@ def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes
     every call of the function has one frame and every path was followed
     without a problem, each such piece is analysed from that frame, and
     kept where that meets no problem (data decoded by chance soon does);
-    otherwise its rows refuse (rounds, as one pad may lead to the next)."""
-    analysis = _analysed(start, end, code_at)
+    otherwise its rows refuse (rounds, as one pad may lead to the next).
+    `labels`: addresses the program's data holds (see `labels_within`)."""
+    analysis = _analysed(_body(start, end, code_at, labels))
     return FunctionCfi(name, start, end, _rows(start, end, analysis.reached, analysis.sizes, analysis.refused),
                        tuple(analysis.problems))
 
 
-def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes]) -> dict[int, FrameState | None]:
+def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes],
+                 labels: Iterable[int] = ()) -> dict[int, FrameState | None]:
     """The frame before each instruction a path reaches, None where no
     single one is known (what `analyse` writes rows from)."""
-    analysis = _analysed(start, end, code_at)
+    analysis = _analysed(_body(start, end, code_at, labels))
     found = {}
     for address, states in analysis.reached.items():
         one = _one_frame(states.values(), address)
@@ -82,13 +97,17 @@ def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes]) -> 
 def _one_frame(states, address: int) -> CfiRow | None:
     """The row all `states` at `address` share (paths under different
     facts may differ in what no row says: lost registers, r7), or None."""
-    rows = {state.row(address) for state in states}
+    rows = {None if state == UNKNOWN else state.row(address) for state in states}
     return rows.pop() if len(rows) == 1 else None
 
 
-def _analysed(start: int, end: int, code_at: Callable[[int, int], bytes]) -> "_Analysis":
-    analysis = _Analysis(start, end, code_at)
-    analysis.explore([(start, Path(FrameState()))])
+def _body(start: int, end: int, code_at, labels: Iterable[int]) -> Body:
+    return Body(start, end, code_at, tuple(sorted(label for label in set(labels) if start <= label < end)))
+
+
+def _analysed(body: Body) -> "_Analysis":
+    analysis = _Analysis(body)
+    analysis.explore([(body.start, Path(FrameState()))])
     branched = set(analysis.sizes)  # what branches reach: landing pads never change its rows
     frame = analysis.call_frame()
     for _ in range(LANDING_ROUNDS if frame is not None and not analysis.problems else 0):
@@ -103,17 +122,29 @@ def _analysed(start: int, end: int, code_at: Callable[[int, int], bytes]) -> "_A
     return analysis
 
 
-def analyse_all(spans: Iterable[tuple[int, int, str]], code_at: Callable[[int, int], bytes]) -> tuple[FunctionCfi, ...]:
-    """The rows of each function (start, end, name) of `spans`."""
-    return tuple(analyse(name, start, end, code_at) for start, end, name in spans)
+def analyse_all(spans: Iterable[tuple[int, int, str]], code_at: Callable[[int, int], bytes],
+                labels: Iterable[int] = ()) -> tuple[FunctionCfi, ...]:
+    """The rows of each function (start, end, name) of `spans` (sorted,
+    disjoint), and a refusing row over each gap between them: code no
+    symbol starts (ARM code, say) is not analysed, so nothing is guessed
+    there (Chrome's tables return to lr in gaps). `labels`: the code
+    addresses the program's data holds (computed goto targets)."""
+    ordered, found, last = sorted(set(labels)), [], None
+    for start, end, name in spans:
+        if last is not None and start > last:
+            found.append(FunctionCfi(GAP, last, start, (CfiRow(last, problem="no Thumb function symbol here"),)))
+        found.append(analyse(name, start, end, code_at, ordered[bisect_left(ordered, start):bisect_left(ordered, end)]))
+        last = end
+    return tuple(found)
 
 
 class _Analysis:
     """The paths of one function: the states reached before each
     instruction (per fact), and where the analysis refuses."""
 
-    def __init__(self, start: int, end: int, code_at: Callable[[int, int], bytes]):
-        self.start, self.end, self.code_at = start, end, code_at
+    def __init__(self, body: Body):
+        self.body = body
+        self.start, self.end, self.code_at = body.start, body.end, body.code_at
         self.reached: dict[int, dict[tuple[int, bool] | None, FrameState]] = {}
         self.sizes: dict[int, int] = {}  # instruction sizes where paths went
         self.calls: set[int] = set()  # addresses of calls on some path
@@ -124,7 +155,7 @@ class _Analysis:
 
     def explore(self, pending: list[tuple[int, Path]], kept: set[int] = frozenset()) -> None:
         """Follow `pending` paths; one meeting a state at an address of
-        `kept` with another frame ends there, leaving that row as it was."""
+        `kept` with another frame ends there, leaving that state as it was."""
         while pending:
             address, path = pending.pop()
             if not self.start <= address < self.end or address in self.data:
@@ -133,11 +164,12 @@ class _Analysis:
             known = states.get(path.fact)
             if known is not None:
                 joined = _join(known, path.state)
-                if joined is None and address in kept:
+                if joined != known and address in kept:
                     continue
                 if joined is None:
                     self._refuse(address, "paths meet with different frames")
-                if joined is None or joined == known:
+                    joined = UNKNOWN
+                if joined == known:
                     continue
                 path = replace(path, state=joined)  # a register lost on some path: go on with it lost
             states[path.fact] = path.state
@@ -146,18 +178,29 @@ class _Analysis:
                 self._refuse(address, f"more than {MAX_STATES} states; the analysis gave up")
                 self.refused.update(range(self.start, self.end, 2))
                 return
+            insn = None
             try:
                 insn = _instruction(self.code_at, address, self.end)
                 self.sizes[address] = insn.size
                 if insn.op in ("bl", "blx"):
                     self.calls.add(address)
                 self.data.update(data_read(insn, self.code_at))
-                pending.extend(_successors(insn, path, self.start, self.end, self.code_at))
+                pending.extend(_successors(insn, path, self.body))
             except Unknowable as why:
                 self._refuse(address, str(why))
+                if insn is not None and path.state != UNKNOWN:
+                    self._unknown_onward(insn, path, pending)
+
+    def _unknown_onward(self, insn: Instruction, path: Path, pending: list) -> None:
+        """Go on past an instruction whose effect is unknowable with no
+        frame known; a branch that cannot be followed ends the path."""
+        try:
+            pending.extend(_successors(insn, replace(path, state=UNKNOWN), self.body))
+        except Unknowable:
+            pass
 
     def copy(self) -> "_Analysis":
-        twin = _Analysis(self.start, self.end, self.code_at)
+        twin = _Analysis(self.body)
         twin.reached = {address: dict(states) for address, states in self.reached.items()}
         twin.sizes, twin.calls, twin.data = dict(self.sizes), set(self.calls), set(self.data)
         twin.problems, twin.refused = list(self.problems), set(self.refused)
@@ -171,14 +214,17 @@ class _Analysis:
 
     def call_frame(self) -> FrameState | None:
         """The one frame every call of the function is made with (lr then
-        gone), or None when the calls disagree or there are none."""
-        frames = {replace(state, clobbered=frozenset()) for address in self.calls
-                  for state in self.reached[address].values()}
-        if len(frames) != 1:
+        gone; r7's distance to the CFA where all agree, as at a join), or
+        None when the calls disagree or there are none."""
+        states = [state for address in self.calls for state in self.reached[address].values()]
+        if not states:
             return None
-        lost = frozenset({LR}).union(*(state.clobbered for address in self.calls
-                                      for state in self.reached[address].values()))
-        return replace(frames.pop(), clobbered=lost)
+        frame = replace(states[0], clobbered=frozenset({LR}))
+        for state in states[1:]:
+            frame = _join(frame, state)
+            if frame is None:
+                return None
+        return None if frame == UNKNOWN else frame
 
     def gaps(self) -> list[int]:
         """Where code no path reached begins (not data the code reads)."""
@@ -195,13 +241,19 @@ def _join(known: FrameState, other: FrameState) -> FrameState | None:
     """The state where two paths meet: the same frame (CFA, depth, saves),
     a register that lost the caller's value on either path lost, and r7's
     distance to the CFA where both agree (where sp is known, r7 may hold
-    anything); None when the frames differ."""
+    anything); where sp's distance differs but both keep r7 at one distance
+    from the CFA (one path moved sp by a computed amount), the CFA through
+    r7; None when the frames differ, UNKNOWN past a refusal."""
+    if UNKNOWN in (known, other):
+        return UNKNOWN
     fp_offset = known.fp_offset if known.fp_offset == other.fp_offset else None
-    if fp_offset is None and known.cfa_reg != SP:
-        return None
-    if replace(known, clobbered=other.clobbered, fp_offset=other.fp_offset) != other:
-        return None
-    return replace(known, clobbered=known.clobbered | other.clobbered, fp_offset=fp_offset)
+    lost = known.clobbered | other.clobbered
+    if replace(known, clobbered=other.clobbered, fp_offset=other.fp_offset) == other \
+            and (fp_offset is not None or known.cfa_reg == SP):
+        return replace(known, clobbered=lost, fp_offset=fp_offset)
+    if fp_offset is not None and known.saved == other.saved:
+        return replace(known, depth=None, cfa_reg=FP, clobbered=lost)
+    return None
 
 
 def _instruction(code_at: Callable[[int, int], bytes], address: int, end: int) -> Instruction:
@@ -242,12 +294,12 @@ def _rows(start: int, end: int, reached, sizes: dict[int, int], refused: set[int
 # ------------------------------------------------------------------ paths
 
 
-def _successors(insn: Instruction, path: Path, start: int, end: int, code_at) -> Iterable[tuple[int, Path]]:
+def _successors(insn: Instruction, path: Path, body: Body) -> Iterable[tuple[int, Path]]:
     """(address, path) pairs after `insn` on `path`: both outcomes of a
     conditional instruction, every target of a branch inside the function."""
     following = insn.address + insn.size
     if insn.op.startswith("it"):
-        block = _it_conditions(code_at(insn.address, 2))
+        block = _it_conditions(body.code_at(insn.address, 2))
         if path.fact is not None and path.fact[0] >> 1 == block[0] >> 1:  # flags unchanged: taken alike
             return [(following, replace(path, block=block))]
         return [(following, Path(path.state, (block[0], holds), block)) for holds in (True, False)]
@@ -255,7 +307,7 @@ def _successors(insn: Instruction, path: Path, start: int, end: int, code_at) ->
         condition, path = path.block[0], replace(path, block=path.block[1:])
         if not _holds(path.fact, condition):
             return [(following, path)]
-    return _executed(insn, path, start, end, code_at, following)
+    return _executed(insn, path, body, following)
 
 
 def _holds(fact: tuple[int, bool] | None, condition: int) -> bool:
@@ -279,10 +331,11 @@ def _it_conditions(code: bytes) -> tuple[int, ...]:
     return tuple(conditions)
 
 
-def _executed(insn: Instruction, path: Path, start: int, end: int, code_at, following: int):
+def _executed(insn: Instruction, path: Path, body: Body, following: int):
     """Successors of `insn` when it runs."""
+    start, end, code_at = body.start, body.end, body.code_at
     fact = None if _sets_flags(insn) else path.fact
-    onward = Path(after(insn, path.state, code_at), fact, path.block)
+    onward = Path(path.state if path.state == UNKNOWN else after(insn, path.state, code_at), fact, path.block)
     op = insn.op
     if op in ("cbz", "cbnz"):
         return [(insn.imm, onward), (following, onward)]
@@ -299,6 +352,12 @@ def _executed(insn: Instruction, path: Path, start: int, end: int, code_at, foll
         table = offset_table(insn, code_at, start, end)
         if table is not None:
             return [(target, onward) for target in table]
+    if (op == "bx" or op == "mov" and PC in insn.writes) and insn.regs[-1] != LR and not _torn_down(path.state):
+        # a jump through a register with the frame still set up is no tail
+        # call: a computed goto (Lua's dispatch), to the labels data holds
+        if not body.labels:
+            raise Unknowable(f"'{insn.text}' jumps with the frame set up, and no data holds a label here")
+        return [(label, onward) for label in body.labels]
     if op == "bx" or PC in insn.writes and op in ("pop", "ldr", "ldm", "mov"):
         return []  # a return (bx lr, pop {pc}...), or a tail call through a register (bx rN)
     if op in ("udf", "bkpt"):
@@ -306,6 +365,12 @@ def _executed(insn: Instruction, path: Path, start: int, end: int, code_at, foll
     if insn.transfers and op not in ("bl", "blx", "svc") or PC in insn.writes and op not in ("bl", "blx"):
         raise Unknowable(f"'{insn.text}' {CANNOT_FOLLOW}")
     return [(following, onward)]
+
+
+def _torn_down(state: FrameState) -> bool:
+    """The frame as the function found it (sp at the CFA, nothing saved):
+    where a tail call may leave."""
+    return state.depth == 0 and state.cfa_reg == SP and not state.saved
 
 
 def _sets_flags(insn: Instruction) -> bool:

@@ -38,6 +38,12 @@ class FrameState:
         return CfiRow(address, self.cfa_reg, offset, self.saved)
 
 
+# No frame known: the state past a refusal (paths that met with different
+# frames, an instruction the analysis does not model). It flows on to
+# everything after, so that no row is written from the other paths alone.
+UNKNOWN = FrameState(depth=None, cfa_reg=-1)
+
+
 class Unknowable(Exception):
     """The state after an instruction cannot be known; says why."""
 

@@ -40,7 +40,7 @@ def code_cfi(program: Program) -> tuple[FunctionCfi, ...]:
     """Rows from the program's machine code alone, per Thumb function (by
     symbol; a generated program's by its layout), no unwind table read."""
     spans = program.code_spans or tuple((f.start, f.end, f.name) for f in program.functions)
-    return analyse_all((span for span in spans if span[0] >= program.text_base), program.code)
+    return analyse_all((span for span in spans if span[0] >= program.text_base), program.code, program.code_labels)
 
 
 def _v2_epilogue(program: Program) -> Unwinder:
