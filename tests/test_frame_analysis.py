@@ -134,6 +134,24 @@ def test_sp_set_in_a_way_not_modelled_refuses_from_there():
     assert [(r.address - BASE, r.problem) for r in rows[1:]] == [(2, "no single frame state is known here")]
 
 
+def test_a_register_dump_holding_sp_refuses():
+    """libgcc's _Unwind_RaiseException: `mov ip, sp; push {lr}; push {ip,
+    lr}; ...; add r1, sp, #4; bl`: the unwinder it calls rewrites the block."""
+    rows, problems = rows_of(assemble(["mov ip, sp", "push {lr}", "push {ip, lr}", "bl 0x100020",
+                                       "add sp, #12", "bx lr"], BASE))
+    assert problems == ("0x100004: 'push.w {ip, lr}' stores sp's value: a register dump a callee may rewrite",)
+    assert [(r.address - BASE, r.problem or r.cfa_offset) for r in rows] == [
+        (0, 0), (4, "no single frame state is known here")]
+
+
+def test_a_call_without_lr_saved_loses_the_return_address():
+    """libstdc++'s __cxa_end_cleanup: `push {r1-r4}; bl; pop {r1-r4}; bl
+    _Unwind_Resume`: from the first call's return on, the caller is lost."""
+    assert states(["push {r1, r2, r3, r4}", "bl 0x100020", "pop {r1, r2, r3, r4}", "bl 0x100040"]) == [
+        (0, (SP, 0, ())), (2, (SP, 16, ((4, -4),))),
+        (6, "the return address is lost: lr was overwritten and saved nowhere")]
+
+
 def test_an_alloca_on_one_path_joins_the_other_through_the_frame_pointer():
     """glibc's __printf_fp_l: sp apart where the paths meet, r7 at one
     distance from the CFA on both."""

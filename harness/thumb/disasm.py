@@ -116,7 +116,10 @@ def decode_before(code_at, address: int, span: int = 16) -> list[Instruction]:
     them, ending exactly there (the first start a linear decode lands on
     `address` from); [] when none does. `code_at(address, size)` reads."""
     for low in range(address - span, address, 2):
-        found = decode(code_at(low, address - low), low)
+        try:
+            found = decode(code_at(low, address - low), low)
+        except KeyError:  # before the program's first byte (Program.code)
+            continue
         if found and found[-1].address + found[-1].size == address:
             return found
     return []

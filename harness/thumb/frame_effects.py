@@ -34,6 +34,10 @@ class FrameState:
     clobbered: frozenset[int] = frozenset()  # callee-saved registers no longer holding the caller's value
 
     def row(self, address: int) -> CfiRow:
+        if LR in self.clobbered and not _saved(self, LR):
+            # a call overwrote lr, saved nowhere (libstdc++'s __cxa_end_cleanup:
+            # `push {r1-r4}; bl ...; pop; bl _Unwind_Resume`): the caller is lost
+            return CfiRow(address, problem="the return address is lost: lr was overwritten and saved nowhere")
         offset = self.depth if self.cfa_reg == SP else self.fp_offset
         return CfiRow(address, self.cfa_reg, offset, self.saved)
 
@@ -52,6 +56,11 @@ def after(insn: Instruction, state: FrameState, code_at) -> FrameState:
     """The frame state after `insn` runs."""
     op, regs = insn.op, insn.regs
     if op == "push":
+        if _sp_copies_before(insn, code_at).intersection(regs):
+            # `mov ip, sp; push {ip, lr}`: a register dump (libgcc's
+            # _Unwind_RaiseException hands it to the unwinder, which rewrites
+            # the saved lr as it goes): no save in it can be trusted
+            raise Unknowable(f"'{insn.text}' stores sp's value: a register dump a callee may rewrite")
         return _push(state, [(reg, 4) for reg in regs])
     if op == "vpush":
         return _push(state, [(reg, 8) for reg in regs])
@@ -189,6 +198,19 @@ def _sp_written(insn: Instruction, state: FrameState, code_at) -> FrameState:
         if below is not None:
             return replace(state, depth=state.fp_offset + below, cfa_reg=SP)
     return _unknown_sp(insn, state)
+
+
+def _sp_copies_before(insn: Instruction, code_at) -> set[int]:
+    """The registers a `mov rX, sp` among the few instructions straight
+    before `insn` left holding sp's value (rX not written again since)."""
+    copies, written = set(), set()
+    for earlier in reversed(decode_before(code_at, insn.address, span=8)):
+        if earlier.transfers:
+            break
+        if earlier.op == "mov" and earlier.regs[1:] == (SP,) and earlier.regs[0] not in written:
+            copies.add(earlier.regs[0])
+        written.update(earlier.writes)
+    return copies
 
 
 def _frame_pointer_copy_before(insn: Instruction, reg: int, code_at) -> int | None:
