@@ -29,15 +29,15 @@ from pathlib import Path
 from typing import Sequence
 
 from generators.corpus import generate_program
-from harness.elf_program import code_reader
+from harness.elf_program import elf_functions
 from harness.formats import chrome_v2
 from harness.formats.dwarf_cfi import read_cfi
-from harness.formats.elf import open_elf, thumb_functions
+from harness.formats.elf import open_elf
 from harness.linux.corpus import cache as linux_cache
 from harness.manifest import ELF_CORPUS
 from harness.program import FunctionCfi, Program
 from harness.report.summary import summarize
-from harness.thumb.frame_analysis import analyse_all
+from harness.thumb.discovery import GAP
 from harness.unwind import build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.frame import Stack
@@ -293,12 +293,11 @@ def synthesis_at_scale(path: str) -> dict:
     bytes per function beside the tables from the compiler's CFI, for the
     functions both describe (policy keep, chrome layout)."""
     image = open_elf(path)
-    spans, code_at = thumb_functions(image), code_reader(image)
     started = time.perf_counter()
-    synthesized = analyse_all(spans, code_at)
+    synthesized = tuple(f for f in elf_functions(image, from_code=True) if f.name != GAP)
     seconds = time.perf_counter() - started
     tracemalloc.start()
-    analyse_all(spans, code_at)
+    elf_functions(image, from_code=True)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     with_cfi = {f.start: f for f in read_cfi(image)}

@@ -15,11 +15,11 @@ from typing import Sequence
 
 from harness.classify import OWN, FrameFacts, FunctionInfo, traits_of
 from harness.errors import ElfError, InputError
-from harness.formats.arm_exidx import read_exidx_sections
+from harness.formats.arm_exidx import parse_sections, read_exidx_sections
 from harness.formats.dwarf_cfi import has_cfi, read_cfi
 from harness.formats.elf import (
     ElfImage,
-    code_labels,
+    code_pointers,
     executable_ranges,
     load_segments,
     open_elf,
@@ -28,11 +28,11 @@ from harness.formats.elf import (
     thumb_functions,
 )
 from harness.origin import origin_spans
-from harness.program import CfiRow, FunctionCfi, Program, relocated
+from harness.program import CfiRow, CodeMap, FunctionCfi, Program, relocated
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb.disasm import moves_sp_by_register, sweep
+from harness.thumb.discovery import analyse_all
 from harness.thumb.epilogue import find_epilogues
-from harness.thumb.frame_analysis import analyse_all
 
 
 def _grows(previous: CfiRow, row: CfiRow) -> bool:
@@ -103,11 +103,10 @@ def program_from_image(image: ElfImage, entry: int, expected: int | None = None,
     base = text_base(image) if text_start is None else text_start
     cfi = tuple(read_cfi(image)) if cfi_required or has_cfi(image) else ()
     # The ELF's own CFI serves as both flavours (see harness.unwind).
-    spans = thumb_functions(image)
+    exidx = read_exidx_sections(image)
     program = relocated(Program(image.path, load_segments(image), entry, base, (),
                                 {"tables": cfi, "reference": cfi}, expected, uses_vfp=True,
-                                exidx=read_exidx_sections(image), code_spans=spans,
-                                code_labels=code_labels(image, spans)), load_base)
+                                exidx=exidx, code_map=code_map(image, exidx)), load_base)
     functions = program.cfi["tables"]
     return replace(program, functions=tuple(function_info(f, _code_of(program, f), program.text_base)
                                             for f in functions))
@@ -155,14 +154,23 @@ def code_reader(image):
     return code_at
 
 
+def code_map(image: ElfImage, exidx) -> CodeMap:
+    """Where the ELF's functions are, by address only: its Thumb function
+    symbols, the words of its data pointing at code, its executable sections, and the
+    starts of its `.ARM.exidx` index entries (`exidx`, parsed; their
+    unwind rules are not read)."""
+    ranges = tuple(executable_ranges(image))
+    bounds = sorted({entry.start for entry in parse_sections(exidx)}) if exidx is not None else []
+    return CodeMap(thumb_functions(image), code_pointers(image, ranges), ranges, tuple(bounds))
+
+
 def elf_functions(image, from_code: bool) -> list:
     """The rows to encode: the ELF's DWARF CFI, or with `from_code` rows
     from its machine code alone (no unwind section read), per Thumb
     function symbol."""
     if not from_code:
         return read_cfi(image)
-    spans = thumb_functions(image)
-    functions = list(analyse_all(spans, code_reader(image), code_labels(image, spans)))
+    functions = list(analyse_all(code_map(image, read_exidx_sections(image)), code_reader(image)))
     if not functions:
         raise InputError(f"{image.path}: no Thumb function symbols to synthesize tables for")
     return functions

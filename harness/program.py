@@ -12,6 +12,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import NamedTuple
 
 from harness.classify import FunctionInfo
 from harness.registers import DWARF_D0, LR, SP, reg_name
@@ -86,6 +87,21 @@ class ExidxSections:
     end: int
 
 
+class CodeMap(NamedTuple):
+    """Where a program's functions are, from addresses alone (no unwind
+    rule): what tables from code alone start from (harness.thumb.discovery)."""
+
+    spans: tuple[tuple[int, int, str], ...]  # Thumb function symbols (start, end, name), sorted
+    pointers: tuple[int, ...] = ()  # sorted words of its data pointing at code (formats.elf.code_pointers)
+    ranges: tuple[tuple[int, int], ...] = ()  # its executable sections [low, high)
+    bounds: tuple[int, ...] = ()  # sorted addresses no function runs past: .ARM.exidx index entries
+
+    def moved(self, base: int) -> CodeMap:
+        return CodeMap(tuple((s + base, e + base, n) for s, e, n in self.spans),
+                       tuple(a + base for a in self.pointers), tuple((l + base, h + base) for l, h in self.ranges),
+                       tuple(a + base for a in self.bounds))
+
+
 @dataclass(frozen=True)
 class ModuleSpan:
     """Code of one module of a process (or its PLT): [start, end), its
@@ -125,11 +141,9 @@ class Program:
     exidx: ExidxSections | None = None
     # a process's modules, sorted and disjoint (harness.linux.modules); none for bare metal
     modules: tuple[ModuleSpan, ...] = ()
-    # Thumb functions (start, end, name) by symbol, for tables from code alone
-    # (harness.thumb.frame_analysis); none: the generator's `functions`
-    code_spans: tuple[tuple[int, int, str], ...] = ()
-    # addresses in those functions that the data holds: computed goto targets
-    code_labels: tuple[int, ...] = ()
+    # where its functions are, for tables from code alone (harness.thumb.discovery);
+    # none: the generator's `functions`
+    code_map: CodeMap | None = None
 
     @cached_property
     def _starts(self) -> list[int]:
@@ -179,5 +193,4 @@ def relocated(program: Program, base: int) -> Program:
     return replace(program, segments=tuple((address + base, data) for address, data in program.segments),
                    entry=program.entry + base, text_base=program.text_base + base,
                    cfi={flavour: tuple(moved(f) for f in functions) for flavour, functions in program.cfi.items()},
-                   exidx=exidx, code_spans=tuple((s + base, e + base, n) for s, e, n in program.code_spans),
-                   code_labels=tuple(label + base for label in program.code_labels))
+                   exidx=exidx, code_map=program.code_map and program.code_map.moved(base))

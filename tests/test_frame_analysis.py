@@ -18,7 +18,9 @@ from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf, thumb_functions
 from harness.program import CfiRow
 from harness.registers import DWARF_D0, LR, SP
-from harness.thumb.frame_analysis import GAP, analyse, analyse_all, frame_states
+from harness.program import CodeMap
+from harness.thumb.discovery import GAP, analyse_all
+from harness.thumb.frame_analysis import analyse, frame_states
 from harness.unwind import build_unwinders
 from harness.verify.stops import verify_program
 
@@ -146,10 +148,16 @@ def test_a_register_dump_holding_sp_refuses():
 
 def test_a_call_without_lr_saved_loses_the_return_address():
     """libstdc++'s __cxa_end_cleanup: `push {r1-r4}; bl; pop {r1-r4}; bl
-    _Unwind_Resume`: from the first call's return on, the caller is lost."""
-    assert states(["push {r1, r2, r3, r4}", "bl 0x100020", "pop {r1, r2, r3, r4}", "bl 0x100040"]) == [
-        (0, (SP, 0, ())), (2, (SP, 16, ((4, -4),))),
-        (6, "the return address is lost: lr was overwritten and saved nowhere")]
+    _Unwind_Resume`. While a callee runs (its caller's frame is looked up
+    at the call) and after it returned, the caller's return address is
+    nowhere: the calls and what follows refuse."""
+    lines = ["push {r1, r2, r3, r4}", "bl 0x100020", "pop {r1, r2, r3, r4}", "bl 0x100040"]
+    assert states(lines) == [
+        (0, (SP, 0, ())), (2, "no single frame state is known here"),
+        (6, "the return address is lost: lr was overwritten and saved nowhere"),
+        (8, "no single frame state is known here")]
+    assert rows_of(assemble(lines, BASE))[1] == ("0x100002: 'bl #0x100020' calls with lr saved nowhere",
+                                                 "0x100008: 'bl #0x100040' calls with lr saved nowhere")
 
 
 def test_an_alloca_on_one_path_joins_the_other_through_the_frame_pointer():
@@ -203,9 +211,25 @@ def test_calls_with_and_without_r7_set_share_one_frame_for_landing_pads():
 def test_code_between_function_symbols_is_not_analysed():
     code = assemble(["push {r4, lr}", "pop {r4, pc}", "movs r0, #1", "bx lr", "bx lr"], BASE)
     reader = lambda address, size: code[address - BASE:address - BASE + size]
-    found = analyse_all([(BASE, BASE + 4, "f"), (BASE + 8, BASE + 10, "g")], reader)
+    found = analyse_all(CodeMap(((BASE, BASE + 4, "f"), (BASE + 8, BASE + 10, "g"))), reader)
     assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [("f", 0, 4), (GAP, 4, 8), ("g", 8, 10)]
-    assert found[1].rows[0].problem == "no Thumb function symbol here"
+    assert found[1].rows[0].problem == "no function found here"
+
+
+def test_functions_no_symbol_names_are_found_from_calls():
+    """A stripped library: `g` (0x8) and `h` (0x10) are found from the calls
+    of `f`, the only symbol; each ends at the next start or bound; `h`,
+    found after `g`, cuts it short. Nothing is found outside the code."""
+    lines = ["push {r4, lr}", "bl 0x100008", "pop {r4, pc}",  # f: 0x0-0x8
+             "push {r4, lr}", "bl 0x100010", "pop {r4, pc}",  # g: 0x8-0x10, calls h
+             "push {r3, lr}", "bl 0x200000", "pop {r3, pc}", "bx lr"]  # h: 0x10-0x18, then 0x18: ends at a bound
+    code = assemble(lines, BASE)
+    reader = lambda address, size: code[address - BASE:address - BASE + size]
+    code_map = CodeMap(((BASE, BASE + 8, "f"),), ranges=((BASE, BASE + len(code)),), bounds=(BASE + 0x18,))
+    found = analyse_all(code_map, reader)
+    assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [
+        ("f", 0, 8), ("fn_100008", 8, 0x10), ("fn_100010", 0x10, 0x18)]
+    assert not any(f.problems for f in found) and found[2].rows[1].cfa_offset == 8
 
 
 LANDING_PAD = ["push {r4, lr}", "sub sp, #8", "bl 0x100010", "add sp, #8", "pop {r4, pc}",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import SymbolTableSection
 
 from harness.errors import ElfError, InputError
@@ -140,31 +141,44 @@ def thumb_functions(image: ElfImage) -> tuple[tuple[int, int, str], ...]:
     return tuple(found)
 
 
-def code_labels(image: ElfImage, spans) -> tuple[int, ...]:
-    """Addresses inside the functions `spans` (start, end, name) that the
-    data (words of segments that are not executable) holds, Thumb bit
-    cleared: where a computed goto may jump (`goto *table[op]`: GCC and
-    clang keep such tables of labels in .data.rel.ro or .rodata)."""
-    starts = [start for start, _, _ in spans]
-    if not starts:
-        return ()
-    low, high = starts[0], max(end for _, end, _ in spans)
+R_ARM_RELATIVE = 23  # a word the dynamic linker moves with the module: an address
+
+
+def code_pointers(image: ElfImage, ranges) -> tuple[int, ...]:
+    """The words of the data (segments that are not executable) that point
+    into the executable `ranges` [low, high), sorted, as they are: with the
+    Thumb bit, a Thumb function's address (a callback, a vtable entry);
+    any, a label a computed goto may jump to (`goto *table[op]`: GCC and
+    clang keep such tables in .data.rel.ro or .rodata). In a module the
+    dynamic linker moves, only words it relocates (R_ARM_RELATIVE) are
+    addresses; elsewhere every word is taken (an integer that looks like
+    an address is then taken too)."""
+    ranges = sorted(ranges)
+    lows = [low for low, _ in ranges]
     found = set()
     try:
+        relocated = _relative_slots(image)
         for segment in image.elf.iter_segments():
             if segment["p_type"] != "PT_LOAD" or segment["p_flags"] & 1:  # PF_X
                 continue
             data, address = segment.data(), segment["p_vaddr"]
             skip = -address % 4
-            for (word,) in struct.iter_unpack("<I", data[skip:skip + (len(data) - skip) // 4 * 4]):
-                label = word & ~1
-                if low <= label < high:
-                    index = bisect_right(starts, label) - 1
-                    if index >= 0 and label < spans[index][1]:
-                        found.add(label)
+            for offset, (word,) in enumerate(struct.iter_unpack("<I", data[skip:skip + (len(data) - skip) // 4 * 4])):
+                index = bisect_right(lows, word) - 1
+                if index >= 0 and word < ranges[index][1] \
+                        and (relocated is None or address + skip + 4 * offset in relocated):
+                    found.add(word)
     except PARSE_ERRORS as e:
-        raise ElfError(f"{image.path}: corrupt program headers: {e}") from e
+        raise ElfError(f"{image.path}: corrupt program headers or relocations: {e}") from e
     return tuple(sorted(found))
+
+
+def _relative_slots(image: ElfImage) -> set[int] | None:
+    """Where the R_ARM_RELATIVE relocations of the ELF apply; None without any."""
+    slots = {relocation["r_offset"] for section in image.elf.iter_sections()
+             if isinstance(section, RelocationSection) for relocation in section.iter_relocations()
+             if relocation["r_info_type"] == R_ARM_RELATIVE}
+    return slots or None
 
 
 MEMORY_BUDGET = 256 << 20  # bytes of memory all PT_LOAD segments together may ask for

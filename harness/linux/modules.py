@@ -31,6 +31,7 @@ from harness.verify.abi import Limits
 from harness.verify.emulator import Emulator
 
 CFI_STRATEGIES = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf", "v1")  # built from a module's CFI
+TABLE_STRATEGIES = (*CFI_STRATEGIES, "exidx", "v2-code")  # built per module, from what it ships or its code
 VECTORS = ModuleSpan(KUSER_PAGE, KUSER_PAGE + KUSER_SIZE, "lib", "[vectors]")  # the kuser helpers
 
 
@@ -184,23 +185,31 @@ def own_tables(program: Program, own_unwinders: Callable[[Program], list[Unwinde
     return {unwinder.name: unwinder for unwinder in own_unwinders(program)}
 
 
+def _has_tables(strategy: str, program: Program) -> bool:
+    if strategy == "exidx":
+        return program.exidx is not None
+    if strategy == "v2-code":  # any Thumb function to start from
+        return program.code_map is not None and bool(program.code_map.spans)
+    return bool(program.cfi.get("reference"))
+
+
 def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], programs: Sequence[Program],
                       own_unwinders: Callable[[Program], list[Unwinder]]) -> list[Unwinder]:
     """Each strategy over the process: for each module the unwinder built
     from its own tables where it has them (CFI for v2, dwarf and v1,
-    `.ARM.exidx` for exidx); the executable's by `own_unwinders` (which
+    `.ARM.exidx` for exidx, its code for v2-code); the executable's by `own_unwinders` (which
     may stand given v2 tables in); frame pointers everywhere alike."""
     own_index = [m.label for m in modules].index(OWN)
     own_program = programs[own_index]
     own = own_tables(own_program, own_unwinders)
     built = []
     for name in names:
-        if name not in CFI_STRATEGIES and name != "exidx":
+        if name not in TABLE_STRATEGIES:
             built.append(BUILDERS[name](own_program))  # frame pointers: no tables
             continue
         covered = []
         for index, (module, program) in enumerate(zip(modules, programs)):
-            has_tables = program.exidx is not None if name == "exidx" else bool(program.cfi.get("reference"))
+            has_tables = _has_tables(name, program)
             if has_tables:
                 unwinder = (own.get(name) if index == own_index else None) or BUILDERS[name](program)
                 covered.append(Covered(module.start, module.end, unwinder))

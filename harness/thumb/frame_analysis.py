@@ -31,7 +31,6 @@ from there, and `problems` names the reason and address.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, NamedTuple
 
@@ -41,7 +40,6 @@ from harness.thumb.branch_tables import CANNOT_FOLLOW, address_table, data_read,
 from harness.thumb.disasm import Instruction, decode_one
 from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, after
 
-GAP = "<not analysed>"  # the name of the refusing rows between functions
 MAX_STATES = 200_000  # (address, fact) pairs visited per function, a guard against pathological code
 LANDING_ROUNDS = 8  # rounds of analysing code only the unwinder enters (landing pads)
 # Condition codes (ARM ARM A8.3): the inverse of c is c ^ 1; 14 is always.
@@ -57,6 +55,16 @@ class Body(NamedTuple):
     end: int
     code_at: Callable[[int, int], bytes]
     labels: tuple[int, ...] = ()
+    noreturn: frozenset[int] = frozenset()  # functions that never return: a call to one ends the path
+
+
+class Analysed(NamedTuple):
+    """A function's rows, where its `bl` calls go, and whether any path
+    returns (or leaves by a tail call)."""
+
+    function: FunctionCfi
+    callees: frozenset[int]
+    returns: bool
 
 
 @dataclass(frozen=True)
@@ -76,10 +84,24 @@ def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes
     without a problem, each such piece is analysed from that frame, and
     kept where that meets no problem (data decoded by chance soon does);
     otherwise its rows refuse (rounds, as one pad may lead to the next).
-    `labels`: addresses the program's data holds (see `labels_within`)."""
-    analysis = _analysed(_body(start, end, code_at, labels))
-    return FunctionCfi(name, start, end, _rows(start, end, analysis.reached, analysis.sizes, analysis.refused),
-                       tuple(analysis.problems))
+    `labels`: addresses the program's data holds (formats.elf.code_pointers)."""
+    return analyse_calling(name, start, end, code_at, labels).function
+
+
+def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int], bytes],
+                    labels: Iterable[int] = (), noreturn: frozenset[int] = frozenset(),
+                    bounded: bool = True) -> Analysed:
+    """`analyse`, with the targets of the `bl` calls its paths make (Thumb
+    functions: `bl` keeps the state; where functions no symbol names
+    begin) and whether it returns; a call to a function of `noreturn`
+    ends its path (so that the code after it, another function, is not
+    taken for this one's). Not `bounded` (the end is a guess: no symbol
+    gave it), code no path reaches may be other functions: no landing
+    pad is looked for there."""
+    analysis = _analysed(_body(start, end, code_at, labels)._replace(noreturn=noreturn), pads=bounded)
+    rows = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused)
+    return Analysed(FunctionCfi(name, start, end, rows, tuple(analysis.problems)), frozenset(analysis.callees),
+                    analysis.returns)
 
 
 def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes],
@@ -105,12 +127,12 @@ def _body(start: int, end: int, code_at, labels: Iterable[int]) -> Body:
     return Body(start, end, code_at, tuple(sorted(label for label in set(labels) if start <= label < end)))
 
 
-def _analysed(body: Body) -> "_Analysis":
+def _analysed(body: Body, pads: bool = True) -> "_Analysis":
     analysis = _Analysis(body)
     analysis.explore([(body.start, Path(FrameState()))])
     branched = set(analysis.sizes)  # what branches reach: landing pads never change its rows
     frame = analysis.call_frame()
-    for _ in range(LANDING_ROUNDS if frame is not None and not analysis.problems else 0):
+    for _ in range(LANDING_ROUNDS if pads and frame is not None and not analysis.problems else 0):
         grown = False
         for gap in analysis.gaps():
             trial = analysis.copy()
@@ -120,22 +142,6 @@ def _analysed(body: Body) -> "_Analysis":
         if not grown:
             break
     return analysis
-
-
-def analyse_all(spans: Iterable[tuple[int, int, str]], code_at: Callable[[int, int], bytes],
-                labels: Iterable[int] = ()) -> tuple[FunctionCfi, ...]:
-    """The rows of each function (start, end, name) of `spans` (sorted,
-    disjoint), and a refusing row over each gap between them: code no
-    symbol starts (ARM code, say) is not analysed, so nothing is guessed
-    there (Chrome's tables return to lr in gaps). `labels`: the code
-    addresses the program's data holds (computed goto targets)."""
-    ordered, found, last = sorted(set(labels)), [], None
-    for start, end, name in spans:
-        if last is not None and start > last:
-            found.append(FunctionCfi(GAP, last, start, (CfiRow(last, problem="no Thumb function symbol here"),)))
-        found.append(analyse(name, start, end, code_at, ordered[bisect_left(ordered, start):bisect_left(ordered, end)]))
-        last = end
-    return tuple(found)
 
 
 class _Analysis:
@@ -148,6 +154,8 @@ class _Analysis:
         self.reached: dict[int, dict[tuple[int, bool] | None, FrameState]] = {}
         self.sizes: dict[int, int] = {}  # instruction sizes where paths went
         self.calls: set[int] = set()  # addresses of calls on some path
+        self.callees: set[int] = set()  # where its `bl` calls go
+        self.returns = False  # a path left by a return or a tail call
         self.problems: list[str] = []
         self.refused: set[int] = set()
         self.data: set[int] = set()  # bytes read as data: jump tables, literal pools
@@ -184,8 +192,17 @@ class _Analysis:
                 self.sizes[address] = insn.size
                 if insn.op in ("bl", "blx"):
                     self.calls.add(address)
+                    if path.state != UNKNOWN and all(reg != LR for reg, _ in path.state.saved):
+                        # while the callee runs, this frame's return address is nowhere
+                        self._refuse(address, f"'{insn.text}' calls with lr saved nowhere")
+                    if insn.op == "bl" and insn.imm is not None:
+                        self.callees.add(insn.imm)
                 self.data.update(data_read(insn, self.code_at))
-                pending.extend(_successors(insn, path, self.body))
+                onward = list(_successors(insn, path, self.body))
+                pending.extend(onward)
+                if not onward and insn.op not in ("udf", "bkpt", "bl") \
+                        and not (insn.op == "b" and insn.imm in self.body.noreturn):  # a tail call to one
+                    self.returns = True
             except Unknowable as why:
                 self._refuse(address, str(why))
                 if insn is not None and path.state != UNKNOWN:
@@ -203,6 +220,7 @@ class _Analysis:
         twin = _Analysis(self.body)
         twin.reached = {address: dict(states) for address, states in self.reached.items()}
         twin.sizes, twin.calls, twin.data = dict(self.sizes), set(self.calls), set(self.data)
+        twin.callees, twin.returns = set(self.callees), self.returns
         twin.problems, twin.refused = list(self.problems), set(self.refused)
         twin.visited = self.visited
         return twin
@@ -339,6 +357,8 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
     op = insn.op
     if op in ("cbz", "cbnz"):
         return [(insn.imm, onward), (following, onward)]
+    if op == "bl" and insn.imm in body.noreturn:
+        return []  # never returns: the code after it is not this path's
     if op == "b":
         inside = start <= insn.imm < end
         if insn.conditional:  # b<c> outside an IT block: taken or not

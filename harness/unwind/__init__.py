@@ -11,8 +11,8 @@ from typing import Callable
 
 from harness.formats import chrome_v2
 from harness.formats.chrome_v1 import V1Table, encode_v1
-from harness.program import FunctionCfi, Program
-from harness.thumb.frame_analysis import analyse_all
+from harness.program import CodeMap, FunctionCfi, Program
+from harness.thumb.discovery import analyse_all
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder_for
 from harness.unwind.framepointer import FramePointerUnwinder
@@ -22,14 +22,25 @@ from harness.unwind.v2_epilogue import EpilogueFirst, EpilogueSimulator
 from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
 
+# v2-code blobs of ELF modules by (path, base, code map): each library of a
+# process is analysed once per harness process, not once per program.
+_CODE_BLOBS: dict[tuple, bytes | None] = {}
+
+
 def _v2_unwinder(program: Program, flavour: str, policy: str, name: str) -> Unwinder:
-    functions = code_cfi(program) if flavour == "code" else program.cfi[flavour]
-    if flavour == "code" and not functions:  # no Thumb function symbol (a stripped executable): no tables
+    key = (program.name, program.text_base, program.code_map, policy)
+    if flavour == "code" and program.code_map is not None and key in _CODE_BLOBS:
+        blob = _CODE_BLOBS[key]
+    else:
+        functions = code_cfi(program) if flavour == "code" else program.cfi[flavour]
+        blob = chrome_v2.encode(functions, program.text_base, policy, code_at=program.code).blob("seed") \
+            if functions else None
+        if flavour == "code" and program.code_map is not None:
+            _CODE_BLOBS.update({key: blob} if len(_CODE_BLOBS) < 16 else {})
+    if blob is None:  # no Thumb function found (a stripped executable): no tables
         return DwarfUnwinder((), name)
-    encoded = chrome_v2.encode(functions, program.text_base, policy, code_at=program.code)
     # Through the bytes, so the verified path is the one a device would run.
-    reader = chrome_v2.V2Reader.from_blob(encoded.blob("seed"), "seed")
-    return V2Unwinder(reader, program.text_base, name)
+    return V2Unwinder(chrome_v2.V2Reader.from_blob(blob, "seed"), program.text_base, name)
 
 
 def _v2(name: str, flavour: str, policy: str) -> Callable[[Program], Unwinder]:
@@ -39,8 +50,8 @@ def _v2(name: str, flavour: str, policy: str) -> Callable[[Program], Unwinder]:
 def code_cfi(program: Program) -> tuple[FunctionCfi, ...]:
     """Rows from the program's machine code alone, per Thumb function (by
     symbol; a generated program's by its layout), no unwind table read."""
-    spans = program.code_spans or tuple((f.start, f.end, f.name) for f in program.functions)
-    return analyse_all((span for span in spans if span[0] >= program.text_base), program.code, program.code_labels)
+    code_map = program.code_map or CodeMap(tuple((f.start, f.end, f.name) for f in program.functions))
+    return tuple(f for f in analyse_all(code_map, program.code) if f.start >= program.text_base)
 
 
 def _v2_epilogue(program: Program) -> Unwinder:
