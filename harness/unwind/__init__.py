@@ -21,7 +21,6 @@ from harness.unwind.v2 import V2Unwinder
 from harness.unwind.v2_epilogue import EpilogueFirst, EpilogueSimulator
 from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
-
 # v2-code blobs of ELF modules by (path, base, code map): each library of a
 # process is analysed once per harness process, not once per program.
 _CODE_BLOBS: dict[tuple, bytes | None] = {}
