@@ -18,7 +18,7 @@ from harness.filesystem import check_output, read_input, write_output
 from harness.formats import chrome_v2
 from harness.formats.chrome_v1 import V1Encoded, V1Table, dump_v1, encode_v1
 from harness.formats.chrome_v2.dump import dump
-from harness.formats.elf import open_elf, text_base
+from harness.formats.elf import executable_ranges, open_elf, text_base
 from harness.linux.corpus import linux_entries
 from harness.linux.modules import own_tables
 from harness.linux.process import LinuxRun, LinuxSystem, is_linux_program
@@ -32,6 +32,7 @@ from harness.report.tables import not_verified
 from harness.report.terminal import print_table
 from harness.runner import Shard, all_names, assemble, in_processes, run_units, units_of
 from harness.shards import partial, read_partials
+from harness.thumb.discovery import coverage_lines
 from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
 from harness.verify.abi import Limits
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
@@ -46,11 +47,10 @@ def _console():
     return Console(width=None if sys.stdout.isatty() else 120)
 
 
-def encode_elf(path: str, policy: str, text_start: int | None, from_code: bool = False) -> chrome_v2.Encoded:
-    image = open_elf(path)
+def encode_elf(image, functions, policy: str, text_start: int | None) -> chrome_v2.Encoded:
     base = text_base(image) if text_start is None else text_start
     code_at = code_reader(image) if policy == "synthesize" else None
-    return chrome_v2.encode(elf_functions(image, from_code), base, policy, code_at=code_at)
+    return chrome_v2.encode(functions, base, policy, code_at=code_at)
 
 
 def size_summary(encoded: chrome_v2.Encoded, layout: str) -> str:
@@ -100,10 +100,14 @@ def cmd_encode(args) -> int:
         return EXIT_OK
     if (args.compare or args.entry) and not (args.from_code and args.compare):
         raise InputError("--compare needs --from-code, and --entry needs --compare")
-    encoded = encode_elf(args.elf, args.epilogue, args.text_start, args.from_code)
+    image = open_elf(args.elf)
+    functions = elf_functions(image, args.from_code)
+    encoded = encode_elf(image, functions, args.epilogue, args.text_start)
     blob = encoded.blob(args.layout)
     write_output(args.output, blob)
     print(size_summary(encoded, args.layout))
+    if args.from_code:
+        print("\n".join(coverage_lines(tuple(functions), executable_ranges(image))))
     print(f"wrote {len(blob)} bytes to {args.output}")
     if args.compare:
         print("\n".join(compare_elf(args.elf, args.entry)))

@@ -19,7 +19,7 @@ from harness.formats.elf import open_elf, thumb_functions
 from harness.program import CfiRow
 from harness.registers import DWARF_D0, LR, SP
 from harness.program import CodeMap
-from harness.thumb.discovery import GAP, analyse_all
+from harness.thumb.discovery import GAP, analyse_all, coverage_lines
 from harness.thumb.frame_analysis import analyse, frame_states
 from harness.unwind import build_unwinders
 from harness.verify.stops import verify_program
@@ -230,6 +230,9 @@ def test_functions_no_symbol_names_are_found_from_calls():
     assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [
         ("f", 0, 8), ("fn_100008", 8, 0x10), ("fn_100010", 0x10, 0x18)]
     assert not any(f.problems for f in found) and found[2].rows[1].cfa_offset == 8
+    assert coverage_lines(found, code_map.ranges) == [  # 0x18, `bx lr`, is in no function
+        "functions: 3 (1 by symbol, 2 found from calls and data)",
+        "code bytes: 26; in functions 24 (92.3%); with rows that unwind 24 (92.3%), the rest refuses"]
 
 
 LANDING_PAD = ["push {r4, lr}", "sub sp, #8", "bl 0x100010", "add sp, #8", "pop {r4, pc}",

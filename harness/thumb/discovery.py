@@ -106,3 +106,23 @@ def _with_gaps(functions: list[FunctionCfi]) -> tuple[FunctionCfi, ...]:
             found.append(FunctionCfi(GAP, last, function.start, (CfiRow(last, problem="no function found here"),)))
         found.append(function)
     return tuple(found)
+
+
+def coverage_lines(functions: tuple[FunctionCfi, ...], ranges) -> list[str]:
+    """How much of the executable `ranges` the rows describe: functions by
+    where their start came from, bytes inside functions, bytes with a row
+    that unwinds (not one that refuses)."""
+    code = sum(high - low for low, high in ranges)
+    named = [f for f in functions if f.name != GAP]
+    found = sum(f.name.startswith(FOUND) for f in named)
+    inside = sum(f.end - f.start for f in named)
+    known = sum(_unwinding_bytes(f) for f in named)
+    share = lambda part: f"{100 * part / max(code, 1):.1f}%"
+    return [f"functions: {len(named)} ({len(named) - found} by symbol, {found} found from calls and data)",
+            f"code bytes: {code}; in functions {inside} ({share(inside)}); with rows that unwind {known} "
+            f"({share(known)}), the rest refuses"]
+
+
+def _unwinding_bytes(function: FunctionCfi) -> int:
+    ends = [row.address for row in function.rows[1:]] + [function.end]
+    return sum(end - row.address for row, end in zip(function.rows, ends) if row.problem is None)
