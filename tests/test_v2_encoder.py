@@ -1,18 +1,24 @@
 """CFI row -> instruction run, epilogue policies, and covering the text."""
 
+from dataclasses import replace
+
 import pytest
 
 from generators.ehabi_writer import Inexpressible, frame_instructions
 from harness.errors import EncodeError
 from harness.formats import ehabi
+from harness.formats.chrome_v2 import V2Reader, encode
 from harness.formats.chrome_v2.encoder import (
     FINISH_ONLY,
     REFUSE_RUN,
     InexpressibleState,
     cover_text,
     function_unwind,
+    split_at_epilogues,
     state_instructions,
 )
+from harness.formats.chrome_v2.layout import serialize
+from harness.formats.chrome_v2.tables import build_tables
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import DWARF_D0, SP
 
@@ -180,3 +186,34 @@ def test_states_no_frame_has_are_refused_at_once(row, words):
         state_instructions(row)
     with pytest.raises(Inexpressible, match=words.replace("+", r"\+")):
         frame_instructions(row)
+
+
+def test_epilogues_become_function_table_entries_with_the_same_run_everywhere():
+    """split_at_epilogues: a function whose rows leave the body's state for
+    an epilogue and come back is cut there; each address still finds the
+    run it found in the uncut tables, the first piece's list is `drop`'s,
+    and two functions with the same epilogue after the same body share
+    its list."""
+    body = ((4, -8), (14, -4))
+    rows = (CfiRow(0x1000), CfiRow(0x1002, 13, 8, body), CfiRow(0x1004, 13, 16, body),
+            CfiRow(0x1010, 13, 8, body), CfiRow(0x1012, 13, 16, body),  # add sp, #8; pop {r4, pc}; body again
+            CfiRow(0x1020, 13, 8, body))  # a last epilogue at the end
+    later = rows[:3] + tuple(replace(r, address=r.address + 0x10) for r in rows[3:])  # g: its epilogues later
+    functions = [FunctionCfi("f", 0x1000, 0x1024, rows),
+                 FunctionCfi("g", 0x1024, 0x1058, tuple(replace(r, address=r.address + 0x24) for r in later))]
+    pieces = split_at_epilogues(function_unwind(functions[0], "keep"))
+    assert [(p.start, p.end, [u.offset for u in p.address_unwinds]) for p in pieces] == [
+        (0x1000, 0x1010, [0, 2, 4]), (0x1010, 0x1020, [0, 2]), (0x1020, 0x1024, [0])]
+    assert pieces[0].address_unwinds == function_unwind(functions[0], "drop").address_unwinds
+    split, whole = encode(functions, 0x1000, "keep"), _uncut(functions)
+    split_reader, whole_reader = (V2Reader.from_blob(blob, "seed") for blob in (split.blob(), whole))
+    for offset in range(0, 0x58, 2):
+        assert split_reader.run(split_reader.lookup(offset).instruction_index) == \
+            whole_reader.run(whole_reader.lookup(offset).instruction_index), hex(offset)
+    lists = [entry.offset_table_index for entry in split.tables.function_table]
+    assert len(lists) == 7 and lists[1] == lists[4] and lists[0] == lists[3]  # f's pieces are g's (+ a filler)
+
+
+def _uncut(functions) -> bytes:
+    covering = cover_text([function_unwind(f, "keep") for f in functions], 0x1000)
+    return serialize(build_tables(covering, 0x1000), "seed")

@@ -18,6 +18,7 @@ from harness.formats.chrome_v2.encoder import (
     FunctionUnwind,
     cover_text,
     function_unwind,
+    split_at_epilogues,
 )
 from harness.formats.chrome_v2.layout import LAYOUTS, Layout, header_fields, serialize
 from harness.formats.chrome_v2.reader import V2Reader
@@ -103,4 +104,6 @@ def encode(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePol
         functions = [synthesize_epilogues(f, code_at) for f in functions]
     encoded = tuple(function_unwind(f, "keep" if policy == "synthesize" else policy) for f in functions)
     covering = tuple(cover_text(encoded, text_base))
+    if policy != "drop":  # epilogue rows: each epilogue its own function table entry
+        covering = tuple(piece for function in covering for piece in split_at_epilogues(function))
     return Encoded(text_base, policy, encoded, covering, build_tables(covering, text_base))
