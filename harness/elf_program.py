@@ -23,6 +23,7 @@ from harness.formats.elf import (
     executable_ranges,
     load_segments,
     open_elf,
+    plt_entries,
     symbol_address,
     text_base,
     thumb_functions,
@@ -31,7 +32,7 @@ from harness.origin import origin_spans
 from harness.program import CfiRow, CodeMap, FunctionCfi, Program, relocated
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb.disasm import moves_sp_by_register, sweep
-from harness.thumb.discovery import analyse_all
+from harness.thumb.discovery import NORETURN, analyse_all
 from harness.thumb.epilogue import find_epilogues
 
 
@@ -158,10 +159,12 @@ def code_map(image: ElfImage, exidx) -> CodeMap:
     """Where the ELF's functions are, by address only: its Thumb function
     symbols, the words of its data pointing at code, its executable sections, and the
     starts of its `.ARM.exidx` index entries (`exidx`, parsed; their
-    unwind rules are not read)."""
+    unwind rules are not read), and its PLT entries of functions that
+    never return (discovery.NORETURN)."""
     ranges = tuple(executable_ranges(image))
     bounds = sorted({entry.start for entry in parse_sections(exidx)}) if exidx is not None else []
-    return CodeMap(thumb_functions(image), code_pointers(image, ranges), ranges, tuple(bounds))
+    noreturn = sorted(address for address, name in plt_entries(image).items() if name in NORETURN)
+    return CodeMap(thumb_functions(image), code_pointers(image, ranges), ranges, tuple(bounds), tuple(noreturn))
 
 
 def elf_functions(image, from_code: bool) -> list:

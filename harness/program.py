@@ -95,11 +95,15 @@ class CodeMap(NamedTuple):
     pointers: tuple[int, ...] = ()  # sorted words of its data pointing at code (formats.elf.code_pointers)
     ranges: tuple[tuple[int, int], ...] = ()  # its executable sections [low, high)
     bounds: tuple[int, ...] = ()  # sorted addresses no function runs past: .ARM.exidx index entries
+    noreturn: tuple[int, ...] = ()  # PLT entries of functions that never return (abort, exit...)
 
     def moved(self, base: int) -> CodeMap:
-        return CodeMap(tuple((s + base, e + base, n) for s, e, n in self.spans),
-                       tuple(a + base for a in self.pointers), tuple((l + base, h + base) for l, h in self.ranges),
-                       tuple(a + base for a in self.bounds))
+        def move(addresses: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(address + base for address in addresses)
+
+        return CodeMap(tuple((s + base, e + base, n) for s, e, n in self.spans), move(self.pointers),
+                       tuple((low + base, high + base) for low, high in self.ranges), move(self.bounds),
+                       move(self.noreturn))
 
 
 @dataclass(frozen=True)

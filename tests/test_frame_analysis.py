@@ -82,8 +82,11 @@ def test_str_with_writeback_pushes_and_ldr_post_index_pops():
 
 
 def test_a_register_that_no_longer_holds_the_callers_value_is_not_saved_by_a_store():
-    found = states(["mov r4, r0", "push {r4, lr}", "pop {r4, pc}"])
-    assert found[1] == (4, (SP, 8, ((LR, -4),)))  # r4 pushed after it was overwritten: not a save
+    """r4 pushed after it was overwritten is not a save; in a function that
+    never returns (the frame never resumes: its registers do not matter)
+    the rows go on, in one that returns the caller's r4 is lost: refused."""
+    assert states(["mov r4, r0", "push {r4, lr}", "bl 0x100020", "b 0x100004"])[1] == (4, (SP, 8, ((LR, -4),)))
+    assert states(["mov r4, r0", "push {r4, lr}", "pop {r4, pc}"])[1:] == [(2, "no single frame state is known here")]
 
 
 def test_gccs_frame_pointer_moved_before_sp_is_set_from_it():
@@ -201,11 +204,29 @@ def test_a_table_branch_from_a_base_register_set_by_adr():
         (0, 0), (2, 8), (0xE, "no path reaches this code"), (0x14, 8)]  # padding and the table; both cases run
 
 
+def test_after_a_call_that_never_returns_the_next_function_is_found():
+    """s's tail call finds g; g calls abort through the PLT
+    (CodeMap.noreturn), so its path ends there, and the code after it,
+    which pushes lr after a `movs`, is the next function (h), not g's."""
+    lines = ["push {r3, lr}", "pop {r3, lr}", "b 0x100008",  # s (symbol): 0x0-0x8, a tail call
+             "push {r4, lr}", "bl 0x100040",  # g: 0x8, abort@plt at 0x40
+             "movs r0, #1", "push {r4, lr}", "pop {r4, pc}"]  # h: 0xe
+    code = assemble(lines, BASE)
+    reader = lambda address, size: code[address - BASE:address - BASE + size]
+    code_map = CodeMap(((BASE, BASE + 8, "s"),), ranges=((BASE, BASE + len(code)),), noreturn=(BASE + 0x40,))
+    found = analyse_all(code_map, reader)
+    assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [
+        ("s", 0, 8), ("fn_100008", 8, 0xE), ("fn_10000e", 0xE, 0x14)]
+    assert [(r.address - BASE, r.cfa_offset) for r in found[2].rows] == [(0xE, 0), (0x12, 8)]
+    assert not any(f.problems for f in found)
+
+
 def test_calls_with_and_without_r7_set_share_one_frame_for_landing_pads():
-    pad = LANDING_PAD[:3] + ["add r7, sp, #0", "bl 0x100010", "add sp, #8", "pop {r4, pc}", "movs r0, #1",
-                             "b 0x10000c"]
+    pad = ["push {r4, r7, lr}", "sub sp, #4", "bl 0x100040", "add r7, sp, #0", "bl 0x100040", "add sp, #4",
+           "pop {r4, r7, pc}", "movs r0, #1", "b 0x10000e"]  # @ 0x12: the pad
     rows, problems = rows_of(assemble(pad, BASE))
     assert not problems and not any(r.problem for r in rows)
+    assert [r for r in rows if r.address == BASE + 0x12][0].cfa_offset == 16
 
 
 def test_code_between_function_symbols_is_not_analysed():

@@ -181,6 +181,39 @@ def _relative_slots(image: ElfImage) -> set[int] | None:
     return slots or None
 
 
+def plt_entries(image: ElfImage) -> dict[int, str]:
+    """The address of each PLT entry (ARM code: `add ip, pc, #a; add ip,
+    ip, #b; ldr pc, [ip, #c]!`, found by that pattern) by the name of the
+    function whose GOT slot it loads (.rel.plt); a Thumb `bx pc; nop`
+    stub in front counts as the entry too."""
+    plt, relocations = image.elf.get_section_by_name(".plt"), image.elf.get_section_by_name(".rel.plt")
+    if plt is None or not isinstance(relocations, RelocationSection):
+        return {}
+    try:
+        symbols = image.elf.get_section(relocations["sh_link"])
+        names = {r["r_offset"]: symbols.get_symbol(r["r_info_sym"]).name for r in relocations.iter_relocations()}
+        code, base = plt.data(), plt["sh_addr"]
+    except (*PARSE_ERRORS, AttributeError) as e:
+        raise ElfError(f"{image.path}: corrupt .rel.plt: {e}") from e
+    found = {}
+    for offset in range(0, len(code) - 11, 4):
+        first, second, load = struct.unpack_from("<3I", code, offset)
+        if (first & 0xFFFFF000, second & 0xFFFFF000, load & 0xFFFFF000) != (0xE28FC000, 0xE28CC000, 0xE5BCF000):
+            continue
+        slot = base + offset + 8 + _arm_immediate(first) + _arm_immediate(second) + (load & 0xFFF)
+        if slot in names:
+            found[base + offset] = names[slot]
+            if offset >= 4 and code[offset - 4:offset] == bytes.fromhex("7847c046"):  # bx pc; nop
+                found[base + offset - 4] = names[slot]
+    return found
+
+
+def _arm_immediate(word: int) -> int:
+    """The value of an ARM data-processing immediate: imm8 rotated right by twice rot."""
+    rotation, value = 2 * ((word >> 8) & 0xF), word & 0xFF
+    return ((value >> rotation) | (value << (32 - rotation))) & 0xFFFFFFFF
+
+
 MEMORY_BUDGET = 256 << 20  # bytes of memory all PT_LOAD segments together may ask for
 
 

@@ -188,8 +188,9 @@ def own_tables(program: Program, own_unwinders: Callable[[Program], list[Unwinde
 def _has_tables(strategy: str, program: Program) -> bool:
     if strategy == "exidx":
         return program.exidx is not None
-    if strategy == "v2-code":  # any Thumb function to start from
-        return program.code_map is not None and bool(program.code_map.spans)
+    if strategy == "v2-code":  # any Thumb function to start from: a symbol, or data pointing at one
+        code_map = program.code_map
+        return code_map is not None and (bool(code_map.spans) or any(word & 1 for word in code_map.pointers))
     return bool(program.cfi.get("reference"))
 
 

@@ -3,8 +3,10 @@ and each function's rows (harness.thumb.frame_analysis).
 
 Function starts come from addresses, never from unwind rules: the Thumb
 function symbols (`.symtab`, or `.dynsym` alone in a stripped library),
-then the targets of the `bl` calls the analysed paths make (a `bl` stays
-in Thumb state, so its target is Thumb code), round after round. A
+then the targets of the `bl` calls and tail calls the analysed paths make
+(a `bl` stays in Thumb state, so its target is Thumb code), round after
+round; in a function found so, code no path reaches that begins with a
+push of lr (after a call that never returns, the next function) starts one. A
 function found by a call ends where the next known function begins, or
 at a bound: the end of its section, or the start of an `.ARM.exidx`
 index entry (addresses the linker wrote for each function it had unwind
@@ -19,9 +21,21 @@ from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable
 
 from harness.program import CfiRow, CodeMap, FunctionCfi
+from harness.registers import LR, SP
+from harness.thumb.disasm import decode_one
 from harness.thumb.frame_analysis import Analysed, analyse_calling
 
 GAP = "<not analysed>"  # the name of the refusing rows between functions
+# Functions of the C and C++ runtimes that never return, by name (objtool
+# keeps such a list too): a call to one through the PLT ends its path.
+NORETURN = frozenset({
+    "abort", "exit", "_exit", "_Exit", "quick_exit", "__stack_chk_fail", "__assert_fail", "__assert_perror_fail",
+    "__fortify_fail", "__chk_fail", "__libc_fatal", "longjmp", "_longjmp", "siglongjmp", "__longjmp_chk",
+    "pthread_exit", "err", "errx", "verr", "verrx", "error_exit", "__cxa_throw", "__cxa_rethrow",
+    "__cxa_bad_cast", "__cxa_bad_typeid", "__cxa_call_unexpected", "__cxa_end_cleanup", "_Unwind_Resume",
+    "_ZSt9terminatev", "_ZSt17__throw_bad_allocv", "_ZSt20__throw_length_errorPKc",
+    "_ZSt20__throw_out_of_rangePKc", "_ZSt24__throw_out_of_range_fmtPKcz", "_ZSt19__throw_logic_errorPKc",
+    "_ZSt21__throw_bad_array_new_lengthv"})
 FOUND = "fn_"  # names a function found by a call, by its address
 
 
@@ -32,11 +46,11 @@ def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> tupl
     analysed again with their paths ending at calls to it, round after
     round (without symbols, the code after such a call is the next
     function, which the caller's frame must not describe)."""
-    found = _discovered(code_map, code_at)
+    noreturn = frozenset(code_map.noreturn)  # through the PLT: known by name
+    found = _discovered(code_map, code_at, noreturn)
     labels = sorted({word & ~1 for word in code_map.pointers})
-    noreturn: frozenset[int] = frozenset()
     while True:
-        ended = frozenset(start for start, one in found.items() if not one.returns)
+        ended = noreturn.union(start for start, one in found.items() if not one.returns)
         if ended == noreturn:
             break
         noreturn = ended
@@ -46,7 +60,7 @@ def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> tupl
     return _with_gaps([found[start].function for start in sorted(found)])
 
 
-def _discovered(code_map: CodeMap, code_at) -> dict[int, Analysed]:
+def _discovered(code_map: CodeMap, code_at, noreturn: frozenset[int]) -> dict[int, Analysed]:
     """Every function the symbols name, the data points at (Thumb bit
     set) or the analysed calls reach, analysed."""
     symbols = {start: (end, name) for start, end, name in code_map.spans}
@@ -60,8 +74,9 @@ def _discovered(code_map: CodeMap, code_at) -> dict[int, Analysed]:
     while pending:
         start = pending.pop()
         end, name = symbols.get(start) or (_end_of(start, starts, code_map), f"{FOUND}{start:x}")
-        found[start] = _analyse(name, start, end, code_at, labels)
-        for target in sorted(found[start].callees - queued):
+        found[start] = _analyse(name, start, end, code_at, labels, noreturn)
+        prologues = set() if start in symbols else {gap for gap in found[start].unreached if _pushes_lr(code_at, gap)}
+        for target in sorted((found[start].callees | prologues) - queued):
             if not _new_function(target, symbol_starts, symbols, code_map):
                 continue
             insort(starts, target)
@@ -79,6 +94,20 @@ def _analyse(name: str, start: int, end: int, code_at, labels: list[int],
              noreturn: frozenset[int] = frozenset()) -> Analysed:
     return analyse_calling(name, start, end, code_at, labels[bisect_left(labels, start):bisect_left(labels, end)],
                            noreturn, bounded=not name.startswith(FOUND))
+
+
+def _pushes_lr(code_at, address: int) -> bool:
+    """Does the code at `address` push lr among its first few instructions,
+    before any branch or other change of sp: a prologue (GCC schedules a
+    `movs` or two ahead of the push)?"""
+    for _ in range(6):
+        insn = decode_one(code_at(address, 4), address)
+        if insn is None or insn.transfers or insn.op.startswith("it"):
+            return False
+        if SP in insn.writes or insn.op == "push":
+            return insn.op == "push" and LR in insn.regs
+        address += insn.size
+    return False
 
 
 def _new_function(target: int, symbol_starts: list[int], symbols, code_map: CodeMap) -> bool:

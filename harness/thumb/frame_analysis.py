@@ -38,7 +38,7 @@ from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR, PC, SP
 from harness.thumb.branch_tables import CANNOT_FOLLOW, address_table, data_read, jump_table, offset_table
 from harness.thumb.disasm import Instruction, decode_one
-from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, after
+from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, after, lost, torn_down
 
 MAX_STATES = 200_000  # (address, fact) pairs visited per function, a guard against pathological code
 LANDING_ROUNDS = 8  # rounds of analysing code only the unwinder enters (landing pads)
@@ -65,6 +65,7 @@ class Analysed(NamedTuple):
     function: FunctionCfi
     callees: frozenset[int]
     returns: bool
+    unreached: tuple[int, ...] = ()  # where code no path reaches begins
 
 
 @dataclass(frozen=True)
@@ -91,17 +92,19 @@ def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes
 def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int], bytes],
                     labels: Iterable[int] = (), noreturn: frozenset[int] = frozenset(),
                     bounded: bool = True) -> Analysed:
-    """`analyse`, with the targets of the `bl` calls its paths make (Thumb
-    functions: `bl` keeps the state; where functions no symbol names
-    begin) and whether it returns; a call to a function of `noreturn`
-    ends its path (so that the code after it, another function, is not
-    taken for this one's). Not `bounded` (the end is a guess: no symbol
+    """`analyse`, with the targets of its paths' `bl` calls and tail calls
+    (Thumb functions: where functions no symbol names begin) and whether
+    it returns; a call to a function of `noreturn` ends its path (the code
+    after it, another function, is not this one's). Not `bounded` (the end is a guess: no symbol
     gave it), code no path reaches may be other functions: no landing
     pad is looked for there."""
     analysis = _analysed(_body(start, end, code_at, labels)._replace(noreturn=noreturn), pads=bounded)
+    if analysis.returns:  # it must give its caller r4-r11 back: where one is overwritten unsaved, it is lost
+        analysis.refused.update(address for address, states in analysis.reached.items()
+                                if any(lost(state) for state in states.values()))
     rows = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused)
     return Analysed(FunctionCfi(name, start, end, rows, tuple(analysis.problems)), frozenset(analysis.callees),
-                    analysis.returns)
+                    analysis.returns, tuple(analysis.gaps()))
 
 
 def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes],
@@ -197,10 +200,12 @@ class _Analysis:
                         self._refuse(address, f"'{insn.text}' calls with lr saved nowhere")
                     if insn.op == "bl" and insn.imm is not None:
                         self.callees.add(insn.imm)
+                elif insn.op == "b" and not self.start <= insn.imm < self.end and torn_down(path.state):
+                    self.callees.add(insn.imm)  # a tail call: a function starts there too
                 self.data.update(data_read(insn, self.code_at))
                 onward = list(_successors(insn, path, self.body))
                 pending.extend(onward)
-                if not onward and insn.op not in ("udf", "bkpt", "bl") \
+                if not onward and insn.op not in ("udf", "bkpt", "bl", "blx") \
                         and not (insn.op == "b" and insn.imm in self.body.noreturn):  # a tail call to one
                     self.returns = True
             except Unknowable as why:
@@ -357,7 +362,7 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
     op = insn.op
     if op in ("cbz", "cbnz"):
         return [(insn.imm, onward), (following, onward)]
-    if op == "bl" and insn.imm in body.noreturn:
+    if op in ("bl", "blx") and insn.imm in body.noreturn:
         return []  # never returns: the code after it is not this path's
     if op == "b":
         inside = start <= insn.imm < end
@@ -372,7 +377,7 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
         table = offset_table(insn, code_at, start, end)
         if table is not None:
             return [(target, onward) for target in table]
-    if (op == "bx" or op == "mov" and PC in insn.writes) and insn.regs[-1] != LR and not _torn_down(path.state):
+    if (op == "bx" or op == "mov" and PC in insn.writes) and insn.regs[-1] != LR and not torn_down(path.state):
         # a jump through a register with the frame still set up is no tail
         # call: a computed goto (Lua's dispatch), to the labels data holds
         if not body.labels:
@@ -385,12 +390,6 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
     if insn.transfers and op not in ("bl", "blx", "svc") or PC in insn.writes and op not in ("bl", "blx"):
         raise Unknowable(f"'{insn.text}' {CANNOT_FOLLOW}")
     return [(following, onward)]
-
-
-def _torn_down(state: FrameState) -> bool:
-    """The frame as the function found it (sp at the CFA, nothing saved):
-    where a tail call may leave."""
-    return state.depth == 0 and state.cfa_reg == SP and not state.saved
 
 
 def _sets_flags(insn: Instruction) -> bool:

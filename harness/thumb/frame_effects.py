@@ -48,6 +48,17 @@ class FrameState:
 UNKNOWN = FrameState(depth=None, cfa_reg=-1)
 
 
+def lost(state: FrameState) -> bool:
+    """Is a caller's r4-r11 overwritten and saved nowhere?"""
+    return state != UNKNOWN and bool(state.clobbered - {LR} - {reg for reg, _ in state.saved})
+
+
+def torn_down(state: FrameState) -> bool:
+    """The frame as the function found it (sp at the CFA, nothing saved):
+    where a tail call may leave."""
+    return state.depth == 0 and state.cfa_reg == SP and not state.saved
+
+
 class Unknowable(Exception):
     """The state after an instruction cannot be known; says why."""
 
