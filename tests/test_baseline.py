@@ -42,7 +42,10 @@ def test_sizes_cover_every_format_for_every_input():
     for row in (generated, *builds):
         size = row["bytes"]
         assert set(size) == set(FORMATS)
-        assert size["v2 drop"] <= min(size["v2 keep"], size["v2 synthesize"])
+        # keep and synthesize describe at least drop's rows, yet may take fewer
+        # bytes: their tables may be cut at each epilogue (split_at_epilogues),
+        # which lets far more offset lists be shared (GCC -O0: 1,945 -> 1,506)
+        assert min(size["v2 drop"], size["v2 keep"], size["v2 synthesize"]) > 0
         assert size["exidx+extab"] > 0 and size["v1"] > 0 and row["addresses"] >= row["functions"] > 0
     # Generated programs carry no DWARF sections; every compiled build does.
     assert generated["bytes"][".debug_frame"] is None

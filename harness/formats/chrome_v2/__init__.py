@@ -104,6 +104,10 @@ def encode(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePol
         functions = [synthesize_epilogues(f, code_at) for f in functions]
     encoded = tuple(function_unwind(f, "keep" if policy == "synthesize" else policy) for f in functions)
     covering = tuple(cover_text(encoded, text_base))
-    if policy != "drop":  # epilogue rows: each epilogue its own function table entry
-        covering = tuple(piece for function in covering for piece in split_at_epilogues(function))
-    return Encoded(text_base, policy, encoded, covering, build_tables(covering, text_base))
+    tables = build_tables(covering, text_base)
+    if policy != "drop":  # epilogue rows: each epilogue its own function table entry, where that is smaller
+        pieces = tuple(piece for function in covering for piece in split_at_epilogues(function))
+        cut = build_tables(pieces, text_base)
+        if len(serialize(cut, "chrome")) < len(serialize(tables, "chrome")):
+            covering, tables = pieces, cut
+    return Encoded(text_base, policy, encoded, covering, tables)
