@@ -89,6 +89,18 @@ def test_a_register_that_no_longer_holds_the_callers_value_is_not_saved_by_a_sto
     assert states(["mov r4, r0", "push {r4, lr}", "pop {r4, pc}"])[1:] == [(2, "no single frame state is known here")]
 
 
+def test_a_store_over_a_save_slot_ends_that_save():
+    """Debian's GCC: `push {r0-r6, lr}` only makes room (the epilogue is
+    `add sp, #28; ldr pc, [sp], #4`); the stack guard stored at [sp, #20]
+    lands in r5's slot, so r5 is no longer saved there (it still holds the
+    caller's value); a byte store does the same."""
+    found = states(["push {r0, r1, r2, r3, r4, r5, r6, lr}", "str r3, [sp, #20]", "strb r3, [sp, #16]",
+                    "add sp, #28", "ldr pc, [sp], #4"])
+    saves = ((4, -16), (5, -12), (6, -8), (LR, -4))
+    assert found[:4] == [(0, (SP, 0, ())), (2, (SP, 32, saves)), (4, (SP, 32, saves[:1] + saves[2:])),
+                         (8, (SP, 32, saves[2:]))]  # strb.w: 4 bytes
+
+
 def test_gccs_frame_pointer_moved_before_sp_is_set_from_it():
     """Finding A of the compiled corpus: GCC's CFI keeps the CFA on r7 while
     `add.w r7, r7, #N` moves r7; the analysis moves the CFA offset with it."""

@@ -77,7 +77,7 @@ def after(insn: Instruction, state: FrameState, code_at) -> FrameState:
         return _push(state, [(reg, 8) for reg in regs])
     if op in ("pop", "vpop"):
         return _pop(state, regs, 4 if op == "pop" else 8)
-    if op in ("str", "strd") and insn.mem and insn.mem[0] == SP:
+    if op in ("str", "strd", "strh", "strb") and insn.mem and insn.mem[0] == SP:
         return _store(insn, state)
     if op in ("ldr", "ldrd") and insn.mem and insn.mem[0] == SP:
         return _load(insn, state)
@@ -150,21 +150,28 @@ def _pop(state: FrameState, regs: tuple[int, ...], size: int) -> FrameState:
 
 
 def _store(insn: Instruction, state: FrameState) -> FrameState:
-    """str/strd to the stack: `str rX, [sp, #-4]!` pushes; a store of a
-    register still holding the caller's value is a save."""
-    displacement = insn.mem[1]
+    """str/strd/strh/strb to the stack: `str rX, [sp, #-4]!` pushes; a
+    store of a register still holding the caller's value is a save; a store
+    over a register's save slot ends that save (GCC's `push {r0-r6, lr}`
+    only makes room, and the stack guard then lands in "r5's" slot)."""
+    displacement, width = insn.mem[1], _STORE_WIDTH[insn.op]
     if insn.text.endswith("!"):  # pre-indexed: sp moves down first
-        return _push(state, [(reg, 4) for reg in insn.regs[:2 if insn.op == "strd" else 1]]) \
-            if displacement == -4 * (2 if insn.op == "strd" else 1) else _unknown_sp(insn, state)
+        return _push(state, [(reg, 4) for reg in insn.regs[:width // 4]]) \
+            if width >= 4 and displacement == -width else _unknown_sp(insn, state)
     if insn.post_index:
         raise Unknowable(f"'{insn.text}' moves sp after storing")
     if state.depth is None:
         return state
-    saved = dict(state.saved)
-    for index, reg in enumerate(insn.regs[:2 if insn.op == "strd" else 1]):
+    low = -state.depth + displacement
+    saved = {reg: slot for reg, slot in state.saved
+             if slot + (8 if reg >= 256 else 4) <= low or slot >= low + width}  # d registers take 8 bytes
+    for index, reg in enumerate(insn.regs[:width // 4]):
         if reg in CALLEE_SAVED and reg not in state.clobbered and reg not in saved:
             saved[reg] = -state.depth + displacement + 4 * index
     return replace(state, saved=tuple(sorted(saved.items())))
+
+
+_STORE_WIDTH = {"str": 4, "strd": 8, "strh": 2, "strb": 1}
 
 
 def _load(insn: Instruction, state: FrameState) -> FrameState:
