@@ -16,9 +16,8 @@ from harness.elf_program import code_reader as load_code
 from harness.elf_program import elf_functions, program_from_elf
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf, thumb_functions
-from harness.program import CfiRow
+from harness.program import CfiRow, CodeMap
 from harness.registers import DWARF_D0, LR, SP
-from harness.program import CodeMap
 from harness.thumb.discovery import GAP, analyse_all, coverage_lines
 from harness.thumb.frame_analysis import analyse, frame_states
 from harness.unwind import build_unwinders
@@ -32,6 +31,14 @@ def rows_of(code: bytes) -> tuple[tuple[CfiRow, ...], tuple[str, ...]]:
     """The rows and problems of `code` as one function at BASE."""
     function = analyse("f", BASE, BASE + len(code), lambda address, size: code[address - BASE:address - BASE + size])
     return function.rows, function.problems
+
+
+def discovered(lines: list[str], spans, **found_from) -> tuple:
+    """(functions, code map) of `lines` at BASE by harness.thumb.discovery,
+    the code one executable range, `spans` its symbols."""
+    code = assemble(lines, BASE)
+    code_map = CodeMap(spans, ranges=((BASE, BASE + len(code)),), **found_from)
+    return analyse_all(code_map, lambda address, size: code[address - BASE:address - BASE + size]), code_map
 
 
 def states(lines: list[str]) -> list[tuple[int, int | None, tuple]]:
@@ -223,10 +230,7 @@ def test_after_a_call_that_never_returns_the_next_function_is_found():
     lines = ["push {r3, lr}", "pop {r3, lr}", "b 0x100008",  # s (symbol): 0x0-0x8, a tail call
              "push {r4, lr}", "bl 0x100040",  # g: 0x8, abort@plt at 0x40
              "movs r0, #1", "push {r4, lr}", "pop {r4, pc}"]  # h: 0xe
-    code = assemble(lines, BASE)
-    reader = lambda address, size: code[address - BASE:address - BASE + size]
-    code_map = CodeMap(((BASE, BASE + 8, "s"),), ranges=((BASE, BASE + len(code)),), noreturn=(BASE + 0x40,))
-    found = analyse_all(code_map, reader)
+    found, _ = discovered(lines, ((BASE, BASE + 8, "s"),), noreturn=(BASE + 0x40,))
     assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [
         ("s", 0, 8), ("fn_100008", 8, 0xE), ("fn_10000e", 0xE, 0x14)]
     assert [(r.address - BASE, r.cfa_offset) for r in found[2].rows] == [(0xE, 0), (0x12, 8)]
@@ -242,9 +246,8 @@ def test_calls_with_and_without_r7_set_share_one_frame_for_landing_pads():
 
 
 def test_code_between_function_symbols_is_not_analysed():
-    code = assemble(["push {r4, lr}", "pop {r4, pc}", "movs r0, #1", "bx lr", "bx lr"], BASE)
-    reader = lambda address, size: code[address - BASE:address - BASE + size]
-    found = analyse_all(CodeMap(((BASE, BASE + 4, "f"), (BASE + 8, BASE + 10, "g"))), reader)
+    found, _ = discovered(["push {r4, lr}", "pop {r4, pc}", "movs r0, #1", "bx lr", "bx lr"],
+                          ((BASE, BASE + 4, "f"), (BASE + 8, BASE + 10, "g")))
     assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [("f", 0, 4), (GAP, 4, 8), ("g", 8, 10)]
     assert found[1].rows[0].problem == "no function found here"
 
@@ -256,10 +259,7 @@ def test_functions_no_symbol_names_are_found_from_calls():
     lines = ["push {r4, lr}", "bl 0x100008", "pop {r4, pc}",  # f: 0x0-0x8
              "push {r4, lr}", "bl 0x100010", "pop {r4, pc}",  # g: 0x8-0x10, calls h
              "push {r3, lr}", "bl 0x200000", "pop {r3, pc}", "bx lr"]  # h: 0x10-0x18, then 0x18: ends at a bound
-    code = assemble(lines, BASE)
-    reader = lambda address, size: code[address - BASE:address - BASE + size]
-    code_map = CodeMap(((BASE, BASE + 8, "f"),), ranges=((BASE, BASE + len(code)),), bounds=(BASE + 0x18,))
-    found = analyse_all(code_map, reader)
+    found, code_map = discovered(lines, ((BASE, BASE + 8, "f"),), bounds=(BASE + 0x18,))
     assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [
         ("f", 0, 8), ("fn_100008", 8, 0x10), ("fn_100010", 0x10, 0x18)]
     assert not any(f.problems for f in found) and found[2].rows[1].cfa_offset == 8

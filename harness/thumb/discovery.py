@@ -47,8 +47,8 @@ def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> tupl
     round (without symbols, the code after such a call is the next
     function, which the caller's frame must not describe)."""
     noreturn = frozenset(code_map.noreturn)  # through the PLT: known by name
-    found = _discovered(code_map, code_at, noreturn)
-    labels = sorted({word & ~1 for word in code_map.pointers})
+    labels = sorted({word & ~1 for word in code_map.pointers})  # a computed goto's targets, among them
+    found = _discovered(code_map, code_at, labels, noreturn)
     while True:
         ended = noreturn.union(start for start, one in found.items() if not one.returns)
         if ended == noreturn:
@@ -60,7 +60,7 @@ def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> tupl
     return _with_gaps([found[start].function for start in sorted(found)])
 
 
-def _discovered(code_map: CodeMap, code_at, noreturn: frozenset[int]) -> dict[int, Analysed]:
+def _discovered(code_map: CodeMap, code_at, labels: list[int], noreturn: frozenset[int]) -> dict[int, Analysed]:
     """Every function the symbols name, the data points at (Thumb bit
     set) or the analysed calls reach, analysed."""
     symbols = {start: (end, name) for start, end, name in code_map.spans}
@@ -68,7 +68,6 @@ def _discovered(code_map: CodeMap, code_at, noreturn: frozenset[int]) -> dict[in
     pointed = [word & ~1 for word in code_map.pointers if word & 1]
     starts = sorted(set(symbol_starts).union(
         word for word in pointed if _new_function(word, symbol_starts, symbols, code_map)))
-    labels = sorted({word & ~1 for word in code_map.pointers})
     found: dict[int, Analysed] = {}
     pending, queued = list(reversed(starts)), set(starts)
     while pending:
@@ -82,7 +81,8 @@ def _discovered(code_map: CodeMap, code_at, noreturn: frozenset[int]) -> dict[in
             insort(starts, target)
             queued.add(target)
             pending.append(target)
-            before = starts[starts.index(target) - 1] if starts[0] != target else None
+            index = bisect_left(starts, target)
+            before = starts[index - 1] if index else None
             if before is not None and before not in symbols and before in found \
                     and found[before].function.end > target:
                 del found[before]  # a function found by a call ends earlier now: again
@@ -122,7 +122,8 @@ def _end_of(start: int, starts: list[int], code_map: CodeMap) -> int:
     """Where a function found by a call ends: the next known start or bound."""
     index = bisect_right(starts, start)
     following = starts[index] if index < len(starts) else 1 << 32
-    bound = next((b for b in code_map.bounds[bisect_right(code_map.bounds, start):][:1]), 1 << 32)
+    later = bisect_right(code_map.bounds, start)
+    bound = code_map.bounds[later] if later < len(code_map.bounds) else 1 << 32
     section = next(high for low, high in code_map.ranges if low <= start < high)
     return min(following, bound, section)
 

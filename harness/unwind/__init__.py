@@ -27,15 +27,16 @@ _CODE_BLOBS: dict[tuple, bytes | None] = {}
 
 
 def _v2_unwinder(program: Program, flavour: str, policy: str, name: str) -> Unwinder:
-    key = (program.name, program.text_base, program.code_map, policy)
-    if flavour == "code" and program.code_map is not None and key in _CODE_BLOBS:
+    cached = flavour == "code" and program.code_map is not None
+    key = (program.name, program.text_base, program.code_map, policy) if cached else None
+    if key in _CODE_BLOBS:
         blob = _CODE_BLOBS[key]
     else:
         functions = code_cfi(program) if flavour == "code" else program.cfi[flavour]
         blob = chrome_v2.encode(functions, program.text_base, policy, code_at=program.code).blob("seed") \
             if functions else None
-        if flavour == "code" and program.code_map is not None:
-            _CODE_BLOBS.update({key: blob} if len(_CODE_BLOBS) < 16 else {})
+        if cached and len(_CODE_BLOBS) < 16:
+            _CODE_BLOBS[key] = blob
     if blob is None:  # no Thumb function found (a stripped executable): no tables
         return DwarfUnwinder((), name)
     # Through the bytes, so the verified path is the one a device would run.
