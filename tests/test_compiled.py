@@ -12,6 +12,12 @@ from pathlib import Path
 import pytest
 
 from harness.elf_program import program_from_elf
+from harness.formats import chrome_v2
+from harness.formats.chrome_v2 import V2Reader
+from harness.formats.chrome_v2.encoder import cover_text
+from harness.formats.chrome_v2.grouping import group_at_excursions
+from harness.formats.chrome_v2.layout import serialize
+from harness.formats.chrome_v2.tables import build_tables
 from harness.unwind import build_unwinders
 from harness.verify.stops import verify_program
 
@@ -86,6 +92,24 @@ def test_clang_O2_v2_fails_only_in_epilogues_or_where_clang_cfi_is_wrong(file):
 def test_gcc_dwarf_fails_only_where_gcc_cfi_is_wrong(file):
     found = {(f.function, f.pc) for f in failures_with_cfi(file, "dwarf")}
     assert found == GCC_DWARF[file]
+
+
+@pytest.mark.parametrize("file", sorted(BY_FILE))
+def test_regrouped_entries_give_every_address_the_same_run(file):
+    """Tables with synthesized epilogue rows, their entries regrouped at
+    excursions (chrome_v2.grouping), against the same rows with an entry at
+    each function start: the same run at every half-word of the text;
+    `encode` keeps the smaller."""
+    p = program(file)
+    encoded = chrome_v2.encode(p.cfi["tables"], p.text_base, "synthesize", code_at=p.code)
+    at_starts = cover_text(encoded.functions, p.text_base)
+    tables = [build_tables(entries, p.text_base) for entries in (group_at_excursions(at_starts), at_starts)]
+    readers = [V2Reader.from_blob(serialize(t, "seed"), "seed") for t in tables]
+    for offset in range(0, max(f.end for f in at_starts) - p.text_base, 2):
+        grouped, plain = (r.run(r.lookup(offset).instruction_index) for r in readers)
+        assert grouped == plain, f"{file} at {p.text_base + offset:#x}"
+    assert len(tables[0].function_table) != len(tables[1].function_table)
+    assert len(encoded.blob("chrome")) == min(len(serialize(t, "chrome")) for t in tables)
 
 
 @pytest.mark.skipif(not all(shutil.which(t) for t in ("arm-none-eabi-gcc", "clang", "ld.lld", "gcc")),

@@ -14,9 +14,9 @@ from harness.formats.chrome_v2.encoder import (
     InexpressibleState,
     cover_text,
     function_unwind,
-    split_at_epilogues,
     state_instructions,
 )
+from harness.formats.chrome_v2.grouping import group_at_excursions
 from harness.formats.chrome_v2.layout import serialize
 from harness.formats.chrome_v2.tables import build_tables
 from harness.program import CfiRow, FunctionCfi
@@ -188,32 +188,35 @@ def test_states_no_frame_has_are_refused_at_once(row, words):
         frame_instructions(row)
 
 
-def test_epilogues_become_function_table_entries_with_the_same_run_everywhere():
-    """split_at_epilogues: a function whose rows leave the body's state for
-    an epilogue and come back is cut there; each address still finds the
-    run it found in the uncut tables, the first piece's list is `drop`'s,
-    and two functions with the same epilogue after the same body share
-    its list."""
+def runs_at_every_address(tables, end: int, base: int = 0x1000) -> list[bytes]:
+    reader = V2Reader.from_blob(serialize(tables, "seed"), "seed")
+    return [reader.run(reader.lookup(offset).instruction_index) for offset in range(0, end - base, 2)]
+
+
+def test_entries_start_at_excursions_with_the_same_run_everywhere():
+    """group_at_excursions: an entry starts where the code leaves its
+    function's body (each epilogue; a last epilogue runs on through the
+    padding into the next function's prologue), so each list holds small
+    offsets and excursions of the same shape share it; every address still
+    finds the run it found with entries at function starts."""
     body = ((4, -8), (14, -4))
     rows = (CfiRow(0x1000), CfiRow(0x1002, 13, 8, body), CfiRow(0x1004, 13, 16, body),
             CfiRow(0x1010, 13, 8, body), CfiRow(0x1012, 13, 16, body),  # add sp, #8; pop {r4, pc}; body again
-            CfiRow(0x1020, 13, 8, body))  # a last epilogue at the end
+            CfiRow(0x1020, 13, 8, body))  # a last epilogue, then 2 bytes of padding
     later = rows[:3] + tuple(replace(r, address=r.address + 0x10) for r in rows[3:])  # g: its epilogues later
-    functions = [FunctionCfi("f", 0x1000, 0x1024, rows),
+    functions = [FunctionCfi("f", 0x1000, 0x1022, rows),
                  FunctionCfi("g", 0x1024, 0x1058, tuple(replace(r, address=r.address + 0x24) for r in later))]
-    pieces = split_at_epilogues(function_unwind(functions[0], "keep"))
-    assert [(p.start, p.end, [u.offset for u in p.address_unwinds]) for p in pieces] == [
-        (0x1000, 0x1010, [0, 2, 4]), (0x1010, 0x1020, [0, 2]), (0x1020, 0x1024, [0])]
-    assert pieces[0].address_unwinds == function_unwind(functions[0], "drop").address_unwinds
     covering = cover_text([function_unwind(f, "keep") for f in functions], 0x1000)
-    split = build_tables([piece for f in covering for piece in split_at_epilogues(f)], 0x1000)
-    whole = build_tables(covering, 0x1000)
-    split_reader, whole_reader = (V2Reader.from_blob(serialize(t, "seed"), "seed") for t in (split, whole))
-    for offset in range(0, 0x58, 2):
-        assert split_reader.run(split_reader.lookup(offset).instruction_index) == \
-            whole_reader.run(whole_reader.lookup(offset).instruction_index), hex(offset)
-    lists = [entry.offset_table_index for entry in split.function_table]
-    assert len(lists) == 7 and lists[1] == lists[4] and lists[0] == lists[3]  # f's pieces are g's (+ a filler)
-    # encode keeps whichever is smaller: at this size, the uncut tables
+    grouped = group_at_excursions(covering)
+    assert [(p.name, p.start, p.end, [u.offset for u in p.address_unwinds]) for p in grouped] == [
+        ("f", 0x1000, 0x1010, [0, 2, 4]),  # f's prologue and body: drop's list
+        ("f", 0x1010, 0x1020, [0, 2]),  # pop {r4, pc}, then the body again
+        ("f", 0x1020, 0x1044, [0, 2, 6, 8]),  # pop; padding and g's entry (both finish); push; body
+        ("g", 0x1044, 0x1054, [0, 2]),  # g's epilogue: f's list
+        ("g", 0x1054, 0x1058, [0, 4])]  # its last, then refuse-to-unwind after the text
+    assert grouped[3].address_unwinds == grouped[1].address_unwinds
+    assert runs_at_every_address(build_tables(grouped, 0x1000), 0x1058) == \
+        runs_at_every_address(build_tables(covering, 0x1000), 0x1058)
+    # encode keeps whichever is smaller
     assert len(encode(functions, 0x1000, "keep").blob("chrome")) == \
-        min(len(serialize(t, "chrome")) for t in (split, whole)) == len(serialize(whole, "chrome"))
+        min(len(serialize(build_tables(pieces, 0x1000), "chrome")) for pieces in (grouped, covering))

@@ -18,8 +18,8 @@ from harness.formats.chrome_v2.encoder import (
     FunctionUnwind,
     cover_text,
     function_unwind,
-    split_at_epilogues,
 )
+from harness.formats.chrome_v2.grouping import group_at_excursions
 from harness.formats.chrome_v2.layout import LAYOUTS, Layout, header_fields, serialize
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.formats.chrome_v2.synthesize import synthesize_epilogues
@@ -105,9 +105,12 @@ def encode(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePol
     encoded = tuple(function_unwind(f, "keep" if policy == "synthesize" else policy) for f in functions)
     covering = tuple(cover_text(encoded, text_base))
     tables = build_tables(covering, text_base)
-    if policy != "drop":  # epilogue rows: each epilogue its own function table entry, where that is smaller
-        pieces = tuple(piece for function in covering for piece in split_at_epilogues(function))
-        cut = build_tables(pieces, text_base)
-        if len(serialize(cut, "chrome")) < len(serialize(tables, "chrome")):
-            covering, tables = pieces, cut
+    # Epilogue rows: entries at each excursion from a body, where that is
+    # smaller. Not under `drop`, whose entries stay at function starts
+    # (the v2+epilogue unwinder takes a function's start from them).
+    if policy != "drop":
+        grouped = group_at_excursions(covering)
+        regrouped = build_tables(grouped, text_base)
+        if len(serialize(regrouped, "chrome")) < len(serialize(tables, "chrome")):
+            covering, tables = grouped, regrouped
     return Encoded(text_base, policy, encoded, covering, tables)

@@ -7,7 +7,7 @@ restore_state encode as correctly as prologue rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterable, Literal
 
 from harness.errors import EncodeError
@@ -187,32 +187,3 @@ def cover_text(functions: Iterable[FunctionUnwind], text_base: int) -> list[Func
 
 def _filler(start: int, end: int, name: str, run: bytes) -> FunctionUnwind:
     return FunctionUnwind(start, end, name, (AddressUnwind(0, run),))
-
-
-def split_at_epilogues(function: FunctionUnwind) -> tuple[FunctionUnwind, ...]:
-    """The function's entries cut into pieces at each run of rows that
-    leaves its body's state (an epilogue), each piece its own function
-    table entry. Lookups (the last entry at or before pc) give every
-    address the run they gave before; the bytes shrink because a whole
-    function's offset list is unique once it holds epilogue rows (its
-    prologue part, shared by every function of the same shape under
-    `drop`, is stored again each time), while cut up its first piece is
-    `drop`'s list and each epilogue piece, (0, epilogue state) ... (n,
-    body state), is shared by every epilogue of the same shape after the
-    same body. The body is the run covering the most bytes."""
-    unwinds = function.address_unwinds
-    ends = [u.offset for u in unwinds[1:]] + [function.end - function.start]
-    covered: dict[bytes, int] = {}
-    for unwind, end in zip(unwinds, ends):
-        covered[unwind.instructions] = covered.get(unwind.instructions, 0) + end - unwind.offset
-    body = max(covered, key=lambda run: (covered[run], run))
-    first = next(index for index, unwind in enumerate(unwinds) if unwind.instructions == body)
-    cuts = [index for index in range(first + 1, len(unwinds))
-            if unwinds[index].instructions != body and unwinds[index - 1].instructions == body]
-    pieces = []
-    for low, high in zip([0, *cuts], [*cuts, len(unwinds)]):
-        base = unwinds[low].offset
-        end = function.start + unwinds[high].offset if high < len(unwinds) else function.end
-        pieces.append(replace(function, start=function.start + base, end=end, address_unwinds=tuple(
-            AddressUnwind(u.offset - base, u.instructions) for u in unwinds[low:high])))
-    return tuple(pieces)
