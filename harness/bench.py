@@ -13,6 +13,8 @@ target in a test.
 3. The v2 encoder at Chrome's scale, on a synthetic text drawn from the
    functions of the compiled corpus, in a fresh process (for its peak memory).
 4. The v2 reader at that scale: lookups per second over random pcs.
+5, 6. Table sizes: rows from code, and epilogue rows against `drop`
+   (harness.bench_sizes).
 """
 
 from __future__ import annotations
@@ -21,23 +23,19 @@ import gc
 import random
 import resource
 import time
-import tracemalloc
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
-from pathlib import Path
-from typing import Sequence
 
 from generators.corpus import generate_program
-from harness.elf_program import elf_functions
+from harness.bench_sizes import epilogue_rows, synthesis_at_scale, synthesis_binary
 from harness.formats import chrome_v2
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
-from harness.linux.corpus import cache as linux_cache
 from harness.manifest import ELF_CORPUS
 from harness.program import FunctionCfi, Program
 from harness.report.summary import summarize
-from harness.thumb.discovery import GAP
 from harness.unwind import build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.frame import Stack
@@ -60,10 +58,11 @@ class BenchSize:
     recorded_stops: int  # stops replayed for the step cost
     functions: int  # synthetic text for the encoder and reader
     lookups: int
+    linux: bool  # epilogue rows of the built Linux corpus programs too
 
 
-FULL = BenchSize(programs=40, recorded_stops=4_000, functions=400_000, lookups=500_000)
-QUICK = BenchSize(programs=1, recorded_stops=200, functions=4_000, lookups=20_000)
+FULL = BenchSize(programs=40, recorded_stops=4_000, functions=400_000, lookups=500_000, linux=True)
+QUICK = BenchSize(programs=1, recorded_stops=200, functions=4_000, lookups=20_000, linux=False)
 
 
 # ------------------------------------------------------------ 1. overhead
@@ -277,40 +276,6 @@ def encode_at_scale(count: int) -> dict:
     }
 
 
-SYNTHESIS_BINARY = "cjmp-gcc-O2-fp-static"  # the Linux slice's static build: glibc's Thumb code and ours
-
-
-def synthesis_binary() -> Path:
-    """The largest binary at hand for measuring synthesis: the Linux slice's
-    static executable when built (make), else the largest compiled ELF."""
-    built = linux_cache() / "bin" / SYNTHESIS_BINARY
-    return built if built.exists() else max(sorted(ELF_CORPUS.glob("*.elf")), key=lambda p: p.stat().st_size)
-
-
-def synthesis_at_scale(path: str) -> dict:
-    """Rows from the code of every Thumb function of `path`: time, then the
-    peak of Python's allocations doing it again (tracemalloc), and the v2
-    bytes per function beside the tables from the compiler's CFI, for the
-    functions both describe (policy keep, chrome layout)."""
-    image = open_elf(path)
-    started = time.perf_counter()
-    synthesized = tuple(f for f in elf_functions(image, from_code=True) if f.name != GAP)
-    seconds = time.perf_counter() - started
-    tracemalloc.start()
-    elf_functions(image, from_code=True)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    with_cfi = {f.start: f for f in read_cfi(image)}
-    same = [f for f in synthesized if f.start in with_cfi]
-    per_function = lambda functions: len(chrome_v2.encode(  # noqa: E731
-        functions, min(f.start for f in synthesized), "keep").blob("chrome")) / max(len(functions), 1)
-    return {"binary": Path(path).name, "functions": len(synthesized), "seconds": seconds,
-            "seconds_per_10k_functions": seconds * 10_000 / len(synthesized), "peak_mb": peak / (1 << 20),
-            "functions_with_cfi": len(same), "refusing_functions": sum(bool(f.problems) for f in synthesized),
-            "bytes_per_function_from_code": per_function(same),
-            "bytes_per_function_from_cfi": per_function([with_cfi[f.start] for f in same])}
-
-
 def lookups(blob: bytes, text_end: int, text_base: int, count: int, seed: int = 1) -> dict:
     started = time.perf_counter()
     reader = chrome_v2.V2Reader.from_blob(blob, "chrome")
@@ -338,6 +303,7 @@ def run_bench(size: BenchSize) -> dict:
     with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
         scale = pool.submit(encode_at_scale, size.functions).result()
     figures["synthesis"] = synthesis_at_scale(str(synthesis_binary()))
+    figures["epilogue_rows"] = epilogue_rows(size.programs, size.linux)
     blob = scale.pop("blob")
     figures["encoder"] = scale
     figures["reader"] = lookups(blob, scale.pop("text_end"), scale.pop("text_base"), size.lookups)
@@ -396,4 +362,7 @@ def table_rows(figures: dict) -> list[tuple[str, str, str]]:
         ("v2 bytes per function: from code / CFI", f"{y['bytes_per_function_from_code']:.2f} / "
          f"{y['bytes_per_function_from_cfi']:.2f}", f"the {y['functions_with_cfi']:,} functions with CFI"),
     ]
+    rows += [(f"epilogue rows: {row['input']}", f"{row['over_drop']:+.0%} over drop",
+              f"{row['drop']:,} -> {row['synthesize']:,} bytes, {row['epilogues_inside']:,} inside epilogues")
+             for row in figures["epilogue_rows"]]
     return rows

@@ -189,7 +189,8 @@ def assemble(records: Sequence[dict], names: Sequence[str], seed: int) -> dict:
     compiled = [r for r in records if r["kind"] == "elf"]
     sizes = {"layout": "seed", "rows": [
         add_size_rows(f"generated corpus ({len(generated)} programs)", [r["size"] for r in generated]),
-        *(r["size"] for r in compiled), CHROME_REFERENCE]}
+        *(r["size"] for r in compiled), CHROME_REFERENCE],
+        "linux_rows": [r["size"] for r in records if r["kind"] == "linux" and r.get("size")]}
     data = report_data([from_json(r["summary"]) for r in generated], names, seed, "generated", sizes)
     if compiled:
         data["elf"] = [r["group"] for r in compiled]

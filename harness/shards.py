@@ -136,7 +136,7 @@ SAMPLE = object_of({"program": string, "stop": COUNT, "pc": hex_address, "functi
 SAMPLES = list_of(SAMPLE, SAMPLES_PER_UNWINDER)
 CULPRITS = object_of({"innermost": COUNT, "deeper": COUNT, "traits": map_of(TRAIT, COUNT)})
 SIZE = object_of({"input": string, "functions": POSITIVE, "addresses": POSITIVE, "v1_refused": COUNT,
-                "bytes": object_of({name: optional(COUNT) for name in FORMATS})})
+                "epilogues_inside": COUNT, "bytes": object_of({name: optional(COUNT) for name in FORMATS})})
 RESULT_ROW = object_of({"unwinder": string, "category": one_of((ALL, *TRAITS, NO_INFO, CXX_EXCEPTION, *MODULES), "a category"),
                         "position": one_of((*POSITIONS, ALL)), "stops": COUNT, "failed": COUNT,
                         "failure_kinds": map_of(KIND, COUNT), "stopped": COUNT,
@@ -163,7 +163,7 @@ def _records(unwinder: Check) -> dict[str, Check]:
                      "failed_in_frames_without_cfi": map_of(unwinder, COUNT), "results": list_of(RESULT_ROW),
                      "culprits": map_of(unwinder, CULPRITS), "failure_samples": map_of(unwinder, SAMPLES)},
                     {"every": POSITIVE})  # a Linux program verified at every N-th stop
-    more = {"generated": {"size": SIZE}, "elf": {"group": group, "size": SIZE}, "linux": {"group": group}, "stops": {}}
+    more = {"generated": {"size": SIZE}, "elf": {"group": group, "size": SIZE}, "linux": {"group": group, "size": optional(SIZE)}, "stops": {}}
     return {kind: object_of({"index": COUNT, "kind": one_of([kind]), "summary": summary, **more[kind]}) for kind in more}
 
 

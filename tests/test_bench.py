@@ -10,6 +10,7 @@ import pytest
 from harness.bench import snapshot
 from harness.cli import main
 from harness.errors import BadRead
+from harness.manifest import elf_builds
 from harness.unwind.v2 import DirectMappedCache
 
 KEYS = ("verifier_overhead_ratio", "overhead_ratio_against_no_hook", "step_cost_ratio_dwarf_over_v2", "cache_hit_rate", "encode_seconds",
@@ -60,3 +61,15 @@ def test_snapshot_stack_reads_what_was_copied_and_keeps_bounds():
         stack.read_u32(0x1000)  # below the live stack, though the line was copied
     assert stack.contains(0x1100) and not stack.contains(0x1101)
     assert stack.read_u32(0x10F0) == 0  # a line no walk read: held as zeros
+
+
+def test_epilogue_rows_stay_within_a_fifth_of_drop_on_compiled_builds(figures):
+    """Issue 17's bound, where it holds: synthesized epilogue rows cost at
+    most 20% over Chrome's `drop` on the generated corpus and on every
+    compiled build (the Linux builds with many epilogues inside functions
+    are measured by the full bench; docs/synthesis.md)."""
+    rows = figures["epilogue_rows"]
+    assert [row["input"] for row in rows][1:] == [f"corpus/elf/{b['file']}" for b in elf_builds()]
+    for row in rows:
+        assert row["over_drop"] == pytest.approx(row["synthesize"] / row["drop"] - 1)
+        assert row["over_drop"] <= 0.20, row

@@ -16,7 +16,7 @@ from harness.formats.chrome_v2.encoder import (
     function_unwind,
     state_instructions,
 )
-from harness.formats.chrome_v2.grouping import group_at_excursions
+from harness.formats.chrome_v2.grouping import epilogues_inside, group_at_excursions, segments
 from harness.formats.chrome_v2.layout import serialize
 from harness.formats.chrome_v2.tables import build_tables
 from harness.program import CfiRow, FunctionCfi
@@ -220,3 +220,29 @@ def test_entries_start_at_excursions_with_the_same_run_everywhere():
     # encode keeps whichever is smaller
     assert len(encode(functions, 0x1000, "keep").blob("chrome")) == \
         min(len(serialize(build_tables(pieces, 0x1000), "chrome")) for pieces in (grouped, covering))
+
+def test_lists_no_other_group_shares_are_joined():
+    """The local search after cutting at excursions: five functions whose
+    frames all differ give five lists stored once each, so joining them
+    saves an entry for a few pairs; the runs at every address stay."""
+    functions = []
+    for number in range(5):
+        start = 0x1000 + 0x40 * number
+        body = ((4, -8), (14, -4))
+        functions.append(FunctionCfi(f"f{number}", start, start + 0x40, (
+            CfiRow(start), CfiRow(start + 2, 13, 8, body), CfiRow(start + 4, 13, 16 + 8 * number, body),
+            CfiRow(start + 0x3C, 13, 8, body))))  # add sp; pop {r4, pc} at the end
+    covering = cover_text([function_unwind(f, "keep") for f in functions], 0x1000)
+    excursions = [s for before, s in zip(segments(covering), segments(covering)[1:]) if before.in_body and not s.in_body]
+    grouped = group_at_excursions(covering)
+    assert len(excursions) == 5 and len(grouped) < 1 + len(excursions)
+    end = 0x1000 + 0x40 * 5
+    assert runs_at_every_address(build_tables(grouped, 0x1000), end) == \
+        runs_at_every_address(build_tables(covering, 0x1000), end)
+
+
+def test_epilogues_inside_count_returns_to_the_body():
+    body = ((4, -8), (14, -4))
+    rows = (CfiRow(0x1000), CfiRow(0x1002, 13, 16, body), CfiRow(0x1010, 13, 8, body),
+            CfiRow(0x1012, 13, 16, body), CfiRow(0x1020, 13, 8, body))  # one inside, one last
+    assert epilogues_inside(function_unwind(FunctionCfi("f", 0x1000, 0x1022, rows), "keep")) == 1

@@ -1,9 +1,13 @@
 """Lookup across 128 KiB pages, each edge case on its own, for both layouts."""
 
+from dataclasses import replace
+
 import pytest
 from v2_helpers import read_back, run_text, simple_function
 
-from harness.formats.chrome_v2 import LAYOUTS
+from harness.formats.chrome_v2 import LAYOUTS, V2Reader, serialize
+from harness.formats.chrome_v2.encoder import cover_text, function_unwind
+from harness.formats.chrome_v2.tables import build_tables
 
 PAGE = 1 << 17
 pytestmark = pytest.mark.parametrize("layout", LAYOUTS)
@@ -61,6 +65,22 @@ def test_last_page(layout):
     # After the last function: refuse, then past the page table: nothing.
     assert run_text(reader, PAGE + 0x240) == "refuse to unwind"
     assert reader.lookup(2 * PAGE) is None
+
+
+def test_last_entry_running_into_a_page_no_entry_starts_in(layout):
+    # Entries grouped across functions (chrome_v2.grouping) may end with
+    # one that starts in page 0 and runs on into page 2: the page table
+    # reaches the end of the text, not only the last entry's start.
+    functions = [simple_function("a", 0, 0x100), simple_function("b", 0x100, 2 * PAGE, 16)]
+    covering = cover_text([function_unwind(f, "drop") for f in functions], 0)
+    tables = build_tables([covering[0], replace(covering[1], end=covering[-1].end)], 0)
+    reader = V2Reader.from_blob(serialize(tables, layout), layout)
+    assert len(reader.tables.page_table) == 3
+    assert reader.tables.continuation == (False, True, True)
+    for pc in (PAGE, 2 * PAGE + 0x80):
+        found = reader.lookup(pc)
+        assert (found.function_start, found.function_offset) == (0x100, (pc - 0x100) // 2)
+        assert run_text(reader, pc) == "vsp = vsp + 16; finish"
 
 
 def test_last_function_ending_on_a_page_boundary_adds_no_page(layout):

@@ -15,12 +15,15 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from harness.elf_program import elf_unwinder_names
+from harness.elf_program import elf_unwinder_names, program_from_image
 from harness.errors import InputError
 from harness.filesystem import read_input, read_json
+from harness.formats.elf import open_elf, section_size
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.verify import Expected, process_program, verify_process
+from harness.program import Program
 from harness.report.data import elf_group
+from harness.report.sizes import size_row
 from harness.report.summary import summarize, to_json
 from harness.unwind import build_unwinders
 from harness.verify.abi import Limits
@@ -92,4 +95,19 @@ def run_linux_unit(index: int, entry: dict, names: tuple[str, ...], limits: Limi
     summary = summarize(result)
     group = elf_group(summary, names, build_label(entry), {})
     return {"index": index, "kind": "linux", "summary": to_json(summary),
-            "group": {**group, "every": every} if every > 1 else group}
+            "group": {**group, "every": every} if every > 1 else group,
+            "size": executable_sizes(run.program, f"corpus/linux/{entry['name']}")}
+
+
+def executable_sizes(path: str, label: str) -> dict | None:
+    """The size row of the executable's own CFI (None when it ships none)."""
+    program = executable_with_cfi(path)
+    return None if program is None else size_row(label, [program], section_size(open_elf(path), ".debug_frame"))
+
+
+def executable_with_cfi(path: str) -> Program | None:
+    """The executable's own code and CFI, without its libraries (None when
+    it ships no CFI: Debian's binaries)."""
+    image = open_elf(path)
+    program = program_from_image(image, image.elf["e_entry"], cfi_required=False)
+    return program if program.cfi["tables"] else None

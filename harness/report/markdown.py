@@ -6,6 +6,7 @@ from harness.classify import POSITIONS
 from harness.report.data import ALL, index_rows
 from harness.report.tables import (
     elf_cells,
+    epilogue_cells,
     failed_and_stopped,
     group_cells,
     linux_cells,
@@ -77,6 +78,8 @@ def markdown(data: dict, title: str) -> str:
 def size_lines(sizes: dict | None) -> list[str]:
     if not sizes:
         return []
+    # The Linux programs' executables too (their own DWARF), here only: not in the terminal or README.
+    sizes = {**sizes, "rows": sizes["rows"] + sizes.get("linux_rows", [])}
     header, totals, ratios = size_cells(sizes)
     out = ["", f"## Table sizes (bytes; v2 in the {sizes['layout']} layout)", "",
            "The compiler's own sections as linked, and the tables built here from the same CFI. "
@@ -87,6 +90,10 @@ def size_lines(sizes: dict | None) -> list[str]:
     out += ["| " + " | ".join(row) + " |" for row in totals]
     out += ["", "Bytes per function / per address:", "", *table_lines(header)]
     out += ["| " + " | ".join(row) + " |" for row in ratios]
+    header, body = epilogue_cells(sizes["rows"])
+    out += ["", "Epilogue rows against `drop`. An epilogue with more of its function after it takes "
+            "a function table entry (4 bytes) or two pairs in a list (docs/synthesis.md).", "", *table_lines(header)]
+    out += ["| " + " | ".join(row) + " |" for row in body]
     return out
 
 

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from harness.formats import chrome_v2
 from harness.formats.chrome_v1 import encode_v1
+from harness.formats.chrome_v2.grouping import epilogues_inside
 from harness.program import Program
 
 POLICY_SOURCES = {"drop": "tables", "keep": "reference", "synthesize": "tables"}
@@ -38,7 +39,7 @@ def size_row(label: str, programs: Sequence[Program], debug_frame: int | None = 
     size; None where no DWARF was emitted)."""
     totals = dict.fromkeys(FORMATS, 0)
     totals[".debug_frame"] = debug_frame
-    functions = addresses = refused = 0
+    functions = addresses = refused = inside = 0
     for program in programs:
         for policy, flavour in POLICY_SOURCES.items():
             encoded = chrome_v2.encode(program.cfi[flavour], program.text_base, policy, code_at=program.code)
@@ -46,6 +47,8 @@ def size_row(label: str, programs: Sequence[Program], debug_frame: int | None = 
             if policy == "drop":
                 functions += len(encoded.functions)
                 addresses += encoded.addresses
+            elif policy == "synthesize":
+                inside += sum(epilogues_inside(f) for f in encoded.functions)
         v1 = encode_v1(program.cfi["tables"], program.text_base)
         totals["v1"] += len(v1.blob)
         refused += len(v1.refused)
@@ -54,14 +57,15 @@ def size_row(label: str, programs: Sequence[Program], debug_frame: int | None = 
         elif totals["exidx+extab"] is not None:
             totals["exidx+extab"] += len(program.exidx.exidx) + len(program.exidx.extab)
     return {"input": label, "functions": functions, "addresses": addresses, "bytes": totals,
-            "v1_refused": refused}
+            "v1_refused": refused, "epilogues_inside": inside}
 
 
 def add_size_rows(label: str, rows: Sequence[dict]) -> dict:
     """One row for the inputs of `rows` together (a format missing from one is missing)."""
-    total = {"input": label, "functions": 0, "addresses": 0, "bytes": dict.fromkeys(FORMATS, 0), "v1_refused": 0}
+    total = {"input": label, "functions": 0, "addresses": 0, "bytes": dict.fromkeys(FORMATS, 0), "v1_refused": 0,
+             "epilogues_inside": 0}
     for row in rows:
-        for key in ("functions", "addresses", "v1_refused"):
+        for key in ("functions", "addresses", "v1_refused", "epilogues_inside"):
             total[key] += row[key]
         for name in FORMATS:
             mine, theirs = total["bytes"][name], row["bytes"][name]

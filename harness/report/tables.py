@@ -91,6 +91,21 @@ def size_cells(sizes: dict) -> tuple[list[str], list[list[str]], list[list[str]]
     return header, totals, ratios
 
 
+def epilogue_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """What epilogue rows cost over `drop`, and the epilogues that have more
+    of their function after them (each needs a function table entry of its
+    own, or two pairs in a list, see chrome_v2.grouping)."""
+    header = ["input", "epilogues inside functions", "v2 drop", "v2 synthesize", "over drop"]
+    body = []
+    for row in rows:
+        inside, drop, synthesize = row.get("epilogues_inside"), row["bytes"]["v2 drop"], row["bytes"]["v2 synthesize"]
+        if inside is None or not drop or synthesize is None:
+            continue
+        body.append([row["input"], f"{inside:,}", f"{drop:,}", f"{synthesize:,}",
+                     f"{100 * (synthesize / drop - 1):+.0f}%"])
+    return header, body
+
+
 def elf_cells(groups: list[dict]) -> tuple[list[str], list[list[str]]]:
     names = list(dict.fromkeys(u for group in groups for u in unwinder_names(group)))
     header = ["build", "stops", "no_info stops", *(f"{u} failed" for u in names),

@@ -12,21 +12,22 @@ excursion: an epilogue, then for a last epilogue the padding and the next
 function's prologue) and runs through the body that follows. Its list
 holds small offsets only, (0, epilogue) ... (n, next body), and is shared
 by every excursion of the same shape; a function costs no entry of its own
-when the excursion before it reaches into it. Where such a list would be
-stored for one excursion alone, a second entry at the function start may
-be cheaper (the function's own list being `drop`'s, shared): chosen by
-`_worth_cutting`.
+when the excursion before it reaches into it. Then a local search moves
+cuts where a byte model says so (`_improved`): lists stored for one group
+alone are joined to their neighbours, and a function start gets an entry
+of its own where the list from there on is shared.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import NamedTuple, Sequence
 
 from harness.formats import uleb128
 from harness.formats.chrome_v2.encoder import AddressUnwind, FunctionUnwind
 
 ENTRY_BYTES = 4  # a function table entry: page offset and list index, 16 bits each
+MAX_GROUP, MAX_PASSES = 32, 4  # bounds on the local search (see _improved)
 
 
 class Segment(NamedTuple):
@@ -74,7 +75,7 @@ def group_at_excursions(covering: Sequence[FunctionUnwind]) -> tuple[FunctionUnw
     the run it found there, starting at each excursion (see the module)."""
     found = segments(covering)
     cuts = [0] + [i for i in range(1, len(found)) if found[i - 1].in_body and not found[i].in_body]
-    cuts = sorted(set(cuts) | _worth_cutting(found, cuts))
+    cuts = _improved(found, cuts)
     pieces = []
     for low, high in zip(cuts, [*cuts[1:], len(found)]):
         start = found[low].address
@@ -95,29 +96,61 @@ def _list_bytes(pairs: Pairs) -> int:
     return sum(uleb128.size(offset >> 1) + 1 for offset, _ in pairs)
 
 
-def _worth_cutting(found: Sequence[Segment], cuts: Sequence[int]) -> set[int]:
-    """Function starts inside an excursion's entry where a second entry
-    saves bytes: the excursion's list is stored for it alone, the list from
-    the function start on is shared (or becomes shared by the cuts made
-    together here), and the head list before it already exists. Greedy, by
-    the list from the function start, so a newly stored list pays once."""
+def _improved(found: Sequence[Segment], cuts: Sequence[int]) -> list[int]:
+    """`cuts` after a local search: add or remove one cut at a time while
+    that makes the tables smaller by a byte model (4 bytes an entry, each
+    distinct list's bytes once). Removing a cut pays where both lists were
+    stored for one group alone (a function whose prologue shape no other
+    has: its list grows by pairs, but loses an entry); adding one at a
+    function start pays where the list from there on is shared. Groups
+    stay within MAX_GROUP segments, which bounds the work."""
+    is_cut = [False] * len(found)
+    for cut in cuts:
+        is_cut[cut] = True
     bounds = list(zip(cuts, [*cuts[1:], len(found)]))
-    whole = [_pairs(found, low, high) for low, high in bounds]
-    uses = Counter(whole)
-    by_tail: dict[Pairs, list[tuple[Pairs, Pairs, int]]] = defaultdict(list)
-    for (low, high), pairs in zip(bounds, whole):
-        inner = next((i for i in range(low + 1, high) if found[i].starts_function), None)
-        if inner is not None and uses[pairs] == 1:
-            by_tail[_pairs(found, inner, high)].append((pairs, _pairs(found, low, inner), inner))
-    chosen: set[int] = set()
-    for tail, options in sorted(by_tail.items()):
-        gains = [(pairs, head, inner) for pairs, head, inner in options
-                 if _list_bytes(pairs) > ENTRY_BYTES + (0 if uses[head] else _list_bytes(head))]
-        saving = sum(_list_bytes(pairs) - ENTRY_BYTES - (0 if uses[head] else _list_bytes(head))
-                     for pairs, head, _ in gains)
-        if saving > (0 if uses[tail] else _list_bytes(tail)):
-            for pairs, head, inner in gains:
-                uses.update((head, tail))
-                uses[pairs] -= 1
-                chosen.add(inner)
-    return chosen
+    uses = Counter(_pairs(found, low, high) for low, high in bounds)
+
+    def change(old: list[tuple[int, int]], new: list[tuple[int, int]]) -> int:
+        delta = ENTRY_BYTES * (len(new) - len(old))
+        for low, high in old:
+            pairs = _pairs(found, low, high)
+            uses[pairs] -= 1
+            delta -= _list_bytes(pairs) if not uses[pairs] else 0
+        for low, high in new:
+            pairs = _pairs(found, low, high)
+            delta += _list_bytes(pairs) if not uses[pairs] else 0
+            uses[pairs] += 1
+        return delta
+
+    for _ in range(MAX_PASSES):
+        improved = False
+        for at in range(1, len(found)):
+            low = at - 1
+            while not is_cut[low]:
+                low -= 1
+            high = at + 1
+            while high < len(found) and not is_cut[high]:
+                high += 1
+            if is_cut[at] and high - low > MAX_GROUP:
+                continue
+            old, new = [(low, at), (at, high)], [(low, high)]
+            if not is_cut[at]:
+                old, new = new, old
+            if change(old, new) < 0:
+                is_cut[at] = not is_cut[at]
+                improved = True
+            else:
+                change(new, old)
+        if not improved:
+            break
+    return [index for index, cut in enumerate(is_cut) if cut]
+
+
+def epilogues_inside(function: FunctionUnwind) -> int:
+    """Excursions from the body that come back to it within the function
+    (epilogues with code after them): each costs a function table entry, or
+    two pairs in a list of its own, whatever the grouping."""
+    body = body_run(function)
+    runs = [u.instructions for u in function.address_unwinds]
+    first = runs.index(body)
+    return sum(1 for before, after in zip(runs[first:], runs[first + 1:]) if after == body and before != body)

@@ -103,7 +103,10 @@ def build_tables(functions: Sequence[FunctionUnwind], text_base: int) -> V2Table
         entries.append(FunctionTableEntry((relative >> 1) & U16_MAX, index))
         pages.append(relative >> PAGE_SHIFT)
 
-    page_count = pages[-1] + 1
+    # Every page the text reaches, not only those an entry starts in: the
+    # last entry may run on into later pages (a long function, or an entry
+    # grouped across several), which the continuation bits then cover.
+    page_count = ((functions[-1].end - 1 - text_base) >> PAGE_SHIFT) + 1
     page_table = []
     entry = 0
     for page in range(page_count):
