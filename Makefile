@@ -68,6 +68,14 @@ fuzz: setup
 bench: setup
 	$(VENV)/bin/unwind-harness bench --json reports/bench.json
 
-# The README's figure tables, regenerated from reports/latest.json and reports/bench.json.
+# The rows from code beside the compiler's CFI, judged by running every
+# compiled build and every built Linux corpus program with CFI (about 6
+# minutes): reports/compare.json.
+.PHONY: compare
+compare: setup
+	$(VENV)/bin/python -m harness.compare_corpus --json reports/compare.json
+
+# The README's figure tables (and docs/synthesis.md's comparison), regenerated
+# from reports/latest.json, reports/bench.json and reports/compare.json.
 readme: setup
 	$(VENV)/bin/python -m harness.report.figures

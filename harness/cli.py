@@ -125,7 +125,8 @@ def _add_merge(subparsers) -> None:
 
 
 def _add_encode(subparsers) -> None:
-    encode = subparsers.add_parser("encode", help="v2 (or v1) blob from an ELF's DWARF CFI")
+    encode = subparsers.add_parser("encode", help="v2 (or v1) blob from an ELF's DWARF CFI",
+                                   usage="%(prog)s [options] ELF -o FILE [-- PROGRAM ARGUMENTS...]")
     encode.add_argument("elf")
     encode.add_argument("-o", "--output", required=True)
     encode.add_argument("--format", choices=("v2", "v1"), default="v2",
@@ -140,9 +141,23 @@ def _add_encode(subparsers) -> None:
     encode.add_argument("--entry", default=None,
                         help="with --compare: run this function (bare metal) and say which rows were right "
                              "where they disagree")
+    encode.add_argument("--run", action="store_true",
+                        help="with --compare: run the ELF as a Linux process (program arguments after --) and say "
+                             "which rows were right where they disagree")
+    _process(encode)
     encode.add_argument("--text-start", type=_address, default=None,
                         help="text base (default: lowest executable section address)")
     encode.set_defaults(handler=commands.cmd_encode)
+
+
+def _process(parser) -> None:
+    """How a Linux program runs as a process (verify-elf; encode --compare --run)."""
+    parser.add_argument("--sysroot", help="Linux: the directory absolute paths resolve in (the dynamic linker, "
+                                          "the shared libraries); nothing outside it is opened")
+    parser.add_argument("--cwd", help="Linux: the working directory relative paths resolve in (default: .)")
+    parser.add_argument("--stdin", help="Linux: the file the program reads as stdin (default: none, as /dev/null)")
+    parser.add_argument("--lazy-binding", action="store_true",
+                        help="Linux: let the dynamic linker bind lazily (default: bind now, as Android links)")
 
 
 def _add_verify_elf(subparsers) -> None:
@@ -151,12 +166,7 @@ def _add_verify_elf(subparsers) -> None:
                                    usage="%(prog)s [options] ELF [-- PROGRAM ARGUMENTS...]")
     verify.add_argument("elf", help="the ELF: an ARM Linux executable (hard-float EABI5), or bare metal with --entry")
     verify.add_argument("--entry", help="bare metal: the function symbol to call")
-    verify.add_argument("--sysroot", help="Linux: the directory absolute paths resolve in (the dynamic linker, "
-                                          "the shared libraries); nothing outside it is opened")
-    verify.add_argument("--cwd", help="Linux: the working directory relative paths resolve in (default: .)")
-    verify.add_argument("--stdin", help="Linux: the file the program reads as stdin (default: none, as /dev/null)")
-    verify.add_argument("--lazy-binding", action="store_true",
-                        help="Linux: let the dynamic linker bind lazily (default: bind now, as Android links)")
+    _process(verify)
     verify.add_argument("--expect-exit", type=int, default=None, help="Linux: the exit status a correct run has")
     verify.add_argument("--expect-stdout-sha256", default=None, help="Linux: the sha256 of a correct run's stdout")
     verify.add_argument("--every", type=_positive, default=1, help="verify every Nth stop only")
@@ -247,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     own, program_arguments = split_program_arguments(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(own)
     args.args = program_arguments
-    if program_arguments and args.command != "verify-elf":
+    if program_arguments and args.command != "verify-elf" and not getattr(args, "run", False):
         return _fail(f"{args.command} takes no program arguments (after --)", EXIT_BAD_INPUT)
     _within_limits(args)
     if sys.stdout is None:  # started with standard output closed

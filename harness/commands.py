@@ -88,7 +88,7 @@ def v1_summary(encoded: V1Encoded, functions: int, base: int) -> str:
 
 
 def cmd_encode(args) -> int:
-    check_output(args.output, [args.elf])
+    check_output(args.output, [args.elf, args.stdin])
     if args.format == "v1":
         image = open_elf(args.elf)
         base = text_base(image) if args.text_start is None else args.text_start
@@ -98,8 +98,12 @@ def cmd_encode(args) -> int:
         print(v1_summary(encoded_v1, len(functions), base))
         print(f"wrote {len(encoded_v1.blob)} bytes to {args.output}")
         return EXIT_OK
-    if (args.compare or args.entry) and not (args.from_code and args.compare):
-        raise InputError("--compare needs --from-code, and --entry needs --compare")
+    if (args.compare or args.entry or args.run) and not (args.from_code and args.compare):
+        raise InputError("--compare needs --from-code, and --entry and --run need --compare")
+    if args.entry and args.run:
+        raise InputError("--entry runs a bare-metal function, --run a Linux process: not both")
+    if (args.sysroot or args.cwd or args.stdin or args.lazy_binding) and not args.run:
+        raise InputError("--sysroot, --cwd, --stdin and --lazy-binding say how --run runs the program")
     image = open_elf(args.elf)
     functions = elf_functions(image, args.from_code)
     encoded = encode_elf(image, functions, args.epilogue, args.text_start)
@@ -110,7 +114,9 @@ def cmd_encode(args) -> int:
         print("\n".join(coverage_lines(tuple(functions), executable_ranges(image))))
     print(f"wrote {len(blob)} bytes to {args.output}")
     if args.compare:
-        print("\n".join(compare_elf(args.elf, args.entry)))
+        run = LinuxRun(args.elf, tuple(args.args), args.sysroot, args.cwd or ".", args.stdin,
+                       args.lazy_binding) if args.run else None
+        print("\n".join(compare_elf(args.elf, args.entry, run)))
     return EXIT_OK
 
 

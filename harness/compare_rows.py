@@ -14,15 +14,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
+from harness.classify import OWN
 from harness.elf_program import code_reader, elf_functions, program_from_elf
+from harness.errors import HarnessError
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
+from harness.linux.modules import discover, module_program
+from harness.linux.process import LinuxRun
+from harness.linux.verify import verify_process
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import SP
 from harness.thumb.disasm import decode_one
 from harness.thumb.frame_analysis import frame_states
 from harness.thumb.frame_effects import FP, FrameState
+from harness.unwind import code_cfi
 from harness.unwind.dwarf import DwarfUnwinder
+from harness.verify.abi import Limits
 from harness.verify.stops import verify_program
 
 
@@ -72,30 +79,61 @@ def compare(compiler: Sequence[FunctionCfi], code_at: Callable[[int, int], bytes
 
 
 def judge(found: Comparison, program, compiler: Sequence[FunctionCfi], synthesized: Sequence[FunctionCfi]) -> int:
-    """Run `program` and, at every stop at a pc where the rows disagree,
-    unwind one frame by each and check it against the shadow stack:
-    found.verdicts per pc. The number of stops judged."""
-    at = {d.address for d in found.disagreements}
-    sides = (("compiler", DwarfUnwinder(compiler)), ("synthesized", DwarfUnwinder(synthesized)))
-    judged = 0
+    """Run `program` (bare metal) and, at every stop at a pc where the rows
+    disagree, unwind one frame by each and check it against the shadow
+    stack: found.verdicts per pc. The number of stops judged."""
+    observe, judged = _observer(found, DwarfUnwinder(compiler), DwarfUnwinder(synthesized), 0)
+    verify_program(program, [], compiled=True, observe=observe, observe_at=_pcs(found, 0))
+    return judged[0]
+
+
+# A judged run unwinds in Python at every stop at a disagreeing pc, and a hot
+# epilogue runs there hundreds of thousands of times (Lua's): more time than
+# a verified run gets.
+JUDGE_LIMITS = Limits(seconds=1800.0)
+
+
+def judge_process(found: Comparison, run: LinuxRun, limits: Limits = JUDGE_LIMITS) -> tuple[int, str | None]:
+    """As `judge`, for an executable run as a Linux process: both rule sets
+    are moved to where it is loaded; verdicts stay by link-time address.
+    (The stops judged, the run's fault or None.)"""
+    executable = next(m for m in discover(run, limits) if m.label == OWN)
+    program = module_program(executable)
+    observe, judged = _observer(found, DwarfUnwinder(program.cfi["reference"]),
+                                DwarfUnwinder(code_cfi(program)), executable.base)
+    result = verify_process(run, [], lambda program: [], limits=limits, compiled=True, observe=observe,
+                            observe_at=_pcs(found, executable.base))
+    return judged[0], result.fault
+
+
+def _pcs(found: Comparison, base: int) -> frozenset[int]:
+    """Where the rows disagree, `base` bytes above their link addresses."""
+    return frozenset(d.address + base for d in found.disagreements)
+
+
+def _observer(found: Comparison, compiler: DwarfUnwinder, synthesized: DwarfUnwinder, base: int):
+    """The `observe` hook that judges each side at the stops it is shown
+    (those at `_pcs`; verdicts by link address, `base` below the pc), and a
+    one-item list counting them."""
+    judged = [0]
 
     def observe(stop) -> None:
-        nonlocal judged
-        if stop.pc not in at or not stop.expected:
+        if not stop.expected:
             return
-        judged += 1
+        judged[0] += 1
         caller = stop.expected[0]
-        tally = found.verdicts.setdefault(stop.pc, Counter())
-        for name, unwinder in sides:
+        tally = found.verdicts.setdefault(stop.pc - base, Counter())
+        for name, unwinder in (("compiler", compiler), ("synthesized", synthesized)):
             try:
                 frame = unwinder.step(stop.frame, stop.stack, True)
-                right = (frame.r[15], frame.r[13], frame.r[4:12]) == (caller.pc, caller.sp, caller.callee_saved)
-            except Exception:  # a refusal or a bad read: not right
+                # A caller that never resumes is judged on pc and sp only (docs/architecture.md).
+                right = (frame.r[15], frame.r[13]) == (caller.pc, caller.sp) and (
+                    not caller.resumes or tuple(frame.r[4:12]) == tuple(caller.callee_saved))
+            except HarnessError:  # a refusal or a bad read: not right
                 right = False
             tally[f"{name} {'right' if right else 'wrong'}"] += 1
 
-    verify_program(program, [], compiled=True, observe=observe)
-    return judged
+    return observe, judged
 
 
 def report_lines(found: Comparison, judged: int | None) -> list[str]:
@@ -115,13 +153,23 @@ def report_lines(found: Comparison, judged: int | None) -> list[str]:
     return lines
 
 
-def compare_elf(path: str, entry: str | None) -> list[str]:
-    """`encode --compare`: the rows from code beside the ELF's CFI, and
-    with `entry` who was right where they disagree."""
+def compared_elf(path: str, entry: str | None = None,
+                 run: LinuxRun | None = None) -> tuple[Comparison, int | None, str | None]:
+    """The rows from code beside the ELF's CFI and, with `entry` (bare
+    metal) or `run` (a Linux process), the verdicts where they disagree:
+    (the comparison, the stops judged or None, the run's fault or None)."""
     image = open_elf(path)
     compiler = read_cfi(image)
     found = compare(compiler, code_reader(image))
-    judged = None
     if entry is not None:
-        judged = judge(found, program_from_elf(path, entry), compiler, elf_functions(image, True))
-    return report_lines(found, judged)
+        return found, judge(found, program_from_elf(path, entry), compiler, elf_functions(image, True)), None
+    if run is not None:
+        return found, *judge_process(found, run)
+    return found, None, None
+
+
+def compare_elf(path: str, entry: str | None, run: LinuxRun | None = None) -> list[str]:
+    """`encode --compare`: the report of `compared_elf`."""
+    found, judged, fault = compared_elf(path, entry, run)
+    lines = report_lines(found, judged)
+    return lines if fault is None else [*lines, f"the run ended early: {fault}"]

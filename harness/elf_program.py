@@ -21,12 +21,12 @@ from harness.formats.elf import (
     ElfImage,
     code_pointers,
     executable_ranges,
+    function_spans,
     load_segments,
     open_elf,
     plt_entries,
     symbol_address,
     text_base,
-    thumb_functions,
 )
 from harness.origin import origin_spans
 from harness.program import CfiRow, CodeMap, FunctionCfi, Program, relocated
@@ -156,15 +156,17 @@ def code_reader(image):
 
 
 def code_map(image: ElfImage, exidx) -> CodeMap:
-    """Where the ELF's functions are, by address only: its Thumb function
-    symbols, the words of its data pointing at code, its executable sections, and the
+    """Where the ELF's functions are, by address only: its Thumb and ARM
+    function symbols, the words of its data pointing at code, its executable sections, and the
     starts of its `.ARM.exidx` index entries (`exidx`, parsed; their
     unwind rules are not read), and its PLT entries of functions that
     never return (discovery.NORETURN)."""
     ranges = tuple(executable_ranges(image))
     bounds = sorted({entry.start for entry in parse_sections(exidx)}) if exidx is not None else []
     noreturn = sorted(address for address, name in plt_entries(image).items() if name in NORETURN)
-    return CodeMap(thumb_functions(image), code_pointers(image, ranges), ranges, tuple(bounds), tuple(noreturn))
+    spans = function_spans(image)
+    return CodeMap(tuple(s[:3] for s in spans if s[3]), code_pointers(image, ranges), ranges, tuple(bounds),
+                   tuple(noreturn), tuple(s[:3] for s in spans if not s[3]))
 
 
 def elf_functions(image, from_code: bool) -> list:

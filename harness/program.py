@@ -96,14 +96,18 @@ class CodeMap(NamedTuple):
     ranges: tuple[tuple[int, int], ...] = ()  # its executable sections [low, high)
     bounds: tuple[int, ...] = ()  # sorted addresses no function runs past: .ARM.exidx index entries
     noreturn: tuple[int, ...] = ()  # PLT entries of functions that never return (abort, exit...)
+    arm_spans: tuple[tuple[int, int, str], ...] = ()  # ARM function symbols (start, end, name), sorted
 
     def moved(self, base: int) -> CodeMap:
         def move(addresses: tuple[int, ...]) -> tuple[int, ...]:
             return tuple(address + base for address in addresses)
 
-        return CodeMap(tuple((s + base, e + base, n) for s, e, n in self.spans), move(self.pointers),
+        def move_spans(spans: tuple[tuple[int, int, str], ...]) -> tuple[tuple[int, int, str], ...]:
+            return tuple((s + base, e + base, n) for s, e, n in spans)
+
+        return CodeMap(move_spans(self.spans), move(self.pointers),
                        tuple((low + base, high + base) for low, high in self.ranges), move(self.bounds),
-                       move(self.noreturn))
+                       move(self.noreturn), move_spans(self.arm_spans))
 
 
 @dataclass(frozen=True)

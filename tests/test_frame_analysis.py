@@ -4,6 +4,7 @@ ends a path; joins and refusals; and the generators' own rows, which the
 analysis must reproduce at every instruction of every generated function."""
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -12,10 +13,12 @@ from generators.assembler import assemble
 from generators.corpus import generate_program
 from harness.cli import main
 from harness.compare_rows import agrees, compare, judge
+from harness.elf_program import code_map, elf_functions, program_from_elf
 from harness.elf_program import code_reader as load_code
-from harness.elf_program import elf_functions, program_from_elf
+from harness.formats.arm_exidx import read_exidx_sections
 from harness.formats.dwarf_cfi import read_cfi
-from harness.formats.elf import open_elf, thumb_functions
+from harness.formats.elf import function_spans, open_elf, thumb_functions
+from harness.linux.corpus import cache
 from harness.program import CfiRow, CodeMap
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb.discovery import GAP, analyse_all, coverage_lines
@@ -27,9 +30,10 @@ BASE = 0x100000
 FP = 7
 
 
-def rows_of(code: bytes) -> tuple[tuple[CfiRow, ...], tuple[str, ...]]:
-    """The rows and problems of `code` as one function at BASE."""
-    function = analyse("f", BASE, BASE + len(code), lambda address, size: code[address - BASE:address - BASE + size])
+def rows_of(code: bytes, arm: bool = False) -> tuple[tuple[CfiRow, ...], tuple[str, ...]]:
+    """The rows and problems of `code` as one function at BASE (ARM code with `arm`)."""
+    function = analyse("f", BASE, BASE + len(code), lambda address, size: code[address - BASE:address - BASE + size],
+                       arm=arm)
     return function.rows, function.problems
 
 
@@ -41,9 +45,9 @@ def discovered(lines: list[str], spans, **found_from) -> tuple:
     return analyse_all(code_map, lambda address, size: code[address - BASE:address - BASE + size]), code_map
 
 
-def states(lines: list[str]) -> list[tuple[int, int | None, tuple]]:
+def states(lines: list[str], arm: bool = False) -> list[tuple[int, int | None, tuple]]:
     """(offset, CFA register, CFA offset, saves) of each row, or the problem."""
-    rows, _ = rows_of(assemble(lines, BASE))
+    rows, _ = rows_of(assemble(lines, BASE, arm), arm)
     return [(r.address - BASE, r.problem or (r.cfa_reg, r.cfa_offset, r.saved)) for r in rows]
 
 
@@ -106,6 +110,48 @@ def test_a_store_over_a_save_slot_ends_that_save():
     saves = ((4, -16), (5, -12), (6, -8), (LR, -4))
     assert found[:4] == [(0, (SP, 0, ())), (2, (SP, 32, saves)), (4, (SP, 32, saves[:1] + saves[2:])),
                          (8, (SP, 32, saves[2:]))]  # strb.w: 4 bytes
+
+
+def test_a_save_sp_has_moved_above_ends_there():
+    """Debian's GCC again (Lua's luaH_getstr): `push {r0-r4, lr}` makes
+    room; on a path that never touched r4, `add sp, #20` leaves r4's slot
+    below sp, where an unwinder must not read (Chrome's copies the stack
+    from sp up): r4 holds the caller's value itself. Where the register
+    was overwritten, its value is lost there, and a returning function
+    refuses."""
+    found = states(["push {r0, r1, r2, r3, r4, lr}", "add sp, #20", "ldr lr, [sp], #4", "bx lr"])
+    assert found == [(0, (SP, 0, ())), (2, (SP, 24, ((4, -8), (LR, -4)))), (4, (SP, 4, ((LR, -4),))),
+                     (8, (SP, 0, ()))]
+    lost = states(["push {r0, r1, r2, r3, r4, lr}", "movs r4, #0", "add sp, #20", "ldr lr, [sp], #4", "bx lr"])
+    assert lost[-1][1] == "no single frame state is known here" and lost[-1][0] == 6
+
+
+# ARM code: glibc's memcpy, memmove and memset are written in ARM state.
+
+def test_arm_conditional_return_and_a_ladder_after_a_computed_jump():
+    """memmove's shape: `push {r0, r4, lr}`, a return under a condition of
+    its own (both paths go on), `add pc, pc, ip` into a ladder of stores
+    (each of them a possible target, one frame throughout), the epilogue."""
+    found = states(["push {r0, r4, lr}", "cmp r2, #4", "popeq {r0, r4, pc}", "sub sp, sp, #8",
+                    "add pc, pc, r3", "nop", "str r1, [r0], #4", "str r1, [r0], #4", "add sp, sp, #8",
+                    "pop {r0, r4, pc}"], arm=True)
+    saves = ((4, -8), (LR, -4))
+    assert found == [(0, (SP, 0, ())), (4, (SP, 12, saves)), (16, (SP, 20, saves)),
+                     (20, "no path reaches this code"),  # the nop pc + 8 jumps over
+                     (24, (SP, 20, saves)), (36, (SP, 12, saves))]
+
+
+def test_arm_conditional_pop_then_a_branch_under_the_same_condition():
+    """__memcpy_neon: `popcc {r8}; bcc` leaves with r8 popped where cc holds
+    and goes on with it pushed where it fails (the branch knows which: no
+    path pops and stays); at the branch itself the frame depends on the
+    condition, so no row describes it. `str r9, [sp, #-32]!` and `ldr r9,
+    [sp], #32` move sp by more than the register."""
+    found = states(["push {r8}", "subs r2, r2, #64", "popcc {r8}", "bcc done", "str r9, [sp, #-32]!",
+                    "ldr r9, [sp], #32", "pop {r8}", "done:", "bx lr"], arm=True)
+    assert found == [(0, (SP, 0, ())), (4, (SP, 4, ((8, -4),))), (12, "no single frame state is known here"),
+                     (16, (SP, 4, ((8, -4),))), (20, (SP, 36, ((8, -4), (9, -36)))),
+                     (24, (SP, 4, ((8, -4),))), (28, (SP, 0, ()))]
 
 
 def test_gccs_frame_pointer_moved_before_sp_is_set_from_it():
@@ -252,6 +298,35 @@ def test_code_between_function_symbols_is_not_analysed():
     assert found[1].rows[0].problem == "no function found here"
 
 
+def test_arm_function_symbols_are_analysed_in_arm_state():
+    """A Thumb function, then an ARM one (a symbol without the Thumb bit,
+    as glibc's memset): each analysed in its own state."""
+    thumb = assemble(["push {r4, lr}", "pop {r4, pc}"], BASE)
+    arm = assemble(["push {r4, r5, lr}", "pop {r4, r5, pc}"], BASE + 8, arm=True)
+    code = thumb + bytes(8 - len(thumb)) + arm
+    code_map = CodeMap(((BASE, BASE + 4, "t"),), ranges=((BASE, BASE + len(code)),),
+                       arm_spans=((BASE + 8, BASE + len(code), "a"),))
+    found = analyse_all(code_map, lambda address, size: code[address - BASE:address - BASE + size])
+    assert [(f.name, f.start - BASE) for f in found] == [("t", 0), (GAP, 4), ("a", 8)]
+    assert [(r.address - BASE, r.cfa_offset, r.saved) for r in found[2].rows] == [
+        (8, 0, ()), (12, 12, ((4, -12), (5, -8), (LR, -4)))]
+    assert not found[2].problems
+
+
+def test_glibcs_arm_string_functions_get_rows():
+    """The Linux slice's static build holds glibc's ARM-state memmove,
+    memset and memcpy (NEON and VFP): each is analysed without a problem."""
+    program = cache() / "bin" / "cjmp-gcc-O2-fp-static"
+    assert program.exists(), f"{program} is not built: run `make linux-slice` (make test does)"
+    image = open_elf(str(program))
+    arm = {name for start, end, name, thumb in function_spans(image) if not thumb}
+    wanted = {"memmove", "memset", "__memcpy_neon", "__memcpy_vfp"}
+    assert wanted <= arm
+    found = {f.name: f for f in analyse_all(code_map(image, read_exidx_sections(image)), load_code(image))}
+    assert [found[name].problems for name in sorted(wanted)] == [()] * len(wanted)
+    assert ((4, -8), (LR, -4)) in {r.saved for r in found["memmove"].rows}  # push {r0, r4, lr}
+
+
 def test_functions_no_symbol_names_are_found_from_calls():
     """A stripped library: `g` (0x8) and `h` (0x10) are found from the calls
     of `f`, the only symbol; each ends at the next start or bound; `h`,
@@ -396,9 +471,33 @@ def test_compare_sets_the_rows_beside_the_compilers_and_running_says_who_was_rig
     assert judged > 0 and totals == Counter({"compiler wrong": judged, "synthesized right": judged})
 
 
-def test_compare_needs_from_code(tmp_path, capsys):
-    status = main(["encode", "corpus/elf/gcc-O2-fp.elf", "--compare", "-o", str(tmp_path / "x.bin")])
-    assert status == 2 and capsys.readouterr().err.count("\n") == 1
+def test_compare_runs_a_linux_program_and_says_who_was_right(tmp_path, capsys):
+    """The Linux slice's cxxvirt-clang-O2-nofp, run as a process: clang
+    describes no epilogue, so at `pop {r4, pc}` of `visit` (after `vpop
+    {d8}`) its rule still counts the VFP save; every stop there is judged
+    against the shadow stack, the executable loaded where the run put it."""
+    program = cache() / "bin" / "cxxvirt-clang-O2-nofp"
+    assert program.exists(), f"{program} is not built: run `make linux-slice` (make test does)"
+    assert main(["encode", str(program), "--from-code", "--compare", "--run", "--sysroot", str(cache() / "sysroot"),
+                 "-o", str(tmp_path / "x.bin")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ran = next(line for line in lines if line.startswith("ran the program"))
+    judged = int(ran.split(": ")[1].split()[0])
+    assert judged > 0 and ran.endswith(f"compiler right at 0, synthesized right at {judged}")
+    visit = next(line for line in lines if "visitERKNS_5Shape" in line and "pop {r4, pc}" in line)
+    assert "compiler cfa=r13+16" in visit and "synthesized cfa=r13+8" in visit
+    assert re.search(r"\| compiler wrong (\d+); synthesized right \1$", visit)
+
+
+@pytest.mark.parametrize("extra", [["--compare"], ["--from-code", "--run"], ["--from-code", "--entry", "entry"],
+                                   ["--from-code", "--compare", "--entry", "entry", "--run"],
+                                   ["--from-code", "--compare", "--sysroot", "/"],
+                                   ["--from-code", "--compare", "--", "an-argument"]])
+def test_compare_options_that_do_not_go_together(tmp_path, capsys, extra):
+    position = extra.index("--") if "--" in extra else len(extra)
+    argv = ["encode", "corpus/elf/gcc-O2-fp.elf", *extra[:position], "-o", str(tmp_path / "x.bin"), *extra[position:]]
+    assert main(argv) == 2 and capsys.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "x.bin").exists()
 
 
 def test_v2_code_without_any_function_to_analyse_refuses_everywhere():

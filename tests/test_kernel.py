@@ -128,6 +128,23 @@ def test_the_compiled_shadow_stack_is_the_python_one(make):
     assert max(len(expected) for _, _, expected in fast) > 3
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_observe_at_shows_the_stops_at_those_pcs_only(compiled):
+    """`observe_at`: the same stops at the wanted pcs as observing every
+    stop gives, and no other (the kernel calls no Python elsewhere); no pc
+    wanted, no stop observed."""
+    program = generate_program(0, 0)
+    every = observed(program, compiled)
+    wanted = {pc for pc, _, _ in every[10:200:17]} | {0x4}  # 0x4: never a stop
+    seen = []
+    verify_program(program, [], compiled=compiled, observe_at=wanted,
+                   observe=lambda stop: seen.append((stop.pc, stop.frame, stop.expected)))
+    assert seen == [stop for stop in every if stop[0] in wanted] and len(seen) >= 12
+    none = []
+    verify_program(program, [], compiled=compiled, observe_at=(), observe=none.append)
+    assert none == []
+
+
 def test_the_compiled_hook_makes_the_stops_an_it_block_skips():
     """Unicorn runs no hook before an instruction an IT block skips, yet a
     profiler can sample there: the hook makes those stops too (that they are
@@ -175,6 +192,8 @@ def test_a_tracer_is_set_up_once_and_runs_once():
         tracer(engine=engine._replace(registers=engine.registers[:5]))
     with pytest.raises(TypeError, match="Verifier or None"):
         tracer(verifier=object())
+    with pytest.raises(ValueError, match="observed must be sorted"):
+        tracer(observed=(8, 4))
     once = tracer()
     assert emulator.call_traced(program.entry, once, DEFAULT_BUDGET, program.args) == program.expected_result
     assert once.stops > 100

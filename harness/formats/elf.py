@@ -111,10 +111,16 @@ def function_symbols(image: ElfImage) -> list[tuple[int, int, str]]:
 
 def thumb_functions(image: ElfImage) -> tuple[tuple[int, int, str], ...]:
     """Thumb functions (STT_FUNC symbols with the Thumb bit) as sorted
-    (start, end, name): one per address (an alias keeps the first name),
-    ending at the symbol's size or the next function, whichever is first;
-    a symbol of size 0 ends at the next function or its section's end."""
-    spans: dict[int, tuple[int, str]] = {}
+    (start, end, name), see `function_spans`."""
+    return tuple(span[:3] for span in function_spans(image) if span[3])
+
+
+def function_spans(image: ElfImage) -> tuple[tuple[int, int, str, bool], ...]:
+    """Functions (STT_FUNC symbols) as sorted (start, end, name, Thumb?):
+    one per address (an alias keeps the first name), ending at the symbol's
+    size or the next function, whichever is first; a symbol of size 0 ends
+    at the next function or its section's end."""
+    spans: dict[int, tuple[int, str, bool]] = {}
     limits = []
     try:
         for section in image.elf.iter_sections():
@@ -125,19 +131,19 @@ def thumb_functions(image: ElfImage) -> tuple[tuple[int, int, str], ...]:
                 continue
             for sym in section.iter_symbols():
                 value = sym["st_value"]
-                if sym["st_info"]["type"] == "STT_FUNC" and sym["st_shndx"] != "SHN_UNDEF" and value & 1:
-                    spans.setdefault(value & ~1, (sym["st_size"], sym.name))
+                if sym["st_info"]["type"] == "STT_FUNC" and sym["st_shndx"] != "SHN_UNDEF":
+                    spans.setdefault(value & ~1, (sym["st_size"], sym.name, bool(value & 1)))
     except PARSE_ERRORS as e:
         raise ElfError(f"{image.path}: corrupt symbol table: {e}") from e
     starts = sorted(spans)
     found = []
     for index, start in enumerate(starts):
-        size, name = spans[start]
+        size, name, thumb = spans[start]
         section_end = next((high for low, high in limits if low <= start < high), start)
         end = min(start + size if size else section_end, starts[index + 1] if index + 1 < len(starts) else section_end,
                   section_end)
-        if end > start:
-            found.append((start, end, name))
+        if end > start and (thumb or start % 4 == 0):  # ARM code is word-aligned
+            found.append((start, end, name, thumb))
     return tuple(found)
 
 

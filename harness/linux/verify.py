@@ -40,7 +40,8 @@ def process_program(system: LinuxSystem) -> Program:
 
 def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
                    every: int = 1, shard: tuple[int, int] = (0, 1), limits: Limits = DEFAULT_LIMITS,
-                   expected: Expected = Expected(), compiled: bool | None = None, observe=None) -> ProgramResult:
+                   expected: Expected = Expected(), compiled: bool | None = None, observe=None,
+                   observe_at=None) -> ProgramResult:
     """Run `run` as a process, verifying the unwinders `names` at its stops
     (every `every`-th, shard (I, N)), each over every module that has its
     tables (the executable's built by `own_unwinders`); the ProgramResult,
@@ -51,7 +52,7 @@ def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[
     system = LinuxSystem(run)
     image = process_image(modules, programs, runtime_exports(system, modules))
     result = verify_program(image, unwinders, every=every, shard=shard, limits=limits,
-                            system=system, compiled=compiled, observe=observe)
+                            system=system, compiled=compiled, observe=observe, observe_at=observe_at)
     if result.fault is None and modules_of(system) != modules:
         result.fault = "the libraries were loaded elsewhere than in the first run: the emulation is not deterministic"
     result.expected = expected.exit_status

@@ -1,8 +1,10 @@
 """The measured figures the README shows, rendered from the files that
 measured them (reports/latest.json from `run`, reports/bench.json from
-`bench --json`), so that no figure in the README is typed by hand.
+`bench --json`, reports/compare.json from `make compare`), so that no
+figure in the README is typed by hand; docs/synthesis.md's per-build
+comparison too.
 
-Each block in the README stands between `<!-- figures: NAME -->` and
+Each block stands between `<!-- figures: NAME -->` and
 `<!-- end figures -->`. `python -m harness.report.figures` rewrites them
 (`make readme`); with `--check` it only says whether they are current, as
 tests/test_readme.py does.
@@ -21,6 +23,8 @@ from harness.classify import POSITIONS
 from harness.report.data import ALL, index_rows
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+# The reports the figures come from, by name, in reports/.
+REPORTS = {"latest": "latest.json", "bench": "bench.json", "compare": "compare.json"}
 BLOCK = re.compile(r"(<!-- figures: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end figures -->)", re.S)
 
 
@@ -36,8 +40,9 @@ def _unwinders(results: list[dict]) -> list[str]:
     return list(dict.fromkeys(r["unwinder"] for r in results))
 
 
-def generated(report: dict, bench: dict) -> list[str]:
+def generated(reports: dict) -> list[str]:
     """Failed stops per unwinder and position over the generated corpus."""
+    report = reports["latest"]
     index = index_rows(report["results"])
     lines = ["| unwinder | " + " | ".join(POSITIONS) + " | all stops |", "|---|" + "---|" * (len(POSITIONS) + 1)]
     for name in _unwinders(report["results"]):
@@ -46,9 +51,9 @@ def generated(report: dict, bench: dict) -> list[str]:
     return lines
 
 
-def compiled(report: dict, bench: dict) -> list[str]:
+def compiled(reports: dict) -> list[str]:
     """Failed stops over all stops of each compiled build, per unwinder."""
-    groups = report.get("elf", [])
+    groups = reports["latest"].get("elf", [])
     names = list(dict.fromkeys(u for g in groups for u in _unwinders(g["results"])))
     lines = ["| build | stops | " + " | ".join(f"`{u}`" for u in names) + " | `v2` epilogue-only |",
              "|---|---|" + "---|" * (len(names) + 1)]
@@ -60,9 +65,9 @@ def compiled(report: dict, bench: dict) -> list[str]:
     return lines
 
 
-def sizes(report: dict, bench: dict) -> list[str]:
+def sizes(reports: dict) -> list[str]:
     """Bytes per function of each format, for the same code."""
-    rows = report["sizes"]["rows"]
+    rows = reports["latest"]["sizes"]["rows"]
     formats = list(rows[0]["bytes"])
     lines = ["| input | functions | " + " | ".join(formats) + " |", "|---|---|" + "---|" * len(formats)]
     for row in rows:
@@ -71,8 +76,9 @@ def sizes(report: dict, bench: dict) -> list[str]:
     return lines
 
 
-def speed(report: dict, bench: dict) -> list[str]:
+def speed(reports: dict) -> list[str]:
     """The bench's main figures (rates and ratios of one run)."""
+    bench = reports["bench"]
     o, e, r = bench["overhead"], bench["encoder"], bench["reader"]
     steps = ", ".join(f"`{name}` {us:.1f}" for name, us in bench["step_us"].items())
     figures = [
@@ -90,14 +96,45 @@ def speed(report: dict, bench: dict) -> list[str]:
     return ["| figure | value |", "|---|---|"] + [f"| {name} | {value} |" for name, value in figures]
 
 
-BLOCKS: dict[str, Callable[[dict, dict], list[str]]] = {
-    "generated": generated, "compiled": compiled, "sizes": sizes, "speed": speed}
+COMPARE_HEADER = ["| {what} | instructions compared | agree | disagree | stops run there | compiler right | "
+                  "from code right |", "|---|---|---|---|---|---|---|"]
 
 
-def rewritten(text: str, report: dict, bench: dict) -> str:
-    """`text` with every figures block rendered anew."""
+def _compare_cells(rows: list[dict]) -> str:
+    total = lambda key: sum(row[key] or 0 for row in rows)  # noqa: E731
+    return " | ".join(f"{total(key):,}" for key in ("compared", "agree", "disagree", "stops", "compiler_right",
+                                                      "synthesized_right"))
+
+
+def compare_corpora(reports: dict) -> list[str]:
+    """`make compare`, per corpus: the rows from code beside the compiler's."""
+    rows = reports["compare"]["rows"]
+    lines = [COMPARE_HEADER[0].format(what="corpus"), COMPARE_HEADER[1]]
+    for corpus, label in (("compiled", "compiled (`corpus/elf`)"), ("linux", "Linux corpus, with CFI")):
+        mine = [row for row in rows if row["corpus"] == corpus]
+        lines.append(f"| {label}: {len(mine)} builds | {_compare_cells(mine)} |")
+    return lines
+
+
+def compare_builds(reports: dict) -> list[str]:
+    """`make compare`, per build (docs/synthesis.md)."""
+    lines = [COMPARE_HEADER[0].format(what="build"), COMPARE_HEADER[1]]
+    for row in reports["compare"]["rows"]:
+        fault = f" (run ended: {row['fault']})" if row["fault"] else ""
+        lines.append(f"| {row['build']}{fault} | {_compare_cells([row])} |")
+    return lines
+
+
+BLOCKS: dict[str, Callable[[dict], list[str]]] = {
+    "generated": generated, "compiled": compiled, "sizes": sizes, "speed": speed, "compare": compare_corpora}
+DOC_BLOCKS: dict[str, Callable[[dict], list[str]]] = {"compare-builds": compare_builds}
+
+
+def rewritten(text: str, reports: dict, blocks: dict[str, Callable[[dict], list[str]]] = BLOCKS) -> str:
+    """`text` with every figures block rendered anew from `reports` (latest,
+    bench, compare: the parsed JSON files)."""
     def render(match: re.Match) -> str:
-        body = "\n".join(BLOCKS[match["name"]](report, bench)) + "\n"
+        body = "\n".join(blocks[match["name"]](reports)) + "\n"
         return match.group(1) + body + match.group(4)
 
     return BLOCK.sub(render, text)
@@ -105,20 +142,24 @@ def rewritten(text: str, report: dict, bench: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.report.figures", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="only say whether the README's figures are current")
+    parser.add_argument("--check", action="store_true", help="only say whether the figures are current")
     parser.add_argument("--readme", default=str(ROOT / "README.md"))
-    parser.add_argument("--report", default=str(ROOT / "reports" / "latest.json"))
-    parser.add_argument("--bench", default=str(ROOT / "reports" / "bench.json"))
+    parser.add_argument("--docs", default=str(ROOT / "docs" / "synthesis.md"), help="the document of DOC_BLOCKS")
+    for name, default in REPORTS.items():
+        parser.add_argument(f"--{name}", default=str(ROOT / "reports" / default))
     args = parser.parse_args(argv)
-    readme = Path(args.readme)
-    text = readme.read_text()
-    new = rewritten(text, json.loads(Path(args.report).read_text()), json.loads(Path(args.bench).read_text()))
-    if args.check:
-        if new != text:
-            print(f"{readme}: figures differ from {args.report} and {args.bench}; run `make readme`", file=sys.stderr)
-            return 1
-        return 0
-    readme.write_text(new)
+    reports = {name: json.loads(Path(getattr(args, name)).read_text()) for name in REPORTS}
+    stale = []
+    for path, blocks in ((Path(args.readme), BLOCKS), (Path(args.docs), DOC_BLOCKS)):
+        text = path.read_text()
+        new = rewritten(text, reports, blocks)
+        if args.check and new != text:
+            stale.append(str(path))
+        elif not args.check:
+            path.write_text(new)
+    if stale:
+        print(f"{', '.join(stale)}: figures differ from the reports; run `make readme`", file=sys.stderr)
+        return 1
     return 0
 
 

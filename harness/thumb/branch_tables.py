@@ -15,7 +15,7 @@ function, is Unknowable.
 from __future__ import annotations
 
 from harness.registers import LR, PC, SP
-from harness.thumb.disasm import Instruction, decode_before, decode_one
+from harness.thumb.disasm import Instruction, decode_before, decode_one, pc_base
 from harness.thumb.frame_effects import Unknowable
 
 CANNOT_FOLLOW = "leaves for an address the analysis cannot follow"
@@ -56,7 +56,7 @@ def jump_table_address(insn: Instruction, code_at) -> int | None:
         if insn.mem[0] in earlier.writes:
             if earlier.conditional or earlier.op not in ("adr", "add") or earlier.regs[1:] not in ((), (PC,)):
                 return None
-            return ((earlier.address + 4) & ~3) + earlier.imm
+            return pc_base(earlier) + earlier.imm
     return None
 
 
@@ -78,7 +78,7 @@ def table_address(insn: Instruction, code_at) -> int | None:
     for back in (2, 4):
         found = decode_one(code_at(insn.address - back, 4), insn.address - back)
         if found is not None and found.size == back and found.op == "adr" and found.regs == (insn.mem[0],):
-            return ((found.address + 4) & ~3) + found.imm
+            return pc_base(found) + found.imm
     return None
 
 def offset_table_at(insn: Instruction, code_at) -> tuple[int, int | None] | None:
@@ -91,7 +91,7 @@ def offset_table_at(insn: Instruction, code_at) -> tuple[int, int | None] | None
             and add.regs == (reg, load.regs[0]) and load.op == "ldr" and load.mem and load.mem[0] == reg
             and adr.op == "adr" and adr.regs == (reg,)):
         return None
-    return ((adr.address + 4) & ~3) + adr.imm, guarded_entries(load, code_at)
+    return pc_base(adr) + adr.imm, guarded_entries(load, code_at)
 
 def offset_table(insn: Instruction, code_at, start: int, end: int) -> list[int] | None:
     """The targets of such a switch; None for any other `bx rN` (a tail
@@ -135,7 +135,10 @@ def _index_register(insn: Instruction) -> int | None:
 
 def data_read(insn: Instruction, code_at) -> set[int]:
     """The bytes `insn` reads as data from the code: a literal (`ldr rX,
-    [pc, #n]`, at Align(pc, 4) + n) or a jump table after a tbb/tbh."""
+    [pc, #n]`, at Align(pc, 4) + n; pc + 8 + n in ARM code, where no
+    table pattern here applies) or a jump table after a tbb/tbh."""
+    if insn.arm:
+        return _literal(insn)
     if insn.op in ("tbb", "tbh"):
         count = guarded_entries(insn, code_at) or 0  # unguarded: data up to the first case, found anyway
         table = jump_table_address(insn, code_at)
@@ -146,7 +149,11 @@ def data_read(insn: Instruction, code_at) -> set[int]:
     if insn.op == "bx" and insn.regs != (LR,):
         found = offset_table_at(insn, code_at)
         return set(range(found[0], found[0] + 4 * found[1])) if found and found[1] else set()
+    return _literal(insn)
+
+
+def _literal(insn: Instruction) -> set[int]:
     if insn.op.startswith(("ldr", "vldr")) and insn.mem and insn.mem[0] == PC:
-        literal = ((insn.address + 4) & ~3) + insn.mem[1]
+        literal = pc_base(insn) + insn.mem[1]
         return set(range(literal, literal + (8 if insn.op in ("ldrd", "vldr") else 4)))
     return set()

@@ -1,16 +1,29 @@
-"""Capstone behind one function: Thumb-2 bytes -> plain instruction records."""
+"""Capstone behind one function: Thumb-2 (or ARM) bytes -> plain
+instruction records."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from capstone import CS_ARCH_ARM, CS_GRP_CALL, CS_GRP_INT, CS_GRP_JUMP, CS_GRP_RET, CS_MODE_THUMB, Cs, CsError
+from capstone import (
+    CS_ARCH_ARM,
+    CS_GRP_CALL,
+    CS_GRP_INT,
+    CS_GRP_JUMP,
+    CS_GRP_RET,
+    CS_MODE_ARM,
+    CS_MODE_THUMB,
+    Cs,
+    CsError,
+)
 from capstone import arm as cs_arm
 
 from harness.registers import DWARF_D0, PC, SP
 
 _CS = Cs(CS_ARCH_ARM, CS_MODE_THUMB)
 _CS.detail = True
+_CS_ARM = Cs(CS_ARCH_ARM, CS_MODE_ARM)  # glibc's string functions, _dl_runtime_resolve...
+_CS_ARM.detail = True
 CC_ALWAYS = cs_arm.ARM_CC_AL
 _NAMED = {"sb": 9, "sl": 10, "fp": 11, "ip": 12, "sp": 13, "lr": 14, "pc": 15}
 
@@ -28,10 +41,17 @@ class Instruction(NamedTuple):
     writes: tuple[int, ...] = ()  # registers written, explicitly or not (s/q registers as their d registers)
     transfers: bool = False  # branches, calls or returns
     reads_pc: bool = False  # explicitly or not (pc-relative loads and adr)
+    arm: bool = False  # decoded in ARM state: every instruction may be conditional, pc reads 8 ahead
 
     @property
     def conditional(self) -> bool:
         return self.cc != CC_ALWAYS
+
+
+def pc_base(insn: Instruction) -> int:
+    """What pc reads as in `insn`'s pc-relative operands (a literal load,
+    `adr`): Align(address + 4, 4) in Thumb, address + 8 in ARM."""
+    return insn.address + 8 if insn.arm else (insn.address + 4) & ~3
 
 
 def _reg(name: str) -> int:
@@ -84,12 +104,12 @@ def _plain(mnemonic: str, conditional: bool) -> str:
     return op[:-1] if op in ("addw", "subw") else op
 
 
-def decode(code: bytes, address: int, count: int = 0) -> list[Instruction]:
-    """Up to `count` instructions (0: as many as decode) from `code` at `address`;
-    decoding stops at the first undecodable bytes."""
+def decode(code: bytes, address: int, count: int = 0, arm: bool = False) -> list[Instruction]:
+    """Up to `count` instructions (0: as many as decode) from `code` at `address`
+    (in ARM state with `arm`); decoding stops at the first undecodable bytes."""
     out = []
     try:
-        for insn in _CS.disasm(code, address, count):
+        for insn in (_CS_ARM if arm else _CS).disasm(code, address, count):
             regs, imm, mem = [], None, None
             for operand in insn.operands:
                 if operand.type == cs_arm.ARM_OP_REG:
@@ -104,20 +124,20 @@ def decode(code: bytes, address: int, count: int = 0) -> list[Instruction]:
                 insn.address, insn.size, _plain(insn.mnemonic, conditional and insn.id != cs_arm.ARM_INS_IT),
                 tuple(regs), imm, mem, bool(insn.post_index), insn.cc if conditional else CC_ALWAYS,
                 f"{insn.mnemonic} {insn.op_str}".strip(), tuple(r for w in written for r in _written(insn, w)),
-                not _TRANSFERS.isdisjoint(insn.groups), any(_number(insn, r) == PC for r in read),
+                not _TRANSFERS.isdisjoint(insn.groups), any(_number(insn, r) == PC for r in read), arm,
             ))
     except CsError:
         pass
     return out
 
 
-def decode_before(code_at, address: int, span: int = 16) -> list[Instruction]:
+def decode_before(code_at, address: int, span: int = 16, arm: bool = False) -> list[Instruction]:
     """The instructions straight before `address`, up to `span` bytes of
     them, ending exactly there (the first start a linear decode lands on
     `address` from); [] when none does. `code_at(address, size)` reads."""
-    for low in range(address - span, address, 2):
+    for low in range(address - span, address, 4 if arm else 2):
         try:
-            found = decode(code_at(low, address - low), low)
+            found = decode(code_at(low, address - low), low, arm=arm)
         except KeyError:  # before the program's first byte (Program.code)
             continue
         if found and found[-1].address + found[-1].size == address:
@@ -125,14 +145,18 @@ def decode_before(code_at, address: int, span: int = 16) -> list[Instruction]:
     return []
 
 
-def decode_one(code: bytes, address: int) -> Instruction | None:
-    """The instruction `code` starts with, at `address`. Most instructions
-    decode alike at any address, and those are decoded once per process."""
-    key = code[:4] if len(code) >= 2 and code[1] >> 3 in (0x1D, 0x1E, 0x1F) else code[:2]  # its own bytes
+def decode_one(code: bytes, address: int, arm: bool = False) -> Instruction | None:
+    """The instruction `code` starts with, at `address` (in ARM state with
+    `arm`). Most instructions decode alike at any address, and those are
+    decoded once per process."""
+    if arm:
+        key = b"A" + code[:4]  # apart from Thumb's keys, which are 2 or 4 bytes
+    else:
+        key = code[:4] if len(code) >= 2 and code[1] >> 3 in (0x1D, 0x1E, 0x1F) else code[:2]  # its own bytes
     known = _ANYWHERE.get(key)
     if known is not None:
         return known._replace(address=address)
-    found = decode(code, address, 1)
+    found = decode(code, address, 1, arm)
     if not found:
         return None
     insn = found[0]

@@ -2,7 +2,8 @@
 and each function's rows (harness.thumb.frame_analysis).
 
 Function starts come from addresses, never from unwind rules: the Thumb
-function symbols (`.symtab`, or `.dynsym` alone in a stripped library),
+function symbols (`.symtab`, or `.dynsym` alone in a stripped library) and
+the ARM ones (glibc's memcpy, memmove, memset: analysed in ARM state),
 then the targets of the `bl` calls and tail calls the analysed paths make
 (a `bl` stays in Thumb state, so its target is Thumb code), round after
 round; in a function found so, code no path reaches that begins with a
@@ -11,8 +12,8 @@ function found by a call ends where the next known function begins, or
 at a bound: the end of its section, or the start of an `.ARM.exidx`
 index entry (addresses the linker wrote for each function it had unwind
 information for; the table's rules are not read). Code between functions
-is not analysed (ARM code, say): its rows refuse, where Chrome's tables
-would return to lr.
+is not analysed (ARM code no symbol names, say): its rows refuse, where
+Chrome's tables would return to lr.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> tupl
 def _discovered(code_map: CodeMap, code_at, labels: list[int], noreturn: frozenset[int]) -> dict[int, Analysed]:
     """Every function the symbols name, the data points at (Thumb bit
     set) or the analysed calls reach, analysed."""
-    symbols = {start: (end, name) for start, end, name in code_map.spans}
+    symbols = {start: (end, name) for start, end, name in (*code_map.spans, *code_map.arm_spans)}
+    arm = {start for start, _, _ in code_map.arm_spans}
     symbol_starts = sorted(symbols)
     pointed = [word & ~1 for word in code_map.pointers if word & 1]
     starts = sorted(set(symbol_starts).union(
@@ -73,7 +75,7 @@ def _discovered(code_map: CodeMap, code_at, labels: list[int], noreturn: frozens
     while pending:
         start = pending.pop()
         end, name = symbols.get(start) or (_end_of(start, starts, code_map), f"{FOUND}{start:x}")
-        found[start] = _analyse(name, start, end, code_at, labels, noreturn)
+        found[start] = _analyse(name, start, end, code_at, labels, noreturn, start in arm)
         prologues = set() if start in symbols else {gap for gap in found[start].unreached if _pushes_lr(code_at, gap)}
         for target in sorted((found[start].callees | prologues) - queued):
             if not _new_function(target, symbol_starts, symbols, code_map):
@@ -91,9 +93,9 @@ def _discovered(code_map: CodeMap, code_at, labels: list[int], noreturn: frozens
 
 
 def _analyse(name: str, start: int, end: int, code_at, labels: list[int],
-             noreturn: frozenset[int] = frozenset()) -> Analysed:
+             noreturn: frozenset[int] = frozenset(), arm: bool = False) -> Analysed:
     return analyse_calling(name, start, end, code_at, labels[bisect_left(labels, start):bisect_left(labels, end)],
-                           noreturn, bounded=not name.startswith(FOUND))
+                           noreturn, bounded=not name.startswith(FOUND), arm=arm)
 
 
 def _pushes_lr(code_at, address: int) -> bool:

@@ -31,31 +31,18 @@ from there, and `problems` names the reason and address.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Iterable, NamedTuple
 
 from harness.program import CfiRow, FunctionCfi
-from harness.registers import LR, PC, SP
-from harness.thumb.branch_tables import CANNOT_FOLLOW, address_table, data_read, jump_table, offset_table
+from harness.registers import LR, SP
+from harness.thumb.branch_tables import data_read
 from harness.thumb.disasm import Instruction, decode_one
-from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, after, lost, torn_down
+from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, lost, torn_down
+from harness.thumb.successors import Body, Path, successors
 
 MAX_STATES = 200_000  # (address, fact) pairs visited per function, a guard against pathological code
 LANDING_ROUNDS = 8  # rounds of analysing code only the unwinder enters (landing pads)
-# Condition codes (ARM ARM A8.3): the inverse of c is c ^ 1; 14 is always.
-ALWAYS = 14
-_FLAG_SETTERS = ("cmp", "cmn", "tst", "teq")
-
-
-class Body(NamedTuple):
-    """One function's code: [start, end), how to read it, and the labels
-    in it that the program's data holds (targets of a computed goto)."""
-
-    start: int
-    end: int
-    code_at: Callable[[int, int], bytes]
-    labels: tuple[int, ...] = ()
-    noreturn: frozenset[int] = frozenset()  # functions that never return: a call to one ends the path
 
 
 class Analysed(NamedTuple):
@@ -68,16 +55,10 @@ class Analysed(NamedTuple):
     unreached: tuple[int, ...] = ()  # where code no path reaches begins
 
 
-@dataclass(frozen=True)
-class Path:
-    state: FrameState
-    fact: tuple[int, bool] | None = None  # (condition, holds) known since flags were last set
-    block: tuple[int, ...] = ()  # conditions of the IT block instructions still to come
-
-
 def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes],
-            labels: Iterable[int] = ()) -> FunctionCfi:
-    """The rows of the Thumb function [start, end) from its code alone.
+            labels: Iterable[int] = (), arm: bool = False) -> FunctionCfi:
+    """The rows of the Thumb function [start, end) from its code alone (an
+    ARM function with `arm`).
 
     Code no branch reaches is entered, if at all, by the unwinder: a C++
     landing pad, which resumes with the frame of the call that threw. When
@@ -86,32 +67,33 @@ def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes
     kept where that meets no problem (data decoded by chance soon does);
     otherwise its rows refuse (rounds, as one pad may lead to the next).
     `labels`: addresses the program's data holds (formats.elf.code_pointers)."""
-    return analyse_calling(name, start, end, code_at, labels).function
+    return analyse_calling(name, start, end, code_at, labels, arm=arm).function
 
 
 def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int], bytes],
                     labels: Iterable[int] = (), noreturn: frozenset[int] = frozenset(),
-                    bounded: bool = True) -> Analysed:
+                    bounded: bool = True, arm: bool = False) -> Analysed:
     """`analyse`, with the targets of its paths' `bl` calls and tail calls
     (Thumb functions: where functions no symbol names begin) and whether
     it returns; a call to a function of `noreturn` ends its path (the code
     after it, another function, is not this one's). Not `bounded` (the end is a guess: no symbol
     gave it), code no path reaches may be other functions: no landing
-    pad is looked for there."""
-    analysis = _analysed(_body(start, end, code_at, labels)._replace(noreturn=noreturn), pads=bounded)
+    pad is looked for there. An ARM function's calls are not reported (a
+    `bl` from ARM code stays in ARM state)."""
+    analysis = _analysed(_body(start, end, code_at, labels, arm)._replace(noreturn=noreturn), pads=bounded)
     if analysis.returns:  # it must give its caller r4-r11 back: where one is overwritten unsaved, it is lost
         analysis.refused.update(address for address, states in analysis.reached.items()
                                 if any(lost(state) for state in states.values()))
     rows = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused)
-    return Analysed(FunctionCfi(name, start, end, rows, tuple(analysis.problems)), frozenset(analysis.callees),
-                    analysis.returns, tuple(analysis.gaps()))
+    return Analysed(FunctionCfi(name, start, end, rows, tuple(analysis.problems)),
+                    frozenset() if arm else frozenset(analysis.callees), analysis.returns, tuple(analysis.gaps()))
 
 
 def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes],
-                 labels: Iterable[int] = ()) -> dict[int, FrameState | None]:
+                 labels: Iterable[int] = (), arm: bool = False) -> dict[int, FrameState | None]:
     """The frame before each instruction a path reaches, None where no
     single one is known (what `analyse` writes rows from)."""
-    analysis = _analysed(_body(start, end, code_at, labels))
+    analysis = _analysed(_body(start, end, code_at, labels, arm))
     found = {}
     for address, states in analysis.reached.items():
         one = _one_frame(states.values(), address)
@@ -126,8 +108,9 @@ def _one_frame(states, address: int) -> CfiRow | None:
     return rows.pop() if len(rows) == 1 else None
 
 
-def _body(start: int, end: int, code_at, labels: Iterable[int]) -> Body:
-    return Body(start, end, code_at, tuple(sorted(label for label in set(labels) if start <= label < end)))
+def _body(start: int, end: int, code_at, labels: Iterable[int], arm: bool = False) -> Body:
+    return Body(start, end, code_at, tuple(sorted(label for label in set(labels) if start <= label < end)),
+                arm=arm)
 
 
 def _analysed(body: Body, pads: bool = True) -> "_Analysis":
@@ -191,7 +174,7 @@ class _Analysis:
                 return
             insn = None
             try:
-                insn = _instruction(self.code_at, address, self.end)
+                insn = _instruction(self.code_at, address, self.end, self.body.arm)
                 self.sizes[address] = insn.size
                 if insn.op in ("bl", "blx"):
                     self.calls.add(address)
@@ -203,7 +186,7 @@ class _Analysis:
                 elif insn.op == "b" and not self.start <= insn.imm < self.end and torn_down(path.state):
                     self.callees.add(insn.imm)  # a tail call: a function starts there too
                 self.data.update(data_read(insn, self.code_at))
-                onward = list(_successors(insn, path, self.body))
+                onward = list(successors(insn, path, self.body))
                 pending.extend(onward)
                 if not onward and insn.op not in ("udf", "bkpt", "bl", "blx") \
                         and not (insn.op == "b" and insn.imm in self.body.noreturn):  # a tail call to one
@@ -217,7 +200,7 @@ class _Analysis:
         """Go on past an instruction whose effect is unknowable with no
         frame known; a branch that cannot be followed ends the path."""
         try:
-            pending.extend(_successors(insn, replace(path, state=UNKNOWN), self.body))
+            pending.extend(successors(insn, replace(path, state=UNKNOWN), self.body))
         except Unknowable:
             pass
 
@@ -279,8 +262,8 @@ def _join(known: FrameState, other: FrameState) -> FrameState | None:
     return None
 
 
-def _instruction(code_at: Callable[[int, int], bytes], address: int, end: int) -> Instruction:
-    insn = decode_one(code_at(address, 4), address)
+def _instruction(code_at: Callable[[int, int], bytes], address: int, end: int, arm: bool) -> Instruction:
+    insn = decode_one(code_at(address, 4), address, arm)
     if insn is None:
         raise Unknowable("undecodable instruction on a path")
     if address + insn.size > end:
@@ -312,87 +295,3 @@ def _rows(start: int, end: int, reached, sizes: dict[int, int], refused: set[int
     if covered < end:
         add(CfiRow(covered, problem="no path reaches this code"))
     return tuple(rows)
-
-
-# ------------------------------------------------------------------ paths
-
-
-def _successors(insn: Instruction, path: Path, body: Body) -> Iterable[tuple[int, Path]]:
-    """(address, path) pairs after `insn` on `path`: both outcomes of a
-    conditional instruction, every target of a branch inside the function."""
-    following = insn.address + insn.size
-    if insn.op.startswith("it"):
-        block = _it_conditions(body.code_at(insn.address, 2))
-        if path.fact is not None and path.fact[0] >> 1 == block[0] >> 1:  # flags unchanged: taken alike
-            return [(following, replace(path, block=block))]
-        return [(following, Path(path.state, (block[0], holds), block)) for holds in (True, False)]
-    if path.block:
-        condition, path = path.block[0], replace(path, block=path.block[1:])
-        if not _holds(path.fact, condition):
-            return [(following, path)]
-    return _executed(insn, path, body, following)
-
-
-def _holds(fact: tuple[int, bool] | None, condition: int) -> bool:
-    """Does `condition` hold on a path that knows `fact` (set by the IT
-    block the instruction is in, so about the same condition or its inverse)?"""
-    if condition == ALWAYS or fact is None:
-        return True
-    known, value = fact
-    return value if known == condition else not value
-
-
-def _it_conditions(code: bytes) -> tuple[int, ...]:
-    """The condition of each instruction an IT block governs."""
-    first = int.from_bytes(code[:2], "little")
-    firstcond, mask = (first >> 4) & 0xF, first & 0xF
-    length = 4 - ((mask & -mask).bit_length() - 1)
-    conditions = [firstcond]
-    for index in range(1, length):
-        bit = (mask >> (4 - index)) & 1
-        conditions.append((firstcond & 0xE) | bit)
-    return tuple(conditions)
-
-
-def _executed(insn: Instruction, path: Path, body: Body, following: int):
-    """Successors of `insn` when it runs."""
-    start, end, code_at = body.start, body.end, body.code_at
-    fact = None if _sets_flags(insn) else path.fact
-    onward = Path(path.state if path.state == UNKNOWN else after(insn, path.state, code_at), fact, path.block)
-    op = insn.op
-    if op in ("cbz", "cbnz"):
-        return [(insn.imm, onward), (following, onward)]
-    if op in ("bl", "blx") and insn.imm in body.noreturn:
-        return []  # never returns: the code after it is not this path's
-    if op == "b":
-        inside = start <= insn.imm < end
-        if insn.conditional:  # b<c> outside an IT block: taken or not
-            return ([(insn.imm, onward)] if inside else []) + [(following, onward)]
-        return [(insn.imm, onward)] if inside else []  # out of the function: a tail call
-    if op in ("tbb", "tbh"):
-        return [(target, onward) for target in jump_table(insn, code_at, start, end)]
-    if op == "ldr" and PC in insn.writes and insn.mem and insn.mem[0] != SP:
-        return [(target, onward) for target in address_table(insn, code_at, start, end)]
-    if op == "bx" and insn.regs != (LR,):
-        table = offset_table(insn, code_at, start, end)
-        if table is not None:
-            return [(target, onward) for target in table]
-    if (op == "bx" or op == "mov" and PC in insn.writes) and insn.regs[-1] != LR and not torn_down(path.state):
-        # a jump through a register with the frame still set up is no tail
-        # call: a computed goto (Lua's dispatch), to the labels data holds
-        if not body.labels:
-            raise Unknowable(f"'{insn.text}' jumps with the frame set up, and no data holds a label here")
-        return [(label, onward) for label in body.labels]
-    if op == "bx" or PC in insn.writes and op in ("pop", "ldr", "ldm", "mov"):
-        return []  # a return (bx lr, pop {pc}...), or a tail call through a register (bx rN)
-    if op in ("udf", "bkpt"):
-        return []  # a trap: the path ends
-    if insn.transfers and op not in ("bl", "blx", "svc") or PC in insn.writes and op not in ("bl", "blx"):
-        raise Unknowable(f"'{insn.text}' {CANNOT_FOLLOW}")
-    return [(following, onward)]
-
-
-def _sets_flags(insn: Instruction) -> bool:
-    return -1 in insn.writes or insn.op in _FLAG_SETTERS or (insn.op.endswith("s") and not insn.op.startswith("v"))
-
-

@@ -31,7 +31,7 @@ class FrameState:
     cfa_reg: int = SP
     fp_offset: int | None = None  # CFA - r7, while r7 holds sp + k from an `add r7, sp, #k`
     saved: tuple[tuple[int, int], ...] = ()  # (register, offset from the CFA), sorted
-    clobbered: frozenset[int] = frozenset()  # callee-saved registers no longer holding the caller's value
+    clobbered: frozenset[int] = frozenset()  # callee-saved registers written: no longer the caller's value
 
     def row(self, address: int) -> CfiRow:
         if LR in self.clobbered and not _saved(self, LR):
@@ -64,7 +64,22 @@ class Unknowable(Exception):
 
 
 def after(insn: Instruction, state: FrameState, code_at) -> FrameState:
-    """The frame state after `insn` runs."""
+    """The frame state after `insn` runs: its effect, and then no save left
+    below sp. A slot sp has moved above is garbage to an unwinder (Chrome's
+    copies the stack from sp up, and a signal may overwrite it), so the save
+    ends there: the register holds the caller's value itself, or else is
+    lost (GCC's `push {r0-r4, lr}; ...; add sp, #20; ldr lr, [sp], #4` leaves
+    r4 untouched below sp)."""
+    return _released(_effect(insn, state, code_at))
+
+
+def _released(state: FrameState) -> FrameState:
+    if state.depth is None or all(slot >= -state.depth for _, slot in state.saved):
+        return state
+    return replace(state, saved=tuple((reg, slot) for reg, slot in state.saved if slot >= -state.depth))
+
+
+def _effect(insn: Instruction, state: FrameState, code_at) -> FrameState:
     op, regs = insn.op, insn.regs
     if op == "push":
         if _sp_copies_before(insn, code_at).intersection(regs):
@@ -90,7 +105,7 @@ def after(insn: Instruction, state: FrameState, code_at) -> FrameState:
         # amount or be set from it; the CFA stays on sp while sp is known
         # (clang's frameless code uses r7 for other things too)
         return replace(state, fp_offset=state.depth - (insn.imm or 0),
-                       clobbered=state.clobbered | {FP} if not _saved(state, FP) else state.clobbered)
+                       clobbered=state.clobbered | {FP})
     if FP in insn.writes and state.fp_offset is not None:
         return _fp_written(insn, state)
     return _clobber(state, [reg for reg in insn.writes if reg in CALLEE_SAVED])
@@ -101,8 +116,10 @@ def _saved(state: FrameState, reg: int) -> bool:
 
 
 def _clobber(state: FrameState, regs) -> FrameState:
-    lost = {reg for reg in regs if reg in CALLEE_SAVED and not _saved(state, reg)}
-    return replace(state, clobbered=state.clobbered | lost) if lost - state.clobbered else state
+    """`regs` written: those callee-saved no longer hold the caller's value
+    (a save slot may still: `lost` tells)."""
+    written = {reg for reg in regs if reg in CALLEE_SAVED}
+    return replace(state, clobbered=state.clobbered | written) if written - state.clobbered else state
 
 
 def _moved(state: FrameState, delta: int) -> FrameState:
@@ -155,9 +172,10 @@ def _store(insn: Instruction, state: FrameState) -> FrameState:
     over a register's save slot ends that save (GCC's `push {r0-r6, lr}`
     only makes room, and the stack guard then lands in "r5's" slot)."""
     displacement, width = insn.mem[1], _STORE_WIDTH[insn.op]
-    if insn.text.endswith("!"):  # pre-indexed: sp moves down first
-        return _push(state, [(reg, 4) for reg in insn.regs[:width // 4]]) \
-            if width >= 4 and displacement == -width else _unknown_sp(insn, state)
+    if insn.text.endswith("!"):  # pre-indexed: sp moves down first (glibc's `str r8, [sp, #-32]!` by more)
+        if width < 4 or displacement > -width or displacement % 4:
+            return _unknown_sp(insn, state)
+        return _push(state, [(reg, 4) for reg in insn.regs[:width // 4]] + [(-1, -displacement - width)])
     if insn.post_index:
         raise Unknowable(f"'{insn.text}' moves sp after storing")
     if state.depth is None:
@@ -179,10 +197,11 @@ def _load(insn: Instruction, state: FrameState) -> FrameState:
     register's save slot restores it."""
     count = 2 if insn.op == "ldrd" else 1
     loaded = insn.regs[:count]
-    if insn.post_index:
-        if insn.imm != 4 * count:
+    if insn.post_index:  # sp moves up after: by more than the load in glibc's `ldr r8, [sp], #32`
+        if insn.imm is None or insn.imm < 4 * count or insn.imm % 4:
             return _unknown_sp(insn, state)
-        return _pop(state, loaded, 4)
+        popped = _pop(state, loaded, 4)
+        return _moved(popped, 4 * count - insn.imm) if insn.imm > 4 * count else popped
     if insn.text.endswith("!"):
         return _unknown_sp(insn, state)
     if state.depth is None:
@@ -222,7 +241,7 @@ def _sp_copies_before(insn: Instruction, code_at) -> set[int]:
     """The registers a `mov rX, sp` among the few instructions straight
     before `insn` left holding sp's value (rX not written again since)."""
     copies, written = set(), set()
-    for earlier in reversed(decode_before(code_at, insn.address, span=8)):
+    for earlier in reversed(decode_before(code_at, insn.address, span=8, arm=insn.arm)):
         if earlier.transfers:
             break
         if earlier.op == "mov" and earlier.regs[1:] == (SP,) and earlier.regs[0] not in written:
@@ -235,7 +254,7 @@ def _frame_pointer_copy_before(insn: Instruction, reg: int, code_at) -> int | No
     """k when the last instruction to write `reg`, among the few straight
     before `insn`, set it to r7 - k (clang schedules `sub.w r4, r7, #16`
     a few instructions ahead of `mov sp, r4`)."""
-    for earlier in reversed(decode_before(code_at, insn.address)):
+    for earlier in reversed(decode_before(code_at, insn.address, arm=insn.arm)):
         if reg in earlier.writes:
             if earlier.op in ("sub", "add") and earlier.regs == (reg, FP) and earlier.imm is not None:
                 return earlier.imm if earlier.op == "sub" else -earlier.imm
@@ -252,7 +271,7 @@ def _constant_before(insn: Instruction, sources: tuple[int, ...], code_at) -> in
         return None
     value = None
     for back in (8, 4):
-        found = decode_one(code_at(insn.address - back, 4), insn.address - back)
+        found = decode_one(code_at(insn.address - back, 4), insn.address - back, insn.arm)
         if found is None or found.size != 4 or found.regs[:1] != sources or found.imm is None:
             continue
         if found.op == "movw":

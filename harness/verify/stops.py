@@ -12,7 +12,7 @@ import gc
 from collections import Counter
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from harness.classify import Classifier, Where, in_flight_where
 from harness.program import Program
@@ -145,7 +145,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
                    observe: Callable[[ObservedStop], None] | None = None,
                    every: int = 1, shard: tuple[int, int] = (0, 1),
                    compiled: bool | None = None, limits: abi.Limits = DEFAULT_LIMITS,
-                   system=None) -> ProgramResult:
+                   system=None, observe_at: Collection[int] | None = None) -> ProgramResult:
     """Run `program`, verifying every unwinder at every stop (or at every
     `every`-th: the shadow stack still follows every instruction). With
     `shard` (I, N), only the I-th of every N of those stops is verified, so
@@ -164,7 +164,8 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     it exits (its status is the result), and its first frame has no
     caller to compare. `memoize=False` (Python hook only)
     re-walks every frame at every stop (for checking that the memo changes
-    nothing); `observe` sees each verified stop.
+    nothing); `observe` sees each verified stop, or with `observe_at` those
+    at these pcs only (the others cost no Python work beyond a set lookup).
     """
     if compiled is None:
         compiled = memoize and kernel.AVAILABLE
@@ -181,11 +182,13 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     gc.disable()
     try:
         try:
-            resumes = _resuming_frames(program, system, compiled, limits) if unwinders else None
+            # Which frames never resume, for the walks and for an observer (which judges frames alike).
+            resumes = _resuming_frames(program, system, compiled, limits) if unwinders or observe else None
+            wanted = None if observe_at is None else frozenset(observe_at)
             if compiled:
-                _run_compiled(program, unwinders, emulator, run, result, limits, observe, every, shard, resumes)
+                _run_compiled(program, unwinders, emulator, run, result, limits, observe, every, shard, resumes, wanted)
             else:
-                _run_in_python(program, emulator, run, result, limits, observe, every, shard, resumes)
+                _run_in_python(program, emulator, run, result, limits, _only_at(observe, wanted), every, shard, resumes)
         except EmulationFault as fault:
             result.fault = str(fault)
         for (where, cause), stops in result.failure_tally.items():
@@ -196,6 +199,13 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         if collecting:
             gc.enable()
     return result
+
+
+def _only_at(observe, wanted: frozenset[int] | None):
+    """`observe`, shown only the stops at `wanted` pcs (all, when None)."""
+    if observe is None or wanted is None:
+        return observe
+    return lambda stop: stop.pc in wanted and observe(stop)
 
 
 def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limits) -> bytes | None:
@@ -216,7 +226,7 @@ def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limit
 
 def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emulator, run: Verification,
                   result: ProgramResult, limits: abi.Limits, observe, every: int, shard: tuple[int, int],
-                  resumes: bytes | None = None) -> bytes:
+                  resumes: bytes | None = None, wanted: frozenset[int] | None = None) -> bytes:
     """The compiled hook's run; the frames that resumed (a bit per serial)."""
     stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if unwinders else None
     shadow_frames: dict[int, ShadowFrame] = {}  # serial -> frame, unpacked once
@@ -224,7 +234,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
 
     def slow(number: int, pc: int, regs, cpsr: int, vfp, deferred, packed_shadow: bytes, serials,
              in_flight: int) -> None:
-        """A stop where a walk deferred, or every stop when observed."""
+        """A stop where a walk deferred, or one observed."""
         if len(shadow_frames) > 2 * len(serials) + 4096:  # mostly frames returned from: start afresh
             shadow_frames.clear()
         expected = []
@@ -238,13 +248,15 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         frame, stack = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13])
         if deferred:
             run.walk(number, pc, deferred, frame, stack, expected, bool(in_flight))
-        if observe is not None:
+        if observe is not None and (wanted is None or pc in wanted):
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
+    # The kernel calls `slow` at the stops observed (only at `wanted`, when given) and where a walk deferred.
+    observe_all = observe is not None and (wanted is None or bool(wanted))
     tracer = kernel.Tracer(emulator.engine(program.uses_vfp), stop_kernel and stop_kernel.verifier,
                            emulator.placement.sentinel, program.uses_vfp, every, *shard, run.ids, slow,
-                           observe is not None, compare_bottom, raise_entries(program), quiet_ranges(program),
-                           resumes)
+                           observe_all, compare_bottom, raise_entries(program), quiet_ranges(program),
+                           resumes, tuple(sorted(wanted or ())))
     cap = run.log_cap
     try:
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap)

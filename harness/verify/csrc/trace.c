@@ -125,6 +125,9 @@ typedef struct {
      * the shadow depth at which one was raised (0: none in flight) */
     uint32_t *raises;
     size_t raise_count, flight;
+    /* with observe_all: the pcs slow is called at (sorted; none: every pc) */
+    uint32_t *observed;
+    size_t observed_count;
     /* pcs [quiet[2i], quiet[2i + 1]) of modules that are not the program's
      * own: a no_info refusal there is a stop, tallied but not logged */
     uint32_t *quiet;
@@ -363,9 +366,17 @@ static size_t lower_bound(const uint32_t *values, size_t count, uint32_t pc) {
     return low;
 }
 
+static int sorted_holds(const uint32_t *values, size_t count, uint32_t pc) {
+    size_t at = lower_bound(values, count, pc);
+    return at < count && values[at] == pc;
+}
+
 static int raises_at(const Tracer *t, uint32_t pc) {
-    size_t at = lower_bound(t->raises, t->raise_count, pc);
-    return at < t->raise_count && t->raises[at] == pc;
+    return sorted_holds(t->raises, t->raise_count, pc);
+}
+
+static int observed_at(const Tracer *t, uint32_t pc) {
+    return t->observe_all && (!t->observed_count || sorted_holds(t->observed, t->observed_count, pc));
 }
 
 /* Is pc in a quiet range? (ends are sorted: pc lies in one when the first
@@ -571,7 +582,7 @@ static int check(Tracer *t, uint32_t pc, uint32_t cpsr) {
             }
         }
     }
-    if (deferrals || t->observe_all) return call_slow(t, number, pc, cpsr, deferred, deferrals);
+    if (deferrals || observed_at(t, pc)) return call_slow(t, number, pc, cpsr, deferred, deferrals);
     return 0;
 }
 
@@ -695,6 +706,7 @@ static void Tracer_dealloc(Tracer *self) {
     ranges_clear(&self->classes[0]);
     ranges_clear(&self->classes[1]);
     PyMem_Free(self->raises);
+    PyMem_Free(self->observed);
     PyMem_Free(self->quiet);
     PyMem_Free(self->log);
     PyMem_Free(self->causes.keys);
@@ -732,15 +744,36 @@ static int quiet_ranges(Tracer *self, PyObject *quiet) {
     return 0;
 }
 
+/* A tuple of sorted, distinct pcs as an array (*values NULL for none). */
+static int sorted_pcs(PyObject *tuple, const char *name, uint32_t **values, size_t *count) {
+    Py_ssize_t size = tuple ? PyTuple_GET_SIZE(tuple) : 0;
+    if (!size) return 0;
+    *values = PyMem_Calloc((size_t)size, sizeof(uint32_t));
+    if (!*values) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        (*values)[i] = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(tuple, i));
+        if (PyErr_Occurred()) return -1;
+        if (i && (*values)[i] <= (*values)[i - 1]) {
+            PyErr_Format(PyExc_ValueError, "%s must be sorted and distinct", name);
+            return -1;
+        }
+    }
+    *count = (size_t)size;
+    return 0;
+}
+
 /* Tracer(engine, verifier, sentinel, uses_vfp, every, shard_index,
  * shard_count, classify, slow, observe_all, compare_bottom=True, raises=(),
- * quiet=()): engine is harness/verify/abi.py's Engine (its items by the
- * ENGINE_* indices); raises the entry points that raise an exception,
- * sorted; quiet the pcs of modules not the program's own. */
+ * quiet=(), resumes=None, observed=()): engine is harness/verify/abi.py's
+ * Engine (its items by the ENGINE_* indices); raises the entry points that
+ * raise an exception, sorted; quiet the pcs of modules not the program's
+ * own; observed, sorted, the only pcs observe_all calls slow at. */
 static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     static char *names[] = {"engine", "verifier", "sentinel", "uses_vfp", "every", "shard_index", "shard_count",
-                            "classify", "slow", "observe_all", "compare_bottom", "raises", "quiet", "resumes", NULL};
-    PyObject *engine, *verifier, *classify, *slow, *raises = NULL, *quiet = NULL, *resumes = Py_None;
+                            "classify", "slow", "observe_all", "compare_bottom", "raises", "quiet", "resumes",
+                            "observed", NULL};
+    PyObject *engine, *verifier, *classify, *slow, *raises = NULL, *quiet = NULL, *resumes = Py_None,
+             *observed = NULL;
     unsigned long sentinel;
     int uses_vfp, observe_all, compare_bottom = 1;
     unsigned long long every, shard_index, shard_count;
@@ -748,10 +781,10 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_TypeError, "a Tracer is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp|pO!O!O", names, &PyTuple_Type, &engine, &verifier,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp|pO!O!OO!", names, &PyTuple_Type, &engine, &verifier,
                                      &sentinel, &uses_vfp, &every, &shard_index, &shard_count, &classify, &slow,
                                      &observe_all, &compare_bottom, &PyTuple_Type, &raises, &PyTuple_Type, &quiet,
-                                     &resumes))
+                                     &resumes, &PyTuple_Type, &observed))
         return -1;
     if (resumes != Py_None) {
         if (PyObject_GetBuffer(resumes, &self->resumes, PyBUF_SIMPLE)) return -1;
@@ -816,20 +849,9 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     self->compare_bottom = compare_bottom;
     self->causes.key_size = sizeof(CauseKey);
     self->tally.key_size = sizeof(TallyKey);
-    Py_ssize_t count = raises ? PyTuple_GET_SIZE(raises) : 0;
-    if (count) {
-        self->raises = PyMem_Calloc((size_t)count, sizeof(uint32_t));
-        if (!self->raises) { PyErr_NoMemory(); return -1; }
-        for (Py_ssize_t i = 0; i < count; i++) {
-            self->raises[i] = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(raises, i));
-            if (PyErr_Occurred()) return -1;
-            if (i && self->raises[i] <= self->raises[i - 1]) {
-                PyErr_SetString(PyExc_ValueError, "raises must be sorted and distinct");
-                return -1;
-            }
-        }
-        self->raise_count = (size_t)count;
-    }
+    if (sorted_pcs(raises, "raises", &self->raises, &self->raise_count) ||
+        sorted_pcs(observed, "observed", &self->observed, &self->observed_count))
+        return -1;
     return quiet ? quiet_ranges(self, quiet) : 0;
 }
 
