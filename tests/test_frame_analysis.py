@@ -343,6 +343,17 @@ def test_functions_no_symbol_names_are_found_from_calls():
         "code bytes: 26; in functions 24 (92.3%); with rows that unwind 24 (92.3%), the rest refuses"]
 
 
+def test_a_function_whose_address_is_formed_pc_relative_is_found():
+    """Position-independent code takes a function's address as `ldr r3,
+    [pc, #8]; add r3, pc` (literal 9: pc reads 0x8 at the add, so 0x11, a
+    Thumb address): `g` at 0x10 is found though no symbol or call names it."""
+    lines = ["push {r4, lr}", "ldr r3, [pc, #8]", "add r3, pc", "blx r3", "pop {r4, pc}", "nop", ".word 9",
+             "push {r4, lr}", "pop {r4, pc}"]  # g at 0x10
+    found, _ = discovered(lines, ((BASE, BASE + 0x10, "f"),))
+    assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [("f", 0, 0x10), ("fn_100010", 0x10, 0x14)]
+    assert not found[1].problems and found[1].rows[1].cfa_offset == 8
+
+
 LANDING_PAD = ["push {r4, lr}", "sub sp, #8", "bl 0x100010", "add sp, #8", "pop {r4, pc}",
                "movs r0, #1", "b 0x100008"]  # @ 0x10000c: entered only by the unwinder, back to the epilogue
 

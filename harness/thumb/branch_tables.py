@@ -10,6 +10,9 @@ bytes it reads as data (harness.thumb.frame_analysis follows them).
 Each is as long as the `cmp` guarding it allows (n + 1 entries after `cmp
 rX, #n; bhi default`). A table that cannot be sized, or leads out of its
 function, is Unknowable.
+
+Also here, as it reads the code's literals alike: the address a
+position-independent `ldr rX, [pc, #n]; add rX, pc` forms (`formed_address`).
 """
 
 from __future__ import annotations
@@ -157,3 +160,23 @@ def _literal(insn: Instruction) -> set[int]:
         literal = pc_base(insn) + insn.mem[1]
         return set(range(literal, literal + (8 if insn.op in ("ldrd", "vldr") else 4)))
     return set()
+
+
+def formed_address(insn: Instruction, code_at) -> int | None:
+    """The address `add rX, pc` (ARM: `add rX, pc, rX`) forms from a literal
+    loaded into rX just before (`ldr rX, [pc, #n]`): position-independent
+    code takes the address of a function or of data so. None for another
+    `add`, or when rX came from elsewhere."""
+    if insn.op != "add" or insn.imm is not None or PC not in insn.regs[1:] or not insn.regs:
+        return None
+    offset = next((reg for reg in insn.regs[1:] if reg != PC), insn.regs[0])
+    for earlier in reversed(decode_before(code_at, insn.address, arm=insn.arm)):
+        if offset in earlier.writes:
+            literal = _literal(earlier) if not earlier.conditional and earlier.op == "ldr" else set()
+            if not literal or earlier.regs[:1] != (offset,):
+                return None
+            value = int.from_bytes(code_at(min(literal), 4), "little")
+            return (value + insn.address + (8 if insn.arm else 4)) & 0xFFFFFFFF  # pc as `add` reads it
+        if earlier.transfers:
+            return None
+    return None

@@ -36,7 +36,7 @@ from typing import Callable, Iterable, NamedTuple
 
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR, SP
-from harness.thumb.branch_tables import data_read
+from harness.thumb.branch_tables import data_read, formed_address
 from harness.thumb.disasm import Instruction, decode_one
 from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, lost, torn_down
 from harness.thumb.successors import Body, Path, successors
@@ -46,8 +46,9 @@ LANDING_ROUNDS = 8  # rounds of analysing code only the unwinder enters (landing
 
 
 class Analysed(NamedTuple):
-    """A function's rows, where its `bl` calls go, and whether any path
-    returns (or leaves by a tail call)."""
+    """A function's rows, where its `bl` calls and tail calls go (and the
+    Thumb code addresses it forms pc-relative: functions too), and whether
+    any path returns (or leaves by a tail call)."""
 
     function: FunctionCfi
     callees: frozenset[int]
@@ -140,7 +141,7 @@ class _Analysis:
         self.reached: dict[int, dict[tuple[int, bool] | None, FrameState]] = {}
         self.sizes: dict[int, int] = {}  # instruction sizes where paths went
         self.calls: set[int] = set()  # addresses of calls on some path
-        self.callees: set[int] = set()  # where its `bl` calls go
+        self.callees: set[int] = set()  # where its calls go, and code addresses it forms (see Analysed)
         self.returns = False  # a path left by a return or a tail call
         self.problems: list[str] = []
         self.refused: set[int] = set()
@@ -185,6 +186,9 @@ class _Analysis:
                         self.callees.add(insn.imm)
                 elif insn.op == "b" and not self.start <= insn.imm < self.end and torn_down(path.state):
                     self.callees.add(insn.imm)  # a tail call: a function starts there too
+                elif insn.op == "add" and (formed := formed_address(insn, self.code_at)) is not None \
+                        and formed & 1:
+                    self.callees.add(formed & ~1)  # a Thumb code address taken pc-relative: a function
                 self.data.update(data_read(insn, self.code_at))
                 onward = list(successors(insn, path, self.body))
                 pending.extend(onward)
