@@ -22,7 +22,7 @@ from harness.linux.corpus import cache
 from harness.program import CfiRow, CodeMap
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb.discovery import GAP, analyse_all, coverage_lines
-from harness.thumb.frame_analysis import analyse, frame_states
+from harness.thumb.frame_analysis import analyse, analyse_calling, frame_states
 from harness.unwind import build_unwinders
 from harness.verify.stops import verify_program
 
@@ -352,6 +352,26 @@ def test_a_function_whose_address_is_formed_pc_relative_is_found():
     found, _ = discovered(lines, ((BASE, BASE + 0x10, "f"),))
     assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [("f", 0, 0x10), ("fn_100010", 0x10, 0x14)]
     assert not found[1].problems and found[1].rows[1].cfa_offset == 8
+
+
+def test_a_function_running_into_the_next_is_not_noreturn():
+    """libgcc's `__aeabi_idiv`: `cmp r1, #0; beq div0`, then it runs on into
+    the division routine (another start, found by another call): no path
+    returns inside its bounds, yet it returns; a call to it must not end
+    its caller's path (a noreturn callee would)."""
+    code = assemble(["cmp r1, #0", "beq 0x100004", "movs r0, #1", "bx lr"], BASE)
+    runs_on = analyse_calling("g", BASE, BASE + 4, lambda address, size: code[address - BASE:address - BASE + size],
+                              bounded=False)
+    assert runs_on.returns and not runs_on.function.problems
+
+
+def test_a_jump_into_an_unrolled_loop_reaches_every_step():
+    """libgcc's Thumb-2 division: `adr r0, ladder; add.w r2, r0, r2, lsl #2;
+    mov pc, r2` enters its unrolled loop part way; every step is reached
+    (the padding before it is not)."""
+    found = states(["clz r2, r3", ".short 0xa002", "add.w r2, r0, r2, lsl #2", "mov pc, r2", "nop", "nop",
+                    "adds r3, r3, r1", "adds r3, r3, r1", "adds r3, r3, r1", "adds r3, r3, r1", "bx lr"])
+    assert found == [(0, (SP, 0, ())), (12, "no path reaches this code"), (16, (SP, 0, ()))]  # 0xa002: adr r0, #8
 
 
 LANDING_PAD = ["push {r4, lr}", "sub sp, #8", "bl 0x100010", "add sp, #8", "pop {r4, pc}",

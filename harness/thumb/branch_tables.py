@@ -55,11 +55,35 @@ def jump_table_address(insn: Instruction, code_at) -> int | None:
     few) put pc-relative (`adr rB, table`, `addw rB, pc, #n`); else None."""
     if insn.mem[0] == PC:
         return insn.address + insn.size
-    for earlier in reversed(decode_before(code_at, insn.address)):
-        if insn.mem[0] in earlier.writes:
-            if earlier.conditional or earlier.op not in ("adr", "add") or earlier.regs[1:] not in ((), (PC,)):
+    return _pc_relative(insn.mem[0], insn, code_at)
+
+
+def _pc_relative(reg: int, insn: Instruction, code_at) -> int | None:
+    """The address the last instruction before `insn` writing `reg` (among
+    a few) put there pc-relative (`adr rB, label`, `addw rB, pc, #n`), else None."""
+    for earlier in reversed(decode_before(code_at, insn.address, arm=insn.arm)):
+        if reg in earlier.writes:
+            if earlier.conditional or earlier.op not in ("adr", "add") or earlier.regs[1:] not in ((), (PC,)) \
+                    or earlier.imm is None:
                 return None
             return pc_base(earlier) + earlier.imm
+    return None
+
+
+def ladder_start(insn: Instruction, code_at) -> int | None:
+    """Where `adr rB, ladder; add rN, rB, rI, lsl #k; mov pc, rN` jumps
+    into: the first instruction of the ladder (libgcc's Thumb-2 division
+    enters its unrolled loop part way so); None for any other jump through
+    a register."""
+    reg = insn.regs[-1] if insn.regs else None
+    for earlier in reversed(decode_before(code_at, insn.address, arm=insn.arm)):
+        if reg in earlier.writes:
+            if earlier.op != "add" or earlier.conditional or earlier.imm is not None or len(earlier.regs) != 3 \
+                    or earlier.regs[0] != reg:
+                return None
+            return _pc_relative(earlier.regs[1], earlier, code_at)
+        if earlier.transfers:
+            return None
     return None
 
 

@@ -153,6 +153,8 @@ class _Analysis:
         `kept` with another frame ends there, leaving that state as it was."""
         while pending:
             address, path = pending.pop()
+            if address == self.end:  # falls through into the code after: it goes on there, no noreturn
+                self.returns = True  # (libgcc's `cmp r1, #0; beq div0` runs into its division routine)
             if not self.start <= address < self.end or address in self.data:
                 continue
             states = self.reached.setdefault(address, {})

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, NamedTuple
 
 from harness.registers import LR, PC, SP
-from harness.thumb.branch_tables import CANNOT_FOLLOW, address_table, jump_table, offset_table
+from harness.thumb.branch_tables import CANNOT_FOLLOW, address_table, jump_table, ladder_start, offset_table
 from harness.thumb.disasm import CC_ALWAYS, Instruction, decode_one
 from harness.thumb.frame_effects import UNKNOWN, FrameState, Unknowable, after, torn_down
 
@@ -118,6 +118,9 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
         table = offset_table(insn, code_at, start, end)
         if table is not None:
             return [(target, onward) for target in table]
+    if (op == "bx" or op == "mov" and PC in insn.writes) and insn.regs[-1] != LR \
+            and start <= (ladder := ladder_start(insn, code_at) or -1) < end:
+        return [(target, onward) for target in _ladder(ladder, body)]
     if (op == "bx" or op == "mov" and PC in insn.writes) and insn.regs[-1] != LR and not torn_down(path.state):
         # a jump through a register with the frame still set up is no tail
         # call: a computed goto (Lua's dispatch), to the labels data holds
@@ -136,16 +139,18 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
 
 
 def _ladder(first: int, body: Body) -> Iterable[int]:
-    """Where `add pc, pc, rN` (ARM: pc + 8 + rN) may land: glibc's memcpy
-    and memmove jump into a ladder of loads or stores right after it, to
-    copy the last few words. Taken as every instruction of the straight run
-    from pc + 8 up to the first that branches or moves sp (one frame
-    throughout, so a landing anywhere in it has the frame the run has);
-    a ladder of another shape is not told apart, and ground truth judges."""
+    """Where a jump into a ladder may land: glibc's memcpy and memmove (ARM:
+    `add pc, pc, rN`, pc + 8 + rN) jump into a ladder of loads or stores
+    right after it to copy the last few words, libgcc's Thumb-2 division
+    into its unrolled loop (`ladder_start`). Taken as every instruction of
+    the straight run from `first` up to the first that branches or moves
+    sp (one frame throughout, so a landing anywhere in it has the frame the
+    run has); a ladder of another shape is not told apart, and ground truth
+    judges."""
     address = first
     while address < body.end:
         yield address
-        insn = decode_one(body.code_at(address, 4), address, True)
+        insn = decode_one(body.code_at(address, 4), address, body.arm)
         if insn is None or insn.transfers or SP in insn.writes or PC in insn.writes:
             return
         address += insn.size
