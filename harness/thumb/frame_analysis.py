@@ -178,6 +178,7 @@ class _Analysis:
             insn = None
             try:
                 insn = _instruction(self.code_at, address, self.end, self.body.arm)
+                first_visit = address not in self.sizes  # what the code itself says is read once
                 self.sizes[address] = insn.size
                 if insn.op in ("bl", "blx"):
                     self.calls.add(address)
@@ -188,10 +189,11 @@ class _Analysis:
                         self.callees.add(insn.imm)
                 elif insn.op == "b" and not self.start <= insn.imm < self.end and torn_down(path.state):
                     self.callees.add(insn.imm)  # a tail call: a function starts there too
-                elif insn.op == "add" and (formed := formed_address(insn, self.code_at)) is not None \
-                        and formed & 1:
+                elif insn.op == "add" and first_visit \
+                        and (formed := formed_address(insn, self.code_at)) is not None and formed & 1:
                     self.callees.add(formed & ~1)  # a Thumb code address taken pc-relative: a function
-                self.data.update(data_read(insn, self.code_at))
+                if first_visit:
+                    self.data.update(data_read(insn, self.code_at))
                 onward = list(successors(insn, path, self.body))
                 pending.extend(onward)
                 if not onward and insn.op not in ("udf", "bkpt", "bl", "blx") \
