@@ -18,13 +18,13 @@ from pathlib import Path
 from generators.corpus import generate_program
 from harness.elf_program import elf_functions, program_from_elf
 from harness.formats import chrome_v2
-from harness.formats.chrome_v2.grouping import epilogues_inside
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
 from harness.linux.corpus import cache as linux_cache
 from harness.linux.corpus import executable_with_cfi, linux_entries
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
+from harness.report.sizes import size_row
 from harness.thumb.discovery import GAP
 
 SYNTHESIS_BINARY = "cjmp-gcc-O2-fp-static"  # the Linux slice's static build: glibc's Thumb code and ours
@@ -63,17 +63,12 @@ def synthesis_at_scale(path: str) -> dict:
 
 def epilogue_row(label: str, programs: Sequence[Program]) -> dict:
     """v2 bytes (chrome layout) of `drop` and `synthesize` over the programs'
-    `tables` CFI, and their epilogues with code after them."""
-    drop = synthesize = inside = functions = 0
-    for program in programs:
-        cfi = program.cfi["tables"]
-        drop += len(chrome_v2.encode(cfi, program.text_base, "drop").blob("chrome"))
-        encoded = chrome_v2.encode(cfi, program.text_base, "synthesize", code_at=program.code)
-        synthesize += len(encoded.blob("chrome"))
-        inside += sum(epilogues_inside(f) for f in encoded.functions)
-        functions += len(encoded.functions)
-    return {"input": label, "functions": functions, "epilogues_inside": inside, "drop": drop,
-            "synthesize": synthesize, "over_drop": synthesize / drop - 1}
+    `tables` CFI, and their epilogues with code after them (the run's size
+    row, harness.report.sizes, in the layout Chrome ships)."""
+    row = size_row(label, programs, layout="chrome")
+    drop, synthesize = row["bytes"]["v2 drop"], row["bytes"]["v2 synthesize"]
+    return {"input": label, "functions": row["functions"], "epilogues_inside": row["epilogues_inside"],
+            "drop": drop, "synthesize": synthesize, "over_drop": synthesize / drop - 1}
 
 
 def epilogue_rows(programs: int, linux: bool) -> list[dict]:
@@ -86,7 +81,7 @@ def epilogue_rows(programs: int, linux: bool) -> list[dict]:
         path = ELF_CORPUS / build["file"]
         rows.append(epilogue_row(f"corpus/elf/{build['file']}", [program_from_elf(str(path), build["entry"])]))
     for entry in linux_entries("all") if linux else ():
-        program = executable_with_cfi(str(linux_cache() / entry["path"]))
+        program = executable_with_cfi(open_elf(str(linux_cache() / entry["path"])))
         if program is not None:
             rows.append(epilogue_row(f"corpus/linux/{entry['name']}", [program]))
     return rows

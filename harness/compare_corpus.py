@@ -15,6 +15,7 @@ from collections import Counter
 
 from harness.compare_rows import compared_elf
 from harness.filesystem import write_output
+from harness.formats.elf import open_elf
 from harness.linux.corpus import ROOT, cache, executable_with_cfi, linux_entries, linux_run
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.runner import in_processes
@@ -40,7 +41,7 @@ def row(work: tuple[str, str, dict | None]) -> dict:
 def work_items(linux: bool) -> list[tuple[str, str, dict | None]]:
     items = [("compiled", build["file"], None) for build in elf_builds()]
     for entry in linux_entries("all") if linux else ():
-        if executable_with_cfi(str(cache() / entry["path"])) is not None:
+        if executable_with_cfi(open_elf(str(cache() / entry["path"]))) is not None:
             items.append(("linux", entry["name"], entry))
     return items
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from harness.elf_program import elf_unwinder_names, program_from_image
 from harness.errors import InputError
 from harness.filesystem import read_input, read_json
-from harness.formats.elf import open_elf, section_size
+from harness.formats.elf import ElfImage, open_elf, section_size
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.verify import Expected, process_program, verify_process
 from harness.program import Program
@@ -101,13 +101,13 @@ def run_linux_unit(index: int, entry: dict, names: tuple[str, ...], limits: Limi
 
 def executable_sizes(path: str, label: str) -> dict | None:
     """The size row of the executable's own CFI (None when it ships none)."""
-    program = executable_with_cfi(path)
-    return None if program is None else size_row(label, [program], section_size(open_elf(path), ".debug_frame"))
+    image = open_elf(path)
+    program = executable_with_cfi(image)
+    return None if program is None else size_row(label, [program], section_size(image, ".debug_frame"))
 
 
-def executable_with_cfi(path: str) -> Program | None:
+def executable_with_cfi(image: ElfImage) -> Program | None:
     """The executable's own code and CFI, without its libraries (None when
     it ships no CFI: Debian's binaries)."""
-    image = open_elf(path)
     program = program_from_image(image, image.elf["e_entry"], cfi_required=False)
     return program if program.cfi["tables"] else None
