@@ -23,6 +23,7 @@ from harness.formats.elf import (
     executable_ranges,
     function_spans,
     load_segments,
+    mapping_symbols,
     open_elf,
     plt_entries,
     symbol_address,
@@ -160,13 +161,14 @@ def code_map(image: ElfImage, exidx) -> CodeMap:
     function symbols, the words of its data pointing at code, its executable sections, and the
     starts of its `.ARM.exidx` index entries (`exidx`, parsed; their
     unwind rules are not read), and its PLT entries of functions that
-    never return (discovery.NORETURN)."""
+    never return (discovery.NORETURN), and its mapping symbols (ARM code,
+    Thumb code, data)."""
     ranges = tuple(executable_ranges(image))
     bounds = sorted({entry.start for entry in parse_sections(exidx)}) if exidx is not None else []
     noreturn = sorted(address for address, name in plt_entries(image).items() if name in NORETURN)
     spans = function_spans(image)
     return CodeMap(tuple(s[:3] for s in spans if s[3]), code_pointers(image, ranges), ranges, tuple(bounds),
-                   tuple(noreturn), tuple(s[:3] for s in spans if not s[3]))
+                   tuple(noreturn), tuple(s[:3] for s in spans if not s[3]), mapping_symbols(image))
 
 
 def elf_functions(image, from_code: bool) -> list:

@@ -97,6 +97,7 @@ class CodeMap(NamedTuple):
     bounds: tuple[int, ...] = ()  # sorted addresses no function runs past: .ARM.exidx index entries
     noreturn: tuple[int, ...] = ()  # PLT entries of functions that never return (abort, exit...)
     arm_spans: tuple[tuple[int, int, str], ...] = ()  # ARM function symbols (start, end, name), sorted
+    modes: tuple[tuple[int, str], ...] = ()  # mapping symbols: (address, "a" | "t" | "d"), sorted
 
     def moved(self, base: int) -> CodeMap:
         def move(addresses: tuple[int, ...]) -> tuple[int, ...]:
@@ -107,7 +108,8 @@ class CodeMap(NamedTuple):
 
         return CodeMap(move_spans(self.spans), move(self.pointers),
                        tuple((low + base, high + base) for low, high in self.ranges), move(self.bounds),
-                       move(self.noreturn), move_spans(self.arm_spans))
+                       move(self.noreturn), move_spans(self.arm_spans),
+                       tuple((address + base, kind) for address, kind in self.modes))
 
 
 @dataclass(frozen=True)

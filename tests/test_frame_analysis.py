@@ -17,7 +17,7 @@ from harness.elf_program import code_map, elf_functions, program_from_elf
 from harness.elf_program import code_reader as load_code
 from harness.formats.arm_exidx import read_exidx_sections
 from harness.formats.dwarf_cfi import read_cfi
-from harness.formats.elf import function_spans, open_elf, thumb_functions
+from harness.formats.elf import function_spans, mapping_symbols, open_elf, thumb_functions
 from harness.linux.corpus import cache
 from harness.program import CfiRow, CodeMap
 from harness.registers import DWARF_D0, LR, SP
@@ -313,9 +313,56 @@ def test_arm_function_symbols_are_analysed_in_arm_state():
     assert not found[2].problems
 
 
+def test_a_thumb_to_arm_veneer_goes_on_in_arm_state():
+    """A linker's veneer (`__memmove_from_thumb`): Thumb `bx pc; nop`, then
+    ARM code at the next word, here a tail call. The ARM branch has the
+    entry's frame, and its target is a function entered in ARM state."""
+    thumb = assemble(["bx pc", "nop"], BASE)
+    arm = assemble(["b 0x100100"], BASE + 4, arm=True)
+    code = thumb + arm
+    found = analyse_calling("v", BASE, BASE + len(code), lambda address, size: code[address - BASE:][:size])
+    assert [(r.address - BASE, r.problem or r.cfa_offset) for r in found.function.rows] == [
+        (0, 0), (2, "no path reaches this code"), (4, 0)]
+    assert (found.callees, found.arm_callees) == (frozenset(), {BASE + 0x100})
+
+
+def test_blx_enters_arm_state_and_arm_code_calls_in_its_own():
+    """`blx` from Thumb enters ARM code, which no symbol names; its `bl`
+    stays in ARM state and its `blx` enters Thumb: each found function is
+    analysed in the state it is entered in."""
+    thumb = assemble(["push {r4, lr}", "blx 0x100008", "pop {r4, pc}"], BASE)  # f: 0x0-0x8
+    arm = assemble(["push {r4, lr}", "bl 0x100018", "blx 0x100020", "pop {r4, pc}",  # 0x8: ARM
+                    "push {r4, r5, lr}", "pop {r4, r5, pc}"], BASE + 8, arm=True)  # 0x18: ARM
+    last = assemble(["push {r3, lr}", "pop {r3, pc}"], BASE + 0x20)  # 0x20: Thumb
+    code = thumb + arm + last
+    code_map = CodeMap(((BASE, BASE + 8, "f"),), ranges=((BASE, BASE + len(code)),))
+    found = analyse_all(code_map, lambda address, size: code[address - BASE:][:size])
+    assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [
+        ("f", 0, 8), ("fn_100008", 8, 0x18), ("fn_100018", 0x18, 0x20), ("fn_100020", 0x20, 0x24)]
+    assert not any(f.problems for f in found)
+    assert [r.saved for r in found[2].rows][-1] == ((4, -12), (5, -8), (LR, -4))  # push {r4, r5, lr} in ARM
+
+
+def test_mapping_symbols_say_which_state_and_where_data_is():
+    """Data (`$d`: a literal pool) is never decoded: a path that reaches
+    it ends, with no refusal (after a call that never returns, or a branch
+    no run takes); a `$a` symbol makes a `bl` target ARM code."""
+    lines = ["push {r4, lr}", "cbz r0, 0x100008", "bl 0x100014", ".word 0", ".word 0", "pop {r4, pc}"]
+    code = assemble(lines, BASE)
+    code += bytes(0x14 - len(code)) + assemble(["push {r4, lr}", "pop {r4, pc}"], BASE + 0x14, arm=True)
+    modes = ((BASE, "t"), (BASE + 8, "d"), (BASE + 0x10, "t"), (BASE + 0x14, "a"))
+    code_map = CodeMap(((BASE, BASE + 0x14, "f"),), ranges=((BASE, BASE + len(code)),), modes=modes)
+    found = analyse_all(code_map, lambda address, size: code[address - BASE:][:size])
+    assert [(f.name, f.start - BASE) for f in found] == [("f", 0), ("fn_100014", 0x14)]
+    rows = {row.address - BASE: row.problem for row in found[0].rows}
+    assert not found[0].problems and rows[8] == "no path reaches this code"  # the data
+    assert not found[1].problems and found[1].rows[-1].saved == ((4, -8), (LR, -4))
+
+
 def test_glibcs_arm_string_functions_get_rows():
     """The Linux slice's static build holds glibc's ARM-state memmove,
-    memset and memcpy (NEON and VFP): each is analysed without a problem."""
+    memset and memcpy (NEON and VFP): each is analysed without a problem;
+    the linker's veneer to memmove goes on in ARM state."""
     program = cache() / "bin" / "cjmp-gcc-O2-fp-static"
     assert program.exists(), f"{program} is not built: run `make linux-slice` (make test does)"
     image = open_elf(str(program))
@@ -325,6 +372,10 @@ def test_glibcs_arm_string_functions_get_rows():
     found = {f.name: f for f in analyse_all(code_map(image, read_exidx_sections(image)), load_code(image))}
     assert [found[name].problems for name in sorted(wanted)] == [()] * len(wanted)
     assert ((4, -8), (LR, -4)) in {r.saved for r in found["memmove"].rows}  # push {r0, r4, lr}
+    veneer = found["__memmove_from_thumb"]  # bx pc; nop; then `b memmove` in ARM state, where `$a` says
+    modes = dict(mapping_symbols(image))
+    assert (modes[veneer.start], modes[veneer.start + 4]) == ("t", "a")
+    assert veneer.rows[-1].address == veneer.start + 4 and veneer.rows[-1].problem is None
 
 
 def test_functions_no_symbol_names_are_found_from_calls():

@@ -147,6 +147,27 @@ def function_spans(image: ElfImage) -> tuple[tuple[int, int, str, bool], ...]:
     return tuple(found)
 
 
+def mapping_symbols(image: ElfImage) -> tuple[tuple[int, str], ...]:
+    """The ARM ELF mapping symbols (`$a`, `$t`, `$d`, or with a `.suffix`)
+    as sorted (address, "a" | "t" | "d"): from each, up to the next, the
+    section holds ARM code, Thumb code or data (AAELF32 5.5.5). A linker's
+    interworking veneer (`__memmove_from_thumb`: Thumb `bx pc`, then an ARM
+    branch) and literal pools are marked so; stripped files have none."""
+    found = {}
+    try:
+        for section in image.elf.iter_sections():
+            if not isinstance(section, SymbolTableSection):
+                continue
+            for sym in section.iter_symbols():
+                name = sym.name
+                if name[:2] in ("$a", "$t", "$d") and name[2:3] in ("", ".") and sym["st_shndx"] != "SHN_UNDEF":
+                    if found.get(sym["st_value"], "d") == "d":  # data of no length, then code: code
+                        found[sym["st_value"]] = name[1]
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{image.path}: corrupt symbol table: {e}") from e
+    return tuple(sorted(found.items()))
+
+
 R_ARM_RELATIVE = 23  # a word the dynamic linker moves with the module: an address
 
 

@@ -136,11 +136,14 @@ def decode_before(code_at, address: int, span: int = 16, arm: bool = False) -> l
     them, ending exactly there (the first start a linear decode lands on
     `address` from); [] when none does. `code_at(address, size)` reads."""
     for low in range(address - span, address, 4 if arm else 2):
+        found, at = [], low
         try:
-            found = decode(code_at(low, address - low), low, arm=arm)
+            while at < address and (insn := decode_one(code_at(at, 4), at, arm)) is not None:
+                found.append(insn)
+                at += insn.size
         except KeyError:  # before the program's first byte (Program.code)
             continue
-        if found and found[-1].address + found[-1].size == address:
+        if at == address:
             return found
     return []
 
@@ -156,18 +159,28 @@ def decode_one(code: bytes, address: int, arm: bool = False) -> Instruction | No
     known = _ANYWHERE.get(key)
     if known is not None:
         return known._replace(address=address)
+    known = _HERE.get((key, address))
+    if known is not None:
+        return known
     found = decode(code, address, 1, arm)
     if not found:
         return None
     insn = found[0]
-    if not insn.reads_pc and not (insn.transfers and insn.imm is not None) and len(_ANYWHERE) < 1 << 16:
-        _ANYWHERE[key] = insn
+    if not insn.reads_pc and not (insn.transfers and insn.imm is not None):
+        if len(_ANYWHERE) < 1 << 16:
+            _ANYWHERE[key] = insn
+    else:
+        if len(_HERE) >= 1 << 18:  # a bound on memory: start again
+            _HERE.clear()
+        _HERE[key, address] = insn
     return insn
 
 
 # Instructions whose decoding is the same at any address (no pc read, no
-# branch target), by their bytes.
+# branch target), by their bytes; the others by their bytes and address
+# (the analysis of a program visits each several times).
 _ANYWHERE: dict[bytes, Instruction] = {}
+_HERE: dict[tuple[bytes, int], Instruction] = {}
 
 
 def sweep(code: bytes, address: int) -> list[tuple[int, int, str]]:

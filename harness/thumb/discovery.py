@@ -4,16 +4,17 @@ and each function's rows (harness.thumb.frame_analysis).
 Function starts come from addresses, never from unwind rules: the Thumb
 function symbols (`.symtab`, or `.dynsym` alone in a stripped library) and
 the ARM ones (glibc's memcpy, memmove, memset: analysed in ARM state),
-then the targets of the `bl` calls and tail calls the analysed paths make
-(a `bl` stays in Thumb state, so its target is Thumb code), round after
-round; in a function found so, code no path reaches that begins with a
-push of lr (after a call that never returns, the next function) starts one. A
+then the targets of the calls and tail calls the analysed paths make,
+round after round, in the state the branch enters (`bl` keeps it, `blx`
+switches) unless a mapping symbol (`$a`, `$t`) says otherwise; in a
+function found so, code no path reaches that begins with a push of lr
+(after a call that never returns, the next function) starts one. A
 function found by a call ends where the next known function begins, or
 at a bound: the end of its section, or the start of an `.ARM.exidx`
 index entry (addresses the linker wrote for each function it had unwind
-information for; the table's rules are not read). Code between functions
-is not analysed (ARM code no symbol names, say): its rows refuse, where
-Chrome's tables would return to lr.
+information for; the table's rules are not read). Data the mapping
+symbols mark (`$d`: literal pools) is never decoded. Code between functions
+is not analysed: its rows refuse, where Chrome's tables would return to lr.
 """
 
 from __future__ import annotations
@@ -48,22 +49,40 @@ def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> tupl
     round (without symbols, the code after such a call is the next
     function, which the caller's frame must not describe)."""
     noreturn = frozenset(code_map.noreturn)  # through the PLT: known by name
-    labels = sorted({word & ~1 for word in code_map.pointers})  # a computed goto's targets, among them
-    found = _discovered(code_map, code_at, labels, noreturn)
+    analyse = _analyser(code_map, code_at)
+    found, arm = _discovered(code_map, code_at, analyse, noreturn)
     while True:
         ended = noreturn.union(start for start, one in found.items() if not one.returns)
         if ended == noreturn:
             break
         noreturn = ended
         for start, one in list(found.items()):
-            if one.callees & noreturn:
-                found[start] = _analyse(one.function.name, start, one.function.end, code_at, labels, noreturn)
+            if (one.callees | one.arm_callees) & noreturn:
+                found[start] = analyse(one.function.name, start, one.function.end, noreturn, start in arm)
     return _with_gaps([found[start].function for start in sorted(found)])
 
 
-def _discovered(code_map: CodeMap, code_at, labels: list[int], noreturn: frozenset[int]) -> dict[int, Analysed]:
+def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
+    """analyse(name, start, end, noreturn, arm): one function's analysis,
+    with the labels the program's data holds (a computed goto's targets,
+    among them) and the data its mapping symbols mark, in it."""
+    labels = sorted({word & ~1 for word in code_map.pointers})
+    modes = code_map.modes
+
+    def analyse(name: str, start: int, end: int, noreturn: frozenset[int], arm: bool) -> Analysed:
+        first = max(bisect_right(modes, (start, "~")) - 1, 0)
+        marks = [*modes[first:bisect_left(modes, (end, ""))], (end, "")]
+        data = tuple((max(low, start), high) for (low, kind), (high, _) in zip(marks, marks[1:])
+                     if kind == "d" and high > start)
+        return analyse_calling(name, start, end, code_at, labels[bisect_left(labels, start):bisect_left(labels, end)],
+                               noreturn, bounded=not name.startswith(FOUND), arm=arm, data=data)
+
+    return analyse
+
+
+def _discovered(code_map: CodeMap, code_at, analyse, noreturn: frozenset[int]) -> tuple[dict[int, Analysed], set[int]]:
     """Every function the symbols name, the data points at (Thumb bit
-    set) or the analysed calls reach, analysed."""
+    set) or the analysed calls reach, analysed; and which are ARM code."""
     symbols = {start: (end, name) for start, end, name in (*code_map.spans, *code_map.arm_spans)}
     arm = {start for start, _, _ in code_map.arm_spans}
     symbol_starts = sorted(symbols)
@@ -75,11 +94,17 @@ def _discovered(code_map: CodeMap, code_at, labels: list[int], noreturn: frozens
     while pending:
         start = pending.pop()
         end, name = symbols.get(start) or (_end_of(start, starts, code_map), f"{FOUND}{start:x}")
-        found[start] = _analyse(name, start, end, code_at, labels, noreturn, start in arm)
-        prologues = set() if start in symbols else {gap for gap in found[start].unreached if _pushes_lr(code_at, gap)}
-        for target in sorted((found[start].callees | prologues) - queued):
-            if not _new_function(target, symbol_starts, symbols, code_map):
+        found[start] = analyse(name, start, end, noreturn, start in arm)
+        prologues = set() if start in symbols else \
+            {gap for gap in found[start].unreached if _pushes_lr(code_at, gap, start in arm)}
+        entered = [(target, False) for target in found[start].callees] \
+            + [(target, True) for target in found[start].arm_callees] \
+            + [(target, start in arm) for target in prologues]  # code of the same state
+        for target, in_arm in sorted(entered):
+            if target in queued or not _new_function(target, symbol_starts, symbols, code_map):
                 continue
+            if _marked(code_map.modes, target, "a" if in_arm else "t"):
+                arm.add(target)
             insort(starts, target)
             queued.add(target)
             pending.append(target)
@@ -89,21 +114,22 @@ def _discovered(code_map: CodeMap, code_at, labels: list[int], noreturn: frozens
                     and found[before].function.end > target:
                 del found[before]  # a function found by a call ends earlier now: again
                 pending.append(before)
-    return found
+    return found, arm
 
 
-def _analyse(name: str, start: int, end: int, code_at, labels: list[int],
-             noreturn: frozenset[int] = frozenset(), arm: bool = False) -> Analysed:
-    return analyse_calling(name, start, end, code_at, labels[bisect_left(labels, start):bisect_left(labels, end)],
-                           noreturn, bounded=not name.startswith(FOUND), arm=arm)
+def _marked(modes: tuple[tuple[int, str], ...], address: int, entered: str) -> bool:
+    """Is `address` ARM code: so marked by the last mapping symbol at or
+    before it, or with none there, `entered` so ("a") by the branch to it?"""
+    index = bisect_right(modes, (address, "~")) - 1
+    return (modes[index][1] if index >= 0 and modes[index][1] != "d" else entered) == "a"
 
 
-def _pushes_lr(code_at, address: int) -> bool:
+def _pushes_lr(code_at, address: int, arm: bool) -> bool:
     """Does the code at `address` push lr among its first few instructions,
     before any branch or other change of sp: a prologue (GCC schedules a
     `movs` or two ahead of the push)?"""
     for _ in range(6):
-        insn = decode_one(code_at(address, 4), address)
+        insn = decode_one(code_at(address, 4), address, arm)
         if insn is None or insn.transfers or insn.op.startswith("it"):
             return False
         if SP in insn.writes or insn.op == "push":

@@ -46,14 +46,15 @@ LANDING_ROUNDS = 8  # rounds of analysing code only the unwinder enters (landing
 
 
 class Analysed(NamedTuple):
-    """A function's rows, where its `bl` calls and tail calls go (and the
-    Thumb code addresses it forms pc-relative: functions too), and whether
-    any path returns (or leaves by a tail call)."""
+    """A function's rows, where its calls and tail calls go (and the Thumb
+    code addresses it forms pc-relative: functions too), and whether any
+    path returns (or leaves by a tail call)."""
 
     function: FunctionCfi
-    callees: frozenset[int]
+    callees: frozenset[int]  # entered in Thumb state
     returns: bool
     unreached: tuple[int, ...] = ()  # where code no path reaches begins
+    arm_callees: frozenset[int] = frozenset()  # entered in ARM state (`blx` from Thumb, `bl` or `b` from ARM)
 
 
 def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes],
@@ -73,21 +74,25 @@ def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes
 
 def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int], bytes],
                     labels: Iterable[int] = (), noreturn: frozenset[int] = frozenset(),
-                    bounded: bool = True, arm: bool = False) -> Analysed:
-    """`analyse`, with the targets of its paths' `bl` calls and tail calls
-    (Thumb functions: where functions no symbol names begin) and whether
-    it returns; a call to a function of `noreturn` ends its path (the code
-    after it, another function, is not this one's). Not `bounded` (the end is a guess: no symbol
-    gave it), code no path reaches may be other functions: no landing
-    pad is looked for there. An ARM function's calls are not reported (a
-    `bl` from ARM code stays in ARM state)."""
-    analysis = _analysed(_body(start, end, code_at, labels, arm)._replace(noreturn=noreturn), pads=bounded)
+                    bounded: bool = True, arm: bool = False,
+                    data: tuple[tuple[int, int], ...] = ()) -> Analysed:
+    """`analyse`, with the targets of its paths' calls and tail calls
+    (where functions no symbol names begin, in the state each is entered
+    in) and whether it returns; a call to a function of `noreturn` ends
+    its path (the code after it, another function, is not this one's), as
+    does reaching `data` (what mapping symbols mark: a literal pool after
+    a call that never returns, or after `bxeq lr; nop`, a weak call the
+    linker removed). Not `bounded` (the
+    end is a guess: no symbol gave it), code no path reaches may be other
+    functions: no landing pad is looked for there."""
+    body = _body(start, end, code_at, labels, arm)._replace(noreturn=noreturn, data=data)
+    analysis = _analysed(body, pads=bounded)
     if analysis.returns:  # it must give its caller r4-r11 back: where one is overwritten unsaved, it is lost
         analysis.refused.update(address for address, states in analysis.reached.items()
                                 if any(lost(state) for state in states.values()))
     rows = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused)
-    return Analysed(FunctionCfi(name, start, end, rows, tuple(analysis.problems)),
-                    frozenset() if arm else frozenset(analysis.callees), analysis.returns, tuple(analysis.gaps()))
+    return Analysed(FunctionCfi(name, start, end, rows, tuple(analysis.problems)), frozenset(analysis.callees),
+                    analysis.returns, tuple(analysis.gaps()), frozenset(analysis.arm_callees))
 
 
 def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes],
@@ -116,14 +121,14 @@ def _body(start: int, end: int, code_at, labels: Iterable[int], arm: bool = Fals
 
 def _analysed(body: Body, pads: bool = True) -> "_Analysis":
     analysis = _Analysis(body)
-    analysis.explore([(body.start, Path(FrameState()))])
+    analysis.explore([(body.start, Path(FrameState(), arm=body.arm))])
     branched = set(analysis.sizes)  # what branches reach: landing pads never change its rows
     frame = analysis.call_frame()
     for _ in range(LANDING_ROUNDS if pads and frame is not None and not analysis.problems else 0):
         grown = False
         for gap in analysis.gaps():
             trial = analysis.copy()
-            trial.explore([(gap, Path(frame))], branched)
+            trial.explore([(gap, Path(frame, arm=body.arm))], branched)
             if not trial.problems:  # code, not data decoded by chance: keep it
                 analysis, grown = trial, True
         if not grown:
@@ -142,10 +147,12 @@ class _Analysis:
         self.sizes: dict[int, int] = {}  # instruction sizes where paths went
         self.calls: set[int] = set()  # addresses of calls on some path
         self.callees: set[int] = set()  # where its calls go, and code addresses it forms (see Analysed)
+        self.arm_callees: set[int] = set()
         self.returns = False  # a path left by a return or a tail call
         self.problems: list[str] = []
         self.refused: set[int] = set()
-        self.data: set[int] = set()  # bytes read as data: jump tables, literal pools
+        # bytes of data: marked so ($d), or read as data (jump tables, literal pools)
+        self.data: set[int] = {byte for low, high in body.data for byte in range(low, high)}
         self.visited = 0
 
     def explore(self, pending: list[tuple[int, Path]], kept: set[int] = frozenset()) -> None:
@@ -156,7 +163,7 @@ class _Analysis:
             if address == self.end:  # falls through into the code after: it goes on there, no noreturn
                 self.returns = True  # (libgcc's `cmp r1, #0; beq div0` runs into its division routine)
             if not self.start <= address < self.end or address in self.data:
-                continue
+                continue  # data (a path into it is one no run takes: after a call that never returns)
             states = self.reached.setdefault(address, {})
             known = states.get(path.fact)
             if known is not None:
@@ -177,7 +184,7 @@ class _Analysis:
                 return
             insn = None
             try:
-                insn = _instruction(self.code_at, address, self.end, self.body.arm)
+                insn = _instruction(self.code_at, address, self.end, path.arm)
                 first_visit = address not in self.sizes  # what the code itself says is read once
                 self.sizes[address] = insn.size
                 if insn.op in ("bl", "blx"):
@@ -185,10 +192,10 @@ class _Analysis:
                     if path.state != UNKNOWN and all(reg != LR for reg, _ in path.state.saved):
                         # while the callee runs, this frame's return address is nowhere
                         self._refuse(address, f"'{insn.text}' calls with lr saved nowhere")
-                    if insn.op == "bl" and insn.imm is not None:
-                        self.callees.add(insn.imm)
+                    if insn.imm is not None:  # `blx` switches state, `bl` keeps it
+                        (self.arm_callees if (insn.op == "blx") != insn.arm else self.callees).add(insn.imm)
                 elif insn.op == "b" and not self.start <= insn.imm < self.end and torn_down(path.state):
-                    self.callees.add(insn.imm)  # a tail call: a function starts there too
+                    (self.arm_callees if insn.arm else self.callees).add(insn.imm)  # a tail call: a function
                 elif insn.op == "add" and first_visit \
                         and (formed := formed_address(insn, self.code_at)) is not None and formed & 1:
                     self.callees.add(formed & ~1)  # a Thumb code address taken pc-relative: a function
@@ -216,7 +223,7 @@ class _Analysis:
         twin = _Analysis(self.body)
         twin.reached = {address: dict(states) for address, states in self.reached.items()}
         twin.sizes, twin.calls, twin.data = dict(self.sizes), set(self.calls), set(self.data)
-        twin.callees, twin.returns = set(self.callees), self.returns
+        twin.callees, twin.arm_callees, twin.returns = set(self.callees), set(self.arm_callees), self.returns
         twin.problems, twin.refused = list(self.problems), set(self.refused)
         twin.visited = self.visited
         return twin
@@ -287,7 +294,9 @@ def _rows(start: int, end: int, reached, sizes: dict[int, int], refused: set[int
     rows: list[CfiRow] = []
 
     def add(row: CfiRow) -> None:
-        if not rows or replace(rows[-1], address=row.address) != row:
+        last = rows[-1] if rows else None
+        if last is None or (last.cfa_reg, last.cfa_offset, last.saved, last.problem) \
+                != (row.cfa_reg, row.cfa_offset, row.saved, row.problem):
             rows.append(row)
 
     covered = start

@@ -32,7 +32,8 @@ class Body(NamedTuple):
     code_at: Callable[[int, int], bytes]
     labels: tuple[int, ...] = ()
     noreturn: frozenset[int] = frozenset()  # functions that never return: a call to one ends the path
-    arm: bool = False  # ARM code (glibc's string functions), not Thumb
+    arm: bool = False  # it starts in ARM state (glibc's string functions), not Thumb
+    data: tuple[tuple[int, int], ...] = ()  # [low, high) of its bytes the mapping symbols call data
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Path:
     state: FrameState
     fact: tuple[int, bool] | None = None  # (condition, holds) known since flags were last set
     block: tuple[int, ...] = ()  # conditions of the IT block instructions still to come
+    arm: bool = False  # in ARM state (from the function's entry, or past a Thumb `bx pc`)
 
 
 def successors(insn: Instruction, path: Path, body: Body) -> Iterable[tuple[int, Path]]:
@@ -52,7 +54,7 @@ def successors(insn: Instruction, path: Path, body: Body) -> Iterable[tuple[int,
         block = _it_conditions(body.code_at(insn.address, 2))
         if path.fact is not None and path.fact[0] >> 1 == block[0] >> 1:  # flags unchanged: taken alike
             return [(following, replace(path, block=block))]
-        return [(following, Path(path.state, (block[0], holds), block)) for holds in (True, False)]
+        return [(following, replace(path, fact=(block[0], holds), block=block)) for holds in (True, False)]
     if path.block:
         condition, path = path.block[0], replace(path, block=path.block[1:])
         if not _holds(path.fact, condition):
@@ -99,12 +101,17 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
     """Successors of `insn` when it runs."""
     start, end, code_at = body.start, body.end, body.code_at
     fact = None if _sets_flags(insn) else path.fact
-    onward = Path(path.state if path.state == UNKNOWN else after(insn, path.state, code_at), fact, path.block)
+    onward = Path(path.state if path.state == UNKNOWN else after(insn, path.state, code_at), fact, path.block,
+                  path.arm)
     op = insn.op
     if op in ("cbz", "cbnz"):
         return [(insn.imm, onward), (following, onward)]
     if op in ("bl", "blx") and insn.imm in body.noreturn:
         return []  # never returns: the code after it is not this path's
+    if op == "bx" and insn.regs == (PC,) and not insn.arm:
+        if insn.address % 4:
+            raise Unknowable(f"'{insn.text}' at a halfword: ARM code would start unaligned")
+        return [(insn.address + 4, replace(onward, arm=True))]  # into ARM state (a veneer), same frame
     if op == "b":
         inside = start <= insn.imm < end
         if insn.conditional:  # b<c> outside an IT block: taken or not
@@ -120,7 +127,7 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
             return [(target, onward) for target in table]
     if (op == "bx" or op == "mov" and PC in insn.writes) and insn.regs[-1] != LR \
             and start <= (ladder := ladder_start(insn, code_at) or -1) < end:
-        return [(target, onward) for target in _ladder(ladder, body)]
+        return [(target, onward) for target in _ladder(ladder, body, insn.arm)]
     if (op == "bx" or op == "mov" and PC in insn.writes) and insn.regs[-1] != LR and not torn_down(path.state):
         # a jump through a register with the frame still set up is no tail
         # call: a computed goto (Lua's dispatch), to the labels data holds
@@ -132,13 +139,13 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
     if op in ("udf", "bkpt"):
         return []  # a trap: the path ends
     if insn.arm and op == "add" and insn.regs[:2] == (PC, PC) and insn.imm is None:
-        return [(target, onward) for target in _ladder(following + 4, body)]
+        return [(target, onward) for target in _ladder(following + 4, body, insn.arm)]
     if insn.transfers and op not in ("bl", "blx", "svc") or PC in insn.writes and op not in ("bl", "blx"):
         raise Unknowable(f"'{insn.text}' {CANNOT_FOLLOW}")
     return [(following, onward)]
 
 
-def _ladder(first: int, body: Body) -> Iterable[int]:
+def _ladder(first: int, body: Body, arm: bool) -> Iterable[int]:
     """Where a jump into a ladder may land: glibc's memcpy and memmove (ARM:
     `add pc, pc, rN`, pc + 8 + rN) jump into a ladder of loads or stores
     right after it to copy the last few words, libgcc's Thumb-2 division
@@ -150,7 +157,7 @@ def _ladder(first: int, body: Body) -> Iterable[int]:
     address = first
     while address < body.end:
         yield address
-        insn = decode_one(body.code_at(address, 4), address, body.arm)
+        insn = decode_one(body.code_at(address, 4), address, arm)
         if insn is None or insn.transfers or SP in insn.writes or PC in insn.writes:
             return
         address += insn.size
