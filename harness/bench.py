@@ -261,8 +261,8 @@ def encode_at_scale(count: int) -> dict:
     peak memory (the whole process: interpreter, input and encoder) and size."""
     functions = synthetic_text(count)
     started = time.perf_counter()
-    encoded = chrome_v2.encode(functions, functions[0].start, "drop")
-    blob = encoded.blob("chrome")
+    encoded = chrome_v2.encode(functions, functions[0].start, "drop", layout="chrome")
+    blob = encoded.blob()
     seconds = time.perf_counter() - started
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
@@ -271,7 +271,7 @@ def encode_at_scale(count: int) -> dict:
         "encode_seconds": seconds, "encode_peak_mb": peak_kb / 1024, "blob_bytes": len(blob),
         "bytes_per_function": len(blob) / len(encoded.functions),
         "bytes_per_address": len(blob) / encoded.addresses,
-        "table_bytes": encoded.table_sizes("chrome"),
+        "table_bytes": encoded.table_sizes(),
         "blob": blob, "text_base": functions[0].start, "text_end": functions[-1].end,
     }
 

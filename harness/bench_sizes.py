@@ -53,7 +53,7 @@ def synthesis_at_scale(path: str) -> dict:
     with_cfi = {f.start: f for f in read_cfi(image)}
     same = [f for f in synthesized if f.start in with_cfi]
     per_function = lambda functions: len(chrome_v2.encode(
-        functions, min(f.start for f in synthesized), "keep").blob("chrome")) / max(len(functions), 1)
+        functions, min(f.start for f in synthesized), "keep", layout="chrome").blob()) / max(len(functions), 1)
     return {"binary": Path(path).name, "functions": len(synthesized), "seconds": seconds,
             "seconds_per_10k_functions": seconds * 10_000 / len(synthesized), "peak_mb": peak / (1 << 20),
             "functions_with_cfi": len(same), "refusing_functions": sum(bool(f.problems) for f in synthesized),

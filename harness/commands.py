@@ -47,10 +47,10 @@ def _console():
     return Console(width=None if sys.stdout.isatty() else 120)
 
 
-def encode_elf(image, functions, policy: str, text_start: int | None) -> chrome_v2.Encoded:
+def encode_elf(image, functions, policy: str, text_start: int | None, layout: str) -> chrome_v2.Encoded:
     base = text_base(image) if text_start is None else text_start
     code_at = code_reader(image) if policy == "synthesize" else None
-    return chrome_v2.encode(functions, base, policy, code_at=code_at)
+    return chrome_v2.encode(functions, base, policy, code_at=code_at, layout=layout)
 
 
 def size_summary(encoded: chrome_v2.Encoded, layout: str) -> str:
@@ -106,7 +106,7 @@ def cmd_encode(args) -> int:
         raise InputError("--sysroot, --cwd, --stdin and --lazy-binding say how --run runs the program")
     image = open_elf(args.elf)
     functions = elf_functions(image, args.from_code)
-    encoded = encode_elf(image, functions, args.epilogue, args.text_start)
+    encoded = encode_elf(image, functions, args.epilogue, args.text_start, args.layout)
     blob = encoded.blob(args.layout)
     write_output(args.output, blob)
     print(size_summary(encoded, args.layout))

@@ -50,8 +50,9 @@ def test_sizes_cover_every_format_for_every_input():
     # Generated programs carry no DWARF sections; every compiled build does.
     assert generated["bytes"][".debug_frame"] is None
     assert all(row["bytes"][".debug_frame"] > 0 for row in builds)
-    # Encoding epilogues costs bytes on the generated corpus (gcc-style rows).
-    assert generated["bytes"]["v2 drop"] < generated["bytes"]["v2 keep"]
+    # Epilogue rows (gcc-style) cost at most a fifth more than dropping them
+    # (issue 17's bound; grouping entries at excursions makes them cheaper).
+    assert generated["bytes"]["v2 keep"] <= 1.2 * generated["bytes"]["v2 drop"]
     assert generated["v1_refused"] > 0
 
 

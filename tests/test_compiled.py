@@ -101,7 +101,7 @@ def test_regrouped_entries_give_every_address_the_same_run(file):
     each function start: the same run at every half-word of the text;
     `encode` keeps the smaller."""
     p = program(file)
-    encoded = chrome_v2.encode(p.cfi["tables"], p.text_base, "synthesize", code_at=p.code)
+    encoded = chrome_v2.encode(p.cfi["tables"], p.text_base, "synthesize", code_at=p.code, layout="chrome")
     at_starts = cover_text(encoded.functions, p.text_base)
     tables = [build_tables(entries, p.text_base) for entries in (group_at_excursions(at_starts), at_starts)]
     readers = [V2Reader.from_blob(serialize(t, "seed"), "seed") for t in tables]

@@ -42,7 +42,7 @@ from harness.errors import (
 )
 from harness.formats import chrome_v2, ehabi
 from harness.formats.arm_exidx import ExidxError, parse_exidx
-from harness.formats.chrome_v1 import Refused, V1Table, encode_v1, v1_function
+from harness.formats.chrome_v1 import Refused, V1Table, encode_v1, v1_rows
 from harness.formats.chrome_v2.encoder import InexpressibleState, state_instructions
 from harness.formats.chrome_v2.layout import serialize
 from harness.formats.chrome_v2.synthesize import Unsynthesizable, _after, synthesize_epilogues
@@ -167,7 +167,7 @@ def test_truncated_sequence():
 @pytest.mark.parametrize("table, read, blob, message", [
     ("v2", lambda blob: chrome_v2.V2Reader.from_blob(blob, "seed"), bytes(3),
      "corrupt v2 table: header (byte 0): blob of 3 bytes is shorter than the 40-byte seed header"),
-    ("v1", V1Table.from_blob, bytes(3), "corrupt v1 table: header (byte 0): 3 bytes; the index size needs 4"),
+    ("v1", V1Table.from_blob, bytes(3), "corrupt v1 table: header (byte 0): 3 bytes; the entry count needs 4"),
 ])
 def test_corrupt_table(table, read, blob, message):
     error = raised(read, blob)
@@ -270,7 +270,7 @@ def test_emulation_fault(code, args, budget, pc, cause):
 
 def test_refused():
     too_long = simple("huge", BASE, BASE + 0x10000)
-    error = raised(v1_function, too_long, BASE)
+    error = raised(v1_rows, too_long)
     assert type(error) is Refused
     assert str(error) == "65536 bytes of code (v1 offsets have 16 bits)"
     # encode_v1 reports the function and encodes the rest.

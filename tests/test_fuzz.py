@@ -69,7 +69,7 @@ def program():
 @lru_cache(maxsize=None)
 def v2_blob(layout: str) -> bytes:
     p = program()
-    return chrome_v2.encode(p.cfi["tables"], p.text_base, "drop").blob(layout)
+    return chrome_v2.encode(p.cfi["tables"], p.text_base, "drop", layout=layout).blob()
 
 
 @lru_cache(maxsize=None)

@@ -355,7 +355,7 @@ def test_a_failing_rule_is_reported_with_its_reason():
     expected = [ShadowFrame(lr_outside, BASE + 0x100, (0,) * 8, None), ShadowFrame(0x20, BASE + 0x200, (0,) * 8, None)]
     answer = only_answer(stop_kernel.check(regs, regs[15], 0, None, regs[13],
                                            b"".join(packed(f) for f in reversed(expected)), 0))
-    assert stop_kernel.outcome(answer) == (1, "no_info", None, f"v1 has no row for pc {lr_outside - 1:#x}")
+    assert stop_kernel.outcome(answer) == (1, "no_info", None, f"v1 has no row for pc {lr_outside:#x}")
 
 
 # ------------------------------------------------------------- rule ranges

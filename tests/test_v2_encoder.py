@@ -218,7 +218,7 @@ def test_entries_start_at_excursions_with_the_same_run_everywhere():
     assert runs_at_every_address(build_tables(grouped, 0x1000), 0x1058) == \
         runs_at_every_address(build_tables(covering, 0x1000), 0x1058)
     # encode keeps whichever is smaller
-    assert len(encode(functions, 0x1000, "keep").blob("chrome")) == \
+    assert len(encode(functions, 0x1000, "keep", layout="chrome").blob()) == \
         min(len(serialize(build_tables(pieces, 0x1000), "chrome")) for pieces in (grouped, covering))
 
 def test_lists_no_other_group_shares_are_joined():

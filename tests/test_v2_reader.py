@@ -11,7 +11,7 @@ from harness.formats.chrome_v2 import V2Reader, encode
 PAGE = 1 << 17
 FUNCTIONS = [simple_function("a", 0, PAGE + 0x40), simple_function("b", PAGE + 0x40, 0x40, 16)]
 SEED = encode(FUNCTIONS, 0).blob("seed")
-CHROME = encode(FUNCTIONS, 0).blob("chrome")
+CHROME = encode(FUNCTIONS, 0, layout="chrome").blob()
 
 
 def patched(blob: bytes, offset: int, fmt: str, value: int) -> bytes:

@@ -59,7 +59,7 @@ def stopped_at(offset: int) -> tuple[Frame, Stack]:
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("offset", [0, 2, 4, 6, 0x20])
 def test_unwinds_from_each_address(layout, offset):
-    blob = encode([FUNCTION], START).blob(layout)
+    blob = encode([FUNCTION], START, layout=layout).blob()
     unwinder = V2Unwinder(V2Reader.from_blob(blob, layout), START)
     frame, stack = stopped_at(offset)
     caller = unwinder.step(frame, stack, innermost=True)

@@ -16,8 +16,8 @@ def simple_function(name: str, start: int, size: int, cfa_offset: int = 8,
 
 
 def read_back(functions, text_base: int, layout: str, policy: str = "drop"):
-    encoded = chrome_v2.encode(functions, text_base, policy)
-    return encoded, chrome_v2.V2Reader.from_blob(encoded.blob(layout), layout)
+    encoded = chrome_v2.encode(functions, text_base, policy, layout=layout)
+    return encoded, chrome_v2.V2Reader.from_blob(encoded.blob(), layout)
 
 
 def run_text(reader: chrome_v2.V2Reader, pc_offset: int) -> str | None:

@@ -1,9 +1,11 @@
-"""Chrome's first Android arm32 unwind format ("v1"), encoder and reader.
+"""Chrome's first Android arm32 unwind format ("v1"), encoder and reader,
+as Chrome built and read it.
 
-The format of `build/android/gyp/extract_unwind_tables.py` (2018), in our
-words. A blob is, little-endian:
+The format of `build/android/gyp/extract_unwind_tables.py` (since October
+2019) and `base/trace_event/cfi_backtrace_android.cc`, in our words. A
+blob is, little-endian:
 
-    uint32  size of UNW_INDEX in bytes (6 per entry)
+    uint32  N, the number of UNW_INDEX entries
     UNW_INDEX  N uint32 function starts (offsets from the text base, ascending),
                then N uint16 indices: half-words into UNW_DATA, or 0xFFFF
                (CANT_UNWIND: no information from this start on)
@@ -13,29 +15,30 @@ words. A blob is, little-endian:
                so its two low bits are free for the return address slot)
 
 A row says: from this address on, caller sp = sp + CFA offset and caller
-pc = [caller sp - RA offset]. RA offset 0 means "as the row before".
+pc = [caller sp - RA offset]; RA offset 0 means "as the row before". The
+entry row is not stored.
 
-What the fixed widths cannot express is refused per function, as Chrome's
-converter did: code longer than 0xFFFF bytes, a CFA through any register
-but sp (so no dynamic stack allocation), a CFA offset over 0xFFFC, the
-return address 16 or more bytes below the CFA, and a row after the entry
-whose CFA offset is 0 (the return address is back in lr, which no row can
-say). Refused and frameless functions get no entry: they fall in a
-CANT_UNWIND range, where the unwinder can only assume it is at the very
-start of a function (pc = lr) for the innermost frame. No callee-saved
-register is ever restored. Epilogue rows are left out by v2's rule (Chrome
-built v1 from clang's CFI, which has none).
+Chrome's builder read the rows as `dump_syms` writes them (each row lists
+only the rules that change) and kept a function only if every row after
+the entry gives a CFA of the form sp + n, 0 < n <= 0xFFFF, and, where it
+gives the return address, one 4 to 12 bytes below the CFA: so a row
+through r7, a row back at sp + 0 (an epilogue), a row that changes only
+where a register is saved (it gives no CFA, read as 0), a return address
+back in lr, or code over 0xFFFF bytes drops the whole function. Functions
+with no row after the entry get no entry either. A CANT_UNWIND entry goes
+2 bytes past a function's end when more than 4 bytes separate it from the
+next, and always after the last. Identical function data is stored once.
+No callee-saved register is ever restored.
 """
 
 from __future__ import annotations
 
 import struct
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from harness.errors import CorruptTable, EncodeError, TableOverflow
-from harness.formats.chrome_v2.encoder import starts_epilogue
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR, SP
 
@@ -43,6 +46,7 @@ CANT_UNWIND = 0xFFFF
 MAX_FUNCTION_BYTES = 0xFFFF
 MAX_CFA_OFFSET = 0xFFFC  # 14 bits of CFA offset / 4
 MAX_RA_OFFSET = 12  # 2 bits of RA offset / 4
+CANT_UNWIND_GAP = 4  # bytes between functions that get no CANT_UNWIND entry
 
 
 @dataclass(frozen=True)
@@ -85,45 +89,42 @@ class Refused(Exception):
     """A function the v1 widths cannot describe."""
 
 
-def v1_row(row: CfiRow, start: int) -> V1Row:
-    """The v1 row for one CFI row after a function's entry, or Refused."""
+def v1_rows(function: FunctionCfi) -> tuple[V1Row, ...]:
+    """The rows Chrome's builder stored for `function`, or Refused with the
+    first row (or size) its rule does not take; () for a frameless one."""
+    size = function.end - function.start
+    if not 0 < size <= MAX_FUNCTION_BYTES:
+        raise Refused(f"{size} bytes of code (v1 offsets have 16 bits)")
+    rows: list[V1Row] = []
+    before = function.rows[0]
+    for row in function.rows[1:]:
+        if (row.cfa_reg, row.cfa_offset, row.saved, row.problem) == (
+                before.cfa_reg, before.cfa_offset, before.saved, before.problem):
+            continue  # no rule changes: dump_syms writes no row
+        rows.append(_v1_row(row, before, function.start))
+        before = row
+    return tuple(rows)
+
+
+def _v1_row(row: CfiRow, before: CfiRow, start: int) -> V1Row:
+    """One row as Chrome read it from the rules that changed since `before`."""
     where = f"{row.address:#x}"
     if row.problem:
         raise Refused(f"{where}: {row.problem}")
+    if (row.cfa_reg, row.cfa_offset) == (before.cfa_reg, before.cfa_offset):
+        raise Refused(f"{where}: the row changes no CFA rule (dump_syms writes none; Chrome reads CFA 0)")
     if row.cfa_reg != SP:
         raise Refused(f"{where}: CFA through r{row.cfa_reg}, not sp")
-    if row.cfa_offset <= 0 or row.cfa_offset % 4:
-        raise Refused(f"{where}: CFA offset {row.cfa_offset} (needs a positive multiple of 4)")
-    if row.cfa_offset > MAX_CFA_OFFSET:
-        raise Refused(f"{where}: CFA offset {row.cfa_offset} exceeds {MAX_CFA_OFFSET}")
-    ra = dict(row.saved).get(LR)
-    ra_offset = 0 if ra is None else -ra
-    if ra is not None and not 0 < ra_offset <= MAX_RA_OFFSET:
+    if row.cfa_offset <= 0:
+        raise Refused(f"{where}: CFA back at sp + {row.cfa_offset} (an epilogue)")
+    if row.cfa_offset > MAX_CFA_OFFSET or row.cfa_offset % 4:
+        raise Refused(f"{where}: CFA offset {row.cfa_offset} (v1 holds multiples of 4 up to {MAX_CFA_OFFSET})")
+    ra, was = dict(row.saved).get(LR), dict(before.saved).get(LR)
+    if ra is None and was is not None:
+        raise Refused(f"{where}: the return address back in lr (v1 has no rule for it)")
+    if ra is not None and not -MAX_RA_OFFSET <= ra < 0:
         raise Refused(f"{where}: return address at CFA{ra:+d} (v1 holds 4, 8 or 12 below the CFA)")
-    return V1Row(row.address - start, row.cfa_offset, ra_offset)
-
-
-def v1_function(function: FunctionCfi, text_base: int) -> V1Function:
-    """One function's rows (Refused if the widths cannot hold them)."""
-    if function.end - function.start > MAX_FUNCTION_BYTES:
-        raise Refused(f"{function.end - function.start} bytes of code (v1 offsets have 16 bits)")
-    rows: list[V1Row] = []
-    body = function.rows[0]
-    for row in function.rows[1:]:
-        if starts_epilogue(row, body):
-            continue
-        body = row
-        converted = v1_row(row, function.start)
-        if rows and rows[-1].cfa_offset == converted.cfa_offset and (
-            converted.ra_offset in (0, _ra_in_force(rows))
-        ):
-            continue  # nothing v1 can see changed
-        rows.append(converted)
-    return V1Function(function.start - text_base, function.end - text_base, function.name, tuple(rows))
-
-
-def _ra_in_force(rows: Sequence[V1Row]) -> int:
-    return next((r.ra_offset for r in reversed(rows) if r.ra_offset), 0)
+    return V1Row(row.address - start, row.cfa_offset, 0 if ra == was else -ra)
 
 
 def encode_v1(functions: Sequence[FunctionCfi], text_base: int) -> V1Encoded:
@@ -135,22 +136,35 @@ def encode_v1(functions: Sequence[FunctionCfi], text_base: int) -> V1Encoded:
         if function.start < text_base:
             raise EncodeError(f"function {function.name} at {function.start:#x} lies below the text base {text_base:#x}")
         try:
-            converted = v1_function(function, text_base)
+            rows = v1_rows(function)
         except Refused as why:
             refused.append((function.name, str(why)))
             continue
-        if converted.rows:
-            kept.append(converted)
+        if rows:
+            kept.append(V1Function(function.start - text_base, function.end - text_base, function.name, rows))
         else:
             frameless.append(function.name)
+    entries, data = _index(kept)
+    if entries and entries[-1][0] > 0xFFFFFFFF:
+        raise TableOverflow("v1 function offsets have 32 bits")
+    blob = struct.pack(f"<I{len(entries)}I{len(entries)}H{len(data)}H", len(entries),
+                       *(start for start, _ in entries), *(index for _, index in entries), *data)
+    return V1Encoded(blob, tuple(kept), tuple(refused), tuple(frameless), len(entries))
+
+
+def _index(kept: Sequence[V1Function]) -> tuple[list[tuple[int, int]], list[int]]:
+    """UNW_INDEX entries (start, index) and UNW_DATA: a CANT_UNWIND entry 2
+    bytes past a function's end where more than 4 bytes lie before the
+    next (padding is not worth one), and after the last."""
     data: list[int] = []
     index_of: dict[tuple[int, ...], int] = {}  # identical function data is stored once
     entries: list[tuple[int, int]] = []
     for number, function in enumerate(kept):
-        if number and function.start < kept[number - 1].end:
-            raise EncodeError(f"functions overlap: {kept[number - 1].name} and {function.name}")
-        if number and kept[number - 1].end != function.start:
-            entries.append((kept[number - 1].end, CANT_UNWIND))
+        before = kept[number - 1] if number else None
+        if before is not None and function.start < before.end:
+            raise EncodeError(f"functions overlap: {before.name} and {function.name}")
+        if before is not None and function.start - before.end > CANT_UNWIND_GAP:
+            entries.append((before.end + 2, CANT_UNWIND))
         words = (len(function.rows), *(w for row in function.rows for w in row.packed()))
         index = index_of.get(words)
         if index is None:
@@ -160,14 +174,8 @@ def encode_v1(functions: Sequence[FunctionCfi], text_base: int) -> V1Encoded:
             data.extend(words)
         entries.append((function.start, index))
     if kept:
-        entries.append((kept[-1].end, CANT_UNWIND))
-    if entries and entries[-1][0] > 0xFFFFFFFF:
-        raise TableOverflow("v1 function offsets have 32 bits")
-    blob = struct.pack(
-        f"<I{len(entries)}I{len(entries)}H{len(data)}H",
-        6 * len(entries), *(start for start, _ in entries), *(index for _, index in entries), *data,
-    )
-    return V1Encoded(blob, tuple(kept), tuple(refused), tuple(frameless), len(entries))
+        entries.append((kept[-1].end + 2, CANT_UNWIND))
+    return entries, data
 
 
 class V1Table:
@@ -183,14 +191,14 @@ class V1Table:
             self.rows.append(None if index == CANT_UNWIND else _function_rows(data, index, position))
 
     @classmethod
-    def from_blob(cls, blob: bytes) -> "V1Table":
+    def from_blob(cls, blob: bytes) -> V1Table:
         if len(blob) < 4:
-            raise CorruptTable("header", f"{len(blob)} bytes; the index size needs 4", 0, "v1")
-        (index_bytes,) = struct.unpack_from("<I", blob)
-        if index_bytes % 6 or 4 + index_bytes > len(blob):
-            raise CorruptTable("header", f"UNW_INDEX size {index_bytes} is not 6 per entry within "
-                               f"the blob's {len(blob) - 4} bytes", 0, "v1")
-        count = index_bytes // 6
+            raise CorruptTable("header", f"{len(blob)} bytes; the entry count needs 4", 0, "v1")
+        (count,) = struct.unpack_from("<I", blob)
+        index_bytes = 6 * count
+        if 4 + index_bytes > len(blob):
+            raise CorruptTable("header", f"{count} index entries need {index_bytes} bytes; "
+                               f"the blob has {len(blob) - 4} after the header", 0, "v1")
         rest = len(blob) - 4 - index_bytes
         if rest % 2:
             raise CorruptTable("UNW_DATA", f"odd size {rest}", 4 + index_bytes, "v1")

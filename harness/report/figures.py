@@ -96,6 +96,34 @@ def speed(reports: dict) -> list[str]:
     return ["| figure | value |", "|---|---|"] + [f"| {name} | {value} |" for name, value in figures]
 
 
+CHROME_ROWS = ((ALL, ALL), (ALL, "prologue"), (ALL, "body"), (ALL, "epilogue"), ("frame_pointer", ALL))
+
+
+def chrome(reports: dict) -> list[str]:
+    """Failed stops of `v2` and of `v2-chrome` (Chrome's builder and
+    runtime) per corpus and category, all builds of a corpus together."""
+    report = reports["latest"]
+    corpora = (("generated", [report["results"]]), ("compiled", [g["results"] for g in report.get("elf", [])]),
+               ("Linux", [g["results"] for g in report.get("linux", [])]))
+    lines = ["| corpus | category | stops | `v2` | `v2-chrome` |", "|---|---|---|---|---|"]
+    for corpus, groups in corpora:
+        indexes = [index_rows(results) for results in groups]
+        for category, position in CHROME_ROWS:
+            rows = {u: [i[(u, category, position)] for i in indexes if (u, category, position) in i]
+                    for u in ("v2", "v2-chrome")}
+            if not rows["v2"] or not rows["v2-chrome"]:
+                continue
+            stops = sum(r["stops"] for r in rows["v2"])
+            label = position if category == ALL else category
+            cells = [f"{sum(r['failed'] for r in rows[u]):,} ({_percent_of(rows[u])})" for u in ("v2", "v2-chrome")]
+            lines.append(f"| {corpus} | {label} | {stops:,} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _percent_of(rows: list[dict]) -> str:
+    return _percent({"failed": sum(r["failed"] for r in rows), "stops": sum(r["stops"] for r in rows)})
+
+
 COMPARE_HEADER = ["| {what} | instructions compared | agree | disagree | stops run there | compiler right | "
                   "from code right |", "|---|---|---|---|---|---|---|"]
 
@@ -126,7 +154,8 @@ def compare_builds(reports: dict) -> list[str]:
 
 
 BLOCKS: dict[str, Callable[[dict], list[str]]] = {
-    "generated": generated, "compiled": compiled, "sizes": sizes, "speed": speed, "compare": compare_corpora}
+    "generated": generated, "compiled": compiled, "sizes": sizes, "speed": speed, "compare": compare_corpora,
+    "chrome": chrome}
 DOC_BLOCKS: dict[str, Callable[[dict], list[str]]] = {"compare-builds": compare_builds}
 
 

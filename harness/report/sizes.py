@@ -42,8 +42,9 @@ def size_row(label: str, programs: Sequence[Program], debug_frame: int | None = 
     functions = addresses = refused = inside = 0
     for program in programs:
         for policy, flavour in POLICY_SOURCES.items():
-            encoded = chrome_v2.encode(program.cfi[flavour], program.text_base, policy, code_at=program.code)
-            totals[f"v2 {policy}"] += len(encoded.blob(layout))
+            encoded = chrome_v2.encode(program.cfi[flavour], program.text_base, policy, code_at=program.code,
+                                       layout=layout)
+            totals[f"v2 {policy}"] += len(encoded.blob())
             if policy == "drop":
                 functions += len(encoded.functions)
                 addresses += encoded.addresses

@@ -1,6 +1,6 @@
 """Unwinding strategies, built by name for a program (names in ARCHITECTURE.md).
 
-One module per strategy: v2, v2_epilogue, dwarf, v1, exidx, framepointer;
+One module per strategy: v2, v2_epilogue, v2_chrome, dwarf, v1, exidx, framepointer;
 beside them the frame and stack reader (frame), the unwinder protocol and
 the walk (walk), the kernel's rules (rule) and the EHABI step v2 and exidx
 share (ehabi_run)."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from harness.errors import EncodeError
 from harness.formats import chrome_v2
 from harness.formats.chrome_v1 import V1Table, encode_v1
 from harness.program import CodeMap, FunctionCfi, Program
@@ -18,6 +19,7 @@ from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder_for
 from harness.unwind.framepointer import FramePointerUnwinder
 from harness.unwind.v1 import V1Unwinder
 from harness.unwind.v2 import V2Unwinder
+from harness.unwind.v2_chrome import ChromeV2Unwinder
 from harness.unwind.v2_epilogue import EpilogueFirst, EpilogueSimulator
 from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
@@ -65,6 +67,18 @@ def _v2_epilogue(program: Program) -> Unwinder:
     return EpilogueFirst(EpilogueSimulator(program.code, same_function), tables, "v2+epilogue")
 
 
+def _v2_chrome(program: Program) -> Unwinder:
+    """Chrome's builder over `tables` (its own rules for each row) and
+    Chrome's runtime over the chrome-layout blob."""
+    if not program.cfi["tables"]:
+        return DwarfUnwinder((), "v2-chrome")
+    try:
+        blob = chrome_v2.encode_as_chrome(program.cfi["tables"], program.text_base).blob()
+    except EncodeError:  # no function Chrome writes an entry for
+        return DwarfUnwinder((), "v2-chrome")
+    return ChromeV2Unwinder(chrome_v2.V2Reader.from_blob(blob, "chrome"), program.text_base)
+
+
 def _dwarf(program: Program) -> Unwinder:
     return DwarfUnwinder(program.cfi["reference"])
 
@@ -89,6 +103,7 @@ def _exidx(program: Program) -> Unwinder:
 # v2-synth: `tables` plus epilogue rows synthesized from disassembly.
 # v2-gcc: `reference` encoded with policy `keep`.
 # v2-code: rows synthesized from the machine code alone (harness.thumb.frame_analysis), policy `keep`.
+# v2-chrome: `tables` as Chrome's builder encodes them, run as Chrome's runtime does (pc, sp, r4-r11).
 # dwarf: the `reference` rows interpreted directly.
 # v1: Chrome's first format, built from `tables` (pc and sp only).
 # exidx: the program's .ARM.exidx/.ARM.extab (the body state of each function).
@@ -99,17 +114,19 @@ BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
     "v2-synth": _v2("v2-synth", "tables", "synthesize"),
     "v2-gcc": _v2("v2-gcc", "reference", "keep"),
     "v2-code": _v2("v2-code", "code", "keep"),
+    "v2-chrome": _v2_chrome,
     "dwarf": _dwarf,
     "v1": _v1,
     "exidx": _exidx,
     "framepointer": lambda program: FramePointerUnwinder(),
 }
 UNWINDER_NAMES = tuple(BUILDERS)
-COMPARATORS = ("v1", "exidx", "framepointer")  # other formats, measured beside v2
+COMPARATORS = ("v2-chrome", "v1", "exidx", "framepointer")  # what Chrome ships, and other formats, beside v2
 # What each is checked on besides pc and sp (see harness.unwind.walk.Restores).
 RESTORES: dict[str, Restores] = {
     **dict.fromkeys(BUILDERS, ALL_CALLEE_SAVED),
     "v1": V1Unwinder.restores,
+    "v2-chrome": ChromeV2Unwinder.restores,
     "framepointer": FramePointerUnwinder().restores,
 }
 

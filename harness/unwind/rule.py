@@ -24,7 +24,8 @@ an `index` register, (r[base] + r[index]) mod 2**32 + offset):
    pointer, not code); an `outside_it` rule defers inside an IT block;
 3. each load reads the stack at base + offset (a read outside it defers);
 4. pc = (lr if `pc_from_lr` else the loaded pc) & ~1, sp = base + end;
-5. the caller must pass harness.unwind.walk.check_caller, or the kernel defers.
+5. the caller must pass harness.unwind.walk.check_caller (and with
+   `caller_aligned8`, have an 8-byte aligned sp), or the kernel defers.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Rule:
     above_sp: bool = False
     leaf_unless_record: bool = False
     outside_it: bool = False
+    caller_aligned8: bool = False  # the caller's sp must be 8-byte aligned (Chrome's check), else defer
     failure: tuple[str, str] | None = None  # (UnwindFailure kind, reason)
     # Where a guard fails, the step fails (instead of deferring) with
     # guard_failure(base, frame sp, stack low, stack high) -> (kind, reason).

@@ -1,4 +1,5 @@
-"""Chrome's v1 unwinder (CFIBacktraceAndroid, 2018) over a v1 blob.
+"""Chrome's v1 unwinder (CFIBacktraceAndroid::Unwind,
+base/trace_event/cfi_backtrace_android.cc) over a v1 blob.
 
 One step: caller sp = sp + CFA offset, caller pc = [caller sp - RA offset].
 Where the table has nothing (a function's first instruction, CANT_UNWIND
@@ -30,8 +31,9 @@ class V1Unwinder:
 
     def row_range(self, pc: int, innermost: bool) -> tuple[tuple[int, int] | None, int, int]:
         """(CFA offset, RA offset) for the frame at pc (None: take pc from
-        lr), and the lookup pcs [low, high) that find the same."""
-        pc = pc if innermost else pc - 1
+        lr), and the lookup pcs [low, high) that find the same. A caller's
+        pc is looked up as it is (Chrome's Unwind does not step back into
+        the call)."""
         if pc >= self.text_base:
             found, low, high = self.table.lookup_range(pc - self.text_base)
             low = self.text_base + (0 if low is None else max(low, 0))
@@ -56,7 +58,8 @@ class V1Unwinder:
         return caller
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        return ranged(lambda: self.row_range(pc, innermost), _rule_of_row, pc, innermost)
+        # a caller's pc is looked up as it is, so its range is not shifted
+        return ranged(lambda: self.row_range(pc, innermost), _rule_of_row, pc, True)
 
 
 @lru_cache(maxsize=None)

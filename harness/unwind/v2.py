@@ -1,4 +1,9 @@
-"""The v2 unwinder: look the pc up, execute the run, apply Chrome's checks."""
+"""The v2 unwinder: look the pc up (a caller's one byte earlier, inside its
+call), execute the run with every EHABI instruction the tables may hold
+(VFP pops included), and apply the walk's guards (harness.unwind.walk:
+the caller's sp 4-byte aligned and above the callee's, vsp within the
+stack). Chrome's runtime differs, and `v2-chrome` (harness.unwind.v2_chrome)
+is it: its opcode subset, 8-byte alignment, vsp never below the frame's sp."""
 
 from __future__ import annotations
 

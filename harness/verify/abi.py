@@ -67,8 +67,8 @@ VFP_KNOWN, NEVER_RESUMES = (1 << bit for bit in range(len(EXPECTED_STATES)))
 # NO_INFO: a rule that FAILS refuses with no_info, which the tracer need not
 # log where it is a stop in a library: harness.verify.failures.counted_kind).
 FLAGS = ("BOUNDS", "PC_FROM_LR", "ALIGNED", "ABOVE_SP", "LEAF_UNLESS_RECORD", "OUTSIDE_IT", "FAILS", "GUARD_FAILS",
-         "NO_INFO")
-BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS, NO_INFO = (
+         "NO_INFO", "CALLER_ALIGNED8")
+BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS, NO_INFO, CALLER_ALIGNED8 = (
     1 << bit for bit in range(len(FLAGS)))
 
 # ------------------------------------------------------------ registers

@@ -49,7 +49,8 @@ def pack_rule(rule: Rule) -> bytes | None:
         (abi.ALIGNED, rule.aligned), (abi.ABOVE_SP, rule.above_sp),
         (abi.LEAF_UNLESS_RECORD, rule.leaf_unless_record), (abi.OUTSIDE_IT, rule.outside_it),
         (abi.FAILS, rule.failure is not None), (abi.GUARD_FAILS, rule.guard_failure is not None),
-        (abi.NO_INFO, rule.failure is not None and rule.failure[0] == "no_info")) if on)
+        (abi.NO_INFO, rule.failure is not None and rule.failure[0] == "no_info"),
+        (abi.CALLER_ALIGNED8, rule.caller_aligned8)) if on)
     lowest, highest = rule.bounds or (0, 0)
     fields = (flags, rule.base, -1 if rule.index is None else rule.index, rule.offset, rule.end, lowest, highest,
               len(rule.loads), len(rule.vfp_loads))

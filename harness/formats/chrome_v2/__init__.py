@@ -1,9 +1,13 @@
 """Chrome Unwind Info v2: encoder (CFI rows -> tables -> blob) and reader
 (the unwinder that runs it is harness.unwind.v2).
 
-    encoded = encode(functions, text_base, policy="drop")
-    blob = encoded.blob("seed")
-    reader = V2Reader.from_blob(blob, "seed")
+    encoded = encode(functions, text_base, policy="drop", layout="chrome")
+    blob = encoded.blob()
+    reader = V2Reader.from_blob(blob, "chrome")
+
+Tables for the `chrome` layout use only the opcodes Chrome's runtime
+executes (VFP saves stepped over, not restored); `seed` tables use every
+EHABI opcode the runs need, and read in either layout.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
 
 from harness.errors import InputError
+from harness.formats.chrome_v2.chrome_builder import chrome_unwinds
 from harness.formats.chrome_v2.encoder import (
     EPILOGUE_POLICIES,
     EpiloguePolicy,
@@ -28,7 +33,7 @@ from harness.program import FunctionCfi
 
 __all__ = [
     "EPILOGUE_POLICIES", "LAYOUTS", "Encoded", "EpiloguePolicy", "Layout",
-    "V2Reader", "encode", "read_blob",
+    "V2Reader", "encode", "encode_as_chrome", "read_blob",
 ]
 
 
@@ -41,11 +46,19 @@ class Encoded:
     functions: tuple[FunctionUnwind, ...]  # the input functions, encoded
     covering: tuple[FunctionUnwind, ...]  # functions plus gap/edge fillers, in order
     tables: V2Tables
+    layout: Layout = "seed"  # the layout its runs were encoded for
 
-    def blob(self, layout: Layout = "seed") -> bytes:
+    def blob(self, layout: Layout | None = None) -> bytes:
+        """The blob in `layout` (by default the one encoded for); runs
+        encoded for `seed` hold opcodes Chrome's runtime lacks, so they
+        are not put in a `chrome` blob."""
+        layout = layout or self.layout
+        if layout == "chrome" and self.layout != "chrome":
+            raise ValueError("tables encoded for the seed layout may hold opcodes Chrome's runtime lacks")
         return serialize(self.tables, layout)
 
-    def table_sizes(self, layout: Layout = "seed") -> dict[str, int]:
+    def table_sizes(self, layout: Layout | None = None) -> dict[str, int]:
+        layout = layout or self.layout
         t = self.tables
         sizes = {
             "header": 4 * len(header_fields(layout)),
@@ -95,14 +108,16 @@ def read_blob(blob: bytes, layout: Layout | Literal["auto"] = "auto") -> tuple[V
 
 
 def encode(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePolicy = "drop",
-           code_at: Callable[[int, int], bytes] | None = None) -> Encoded:
-    """Tables for `functions`. Policy `synthesize` disassembles the code
-    (`code_at(address, size)`) to add epilogue rows, then encodes as `keep`."""
+           code_at: Callable[[int, int], bytes] | None = None, layout: Layout = "seed") -> Encoded:
+    """Tables for `functions`, their runs in the opcodes `layout` allows.
+    Policy `synthesize` disassembles the code (`code_at(address, size)`)
+    to add epilogue rows, then encodes as `keep`."""
     if policy == "synthesize":
         if code_at is None:
             raise ValueError("policy 'synthesize' needs the code")
         functions = [synthesize_epilogues(f, code_at) for f in functions]
-    encoded = tuple(function_unwind(f, "keep" if policy == "synthesize" else policy) for f in functions)
+    chrome = layout == "chrome"
+    encoded = tuple(function_unwind(f, "keep" if policy == "synthesize" else policy, chrome) for f in functions)
     covering = tuple(cover_text(encoded, text_base))
     tables = build_tables(covering, text_base)
     # Epilogue rows: entries at each excursion from a body, where that is
@@ -113,4 +128,12 @@ def encode(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePol
         regrouped = build_tables(grouped, text_base)
         if len(serialize(regrouped, "chrome")) < len(serialize(tables, "chrome")):
             covering, tables = grouped, regrouped
-    return Encoded(text_base, policy, encoded, covering, tables)
+    return Encoded(text_base, policy, encoded, covering, tables, layout)
+
+
+def encode_as_chrome(functions: Sequence[FunctionCfi], text_base: int) -> Encoded:
+    """Tables with the runs Chrome's own builder writes for `functions`
+    (harness.formats.chrome_v2.chrome_builder), in the chrome layout."""
+    encoded = chrome_unwinds(functions)
+    covering = tuple(cover_text(encoded, text_base))
+    return Encoded(text_base, "drop", encoded, covering, build_tables(covering, text_base), "chrome")

@@ -59,8 +59,11 @@ def _vsp_add(amount: int) -> ehabi.VspAdd:
     return ehabi.VspAdd(amount)
 
 
-def state_instructions(row: CfiRow) -> bytes:
-    """The run that undoes the frame described by one CFI row."""
+def state_instructions(row: CfiRow, chrome: bool = False) -> bytes:
+    """The run that undoes the frame described by one CFI row; with
+    `chrome`, in the opcodes Chrome's runtime executes, as its builder
+    writes them: VFP and r0-r3 saves are stepped over (Chrome restores
+    neither), a pop without lr takes the mask form."""
     ops: list[ehabi.Op] = []
     if row.cfa_offset % 4:
         raise InexpressibleState(f"CFA offset {row.cfa_offset} is not a multiple of 4")
@@ -72,7 +75,8 @@ def state_instructions(row: CfiRow) -> bytes:
     cursor = -row.cfa_offset
     group: list[int] = []
     group_is_vfp = False
-    for offset, reg in sorted((offset, reg) for reg, offset in row.saved):
+    saved = [(reg, offset) for reg, offset in row.saved if not chrome or 4 <= reg <= 15]
+    for offset, reg in sorted((offset, reg) for reg, offset in saved):
         is_vfp = reg >= DWARF_D0
         if offset % 4:
             raise InexpressibleState(f"{_name(reg)} saved at unaligned CFA{offset:+d}")
@@ -95,7 +99,7 @@ def state_instructions(row: CfiRow) -> bytes:
     if cursor != 0:
         ops.append(_vsp_add(-cursor))
     ops.append(ehabi.FINISH)
-    return ehabi.encode(ops)
+    return ehabi.encode(ops, chrome)
 
 
 def _flush(ops: list[ehabi.Op], group: list[int], is_vfp: bool) -> None:
@@ -116,9 +120,10 @@ def starts_epilogue(row: CfiRow, body: CfiRow) -> bool:
     return row.cfa_reg == SP and body.cfa_reg == SP and row.cfa_offset < body.cfa_offset
 
 
-def function_unwind(function: FunctionCfi, policy: EpiloguePolicy) -> FunctionUnwind:
+def function_unwind(function: FunctionCfi, policy: EpiloguePolicy, chrome: bool = False) -> FunctionUnwind:
     """Encode one function's rows under an epilogue policy (`synthesize`
-    arrives here as `keep`: its rows were added beforehand)."""
+    arrives here as `keep`: its rows were added beforehand); with
+    `chrome`, in Chrome's runtime's opcodes (`state_instructions`)."""
     unwinds: list[AddressUnwind] = []
     problems = list(function.problems)
     dropped = 0
@@ -132,7 +137,7 @@ def function_unwind(function: FunctionCfi, policy: EpiloguePolicy) -> FunctionUn
             run = REFUSE_RUN
         else:
             try:
-                run = state_instructions(row)
+                run = state_instructions(row, chrome)
             except InexpressibleState as error:
                 problems.append(f"{row.address:#x}: {error}")
                 run = REFUSE_RUN

@@ -12,12 +12,20 @@ from harness.formats import uleb128
 from harness.formats.ehabi.ops import FINISH, REFUSE, Finish, Op, Pop, PopVfp, Refuse, SetVsp, VspAdd
 from harness.registers import LR, PC, SP
 
+# The opcodes Chrome's v2 runtime executes (ChromeUnwinderAndroid32's
+# ExecuteUnwindInstruction): vsp += / -= (00-7f), pop under a mask of
+# r4-r15 (80-8f), vsp = rN (90-9f), pop r4-rN and lr (a8-af), finish
+# (b0) and vsp += uleb (b2). Anything else stops it (NOTREACHED).
+CHROME_RUNTIME_FIRST_BYTES = frozenset((*range(0x00, 0xA0), *range(0xA8, 0xB1), 0xB2))
 
-def encode(ops: Iterable[Op]) -> bytes:
-    return b"".join(encode_op(op) for op in ops)
+
+def encode(ops: Iterable[Op], chrome: bool = False) -> bytes:
+    """The bytes of `ops`; with `chrome`, only in opcodes Chrome's runtime
+    executes (pops of r4-r15 only: a pop without lr in the mask form)."""
+    return b"".join(encode_op(op, chrome) for op in ops)
 
 
-def encode_op(op: Op) -> bytes:
+def encode_op(op: Op, chrome: bool = False) -> bytes:
     if isinstance(op, VspAdd):
         return _encode_vsp_add(op.amount)
     if isinstance(op, SetVsp):
@@ -25,8 +33,10 @@ def encode_op(op: Op) -> bytes:
             raise ValueError(f"vsp = r{op.reg} is not encodable")
         return bytes([0x90 | op.reg])
     if isinstance(op, Pop):
-        return _encode_pop(op.regs)
+        return _encode_pop(op.regs, chrome)
     if isinstance(op, PopVfp):
+        if chrome:
+            raise ValueError(f"{op}: Chrome's runtime pops no VFP register")
         return _encode_pop_vfp(op)
     if isinstance(op, Finish):
         return b"\xb0"
@@ -57,10 +67,12 @@ def _encode_vsp_add(amount: int) -> bytes:
     return b"\xb2" + uleb128.encode((amount - 0x204) >> 2)
 
 
-def _encode_pop(regs: tuple[int, ...]) -> bytes:
+def _encode_pop(regs: tuple[int, ...], chrome: bool = False) -> bytes:
     regset = sorted(set(regs))
     if not regset or len(regset) != len(regs) or regset[0] < 0 or regset[-1] > 15:
         raise ValueError(f"bad pop register list {regs}")
+    if chrome and regset[0] < 4:
+        raise ValueError(f"pop {regs}: Chrome's runtime pops no r0-r3")
     low = [r for r in regset if r < 4]
     high = [r for r in regset if r >= 4]
     # r0-r3 sit below r4-r15 in one push, so they are popped first.
@@ -71,7 +83,7 @@ def _encode_pop(regs: tuple[int, ...]) -> bytes:
         run_without_lr = [r for r in high if r != LR]
         n = len(run_without_lr) - 1
         contiguous_from_r4 = 0 <= n <= 7 and run_without_lr == list(range(4, 5 + n))
-        if contiguous_from_r4 and LR not in high:
+        if contiguous_from_r4 and LR not in high and not chrome:
             out.append(0xA0 | n)
         elif contiguous_from_r4 and high == run_without_lr + [LR]:
             out.append(0xA8 | n)
@@ -120,6 +132,19 @@ def decode(data: bytes | memoryview, pos: int = 0, end: int | None = None,
     if run:
         raise TruncatedSequence("sequence ends without finish", pos)
     return ops
+
+
+def first_bytes(data: bytes, pos: int = 0, run: bool = False) -> tuple[int, ...]:
+    """The first byte of each instruction of data[pos:] (operands skipped);
+    with `run`, up to the first finish or refuse-to-unwind."""
+    found = []
+    while pos < len(data):
+        reader = _Reader(data, pos, len(data))
+        op, pos = reader.op()
+        found.append(reader.byte)
+        if run and isinstance(op, (Finish, Refuse)):
+            break
+    return tuple(found)
 
 
 class _Reader:

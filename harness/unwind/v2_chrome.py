@@ -1,0 +1,124 @@
+"""`v2-chrome`: Chrome's v2 unwinder as it ships (ChromeUnwinderAndroid32,
+base/profiler/chrome_unwinder_android_32.cc), over a chrome-layout blob.
+
+What it does that our `v2` does not:
+- a caller's pc is looked up as it is (no step back into the call);
+- it executes only vsp += / -=, pops of r4-r15 (mask, or r4-rN with lr),
+  vsp = rN, finish and vsp += uleb; any other instruction stops it;
+- after every instruction vsp must stay 4-byte aligned, inside the stack
+  and not below the frame's sp; after the frame, the caller's sp must be
+  8-byte aligned (AAPCS at a call) and above the callee's (a leaf may keep
+  it, if pc moves);
+- it restores r4-r12, sp, lr and pc, no VFP register: it is checked on pc,
+  sp and r4-r11.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+from harness.errors import UnwindFailure
+from harness.formats import ehabi
+from harness.formats.chrome_v2.reader import UnsupportedRun, V2Reader
+from harness.registers import CALLEE_SAVED, LR, PC, SP
+from harness.unwind.ehabi_run import rule_of_run
+from harness.unwind.frame import Frame, StackReader
+from harness.unwind.rule import Rule, RuleRange, failing, ranged
+from harness.unwind.walk import Restores, check_caller
+
+Run = tuple[ehabi.Op, ...]
+
+
+class ChromeV2Unwinder:
+    restores = Restores(CALLEE_SAVED, vfp=False)
+
+    def __init__(self, reader: V2Reader, text_base: int, name: str = "v2-chrome"):
+        self.reader = reader
+        self.text_base = text_base
+        self.name = name
+        self._runs: dict[int, Run] = {}
+
+    def _found(self, pc: int) -> tuple[Run, int, int]:
+        """The run for pc (looked up as it is), and the pcs [low, high) that find the same."""
+        found = self.reader.lookup(pc - self.text_base)
+        if found is None:
+            raise UnwindFailure("no_info", f"no v2 entry covers pc {pc:#x}")
+        return self._run(found.instruction_index, pc), self.text_base + found.low, self.text_base + found.high
+
+    def _run(self, index: int, pc: int) -> Run:
+        run = self._runs.get(index)
+        if run is None:
+            run = self.reader.run(index)
+            if isinstance(run, UnsupportedRun):
+                raise UnwindFailure("unsupported", f"at pc {pc:#x}: {run.reason}")
+            table = self.reader.tables.unwind_instruction_table
+            outside = [byte for byte in ehabi.first_bytes(table, index, run=True)
+                       if byte not in ehabi.CHROME_RUNTIME_FIRST_BYTES]
+            if outside:
+                raise UnwindFailure("unsupported", f"at pc {pc:#x}: instruction {outside[0]:#04x} is not one "
+                                    "Chrome's runtime executes")
+            self._runs[index] = run
+        return run
+
+    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        run = self._found(frame.pc)[0]
+        regs, vsp, popped_pc = list(frame.r), frame.sp, False
+        for op in run:
+            if isinstance(op, ehabi.Finish):
+                break
+            if isinstance(op, ehabi.Refuse):
+                raise UnwindFailure("no_info", f"refuse to unwind at pc {frame.pc:#x}")
+            if isinstance(op, ehabi.VspAdd):
+                vsp += op.amount
+            elif isinstance(op, ehabi.SetVsp):
+                vsp = regs[op.reg]
+            else:
+                for reg in op.regs:
+                    regs[reg] = stack.read_u32(vsp)
+                    vsp = regs[SP] if reg == SP else vsp + 4
+                popped_pc = popped_pc or PC in op.regs
+            _check_vsp(vsp, frame.sp, stack)
+        regs[SP] = vsp
+        regs[PC] = (regs[PC] if popped_pc else regs[LR]) & ~1
+        caller = Frame(r=tuple(regs), d=frame.d)
+        if caller.sp % 8:
+            raise UnwindFailure("bad_read", f"caller sp {caller.sp:#x} is not 8-byte aligned")
+        check_caller(frame, caller, innermost)
+        return caller
+
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        return ranged(lambda: self._found(pc), chrome_rule, pc, True)  # pc looked up as it is: no shift
+
+
+def _check_vsp(vsp: int, frame_sp: int, stack: StackReader) -> None:
+    if vsp % 4:
+        raise UnwindFailure("bad_read", f"vsp {vsp:#x} is not 4-byte aligned")
+    if vsp < frame_sp:
+        raise UnwindFailure("limit", f"vsp {vsp:#x} went below the frame's sp {frame_sp:#x}")
+    if not stack.contains(vsp):
+        raise UnwindFailure("bad_read", f"vsp {vsp:#x} left the stack")
+
+
+@lru_cache(maxsize=1 << 14)
+def chrome_rule(run: Run) -> Rule | None:
+    """The kernel's rule for a run under Chrome's checks: the run's rule,
+    failing where vsp goes below the frame's sp on the way (sp-based), or
+    guarded above it (a run from a register), with the caller's sp 8-byte
+    aligned; None (the step decides) where vsp's path is not fixed."""
+    rule = rule_of_run(run)
+    if rule is None:
+        return None
+    vsp, from_register = 0, False
+    for op in run:
+        if isinstance(op, ehabi.SetVsp):
+            vsp, from_register = 0, True
+        elif isinstance(op, ehabi.VspAdd):
+            vsp += op.amount
+        elif isinstance(op, ehabi.Pop):
+            if SP in op.regs:
+                return None
+            vsp += 4 * len(op.regs)
+        if vsp < 0:
+            return None if from_register else failing("limit", "vsp went below the frame's sp")
+    return replace(rule, above_sp=from_register, aligned=from_register, caller_aligned8=True)
