@@ -1,5 +1,5 @@
 """`unwind-harness` command line: the arguments of each command, and
-dispatch to harness.commands. Exit codes: 0 ok, 1 verification failure or
+dispatch to harness.commands and harness.table_commands. Exit codes: 0 ok, 1 verification failure or
 regression, 2 bad input or usage (one line on stderr, never a traceback)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import sys
 
 from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED
-from harness import __version__, commands
+from harness import __version__, commands, table_commands
 from harness.commands import EXIT_BAD_INPUT, EXIT_FAILED
 from harness.errors import HarnessError, InputError
 from harness.formats import chrome_v2
@@ -125,9 +125,12 @@ def _add_merge(subparsers) -> None:
 
 
 def _add_encode(subparsers) -> None:
-    encode = subparsers.add_parser("encode", help="v2 (or v1) blob from an ELF's DWARF CFI",
+    encode = subparsers.add_parser("encode", help="v2 (or v1) blob from an ELF's DWARF CFI (or a Breakpad "
+                                                  "symbol file's STACK CFI)",
                                    usage="%(prog)s [options] ELF -o FILE [-- PROGRAM ARGUMENTS...]")
-    encode.add_argument("elf")
+    encode.add_argument("elf", help="the ELF (or with --input breakpad, the symbol file)")
+    encode.add_argument("--input", choices=("elf", "breakpad"), default="elf",
+                        help="elf (default), or a Breakpad symbol file (dump_syms output), as Chrome's builders read")
     encode.add_argument("-o", "--output", required=True)
     encode.add_argument("--format", choices=("v2", "v1"), default="v2",
                         help="v2 (default) or Chrome's earlier v1 format")
@@ -146,8 +149,13 @@ def _add_encode(subparsers) -> None:
                              "which rows were right where they disagree")
     _process(encode)
     encode.add_argument("--text-start", type=_address, default=None,
-                        help="text base (default: lowest executable section address)")
-    encode.set_defaults(handler=commands.cmd_encode)
+                        help="text base (default: lowest executable section address; for a symbol file, its "
+                             "lowest function address)")
+    encode.set_defaults(handler=table_commands.cmd_encode)
+    export = subparsers.add_parser("export-breakpad", help="an ELF's DWARF CFI as a Breakpad symbol file")
+    export.add_argument("elf")
+    export.add_argument("-o", "--output", required=True, help="the .sym file to write")
+    export.set_defaults(handler=table_commands.cmd_export_breakpad)
 
 
 def _process(parser) -> None:
@@ -172,7 +180,8 @@ def _add_verify_elf(subparsers) -> None:
     verify.add_argument("--every", type=_positive, default=1, help="verify every Nth stop only")
     verify.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
                         help="verify only these (repeatable; default: all that apply)")
-    verify.add_argument("--v2-table", help="use this v2 blob for v2 and v2+epilogue instead of encoding the CFI")
+    verify.add_argument("--v2-table", help="use this v2 blob for v2 and v2+epilogue (a chrome-layout one for "
+                                           "v2-chrome too) instead of encoding the CFI")
     verify.add_argument("--layout", choices=("auto", *chrome_v2.LAYOUTS), default="auto", help="layout of --v2-table")
     verify.add_argument("--text-start", type=_address, default=None,
                         help="text base of the tables (default: lowest executable section address)")
@@ -207,7 +216,7 @@ def _add_dump(subparsers) -> None:
     dump_cmd.add_argument("--layout", choices=chrome_v2.LAYOUTS, default="seed")
     dump_cmd.add_argument("--text-start", type=_address, default=0,
                           help="text base the blob was encoded for (default 0)")
-    dump_cmd.set_defaults(handler=commands.cmd_dump)
+    dump_cmd.set_defaults(handler=table_commands.cmd_dump)
 
 
 class _Parser(argparse.ArgumentParser):

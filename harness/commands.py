@@ -11,14 +11,10 @@ from functools import partial as bind
 from pathlib import Path
 
 from generators.corpus import generate_program
-from harness.compare_rows import compare_elf
-from harness.elf_program import code_reader, elf_functions, elf_unwinder_names, program_from_elf
+from harness.elf_program import elf_unwinder_names, program_from_elf
 from harness.errors import InputError
 from harness.filesystem import check_output, read_input, write_output
 from harness.formats import chrome_v2
-from harness.formats.chrome_v1 import V1Encoded, V1Table, dump_v1, encode_v1
-from harness.formats.chrome_v2.dump import dump
-from harness.formats.elf import executable_ranges, open_elf, text_base
 from harness.linux.corpus import linux_entries
 from harness.linux.modules import own_tables
 from harness.linux.process import LinuxRun, LinuxSystem, is_linux_program
@@ -32,7 +28,6 @@ from harness.report.tables import not_verified
 from harness.report.terminal import print_table
 from harness.runner import Shard, all_names, assemble, in_processes, run_units, units_of
 from harness.shards import partial, read_partials
-from harness.thumb.discovery import coverage_lines
 from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
 from harness.verify.abi import Limits
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
@@ -47,80 +42,7 @@ def _console():
     return Console(width=None if sys.stdout.isatty() else 120)
 
 
-def encode_elf(image, functions, policy: str, text_start: int | None, layout: str) -> chrome_v2.Encoded:
-    base = text_base(image) if text_start is None else text_start
-    code_at = code_reader(image) if policy == "synthesize" else None
-    return chrome_v2.encode(functions, base, policy, code_at=code_at, layout=layout)
-
-
-def size_summary(encoded: chrome_v2.Encoded, layout: str) -> str:
-    sizes = encoded.table_sizes(layout)
-    total = sum(sizes.values())
-    functions = len(encoded.functions)
-    lines = [
-        f"text base: {encoded.text_base:#x}",
-        f"functions: {functions}, CFI rows: {encoded.rows}, "
-        f"rows dropped by epilogue policy '{encoded.policy}': {encoded.dropped_rows}",
-        f"addresses: {encoded.addresses}, distinct instruction runs: {encoded.distinct_runs}",
-        f"table bytes ({layout} layout):",
-    ]
-    lines += [f"  {name:<26}{size:>8}" for name, size in sizes.items()]
-    lines.append(f"  {'total':<26}{total:>8}")
-    lines.append(f"bytes per function: {total / max(functions, 1):.2f}")
-    lines.append(f"bytes per address: {total / max(encoded.addresses, 1):.2f}")
-    problems = encoded.problems
-    lines.append(f"CFI the encoder could not express or ignored: {len(problems)}")
-    lines += [f"  {name}: {problem}" for name, problem in problems]
-    return "\n".join(lines)
-
-
-def v1_summary(encoded: V1Encoded, functions: int, base: int) -> str:
-    size = len(encoded.blob)
-    lines = [
-        f"text base: {base:#x}",
-        f"functions: {functions}, in the table: {len(encoded.functions)}, "
-        f"frameless (no entry needed): {len(encoded.frameless)}, refused: {len(encoded.refused)}",
-        f"rows: {encoded.addresses}, index entries: {encoded.index_entries}",
-        f"table bytes: {size} ({size / max(functions, 1):.2f} per function)",
-    ]
-    lines += [f"  refused {name}: {why}" for name, why in encoded.refused]
-    return "\n".join(lines)
-
-
-def cmd_encode(args) -> int:
-    check_output(args.output, [args.elf, args.stdin])
-    if args.format == "v1":
-        image = open_elf(args.elf)
-        base = text_base(image) if args.text_start is None else args.text_start
-        functions = elf_functions(image, args.from_code)
-        encoded_v1 = encode_v1(functions, base)
-        write_output(args.output, encoded_v1.blob)
-        print(v1_summary(encoded_v1, len(functions), base))
-        print(f"wrote {len(encoded_v1.blob)} bytes to {args.output}")
-        return EXIT_OK
-    if (args.compare or args.entry or args.run) and not (args.from_code and args.compare):
-        raise InputError("--compare needs --from-code, and --entry and --run need --compare")
-    if args.entry and args.run:
-        raise InputError("--entry runs a bare-metal function, --run a Linux process: not both")
-    if (args.sysroot or args.cwd or args.stdin or args.lazy_binding) and not args.run:
-        raise InputError("--sysroot, --cwd, --stdin and --lazy-binding say how --run runs the program")
-    image = open_elf(args.elf)
-    functions = elf_functions(image, args.from_code)
-    encoded = encode_elf(image, functions, args.epilogue, args.text_start, args.layout)
-    blob = encoded.blob(args.layout)
-    write_output(args.output, blob)
-    print(size_summary(encoded, args.layout))
-    if args.from_code:
-        print("\n".join(coverage_lines(tuple(functions), executable_ranges(image))))
-    print(f"wrote {len(blob)} bytes to {args.output}")
-    if args.compare:
-        run = LinuxRun(args.elf, tuple(args.args), args.sysroot, args.cwd or ".", args.stdin,
-                       args.lazy_binding) if args.run else None
-        print("\n".join(compare_elf(args.elf, args.entry, run)))
-    return EXIT_OK
-
-
-def _read_v2_table(path: str, layout: str) -> tuple[chrome_v2.V2Reader, str]:
+def read_v2_table(path: str, layout: str) -> tuple[chrome_v2.V2Reader, str]:
     blob = read_input(path, "v2 blob")
     try:
         return chrome_v2.read_blob(blob, layout)
@@ -133,20 +55,8 @@ def elf_unwinders(program, names, v2_table: str | None, layout: str) -> list:
     unwinders = build_unwinders(program, names)
     if v2_table is None:
         return unwinders
-    return with_v2_tables(unwinders, _read_v2_table(v2_table, layout)[0], program.text_base)
-
-
-def cmd_dump(args) -> int:
-    if args.format == "v1":
-        try:
-            table = V1Table.from_blob(read_input(args.file, "v1 blob"))
-        except InputError as error:
-            raise InputError(f"{args.file}: {error}") from None
-        sys.stdout.write(dump_v1(table, args.text_start))
-        return EXIT_OK
-    reader, _ = _read_v2_table(args.file, args.layout)
-    sys.stdout.write(dump(reader, args.text_start, args.layout))
-    return EXIT_OK
+    reader, found = read_v2_table(v2_table, layout)
+    return with_v2_tables(unwinders, reader, program.text_base, found)
 
 
 def finish_run(data: dict, args, console) -> int:

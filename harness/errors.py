@@ -47,10 +47,6 @@ class TruncatedSequence(EhabiError):
     """The sequence ends in the middle of an instruction, or before `finish`."""
 
 
-class UnsupportedInstruction(EhabiError):
-    """A valid EHABI instruction this tool does not execute (Intel WMMX pops)."""
-
-
 class CorruptTable(InputError):
     """An unwind table (v2, or v1) whose structure is inconsistent; names the
     field and offset."""

@@ -31,6 +31,7 @@ CAPS = {  # bytes an input of each kind may have
     "manifest": 4 * MiB,
     "guest file": 256 * MiB,  # a file an emulated Linux program opens (harness.linux.files)
     "stdin": 64 * MiB,
+    "symbol file": 1024 * MiB,  # dump_syms writes about 400 MB for Chrome
 }
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}

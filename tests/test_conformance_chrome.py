@@ -20,6 +20,7 @@ from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED, generate_program
 from harness.elf_program import code_reader
 from harness.errors import UnwindFailure
 from harness.formats import chrome_v2, ehabi
+from harness.formats.breakpad import read_symbol_file
 from harness.formats.chrome_v1 import CANT_UNWIND, V1Table, encode_v1
 from harness.formats.chrome_v2.chrome_builder import chrome_function_unwind
 from harness.formats.chrome_v2.layout import serialize
@@ -220,6 +221,18 @@ def test_a_function_whose_first_row_is_not_the_return_to_lr_gets_no_entry():
     our builder leaves such a function to the gap filler instead."""
     odd = FunctionCfi("odd", 0x1000, 0x1010, (CfiRow(0x1000, SP, 8, ((LR, -4),)),))
     assert chrome_function_unwind(odd) is None
+
+
+def test_its_input_is_breakpads_stack_cfi_and_an_unreadable_row_keeps_the_one_before():
+    """ReadFunctionCfi reads `STACK CFI INIT` and `STACK CFI` records (the
+    rules each row changes); ParseAddressCfi leaves out a row it cannot
+    read, and the run before covers its addresses."""
+    text = ("STACK CFI INIT 1000 40 .cfa: sp 0 + .ra: lr\n"
+            "STACK CFI 1002 .cfa: sp 8 + .ra: .cfa -4 + ^ r4: .cfa -8 + ^\n"
+            "STACK CFI 1004 .cfa: sp 8 + r5: .cfa 12 - ^\n")  # an expression of another form
+    module = read_symbol_file(text, "chrome.sym")
+    assert [(u.offset, u.instructions.hex()) for u in chrome_function_unwind(module.functions[0]).address_unwinds] \
+        == [(0, "b0"), (2, "a8b0")]
 
 
 # --- chrome_unwinder_android_32.cc (v2) ------------------------------------------------------

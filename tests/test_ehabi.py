@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from harness.errors import BadRead, EhabiError, SpareEncoding, TruncatedSequence, UnsupportedInstruction, UnwindFailure
+from harness.errors import BadRead, EhabiError, SpareEncoding, TruncatedSequence, UnwindFailure
 from harness.formats import ehabi, uleb128
-from harness.formats.ehabi import FINISH, REFUSE, Pop, PopVfp, SetVsp, VspAdd
+from harness.formats.ehabi import FINISH, REFUSE, Pop, PopVfp, PopWmmx, SetVsp, VspAdd
 from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, Stack, make_frame
 
@@ -235,10 +235,13 @@ def _expected(byte: int, arg: int | None = None):
         return SpareEncoding
     if 0xB8 <= byte <= 0xBF:
         return PopVfp(8, byte - 0xB8 + 1, fstmfdx=True)
-    if 0xC0 <= byte <= 0xC6:
-        return UnsupportedInstruction
+    if 0xC0 <= byte <= 0xC5:
+        return PopWmmx(tuple(range(10, 11 + byte - 0xC0)))
+    if byte == 0xC6:
+        first, count = arg >> 4, (arg & 0x0F) + 1
+        return SpareEncoding if first + count > 16 else PopWmmx(tuple(range(first, first + count)))
     if byte == 0xC7:
-        return SpareEncoding if arg == 0 or arg > 0x0F else UnsupportedInstruction
+        return SpareEncoding if arg == 0 or arg > 0x0F else PopWmmx(tuple(r for r in range(4) if arg >> r & 1), True)
     if byte == 0xC8:
         first, count = 16 + (arg >> 4), (arg & 0x0F) + 1
         return SpareEncoding if first + count > 32 else PopVfp(first, count)
@@ -338,7 +341,6 @@ def test_decode_error_offset_counts_from_data_start():
 def test_decode_errors_are_ehabi_errors():
     assert issubclass(SpareEncoding, EhabiError)
     assert issubclass(TruncatedSequence, EhabiError)
-    assert issubclass(UnsupportedInstruction, EhabiError)
 
 
 def test_decode_empty_is_empty():
@@ -633,6 +635,16 @@ def test_execute_without_finish_is_corrupt_table(ops):
     assert info.value.kind == "corrupt_table"
 
 
+def test_wmmx_pops_step_over_their_registers():
+    """Intel Wireless MMX pops (c0-c7) restore nothing this tool models:
+    vsp moves 8 bytes a data register, 4 a control register
+    (libunwindstack: ArmExidx::DecodePrefix_11_000)."""
+    ops = ehabi.decode(bytes.fromhex("c2" "c6 31" "c7 05" "b0"), run=True)
+    assert ops == [PopWmmx((10, 11, 12)), PopWmmx((3, 4)), PopWmmx((0, 2), control=True), FINISH]
+    caller = _execute(ops, _frame(), _stack(*FILLER))
+    assert caller.sp == LOW + 3 * 8 + 2 * 8 + 2 * 4
+
+
 def test_execute_stops_at_finish():
     caller = _execute([VspAdd(4), FINISH, REFUSE], _frame(), _stack(*FILLER))
     assert caller.sp == LOW + 4
@@ -654,7 +666,12 @@ _fstmfdx = st.integers(0, 15).flatmap(
     lambda first: st.integers(1, 16 - first).map(lambda n: PopVfp(first, n, fstmfdx=True))
 )
 _set_vsp = st.sampled_from([r for r in range(16) if r not in (SP, PC)]).map(SetVsp)
-_op = st.one_of(_vsp_add, _pop, _vpush, _fstmfdx, _set_vsp)
+_wmmx = st.one_of(
+    st.integers(0, 15).flatmap(lambda first: st.integers(1, 16 - first).map(
+        lambda n: PopWmmx(tuple(range(first, first + n))))),
+    st.sets(st.integers(0, 3), min_size=1).map(lambda s: PopWmmx(tuple(sorted(s)), control=True)),
+)
+_op = st.one_of(_vsp_add, _pop, _vpush, _fstmfdx, _set_vsp, _wmmx)
 
 
 def _as_decoded(op) -> list:

@@ -59,6 +59,7 @@ from harness.thumb.frame_effects import FrameState, Unknowable, after
 from harness.unwind.ehabi_run import caller_by_run
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.v2 import V2Unwinder
+from harness.unwind.v2_chrome import ChromeV2Unwinder
 from harness.verify.emulator import EmulationFault, Emulator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,7 +75,6 @@ COVERAGE = {
     "harness.errors.EhabiError": "test_every_typed_error_is_a_harness_error",  # base, never raised itself
     # Exact class and offset for every byte value: test_ehabi.py covers these.
     "harness.errors.SpareEncoding": "test_ehabi.py::test_decode_single_byte_instruction",
-    "harness.errors.UnsupportedInstruction": "test_ehabi.py::test_decode_single_byte_instruction",
     "harness.errors.TruncatedSequence": "test_truncated_sequence",
     "harness.errors.CorruptTable": "test_corrupt_table",  # also test_v2_reader.py, test_v1.py (every field)
     # test_table_overflow: raised by the generators' .ARM.exidx writer (the
@@ -85,6 +85,8 @@ COVERAGE = {
     "harness.errors.UnwindFailure": "test_unwind_failure",  # one case per FAILURE_KINDS
     "harness.errors.BadRead": "test_bad_read",  # also test_ehabi.py::test_execute_read_outside_stack_is_bad_read
     "harness.formats.arm_exidx.ExidxError": "test_exidx_error",  # also test_exidx.py (every malformation)
+    "harness.formats.breakpad.BreakpadError":
+        "test_breakpad.py::test_a_file_that_is_not_a_symbol_file_is_a_one_line_error",
     "harness.verify.emulator.EmulationFault": "test_emulation_fault",
     "harness.verify.placement.NoRoom": "test_placement.py::test_a_program_that_leaves_no_room_is_refused",
     "harness.errors.WorkerLost": "test_worker_lost",
@@ -141,7 +143,7 @@ def test_every_typed_error_is_a_harness_error():
     # HarnessError and EhabiError are bases: raised only as their subclasses.
     for name, cls in defined_exceptions().items():
         assert issubclass(cls, HarnessError) != (name in INTERNAL), name
-    for cls in ("SpareEncoding", "TruncatedSequence", "UnsupportedInstruction"):
+    for cls in ("SpareEncoding", "TruncatedSequence"):
         assert issubclass(getattr(harness.errors, cls), EhabiError)
     assert set(UNWIND_CASES) == set(FAILURE_KINDS)
 
@@ -220,6 +222,13 @@ def one_function_unwinder(run: bytes) -> V2Unwinder:
     return V2Unwinder(chrome_v2.V2Reader.from_blob(serialize(tables, "seed"), "seed"), BASE)
 
 
+def chrome_step(run: bytes):
+    tables = V2Tables(page_table=(0,), continuation=(False,), function_table=(FunctionTableEntry(0, 0),),
+                      function_offset_table=b"\x00\x00", unwind_instruction_table=run)
+    unwinder = ChromeV2Unwinder(chrome_v2.V2Reader.from_blob(serialize(tables, "chrome"), "chrome"), BASE)
+    return unwinder.step(make_frame(BASE + 4, TOP, lr=BASE + 0x41), Stack(TOP, bytes(16)), True)
+
+
 def step(run: bytes, pc: int = BASE + 4, stack: bytes = bytes(16), innermost: bool = True):
     frame = make_frame(pc, TOP, lr=BASE + 0x41)
     return one_function_unwinder(run).step(frame, Stack(TOP, stack), innermost)
@@ -228,8 +237,8 @@ def step(run: bytes, pc: int = BASE + 4, stack: bytes = bytes(16), innermost: bo
 # kind -> (the step that fails, its exact reason)
 UNWIND_CASES = {
     "no_info": (lambda: step(b"\xb0", pc=BASE + (1 << 17)), f"no v2 entry covers pc {BASE + (1 << 17):#x}"),
-    "unsupported": (lambda: step(b"\xc0\xb0"),  # an Intel WMMX pop
-                    f"at pc {BASE + 4:#x}: Intel Wireless MMX pop 0xc0 at byte 0"),
+    "unsupported": (lambda: chrome_step(b"\xa1\xb0"),  # pop {r4, r5}: no branch of Chrome's runtime runs it
+                    f"at pc {BASE + 4:#x}: instruction 0xa1 is not one Chrome's runtime executes"),
     "bad_read": (lambda: step(b"\x3f\xb0"), f"vsp {TOP + 0x100:#x} left the stack after 'vsp = vsp + 256'"),
     "limit": (lambda: step(b"\xb0", innermost=False),  # finish only: sp does not rise in a caller
               f"caller sp {TOP:#x} does not rise above callee sp {TOP:#x}"),

@@ -24,7 +24,8 @@ def test_verify_elf_reports_like_run(tmp_path):
     assert data["schema"] == 1 and data["input"] == CALLS
     unwinders = {r["unwinder"] for r in data["results"]}
     # clang describes no epilogues: no v2-gcc (its input would be v2's)
-    assert unwinders == {"v2", "v2+epilogue", "v2-synth", "v2-code", "v2-chrome", "dwarf", "v1", "exidx", "framepointer"}
+    assert unwinders == {"v2", "v2+epilogue", "v2-synth", "v2-code", "v2-chrome", "dwarf", "v1", "exidx",
+                         "framepointer"}
     rows = {(r["unwinder"], r["category"], r["position"]): r for r in data["results"]}
     assert rows[("v2", "all", "all")]["stops"] > 100
 
@@ -71,6 +72,9 @@ def test_v2_table_with_one_corrupted_function_fails_that_function(tmp_path):
     new = [f for f in broken.failures if (f.stop, f.kind) not in {(g.stop, g.kind) for g in clean.failures}]
     assert new and {f.culprit for f in new} == {"many_regs"}
     assert main(["verify-elf", CALLS, "--entry", "entry", "--v2-table", str(blob), "--layout", "chrome"]) == 0
+    # a chrome-layout blob is run as Chrome runs it too: the same function fails there
+    chrome = verify_program(program, elf_unwinders(program, ["v2-chrome"], str(blob), "auto"))
+    assert "many_regs" in {f.culprit for f in chrome.failures}
 
 
 def bad(argv, capsys, fragment):

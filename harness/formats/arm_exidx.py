@@ -12,8 +12,9 @@ prel31 offset to a generic personality routine. GCC's personalities
 toolchains emit) use the GNU model: the next word's top byte counts the
 extra words, its low three bytes are the first instructions, then the
 extra words, most significant byte first, then the routine's own data
-(libgcc's __gnu_unwind_frame reads exactly this). An entry that cannot be
-read or decoded refuses its own function only.
+(libgcc's __gnu_unwind_frame reads exactly this). As libunwindstack
+(ArmExidx::ExtractEntryData), more than 5 extra words is malformed. An
+entry that cannot be read or decoded refuses its own function only.
 
 `parse_exidx` is a pure function of the two sections' bytes and addresses.
 A malformed index raises ExidxError naming the section and the byte offset;
@@ -33,6 +34,7 @@ EXIDX = ".ARM.exidx"
 EXIDX_CANTUNWIND = 1
 EXTAB = ".ARM.extab"
 ADDRESS_SPACE_END = 1 << 32  # `end` when nothing bounds the last entry
+MAX_EXTRA_WORDS = 5  # more words of instructions than libunwindstack reads (ArmExidx: malformed)
 
 
 class ExidxError(InputError):
@@ -96,7 +98,7 @@ def _compact(word: int, extab: bytes, offset: int, where: str) -> bytes:
     if index == 0:
         return word.to_bytes(4, "big")[1:]
     if index in (1, 2) and where == EXTAB:
-        count = (word >> 16) & 0xFF
+        count = _extra_words(word >> 16 & 0xFF, offset)
         out = bytearray(word.to_bytes(4, "big")[2:])
         for i in range(count):
             out += _word(extab, offset + 4 + 4 * i, EXTAB).to_bytes(4, "big")
@@ -104,12 +106,19 @@ def _compact(word: int, extab: bytes, offset: int, where: str) -> bytes:
     raise ExidxError(where, offset, f"personality index {index} is not allowed here")
 
 
+def _extra_words(count: int, offset: int) -> int:
+    if count > MAX_EXTRA_WORDS:
+        raise ExidxError(EXTAB, offset, f"{count} more words of instructions (libunwindstack reads at most "
+                                        f"{MAX_EXTRA_WORDS})")
+    return count
+
+
 def _generic(start: int, extab: bytes, where: int) -> ExidxEntry:
     """The GNU-model entry for the function at `start` whose personality
     word sits at `where` of `extab`."""
     head = _word(extab, where + 4, EXTAB)
     data = bytearray(head.to_bytes(4, "big")[1:])
-    for index in range(head >> 24):
+    for index in range(_extra_words(head >> 24, where + 4)):
         data += _word(extab, where + 8 + 4 * index, EXTAB).to_bytes(4, "big")
     return ExidxEntry(start, bytes(data), "generic", decode_instructions(bytes(data), EXTAB, where + 4))
 

@@ -290,3 +290,37 @@ def section_size(image: ElfImage, name: str) -> int | None:
     except PARSE_ERRORS as e:
         raise ElfError(f"{image.path}: corrupt section headers: {e}") from e
     return None if section is None else section["sh_size"]
+
+
+def section_data(image: ElfImage, name: str) -> bytes:
+    """The bytes of section `name` (b"" if the ELF has none, or it takes no
+    room in the file)."""
+    try:
+        section = image.elf.get_section_by_name(name)
+        return b"" if section is None or section["sh_type"] == "SHT_NOBITS" else section.data()
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{image.path}: cannot read {name}: {e}") from e
+
+
+def build_id(image: ElfImage) -> bytes | None:
+    """The GNU build id (NT_GNU_BUILD_ID of .note.gnu.build-id), if any."""
+    try:
+        section = image.elf.get_section_by_name(".note.gnu.build-id")
+        if section is None:
+            return None
+        for note in section.iter_notes():
+            if note["n_type"] == "NT_GNU_BUILD_ID":
+                return bytes.fromhex(note["n_desc"])
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{image.path}: corrupt build id note: {e}") from e
+    return None
+
+
+def load_base(image: ElfImage) -> int:
+    """Where the module's addresses count from in a Breakpad symbol file:
+    its lowest loadable segment's address (0 without any)."""
+    try:
+        loads = [segment["p_vaddr"] for segment in image.elf.iter_segments() if segment["p_type"] == "PT_LOAD"]
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{image.path}: corrupt program headers: {e}") from e
+    return min(loads, default=0)

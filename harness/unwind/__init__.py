@@ -135,9 +135,11 @@ def build_unwinders(program: Program, names=UNWINDER_NAMES) -> list[Unwinder]:
     return [BUILDERS[name](program) for name in names]
 
 
-def with_v2_tables(unwinders: list[Unwinder], reader: chrome_v2.V2Reader, text_base: int) -> list[Unwinder]:
+def with_v2_tables(unwinders: list[Unwinder], reader: chrome_v2.V2Reader, text_base: int,
+                   layout: str = "seed") -> list[Unwinder]:
     """`unwinders` with given v2 tables standing in for the ones built from
-    the CFI (in `v2`, and under `v2+epilogue`'s simulation)."""
+    the CFI (in `v2`, and under `v2+epilogue`'s simulation; a chrome-layout
+    blob, one Chrome built say, also in `v2-chrome`, run as Chrome runs it)."""
     given = V2Unwinder(reader, text_base, "v2")
     replaced = []
     for unwinder in unwinders:
@@ -145,5 +147,7 @@ def with_v2_tables(unwinders: list[Unwinder], reader: chrome_v2.V2Reader, text_b
             unwinder = given
         elif unwinder.name == "v2+epilogue":
             unwinder = EpilogueFirst(unwinder.simulator, given, unwinder.name)
+        elif unwinder.name == "v2-chrome" and layout == "chrome":
+            unwinder = ChromeV2Unwinder(reader, text_base)
         replaced.append(unwinder)
     return replaced

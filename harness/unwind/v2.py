@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from harness.errors import UnwindFailure
 from harness.formats import ehabi
-from harness.formats.chrome_v2.reader import UnsupportedRun, V2Reader
+from harness.formats.chrome_v2.reader import V2Reader
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import RuleRange, ranged
@@ -85,10 +85,7 @@ class V2Unwinder:
         found = self.reader.lookup(pc - self.text_base)
         if found is None:
             raise UnwindFailure("no_info", f"no v2 entry covers pc {pc:#x}")
-        run = self.reader.run(found.instruction_index)
-        if isinstance(run, UnsupportedRun):
-            raise UnwindFailure("unsupported", f"at pc {pc:#x}: {run.reason}")
-        return run, self.text_base + found.low, self.text_base + found.high
+        return self.reader.run(found.instruction_index), self.text_base + found.low, self.text_base + found.high
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         # A return address may be the first byte after a call to a function

@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from harness.errors import UnwindFailure
 from harness.formats import ehabi
-from harness.formats.chrome_v2.reader import UnsupportedRun, V2Reader
+from harness.formats.chrome_v2.reader import V2Reader
 from harness.registers import CALLEE_SAVED, LR, PC, SP
 from harness.unwind.ehabi_run import rule_of_run
 from harness.unwind.frame import Frame, StackReader
@@ -50,8 +50,6 @@ class ChromeV2Unwinder:
         run = self._runs.get(index)
         if run is None:
             run = self.reader.run(index)
-            if isinstance(run, UnsupportedRun):
-                raise UnwindFailure("unsupported", f"at pc {pc:#x}: {run.reason}")
             table = self.reader.tables.unwind_instruction_table
             outside = [byte for byte in ehabi.first_bytes(table, index, run=True)
                        if byte not in ehabi.CHROME_RUNTIME_FIRST_BYTES]

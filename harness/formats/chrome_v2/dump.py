@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.formats import ehabi
-from harness.formats.chrome_v2.reader import UnsupportedRun, V2Reader
+from harness.formats.chrome_v2.reader import V2Reader
 from harness.formats.chrome_v2.tables import PAGE_SHIFT
 
 
@@ -25,7 +25,6 @@ def dump(reader: V2Reader, text_base: int, layout: str) -> str:
             f" offset list at byte {entry.offset_table_index}:"
         )
         for offset, run_index in reader.offset_lists[entry.offset_table_index]:
-            run = reader.run(run_index)
-            body = run.reason if isinstance(run, UnsupportedRun) else ehabi.text(run)
+            body = ehabi.text(reader.run(run_index))
             lines.append(f"    +{offset << 1:#x} ({offset} half-words): run at byte {run_index}: {body}")
     return "\n".join(lines) + "\n"

@@ -8,10 +8,9 @@ decoded and bounds-checked here, in time linear in the blob's size.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
 from typing import NamedTuple
 
-from harness.errors import CorruptTable, EhabiError, UnsupportedInstruction
+from harness.errors import CorruptTable, EhabiError
 from harness.formats import ehabi, uleb128
 from harness.formats.chrome_v2.layout import Layout, parse
 from harness.formats.chrome_v2.tables import PAGE_SHIFT, V2Tables, continuation_bits
@@ -35,13 +34,6 @@ class Lookup(NamedTuple):
     high: int = 0
 
 
-@dataclass(frozen=True)
-class UnsupportedRun:
-    """A run holding a valid instruction this tool does not execute."""
-
-    reason: str
-
-
 class V2Reader:
     def __init__(self, tables: V2Tables, header: dict[str, int] | None = None):
         self.tables = tables
@@ -50,7 +42,7 @@ class V2Reader:
         self.entry_page = self._entry_pages()
         self.page_offsets = [e.page_offset for e in tables.function_table]
         self.offset_lists: dict[int, tuple[tuple[int, int], ...]] = {}
-        self.runs: dict[int, tuple[ehabi.Op, ...] | UnsupportedRun] = {}
+        self.runs: dict[int, tuple[ehabi.Op, ...]] = {}
         for entry_index, entry in enumerate(tables.function_table):
             self._load_offset_list(entry_index, entry.offset_table_index)
 
@@ -151,8 +143,6 @@ class V2Reader:
             )
         try:
             self.runs[index] = tuple(ehabi.decode(table, index, run=True))
-        except UnsupportedInstruction as error:
-            self.runs[index] = UnsupportedRun(str(error))
         except EhabiError as error:
             raise CorruptTable("unwind instruction table", str(error), error.offset) from None
 
@@ -196,5 +186,5 @@ class V2Reader:
             larger = offset
         raise AssertionError("validated offset lists end at offset 0")
 
-    def run(self, instruction_index: int) -> tuple[ehabi.Op, ...] | UnsupportedRun:
+    def run(self, instruction_index: int) -> tuple[ehabi.Op, ...]:
         return self.runs[instruction_index]

@@ -5,7 +5,8 @@ those of the three modules."""
 
 from harness.formats.ehabi.codec import CHROME_RUNTIME_FIRST_BYTES, decode, encode, encode_op, first_bytes
 from harness.formats.ehabi.interpreter import Flat, Memory, execute, flatten
-from harness.formats.ehabi.ops import FINISH, REFUSE, Finish, Op, Pop, PopVfp, Refuse, SetVsp, VspAdd, text
+from harness.formats.ehabi.ops import FINISH, REFUSE, Finish, Op, Pop, PopVfp, PopWmmx, Refuse, SetVsp, VspAdd, text
 
 __all__ = ["CHROME_RUNTIME_FIRST_BYTES", "FINISH", "REFUSE", "Finish", "Flat", "Memory", "Op", "Pop", "PopVfp",
-           "Refuse", "SetVsp", "VspAdd", "decode", "encode", "encode_op", "execute", "first_bytes", "flatten", "text"]
+           "PopWmmx", "Refuse", "SetVsp", "VspAdd", "decode", "encode", "encode_op", "execute", "first_bytes",
+           "flatten", "text"]

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from harness.errors import EhabiError, SpareEncoding, TruncatedSequence, UnsupportedInstruction
+from harness.errors import EhabiError, SpareEncoding, TruncatedSequence
 from harness.formats import uleb128
-from harness.formats.ehabi.ops import FINISH, REFUSE, Finish, Op, Pop, PopVfp, Refuse, SetVsp, VspAdd
+from harness.formats.ehabi.ops import FINISH, REFUSE, Finish, Op, Pop, PopVfp, PopWmmx, Refuse, SetVsp, VspAdd
 from harness.registers import LR, PC, SP
 
 # The opcodes Chrome's v2 runtime executes (ChromeUnwinderAndroid32's
@@ -38,6 +38,8 @@ def encode_op(op: Op, chrome: bool = False) -> bytes:
         if chrome:
             raise ValueError(f"{op}: Chrome's runtime pops no VFP register")
         return _encode_pop_vfp(op)
+    if isinstance(op, PopWmmx):
+        return _encode_pop_wmmx(op)
     if isinstance(op, Finish):
         return b"\xb0"
     if isinstance(op, Refuse):
@@ -91,6 +93,20 @@ def _encode_pop(regs: tuple[int, ...], chrome: bool = False) -> bytes:
             mask = sum(1 << (r - 4) for r in high)
             out += bytes([0x80 | (mask >> 8), mask & 0xFF])
     return bytes(out)
+
+
+def _encode_pop_wmmx(op: PopWmmx) -> bytes:
+    regs = sorted(op.regs)
+    if op.control:
+        if not regs or regs[0] < 0 or regs[-1] > 3 or len(set(regs)) != len(regs):
+            raise ValueError(f"bad wCGR pop {op.regs}")
+        return bytes([0xC7, sum(1 << r for r in regs)])
+    first, count = regs[0] if regs else -1, len(regs)
+    if first < 0 or regs != list(range(first, first + count)) or first + count > 16:
+        raise ValueError(f"bad wR pop {op.regs}")
+    if first == 10 and count <= 6:
+        return bytes([0xC0 | (count - 1)])
+    return bytes([0xC6, (first << 4) | (count - 1)])
 
 
 def _encode_pop_vfp(op: PopVfp) -> bytes:
@@ -239,14 +255,19 @@ def _10111nnn(r: _Reader) -> Op:  # pop d8-d[8+nnn] saved by FSTMFDX
     return PopVfp(8, (r.byte & 7) + 1, fstmfdx=True)
 
 
-def _11000nnn(r: _Reader) -> Op:  # Intel Wireless MMX pops (c7 00 and c7 1x-ff spare)
-    if r.byte == 0xC7:
+def _11000nnn(r: _Reader) -> Op:  # Intel Wireless MMX: pop wR10-wR[10+nnn] (c0-c5), c6, c7
+    if r.byte == 0xC7:  # pop wCGR under a mask; 00 and 1x-ff spare
         arg = r.operand()
         if arg == 0 or arg & 0xF0:
             raise r.spare(f"spare encoding c7 {arg:02x}")
-    elif r.byte == 0xC6:
-        r.operand()
-    raise UnsupportedInstruction(f"Intel Wireless MMX pop {r.byte:#04x}", r.start)
+        return PopWmmx(tuple(i for i in range(4) if arg >> i & 1), control=True)
+    if r.byte == 0xC6:  # pop wR[ssss]-wR[ssss+cccc]
+        arg = r.operand()
+        first, count = arg >> 4, (arg & 0x0F) + 1
+        if first + count > 16:
+            raise r.spare(f"c6 {arg:02x} names registers past wR15")
+        return PopWmmx(tuple(range(first, first + count)))
+    return PopWmmx(tuple(range(10, 11 + (r.byte & 7))))
 
 
 def _1100100x_sssscccc(r: _Reader) -> Op:  # pop d[16+ssss]... (c8) or d[ssss]... (c9) saved by VPUSH

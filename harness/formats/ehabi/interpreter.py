@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Iterable, NamedTuple, Protocol, Sequence
 
 from harness.errors import UnwindFailure
-from harness.formats.ehabi.ops import Finish, Op, Pop, PopVfp, Refuse, SetVsp, VspAdd
+from harness.formats.ehabi.ops import Finish, Op, Pop, PopVfp, PopWmmx, Refuse, SetVsp, VspAdd
 from harness.registers import LR, PC, SP
 
 
@@ -57,6 +57,8 @@ def execute(ops: Iterable[Op], core: Sequence[int], vfp: Sequence[int | None],
                 vsp += 8
             if op.fstmfdx:
                 vsp += 4
+        elif kind is PopWmmx:
+            vsp += op.size  # registers no frame of ours holds: stepped over
         elif kind is Finish:
             if not pc_popped:
                 regs[PC] = regs[LR]
@@ -103,6 +105,8 @@ def flatten(ops: Sequence[Op]) -> Flat | None:
                 vfp_loads.append((reg, offset))
                 offset += 8
             offset += 4 if op.fstmfdx else 0
+        elif kind is PopWmmx:
+            offset += op.size
         elif kind is Finish:
             pc_popped = any(reg == PC for reg, _ in loads)
             return Flat(base, tuple(loads), tuple(vfp_loads), offset, min(seen), max(seen), pc_popped)

@@ -53,6 +53,24 @@ class PopVfp:
 
 
 @dataclass(frozen=True)
+class PopWmmx:
+    """Pop Intel Wireless MMX registers: data registers wR (8 bytes each)
+    or, with `control`, the control registers wCGR0-3 (4 bytes each). No
+    register this tool models holds them: running it moves vsp past them,
+    as libunwindstack does."""
+
+    regs: tuple[int, ...]
+    control: bool = False
+
+    @property
+    def size(self) -> int:
+        return len(self.regs) * (4 if self.control else 8)
+
+    def __str__(self) -> str:
+        return f"pop {{{_ranges('wCGR' if self.control else 'wR', self.regs)}}}"
+
+
+@dataclass(frozen=True)
 class Finish:
     def __str__(self) -> str:
         return "finish"
@@ -66,7 +84,7 @@ class Refuse:
         return "refuse to unwind"
 
 
-Op = Union[VspAdd, SetVsp, Pop, PopVfp, Finish, Refuse]
+Op = Union[VspAdd, SetVsp, Pop, PopVfp, PopWmmx, Finish, Refuse]
 FINISH = Finish()
 REFUSE = Refuse()
 
