@@ -134,8 +134,13 @@ def _add_encode(subparsers) -> None:
     encode.add_argument("-o", "--output", required=True)
     encode.add_argument("--format", choices=("v2", "v1"), default="v2",
                         help="v2 (default) or Chrome's earlier v1 format")
-    encode.add_argument("--layout", choices=chrome_v2.LAYOUTS, default="seed")
+    encode.add_argument("--layout", choices=chrome_v2.LAYOUTS, default=None,
+                        help="seed (the design document's header; default) or chrome (Chrome's header, and only the "
+                             "opcodes its runtime executes)")
     encode.add_argument("--epilogue", choices=chrome_v2.EPILOGUE_POLICIES, default="drop")
+    encode.add_argument("--builder", choices=("ours", "chrome"), default="ours",
+                        help="ours (default: each row's complete state) or chrome (create_unwind_table.py's rules, "
+                             "as v2-chrome measures them; chrome layout)")
     encode.add_argument("--from-code", action="store_true",
                         help="rows from the machine code alone (harness/thumb/frame_analysis.py), reading no "
                              ".debug_frame, .eh_frame or .ARM.exidx; functions by their Thumb symbols")

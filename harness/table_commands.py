@@ -97,11 +97,16 @@ def cmd_encode(args) -> int:
         print(v1_summary(encoded_v1, len(functions), base))
         print(f"wrote {len(encoded_v1.blob)} bytes to {args.output}")
         return EXIT_OK
-    code_at = code_reader(image) if args.epilogue == "synthesize" else None
-    encoded = chrome_v2.encode(functions, base, args.epilogue, code_at=code_at, layout=args.layout)
+    if args.builder == "chrome":
+        if args.layout == "seed" or args.epilogue != "drop":
+            raise InputError("--builder chrome writes Chrome's tables: chrome layout, its own epilogue rule")
+        encoded = chrome_v2.encode_as_chrome(functions, base)
+    else:
+        code_at = code_reader(image) if args.epilogue == "synthesize" else None
+        encoded = chrome_v2.encode(functions, base, args.epilogue, code_at=code_at, layout=args.layout or "seed")
     blob = encoded.blob()
     write_output(args.output, blob)
-    print(size_summary(encoded, args.layout))
+    print(size_summary(encoded, encoded.layout))
     if args.from_code:
         print("\n".join(coverage_lines(tuple(functions), executable_ranges(image))))
     print(f"wrote {len(blob)} bytes to {args.output}")

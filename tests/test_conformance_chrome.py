@@ -17,6 +17,7 @@ import struct
 import pytest
 
 from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED, generate_program
+from harness.cli import main
 from harness.elf_program import code_reader
 from harness.errors import UnwindFailure
 from harness.formats import chrome_v2, ehabi
@@ -341,3 +342,18 @@ def test_no_chrome_layout_blob_holds_an_opcode_chromes_runtime_lacks():
                 assert not outside, f"{name}: run at {index} holds {sorted(outside)}"
                 scanned += 1
     assert scanned > 1000
+
+
+def test_encode_writes_chromes_own_tables_with_builder_chrome(tmp_path, capsys):
+    """`encode --builder chrome` writes the blob `v2-chrome` runs: Chrome's
+    builder rules, chrome layout; other layouts or epilogue policies are
+    not Chrome's, and refused."""
+    elf = ELF_CORPUS / "clang-O2-fp.elf"
+    out = tmp_path / "chrome.v2"
+    assert main(["encode", str(elf), "--builder", "chrome", "-o", str(out)]) == 0
+    image = open_elf(str(elf))
+    assert out.read_bytes() == chrome_v2.encode_as_chrome(read_cfi(image), text_base(image)).blob()
+    assert "(chrome layout)" in capsys.readouterr().out
+    for wrong in (["--layout", "seed"], ["--epilogue", "keep"]):
+        assert main(["encode", str(elf), "--builder", "chrome", *wrong, "-o", str(out)]) == 2
+        assert "--builder chrome" in capsys.readouterr().err
