@@ -170,15 +170,22 @@ def decode_one(code: bytes, address: int, arm: bool = False) -> Instruction | No
         if len(_ANYWHERE) < 1 << 16:
             _ANYWHERE[key] = insn
     else:
-        if len(_HERE) >= 1 << 18:  # a bound on memory: start again
+        if len(_HERE) >= 1 << 16:  # a bound on memory (about 30 MB): start again
             _HERE.clear()
         _HERE[key, address] = insn
     return insn
 
 
+def forget_addresses() -> None:
+    """Drop the instructions kept by address: one program's analysis is
+    over, and a worker verifying many programs keeps no more of them."""
+    _HERE.clear()
+
+
 # Instructions whose decoding is the same at any address (no pc read, no
 # branch target), by their bytes; the others by their bytes and address
-# (the analysis of a program visits each several times).
+# (the analysis of a program visits each several times), until
+# `forget_addresses`.
 _ANYWHERE: dict[bytes, Instruction] = {}
 _HERE: dict[tuple[bytes, int], Instruction] = {}
 

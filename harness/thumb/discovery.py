@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from harness.program import CfiRow, CodeMap, FunctionCfi
 from harness.registers import LR, SP
-from harness.thumb.disasm import decode_one
+from harness.thumb.disasm import decode_one, forget_addresses
 from harness.thumb.frame_analysis import Analysed, analyse_calling
 
 GAP = "<not analysed>"  # the name of the refusing rows between functions
@@ -48,6 +48,13 @@ def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> tupl
     analysed again with their paths ending at calls to it, round after
     round (without symbols, the code after such a call is the next
     function, which the caller's frame must not describe)."""
+    try:
+        return _all_analysed(code_map, code_at)
+    finally:
+        forget_addresses()
+
+
+def _all_analysed(code_map: CodeMap, code_at) -> tuple[FunctionCfi, ...]:
     noreturn = frozenset(code_map.noreturn)  # through the PLT: known by name
     analyse = _analyser(code_map, code_at)
     found, arm = _discovered(code_map, code_at, analyse, noreturn)
