@@ -60,10 +60,12 @@ class DwarfUnwinder:
         return caller
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        lookup_pc = pc if innermost else pc - 1
+
         def find():
-            row, low, high = self.row_range(pc if innermost else pc - 1)
+            row, low, high = self.row_range(lookup_pc)
             return _usable(row), low, high
-        return ranged(find, lambda row: _rule_of_row(row.cfa_reg, row.cfa_offset, row.saved), pc, innermost)
+        return ranged(find, lambda row: _rule_of_row(row.cfa_reg, row.cfa_offset, row.saved), pc, lookup_pc)
 
 
 def _usable(row: CfiRow) -> CfiRow:

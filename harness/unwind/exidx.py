@@ -55,7 +55,7 @@ class ExidxUnwinder:
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         lookup_pc = pc if innermost else pc - 1
-        return ranged(lambda: self.ops_range(lookup_pc), rule_of_run, pc, innermost)
+        return ranged(lambda: self.ops_range(lookup_pc), rule_of_run, pc, lookup_pc)
 
 
 def exidx_unwinder_for(sections: ExidxSections, name: str = "exidx") -> ExidxUnwinder:

@@ -84,17 +84,18 @@ Found = TypeVar("Found")
 
 
 def ranged(find: Callable[[], tuple[Found, int, int]], build: Callable[[Found], Rule | None],
-           pc: int, innermost: bool) -> RuleRange:
+           pc: int, lookup_pc: int) -> RuleRange:
     """The rule `build` makes of what `find` looks up for the frame at pc
-    (the lookup `step` makes), with the range of lookup pcs that find the
-    same; a caller's pc is looked up one byte earlier, so its range lies one
-    byte later. An UnwindFailure becomes a failure rule for pc alone (its
-    reason names the pc)."""
+    (the lookup `step` makes, at `lookup_pc`), with the range of frame pcs
+    that find the same: the lookup range moved by pc - lookup_pc (a
+    caller's pc looked up one byte earlier has its range one byte later).
+    An UnwindFailure becomes a failure rule for pc alone (its reason names
+    the pc)."""
     try:
         found, low, high = find()
     except UnwindFailure as failure:
         return RuleRange(failing(failure.kind, failure.reason), pc, pc + 1)
-    shift = 0 if innermost else 1
+    shift = pc - lookup_pc
     return RuleRange(build(found), low + shift, high + shift)
 
 

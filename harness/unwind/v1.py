@@ -58,8 +58,7 @@ class V1Unwinder:
         return caller
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        # a caller's pc is looked up as it is, so its range is not shifted
-        return ranged(lambda: self.row_range(pc, innermost), _rule_of_row, pc, True)
+        return ranged(lambda: self.row_range(pc, innermost), _rule_of_row, pc, pc)  # looked up as it is
 
 
 @lru_cache(maxsize=None)

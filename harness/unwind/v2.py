@@ -95,4 +95,4 @@ class V2Unwinder:
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         lookup_pc = pc if innermost else pc - 1
-        return ranged(lambda: self._found(lookup_pc), rule_of_run, pc, innermost)
+        return ranged(lambda: self._found(lookup_pc), rule_of_run, pc, lookup_pc)

@@ -86,7 +86,7 @@ class ChromeV2Unwinder:
         return caller
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        return ranged(lambda: self._found(pc), chrome_rule, pc, True)  # pc looked up as it is: no shift
+        return ranged(lambda: self._found(pc), chrome_rule, pc, pc)  # looked up as it is
 
 
 def _check_vsp(vsp: int, frame_sp: int, stack: StackReader) -> None:
