@@ -51,7 +51,7 @@ def _limits(parser: argparse.ArgumentParser) -> None:
                         help=f"fault a program that runs for more than S seconds, wall clock "
                              f"(default {defaults.seconds:g})")
     parser.add_argument("--max-memory-mb", type=_positive, metavar="MB",
-                        help="fault a program once the process's peak resident size is over this many MiB "
+                        help="fault a program once the process's resident size is over this many MiB "
                              f"(default {defaults.memory_bytes >> 20})")
     parser.add_argument("--max-depth", type=_positive, metavar="N",
                         help=f"fault a program nested deeper than N calls (default {defaults.depth:,})")

@@ -30,9 +30,10 @@ from harness.linux.process import LinuxRun
 from harness.thumb.discovery import coverage_lines
 
 
-def _rows(args) -> tuple[list, int, object]:
-    """The rows `encode` writes tables of, their text base, and the ELF
-    they come from (None for a Breakpad symbol file)."""
+def _rows(args) -> tuple[list, int, object, tuple]:
+    """The rows `encode` writes tables of, their text base, the ELF they
+    come from (None for a Breakpad symbol file), and the symbol file's
+    records as written (Chrome's builder reads those; () for an ELF)."""
     if args.input == "breakpad":
         if args.from_code or args.compare or args.epilogue == "synthesize":
             raise InputError("--from-code, --compare and --epilogue synthesize read an ELF's code: "
@@ -43,9 +44,10 @@ def _rows(args) -> tuple[list, int, object]:
         for line in module.unparsed:
             print(f"row left out, the one before stays in force: {line}")
         base = min(f.start for f in module.functions) if args.text_start is None else args.text_start
-        return list(module.functions), base, None
+        return list(module.functions), base, None, module.stack_cfi
     image = open_elf(args.elf)
-    return elf_functions(image, args.from_code), text_base(image) if args.text_start is None else args.text_start, image
+    base = text_base(image) if args.text_start is None else args.text_start
+    return elf_functions(image, args.from_code), base, image, ()
 
 
 def size_summary(encoded: chrome_v2.Encoded, layout: str) -> str:
@@ -90,7 +92,7 @@ def cmd_encode(args) -> int:
         raise InputError("--entry runs a bare-metal function, --run a Linux process: not both")
     if (args.sysroot or args.cwd or args.stdin or args.lazy_binding) and not args.run:
         raise InputError("--sysroot, --cwd, --stdin and --lazy-binding say how --run runs the program")
-    functions, base, image = _rows(args)
+    functions, base, image, records = _rows(args)
     if args.format == "v1":
         encoded_v1 = encode_v1(functions, base)
         write_output(args.output, encoded_v1.blob)
@@ -100,7 +102,7 @@ def cmd_encode(args) -> int:
     if args.builder == "chrome":
         if args.layout == "seed" or args.epilogue != "drop":
             raise InputError("--builder chrome writes Chrome's tables: chrome layout, its own epilogue rule")
-        encoded = chrome_v2.encode_as_chrome(functions, base)
+        encoded = chrome_v2.encode_as_chrome(records or functions, base)
     else:
         code_at = code_reader(image) if args.epilogue == "synthesize" else None
         encoded = chrome_v2.encode(functions, base, args.epilogue, code_at=code_at, layout=args.layout or "seed")

@@ -21,7 +21,7 @@ from harness.cli import main
 from harness.elf_program import code_reader
 from harness.errors import UnwindFailure
 from harness.formats import chrome_v2, ehabi
-from harness.formats.breakpad import read_symbol_file
+from harness.formats.breakpad import StackCfi, read_symbol_file
 from harness.formats.chrome_v1 import CANT_UNWIND, V1Table, encode_v1
 from harness.formats.chrome_v2.chrome_builder import chrome_function_unwind
 from harness.formats.chrome_v2.layout import serialize
@@ -232,8 +232,91 @@ def test_its_input_is_breakpads_stack_cfi_and_an_unreadable_row_keeps_the_one_be
             "STACK CFI 1002 .cfa: sp 8 + .ra: .cfa -4 + ^ r4: .cfa -8 + ^\n"
             "STACK CFI 1004 .cfa: sp 8 + r5: .cfa 12 - ^\n")  # an expression of another form
     module = read_symbol_file(text, "chrome.sym")
-    assert [(u.offset, u.instructions.hex()) for u in chrome_function_unwind(module.functions[0]).address_unwinds] \
+    assert [(u.offset, u.instructions.hex()) for u in chrome_function_unwind(module.stack_cfi[0]).address_unwinds] \
         == [(0, "b0"), (2, "a8b0")]
+
+
+def test_a_function_at_address_0_is_a_tombstone_and_skipped():
+    """FilterToNonTombstoneCfi drops `STACK CFI INIT 0` and its records:
+    the CFI of code the linker discarded (LLVM bug 47148)."""
+    text = ("STACK CFI INIT 0 10 .cfa: sp 0 + .ra: lr\n"
+            "STACK CFI 2 .cfa: sp 8 + .ra: .cfa -4 + ^ r4: .cfa -8 + ^\n"
+            "STACK CFI INIT 20 10 .cfa: sp 0 + .ra: lr\n")
+    assert [(f.start, f.records) for f in read_symbol_file(text, "chrome.sym").stack_cfi] == [
+        (0x20, ((0x20, ".cfa: sp 0 + .ra: lr"),))]
+
+
+def record_runs(*records: tuple[int, str]) -> list[tuple[int, str]]:
+    """(offset, run as hex) Chrome's builder writes for one function's
+    records, INIT (`.cfa: sp 0 + .ra: lr` at 0x1000) first."""
+    cfi = StackCfi("f", 0x1000, 0x40, ((0x1000, ".cfa: sp 0 + .ra: lr"), *records))
+    return [(u.offset, u.instructions.hex()) for u in chrome_function_unwind(cfi).address_unwinds]
+
+
+PUSH_R4_LR = (0x1002, ".cfa: sp 8 + .ra: .cfa -4 + ^ r4: .cfa -8 + ^")
+
+
+def test_the_return_to_lr_form_after_a_push_is_an_epilogue():
+    """NullParser matches `.cfa: sp 0 + .ra: lr` exactly; its CFA of 0 is
+    below the one before, so GenerateUnwinds stops there: the body record
+    after an early return is never read."""
+    later = (0x1008, ".cfa: sp 8 + .ra: .cfa -4 + ^ r4: .cfa -8 + ^")
+    assert record_runs(PUSH_R4_LR, (0x1006, ".cfa: sp 0 + .ra: lr"), later) == [(0, "b0"), (2, "a8b0")]
+
+
+def test_a_restore_no_form_fits_leaves_the_cfa_as_it_was():
+    """With `r4: r4` the same record fits no form: it is left out, the CFA
+    tracked stays 8, and the record restoring the frame after it is read
+    against that: its registers popped again (`a8 a8 b0`)."""
+    later = (0x1008, ".cfa: sp 8 + .ra: .cfa -4 + ^ r4: .cfa -8 + ^")
+    assert record_runs(PUSH_R4_LR, (0x1006, ".cfa: sp 0 + .ra: lr r4: r4"), later)[-1] == (8, "a8a8b0")
+
+
+def test_a_vpush_that_moves_no_cfa_repeats_the_run_before():
+    """VPushParser without `.cfa` gives NO_ACTION: an entry of its own at
+    its offset, whose run is the one before."""
+    vpush = (0x1004, "unnamed_register264: .cfa -16 + ^")
+    assert record_runs(PUSH_R4_LR, vpush) == [(0, "b0"), (2, "a8b0"), (4, "a8b0")]
+
+
+def test_a_push_row_with_cfa_0_keeps_the_cfa_tracked():
+    """PushOrSubSpParser takes `new CFA or old CFA`: `.cfa: sp 0 +` with a
+    save moves vsp by -CFA yet keeps the CFA tracked (no epilogue)."""
+    odd = (0x1004, ".cfa: sp 0 + r5: .cfa -12 + ^")
+    assert record_runs(PUSH_R4_LR, odd, (0x1006, ".cfa: sp 16 +"))[-2:] == [(4, "41" "8002" "a8b0"), (6, "01" "418002a8b0")]
+
+
+def two_pushes_and_a_bigger_frame() -> list[FunctionCfi]:
+    push_r4_r5 = CfiRow(0x1042, SP, 12, ((4, -12), (5, -8), (LR, -4)))
+    return [function("a", 0x1000, 0x1010, pushed(0x1002, 8)), function("b", 0x1010, 0x1020, pushed(0x1012, 8)),
+            function("c", 0x1040, 0x1050, push_r4_r5, CfiRow(0x1044, SP, 16, push_r4_r5.saved))]
+
+
+def test_runs_are_ordered_by_uses_per_byte_then_by_their_bytes_and_share_no_suffix():
+    """EncodeUnwindInstructionTable: each distinct run once, by score =
+    uses / length, ties by the bytes, both descending. Here b0 (4 uses),
+    a8b0 (2 uses, 1 per byte), a9b0 and the refuse filler 8000 (0.5 each:
+    a9 > 80), 00a9b0; a9b0 is stored again, not found inside 00a9b0."""
+    tables = chrome_v2.encode_as_chrome(two_pushes_and_a_bigger_frame(), BASE).tables
+    assert tables.unwind_instruction_table == bytes.fromhex("b0" "a8b0" "a9b0" "8000" "00a9b0")
+
+
+def test_offset_lists_are_stored_once_in_order_of_first_use_with_no_suffix_shared():
+    """EncodeFunctionOffsetTable keys a function's (offset, run) pairs
+    whole: a and b share a list; the gap's `b0` list is stored again,
+    though every other list ends with its pair (0, 0)."""
+    tables = chrome_v2.encode_as_chrome(two_pushes_and_a_bigger_frame(), BASE).tables
+    assert tables.function_offset_table == bytes([1, 1, 0, 0,  0, 0,  2, 7, 1, 3, 0, 0,  0, 5])
+    assert [e.offset_table_index for e in tables.function_table] == [0, 0, 4, 6, 12]
+
+
+def test_the_page_table_ends_at_the_page_of_the_last_entry():
+    """EncodePageTableAndFunctionTable makes a page-table entry for each
+    page up to the last one an entry starts on; with no refuse filler (the
+    last function ends on a page boundary) later pages of it have none."""
+    long = function("long", BASE, BASE + 3 * (1 << 17), pushed(BASE + 2, 8))
+    assert chrome_v2.encode_as_chrome([long], BASE).tables.page_table == (0,)
+    assert chrome_v2.encode([long], BASE, layout="chrome").tables.page_table == (0, 1, 1)
 
 
 # --- chrome_unwinder_android_32.cc (v2) ------------------------------------------------------

@@ -7,6 +7,7 @@ exact (harness.verify.abi.Limits, FAILURE_LOG_CAP)."""
 
 from __future__ import annotations
 
+import resource
 import shutil
 import time
 import tracemalloc
@@ -21,7 +22,7 @@ from harness.formats.elf import open_elf, symbol_address
 from harness.program import CfiRow, FunctionCfi, Program
 from harness.registers import LR, SP
 from harness.unwind import build_unwinders
-from harness.verify import abi
+from harness.verify import abi, emulator
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 BASE = 0x100000
@@ -123,8 +124,23 @@ def test_memory_past_the_limit_ends_the_run(compiled):
     """The process already holds more than a mebibyte: the first check fires."""
     result, seconds = run(program("countdown", COUNTDOWN), compiled, limits=abi.Limits(memory_bytes=1 << 20))
     assert result.fault is not None
-    assert "the process's peak resident size passed 1 MiB (the memory limit)" in result.fault
+    assert "the process's resident size passed 1 MiB (the memory limit)" in result.fault
     assert 0 < result.stops < abi.CHECK_EVERY and seconds < 10
+
+
+def test_the_memory_limit_is_on_the_size_now_not_the_peak(compiled):
+    """A pool worker that once held much (here 256 MiB, given back) runs
+    its next program under a limit below that peak: the limit is on the
+    resident size now (a worker of the full Linux corpus peaked past 1 GiB
+    and faulted every program after)."""
+    held = bytearray(256 << 20)
+    held[::4096] = b"\x01" * len(range(0, len(held), 4096))  # make every page resident
+    del held
+    limit = emulator.resident_bytes() + (64 << 20)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * emulator.MAXRSS_UNIT > limit
+    turns = ["movw r0, #50000", "subs r0, #1", "bne #0x100006"]  # past CHECK_EVERY instructions
+    result, _ = run(program("countdown", turns), compiled, limits=abi.Limits(memory_bytes=limit))
+    assert result.fault is None and result.stops > abi.CHECK_EVERY
 
 
 def test_the_failure_log_stops_at_its_cap_and_counts_stay_exact(monkeypatch):

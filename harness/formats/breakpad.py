@@ -70,11 +70,22 @@ def _same_value(name: str) -> str:
     return "lr" if name == RA else name
 
 
-def cfi_records(function: FunctionCfi, load_base: int) -> list[str]:
-    """STACK CFI INIT and STACK CFI lines for one function, as dump_syms
-    writes them: the first row complete, each later one the rules it changes."""
+class StackCfi(NamedTuple):
+    """One function's STACK CFI records as their text: the INIT record's
+    rules (at `start`) first, then each STACK CFI record's address and
+    the rules it changes, in the order written."""
+
+    name: str
+    start: int
+    size: int
+    records: tuple[tuple[int, str], ...]  # (address, rules)
+
+
+def stack_cfi(function: FunctionCfi) -> StackCfi:
+    """The records dump_syms writes for `function` (addresses as they
+    are): the first row complete, each later one the rules it changes."""
     before = row_rules(function.rows[0])
-    lines = [f"STACK CFI INIT {function.start - load_base:x} {function.end - function.start:x} " + _text(before)]
+    records = [(function.start, _text(before))]
     for row in function.rows[1:]:
         now = row_rules(row)
         if row.problem:
@@ -82,9 +93,17 @@ def cfi_records(function: FunctionCfi, load_base: int) -> list[str]:
         changed = {name: rule for name, rule in now.items() if before.get(name) != rule}
         changed.update((name, _same_value(name)) for name in before if name not in now)
         if changed:
-            lines.append(f"STACK CFI {row.address - load_base:x} " + _text(changed))
+            records.append((row.address, _text(changed)))
         before = now
-    return lines
+    return StackCfi(function.name, function.start, function.end - function.start, tuple(records))
+
+
+def cfi_records(function: FunctionCfi, load_base: int) -> list[str]:
+    """STACK CFI INIT and STACK CFI lines for one function."""
+    cfi = stack_cfi(function)
+    (start, init), *rest = cfi.records
+    return [f"STACK CFI INIT {start - load_base:x} {cfi.size:x} {init}",
+            *(f"STACK CFI {address - load_base:x} {rules}" for address, rules in rest)]
 
 
 def _text(rules: dict[str, str]) -> str:
@@ -123,6 +142,7 @@ def module_id(build_id: bytes | None, text: bytes) -> str:
 class BreakpadModule(NamedTuple):
     functions: tuple[FunctionCfi, ...]  # addresses relative to the module's load address
     unparsed: tuple[str, ...]  # "line N: why" for each record left out
+    stack_cfi: tuple[StackCfi, ...] = ()  # the records as written, for Chrome's builder (no tombstones)
 
 
 class BreakpadError(InputError):
@@ -135,6 +155,7 @@ def read_symbol_file(text: str, path: str) -> BreakpadModule:
     names: dict[int, str] = {}
     inits: list[tuple[int, int, int, dict[str, str]]] = []  # (line, address, size, rules)
     deltas: dict[int, list[tuple[int, int, dict[str, str]]]] = {}
+    raw: list[tuple[int, int, list[tuple[int, str]]]] = []  # (address, size, records as text)
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split()
         if not words:
@@ -148,15 +169,27 @@ def read_symbol_file(text: str, path: str) -> BreakpadModule:
                 names.setdefault(int(fields[0], 16), " ".join(fields[2:]))
             elif words[:3] == ["STACK", "CFI", "INIT"]:
                 inits.append((number, int(words[3], 16), int(words[4], 16), _rules(words[5:])))
+                raw.append((inits[-1][1], inits[-1][2], [(inits[-1][1], _rules_text(line, 5))]))
             elif words[:2] == ["STACK", "CFI"]:
                 if not inits:
                     raise ValueError("a STACK CFI record before any STACK CFI INIT")
                 deltas.setdefault(len(inits) - 1, []).append((number, int(words[2], 16), _rules(words[3:])))
+                raw[-1][2].append((deltas[len(inits) - 1][-1][1], _rules_text(line, 3)))
         except (ValueError, IndexError) as error:
             raise BreakpadError(f"{path}: line {number}: not a Breakpad record ({error}): {line[:80]}") from None
     unparsed: list[str] = []
     functions = [_function(init, deltas.get(index, []), names, unparsed) for index, init in enumerate(inits)]
-    return BreakpadModule(tuple(sorted(functions, key=lambda f: f.start)), tuple(unparsed))
+    # An INIT at address 0 is a tombstone of dead code (LLVM bug 47148);
+    # Chrome's reader skips it and its records.
+    stack = tuple(StackCfi(names.get(start, f"fn_{start:x}"), start, size, tuple(records))
+                  for start, size, records in raw if start)
+    return BreakpadModule(tuple(sorted(functions, key=lambda f: f.start)), tuple(unparsed), stack)
+
+
+def _rules_text(line: str, fields: int) -> str:
+    """What follows the first `fields` words of a record: its rules as written."""
+    parts = line.split(None, fields)
+    return parts[fields] if len(parts) > fields else ""
 
 
 def _rules(words: list[str]) -> dict[str, str]:

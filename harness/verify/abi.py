@@ -108,7 +108,7 @@ class Limits(NamedTuple):
 
     instructions: int = 20_000_000  # instructions executed
     seconds: float = 120.0  # wall clock, from the start of the run
-    memory_bytes: int = 1 << 30  # the process's peak resident size (getrusage ru_maxrss)
+    memory_bytes: int = 1 << 30  # the process's resident size (/proc/self/statm; else the peak, getrusage)
     depth: int = 10_000  # shadow frames, the harness's own bottom frame included
 
 

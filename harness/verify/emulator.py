@@ -34,6 +34,8 @@ STATUS_REGS = SLOT_IDS[: abi.FIRST_VFP_SLOT]  # r0-r15, cpsr
 # recursion, and a check costs a microsecond (trace.c: abi.CHECK_EVERY).
 CHECK_EVERY = 1 << 6
 MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # bytes in getrusage's ru_maxrss unit
+_STATM = "/proc/self/statm"
+_PAGE_SIZE = resource.getpagesize()
 
 
 class EmulationFault(HarnessError):
@@ -68,7 +70,7 @@ def guard_cause(guard: int, limits: abi.Limits) -> str:
     if guard == abi.GUARD_SECONDS:
         return f"more than {limits.seconds:g} seconds of emulation (the time limit; runaway loop?)"
     if guard == abi.GUARD_MEMORY:
-        return f"the process's peak resident size passed {_size(limits.memory_bytes)} (the memory limit)"
+        return f"the process's resident size passed {_size(limits.memory_bytes)} (the memory limit)"
     if guard == abi.GUARD_DEPTH:
         return f"more than {limits.depth} nested calls: endless recursion?"
     raise ValueError(f"no guard {guard}")
@@ -79,9 +81,20 @@ def exhausted(limits: abi.Limits, started: float) -> int:
     (time.monotonic) that is past that limit, else GUARD_NONE."""
     if time.monotonic() - started > limits.seconds:
         return abi.GUARD_SECONDS
-    if resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * MAXRSS_UNIT > limits.memory_bytes:
+    if resident_bytes() > limits.memory_bytes:
         return abi.GUARD_MEMORY
     return abi.GUARD_NONE
+
+
+def resident_bytes() -> int:
+    """The process's resident size now (Linux: /proc/self/statm), or its
+    peak where there is no such file. Now, not the peak: a pool worker
+    that once held much for one program must not fault every later one."""
+    try:
+        with open(_STATM, "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * MAXRSS_UNIT
 
 
 class _BatchReader:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
 
 from harness.errors import InputError
-from harness.formats.chrome_v2.chrome_builder import chrome_unwinds
+from harness.formats.breakpad import StackCfi
+from harness.formats.chrome_v2.chrome_builder import chrome_tables, chrome_unwinds
 from harness.formats.chrome_v2.encoder import (
     EPILOGUE_POLICIES,
     EpiloguePolicy,
@@ -131,9 +132,10 @@ def encode(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePol
     return Encoded(text_base, policy, encoded, covering, tables, layout)
 
 
-def encode_as_chrome(functions: Sequence[FunctionCfi], text_base: int) -> Encoded:
-    """Tables with the runs Chrome's own builder writes for `functions`
-    (harness.formats.chrome_v2.chrome_builder), in the chrome layout."""
+def encode_as_chrome(functions: Sequence[StackCfi | FunctionCfi], text_base: int) -> Encoded:
+    """The tables Chrome's own builder writes for `functions` (Breakpad
+    records, or rows written as dump_syms writes them), its runs in its
+    byte order (harness.formats.chrome_v2.chrome_builder), chrome layout."""
     encoded = chrome_unwinds(functions)
     covering = tuple(cover_text(encoded, text_base))
-    return Encoded(text_base, "drop", encoded, covering, build_tables(covering, text_base), "chrome")
+    return Encoded(text_base, "drop", encoded, covering, chrome_tables(covering, text_base), "chrome")

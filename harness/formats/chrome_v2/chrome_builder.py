@@ -1,116 +1,160 @@
-"""Chrome's own way from CFI rows to v2 runs (build/android/gyp/
-create_unwind_table.py, as of 2023), in our code: what Chrome ships, for
-the `v2-chrome` unwinder to measure beside our `v2`.
+"""Chrome's own way from Breakpad STACK CFI records to v2 tables
+(build/android/gyp/create_unwind_table.py, as of 2023), in our code: what
+Chrome ships, for the `v2-chrome` unwinder to measure beside our `v2`.
 
-Chrome reads `dump_syms` text, where each row after a function's first
-lists only the rules that change. Each such row is matched, whole, by one
-of four forms, and turned into the instructions that undo it:
+Chrome reads `dump_syms` text, where each record after a function's INIT
+lists only the rules that change. Each record's text is matched, whole,
+by the first of four forms that fits, and turned into the instructions
+that undo it, against the CFA offset tracked so far:
 
-- return to lr: `.cfa: sp 0 + .ra: lr` -> `finish` (the entry row);
-- push or sub sp: an optional `.cfa: sp N +`, an optional return address
-  and core registers saved `.cfa -k + ^` -> `vsp += (N - CFA before) - 4 *
-  registers` (when at least that), then a pop of r4-r15 among them
-  (ascending, lr last; r0-r3 are left out and their slots stepped over).
+- return to lr, `.cfa: sp 0 + .ra: lr` -> `finish`; the CFA is 0 again;
+- push or sub sp, an optional `.cfa: sp N +`, an optional `.ra: .cfa -k
+  + ^` and core registers `rK: .cfa -k + ^` -> `vsp += step`, then a pop
+  of r4-r15 among them, ascending (lr last); step = N - CFA before, less
+  4 per register popped when at least that (r0-r3 are stepped over).
   Where each register was saved is not read: the pop assumes the pushed
-  order;
-- CFA from a register: `.cfa: rK N +` alone -> `vsp = rK`, then
-  `vsp += N - CFA before`;
-- VFP saves: an optional `.cfa: sp N +` and VFP registers saved ->
-  `vsp += N - CFA before` (Chrome restores no VFP register).
+  order. The CFA becomes N, or stays as it was when N is absent or 0;
+- CFA from a register, `.cfa: rK N +` alone -> `vsp = rK`, then `vsp +=
+  N - CFA before`; the CFA becomes N;
+- VFP saves, an optional `.cfa: sp N +` and `unnamed_registerK: .cfa -k
+  + ^` -> `vsp += N - CFA before` (Chrome restores no VFP register), or
+  no instruction without N: an entry that repeats the run before.
 
-A row no form matches is left out: the row before stays in force. A
-matched row whose sp-based CFA is below the one before is taken for an
-epilogue, and it and every later row of the function are left out. Each
-row's run is its own instructions, then the runs of the rows before it
-(the newest undone first). A function whose first row is not the return
-to lr gets no entry: the return-to-lr filler covers it, as the gaps.
+A record no form fits is left out: the run before covers its addresses.
+A record that lowers the CFA (other than the CFA-from-a-register form) is
+taken for an epilogue, and it and every later record of the function are
+left out. Each record's run is its own instructions, then the runs of the
+records before it (the newest undone first). A function whose INIT is not
+the return to lr gets no entry (Chrome's builder asserts; here the
+return-to-lr gap filler covers it, as it covers gaps).
+
+Table bytes as Chrome lays them out (`chrome_tables`): the instruction
+table holds each distinct run once, ordered by uses per byte, then by the
+bytes, both descending; the function offset table each distinct list
+once, in order of first use; nothing shares a suffix; the page table
+ends at the page of the last entry.
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
-from harness.formats import ehabi
+from harness.formats import ehabi, uleb128
+from harness.formats.breakpad import StackCfi, stack_cfi
 from harness.formats.chrome_v2.encoder import AddressUnwind, FunctionUnwind
-from harness.program import CfiRow, FunctionCfi
-from harness.registers import DWARF_D0, LR, SP
+from harness.formats.chrome_v2.tables import V2Tables, offset_list, tables_from
+from harness.program import FunctionCfi
+from harness.registers import LR
 
 
-class Delta(NamedTuple):
-    """The rules a row changes, as dump_syms writes them."""
+class Undo(NamedTuple):
+    """What one record becomes: its instructions and the CFA after it."""
 
-    cfa: tuple[int, int] | None  # (register, offset) where the CFA rule changed
-    return_address: int | None  # lr's new slot (offset from the CFA)
-    saved: tuple[int, ...]  # core registers newly saved (not lr)
-    vfp: bool  # a VFP register newly saved
-    restored: bool  # a register's rule back to "same value" (`.ra: lr`, `r4: r4`)
+    ops: tuple[ehabi.Op, ...]
+    cfa: int
+    from_register: bool = False  # the CFA-from-a-register form: never an epilogue
 
 
-def delta(row: CfiRow, before: CfiRow) -> Delta:
-    now, then = dict(row.saved), dict(before.saved)
-    changed = {reg for reg in now.keys() | then.keys() if now.get(reg) != then.get(reg)}
-    cfa = (row.cfa_reg, row.cfa_offset)
-    return Delta(cfa if cfa != (before.cfa_reg, before.cfa_offset) else None,
-                 now.get(LR) if LR in changed else None,
-                 tuple(sorted(reg for reg in changed if reg in now and reg < DWARF_D0 and reg != LR)),
-                 any(reg >= DWARF_D0 and reg in now for reg in changed),
-                 any(reg not in now for reg in changed))
+def _return_to_lr(match: re.Match, cfa_before: int) -> Undo:
+    return Undo((ehabi.FINISH,), 0)
 
 
-def row_instructions(change: Delta, cfa_before: int) -> tuple[list[ehabi.Op], int] | None:
-    """(the instructions undoing one row, the CFA offset after it), or None
-    where no form of Chrome's matches the row (it is left out)."""
-    if change.restored:
-        return None
-    cfa = change.cfa
-    if cfa is not None and cfa[0] != SP:  # `.cfa: rK N +`, alone
-        if change.return_address is not None or change.saved or change.vfp:
-            return None
-        return [ehabi.SetVsp(cfa[0]), *_adjust(cfa[1] - cfa_before)], cfa[1]
-    offset = cfa_before if cfa is None else cfa[1]
-    if change.vfp:  # VFP saves, alone: stepped over
-        if change.return_address is not None or change.saved:
-            return None
-        return _adjust(offset - cfa_before), offset
-    regs = [reg for reg in change.saved if 4 <= reg <= 15] + ([LR] if change.return_address is not None else [])
-    step = offset - cfa_before
-    if step >= 4 * len(regs):
-        step -= 4 * len(regs)
-    return [*_adjust(step), *([ehabi.Pop(tuple(regs))] if regs else [])], offset
+def _push_or_sub_sp(match: re.Match, cfa_before: int) -> Undo:
+    cfa, return_address, saves = match.group("cfa"), match.group("ra"), match.group("saves")
+    regs = sorted(n for n in map(int, re.findall(r"r(\d+):", saves)) if 4 <= n <= 15)
+    regs += [LR] if return_address else []
+    step = int(cfa) - cfa_before if cfa is not None else 0
+    if cfa is not None and step >= 4 * len(regs):
+        step -= 4 * len(regs)  # `sub sp`, or r0-r3 pushed below the popped registers
+    ops = ([ehabi.VspAdd(step)] if step else []) + ([ehabi.Pop(tuple(regs))] if regs else [])
+    return Undo(tuple(ops), int(cfa) if cfa and int(cfa) else cfa_before)
 
 
-def _adjust(amount: int) -> list[ehabi.Op]:
-    return [ehabi.VspAdd(amount)] if amount else []
+def _cfa_from_register(match: re.Match, cfa_before: int) -> Undo:
+    cfa = int(match.group("offset"))
+    step = cfa - cfa_before
+    return Undo((ehabi.SetVsp(int(match.group("reg"))), *([ehabi.VspAdd(step)] if step else [])), cfa, True)
 
 
-def chrome_function_unwind(function: FunctionCfi) -> FunctionUnwind | None:
-    """The runs Chrome's builder writes for `function`, or None where it
-    writes no entry (a first row other than the return to lr)."""
-    entry = function.rows[0]
-    if entry.problem or (entry.cfa_reg, entry.cfa_offset, entry.saved) != (SP, 0, ()):
-        return None
-    unwinds = [AddressUnwind(0, ehabi.encode([ehabi.FINISH], chrome=True))]
-    cfa_before, dropped = 0, 0
-    for number, (before, row) in enumerate(zip(function.rows, function.rows[1:]), 1):
-        if (row.cfa_reg, row.cfa_offset, row.saved, row.problem) == (
-                before.cfa_reg, before.cfa_offset, before.saved, before.problem):
-            continue  # nothing changes: dump_syms writes no row
-        found = None if row.problem else row_instructions(delta(row, before), cfa_before)
+def _vfp_saves(match: re.Match, cfa_before: int) -> Undo:
+    if match.group("cfa") is None:
+        return Undo((), cfa_before)
+    cfa = int(match.group("cfa"))
+    return Undo((ehabi.VspAdd(cfa - cfa_before),) if cfa != cfa_before else (), cfa)
+
+
+_SAVE = r"r\d+: \.cfa -\d+ \+ \^ ?"
+FORMS: tuple[tuple[re.Pattern, Callable[[re.Match, int], Undo]], ...] = (
+    (re.compile(r"\.cfa: sp 0 \+ \.ra: lr"), _return_to_lr),
+    (re.compile(rf"(?:\.cfa: sp (?P<cfa>\d+) \+ ?)?(?:\.ra: \.cfa (?P<ra>-\d+) \+ \^ ?)?(?P<saves>(?:{_SAVE})*)"),
+     _push_or_sub_sp),
+    (re.compile(r"\.cfa: r(?P<reg>\d+) (?P<offset>\d+) \+"), _cfa_from_register),
+    (re.compile(r"(?:\.cfa: sp (?P<cfa>\d+) \+ )?(?:unnamed_register\d+: \.cfa -\d+ \+ \^ ?)+"), _vfp_saves),
+)
+
+
+def undo(rules: str, cfa_before: int) -> Undo | None:
+    """The first form that fits `rules` whole, or None (left out)."""
+    for pattern, handler in FORMS:
+        match = pattern.fullmatch(rules)
+        if match:
+            return handler(match, cfa_before)
+    return None
+
+
+def chrome_function_unwind(function: StackCfi | FunctionCfi) -> FunctionUnwind | None:
+    """The runs Chrome's builder writes for one function's records, or
+    None where it writes no entry (an INIT other than the return to lr)."""
+    cfi = stack_cfi(function) if isinstance(function, FunctionCfi) else function
+    cfa, own, dropped = 0, [], 0
+    for number, (address, rules) in enumerate(cfi.records):
+        found = undo(rules, cfa)
         if found is None:
             dropped += 1
-            continue  # the row before stays in force
-        ops, cfa = found
-        if row.cfa_reg == SP and cfa < cfa_before:  # an epilogue: it and the rest are left out
-            dropped += len(function.rows) - number
+            continue
+        if found.cfa < cfa and not found.from_register:  # an epilogue: it and the rest are left out
+            dropped += len(cfi.records) - number
             break
-        run = ehabi.encode(ops, chrome=True) + unwinds[-1].instructions
-        if run != unwinds[-1].instructions:
-            unwinds.append(AddressUnwind(row.address - function.start, run))
-        cfa_before = cfa
-    return FunctionUnwind(function.start, function.end, function.name, tuple(unwinds), len(function.rows), dropped)
+        cfa = found.cfa
+        own.append((address - cfi.start, ehabi.encode(found.ops, chrome=True)))
+    if not own or own[0] != (0, ehabi.encode([ehabi.FINISH])):
+        return None
+    unwinds, run = [], b""
+    for offset, instructions in sorted(own, key=lambda pair: pair[0]):
+        run = instructions + run
+        unwinds.append(AddressUnwind(offset, run))
+    return FunctionUnwind(cfi.start, cfi.start + cfi.size, cfi.name, tuple(unwinds), len(cfi.records), dropped)
 
 
-def chrome_unwinds(functions: Sequence[FunctionCfi]) -> tuple[FunctionUnwind, ...]:
+def chrome_unwinds(functions: Sequence[StackCfi | FunctionCfi]) -> tuple[FunctionUnwind, ...]:
     """Chrome's runs for every function it writes an entry for."""
     return tuple(found for found in map(chrome_function_unwind, functions) if found is not None)
+
+
+def chrome_tables(covering: Sequence[FunctionUnwind], text_base: int) -> V2Tables:
+    """The four tables as create_unwind_table.py lays them out, for
+    functions that already cover the text (encoder.cover_text)."""
+    lists = [offset_list(f) for f in covering]
+    uses = Counter(run for pairs in lists for _, run in pairs)
+    instruction_table, run_index = _concatenated(sorted(uses, key=lambda run: (uses[run] / len(run), run),
+                                                        reverse=True))
+    encoded = {pairs: b"".join(uleb128.encode(offset) + uleb128.encode(run_index[run])
+                               for offset, run in pairs) for pairs in lists}
+    offset_table, list_index = _concatenated(list(encoded.values()))
+    last_page = (covering[-1].start - text_base) >> 17
+    return tables_from(covering, [list_index[encoded[pairs]] for pairs in lists], offset_table,
+                       instruction_table, text_base, last_page + 1)
+
+
+def _concatenated(items: Sequence[bytes]) -> tuple[bytes, dict[bytes, int]]:
+    """Distinct items one after another, each at the index it is first given."""
+    index: dict[bytes, int] = {}
+    table = bytearray()
+    for item in items:
+        if item not in index:
+            index[item] = len(table)
+            table += item
+    return bytes(table), index

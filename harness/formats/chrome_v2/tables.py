@@ -89,12 +89,22 @@ def build_tables(functions: Sequence[FunctionUnwind], text_base: int) -> V2Table
         for pairs in distinct_lists
     }
     offset_table, list_index = pack_sharing_suffixes(list(encoded_lists.values()))
+    # Every page the text reaches, not only those an entry starts in: the
+    # last entry may run on into later pages (a long function, or an entry
+    # grouped across several), which the continuation bits then cover.
+    page_count = ((functions[-1].end - 1 - text_base) >> PAGE_SHIFT) + 1
+    return tables_from(functions, [list_index[encoded_lists[pairs]] for pairs in lists], offset_table,
+                       instruction_table, text_base, page_count)
 
+
+def tables_from(functions: Sequence[FunctionUnwind], list_indices: Sequence[int], offset_table: bytes,
+                instruction_table: bytes, text_base: int, page_count: int) -> V2Tables:
+    """The page and function tables over `functions`, whose offset lists
+    start at `list_indices` of `offset_table`."""
     entries: list[FunctionTableEntry] = []
     pages: list[int] = []
-    for function, pairs in zip(functions, lists):
+    for function, index in zip(functions, list_indices):
         relative = function.start - text_base
-        index = list_index[encoded_lists[pairs]]
         if index > U16_MAX:
             raise TableOverflow(
                 f"function offset table index {index} for {function.name} does not fit "
@@ -102,11 +112,6 @@ def build_tables(functions: Sequence[FunctionUnwind], text_base: int) -> V2Table
             )
         entries.append(FunctionTableEntry((relative >> 1) & U16_MAX, index))
         pages.append(relative >> PAGE_SHIFT)
-
-    # Every page the text reaches, not only those an entry starts in: the
-    # last entry may run on into later pages (a long function, or an entry
-    # grouped across several), which the continuation bits then cover.
-    page_count = ((functions[-1].end - 1 - text_base) >> PAGE_SHIFT) + 1
     page_table = []
     entry = 0
     for page in range(page_count):

@@ -17,14 +17,16 @@
  * hook's do: more instructions than the budget; a stop at the pc of the stop
  * before with every register read unchanged (an endless loop); more shadow
  * frames than the limit; and, every CHECK_EVERY instructions, the wall clock
- * and the process's peak resident size. At most log_cap failing answers are
+ * and the process's resident size. At most log_cap failing answers are
  * logged one by one; every one is tallied.
  */
 #include "kernel.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int (*RegReadBatch)(void *engine, int *ids, void **values, int count);
 typedef int (*MemRead)(void *engine, uint64_t address, void *bytes, uint64_t size);
@@ -606,19 +608,31 @@ static void guard_stop(Tracer *t, int guard, uint32_t pc) {
     halt(t);
 }
 
-/* GUARD_SECONDS or GUARD_MEMORY when the run is past that limit, else GUARD_NONE. */
-static int exhausted(const Tracer *t) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    double elapsed = (double)(now.tv_sec - t->started.tv_sec) + (now.tv_nsec - t->started.tv_nsec) / 1e9;
-    if (elapsed > t->max_seconds) return GUARD_SECONDS;
+/* The process's resident size now (Linux: /proc/self/statm), or its peak
+ * where there is no such file. Now, not the peak: a pool worker that once
+ * held much for one program must not fault every later one. */
+static uint64_t resident_bytes(void) {
+    FILE *statm = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+    int read = statm ? fscanf(statm, "%lu %lu", &size, &resident) : 0;
+    if (statm) fclose(statm);
+    if (read == 2) return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
     struct rusage usage;
 #ifdef __APPLE__
     const uint64_t unit = 1;     /* ru_maxrss in bytes */
 #else
     const uint64_t unit = 1024;  /* in KiB */
 #endif
-    if (!getrusage(RUSAGE_SELF, &usage) && (uint64_t)usage.ru_maxrss * unit > t->max_memory) return GUARD_MEMORY;
+    return getrusage(RUSAGE_SELF, &usage) ? 0 : (uint64_t)usage.ru_maxrss * unit;
+}
+
+/* GUARD_SECONDS or GUARD_MEMORY when the run is past that limit, else GUARD_NONE. */
+static int exhausted(const Tracer *t) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double elapsed = (double)(now.tv_sec - t->started.tv_sec) + (now.tv_nsec - t->started.tv_nsec) / 1e9;
+    if (elapsed > t->max_seconds) return GUARD_SECONDS;
+    if (resident_bytes() > t->max_memory) return GUARD_MEMORY;
     return GUARD_NONE;
 }
 
