@@ -84,9 +84,27 @@ def _address(text: str) -> int:
     return value
 
 
+def _gate(parser: argparse.ArgumentParser) -> None:
+    """The baseline gate and the outputs CI reads."""
+    parser.add_argument("--check-baseline", action="store_true",
+                        help="exit 1 if a failure count rose above the baseline (refused before any work when "
+                             "the baseline is of another program set, seed, unwinder set or sampling)")
+    parser.add_argument("--write-baseline", action="store_true", help="record this run as the baseline")
+    parser.add_argument("--baseline", metavar="PATH",
+                        help="the baseline file (default: REPORTS/baseline.json)")
+    parser.add_argument("--quiet", action="store_true", help="print the verdict block only, not the tables")
+    parser.add_argument("--junit", metavar="PATH",
+                        help="write JUnit XML: a test case per corpus, build or program x unwinder x position, "
+                             "failing where the gate fails")
+    parser.add_argument("--summary", metavar="PATH",
+                        help="write the verdict and the regressions as Markdown (a CI job summary, e.g. "
+                             "$GITHUB_STEP_SUMMARY)")
+
+
 def _add_run(subparsers) -> None:
     run = subparsers.add_parser("run", help="the main job: verify the generated corpus at every stop")
-    run.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    run.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                     help=f"the generated corpus's seed (default {DEFAULT_SEED}; the baseline's)")
     run.add_argument("--programs", type=_positive, default=DEFAULT_PROGRAMS,
                      help=f"programs in the generated corpus (default {DEFAULT_PROGRAMS})")
     run.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
@@ -102,10 +120,7 @@ def _add_run(subparsers) -> None:
                           "corpus has about 750 million); not with the baseline options")
     run.add_argument("--reports", help="write latest.json, latest.md and latest.png here (default: reports, "
                                        "unless only --json is given); the baseline is read from here")
-    run.add_argument("--check-baseline", action="store_true",
-                     help="exit 1 if a failure count rose above REPORTS/baseline.json")
-    run.add_argument("--write-baseline", action="store_true",
-                     help="record this run as REPORTS/baseline.json")
+    _gate(run)
     _parallel(run, "programs")
     _limits(run)
     run.set_defaults(handler=commands.cmd_run)
@@ -117,10 +132,7 @@ def _add_merge(subparsers) -> None:
     merge.add_argument("--json", help="write the JSON report here (alone, unless --reports is given too)")
     merge.add_argument("--reports", help="write latest.json, latest.md and latest.png here (default: reports, "
                                          "unless only --json is given); the baseline is read from here")
-    merge.add_argument("--check-baseline", action="store_true",
-                       help="exit 1 if a failure count rose above REPORTS/baseline.json")
-    merge.add_argument("--write-baseline", action="store_true",
-                       help="record the merged run as REPORTS/baseline.json")
+    _gate(merge)
     merge.set_defaults(handler=commands.cmd_merge)
 
 
@@ -131,13 +143,15 @@ def _add_encode(subparsers) -> None:
     encode.add_argument("elf", help="the ELF (or with --input breakpad, the symbol file)")
     encode.add_argument("--input", choices=("elf", "breakpad"), default="elf",
                         help="elf (default), or a Breakpad symbol file (dump_syms output), as Chrome's builders read")
-    encode.add_argument("-o", "--output", required=True)
+    encode.add_argument("-o", "--output", required=True, help="the blob to write")
     encode.add_argument("--format", choices=("v2", "v1"), default="v2",
                         help="v2 (default) or Chrome's earlier v1 format")
     encode.add_argument("--layout", choices=chrome_v2.LAYOUTS, default=None,
                         help="seed (the design document's header; default) or chrome (Chrome's header, and only the "
                              "opcodes its runtime executes)")
-    encode.add_argument("--epilogue", choices=chrome_v2.EPILOGUE_POLICIES, default="drop")
+    encode.add_argument("--epilogue", choices=chrome_v2.EPILOGUE_POLICIES, default="drop",
+                        help="epilogue rows: drop them (default, as Chrome), keep the compiler's, or synthesize "
+                             "them from the code")
     encode.add_argument("--builder", choices=("ours", "chrome"), default="ours",
                         help="ours (default: each row's complete state) or chrome (create_unwind_table.py's rules, "
                              "as v2-chrome measures them; chrome layout)")
@@ -158,7 +172,7 @@ def _add_encode(subparsers) -> None:
                              "lowest function address)")
     encode.set_defaults(handler=table_commands.cmd_encode)
     export = subparsers.add_parser("export-breakpad", help="an ELF's DWARF CFI as a Breakpad symbol file")
-    export.add_argument("elf")
+    export.add_argument("elf", help="the ARM ELF whose DWARF CFI to write")
     export.add_argument("-o", "--output", required=True, help="the .sym file to write")
     export.set_defaults(handler=table_commands.cmd_export_breakpad)
 
@@ -202,7 +216,8 @@ def _add_mutants(subparsers) -> None:
     mutants = subparsers.add_parser("mutants", help="mutation check of the harness: does it catch broken v2 tables?")
     mutants.add_argument("--programs", type=_positive, default=10, help="generated programs (default 10)")
     mutants.add_argument("--per-program", type=_positive, default=20, help="mutants per program (default 20)")
-    mutants.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    mutants.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                         help=f"seed of the programs and of the mutations (default {DEFAULT_SEED})")
     mutants.add_argument("--json", help="write the counts here as JSON")
     mutants.set_defaults(handler=commands.cmd_mutants)
 
@@ -216,11 +231,13 @@ def _add_bench(subparsers) -> None:
 
 def _add_dump(subparsers) -> None:
     dump_cmd = subparsers.add_parser("dump", help="readable listing of a v2 (or v1) blob")
-    dump_cmd.add_argument("file")
+    dump_cmd.add_argument("file", help="the blob to list")
     dump_cmd.add_argument("--format", choices=("v2", "v1"), default="v2", help="v2 (default) or v1")
-    dump_cmd.add_argument("--layout", choices=chrome_v2.LAYOUTS, default="seed")
-    dump_cmd.add_argument("--text-start", type=_address, default=0,
-                          help="text base the blob was encoded for (default 0)")
+    dump_cmd.add_argument("--layout", choices=("auto", *chrome_v2.LAYOUTS), default="auto",
+                          help="the v2 blob's layout (default auto: whichever reads it, seed tried first)")
+    dump_cmd.add_argument("--text-start", type=_address,
+                          help="text base the blob was encoded for (a blob does not record it; without it "
+                               "addresses are offsets from the text base)")
     dump_cmd.set_defaults(handler=table_commands.cmd_dump)
 
 

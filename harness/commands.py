@@ -19,13 +19,16 @@ from harness.linux.corpus import linux_entries
 from harness.linux.modules import own_tables
 from harness.linux.process import LinuxRun, LinuxSystem, is_linux_program
 from harness.linux.verify import Expected, process_program, verify_process_part
-from harness.manifest import expected_checksum
-from harness.report.baseline import risen_above
+from harness.manifest import elf_builds, expected_checksum
+from harness.report.baseline import RunIdentity, comparable_baseline, failing_unwinders, gate_outcome, identity_of
+from harness.report.ci import junit_xml, summary_markdown
 from harness.report.data import dumps, report_data
+from harness.report.failing import new_failure_json
 from harness.report.files import report_directory, report_paths, write_reports
 from harness.report.summary import ProgramSummary, combine, from_json, summarize, to_json
 from harness.report.tables import not_verified
-from harness.report.terminal import print_table
+from harness.report.terminal import print_table, print_verdict, verdict_line
+from harness.report.verdict import verdicts
 from harness.runner import Shard, all_names, assemble, in_processes, run_units, units_of
 from harness.shards import partial, read_partials
 from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
@@ -33,6 +36,8 @@ from harness.verify.abi import Limits
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+RUN_TITLE = "unwind-harness: generated corpus"
+VERIFY_ELF_REPORTS = Path("reports") / "verify-elf"  # merged verify-elf shards, by default
 
 
 def _console():
@@ -59,25 +64,60 @@ def elf_unwinders(program, names, v2_table: str | None, layout: str) -> list:
     return with_v2_tables(unwinders, reader, program.text_base, found)
 
 
-def finish_run(data: dict, args, console) -> int:
-    """Print the tables, report self-check failures, and write or check the baseline."""
-    print_table(data, console)
+def baseline_path(args) -> Path:
+    return Path(args.baseline) if args.baseline else Path(args.reports or "reports") / "baseline.json"
+
+
+def gate_baseline(args, planned: RunIdentity) -> dict | None:
+    """The baseline, read and checked before any work: the gate's with
+    --check-baseline (a baseline of another run is refused); otherwise
+    the verdict's comparison, where one of the same run is at hand."""
+    path = baseline_path(args)
+    if args.check_baseline:
+        return comparable_baseline(path, planned)
+    if args.write_baseline or not path.is_file():
+        return None
+    try:
+        return comparable_baseline(path, planned)
+    except InputError:
+        return None
+
+
+def with_verdict(data: dict, baseline: dict | None, risen: list | None, new: list, path: Path | None) -> None:
+    """The verdict, and the gate's outcome where it ran (`risen` not None):
+    the counts that rose and the failing stops that are new, into the report."""
+    data["verdict"] = [v._asdict() for v in verdicts(data, baseline, None if risen is None
+                                                     else failing_unwinders(risen))]
+    data["gate"] = None if risen is None else {
+        "baseline": str(path), "passed": not risen, "regressions": [r._asdict() for r in risen],
+        "new_failures": [new_failure_json(f) for f in new]}
+
+
+def conclude(data: dict, args, console, baseline: dict | None, title: str) -> int:
+    """The verdict (and the gate) into the report, the report files, the
+    verdict block and the tables, CI's files, and the baseline written."""
+    path = baseline_path(args)
+    risen, new = gate_outcome(data, baseline, path) if args.check_baseline else (None, [])
+    with_verdict(data, baseline, risen, new, path)
+    write_reports(data, report_directory(args.reports, args.json), args.json, title)
+    print_verdict(data, console)
+    if not args.quiet:
+        print_table(data, console)
+        console.print(verdict_line(data), highlight=False)  # the outcome again, where the terminal is left
+    if args.junit:
+        write_output(args.junit, junit_xml(data))
+    if args.summary:
+        write_output(args.summary, summary_markdown(data, title))
     status = EXIT_OK
     for line in not_verified(data):
         print(f"unwind-harness: not verified: {line}", file=sys.stderr)
         status = EXIT_FAILED
-    baseline_path = Path(args.reports or "reports") / "baseline.json"
+    for regression in risen or ():
+        print(f"unwind-harness: regression: {regression.line()}", file=sys.stderr)
+        status = EXIT_FAILED
     if args.write_baseline:
-        write_output(baseline_path, dumps(data))
-        console.print(f"wrote {baseline_path}")
-    if args.check_baseline:
-        risen = risen_above(data, baseline_path)
-        for line in risen:
-            print(f"unwind-harness: regression: {line}", file=sys.stderr)
-        if risen:
-            status = EXIT_FAILED
-        else:
-            console.print(f"no failure count rose above {baseline_path}")
+        write_output(path, dumps({key: value for key, value in data.items() if key not in ("verdict", "gate")}))
+        console.print(f"wrote {path}")
     return status
 
 
@@ -162,8 +202,10 @@ def cmd_verify_elf(args) -> int:
         console.print(f"shard {args.shard}: verified {summary.stops} stops; join the shards with merge")
         return EXIT_OK
     data = report_data([summary], names, None, args.elf)
+    with_verdict(data, None, None, [], None)
     if args.json:
         write_output(args.json, dumps(data))
+    print_verdict(data, console)
     print_table(data, console)
     console.print(f"verified {summary.stops} stops x {len(names)} unwinders in {seconds:.1f} s"
                   + (f" (every {args.every}th stop)" if args.every > 1 else ""))
@@ -197,6 +239,14 @@ def _check_report_outputs(args, inputs=()) -> None:
     for path in report_paths(directory, args.json):
         if path.parent.is_dir() or path == Path(args.json or ""):
             check_output(path, inputs)
+    for path in (args.junit, args.summary):
+        check_output(path, inputs)
+
+
+def planned_identity(args, names: list[str], linux: list[dict]) -> RunIdentity:
+    builds = () if args.no_elf else tuple(Path(build["file"]).stem for build in elf_builds())
+    return RunIdentity(args.seed, args.programs, builds, tuple(entry["name"] for entry in linux), tuple(names),
+                       args.linux_every)
 
 
 def cmd_run(args) -> int:
@@ -204,10 +254,11 @@ def cmd_run(args) -> int:
     if args.linux_every > 1 and (args.check_baseline or args.write_baseline):
         raise InputError("run --linux-every verifies a sample of the Linux programs' stops: its counts cannot "
                          "be checked against the baseline or written as it")
-    console = _console()
     names = all_names(args.unwinder)
     limits = limits_of(args)
     linux = linux_entries(args.linux)
+    baseline = gate_baseline(args, planned_identity(args, names, linux))  # refused here, before any work
+    console = _console()
     units = units_of(args.seed, args.programs, names, not args.no_elf, limits, linux, args.linux_every)
     mine = [u for u in units if args.shard.takes(u.index)]
     started = time.perf_counter()
@@ -231,26 +282,23 @@ def cmd_run(args) -> int:
         console.print(f"shard {args.shard}: {len(records)} of {len(units)} units in {path}; "
                       "join the shards with merge")
         return EXIT_OK
-    data = assemble(records, names, args.seed)
-    write_reports(data, report_directory(args.reports, args.json), args.json, "unwind-harness: generated corpus")
-    return finish_run(data, args, console)
+    return conclude(assemble(records, names, args.seed), args, console, baseline, RUN_TITLE)
 
 
 def cmd_merge(args) -> int:
+    command, config, records = read_partials(args.shards)  # validated: see harness.shards
+    if command == "verify-elf" and args.reports is None and args.json is None:
+        args.reports = str(VERIFY_ELF_REPORTS)  # never the main job's reports, unless asked
     _check_report_outputs(args, args.shards)
     console = _console()
-    command, config, records = read_partials(args.shards)  # validated: see harness.shards
     if command == "verify-elf":
         data = report_data([elf_summary(records, config["elf"])], config["unwinders"], None, config["elf"])
+        title = f"unwind-harness verify-elf: {config['elf']}"
     else:
         data = assemble(records, config["unwinders"], config["seed"])
-    directory = report_directory(args.reports, args.json)
-    if command == "verify-elf":
-        write_output(args.json or directory / "latest.json", dumps(data))
-        print_table(data, console)
-        return EXIT_OK if data["programs"][0]["self_check"] == "ok" else EXIT_FAILED
-    write_reports(data, directory, args.json, "unwind-harness: generated corpus")
-    return finish_run(data, args, console)
+        title = RUN_TITLE
+    baseline = gate_baseline(args, identity_of(data))  # refused here, before anything is written
+    return conclude(data, args, console, baseline, title)
 
 
 def cmd_bench(args) -> int:
@@ -261,9 +309,8 @@ def cmd_bench(args) -> int:
     console = _console()
     check_output(args.json)
     size = QUICK if args.quick else FULL
-    with console.status(f"measuring ({'quick' if args.quick else 'full'} size: {size.functions:,} functions "
-                        f"at scale, {size.programs} programs)"):
-        figures = run_bench(size)
+    console.print(f"unwind-harness bench, {'quick' if args.quick else 'full'} size", highlight=False)
+    figures = run_bench(size, lambda step: console.print(f"  measuring {step}", highlight=False))
     table = Table(title="unwind-harness bench" + (" (quick)" if args.quick else ""))
     for name in ("figure", "value", "beside it"):
         table.add_column(name, justify="right" if name == "value" else "left")

@@ -22,6 +22,7 @@ from harness.classify import CXX_EXCEPTION, MODULES, NO_INFO, POSITIONS, TRAITS
 from harness.errors import FAILURE_KINDS, InputError
 from harness.filesystem import read_json
 from harness.report.data import ALL, SCHEMA, elf_group
+from harness.report.failing import parse_group
 from harness.report.sizes import FORMATS
 from harness.report.summary import SAMPLES_PER_UNWINDER, from_json
 from harness.runner import Shard
@@ -143,6 +144,21 @@ RESULT_ROW = object_of({"unwinder": string, "category": one_of((ALL, *TRAITS, NO
                         "stopped_in": map_of(one_of(MODULES, "a module"), COUNT)})
 
 
+def _failing_group(value, where: str) -> None:
+    """A line of the digest of failing stops (harness.report.failing.to_json)."""
+    string(value, where)
+    try:
+        (_, position, kind), _ = parse_group(value)
+    except ValueError as error:
+        fail(where, f"not a failing group: {error}")
+    POSITION(position, where)
+    KIND(kind, where)
+
+
+def _failing(unwinder: Check) -> Check:
+    return map_of(unwinder, list_of(_failing_group))
+
+
 def _summary(unwinder: Check) -> Check:
     """ProgramSummary as `harness.report.summary.to_json` writes it."""
     count_row = row("a count row [unwinder, traits, position, kind, stops]",
@@ -150,7 +166,7 @@ def _summary(unwinder: Check) -> Check:
     return object_of({"program": string, "stops": COUNT, "counts": list_of(count_row), "result": optional(WORD),
                     "expected": optional(WORD), "fault": optional(string), "samples": map_of(unwinder, SAMPLES),
                     "wrong_registers": map_of(unwinder, map_of(REGISTER, COUNT)), "culprits": map_of(unwinder, CULPRITS),
-                    "without_cfi": map_of(unwinder, COUNT)},
+                    "without_cfi": map_of(unwinder, COUNT), "failing": _failing(unwinder)},
                    {"stdout_sha256": optional(string), "expected_stdout_sha256": optional(string)})
 
 
@@ -161,7 +177,8 @@ def _records(unwinder: Check) -> dict[str, Check]:
                      "stops": COUNT, "self_check": string, "v2_epilogue_only_failure_percent": PERCENT,
                      "cfi_not_expressed": map_of(string, COUNT),
                      "failed_in_frames_without_cfi": map_of(unwinder, COUNT), "results": list_of(RESULT_ROW),
-                     "culprits": map_of(unwinder, CULPRITS), "failure_samples": map_of(unwinder, SAMPLES)},
+                     "culprits": map_of(unwinder, CULPRITS), "failure_samples": map_of(unwinder, SAMPLES),
+                     "failing": _failing(unwinder)},
                     {"every": POSITIVE})  # a Linux program verified at every N-th stop
     more = {"generated": {"size": SIZE}, "elf": {"group": group, "size": SIZE}, "linux": {"group": group, "size": optional(SIZE)}, "stops": {}}
     return {kind: object_of({"index": COUNT, "kind": one_of([kind]), "summary": summary, **more[kind]}) for kind in more}

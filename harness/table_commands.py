@@ -140,8 +140,8 @@ def cmd_dump(args) -> int:
             raise InputError(f"{args.file}: {error}") from None
         sys.stdout.write(dump_v1(table, args.text_start))
         return EXIT_OK
-    reader, _ = read_v2_table(args.file, args.layout)
-    sys.stdout.write(dump(reader, args.text_start, args.layout))
+    reader, layout = read_v2_table(args.file, args.layout)
+    sys.stdout.write(dump(reader, args.text_start, layout))
     return EXIT_OK
 
 

@@ -137,3 +137,30 @@ def test_dump_v1_lists_entries_and_rows(tmp_path, capsys):
     (tmp_path / "short.v1").write_bytes(blob.read_bytes()[:10])
     assert main(["dump", str(tmp_path / "short.v1"), "--format", "v1"]) == 2
     assert capsys.readouterr().err.startswith(f"unwind-harness: error: {tmp_path / 'short.v1'}: corrupt v1 table")
+
+
+def test_every_option_and_argument_has_help():
+    """`--help` explains every option and positional argument of every command."""
+    import argparse
+
+    from harness.cli import build_parser
+
+    silent = []
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command, parser in action.choices.items():
+                silent += [f"{command} {a.option_strings or a.dest}" for a in parser._actions
+                           if not a.help and a.dest != "help"]
+    assert not silent
+
+
+def test_dump_finds_the_layout_and_says_the_text_base_is_not_in_the_blob(tmp_path, capsys):
+    """A chrome-layout blob dumps without --layout; without --text-start the
+    listing says its addresses are offsets from the text base."""
+    blob = tmp_path / "chrome.v2"
+    assert main(["encode", str(FIXTURES[0]), "-o", str(blob), "--layout", "chrome"]) == 0
+    capsys.readouterr()
+    assert main(["dump", str(blob)]) == 0
+    listing = capsys.readouterr().out
+    assert listing.startswith("v2 unwind info (chrome layout), addresses are offsets from the text base")
+    assert "function 0 at 0x0 " in listing

@@ -477,8 +477,12 @@ RUN = ["run", "--programs", "1", "--no-elf", "--jobs", "1", "--unwinder", "v2"]
     ("{not json", "not a baseline (not JSON"),
     ("[]", "not a report"),
     ('{"seed": 0, "input": "generated"}', "not a report"),
-    ('{"seed": 0, "input": "generated", "results": [{"unwinder": "v2"}]}', "malformed result rows"),
-], ids=["not-json", "list", "no-results", "bad-rows"])
+    ('{"seed": 0, "input": "generated", "results": [{"unwinder": "v2"}]}', "programs: 1 vs 0"),
+    ('{"seed": 0, "input": "generated", "programs": [{}], "results": [{"unwinder": "v2"}]}',
+     "malformed result rows"),
+    ('{"seed": 0, "programs": [{}], "results": [{"unwinder": "v2", "position": "all"}], "elf": [{}]}',
+     "malformed report"),
+], ids=["not-json", "list", "no-results", "another-run", "bad-rows", "bad-groups"])
 def test_cli_corrupt_baseline(baseline, words, tmp_path, capsys):
     path = tmp_path / "baseline.json"
     path.write_text(baseline)

@@ -66,7 +66,7 @@ def test_the_gate_watches_a_linux_programs_own_code_only():
     after = {"results": [], "linux": [{"build": "p", "results": [_row("own", 1), _row("libc", 9)]}]}
     assert regressions(after, before) == []  # libc moves with the sysroot's versions
     after["linux"][0]["results"][0] = _row("own", 2)
-    assert regressions(after, before) == ["p: dwarf / own / all: 1 -> 2 failed stops"]
+    assert [r.line() for r in regressions(after, before)] == ["p: dwarf / own / all: 1 -> 2 failed stops"]
 
 
 def test_linux_every_samples_each_program_and_says_so():

@@ -57,4 +57,4 @@ def test_check_baseline_names_each_risen_category(tmp_path, capsys):
 def test_check_baseline_refuses_another_seed(tmp_path, capsys):
     run(tmp_path, "--write-baseline")
     assert main(["run", "--programs", "2", "--seed", "6", "--no-elf", "--reports", str(tmp_path), "--check-baseline"]) == 2
-    assert "seed 5" in capsys.readouterr().err
+    assert "seed: 6 vs 5" in capsys.readouterr().err

@@ -145,6 +145,8 @@ FIELDS = [  # (base, path, kind)
     ("s0", (*S, "culprits", "v1", "traits"), "object"),
     ("s0", (*S, "culprits", "v1", "traits", "TRAIT"), "entry count"),
     ("s0", (*S, "without_cfi"), "object"), ("s0", (*S, "without_cfi", "v1"), "entry count"),
+    ("s0", (*S, "failing"), "object"), ("s0", (*S, "failing", "v1"), "entry list"),
+    ("s0", (*S, "failing", "v1", 0), "constant"),
     ("s0", (*R, "size"), "object"), ("s0", (*R, "size", "input"), "string"),
     ("s0", (*R, "size", "functions"), "positive"), ("s0", (*R, "size", "addresses"), "positive"),
     ("s0", (*R, "size", "v1_refused"), "count"), ("s0", (*R, "size", "bytes"), "object"),
@@ -402,6 +404,21 @@ def test_genuine_shards_merge(genuine, tmp_path, capsys):
     assert (command, config["units"], [r["index"] for r in records]) == ("run", 3, [0, 1, 2])
     assert merge(capsys, tmp_path, genuine["s1"], genuine["s0"])[0] == 0
     assert read_partials([str(genuine["v1"]), str(genuine["v0"])])[0] == "verify-elf"
+
+
+def test_verify_elf_shards_merge_like_run_shards(genuine, tmp_path, monkeypatch):
+    """merge makes a new --reports directory and writes json, md and png
+    there; without --reports it leaves the main job's reports alone and
+    writes to reports/verify-elf."""
+    new = tmp_path / "new" / "directory"
+    assert main(["merge", str(genuine["v0"]), str(genuine["v1"]), "--reports", str(new)]) == 0
+    assert sorted(p.name for p in new.iterdir()) == ["latest.json", "latest.md", "latest.png"]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "latest.json").write_text("the main job's")
+    assert main(["merge", str(genuine["v0"]), str(genuine["v1"])]) == 0
+    assert (tmp_path / "reports" / "latest.json").read_text() == "the main job's"
+    assert json.loads((tmp_path / "reports" / "verify-elf" / "latest.json").read_text())["input"].endswith(".elf")
 
 
 def test_a_shard_of_another_run_is_named(genuine, tmp_path, capsys):

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.errors import CorruptTable, EncodeError, TableOverflow
+from harness.formats.chrome_v2.dump import base_line
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR, SP
 
@@ -255,9 +256,10 @@ def _function_rows(data: Sequence[int], index: int, position: int) -> tuple[tupl
     return tuple(rows)
 
 
-def dump_v1(table: V1Table, text_base: int) -> str:
+def dump_v1(table: V1Table, text_base: int | None) -> str:
     """A stable, readable listing of a v1 blob."""
-    lines = [f"v1 unwind info, text base {text_base:#x}", f"index entries: {len(table.starts)}"]
+    lines = [f"v1 unwind info, {base_line(text_base)}", f"index entries: {len(table.starts)}"]
+    text_base = text_base or 0
     for position, (start, rows) in enumerate(zip(table.starts, table.rows)):
         if rows is None:
             lines.append(f"  entry {position} at {text_base + start:#x}: CANT_UNWIND")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.classify import POSITIONS
+from harness.report.ci import verdict_markdown
 from harness.report.data import ALL, index_rows
 from harness.report.tables import (
     elf_cells,
@@ -31,6 +32,8 @@ def markdown(data: dict, title: str) -> str:
                "Failure rate = stops where the unwinder did not reproduce every frame of the shadow "
                "call stack (pc, sp and the registers it restores, listed under the table), over stops "
                "in that category and position; the category is the innermost function's.")
+    if data.get("verdict"):
+        out += ["", "## Verdict", "", *verdict_markdown(data)]
     out += ["", *table_lines(header)]
     out += ["| " + " | ".join(row) + " |" for row in body]
     out += ["", "Checked in every frame: " + "; ".join(f"`{u}` {c}" for u, c in data["checked"].items())

@@ -14,6 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from harness.report.failing import PCS_PER_UNWINDER, combined, digest
+from harness.report.failing import from_json as failing_from_json
+from harness.report.failing import to_json as failing_json
 from harness.verify.failures import Failure, ProgramResult, failure_of
 
 SAMPLES_PER_UNWINDER = 10
@@ -49,6 +52,7 @@ class ProgramSummary:
     without_cfi: Counter = field(default_factory=Counter)  # unwinder -> failures in code without CFI
     stdout_sha256: str | None = None  # a Linux process's output (the result is its exit status)
     expected_stdout_sha256: str | None = None
+    failing: dict = field(default_factory=dict)  # unwinder -> (function, position, kind) -> Group (report.failing)
 
     @property
     def self_check_ok(self) -> bool:
@@ -81,13 +85,17 @@ def sample(failure: Failure, program: str) -> dict:
 def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> ProgramSummary:
     """The summary of one run; `with_cfi` names the functions that have CFI
     (for counting failures in frames of code without it). Failures are
-    counted by their tally (alike failures once, with their number); only
-    the samples need the log: the first few of each unwinder."""
+    counted by their tally (alike failures once, with their number); the
+    samples and the digest's pcs read the log (harness.report.failing)."""
     summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.result,
                              result.expected, result.fault, stdout_sha256=result.stdout_sha256,
                              expected_stdout_sha256=result.expected_stdout_sha256)
-    for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):  # walks stopped in a library are not logged
-        summary.samples.setdefault(entry[3].unwinder, []).append(sample(failure_of(*entry), result.program))
+    logged = result.failure_log.first(PCS_PER_UNWINDER)  # walks stopped in a library are not logged
+    for entry in logged:
+        found = summary.samples.setdefault(entry[3].unwinder, [])
+        if len(found) < SAMPLES_PER_UNWINDER:
+            found.append(sample(failure_of(*entry), result.program))
+    summary.failing = digest(result.failure_tally, logged)
     for (where, cause), stops in result.failure_tally.items():
         if cause.register:
             summary.wrong_registers.setdefault(cause.unwinder, Counter())[cause.register] += stops
@@ -118,6 +126,7 @@ def combine(parts: Sequence[ProgramSummary], program: str | None = None) -> Prog
         for unwinder, blame in part.culprits.items():
             whole.culprits.setdefault(unwinder, Culprits()).add(blame)
         whole.without_cfi.update(part.without_cfi)
+    whole.failing = combined(part.failing for part in parts)
     if program is not None and parts:
         first = parts[0]
         whole.result, whole.expected, whole.fault = first.result, first.expected, first.fault
@@ -143,6 +152,7 @@ def to_json(summary: ProgramSummary) -> dict:
         "culprits": {u: {"innermost": c.innermost, "deeper": c.deeper, "traits": dict(sorted(c.traits.items()))}
                      for u, c in sorted(summary.culprits.items())},
         "without_cfi": dict(sorted(summary.without_cfi.items())),
+        "failing": failing_json(summary.failing),
         **({} if summary.stdout_sha256 is None else
            {"stdout_sha256": summary.stdout_sha256, "expected_stdout_sha256": summary.expected_stdout_sha256}),
     }
@@ -158,5 +168,6 @@ def from_json(data: dict) -> ProgramSummary:
         culprits={u: Culprits(c["innermost"], c["deeper"], Counter(c["traits"]))
                   for u, c in data["culprits"].items()},
         without_cfi=Counter(data["without_cfi"]),
+        failing=failing_from_json(data["failing"]),
         stdout_sha256=data.get("stdout_sha256"), expected_stdout_sha256=data.get("expected_stdout_sha256"),
     )

@@ -10,6 +10,12 @@ from harness.report.data import ALL, index_rows
 from harness.report.sizes import FORMATS
 
 
+def short_label(name: str) -> str:
+    """A program's or build's name without its directory and `.elf`:
+    `corpus/elf/clang-O2-fp.elf` -> `clang-O2-fp`."""
+    return name.rsplit("/", 1)[-1].removesuffix(".elf") if "/" in name else name
+
+
 def rate(row: dict) -> str:
     if not row["stops"]:
         return "-"
@@ -60,7 +66,7 @@ def not_verified(data: dict) -> list[str]:
     """One line per program whose run did not complete as it should: where
     it stopped and why, or the wrong result it computed."""
     runs = [(p["name"], p["stops"], p["self_check"]) for p in data["programs"]]
-    runs += [(g["input"], g["stops"], g["self_check"]) for g in data.get("elf", [])]
+    runs += [(g["input"], g["stops"], g["self_check"]) for key in ("elf", "linux") for g in data.get(key, [])]
     lines = []
     for name, stops, check in runs:
         if check.startswith("emulation fault"):
@@ -80,7 +86,7 @@ def size_cells(sizes: dict) -> tuple[list[str], list[list[str]], list[list[str]]
     header = ["input", "functions", "addresses", *FORMATS]
     totals, ratios = [], []
     for row in sizes["rows"]:
-        first = [row["input"], f"{row['functions']:,}", f"{row['addresses']:,}"]
+        first = [short_label(row["input"]), f"{row['functions']:,}", f"{row['addresses']:,}"]
         values = [row["bytes"][name] for name in FORMATS]
         refused = row.get("v1_refused")
         totals.append(first + [_size(v) + (f" ({refused} refused)" if name == "v1" and refused else "")
@@ -101,7 +107,7 @@ def epilogue_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
         inside, drop, synthesize = row.get("epilogues_inside"), row["bytes"]["v2 drop"], row["bytes"]["v2 synthesize"]
         if inside is None or not drop or synthesize is None:
             continue
-        body.append([row["input"], f"{inside:,}", f"{drop:,}", f"{synthesize:,}",
+        body.append([short_label(row["input"]), f"{inside:,}", f"{drop:,}", f"{synthesize:,}",
                      f"{100 * (synthesize / drop - 1):+.0f}%"])
     return header, body
 
@@ -140,7 +146,8 @@ def linux_cells(groups: list[dict]) -> tuple[list[str], list[list[str]]]:
             cells.append("n/a" if whole is None else
                          f"{rate(whole)} / {whole['stopped']} / {rate(own) if own else '-'}")
         every = f" (1 in {group['every']})" if group.get("every", 1) > 1 else ""  # run --linux-every
-        body.append([group["build"], f"{group['stops']}{every}", group["self_check"], *cells])
+        check = "ok" if group["self_check"] == "ok" else "FAIL"  # why: the not-verified lines
+        body.append([group["build"], f"{group['stops']}{every}", check, *cells])
     return header, body
 
 

@@ -7,9 +7,17 @@ from harness.formats.chrome_v2.reader import V2Reader
 from harness.formats.chrome_v2.tables import PAGE_SHIFT
 
 
-def dump(reader: V2Reader, text_base: int, layout: str) -> str:
+def base_line(text_base: int | None) -> str:
+    """How the listing's addresses read: a blob does not record its text base."""
+    if text_base is None:
+        return "addresses are offsets from the text base (not recorded in a blob: give --text-start)"
+    return f"text base {text_base:#x}"
+
+
+def dump(reader: V2Reader, text_base: int | None, layout: str) -> str:
     tables = reader.tables
-    lines = [f"v2 unwind info ({layout} layout), text base {text_base:#x}", "header:"]
+    lines = [f"v2 unwind info ({layout} layout), {base_line(text_base)}", "header:"]
+    text_base = text_base or 0
     lines += [f"  {name} = {value}" for name, value in reader.header.items()]
     lines.append(f"pages: {len(tables.page_table)}")
     for page, first in enumerate(tables.page_table):

@@ -1,0 +1,206 @@
+"""Which stops fail, compactly: per unwinder, per (function, position,
+kind), the failing stops counted and the pcs they failed at (as ranges).
+A report keeps this digest per program, so that a later run can name what
+is new against it: the groups that fail more, and the pcs that fail now
+and did not before.
+
+pcs are kept where the run logged every failing walk of the unwinder (a
+run logs at most abi.FAILURE_LOG_CAP one by one, and the digest reads at
+most PCS_PER_UNWINDER of each unwinder); past that the group's pcs are
+None and it is named by its counts alone. Ranges merge pcs at most
+RANGE_GAP bytes apart (one Thumb-2 instruction), so that an unwinder that
+fails at every pc of a function keeps one range for it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable, NamedTuple, Sequence
+
+from harness.verify.failures import STOPPED_PREFIX, counted_kind
+
+PCS_PER_UNWINDER = 100_000
+RANGE_GAP = 4
+Ranges = tuple[tuple[int, int], ...]  # sorted, disjoint, inclusive [low, high]
+GroupKey = tuple[str, str, str]  # (function, position, kind)
+
+
+class Group(NamedTuple):
+    stops: int
+    pcs: Ranges | None  # None: not every failing walk was logged
+
+
+def ranges_of(pcs: Iterable[int]) -> Ranges:
+    return merged([(pc, pc) for pc in pcs])
+
+
+def merged(spans: Iterable[tuple[int, int]]) -> Ranges:
+    out: list[list[int]] = []
+    for low, high in sorted(spans):
+        if out and low <= out[-1][1] + RANGE_GAP:
+            out[-1][1] = max(out[-1][1], high)
+        else:
+            out.append([low, high])
+    return tuple((low, high) for low, high in out)
+
+
+def uncovered(now: Ranges, before: Ranges) -> Ranges:
+    """The parts of `now` outside `before`."""
+    out = []
+    for low, high in now:
+        start = low
+        for old_low, old_high in before:
+            if old_high < start or old_low > high:
+                continue
+            if old_low > start:
+                out.append((start, old_low - 1))
+            start = max(start, old_high + 1)
+        if start <= high:
+            out.append((start, high))
+    return tuple(out)
+
+
+def digest(tally: Counter, log: Sequence[tuple]) -> dict[str, dict[GroupKey, Group]]:
+    """The digest of one run: `tally` (where, cause) -> failing walks, and
+    `log` its first logged failures of each unwinder (stop, pc, where, cause, values)."""
+    stops: Counter = Counter()
+    for (where, cause), count in tally.items():
+        kind = counted_kind(cause)
+        if not kind.startswith(STOPPED_PREFIX):
+            stops[(cause.unwinder, (where[0], where[2], kind))] += count
+    logged: Counter = Counter()
+    pcs: dict[tuple[str, GroupKey], set[int]] = {}
+    for _, pc, where, cause, _ in log:
+        key = (cause.unwinder, (where[0], where[2], counted_kind(cause)))
+        logged[cause.unwinder] += 1
+        pcs.setdefault(key, set()).add(pc)
+    totals: Counter = Counter()
+    for (unwinder, _), count in stops.items():
+        totals[unwinder] += count
+    complete = {unwinder for unwinder in totals if logged[unwinder] == totals[unwinder]}
+    out: dict[str, dict[GroupKey, Group]] = {}
+    for (unwinder, key), count in sorted(stops.items()):
+        found = ranges_of(pcs.get((unwinder, key), ())) if unwinder in complete else None
+        out.setdefault(unwinder, {})[key] = Group(count, found)
+    return out
+
+
+def combined(parts: Iterable[dict[str, dict[GroupKey, Group]]]) -> dict[str, dict[GroupKey, Group]]:
+    """The digest of runs (or shards of one run's stops) together."""
+    out: dict[str, dict[GroupKey, Group]] = {}
+    for part in parts:
+        for unwinder, groups in part.items():
+            mine = out.setdefault(unwinder, {})
+            for key, group in groups.items():
+                old = mine.get(key)
+                if old is None:
+                    mine[key] = group
+                    continue
+                pcs = None if old.pcs is None or group.pcs is None else merged((*old.pcs, *group.pcs))
+                mine[key] = Group(old.stops + group.stops, pcs)
+    return {unwinder: dict(sorted(groups.items())) for unwinder, groups in sorted(out.items())}
+
+
+def to_json(failing: dict[str, dict[GroupKey, Group]]) -> dict[str, list[str]]:
+    """One line per group, `function<TAB>position<TAB>kind<TAB>stops<TAB>pcs`,
+    pcs as hex ranges (`100-106 10c`) or `?` where not known: a report
+    holds tens of thousands of groups."""
+    return {unwinder: ["\t".join((*key, str(group.stops), _pcs_text(group.pcs)))
+                       for key, group in sorted(groups.items())]
+            for unwinder, groups in sorted(failing.items())}
+
+
+def _pcs_text(pcs: Ranges | None) -> str:
+    if pcs is None:
+        return "?"
+    return " ".join(f"{low:x}" if low == high else f"{low:x}-{high:x}" for low, high in pcs)
+
+
+def parse_group(line: str) -> tuple[GroupKey, Group]:
+    """A line of to_json's; ValueError saying what is wrong."""
+    fields = line.split("\t")
+    if len(fields) != 5:
+        raise ValueError(f"{len(fields)} tab-separated fields, not 5 (function, position, kind, stops, pcs)")
+    function, position, kind, stops, text = fields
+    if not stops.isdigit():
+        raise ValueError(f"stops {stops!r} is not a count")
+    return (function, position, kind), Group(int(stops), None if text == "?" else _ranges_from(text))
+
+
+def _ranges_from(text: str) -> Ranges:
+    ranges = []
+    for word in text.split():
+        low, _, high = word.partition("-")
+        values = (int(low, 16), int(high or low, 16))
+        if not 0 <= values[0] <= values[1] <= 0xFFFFFFFF:
+            raise ValueError(f"pc range {word!r} is not low-high within 32 bits")
+        ranges.append(values)
+    return tuple(ranges)
+
+
+def from_json(data: dict[str, list[str]]) -> dict[str, dict[GroupKey, Group]]:
+    return {unwinder: dict(map(parse_group, lines)) for unwinder, lines in data.items()}
+
+
+class NewFailure(NamedTuple):
+    """A group of a program's failing stops that fails more than in the baseline."""
+
+    program: str
+    unwinder: str
+    function: str
+    position: str
+    kind: str
+    before: int  # failing stops in the baseline
+    now: int
+    new_pcs: Ranges | None  # pcs failing now and not before (None: not known)
+
+    def line(self, function: bool = True) -> str:
+        where = f"{self.unwinder} {self.position} {self.kind}"
+        if function:
+            where = f"{self.function} ({self.program}): {where}"
+        if self.new_pcs is None:
+            pcs = ""
+        elif self.new_pcs:
+            shown = ", ".join(f"{low:#x}" if low == high else f"{low:#x}-{high:#x}" for low, high in self.new_pcs[:5])
+            more = len(self.new_pcs) - 5
+            pcs = f"; new at {shown}" + (f" and {more} more ranges" if more > 0 else "")
+        else:
+            pcs = "; at the pcs that failed before"
+        return f"{where}: {self.before} -> {self.now} failing stops{pcs}"
+
+
+def new_failures(program: str, now: dict[str, list], before: dict[str, list] | None,
+                 unwinders: Sequence[str]) -> list[NewFailure]:
+    """The groups of `program` (digests as report JSON) that fail more now,
+    for `unwinders`; with the pcs that are new where both runs know them."""
+    current, old = from_json(now), from_json(before or {})
+    out = []
+    for unwinder in unwinders:
+        baseline = old.get(unwinder, {})
+        for key, group in current.get(unwinder, {}).items():
+            was = baseline.get(key, Group(0, ()))
+            if group.stops <= was.stops:
+                continue
+            new = None if group.pcs is None or was.pcs is None else uncovered(group.pcs, was.pcs)
+            out.append(NewFailure(program, unwinder, *key, was.stops, group.stops, new))
+    return out
+
+
+def by_function(found: Sequence[NewFailure]) -> list[str]:
+    """Lines naming `found`, a heading for each function."""
+    lines, heading = [], None
+    for failure in sorted(found, key=lambda f: (f.program, f.function, f.unwinder, f.position, f.kind)):
+        if (failure.program, failure.function) != heading:
+            heading = (failure.program, failure.function)
+            lines.append(f"{failure.function} ({failure.program}):")
+        lines.append(f"  {failure.line(function=False)}")
+    return lines
+
+
+def new_failure_json(failure: NewFailure) -> dict:
+    return {**failure._asdict(), "new_pcs": None if failure.new_pcs is None else [list(r) for r in failure.new_pcs]}
+
+
+def new_failure_from_json(data: dict) -> NewFailure:
+    pcs = data["new_pcs"]
+    return NewFailure(**{**data, "new_pcs": None if pcs is None else tuple(map(tuple, pcs))})
