@@ -143,3 +143,22 @@ def test_measured_properties_of_a_small_corpus():
     assert {f.position for f in failures} == {"epilogue"}
     positions = {pos for r in results for (_, _, pos, _) in r.counts}
     assert positions == {"prologue", "body", "epilogue"}
+
+
+def test_walks_in_python_that_fail_alike_share_a_cause_and_keep_their_wording():
+    """A walk in Python that fails at every stop with new numbers (vsp
+    below sp at a new address each time) is tallied under one cause, whose
+    wording has # for the numbers; each logged failure gives its own wording
+    back (harness.verify.failures.WalkLog), in some 40 bytes a failure."""
+    from harness.classify import Where
+    from harness.verify.failures import FailureCause, WalkLog, failure_of, generic
+
+    log = WalkLog()
+    where: Where = ("f", frozenset(), "body")
+    wordings = [f"vsp {0x7eff0000 + 8 * n:#x} went below the frame's sp {0x7eff0100 + 8 * n:#x}" for n in range(3)]
+    for number, wording in enumerate(wordings):
+        cause = FailureCause("v2-chrome", "limit", 0, "f", None, generic(wording), frozenset())
+        log.append(number, 0, 0x1000 + 2 * number, where, cause, wording)
+    log.append(3, 0, 0x1006, where, FailureCause("v2-chrome", "limit", 0, "f", None, "odd #", frozenset()), "odd #")
+    assert list(log.tally().values()) == [3, 1]
+    assert [failure_of(*entry).detail for _, _, entry in log.entries()] == [*wordings, "odd #"]

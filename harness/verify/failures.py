@@ -4,6 +4,8 @@ mismatch."""
 
 from __future__ import annotations
 
+import re
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
@@ -46,7 +48,9 @@ class FailureCause(NamedTuple):
 class FailureLog:
     """A run's failures in stop order, each (stop, pc, where, cause, values):
     where and cause shared between stops, values (got, expected) of a
-    mismatch, worded only when needed (the cause's detail is then empty).
+    mismatch, worded only when needed (the cause's detail is then empty),
+    or for a walk in Python the wording with its numbers (the cause's
+    detail has them as #: harness.verify.stops).
     Built on demand: a run may fail at every stop for several unwinders,
     while its report reads only the tally and the first few of each.
 
@@ -87,6 +91,98 @@ class FailureLog:
         return kept
 
 
+NUMBERS = re.compile(r"-?0x[0-9a-f]+|-?\b\d+\b")  # addresses and amounts in a failure's wording
+HEX, NEGATIVE = 1, 2  # how a number of a wording was written
+
+
+def generic(wording: str) -> str:
+    """`wording` with each number as #: what walks that fail alike share."""
+    return NUMBERS.sub("#", wording)
+
+
+def _numbers(wording: str) -> list[tuple[int, int]] | None:
+    """(magnitude, HEX | NEGATIVE) of each number of `wording`, or None if
+    writing them back into its generic form would not give it again."""
+    found = []
+    for text in NUMBERS.findall(wording):
+        digits = text.lstrip("-")
+        form = (HEX if digits.startswith("0x") else 0) | (NEGATIVE if text.startswith("-") else 0)
+        found.append((int(digits, 16 if form & HEX else 10), form))
+    if any(value >= 1 << 64 for value, _ in found) or _worded(generic(wording), found) != wording:
+        return None
+    return found
+
+
+def _worded(template: str, numbers: list[tuple[int, int]]) -> str:
+    parts = template.split("#")
+    if len(parts) != len(numbers) + 1:
+        return ""
+    out = [parts[0]]
+    for (value, form), part in zip(numbers, parts[1:]):
+        out.append(("-" if form & NEGATIVE else "") + (f"{value:#x}" if form & HEX else str(value)) + part)
+    return "".join(out)
+
+
+class WalkLog:
+    """Failing walks in Python, in stop order, a few dozen bytes each: the
+    stop, the unwinder, the pc, where and cause by id, and the numbers of
+    the wording (the cause's detail has them as #; harness.verify.stops):
+    a run may fail at every one of a million stops."""
+
+    def __init__(self) -> None:
+        self.numbers, self.unwinders, self.pcs = array("Q"), array("H"), array("I")
+        self.where_ids, self.cause_ids = array("I"), array("I")
+        self.first_value = array("I")  # where each entry's numbers start in values (and forms)
+        self.values, self.forms = array("Q"), array("B")
+        self._wheres: dict = {}
+        self._causes: dict = {}
+        self.wordings: dict[int, str] = {}  # the rare wording its numbers do not give back
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def append(self, number: int, unwinder: int, pc: int, where: Where, cause: FailureCause,
+               wording: str | None) -> None:
+        numbers = [] if wording is None else _numbers(wording)
+        if numbers is None:
+            self.wordings[len(self.numbers)] = wording
+            numbers = []
+        self.first_value.append(len(self.values))
+        for value, form in numbers:
+            self.values.append(value)
+            self.forms.append(form)
+        self.numbers.append(number)
+        self.unwinders.append(unwinder)
+        self.pcs.append(pc)
+        self.where_ids.append(self._wheres.setdefault(where, len(self._wheres)))
+        self.cause_ids.append(self._causes.setdefault(cause, len(self._causes)))
+
+    def _wording(self, n: int, cause: FailureCause) -> str | None:
+        if n in self.wordings:
+            return self.wordings[n]
+        start = self.first_value[n]
+        end = self.first_value[n + 1] if n + 1 < len(self.first_value) else len(self.values)
+        if start == end:
+            return None
+        return _worded(cause.detail, list(zip(self.values[start:end], self.forms[start:end])))
+
+    def entries(self) -> list[tuple[int, int, tuple]]:
+        """(stop, unwinder, failure log entry) of each, built now."""
+        wheres, causes = list(self._wheres), list(self._causes)
+        out = []
+        for n, (number, unwinder, pc, where, cause_id) in enumerate(
+                zip(self.numbers, self.unwinders, self.pcs, self.where_ids, self.cause_ids)):
+            cause = causes[cause_id]
+            out.append((number, unwinder, (number, pc, wheres[where], cause, self._wording(n, cause))))
+        return out
+
+    def tally(self) -> Counter:
+        """(where, cause) -> failing walks logged."""
+        wheres, causes = list(self._wheres), list(self._causes)
+        return Counter({(wheres[where], causes[cause]): n
+                        for (where, cause), n in Counter(zip(self.where_ids, self.cause_ids)).items()})
+
+
 @dataclass
 class ProgramResult:
     program: str
@@ -113,9 +209,12 @@ class ProgramResult:
                 and (self.expected_stdout_sha256 is None or self.stdout_sha256 == self.expected_stdout_sha256))
 
 
-def failure_of(stop: int, pc: int, where: Where, cause: FailureCause, values: tuple[int, int] | None) -> Failure:
+def failure_of(stop: int, pc: int, where: Where, cause: FailureCause, values: tuple[int, int] | str | None) -> Failure:
     """The full record of one entry of a failure log."""
-    detail = cause.detail if values is None else worded(cause.kind, cause.register, *values)
+    if isinstance(values, str):  # a walk in Python: its wording, the cause's with the numbers in
+        detail = values
+    else:
+        detail = cause.detail if values is None else worded(cause.kind, cause.register, *values)
     return Failure(cause.unwinder, stop, pc, where[0], where[2], cause.kind, cause.frame, cause.culprit,
                    cause.register, detail, cause.culprit_traits)
 

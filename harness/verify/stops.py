@@ -35,7 +35,9 @@ from harness.verify.failures import (
     FailureLog,
     Outcome,
     ProgramResult,
+    WalkLog,
     counted_kind,
+    generic,
     is_stop,
     logged_failures,
     mismatch_of,
@@ -73,9 +75,10 @@ class Verification:
         self.stop_classes: dict[tuple[frozenset[str], str], int] = {}  # (traits, position) -> the kernel's tally
         self.wheres: list[Where] = []  # by the id the kernel knows them by
         self._where_ids: dict[Where, int] = {}
-        self.log: list[tuple[int, int, tuple]] = []  # (stop, unwinder index, failure log entry) of walks in Python
+        self.log = WalkLog()  # the failing walks in Python
         self.log_cap = abi.FAILURE_LOG_CAP  # entries in `log`, at most; the rest are tallied in `unlogged`
         self.unlogged: Counter = Counter()  # (where, cause) -> failing walks in Python past the cap
+        self._causes: dict[FailureCause, FailureCause] = {}  # each cause of walks in Python, once
 
     def where(self, pc: int, in_flight: bool) -> Where:
         """pc's (function, traits, position) at a stop, `in_flight` with
@@ -122,18 +125,30 @@ class Verification:
             if outcome is None:
                 self.counts[(self.names[index], where[1], where[2], None)] += 1
                 continue
-            cause = self.failure_cause(self.names[index], outcome,
-                                       pc if outcome[0] == 0 else expected[outcome[0] - 1].pc)
+            cause, wording = self.shared(self.failure_cause(self.names[index], outcome,
+                                                            pc if outcome[0] == 0 else expected[outcome[0] - 1].pc))
             if len(self.log) < self.log_cap and not is_stop(cause):
-                self.log.append((number, index, (number, pc, where, cause, None)))
+                self.log.append(number, index, pc, where, cause, wording)
             else:  # past the cap, or a stop in a library: tallied only
                 self.unlogged[(where, cause)] += 1
 
+    def shared(self, cause: FailureCause) -> tuple[FailureCause, str | None]:
+        """The cause with the numbers of its wording left out, one object for
+        every walk that fails alike, and the wording where it had numbers
+        (a log entry keeps that): a walk in Python that fails at every stop
+        (vsp below sp at a new address each time) would otherwise make each
+        stop's cause, and its tally, its own, hundreds of bytes a stop."""
+        shared = generic(cause.detail)
+        wording = None if shared == cause.detail else cause.detail
+        key = cause if wording is None else cause._replace(detail=shared)
+        return self._causes.setdefault(key, key), wording
+
     def tally(self) -> Counter:
         """(where, cause) -> stops, of the walks in Python, logged or not."""
-        tally = Counter((entry[2], entry[3]) for _, _, entry in self.log)
+        tally = self.log.tally()
         tally.update(self.unlogged)
         return tally
+
 
 
 def _frame(pc: int, regs, cpsr: int, vfp) -> Frame:
@@ -269,7 +284,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
             tally[(run.wheres[where], causes[cause])] += stops
         result.failure_tally = tally
         # Each side logged its first `cap` answers: the first `cap` of both merged are the run's.
-        result.failure_log = FailureLog(lambda count: tracer.failure_log(run.wheres, causes, run.log, count, cap),
+        result.failure_log = FailureLog(lambda count: tracer.failure_log(run.wheres, causes, run.log.entries(), count, cap),
                                         truncated=logged_failures(tally) > cap)
         if stop_kernel is not None:
             classes = {number: key for key, number in run.stop_classes.items()}
@@ -364,6 +379,6 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         result.result = emulator.call(program.entry, on_stop, limits, program.args)
     finally:
         result.failure_tally = run.tally()
-        result.failure_log = FailureLog(entries=[entry for _, _, entry in run.log],
+        result.failure_log = FailureLog(entries=[entry for _, _, entry in run.log.entries()],
                                         truncated=logged_failures(result.failure_tally) > run.log_cap)
     return bytes(shadow.resumed) if shadow is not None else b""
