@@ -85,3 +85,18 @@ def test_linux_every_samples_each_program_and_says_so():
     assert linux_cells([every_50])[1][0][1] == f"{every_50['stops']} (1 in 50)"
     assert "every" not in run_linux_unit(0, entry, ("dwarf",), LINUX_LIMITS._replace(instructions=1000), 1)["group"]
     assert main(["run", "--linux", "slice", "--linux-every", "3", "--check-baseline"]) == 2
+
+
+def test_a_programs_report_does_not_depend_on_where_the_cache_is(tmp_path, monkeypatch):
+    """The cache reached by a longer path (here a link in a deep directory)
+    gives the same record: argv[0] is not the host's path."""
+    from harness.linux.corpus import cache, run_linux_unit
+    from harness.runner import LINUX_LIMITS
+
+    entry = next(e for e in linux_entries("slice") if e["name"] == "cwc-clang-Os-nofp")
+    here = run_linux_unit(0, entry, ("dwarf",), LINUX_LIMITS, 50)
+    deep = tmp_path / ("a-much-longer-directory-name" * 3) / "unwind-harness"
+    deep.mkdir(parents=True)
+    (deep / "linux").symlink_to(cache())
+    monkeypatch.setenv("UNWIND_HARNESS_CACHE", str(deep))
+    assert run_linux_unit(0, entry, ("dwarf",), LINUX_LIMITS, 50) == here

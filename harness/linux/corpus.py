@@ -69,9 +69,13 @@ def linux_entries(which: str, manifest: Path = LINUX_CORPUS / "manifest.json") -
 
 
 def linux_run(entry: dict) -> LinuxRun:
+    """How a corpus program runs. Its argv[0] is the same wherever the
+    cache is (glibc's start-up reads the strings: a longer path is more
+    stops, and the report would depend on the machine's directories)."""
     root = cache()
     return LinuxRun(str(root / entry["path"]), tuple(entry["args"]), str(root / "sysroot"),
-                    str(ROOT / (entry.get("cwd") or ".")), entry.get("stdin") and str(ROOT / entry["stdin"]))
+                    str(ROOT / (entry.get("cwd") or ".")), entry.get("stdin") and str(ROOT / entry["stdin"]),
+                    argv0=f"/usr/bin/{Path(entry['path']).name}")
 
 
 def build_label(entry: dict) -> dict:

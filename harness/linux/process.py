@@ -45,6 +45,7 @@ class LinuxRun:
     cwd: str = "."
     stdin: str | None = None
     lazy_binding: bool = False
+    argv0: str | None = None  # what the process is told it is (default: `program` as given)
 
     @property
     def environment(self) -> tuple[str, ...]:
@@ -111,7 +112,7 @@ class LinuxSystem:
 
     @property
     def argv(self) -> list[str]:
-        return [self.run.program, *self.run.args]
+        return [self.run.argv0 or self.run.program, *self.run.args]
 
     def attach(self, machine: Machine, placement: Placement) -> int:
         """Map the helper page, write the initial stack; the initial sp."""
