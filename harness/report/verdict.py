@@ -80,7 +80,8 @@ def verdict_cells(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
         rate = verdict.failed / verdict.stops if verdict.stops else 0.0
         change = "-"
         if verdict.baseline_stops:
-            change = f"{100 * (rate - verdict.baseline_failed / verdict.baseline_stops):+.2f} pp"
+            points = round(100 * (rate - verdict.baseline_failed / verdict.baseline_stops), 2) + 0.0  # no -0.00
+            change = f"{points:+.2f} pp"
         worst = "-" if verdict.worst is None else f"{verdict.worst} {_percent(verdict.worst_failed, verdict.worst_stops)}"
         body.append([verdict.unwinder, f"{verdict.failed:,}", _percent(verdict.failed, verdict.stops), change,
                      worst, verdict.gate])
