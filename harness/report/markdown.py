@@ -16,13 +16,9 @@ from harness.report.tables import (
     size_cells,
     stopped_line,
     table_cells,
+    table_lines,
     unwinder_names,
 )
-
-
-def table_lines(header: list[str]) -> list[str]:
-    """A Markdown table's header row and rule."""
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
 
 def markdown(data: dict, title: str) -> str:

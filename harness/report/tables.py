@@ -10,6 +10,11 @@ from harness.report.data import ALL, index_rows
 from harness.report.sizes import FORMATS
 
 
+def table_lines(header: list[str]) -> list[str]:
+    """A Markdown table's header row and rule."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+
 def short_label(name: str) -> str:
     """A program's or build's name without its directory and `.elf`:
     `corpus/elf/clang-O2-fp.elf` -> `clang-O2-fp`."""
