@@ -378,7 +378,7 @@ def table_rows(figures: dict) -> list[tuple[str, str, str]]:
         ("v2 bytes per function: from code / CFI", f"{y['bytes_per_function_from_code']:.2f} / "
          f"{y['bytes_per_function_from_cfi']:.2f}", f"the {y['functions_with_cfi']:,} functions with CFI"),
     ]
-    rows += [(f"epilogue rows: {row['input']}", f"{row['over_drop']:+.0%} over drop",
+    rows += [(f"epilogue rows: {row['input']}", f"{row['over_drop']:+.0%} over drop (floor {row['floor_over_drop']:+.0%})",
               f"{row['drop']:,} -> {row['synthesize']:,} bytes, {row['epilogues_inside']:,} inside epilogues")
              for row in figures["epilogue_rows"]]
     return rows

@@ -3,8 +3,9 @@
 5. Rows from code: synthesis time and memory on the largest binary at hand,
    and its v2 bytes per function beside the tables from the compiler's CFI.
 6. Epilogue rows: per build, v2 bytes with synthesized epilogue rows
-   (`synthesize`) against Chrome's `drop`, both in the chrome layout, and
-   the epilogues that have more of their function after them (each needs a
+   (`synthesize`) against Chrome's `drop`, both in the chrome layout, the
+   fewest bytes any v2 tables with those rows can take (`floor`), and the
+   epilogues that have more of their function after them (each needs a
    function table entry or two list pairs, whatever the grouping).
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from generators.corpus import generate_program
 from harness.elf_program import elf_functions, program_from_elf
 from harness.formats import chrome_v2
+from harness.formats.chrome_v2.floor import least_bytes
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
 from harness.linux.corpus import cache as linux_cache
@@ -64,11 +66,17 @@ def synthesis_at_scale(path: str) -> dict:
 def epilogue_row(label: str, programs: Sequence[Program]) -> dict:
     """v2 bytes (chrome layout) of `drop` and `synthesize` over the programs'
     `tables` CFI, and their epilogues with code after them (the run's size
-    row, harness.report.sizes, in the layout Chrome ships)."""
+    row, harness.report.sizes, in the layout Chrome ships); `floor`: the
+    fewest bytes any v2 tables with the synthesized rows can take
+    (chrome_v2.floor), so `floor_over_drop` above +20% proves that bound
+    out of reach for that build."""
     row = size_row(label, programs, layout="chrome")
     drop, synthesize = row["bytes"]["v2 drop"], row["bytes"]["v2 synthesize"]
+    floor = sum(least_bytes(chrome_v2.encode(p.cfi["tables"], p.text_base, "synthesize", code_at=p.code,
+                                             layout="chrome").functions, p.text_base) for p in programs)
     return {"input": label, "functions": row["functions"], "epilogues_inside": row["epilogues_inside"],
-            "drop": drop, "synthesize": synthesize, "over_drop": synthesize / drop - 1}
+            "drop": drop, "synthesize": synthesize, "over_drop": synthesize / drop - 1,
+            "floor": floor, "floor_over_drop": floor / drop - 1}
 
 
 def epilogue_rows(programs: int, linux: bool) -> list[dict]:

@@ -73,3 +73,4 @@ def test_epilogue_rows_stay_within_a_fifth_of_drop_on_compiled_builds(figures):
     for row in rows:
         assert row["over_drop"] == pytest.approx(row["synthesize"] / row["drop"] - 1)
         assert row["over_drop"] <= 0.20, row
+        assert 0 < row["floor"] <= row["synthesize"], row  # a floor above the tables we build is no floor
