@@ -144,8 +144,9 @@ def _add_encode(subparsers) -> None:
     encode.add_argument("--input", choices=("elf", "breakpad"), default="elf",
                         help="elf (default), or a Breakpad symbol file (dump_syms output), as Chrome's builders read")
     encode.add_argument("-o", "--output", required=True, help="the blob to write")
-    encode.add_argument("--format", choices=("v2", "v1"), default="v2",
-                        help="v2 (default) or Chrome's earlier v1 format")
+    encode.add_argument("--format", choices=("v2", "v1", "vmkunwind"), default="v2",
+                        help="v2 (default), Chrome's earlier v1 format, or vmkunwind (VMware's triples, adapted to "
+                             "ARM: docs/comparators.md)")
     encode.add_argument("--layout", choices=chrome_v2.LAYOUTS, default=None,
                         help="seed (the design document's header; default) or chrome (Chrome's header, and only the "
                              "opcodes its runtime executes)")
@@ -230,9 +231,10 @@ def _add_bench(subparsers) -> None:
 
 
 def _add_dump(subparsers) -> None:
-    dump_cmd = subparsers.add_parser("dump", help="readable listing of a v2 (or v1) blob")
+    dump_cmd = subparsers.add_parser("dump", help="readable listing of a v2 (or v1, or vmkunwind) blob")
     dump_cmd.add_argument("file", help="the blob to list")
-    dump_cmd.add_argument("--format", choices=("v2", "v1"), default="v2", help="v2 (default) or v1")
+    dump_cmd.add_argument("--format", choices=("v2", "v1", "vmkunwind"), default="v2",
+                          help="v2 (default), v1 or vmkunwind")
     dump_cmd.add_argument("--layout", choices=("auto", *chrome_v2.LAYOUTS), default="auto",
                           help="the v2 blob's layout (default auto: whichever reads it, seed tried first)")
     dump_cmd.add_argument("--text-start", type=_address,

@@ -26,6 +26,7 @@ CAPS = {  # bytes an input of each kind may have
     "ELF": 256 * MiB,
     "v2 blob": 64 * MiB,
     "v1 blob": 64 * MiB,
+    "vmkunwind blob": 64 * MiB,
     "shard report": 32 * MiB,
     "baseline": 64 * MiB,
     "manifest": 4 * MiB,

@@ -26,6 +26,7 @@ from harness.formats.elf import (
     section_data,
     text_base,
 )
+from harness.formats.vmkunwind import VmkTable, dump_vmkunwind, encode_vmkunwind
 from harness.linux.process import LinuxRun
 from harness.thumb.discovery import coverage_lines
 
@@ -93,6 +94,18 @@ def cmd_encode(args) -> int:
     if (args.sysroot or args.cwd or args.stdin or args.lazy_binding) and not args.run:
         raise InputError("--sysroot, --cwd, --stdin and --lazy-binding say how --run runs the program")
     functions, base, image, records = _rows(args)
+    if args.format == "vmkunwind":
+        if args.from_code or args.builder != "ours" or args.epilogue != "drop" or args.layout:
+            raise InputError("--format vmkunwind takes the CFI's rows as they are: no --from-code, --builder, "
+                             "--epilogue or --layout")
+        encoded_vmk = encode_vmkunwind(functions, base)
+        write_output(args.output, encoded_vmk.blob)
+        print(f"vmkunwind: {len(functions)} functions, {encoded_vmk.ranges} ranges, {encoded_vmk.rows} distinct rows, "
+              f"{len(encoded_vmk.refused)} rows without a triple")
+        for name, why in encoded_vmk.refused[:20]:
+            print(f"  {name}: {why}")
+        print(f"wrote {len(encoded_vmk.blob)} bytes to {args.output}")
+        return EXIT_OK
     if args.format == "v1":
         encoded_v1 = encode_v1(functions, base)
         write_output(args.output, encoded_v1.blob)
@@ -133,12 +146,14 @@ def cmd_export_breakpad(args) -> int:
 
 
 def cmd_dump(args) -> int:
-    if args.format == "v1":
+    listings = {"vmkunwind": (VmkTable, dump_vmkunwind), "v1": (V1Table, dump_v1)}
+    if args.format in listings:
+        table_class, listing = listings[args.format]
         try:
-            table = V1Table.from_blob(read_input(args.file, "v1 blob"))
+            table = table_class.from_blob(read_input(args.file, f"{args.format} blob"))
         except InputError as error:
             raise InputError(f"{args.file}: {error}") from None
-        sys.stdout.write(dump_v1(table, args.text_start))
+        sys.stdout.write(listing(table, args.text_start))
         return EXIT_OK
     reader, layout = read_v2_table(args.file, args.layout)
     sys.stdout.write(dump(reader, args.text_start, layout))

@@ -92,11 +92,14 @@ COVERAGE = {
     "harness.errors.WorkerLost": "test_worker_lost",
     # Internal: caught where raised and turned into a report line; they never escape.
     "harness.formats.chrome_v1.Refused": "test_refused",
+    "harness.formats.vmkunwind.Inexpressible":
+        "test_vmkunwind.py::test_rows_the_triple_cannot_express_are_refused_with_the_reason",
     "harness.formats.chrome_v2.encoder.InexpressibleState": "test_inexpressible_state",
     "harness.formats.chrome_v2.synthesize.Unsynthesizable": "test_unsynthesizable",
     "harness.thumb.frame_effects.Unknowable": "test_unknowable",
 }
 INTERNAL = {"harness.formats.chrome_v1.Refused", "harness.formats.chrome_v2.encoder.InexpressibleState",
+            "harness.formats.vmkunwind.Inexpressible",
             "harness.formats.chrome_v2.synthesize.Unsynthesizable", "harness.thumb.frame_effects.Unknowable"}
 
 

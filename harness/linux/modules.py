@@ -30,7 +30,7 @@ from harness.unwind.walk import Unwinder
 from harness.verify.abi import Limits
 from harness.verify.emulator import Emulator
 
-CFI_STRATEGIES = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf", "v1")  # built from a module's CFI
+CFI_STRATEGIES = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf", "v1", "vmkunwind")  # built from a module's CFI
 TABLE_STRATEGIES = (*CFI_STRATEGIES, "exidx", "v2-code")  # built per module, from what it ships or its code
 VECTORS = ModuleSpan(KUSER_PAGE, KUSER_PAGE + KUSER_SIZE, "lib", "[vectors]")  # the kuser helpers
 

@@ -92,7 +92,7 @@ def size_cells(sizes: dict) -> tuple[list[str], list[list[str]], list[list[str]]
     totals, ratios = [], []
     for row in sizes["rows"]:
         first = [short_label(row["input"]), f"{row['functions']:,}", f"{row['addresses']:,}"]
-        values = [row["bytes"][name] for name in FORMATS]
+        values = [row["bytes"].get(name) for name in FORMATS]  # a report from before a format: n/a
         refused = row.get("v1_refused")
         totals.append(first + [_size(v) + (f" ({refused} refused)" if name == "v1" and refused else "")
                                for name, v in zip(FORMATS, values)])

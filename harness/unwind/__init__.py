@@ -1,6 +1,7 @@
 """Unwinding strategies, built by name for a program (names in ARCHITECTURE.md).
 
-One module per strategy: v2, v2_epilogue, v2_chrome, dwarf, v1, exidx, framepointer;
+One module per strategy: v2, v2_epilogue, v2_chrome, dwarf, v1, exidx, framepointer,
+vmkunwind;
 beside them the frame and stack reader (frame), the unwinder protocol and
 the walk (walk), the kernel's rules (rule) and the EHABI step v2 and exidx
 share (ehabi_run)."""
@@ -12,6 +13,7 @@ from typing import Callable
 from harness.errors import EncodeError
 from harness.formats import chrome_v2
 from harness.formats.chrome_v1 import V1Table, encode_v1
+from harness.formats.vmkunwind import VmkTable, encode_vmkunwind
 from harness.program import CodeMap, FunctionCfi, Program
 from harness.thumb.discovery import analyse_all
 from harness.unwind.dwarf import DwarfUnwinder
@@ -21,6 +23,7 @@ from harness.unwind.v1 import V1Unwinder
 from harness.unwind.v2 import V2Unwinder
 from harness.unwind.v2_chrome import ChromeV2Unwinder
 from harness.unwind.v2_epilogue import EpilogueFirst, EpilogueSimulator
+from harness.unwind.vmkunwind import VmkunwindUnwinder
 from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
 # v2-code blobs of ELF modules by (path, base, code map): each library of a
@@ -88,6 +91,11 @@ def _v1(program: Program) -> Unwinder:
     return V1Unwinder(V1Table.from_blob(blob), program.text_base)  # through the bytes, as for v2
 
 
+def _vmkunwind(program: Program) -> Unwinder:
+    blob = encode_vmkunwind(program.cfi["reference"], program.text_base).blob
+    return VmkunwindUnwinder(VmkTable.from_blob(blob), program.text_base)  # through the bytes
+
+
 def _exidx(program: Program) -> Unwinder:
     if program.exidx is None:
         return ExidxUnwinder((), "exidx")  # no tables: no_info everywhere
@@ -108,6 +116,7 @@ def _exidx(program: Program) -> Unwinder:
 # v1: Chrome's first format, built from `tables` (pc and sp only).
 # exidx: the program's .ARM.exidx/.ARM.extab (the body state of each function).
 # framepointer: the r7 chain of {r7, lr} records (pc, sp and r7 only).
+# vmkunwind: VMware's triple per address range, from the `reference` rows (pc, sp and r7 only).
 BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
     "v2": _v2("v2", "tables", "drop"),
     "v2+epilogue": _v2_epilogue,
@@ -119,15 +128,17 @@ BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
     "v1": _v1,
     "exidx": _exidx,
     "framepointer": lambda program: FramePointerUnwinder(),
+    "vmkunwind": _vmkunwind,
 }
 UNWINDER_NAMES = tuple(BUILDERS)
-COMPARATORS = ("v2-chrome", "v1", "exidx", "framepointer")  # what Chrome ships, and other formats, beside v2
+COMPARATORS = ("v2-chrome", "v1", "exidx", "framepointer", "vmkunwind")  # what Chrome ships, and other formats, beside v2
 # What each is checked on besides pc and sp (see harness.unwind.walk.Restores).
 RESTORES: dict[str, Restores] = {
     **dict.fromkeys(BUILDERS, ALL_CALLEE_SAVED),
     "v1": V1Unwinder.restores,
     "v2-chrome": ChromeV2Unwinder.restores,
     "framepointer": FramePointerUnwinder().restores,
+    "vmkunwind": VmkunwindUnwinder.restores,
 }
 
 

@@ -1,0 +1,62 @@
+"""The vmkunwind walk (seed 002, adapted to ARM32: harness.formats.vmkunwind)
+over a vmkunwind blob built from the program's complete CFI.
+
+One step: CFA = sp or r7 + offset, caller sp = CFA, caller r7 from its slot
+(or unchanged), caller pc from lr's slot (or lr). Nothing else is restored,
+as in ESXi, so the verifier checks pc, sp and r7 (`restores`). A caller's pc
+is looked up one byte back, in its call.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from harness.errors import UnwindFailure
+from harness.formats.vmkunwind import FP, VmkRow, VmkTable
+from harness.registers import LR, PC, SP
+from harness.unwind.frame import Frame, StackReader
+from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule, RuleRange, ranged
+from harness.unwind.walk import Restores, check_caller
+
+
+class VmkunwindUnwinder:
+    restores = Restores((FP,), vfp=False)
+
+    def __init__(self, table: VmkTable, text_base: int, name: str = "vmkunwind"):
+        self.table = table
+        self.text_base = text_base
+        self.name = name
+
+    def row_range(self, lookup_pc: int) -> tuple[VmkRow, int, int]:
+        """The row at `lookup_pc` and the lookup pcs [low, high) that find
+        it; UnwindFailure no_info where the table has none."""
+        offset = lookup_pc - self.text_base
+        row, low, high = self.table.lookup_range(offset) if offset >= 0 else (None, None, 0)
+        if row is None:
+            raise UnwindFailure("no_info", f"vmkunwind has no row for pc {lookup_pc:#x}")
+        return (row, NOWHERE if low is None else self.text_base + low,
+                EVERYWHERE if high is None else self.text_base + high)
+
+    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        row = self.row_range(frame.pc if innermost else frame.pc - 1)[0]
+        cfa = (frame.r[FP] if row.base_r7 else frame.sp) + row.cfa_offset
+        regs = list(frame.r)
+        if row.r7_slot:
+            regs[FP] = stack.read_u32(cfa - 4 * row.r7_slot)
+        regs[PC] = (stack.read_u32(cfa - 4 * row.lr_slot) if row.lr_slot else frame.r[LR]) & ~1
+        regs[SP] = cfa
+        caller = Frame(r=tuple(regs), d=frame.d)
+        check_caller(frame, caller, innermost)
+        return caller
+
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        lookup_pc = pc if innermost else pc - 1
+        return ranged(lambda: self.row_range(lookup_pc), _rule_of_row, pc, lookup_pc)
+
+
+@lru_cache(maxsize=None)
+def _rule_of_row(row: VmkRow) -> Rule:
+    """The kernel's form of a row: base sp or r7 plus the CFA offset, loads
+    below it, caller sp = CFA."""
+    loads = (((FP, -4 * row.r7_slot),) if row.r7_slot else ()) + (((PC, -4 * row.lr_slot),) if row.lr_slot else ())
+    return Rule(base=FP if row.base_r7 else SP, offset=row.cfa_offset, loads=loads, pc_from_lr=not row.lr_slot)
