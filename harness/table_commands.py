@@ -13,6 +13,7 @@ from harness.elf_program import code_reader, elf_functions
 from harness.errors import ElfError, InputError
 from harness.filesystem import check_output, read_input, write_output
 from harness.formats import chrome_v2
+from harness.formats.arm_exidx import parse_sections, require_exidx_sections
 from harness.formats.breakpad import module_id, read_symbol_file, symbol_file
 from harness.formats.chrome_v1 import V1Encoded, V1Table, dump_v1, encode_v1
 from harness.formats.chrome_v2.dump import dump
@@ -26,6 +27,7 @@ from harness.formats.elf import (
     section_data,
     text_base,
 )
+from harness.formats.qut import QutTable, dump_qut, encode_from_cfi, encode_from_exidx
 from harness.formats.vmkunwind import VmkTable, dump_vmkunwind, encode_vmkunwind
 from harness.linux.process import LinuxRun
 from harness.thumb.discovery import coverage_lines
@@ -49,6 +51,30 @@ def _rows(args) -> tuple[list, int, object, tuple]:
     image = open_elf(args.elf)
     base = text_base(image) if args.text_start is None else args.text_start
     return elf_functions(image, args.from_code), base, image, ()
+
+
+def _comparator_tables(args, functions: list, base: int, image) -> int:
+    """`encode --format vmkunwind|qut`: the CFI's rows as they are (QUT from
+    the `.ARM.exidx` where the ELF has no CFI, as Matrix builds it)."""
+    if args.from_code or args.builder != "ours" or args.epilogue != "drop" or args.layout:
+        raise InputError(f"--format {args.format} takes the CFI's rows as they are: no --from-code, --builder, "
+                         "--epilogue or --layout")
+    if args.format == "vmkunwind":
+        encoded = encode_vmkunwind(functions, base)
+        counts = f"{encoded.ranges} ranges, {encoded.rows} distinct rows"
+    elif functions or image is None:
+        encoded = encode_from_cfi(functions, base)
+        counts = f"{encoded.entries} entries from the CFI"
+    else:
+        sections = require_exidx_sections(image)
+        encoded = encode_from_exidx(parse_sections(sections), sections.end, base)
+        counts = f"{encoded.entries} entries from the .ARM.exidx (the ELF has no CFI)"
+    write_output(args.output, encoded.blob)
+    print(f"{args.format}: {len(functions)} functions with CFI, {counts}, {len(encoded.refused)} left without")
+    for name, why in encoded.refused[:20]:
+        print(f"  {name}: {why}")
+    print(f"wrote {len(encoded.blob)} bytes to {args.output}")
+    return EXIT_OK
 
 
 def size_summary(encoded: chrome_v2.Encoded, layout: str) -> str:
@@ -94,18 +120,8 @@ def cmd_encode(args) -> int:
     if (args.sysroot or args.cwd or args.stdin or args.lazy_binding) and not args.run:
         raise InputError("--sysroot, --cwd, --stdin and --lazy-binding say how --run runs the program")
     functions, base, image, records = _rows(args)
-    if args.format == "vmkunwind":
-        if args.from_code or args.builder != "ours" or args.epilogue != "drop" or args.layout:
-            raise InputError("--format vmkunwind takes the CFI's rows as they are: no --from-code, --builder, "
-                             "--epilogue or --layout")
-        encoded_vmk = encode_vmkunwind(functions, base)
-        write_output(args.output, encoded_vmk.blob)
-        print(f"vmkunwind: {len(functions)} functions, {encoded_vmk.ranges} ranges, {encoded_vmk.rows} distinct rows, "
-              f"{len(encoded_vmk.refused)} rows without a triple")
-        for name, why in encoded_vmk.refused[:20]:
-            print(f"  {name}: {why}")
-        print(f"wrote {len(encoded_vmk.blob)} bytes to {args.output}")
-        return EXIT_OK
+    if args.format in ("vmkunwind", "qut"):
+        return _comparator_tables(args, functions, base, image)
     if args.format == "v1":
         encoded_v1 = encode_v1(functions, base)
         write_output(args.output, encoded_v1.blob)
@@ -146,7 +162,7 @@ def cmd_export_breakpad(args) -> int:
 
 
 def cmd_dump(args) -> int:
-    listings = {"vmkunwind": (VmkTable, dump_vmkunwind), "v1": (V1Table, dump_v1)}
+    listings = {"vmkunwind": (VmkTable, dump_vmkunwind), "qut": (QutTable, dump_qut), "v1": (V1Table, dump_v1)}
     if args.format in listings:
         table_class, listing = listings[args.format]
         try:

@@ -92,6 +92,7 @@ COVERAGE = {
     "harness.errors.WorkerLost": "test_worker_lost",
     # Internal: caught where raised and turned into a report line; they never escape.
     "harness.formats.chrome_v1.Refused": "test_refused",
+    "harness.formats.qut.Inexpressible": "test_qut.py::test_states_qut_cannot_express_are_refused",
     "harness.formats.vmkunwind.Inexpressible":
         "test_vmkunwind.py::test_rows_the_triple_cannot_express_are_refused_with_the_reason",
     "harness.formats.chrome_v2.encoder.InexpressibleState": "test_inexpressible_state",
@@ -99,7 +100,7 @@ COVERAGE = {
     "harness.thumb.frame_effects.Unknowable": "test_unknowable",
 }
 INTERNAL = {"harness.formats.chrome_v1.Refused", "harness.formats.chrome_v2.encoder.InexpressibleState",
-            "harness.formats.vmkunwind.Inexpressible",
+            "harness.formats.vmkunwind.Inexpressible", "harness.formats.qut.Inexpressible",
             "harness.formats.chrome_v2.synthesize.Unsynthesizable", "harness.thumb.frame_effects.Unknowable"}
 
 

@@ -27,6 +27,8 @@ from harness.formats.arm_exidx import parse_exidx
 from harness.formats.chrome_v1 import V1Table, encode_v1
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
+from harness.formats.qut import QutTable, encode_from_cfi
+from harness.formats.vmkunwind import VmkTable, encode_vmkunwind
 from harness.manifest import elf_builds
 from harness.report.markdown import markdown
 from harness.runner import Shard, Unit, assemble, run_unit
@@ -34,7 +36,9 @@ from harness.shards import partial, read_partials
 from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.unwind.exidx import ExidxUnwinder
 from harness.unwind.frame import Frame, Stack
+from harness.unwind.qut import QutUnwinder
 from harness.unwind.v2 import V2Unwinder
+from harness.unwind.vmkunwind import VmkunwindUnwinder
 from harness.unwind.walk import walk
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,6 +79,13 @@ def v2_blob(layout: str) -> bytes:
 @lru_cache(maxsize=None)
 def v1_blob() -> bytes:
     return encode_v1(program().cfi["tables"], program().text_base).blob
+
+
+@lru_cache(maxsize=None)
+def comparator_blobs() -> dict[str, bytes]:
+    p = program()
+    return {"vmkunwind": encode_vmkunwind(p.cfi["reference"], p.text_base).blob,
+            "qut": encode_from_cfi(p.cfi["reference"], p.text_base).blob}
 
 
 # --- mutations ---------------------------------------------------------------------
@@ -168,6 +179,28 @@ def test_v1_reader_on_mutated_blobs(data):
         event("accepted")
         for _ in range(8):
             table.lookup(data.draw(st.integers(0, 0x40000)))
+
+
+@pytest.mark.parametrize("fmt", ["vmkunwind", "qut"])
+@FUZZ
+@given(data=st.data())
+def test_comparator_readers_on_mutated_blobs(fmt, data):
+    """vmkunwind and QUT blobs: read or refused with a typed error, and
+    each step on what was read gives a frame or a typed failure."""
+    blob = data.draw(mutated(comparator_blobs()[fmt]))
+    p = program()
+    with bounded():
+        try:
+            table = (VmkTable if fmt == "vmkunwind" else QutTable).from_blob(blob)
+        except InputError as error:
+            return rejected(error)
+        event("accepted")
+        unwinder = (VmkunwindUnwinder(table, p.text_base) if fmt == "vmkunwind"
+                    else QutUnwinder(table, p.text_base, "CFI"))
+        stack = Stack(0x7000, data.draw(st.binary(min_size=64, max_size=256)))
+        for _ in range(8):
+            pc = data.draw(st.integers(p.text_base - 64, p.text_base + 0x30000)) & ~1
+            step_or_fail(unwinder, random_frame(data.draw(registers), pc), stack, data.draw(st.booleans()))
 
 
 @FUZZ

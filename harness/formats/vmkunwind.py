@@ -33,8 +33,9 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from harness.errors import CorruptTable, EncodeError, TableOverflow
+from harness.errors import CorruptTable, TableOverflow
 from harness.formats.chrome_v2.dump import base_line
+from harness.formats.row_ranges import Ranges, row_ranges
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR, SP
 
@@ -100,38 +101,11 @@ class VmkEncoded(NamedTuple):
 
 def encode_vmkunwind(functions: Sequence[FunctionCfi], text_base: int) -> VmkEncoded:
     """The vmkunwind blob for `functions` (they must not overlap)."""
-    ranges: list[tuple[int, bytes | None]] = []  # (start offset, packed row or None)
-    refused: list[tuple[str, str]] = []
-    end_before = None
-    for function in sorted(functions, key=lambda f: f.start):
-        if function.start < text_base:
-            raise EncodeError(f"function {function.name} at {function.start:#x} lies below the text base {text_base:#x}")
-        if end_before is not None and function.start < end_before:
-            raise EncodeError(f"function {function.name} at {function.start:#x} overlaps the one before")
-        if end_before is not None and function.start > end_before:
-            _add(ranges, end_before - text_base, None)
-        for row in function.rows:
-            try:
-                word = vmk_row(row).packed()
-            except Inexpressible as why:
-                refused.append((function.name, f"{row.address:#x}: {why}"))
-                word = None
-            _add(ranges, row.address - text_base, word)
-        end_before = function.end
-    if end_before is not None:
-        _add(ranges, end_before - text_base, None)
-    return _serialize(ranges, tuple(refused))
+    ranges, refused = row_ranges(functions, text_base, lambda row: vmk_row(row).packed(), Inexpressible)
+    return _serialize(ranges, refused)
 
 
-def _add(ranges: list[tuple[int, bytes | None]], start: int, word: bytes | None) -> None:
-    """A range from `start` on, unless it says what the one before says."""
-    if ranges and ranges[-1][0] == start:
-        ranges.pop()
-    if not ranges or ranges[-1][1] != word:
-        ranges.append((start, word))
-
-
-def _serialize(ranges: list[tuple[int, bytes | None]], refused: tuple[tuple[str, str], ...]) -> VmkEncoded:
+def _serialize(ranges: Ranges, refused: tuple[tuple[str, str], ...]) -> VmkEncoded:
     words = list(dict.fromkeys(word for _, word in ranges if word is not None))
     if len(words) >= NO_ROW:
         raise TableOverflow(f"{len(words)} distinct vmkunwind rows; the 16-bit index holds {NO_ROW - 1}")

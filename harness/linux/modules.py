@@ -31,7 +31,7 @@ from harness.verify.abi import Limits
 from harness.verify.emulator import Emulator
 
 CFI_STRATEGIES = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf", "v1", "vmkunwind")  # built from a module's CFI
-TABLE_STRATEGIES = (*CFI_STRATEGIES, "exidx", "v2-code")  # built per module, from what it ships or its code
+TABLE_STRATEGIES = (*CFI_STRATEGIES, "exidx", "v2-code", "qut")  # built per module, from what it ships or its code
 VECTORS = ModuleSpan(KUSER_PAGE, KUSER_PAGE + KUSER_SIZE, "lib", "[vectors]")  # the kuser helpers
 
 
@@ -188,6 +188,8 @@ def own_tables(program: Program, own_unwinders: Callable[[Program], list[Unwinde
 def _has_tables(strategy: str, program: Program) -> bool:
     if strategy == "exidx":
         return program.exidx is not None
+    if strategy == "qut":  # from the CFI, else the EXIDX (harness.unwind.qut_tables)
+        return program.exidx is not None or bool(program.cfi.get("reference"))
     if strategy == "v2-code":  # any Thumb function to start from: a symbol, or data pointing at one
         code_map = program.code_map
         return code_map is not None and (bool(code_map.spans) or any(word & 1 for word in code_map.pointers))

@@ -1,7 +1,7 @@
 """Unwinding strategies, built by name for a program (names in ARCHITECTURE.md).
 
 One module per strategy: v2, v2_epilogue, v2_chrome, dwarf, v1, exidx, framepointer,
-vmkunwind;
+vmkunwind, qut;
 beside them the frame and stack reader (frame), the unwinder protocol and
 the walk (walk), the kernel's rules (rule) and the EHABI step v2 and exidx
 share (ehabi_run)."""
@@ -12,13 +12,16 @@ from typing import Callable
 
 from harness.errors import EncodeError
 from harness.formats import chrome_v2
+from harness.formats.arm_exidx import parse_sections
 from harness.formats.chrome_v1 import V1Table, encode_v1
+from harness.formats.qut import QutTable, encode_from_cfi, encode_from_exidx
 from harness.formats.vmkunwind import VmkTable, encode_vmkunwind
 from harness.program import CodeMap, FunctionCfi, Program
 from harness.thumb.discovery import analyse_all
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder_for
 from harness.unwind.framepointer import FramePointerUnwinder
+from harness.unwind.qut import QutUnwinder
 from harness.unwind.v1 import V1Unwinder
 from harness.unwind.v2 import V2Unwinder
 from harness.unwind.v2_chrome import ChromeV2Unwinder
@@ -96,6 +99,19 @@ def _vmkunwind(program: Program) -> Unwinder:
     return VmkunwindUnwinder(VmkTable.from_blob(blob), program.text_base)  # through the bytes
 
 
+def qut_tables(program: Program):
+    """QUT as Matrix builds it for a module: from its CFI where it has
+    some, else from its `.ARM.exidx` (harness.formats.qut.QutEncoded)."""
+    if program.cfi["reference"] or program.exidx is None:
+        return encode_from_cfi(program.cfi["reference"], program.text_base)
+    return encode_from_exidx(parse_sections(program.exidx), program.exidx.end, program.text_base)
+
+
+def _qut(program: Program) -> Unwinder:
+    encoded = qut_tables(program)
+    return QutUnwinder(QutTable.from_blob(encoded.blob), program.text_base, encoded.source)  # through the bytes
+
+
 def _exidx(program: Program) -> Unwinder:
     if program.exidx is None:
         return ExidxUnwinder((), "exidx")  # no tables: no_info everywhere
@@ -117,6 +133,7 @@ def _exidx(program: Program) -> Unwinder:
 # exidx: the program's .ARM.exidx/.ARM.extab (the body state of each function).
 # framepointer: the r7 chain of {r7, lr} records (pc, sp and r7 only).
 # vmkunwind: VMware's triple per address range, from the `reference` rows (pc, sp and r7 only).
+# qut: WeChat's Quicken Unwind Tables, from `reference` or else the EXIDX (pc, sp, r4, r7, r10, r11).
 BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
     "v2": _v2("v2", "tables", "drop"),
     "v2+epilogue": _v2_epilogue,
@@ -129,9 +146,11 @@ BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
     "exidx": _exidx,
     "framepointer": lambda program: FramePointerUnwinder(),
     "vmkunwind": _vmkunwind,
+    "qut": _qut,
 }
 UNWINDER_NAMES = tuple(BUILDERS)
-COMPARATORS = ("v2-chrome", "v1", "exidx", "framepointer", "vmkunwind")  # what Chrome ships, and other formats, beside v2
+# What Chrome ships, and other formats, beside v2.
+COMPARATORS = ("v2-chrome", "v1", "exidx", "framepointer", "vmkunwind", "qut")
 # What each is checked on besides pc and sp (see harness.unwind.walk.Restores).
 RESTORES: dict[str, Restores] = {
     **dict.fromkeys(BUILDERS, ALL_CALLEE_SAVED),
@@ -139,6 +158,7 @@ RESTORES: dict[str, Restores] = {
     "v2-chrome": ChromeV2Unwinder.restores,
     "framepointer": FramePointerUnwinder().restores,
     "vmkunwind": VmkunwindUnwinder.restores,
+    "qut": QutUnwinder.restores,
 }
 
 

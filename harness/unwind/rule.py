@@ -99,6 +99,18 @@ def ranged(find: Callable[[], tuple[Found, int, int]], build: Callable[[Found], 
     return RuleRange(build(found), low + shift, high + shift)
 
 
+def table_range(lookup_range: Callable[[int], tuple[Found | None, int | None, int | None]], text_base: int,
+                lookup_pc: int, nothing: str) -> tuple[Found, int, int]:
+    """What a table's `lookup_range(offset from the text base)` finds for
+    `lookup_pc`, and the pcs [low, high) that find the same; where it finds
+    nothing, a no_info UnwindFailure: "`nothing` for pc ..."."""
+    offset = lookup_pc - text_base
+    found, low, high = lookup_range(offset) if offset >= 0 else (None, None, 0)
+    if found is None:
+        raise UnwindFailure("no_info", f"{nothing} for pc {lookup_pc:#x}")
+    return found, NOWHERE if low is None else text_base + low, EVERYWHERE if high is None else text_base + high
+
+
 class RangeCache:
     """RuleRanges of innermost frames, for a wrapper that must decide per pc
     but whose fallback's rules hold over ranges (bisect over disjoint ranges)."""

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from harness.errors import UnwindFailure
 from harness.formats.vmkunwind import FP, VmkRow, VmkTable
 from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule, RuleRange, ranged
+from harness.unwind.rule import Rule, RuleRange, ranged, table_range
 from harness.unwind.walk import Restores, check_caller
 
 
@@ -30,12 +29,7 @@ class VmkunwindUnwinder:
     def row_range(self, lookup_pc: int) -> tuple[VmkRow, int, int]:
         """The row at `lookup_pc` and the lookup pcs [low, high) that find
         it; UnwindFailure no_info where the table has none."""
-        offset = lookup_pc - self.text_base
-        row, low, high = self.table.lookup_range(offset) if offset >= 0 else (None, None, 0)
-        if row is None:
-            raise UnwindFailure("no_info", f"vmkunwind has no row for pc {lookup_pc:#x}")
-        return (row, NOWHERE if low is None else self.text_base + low,
-                EVERYWHERE if high is None else self.text_base + high)
+        return table_range(self.table.lookup_range, self.text_base, lookup_pc, "vmkunwind has no row")
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         row = self.row_range(frame.pc if innermost else frame.pc - 1)[0]
