@@ -169,7 +169,7 @@ def step_unwinders(program: Program) -> dict:
     tables = chrome_v2.encode(program.cfi["tables"], program.text_base, "drop", code_at=program.code)
     reader = chrome_v2.V2Reader.from_blob(tables.blob("seed"), "seed")
     plain = V2Unwinder(reader, program.text_base, "v2", NoCache())
-    built = {u.name: u for u in build_unwinders(program, ["v2+epilogue", "exidx"])}
+    built = {u.name: u for u in build_unwinders(program, ["v2+epilogue", "exidx", "vmkunwind", "qut"])}
     epilogue = built["v2+epilogue"]
     return {
         "v2": plain,
@@ -178,6 +178,8 @@ def step_unwinders(program: Program) -> dict:
         "v2+epilogue": EpilogueFirst(epilogue.simulator, plain, "v2+epilogue"),
         "dwarf": DwarfUnwinder(program.cfi["reference"], cache_rows=False),
         "exidx": built["exidx"],
+        "vmkunwind": built["vmkunwind"],
+        "qut": built["qut"],
     }
 
 

@@ -207,7 +207,7 @@ def test_a_tracer_is_set_up_once_and_runs_once():
 @lru_cache(maxsize=None)
 def unwinders_of(index: int):
     program = generate_program(3, index)
-    return program, build_unwinders(program)
+    return program, build_unwinders(program, UNWINDER_NAMES)
 
 
 def outcome(stop_kernel, answer):

@@ -21,7 +21,8 @@ def row_ranges(functions: Sequence[FunctionCfi], text_base: int, encode_row: Cal
     end_before = None
     for function in sorted(functions, key=lambda f: f.start):
         if function.start < text_base:
-            raise EncodeError(f"function {function.name} at {function.start:#x} lies below the text base {text_base:#x}")
+            raise EncodeError(f"function {function.name} at {function.start:#x} lies below the text base "
+                              f"{text_base:#x}")
         if end_before is not None and function.start < end_before:
             raise EncodeError(f"function {function.name} at {function.start:#x} overlaps the one before")
         if end_before is not None and function.start > end_before:

@@ -24,8 +24,9 @@ from harness.linux.memory import page_down, page_up
 from harness.linux.process import KUSER_SIZE, LinuxRun, LinuxSystem
 from harness.origin import library_exports, origin_spans, placed_symbols
 from harness.program import ModuleSpan, Program
-from harness.unwind import BUILDERS
+from harness.unwind import BUILDERS, CHAIN, call_site_addresses
 from harness.unwind.modules import Covered, PerModule
+from harness.unwind.scan import ChainUnwinder, ScanUnwinder
 from harness.unwind.walk import Unwinder
 from harness.verify.abi import Limits
 from harness.verify.emulator import Emulator
@@ -201,20 +202,30 @@ def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], pro
     """Each strategy over the process: for each module the unwinder built
     from its own tables where it has them (CFI for v2, dwarf and v1,
     `.ARM.exidx` for exidx, its code for v2-code); the executable's by `own_unwinders` (which
-    may stand given v2 tables in); frame pointers everywhere alike."""
+    may stand given v2 tables in); frame pointers everywhere alike; a scan
+    that knows every module's calls; the chain of those (harness.unwind.CHAIN)."""
     own_index = [m.label for m in modules].index(OWN)
     own_program = programs[own_index]
     own = own_tables(own_program, own_unwinders)
-    built = []
-    for name in names:
-        if name not in TABLE_STRATEGIES:
-            built.append(BUILDERS[name](own_program))  # frame pointers: no tables
-            continue
-        covered = []
-        for index, (module, program) in enumerate(zip(modules, programs)):
-            has_tables = _has_tables(name, program)
-            if has_tables:
-                unwinder = (own.get(name) if index == own_index else None) or BUILDERS[name](program)
-                covered.append(Covered(module.start, module.end, unwinder))
-        built.append(PerModule(name, covered))
-    return built
+    built: dict[str, Unwinder] = {}
+
+    def strategy(name: str) -> Unwinder:
+        if name in built:
+            return built[name]
+        if name == "scan":
+            unwinder = ScanUnwinder(address for program in programs for address in call_site_addresses(program))
+        elif name == "chain":
+            unwinder = ChainUnwinder([strategy(part) for part in CHAIN])
+        elif name not in TABLE_STRATEGIES:
+            unwinder = BUILDERS[name](own_program)  # frame pointers: no tables
+        else:
+            covered = []
+            for index, (module, program) in enumerate(zip(modules, programs)):
+                if _has_tables(name, program):
+                    found = (own.get(name) if index == own_index else None) or BUILDERS[name](program)
+                    covered.append(Covered(module.start, module.end, found))
+            unwinder = PerModule(name, covered)
+        built[name] = unwinder
+        return unwinder
+
+    return [strategy(name) for name in names]

@@ -1,8 +1,7 @@
 """The measured figures the README shows, rendered from the files that
 measured them (reports/latest.json from `run`, reports/bench.json from
 `bench --json`, reports/compare.json from `make compare`), so that no
-figure in the README is typed by hand; docs/synthesis.md's per-build
-comparison too.
+figure in the README is typed by hand; those of docs/ too (DOC_BLOCKS).
 
 Each block stands between `<!-- figures: NAME -->` and
 `<!-- end figures -->`. `python -m harness.report.figures` rewrites them
@@ -120,6 +119,37 @@ def chrome(reports: dict) -> list[str]:
     return lines
 
 
+COMPARED = ("v2", "v1", "exidx", "qut", "vmkunwind", "framepointer", "scan", "chain")
+SIZE_OF = {"v2": "v2 drop", "v1": "v1", "exidx": "exidx+extab", "qut": "qut", "vmkunwind": "vmkunwind"}
+
+
+def comparators(reports: dict) -> list[str]:
+    """Per corpus, each system of the reference reading beside v2: its
+    failed stops over all stops (n/a where the run did not verify it), and
+    for the generated and compiled corpora its table bytes a function."""
+    report = reports["latest"]
+    size_rows = report["sizes"]["rows"]
+    corpora = (("generated", [report["results"]], size_rows[:1]),
+               ("compiled", [g["results"] for g in report.get("elf", [])], size_rows[1:-1]),
+               ("Linux", [g["results"] for g in report.get("linux", [])], []))
+    lines = ["| corpus | " + " | ".join(f"`{u}`" for u in COMPARED) + " |", "|---|" + "---|" * len(COMPARED)]
+    for corpus, groups, sized in corpora:
+        indexes = [index_rows(results) for results in groups]
+        if not indexes:
+            continue
+        cells = []
+        for name in COMPARED:
+            rows = [index[(name, ALL, ALL)] for index in indexes if (name, ALL, ALL) in index]
+            cell = _percent_of(rows) if rows else "n/a"
+            functions = sum(row["functions"] for row in sized)
+            size = [row["bytes"].get(SIZE_OF.get(name, "")) for row in sized]
+            if sized and name in SIZE_OF and None not in size:
+                cell += f", {sum(size) / functions:.1f} B/fn"
+            cells.append(cell)
+        lines.append(f"| {corpus} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _percent_of(rows: list[dict]) -> str:
     return _percent({"failed": sum(r["failed"] for r in rows), "stops": sum(r["stops"] for r in rows)})
 
@@ -155,8 +185,10 @@ def compare_builds(reports: dict) -> list[str]:
 
 BLOCKS: dict[str, Callable[[dict], list[str]]] = {
     "generated": generated, "compiled": compiled, "sizes": sizes, "speed": speed, "compare": compare_corpora,
-    "chrome": chrome}
-DOC_BLOCKS: dict[str, Callable[[dict], list[str]]] = {"compare-builds": compare_builds}
+    "comparators": comparators}
+# The blocks of docs/, by document.
+DOC_BLOCKS: dict[str, dict[str, Callable[[dict], list[str]]]] = {
+    "synthesis.md": {"compare-builds": compare_builds}, "comparators.md": {"chrome": chrome}}
 
 
 def rewritten(text: str, reports: dict, blocks: dict[str, Callable[[dict], list[str]]] = BLOCKS) -> str:
@@ -173,13 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.report.figures", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only say whether the figures are current")
     parser.add_argument("--readme", default=str(ROOT / "README.md"))
-    parser.add_argument("--docs", default=str(ROOT / "docs" / "synthesis.md"), help="the document of DOC_BLOCKS")
+    parser.add_argument("--docs", default=str(ROOT / "docs"), help="the directory of the documents of DOC_BLOCKS")
     for name, default in REPORTS.items():
         parser.add_argument(f"--{name}", default=str(ROOT / "reports" / default))
     args = parser.parse_args(argv)
     reports = {name: json.loads(Path(getattr(args, name)).read_text()) for name in REPORTS}
     stale = []
-    for path, blocks in ((Path(args.readme), BLOCKS), (Path(args.docs), DOC_BLOCKS)):
+    documents = [(Path(args.readme), BLOCKS)]
+    documents += [(Path(args.docs) / name, blocks) for name, blocks in DOC_BLOCKS.items()]
+    for path, blocks in documents:
         text = path.read_text()
         new = rewritten(text, reports, blocks)
         if args.check and new != text:

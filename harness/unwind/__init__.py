@@ -1,7 +1,7 @@
 """Unwinding strategies, built by name for a program (names in ARCHITECTURE.md).
 
 One module per strategy: v2, v2_epilogue, v2_chrome, dwarf, v1, exidx, framepointer,
-vmkunwind, qut;
+vmkunwind, qut, scan (and the chain);
 beside them the frame and stack reader (frame), the unwinder protocol and
 the walk (walk), the kernel's rules (rule) and the EHABI step v2 and exidx
 share (ehabi_run)."""
@@ -13,6 +13,7 @@ from typing import Callable
 from harness.errors import EncodeError
 from harness.formats import chrome_v2
 from harness.formats.arm_exidx import parse_sections
+from harness.formats.call_sites import CallSites, encode_call_sites, return_addresses
 from harness.formats.chrome_v1 import V1Table, encode_v1
 from harness.formats.qut import QutTable, encode_from_cfi, encode_from_exidx
 from harness.formats.vmkunwind import VmkTable, encode_vmkunwind
@@ -22,6 +23,7 @@ from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder_for
 from harness.unwind.framepointer import FramePointerUnwinder
 from harness.unwind.qut import QutUnwinder
+from harness.unwind.scan import ChainUnwinder, ScanUnwinder
 from harness.unwind.v1 import V1Unwinder
 from harness.unwind.v2 import V2Unwinder
 from harness.unwind.v2_chrome import ChromeV2Unwinder
@@ -112,6 +114,49 @@ def _qut(program: Program) -> Unwinder:
     return QutUnwinder(QutTable.from_blob(encoded.blob), program.text_base, encoded.source)  # through the bytes
 
 
+def call_site_addresses(program: Program) -> list[int]:
+    """The return addresses the calls in `program`'s code leave (its
+    executable sections, ARM where its symbols say so; a generated
+    program's functions)."""
+    code_map = program.code_map
+    if code_map is None or not code_map.ranges:
+        return return_addresses(program.code, [(f.start, f.end) for f in program.functions])
+    arm = [(start, end) for start, end, _ in code_map.arm_spans]
+    thumb = [piece for low, high in code_map.ranges for piece in _outside(low, high, arm)]
+    return return_addresses(lambda address, size: _code_or_nothing(program, address, size), thumb, arm)
+
+
+def _outside(low: int, high: int, holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    pieces, at = [], low
+    for start, end in sorted(holes):
+        if start >= high or end <= at:
+            continue
+        if start > at:
+            pieces.append((at, start))
+        at = max(at, end)
+    return pieces + ([(at, high)] if at < high else [])
+
+
+def _code_or_nothing(program: Program, address: int, size: int) -> bytes:
+    try:
+        return program.code(address, size)
+    except KeyError:  # a section the loaded segments do not hold
+        return b""
+
+
+def _scan(program: Program) -> Unwinder:
+    blob = encode_call_sites(call_site_addresses(program), program.text_base)
+    sites = CallSites.from_blob(blob)  # through the bytes
+    return ScanUnwinder(program.text_base + offset for offset in sites.offsets)
+
+
+CHAIN = ("v2", "exidx", "framepointer", "scan")  # what a profiler ships, in the order it tries them
+
+
+def _chain(program: Program) -> Unwinder:
+    return ChainUnwinder([BUILDERS[name](program) for name in CHAIN])
+
+
 def _exidx(program: Program) -> Unwinder:
     if program.exidx is None:
         return ExidxUnwinder((), "exidx")  # no tables: no_info everywhere
@@ -134,6 +179,8 @@ def _exidx(program: Program) -> Unwinder:
 # framepointer: the r7 chain of {r7, lr} records (pc, sp and r7 only).
 # vmkunwind: VMware's triple per address range, from the `reference` rows (pc, sp and r7 only).
 # qut: WeChat's Quicken Unwind Tables, from `reference` or else the EXIDX (pc, sp, r4, r7, r10, r11).
+# scan: the first word up the stack that follows a call (pc and sp only).
+# chain: v2, exidx, framepointer, scan: each where the one before has no entry or fails (pc and sp only).
 BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
     "v2": _v2("v2", "tables", "drop"),
     "v2+epilogue": _v2_epilogue,
@@ -147,10 +194,16 @@ BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
     "framepointer": lambda program: FramePointerUnwinder(),
     "vmkunwind": _vmkunwind,
     "qut": _qut,
+    "scan": _scan,
+    "chain": _chain,
 }
 UNWINDER_NAMES = tuple(BUILDERS)
+# Run only when named (--unwinder): in a Linux process they fail at nearly
+# every stop, and the report handles each failing walk in Python (docs/comparators.md).
+ON_REQUEST = ("scan", "chain")
+DEFAULT_UNWINDERS = tuple(name for name in UNWINDER_NAMES if name not in ON_REQUEST)
 # What Chrome ships, and other formats, beside v2.
-COMPARATORS = ("v2-chrome", "v1", "exidx", "framepointer", "vmkunwind", "qut")
+COMPARATORS = ("v2-chrome", "v1", "exidx", "framepointer", "vmkunwind", "qut", "scan", "chain")
 # What each is checked on besides pc and sp (see harness.unwind.walk.Restores).
 RESTORES: dict[str, Restores] = {
     **dict.fromkeys(BUILDERS, ALL_CALLEE_SAVED),
@@ -159,10 +212,12 @@ RESTORES: dict[str, Restores] = {
     "framepointer": FramePointerUnwinder().restores,
     "vmkunwind": VmkunwindUnwinder.restores,
     "qut": QutUnwinder.restores,
+    "scan": ScanUnwinder.restores,
+    "chain": ChainUnwinder.restores,
 }
 
 
-def build_unwinders(program: Program, names=UNWINDER_NAMES) -> list[Unwinder]:
+def build_unwinders(program: Program, names=DEFAULT_UNWINDERS) -> list[Unwinder]:
     return [BUILDERS[name](program) for name in names]
 
 

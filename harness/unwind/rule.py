@@ -26,6 +26,10 @@ an `index` register, (r[base] + r[index]) mod 2**32 + offset):
 4. pc = (lr if `pc_from_lr` else the loaded pc) & ~1, sp = base + end;
 5. the caller must pass harness.unwind.walk.check_caller (and with
    `caller_aligned8`, have an 8-byte aligned sp), or the kernel defers.
+A scan rule (`scan_window` bytes, `scan_sites`) is none of the above: the
+first word of the window from sp up that is one of the sites is the
+caller's pc, and sp lies just above it (harness.unwind.scan); where no
+word is, the kernel defers.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class Rule:
     # Where a guard fails, the step fails (instead of deferring) with
     # guard_failure(base, frame sp, stack low, stack high) -> (kind, reason).
     guard_failure: Callable[[int, int, int, int], tuple[str, str]] | None = None
+    scan_window: int = 0  # a scan: bytes from sp up (see the module)
+    scan_sites: tuple[int, ...] = ()  # a scan's return addresses, sorted
 
 
 def failing(kind: str, reason: str) -> Rule:

@@ -66,10 +66,13 @@ VFP_KNOWN, NEVER_RESUMES = (1 << bit for bit in range(len(EXPECTED_STATES)))
 # Rule flags: bit i is FLAGS[i] (their meaning: harness.unwind.rule;
 # NO_INFO: a rule that FAILS refuses with no_info, which the tracer need not
 # log where it is a stop in a library: harness.verify.failures.counted_kind).
+# SCAN: a stack scan (harness.unwind.scan): `lowest` is the window in
+# bytes, `highest` the count of return addresses, which follow the header
+# as sorted uint32 (instead of loads).
 FLAGS = ("BOUNDS", "PC_FROM_LR", "ALIGNED", "ABOVE_SP", "LEAF_UNLESS_RECORD", "OUTSIDE_IT", "FAILS", "GUARD_FAILS",
-         "NO_INFO", "CALLER_ALIGNED8")
-BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS, NO_INFO, CALLER_ALIGNED8 = (
-    1 << bit for bit in range(len(FLAGS)))
+         "NO_INFO", "CALLER_ALIGNED8", "SCAN")
+(BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS, NO_INFO, CALLER_ALIGNED8,
+ SCAN) = (1 << bit for bit in range(len(FLAGS)))
 
 # ------------------------------------------------------------ registers
 

@@ -15,6 +15,7 @@ stop, so the kernel only ever repeats what `step` would say, faster.
 
 from __future__ import annotations
 
+import struct
 from functools import lru_cache
 from typing import Sequence
 
@@ -50,7 +51,10 @@ def pack_rule(rule: Rule) -> bytes | None:
         (abi.LEAF_UNLESS_RECORD, rule.leaf_unless_record), (abi.OUTSIDE_IT, rule.outside_it),
         (abi.FAILS, rule.failure is not None), (abi.GUARD_FAILS, rule.guard_failure is not None),
         (abi.NO_INFO, rule.failure is not None and rule.failure[0] == "no_info"),
-        (abi.CALLER_ALIGNED8, rule.caller_aligned8)) if on)
+        (abi.CALLER_ALIGNED8, rule.caller_aligned8), (abi.SCAN, rule.scan_window > 0)) if on)
+    if rule.scan_window:  # the window and the sites' count in the bounds' fields, the sites after
+        header = _HEADER.pack(flags, rule.base, -1, 0, 0, rule.scan_window, len(rule.scan_sites), 0, 0)
+        return header + struct.pack(f"<{len(rule.scan_sites)}I", *rule.scan_sites)
     lowest, highest = rule.bounds or (0, 0)
     fields = (flags, rule.base, -1 if rule.index is None else rule.index, rule.offset, rule.end, lowest, highest,
               len(rule.loads), len(rule.vfp_loads))

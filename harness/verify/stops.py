@@ -190,6 +190,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     emulator = (Emulator(program.segments) if system is None
                 else Emulator(system.segments, system, system.placement))
     result = ProgramResult(program.name, expected=program.expected_result)
+    _announce_sentinel(unwinders, emulator)
     run = Verification(program, unwinders, memoize, result)
     collecting = gc.isenabled()
     # The per-stop loop allocates much and keeps little, so the collector
@@ -214,6 +215,15 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         if collecting:
             gc.enable()
     return result
+
+
+def _announce_sentinel(unwinders: Sequence[Unwinder], emulator: Emulator) -> None:
+    """A bare-metal entry returns to the harness's sentinel, which no call
+    in the program precedes: an unwinder that scans for return addresses
+    (harness.unwind.scan) is told it, as a profiler knows where its threads start."""
+    if emulator.system is None:
+        for unwinder in unwinders:
+            getattr(unwinder, "entered_from", lambda address: None)(emulator.placement.sentinel | 1)
 
 
 def _only_at(observe, wanted: frozenset[int] | None):

@@ -40,6 +40,35 @@ static inline int caller_ok(int64_t callee_sp, int64_t callee_pc, const KFrame *
     return innermost && caller->r[SP] == callee_sp && caller->r[PC] != callee_pc;
 }
 
+/* harness.unwind.scan.ScanUnwinder.step: the first word of the `window`
+ * bytes from sp up that is one of the `count` sorted return addresses at
+ * `sites` is the caller's pc, the caller's sp lies just above it; where
+ * none is, the Python step says why. */
+static int scan_step(const uint8_t *sites, int32_t count, int32_t window, KFrame *f, int innermost,
+                     const KStack *s, int64_t *base_out) {
+    const int64_t callee_sp = f->r[SP], callee_pc = f->r[PC];
+    *base_out = callee_sp;
+    for (int64_t slot = callee_sp; slot < callee_sp + window; slot += 4) {
+        int64_t word;
+        if (!read32(s, slot, &word)) return STEP_DEFER;
+        int32_t lo = 0, hi = count;
+        while (lo < hi) {
+            int32_t mid = lo + (hi - lo) / 2;
+            uint32_t site;
+            memcpy(&site, sites + 4 * (size_t)mid, 4);
+            if (site < (uint32_t)word) lo = mid + 1; else hi = mid;
+        }
+        uint32_t found = 0;
+        if (lo < count) memcpy(&found, sites + 4 * (size_t)lo, 4);
+        if (lo < count && found == (uint32_t)word) {
+            f->r[PC] = word & ~(int64_t)1;
+            f->r[SP] = slot + 4;
+            return caller_ok(callee_sp, callee_pc, f, innermost) ? STEP_OK : STEP_DEFER;
+        }
+    }
+    return STEP_DEFER;
+}
+
 /* One step by a rule, turning the frame `f` into its caller in place (on a
  * failure or deferral it is left half-changed, and the walk ends); *base_out
  * gets the rule's base address (for a guard failure). */
@@ -48,6 +77,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
     RuleHeader h;
     memcpy(&h, rule, sizeof h);
     if (h.flags & FAILS) return STEP_FAILS;
+    if (h.flags & SCAN) return scan_step(rule + sizeof h, h.highest, h.lowest, f, innermost, s, base_out);
     if (h.base < 0 || h.base > 15 || h.index < -1 || h.index > 15) return STEP_DEFER;
     const int64_t callee_sp = f->r[SP], callee_pc = f->r[PC];
     int64_t base = (h.index < 0 ? f->r[h.base] : (f->r[h.base] + f->r[h.index]) & 0xFFFFFFFF) + h.offset;

@@ -1,0 +1,108 @@
+"""Stack scanning (seed 001: LUL's and Breakpad's last resort), and the
+chain of methods a profiler ships.
+
+`scan`: read the words from sp up, at most WINDOW_WORDS of them, and take
+the first that is a return address (the instruction before it is a call:
+harness.formats.call_sites) as the caller's pc; the caller's sp is just
+above that word, where it lies when lr was the last register a prologue
+pushed. Nothing else is restored (checked on pc and sp). It needs no
+tables, so it unwinds through code nothing describes, and it invents
+frames: a stale return address left in a frame's locals, or one of a
+caller further out when the return address is still in lr (a leaf), is
+taken as readily as the right one.
+
+`chain`: per frame, each method in turn (v2, then exidx, then frame
+pointers, then scanning), the next one tried only where the one before has
+no entry or fails its guards; checked on pc and sp, as the weakest link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from harness.errors import UnwindFailure
+from harness.registers import PC, SP
+from harness.unwind.frame import Frame, StackReader
+from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule, RuleRange
+from harness.unwind.walk import PC_SP_ONLY, Unwinder, check_caller
+
+WINDOW_WORDS = 64  # how far up a scan reads: 256 bytes
+
+
+class ScanUnwinder:
+    restores = PC_SP_ONLY
+
+    def __init__(self, return_addresses: Iterable[int], name: str = "scan", window: int = WINDOW_WORDS):
+        self.return_addresses = frozenset(return_addresses)
+        self.window = window
+        self.name = name
+        self._rule: Rule | None = None
+
+    def entered_from(self, return_address: int) -> None:
+        """Accept the address a bare-metal entry returns to (the harness's
+        sentinel: no call in the program precedes it), as a profiler knows
+        where its threads start."""
+        self.return_addresses |= {return_address}
+        self._rule = None
+
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        """The same scan everywhere, in the kernel's form."""
+        if self._rule is None:
+            self._rule = Rule(scan_window=4 * self.window, scan_sites=tuple(sorted(self.return_addresses)))
+        return RuleRange(self._rule, NOWHERE, EVERYWHERE)
+
+    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        slot = frame.sp
+        for _ in range(self.window):
+            if not (stack.contains(slot) and stack.contains(slot + 4)):
+                break
+            word = stack.read_u32(slot)
+            slot += 4
+            if word in self.return_addresses:
+                regs = list(frame.r)
+                regs[PC], regs[SP] = word & ~1, slot
+                caller = Frame(r=tuple(regs), d=frame.d)
+                check_caller(frame, caller, innermost)
+                return caller
+        raise UnwindFailure("no_info", f"no return address in the {self.window} words from sp {frame.sp:#x} up")
+
+
+class ChainUnwinder:
+    restores = PC_SP_ONLY
+
+    def __init__(self, methods: Sequence[Unwinder], name: str = "chain"):
+        self.methods = tuple(methods)
+        self.name = name
+
+    def entered_from(self, return_address: int) -> None:
+        for method in self.methods:
+            getattr(method, "entered_from", lambda address: None)(return_address)
+
+    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        why, kind = [], "no_info"
+        for method in self.methods:
+            try:
+                return method.step(frame, stack, innermost)
+            except UnwindFailure as failure:
+                why.append(f"{method.name}: {failure.reason}")
+                kind = failure.kind
+        raise UnwindFailure(kind, "; ".join(why))
+
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        """The first method's rule that does not fail outright, over the pcs
+        where every method before it fails alike; where a guard fails the
+        kernel runs `step`, which goes on down the chain (so no rule of the
+        chain fails on a guard itself). None where no method has a rule."""
+        low, high = -(1 << 40), 1 << 40
+        for method in self.methods:
+            rule_at = getattr(method, "rule_at", None)
+            if rule_at is None:
+                return RuleRange(None, max(low, pc), min(high, pc + 1))
+            rule, method_low, method_high = rule_at(pc, innermost)
+            low, high = max(low, method_low), min(high, method_high)
+            if rule is None:
+                return RuleRange(None, low, high)
+            if rule.failure is None:
+                return RuleRange(rule if rule.guard_failure is None else replace(rule, guard_failure=None), low, high)
+        return RuleRange(None, low, high)

@@ -1,0 +1,126 @@
+"""Stack scanning and the profiler's chain (harness.formats.call_sites,
+harness.unwind.scan): which words count as return addresses, the blob and
+its reader's checks, the scan's step and the frames it invents, and the
+chain's order of methods."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from generators.corpus import generate_program
+from harness.errors import CorruptTable, UnwindFailure
+from harness.formats.call_sites import CallSites, dump_call_sites, encode_call_sites, return_addresses
+from harness.unwind import build_unwinders, call_site_addresses
+from harness.unwind.frame import Stack, make_frame
+from harness.unwind.rule import Rule, RuleRange
+from harness.unwind.scan import ChainUnwinder, ScanUnwinder
+from harness.verify.stops import verify_program
+
+BASE = 0x1000
+
+
+def code_reader(code: bytes, base: int = BASE):
+    return lambda address, size: code[address - base:address - base + size]
+
+
+def test_return_addresses_follow_each_call_form():
+    code = bytes.fromhex(
+        "00bf"  # 0x1000 nop
+        "00f0 02f8"  # 0x1002 bl: returns to 0x1006 (Thumb: 0x1007)
+        "9847"  # 0x1006 blx r3: returns to 0x1008
+        "00f0 02e8"  # 0x1008 blx (immediate, to ARM): returns to 0x100c
+        "00f0 0290"  # 0x100c b.w (not a call)
+        "7047"  # 0x1010 bx lr
+    )
+    assert return_addresses(code_reader(code), [(BASE, BASE + len(code))]) == [0x1007, 0x1009, 0x100D]
+
+
+def test_arm_calls_count_on_word_boundaries_only():
+    arm = struct.pack("<3I", 0xE1A00000, 0xEB000004, 0xE12FFF33)  # nop; bl; blx r3
+    assert return_addresses(code_reader(arm), [], [(BASE, BASE + 12)]) == [0x1008, 0x100C]
+
+
+def test_blob_by_hand_and_the_readers_checks():
+    blob = encode_call_sites([0x1007, 0x1009, 0x1007], BASE)
+    assert blob == bytes.fromhex("02000000" "07000000" "09000000")  # count, then offsets ascending, once each
+    sites = CallSites.from_blob(blob)
+    assert sites.holds(7) and sites.holds(9) and not sites.holds(8)
+    assert dump_call_sites(sites, BASE).splitlines()[1:] == ["return addresses: 2", "  0x1007", "  0x1009"]
+    with pytest.raises(CorruptTable, match="2 addresses take 12 bytes; the blob has 8"):
+        CallSites.from_blob(blob[:8])
+    with pytest.raises(CorruptTable, match="0x7 does not ascend"):
+        CallSites.from_blob(struct.pack("<3I", 2, 9, 7))
+
+
+def scanner() -> ScanUnwinder:
+    return ScanUnwinder([0x2001, 0x3001])
+
+
+def test_the_first_return_address_up_the_stack_is_the_caller():
+    stack = Stack(0x7000, struct.pack("<4I", 0x1234, 0x2001, 0x3001, 0))
+    caller = scanner().step(make_frame(pc=0x1100, sp=0x7000, r4=0x44), stack, True)
+    assert (caller.pc, caller.sp, caller.r[4]) == (0x2000, 0x7008, 0x44)  # just above the word; r4 as it was
+
+
+def test_a_stale_return_address_is_taken_for_a_frame():
+    """A leaf keeps its return address in lr: the scan finds the word its
+    caller's caller left, and skips the caller (an invented chain)."""
+    stack = Stack(0x7000, struct.pack("<4I", 0, 0, 0x3001, 0))
+    caller = scanner().step(make_frame(pc=0x1100, sp=0x7000, lr=0x2001), stack, True)
+    assert caller.pc == 0x3000  # not 0x2000, where lr says the leaf returns
+
+
+def test_no_return_address_in_the_window_is_no_info():
+    stack = Stack(0x7000, bytes(4 * 80) + struct.pack("<I", 0x2001))
+    with pytest.raises(UnwindFailure, match="no return address in the 64 words from sp 0x7000 up") as failure:
+        scanner().step(make_frame(pc=0x1100, sp=0x7000), stack, True)
+    assert failure.value.kind == "no_info"
+    scanner_told = scanner()
+    scanner_told.entered_from(0x9001)
+    assert 0x9001 in scanner_told.return_addresses
+
+
+class Fixed:
+    """A method that always gives `pc`, or fails."""
+
+    def __init__(self, name: str, pc: int | None, rule: Rule | None = None):
+        self.name, self.pc, self.rule = name, pc, rule
+
+    def step(self, frame, stack, innermost):
+        if self.pc is None:
+            raise UnwindFailure("no_info", f"{self.name} has nothing")
+        return make_frame(pc=self.pc, sp=frame.sp + 8)
+
+    def rule_at(self, pc, innermost):
+        return RuleRange(self.rule, pc - 4, pc + 4)
+
+
+def test_the_chain_tries_each_method_where_the_one_before_fails():
+    frame, stack = make_frame(pc=0x1100, sp=0x7000), Stack(0x7000, bytes(64))
+    assert ChainUnwinder([Fixed("a", None), Fixed("b", 0x2000), Fixed("c", 0x3000)]).step(frame, stack, True).pc == 0x2000
+    with pytest.raises(UnwindFailure, match="a: a has nothing; b: b has nothing"):
+        ChainUnwinder([Fixed("a", None), Fixed("b", None)]).step(frame, stack, True)
+
+
+def test_the_chains_rule_is_the_first_method_with_one_and_never_fails_on_a_guard():
+    failing = Rule(failure=("no_info", "none"))
+    guarded = Rule(base=7, guard_failure=lambda *_: ("bad_read", "x"))
+    chain = ChainUnwinder([Fixed("a", None, failing), Fixed("b", 0x2000, guarded)])
+    found = chain.rule_at(0x1100, True)
+    assert found.rule.base == 7 and found.rule.guard_failure is None  # a failed guard: step goes on down
+    assert ChainUnwinder([Fixed("a", None, failing), Fixed("b", None, None)]).rule_at(0x1100, True).rule is None
+
+
+def test_generated_programs_scan_and_chain():
+    """The chain fails only where v2 does (it takes v2's answer first, and
+    checks pc and sp only); scanning alone invents frames, in prologues
+    above all, where the return address is still in lr."""
+    program = generate_program(0, 0)
+    assert len(call_site_addresses(program)) > 10
+    result = verify_program(program, build_unwinders(program, ["scan", "chain", "v2"]))
+    failed = {name: {f.stop for f in result.failures if f.unwinder == name} for name in ("scan", "chain", "v2")}
+    assert result.self_check_ok
+    assert failed["chain"] <= failed["v2"] and len(failed["v2"]) < len(failed["scan"])
+    assert any(f.position == "prologue" for f in result.failures if f.unwinder == "scan")
