@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
 from generators.corpus import generate_program
+from harness.bench_chain import chain_figures
 from harness.bench_sizes import epilogue_rows, synthesis_at_scale, synthesis_binary
 from harness.formats import chrome_v2
 from harness.formats.dwarf_cfi import read_cfi
@@ -169,7 +170,7 @@ def step_unwinders(program: Program) -> dict:
     tables = chrome_v2.encode(program.cfi["tables"], program.text_base, "drop", code_at=program.code)
     reader = chrome_v2.V2Reader.from_blob(tables.blob("seed"), "seed")
     plain = V2Unwinder(reader, program.text_base, "v2", NoCache())
-    built = {u.name: u for u in build_unwinders(program, ["v2+epilogue", "exidx", "vmkunwind", "qut"])}
+    built = {u.name: u for u in build_unwinders(program, ["v2+epilogue", "exidx", "vmkunwind", "qut", "scan", "chain"])}
     epilogue = built["v2+epilogue"]
     return {
         "v2": plain,
@@ -180,6 +181,8 @@ def step_unwinders(program: Program) -> dict:
         "exidx": built["exidx"],
         "vmkunwind": built["vmkunwind"],
         "qut": built["qut"],
+        "scan": built["scan"],
+        "chain": built["chain"],
     }
 
 
@@ -321,6 +324,8 @@ def run_bench(size: BenchSize, note: Callable[[str], None] = lambda step: None) 
     figures["synthesis"] = synthesis_at_scale(str(synthesis_binary()))
     note("epilogue rows against drop")
     figures["epilogue_rows"] = epilogue_rows(size.programs, size.linux)
+    note("what each method of the chain recovers")
+    figures["chain"] = chain_figures(min(size.programs, 8), size.recorded_stops // 10)
     blob = scale.pop("blob")
     figures["encoder"] = scale
     note(f"reader lookups ({size.lookups:,})")
@@ -383,4 +388,6 @@ def table_rows(figures: dict) -> list[tuple[str, str, str]]:
     rows += [(f"epilogue rows: {row['input']}", f"{row['over_drop']:+.0%} over drop (floor {row['floor_over_drop']:+.0%})",
               f"{row['drop']:,} -> {row['synthesize']:,} bytes, {row['epilogues_inside']:,} inside epilogues")
              for row in figures["epilogue_rows"]]
+    rows += [(f"chain: frames by {name}", f"{m['right']:,} of {m['frames']:,} right", "pc and sp as the shadow stack's")
+             for name, m in figures["chain"]["methods"].items()]
     return rows

@@ -120,7 +120,8 @@ def chrome(reports: dict) -> list[str]:
 
 
 COMPARED = ("v2", "v1", "exidx", "qut", "vmkunwind", "framepointer", "scan", "chain")
-SIZE_OF = {"v2": "v2 drop", "v1": "v1", "exidx": "exidx+extab", "qut": "qut", "vmkunwind": "vmkunwind"}
+SIZE_OF = {"v2": "v2 drop", "v1": "v1", "exidx": "exidx+extab", "qut": "qut", "vmkunwind": "vmkunwind",
+           "scan": "call sites"}
 
 
 def comparators(reports: dict) -> list[str]:

@@ -3,8 +3,9 @@
 One row per input (the generated corpus, each compiled ELF): the compiler's
 `.debug_frame` and `.ARM.exidx` + `.ARM.extab` as they are, and the tables
 this tool builds from the same CFI: v1, v2 under each epilogue policy, and
-vmkunwind (from `reference`, as the seed built it from complete CFI) and
-QUT (from `reference`, else the EXIDX, as Matrix builds it).
+vmkunwind (from `reference`, as the seed built it from complete CFI),
+QUT (from `reference`, else the EXIDX, as Matrix builds it) and the call
+sites a stack scan accepts (from the code).
 v2 policies read the CFI flavours as the unwinders do:
 drop: `tables` (generated: clang style, no epilogue rows), Chrome's policy;
 keep: `reference` (generated: gcc style, with epilogue rows);
@@ -17,14 +18,16 @@ from __future__ import annotations
 from typing import Sequence
 
 from harness.formats import chrome_v2
+from harness.formats.call_sites import encode_call_sites
 from harness.formats.chrome_v1 import encode_v1
 from harness.formats.chrome_v2.grouping import epilogues_inside
 from harness.formats.vmkunwind import encode_vmkunwind
 from harness.program import Program
-from harness.unwind import qut_tables
+from harness.unwind import call_site_addresses, qut_tables
 
 POLICY_SOURCES = {"drop": "tables", "keep": "reference", "synthesize": "tables"}
-FORMATS = (".debug_frame", "exidx+extab", "v1", "v2 drop", "v2 keep", "v2 synthesize", "vmkunwind", "qut")
+FORMATS = (".debug_frame", "exidx+extab", "v1", "v2 drop", "v2 keep", "v2 synthesize", "vmkunwind", "qut",
+           "call sites")
 
 # The v2 design's own figures for Chrome on Android (rounded as it gives them).
 CHROME_REFERENCE = {
@@ -32,7 +35,7 @@ CHROME_REFERENCE = {
     "functions": 389_694,
     "addresses": 816_686,
     "bytes": {".debug_frame": None, "exidx+extab": None, "v1": 2_200_000, "v2 drop": 1_800_000,
-              "v2 keep": None, "v2 synthesize": None, "vmkunwind": None, "qut": None},
+              "v2 keep": None, "v2 synthesize": None, "vmkunwind": None, "qut": None, "call sites": None},
     "v1_refused": None,
 }
 
@@ -58,6 +61,7 @@ def size_row(label: str, programs: Sequence[Program], debug_frame: int | None = 
         totals["v1"] += len(v1.blob)
         totals["vmkunwind"] += len(encode_vmkunwind(program.cfi["reference"], program.text_base).blob)
         totals["qut"] += len(qut_tables(program).blob)
+        totals["call sites"] += len(encode_call_sites(call_site_addresses(program), program.text_base))
         refused += len(v1.refused)
         if program.exidx is None:
             totals["exidx+extab"] = None

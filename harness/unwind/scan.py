@@ -75,15 +75,23 @@ class ChainUnwinder:
         self.methods = tuple(methods)
         self.name = name
 
+    @property
+    def methods_named(self) -> tuple[str, ...]:
+        return tuple(method.name for method in self.methods)
+
     def entered_from(self, return_address: int) -> None:
         for method in self.methods:
             getattr(method, "entered_from", lambda address: None)(return_address)
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        return self.step_by(frame, stack, innermost)[0]
+
+    def step_by(self, frame: Frame, stack: StackReader, innermost: bool) -> tuple[Frame, str]:
+        """The caller, and the name of the method that gave it."""
         why, kind = [], "no_info"
         for method in self.methods:
             try:
-                return method.step(frame, stack, innermost)
+                return method.step(frame, stack, innermost), method.name
             except UnwindFailure as failure:
                 why.append(f"{method.name}: {failure.reason}")
                 kind = failure.kind
