@@ -87,13 +87,15 @@ def test_linux_every_samples_each_program_and_says_so():
     assert main(["run", "--linux", "slice", "--linux-every", "3", "--check-baseline"]) == 2
 
 
-def test_a_programs_report_does_not_depend_on_where_the_cache_is(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["cwc-clang-Os-nofp", "cjmp-gcc-O2-fp-static"])
+def test_a_programs_report_does_not_depend_on_where_the_cache_is(tmp_path, monkeypatch, name):
     """The cache reached by a longer path (here a link in a deep directory)
-    gives the same record: argv[0] is not the host's path."""
+    gives the same record: neither argv[0] nor /proc/self/exe (which static
+    glibc reads at start-up) is the host's path."""
     from harness.linux.corpus import cache, run_linux_unit
     from harness.runner import LINUX_LIMITS
 
-    entry = next(e for e in linux_entries("slice") if e["name"] == "cwc-clang-Os-nofp")
+    entry = next(e for e in linux_entries("slice") if e["name"] == name)
     here = run_linux_unit(0, entry, ("dwarf",), LINUX_LIMITS, 50)
     deep = tmp_path / ("a-much-longer-directory-name" * 3) / "unwind-harness"
     deep.mkdir(parents=True)

@@ -121,8 +121,10 @@ class LinuxSystem:
         sp, image = initial_stack(placement.stack_top, self.argv, self.run.environment, self.executable,
                                   self.interpreter)
         machine.write(sp, image)
+        # /proc/self/exe names what argv[0] names: not the host path, which
+        # differs from machine to machine (static glibc reads it at start-up).
         self.kernel = LinuxKernel(machine, self.files, self.space, page_up(self.executable.end), self.stdin,
-                                  self.run.program)
+                                  self.argv[0])
         return sp
 
     def system_call(self, number: int, args: tuple[int, ...], pc: int) -> int:
