@@ -325,7 +325,7 @@ def run_bench(size: BenchSize, note: Callable[[str], None] = lambda step: None) 
     note("epilogue rows against drop")
     figures["epilogue_rows"] = epilogue_rows(size.programs, size.linux)
     note("what each method of the chain recovers")
-    figures["chain"] = chain_figures(min(size.programs, 8), size.recorded_stops // 10)
+    figures["chain"] = chain_figures(min(size.programs, 8), size.recorded_stops // 10, size.linux)
     blob = scale.pop("blob")
     figures["encoder"] = scale
     note(f"reader lookups ({size.lookups:,})")
@@ -388,6 +388,6 @@ def table_rows(figures: dict) -> list[tuple[str, str, str]]:
     rows += [(f"epilogue rows: {row['input']}", f"{row['over_drop']:+.0%} over drop (floor {row['floor_over_drop']:+.0%})",
               f"{row['drop']:,} -> {row['synthesize']:,} bytes, {row['epilogues_inside']:,} inside epilogues")
              for row in figures["epilogue_rows"]]
-    rows += [(f"chain: frames by {name}", f"{m['right']:,} of {m['frames']:,} right", "pc and sp as the shadow stack's")
-             for name, m in figures["chain"]["methods"].items()]
+    rows += [(f"chain ({where}): frames by {name}", f"{m['right']:,} of {m['frames']:,} right", "pc and sp")
+             for where, tally in figures["chain"].items() for name, m in tally["methods"].items()]
     return rows

@@ -124,3 +124,19 @@ def test_generated_programs_scan_and_chain():
     assert result.self_check_ok
     assert failed["chain"] <= failed["v2"] and len(failed["v2"]) < len(failed["scan"])
     assert any(f.position == "prologue" for f in result.failures if f.unwinder == "scan")
+
+
+def test_in_a_process_the_other_methods_take_the_system_libraries():
+    """LUL's count over a Linux process (every 1000th stop of a C++ program
+    of the CI slice): the libraries ship no CFI, so EXIDX gives most frames
+    there and the scan and frame pointers the rest; v2's frames (the
+    program's own) are all right, frame pointers' mostly not."""
+    from harness.bench_chain import LINUX_PROGRAM, chain_in_process
+    from harness.linux.corpus import linux_entries
+
+    entry = next(e for e in linux_entries("slice") if e["name"] == LINUX_PROGRAM)
+    methods = chain_in_process(entry, 1000)["methods"]
+    assert methods["v2"]["frames"] == methods["v2"]["right"] > 0
+    assert methods["exidx"]["frames"] > methods["v2"]["frames"]
+    assert methods["framepointer"]["right"] < methods["framepointer"]["frames"] / 2
+    assert all(0 < m["right"] <= m["frames"] for m in methods.values())
