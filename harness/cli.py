@@ -145,10 +145,10 @@ def _add_encode(subparsers) -> None:
     encode.add_argument("--input", choices=("elf", "breakpad"), default="elf",
                         help="elf (default), or a Breakpad symbol file (dump_syms output), as Chrome's builders read")
     encode.add_argument("-o", "--output", required=True, help="the blob to write")
-    encode.add_argument("--format", choices=("v2", "v1", "vmkunwind", "qut"), default="v2",
+    encode.add_argument("--format", choices=("v2", "v1", "vmkunwind", "qut", "call-sites"), default="v2",
                         help="v2 (default), Chrome's earlier v1 format, vmkunwind (VMware's triples, adapted to "
-                             "ARM) or qut (WeChat's Quicken Unwind Tables; from the .ARM.exidx where the ELF has no "
-                             "CFI): docs/comparators.md")
+                             "ARM), qut (WeChat's Quicken Unwind Tables; from the .ARM.exidx where the ELF has no "
+                             "CFI) or call-sites (the return addresses a stack scan accepts): docs/comparators.md")
     encode.add_argument("--layout", choices=chrome_v2.LAYOUTS, default=None,
                         help="seed (the design document's header; default) or chrome (Chrome's header, and only the "
                              "opcodes its runtime executes)")
@@ -234,10 +234,10 @@ def _add_bench(subparsers) -> None:
 
 
 def _add_dump(subparsers) -> None:
-    dump_cmd = subparsers.add_parser("dump", help="readable listing of a v2 (or v1, vmkunwind or qut) blob")
+    dump_cmd = subparsers.add_parser("dump", help="readable listing of a v2 (or v1, vmkunwind, qut or call-sites) blob")
     dump_cmd.add_argument("file", help="the blob to list")
-    dump_cmd.add_argument("--format", choices=("v2", "v1", "vmkunwind", "qut"), default="v2",
-                          help="v2 (default), v1, vmkunwind or qut")
+    dump_cmd.add_argument("--format", choices=("v2", "v1", "vmkunwind", "qut", "call-sites"), default="v2",
+                          help="v2 (default), v1, vmkunwind, qut or call-sites")
     dump_cmd.add_argument("--layout", choices=("auto", *chrome_v2.LAYOUTS), default="auto",
                           help="the v2 blob's layout (default auto: whichever reads it, seed tried first)")
     dump_cmd.add_argument("--text-start", type=_address,

@@ -28,6 +28,7 @@ CAPS = {  # bytes an input of each kind may have
     "v1 blob": 64 * MiB,
     "vmkunwind blob": 64 * MiB,
     "qut blob": 64 * MiB,
+    "call-sites blob": 64 * MiB,
     "shard report": 32 * MiB,
     "baseline": 64 * MiB,
     "manifest": 4 * MiB,

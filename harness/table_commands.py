@@ -9,12 +9,13 @@ from pathlib import Path
 
 from harness.commands import EXIT_OK, read_v2_table
 from harness.compare_rows import compare_elf
-from harness.elf_program import code_reader, elf_functions
+from harness.elf_program import code_map, code_reader, elf_functions
 from harness.errors import ElfError, InputError
 from harness.filesystem import check_output, read_input, write_output
 from harness.formats import chrome_v2
-from harness.formats.arm_exidx import parse_sections, require_exidx_sections
+from harness.formats.arm_exidx import parse_sections, read_exidx_sections, require_exidx_sections
 from harness.formats.breakpad import module_id, read_symbol_file, symbol_file
+from harness.formats.call_sites import CallSites, dump_call_sites, encode_call_sites, mapped_return_addresses
 from harness.formats.chrome_v1 import V1Encoded, V1Table, dump_v1, encode_v1
 from harness.formats.chrome_v2.dump import dump
 from harness.formats.dwarf_cfi import read_cfi
@@ -54,11 +55,20 @@ def _rows(args) -> tuple[list, int, object, tuple]:
 
 
 def _comparator_tables(args, functions: list, base: int, image) -> int:
-    """`encode --format vmkunwind|qut`: the CFI's rows as they are (QUT from
-    the `.ARM.exidx` where the ELF has no CFI, as Matrix builds it)."""
+    """`encode --format vmkunwind|qut|call-sites`: the CFI's rows as they
+    are (QUT from the `.ARM.exidx` where the ELF has no CFI, as Matrix
+    builds it); a stack scan's call sites from the ELF's code."""
     if args.from_code or args.builder != "ours" or args.epilogue != "drop" or args.layout:
         raise InputError(f"--format {args.format} takes the CFI's rows as they are: no --from-code, --builder, "
                          "--epilogue or --layout")
+    if args.format == "call-sites":
+        if image is None:
+            raise InputError("--format call-sites reads an ELF's code: not with --input breakpad")
+        sites = mapped_return_addresses(code_map(image, read_exidx_sections(image)), code_reader(image))
+        write_output(args.output, blob := encode_call_sites(sites, base))
+        print(f"call sites: {len(sites)} return addresses, from the code of every executable section")
+        print(f"wrote {len(blob)} bytes to {args.output}")
+        return EXIT_OK
     if args.format == "vmkunwind":
         encoded = encode_vmkunwind(functions, base)
         counts = f"{encoded.ranges} ranges, {encoded.rows} distinct rows"
@@ -120,7 +130,7 @@ def cmd_encode(args) -> int:
     if (args.sysroot or args.cwd or args.stdin or args.lazy_binding) and not args.run:
         raise InputError("--sysroot, --cwd, --stdin and --lazy-binding say how --run runs the program")
     functions, base, image, records = _rows(args)
-    if args.format in ("vmkunwind", "qut"):
+    if args.format in ("vmkunwind", "qut", "call-sites"):
         return _comparator_tables(args, functions, base, image)
     if args.format == "v1":
         encoded_v1 = encode_v1(functions, base)
@@ -162,7 +172,8 @@ def cmd_export_breakpad(args) -> int:
 
 
 def cmd_dump(args) -> int:
-    listings = {"vmkunwind": (VmkTable, dump_vmkunwind), "qut": (QutTable, dump_qut), "v1": (V1Table, dump_v1)}
+    listings = {"vmkunwind": (VmkTable, dump_vmkunwind), "qut": (QutTable, dump_qut), "v1": (V1Table, dump_v1),
+                "call-sites": (CallSites, dump_call_sites)}
     if args.format in listings:
         table_class, listing = listings[args.format]
         try:

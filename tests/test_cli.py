@@ -139,6 +139,27 @@ def test_dump_v1_lists_entries_and_rows(tmp_path, capsys):
     assert capsys.readouterr().err.startswith(f"unwind-harness: error: {tmp_path / 'short.v1'}: corrupt v1 table")
 
 
+@pytest.mark.parametrize("fmt, summary, first_entry", [
+    ("vmkunwind", "vmkunwind: ", "  0x10000: CFA = sp + 0, r7 unchanged, pc = lr"),
+    ("qut", "qut: ", "  0x10000: end"),
+    ("call-sites", "call sites: ", None),
+])
+def test_the_comparators_tables_encode_dump_and_refuse_a_short_blob(tmp_path, capsys, fmt, summary, first_entry):
+    """`encode --format` and `dump --format` for vmkunwind, QUT and a scan's
+    call sites; a cut blob is one typed line, exit 2."""
+    blob = tmp_path / f"calls.{fmt}"
+    assert main(["encode", str(ROOT / "corpus" / "fixtures" / "calls-clang-nofp.elf"), "--format", fmt,
+                 "-o", str(blob)]) == 0
+    assert capsys.readouterr().out.startswith(summary)
+    assert main(["dump", str(blob), "--format", fmt, "--text-start", "0x10000"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert len(listing) > 3 and (first_entry is None or listing[2] == first_entry)
+    (tmp_path / "short").write_bytes(blob.read_bytes()[:5])
+    assert main(["dump", str(tmp_path / "short"), "--format", fmt]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"unwind-harness: error: {tmp_path / 'short'}: corrupt ") and error.count("\n") == 1
+
+
 def test_every_option_and_argument_has_help():
     """`--help` explains every option and positional argument of every command."""
     import argparse

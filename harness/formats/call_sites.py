@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from harness.errors import CorruptTable, TableOverflow
 from harness.formats.chrome_v2.dump import base_line
+from harness.program import CodeMap
 from harness.thumb.encoding import arm_call_length, call_length
 
 Ranges = Sequence[tuple[int, int]]  # [start, end) address ranges
@@ -43,6 +44,23 @@ def return_addresses(code_at: Callable[[int, int], bytes], thumb: Ranges, arm: R
             if arm_call_length(code[at:at + 4]):
                 found.add(start + at + 4)
     return sorted(found)
+
+
+def mapped_return_addresses(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> list[int]:
+    """`return_addresses` over a module's executable sections: ARM where
+    its symbols say so, Thumb elsewhere."""
+    arm = sorted((start, end) for start, end, _ in code_map.arm_spans)
+    thumb = []
+    for low, high in code_map.ranges:
+        at = low
+        for start, end in arm:
+            if start < high and end > at:
+                if start > at:
+                    thumb.append((at, start))
+                at = max(at, end)
+        if at < high:
+            thumb.append((at, high))
+    return return_addresses(code_at, thumb, arm)
 
 
 def encode_call_sites(addresses: Iterable[int], text_base: int) -> bytes:

@@ -13,7 +13,7 @@ from typing import Callable
 from harness.errors import EncodeError
 from harness.formats import chrome_v2
 from harness.formats.arm_exidx import parse_sections
-from harness.formats.call_sites import CallSites, encode_call_sites, return_addresses
+from harness.formats.call_sites import CallSites, encode_call_sites, mapped_return_addresses, return_addresses
 from harness.formats.chrome_v1 import V1Table, encode_v1
 from harness.formats.qut import QutTable, encode_from_cfi, encode_from_exidx
 from harness.formats.vmkunwind import VmkTable, encode_vmkunwind
@@ -121,20 +121,7 @@ def call_site_addresses(program: Program) -> list[int]:
     code_map = program.code_map
     if code_map is None or not code_map.ranges:
         return return_addresses(program.code, [(f.start, f.end) for f in program.functions])
-    arm = [(start, end) for start, end, _ in code_map.arm_spans]
-    thumb = [piece for low, high in code_map.ranges for piece in _outside(low, high, arm)]
-    return return_addresses(lambda address, size: _code_or_nothing(program, address, size), thumb, arm)
-
-
-def _outside(low: int, high: int, holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    pieces, at = [], low
-    for start, end in sorted(holes):
-        if start >= high or end <= at:
-            continue
-        if start > at:
-            pieces.append((at, start))
-        at = max(at, end)
-    return pieces + ([(at, high)] if at < high else [])
+    return mapped_return_addresses(code_map, lambda address, size: _code_or_nothing(program, address, size))
 
 
 def _code_or_nothing(program: Program, address: int, size: int) -> bytes:
