@@ -24,10 +24,21 @@ from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
 from harness.runner import LINUX_LIMITS
 from harness.unwind import CHAIN, build_unwinders
-from harness.unwind.walk import without_scratch
+from harness.unwind.walk import walk
 from harness.verify.stops import ObservedStop, verify_program
 
 LINUX_PROGRAM, LINUX_EVERY = "cxxexc-gcc-O2-fp", 1000
+
+
+class _Naming:
+    """The chain as an unwinder that remembers which method gave its last frame."""
+
+    def __init__(self, chain):
+        self.chain, self.name, self.last = chain, chain.name, ""
+
+    def step(self, frame, stack, innermost: bool):
+        caller, self.last = self.chain.step_by(frame, stack, innermost)
+        return caller
 
 
 class Tally:
@@ -39,19 +50,17 @@ class Tally:
         self.refused = 0
 
     def follow(self, chain, stop: ObservedStop) -> None:
-        """Walk `chain` at `stop` to its first wrong frame or refusal."""
-        frame = stop.frame
-        for index, expected in enumerate(stop.expected):
-            try:
-                caller, method = chain.step_by(frame, stop.stack, index == 0)
-            except UnwindFailure:
+        """Walk `chain` at `stop` (the one walk, harness.unwind.walk) to its
+        first wrong frame or refusal."""
+        naming = _Naming(chain)
+        for caller, expected in zip(walk(naming, stop.frame, stop.stack, len(stop.expected)), stop.expected):
+            if isinstance(caller, UnwindFailure):
                 self.refused += 1
                 return
-            self.given[method] += 1
+            self.given[naming.last] += 1
             if (caller.pc, caller.sp) != (expected.pc, expected.sp):
                 return
-            self.right[method] += 1
-            frame = without_scratch(caller)
+            self.right[naming.last] += 1
 
     def figures(self) -> dict:
         return {"methods": {name: {"frames": self.given[name], "right": self.right[name]} for name in CHAIN},

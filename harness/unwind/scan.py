@@ -102,7 +102,7 @@ class ChainUnwinder:
         where every method before it fails alike; where a guard fails the
         kernel runs `step`, which goes on down the chain (so no rule of the
         chain fails on a guard itself). None where no method has a rule."""
-        low, high = -(1 << 40), 1 << 40
+        low, high = NOWHERE, EVERYWHERE
         for method in self.methods:
             rule_at = getattr(method, "rule_at", None)
             if rule_at is None:
