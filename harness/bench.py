@@ -29,7 +29,6 @@ from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
 from generators.corpus import generate_program
-from harness.bench_chain import chain_figures
 from harness.bench_sizes import epilogue_rows, synthesis_at_scale, synthesis_binary
 from harness.formats import chrome_v2
 from harness.formats.dwarf_cfi import read_cfi
@@ -324,8 +323,6 @@ def run_bench(size: BenchSize, note: Callable[[str], None] = lambda step: None) 
     figures["synthesis"] = synthesis_at_scale(str(synthesis_binary()))
     note("epilogue rows against drop")
     figures["epilogue_rows"] = epilogue_rows(size.programs, size.linux)
-    note("what each method of the chain recovers")
-    figures["chain"] = chain_figures(min(size.programs, 8), size.recorded_stops // 10, size.linux)
     blob = scale.pop("blob")
     figures["encoder"] = scale
     note(f"reader lookups ({size.lookups:,})")
@@ -388,6 +385,4 @@ def table_rows(figures: dict) -> list[tuple[str, str, str]]:
     rows += [(f"epilogue rows: {row['input']}", f"{row['over_drop']:+.0%} over drop (floor {row['floor_over_drop']:+.0%})",
               f"{row['drop']:,} -> {row['synthesize']:,} bytes, {row['epilogues_inside']:,} inside epilogues")
              for row in figures["epilogue_rows"]]
-    rows += [(f"chain ({where}): frames by {name}", f"{m['right']:,} of {m['frames']:,} right", "pc and sp")
-             for where, tally in figures["chain"].items() for name, m in tally["methods"].items()]
     return rows

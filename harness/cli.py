@@ -108,8 +108,7 @@ def _add_run(subparsers) -> None:
     run.add_argument("--programs", type=_positive, default=DEFAULT_PROGRAMS,
                      help=f"programs in the generated corpus (default {DEFAULT_PROGRAMS})")
     run.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
-                     help="verify only these (repeatable; default: all but scan and chain, which fail at "
-                          "nearly every stop of a Linux process: name them to run them)")
+                     help="verify only these (repeatable; default: all)")
     run.add_argument("--json", help="write the JSON report here (alone, unless --reports is given too)")
     run.add_argument("--no-elf", action="store_true", help="skip the compiled corpus in corpus/elf")
     run.add_argument("--linux", choices=LINUX_CHOICES, default="none",
@@ -201,8 +200,7 @@ def _add_verify_elf(subparsers) -> None:
     verify.add_argument("--expect-stdout-sha256", default=None, help="Linux: the sha256 of a correct run's stdout")
     verify.add_argument("--every", type=_positive, default=1, help="verify every Nth stop only")
     verify.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
-                        help="verify only these (repeatable; default: all that apply but scan and chain: name "
-                             "them to run them)")
+                        help="verify only these (repeatable; default: all that apply)")
     verify.add_argument("--v2-table", help="use this v2 blob for v2 and v2+epilogue (a chrome-layout one for "
                                            "v2-chrome too) instead of encoding the CFI")
     verify.add_argument("--layout", choices=("auto", *chrome_v2.LAYOUTS), default="auto", help="layout of --v2-table")

@@ -31,7 +31,7 @@ from harness.report.terminal import print_table, print_verdict, verdict_line
 from harness.report.verdict import verdicts
 from harness.runner import Shard, all_names, assemble, in_processes, run_units, units_of
 from harness.shards import partial, read_partials
-from harness.unwind import DEFAULT_UNWINDERS, build_unwinders, with_v2_tables
+from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
 from harness.verify.abi import Limits
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
@@ -160,7 +160,7 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
                              "SYMBOL to call a bare-metal function")
         run = LinuxRun(args.elf, tuple(args.args), args.sysroot, args.cwd or ".", args.stdin, args.lazy_binding)
         program = process_program(LinuxSystem(run))
-        names = args.unwinder or elf_unwinder_names(program, DEFAULT_UNWINDERS)
+        names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
         own_unwinders = bind(elf_unwinders, names=names, v2_table=args.v2_table, layout=args.layout)
         own_tables(program, own_unwinders)  # bad tables fail here, before any work
         expected = Expected(args.expect_exit, args.expect_stdout_sha256)
@@ -172,7 +172,7 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
                          "--stdin are for Linux programs (run without --entry)")
     expected = args.expect if args.expect is not None else expected_checksum(args.elf, args.entry)
     program = program_from_elf(args.elf, args.entry, expected, args.text_start)
-    names = args.unwinder or elf_unwinder_names(program, DEFAULT_UNWINDERS)
+    names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
     elf_unwinders(program, names, args.v2_table, args.layout)  # bad tables fail here, before any work
     return [(verify_elf_part, (args.elf, args.entry, expected, args.text_start, names, args.v2_table, args.layout,
                                args.every, part, limits)) for part in parts], names, {"entry": args.entry}

@@ -24,7 +24,7 @@ from harness.manifest import ELF_CORPUS, elf_builds
 from harness.report.data import elf_group, report_data
 from harness.report.sizes import CHROME_REFERENCE, add_size_rows, size_row
 from harness.report.summary import from_json, summarize, to_json
-from harness.unwind import DEFAULT_UNWINDERS, build_unwinders
+from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.verify.abi import Limits
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
@@ -201,4 +201,4 @@ def assemble(records: Sequence[dict], names: Sequence[str], seed: int) -> dict:
 
 
 def all_names(names: Sequence[str] | None) -> list[str]:
-    return list(names or DEFAULT_UNWINDERS)
+    return list(names or UNWINDER_NAMES)

@@ -48,7 +48,7 @@ from harness.schema import (
     show,
     string,
 )
-from harness.unwind import UNWINDER_NAMES
+from harness.unwind import CHAIN, UNWINDER_NAMES
 from harness.verify.failures import COMPARED_REGISTERS, MISMATCH_KINDS, STOPPED_KINDS
 
 PARTIAL = "partial"  # the key that marks a shard's output
@@ -136,6 +136,9 @@ SAMPLE = object_of({"program": string, "stop": COUNT, "pc": hex_address, "functi
                   "kind": KIND, "frame": COUNT, "culprit": string, "detail": string})
 SAMPLES = list_of(SAMPLE, SAMPLES_PER_UNWINDER)
 CULPRITS = object_of({"innermost": COUNT, "deeper": COUNT, "traits": map_of(TRAIT, COUNT)})
+# chain -> method -> frames given and right (report.summary.methods_json)
+CHAIN_METHODS = map_of(one_of(UNWINDER_NAMES, "an unwinder's name"),
+                       map_of(one_of(CHAIN, "a method of the chain"), object_of({"frames": COUNT, "right": COUNT})))
 SIZE = object_of({"input": string, "functions": POSITIVE, "addresses": POSITIVE, "v1_refused": COUNT,
                 "epilogues_inside": COUNT, "bytes": object_of({name: optional(COUNT) for name in FORMATS})})
 RESULT_ROW = object_of({"unwinder": string, "category": one_of((ALL, *TRAITS, NO_INFO, CXX_EXCEPTION, *MODULES), "a category"),
@@ -166,7 +169,8 @@ def _summary(unwinder: Check) -> Check:
     return object_of({"program": string, "stops": COUNT, "counts": list_of(count_row), "result": optional(WORD),
                     "expected": optional(WORD), "fault": optional(string), "samples": map_of(unwinder, SAMPLES),
                     "wrong_registers": map_of(unwinder, map_of(REGISTER, COUNT)), "culprits": map_of(unwinder, CULPRITS),
-                    "without_cfi": map_of(unwinder, COUNT), "failing": _failing(unwinder)},
+                    "without_cfi": map_of(unwinder, COUNT), "failing": _failing(unwinder),
+                    "methods": CHAIN_METHODS},
                    {"stdout_sha256": optional(string), "expected_stdout_sha256": optional(string)})
 
 
@@ -178,7 +182,7 @@ def _records(unwinder: Check) -> dict[str, Check]:
                      "cfi_not_expressed": map_of(string, COUNT),
                      "failed_in_frames_without_cfi": map_of(unwinder, COUNT), "results": list_of(RESULT_ROW),
                      "culprits": map_of(unwinder, CULPRITS), "failure_samples": map_of(unwinder, SAMPLES),
-                     "failing": _failing(unwinder)},
+                     "failing": _failing(unwinder), "chain_methods": CHAIN_METHODS},
                     {"every": POSITIVE})  # a Linux program verified at every N-th stop
     more = {"generated": {"size": SIZE}, "elf": {"group": group, "size": SIZE}, "linux": {"group": group, "size": optional(SIZE)}, "stops": {}}
     return {kind: object_of({"index": COUNT, "kind": one_of([kind]), "summary": summary, **more[kind]}) for kind in more}
@@ -279,6 +283,11 @@ def _check_summary(summary: dict, where: str) -> None:
             if count > failing[unwinder]:
                 fail(at(f"{where}.{name}", unwinder), f"{count} is more than the {failing[unwinder]} "
                                                         "failing stops of its count rows")
+    for chain, methods in summary["methods"].items():
+        for method, count in methods.items():
+            if count["right"] > count["frames"]:
+                fail(at(at(f"{where}.methods", chain), method),
+                     f"{count['right']} right frames are more than the {count['frames']} it gave")
 
 
 def _check_classes(counts: list, where: str) -> None:

@@ -63,16 +63,6 @@ def test_snapshot_stack_reads_what_was_copied_and_keeps_bounds():
     assert stack.read_u32(0x10F0) == 0  # a line no walk read: held as zeros
 
 
-def test_the_chain_says_what_each_method_recovered(figures):
-    """LUL's count: per method of the chain, frames given and frames right;
-    v2 gives most, and no method is right more often than it answers."""
-    assert set(figures["chain"]) == {"bare_metal"}  # the quick bench runs no Linux program
-    methods = figures["chain"]["bare_metal"]["methods"]
-    assert set(methods) == {"v2", "exidx", "framepointer", "scan"}
-    assert all(0 <= m["right"] <= m["frames"] for m in methods.values())
-    assert methods["v2"]["frames"] > sum(m["frames"] for name, m in methods.items() if name != "v2") > 0
-
-
 def test_epilogue_rows_stay_within_a_fifth_of_drop_on_compiled_builds(figures):
     """Issue 17's bound, where it holds: synthesized epilogue rows cost at
     most 20% over Chrome's `drop` on the generated corpus and on every

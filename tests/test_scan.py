@@ -14,8 +14,12 @@ from harness.errors import CorruptTable, UnwindFailure
 from harness.formats.call_sites import CallSites, dump_call_sites, encode_call_sites, return_addresses
 from harness.unwind import build_unwinders, call_site_addresses
 from harness.unwind.frame import Stack, make_frame
-from harness.unwind.rule import Rule, RuleRange
+from harness.unwind.framepointer import FramePointerUnwinder
+from harness.unwind.rule import LEAF, ReturnAddresses, Rule, RuleRange
 from harness.unwind.scan import ChainUnwinder, ScanUnwinder
+from harness.verify import abi, kernel
+from harness.verify.groundtruth import ShadowFrame, packed
+from harness.verify.kernel import pack_rule
 from harness.verify.stops import verify_program
 
 BASE = 0x1000
@@ -104,13 +108,68 @@ def test_the_chain_tries_each_method_where_the_one_before_fails():
         ChainUnwinder([Fixed("a", None), Fixed("b", None)]).step(frame, stack, True)
 
 
-def test_the_chains_rule_is_the_first_method_with_one_and_never_fails_on_a_guard():
+def test_the_chains_rule_holds_each_methods_rule_in_turn():
     failing = Rule(failure=("no_info", "none"))
     guarded = Rule(base=7, guard_failure=lambda *_: ("bad_read", "x"))
-    chain = ChainUnwinder([Fixed("a", None, failing), Fixed("b", 0x2000, guarded)])
-    found = chain.rule_at(0x1100, True)
-    assert found.rule.base == 7 and found.rule.guard_failure is None  # a failed guard: step goes on down
-    assert ChainUnwinder([Fixed("a", None, failing), Fixed("b", None, None)]).rule_at(0x1100, True).rule is None
+    chain = ChainUnwinder([Fixed("a", None, failing), Fixed("b", 0x2000, guarded), Fixed("c", 0x3000, LEAF)])
+    assert chain.rule_at(0x1100, True).rule.alternatives == (failing, guarded, LEAF)  # the kernel goes on past both
+    ends = ChainUnwinder([Fixed("a", None, failing), Fixed("b", None, None), Fixed("c", 0x3000, LEAF)])
+    assert ends.rule_at(0x1100, True).rule.alternatives == (failing, None)  # no rule: the kernel defers there
+    assert ChainUnwinder([Fixed("a", None, failing)]).rule_at(0x1100, True).rule is None
+
+
+def test_a_chain_rule_packs_its_alternatives_after_its_header():
+    sites = ReturnAddresses([0x3001, 0x2001])
+    scan = Rule(scan_window=256, scan_sites=sites, guard_failure=lambda *_: ("no_info", "x"))
+    packed_rule = pack_rule(Rule(alternatives=(LEAF, scan, None)), lambda table: 5 if table is sites else -1)
+    words = struct.unpack(f"<{len(packed_rule) // 4}i", packed_rule)
+    header = 9  # abi.RULE_HEADER's fields
+    assert words[:header] == (abi.CHAIN, 13, -1, 0, 0, 0, 3, 0, 0)  # three alternatives
+    assert words[header] == 4 * header and words[header + 1] == abi.PC_FROM_LR  # LEAF: a header alone
+    scan_at = 2 * header + 1
+    assert words[scan_at] == 4 * header  # the scan: a header naming site table 5 and its window
+    assert words[scan_at + 1:scan_at + 1 + header] == (abi.SCAN | abi.GUARD_FAILS, 13, 5, 0, 0, 256, 0, 0, 0)
+    assert words[scan_at + 1 + header:] == (0,)  # None: nothing, and the kernel defers there
+    assert pack_rule(scan) is None  # a scan needs the Verifier's table of its sites
+
+
+STACK = 0x7000_0000
+
+
+def kernel_walk(unwinder, frame, words: list[int], expected: list[tuple[int, int]]):
+    """The kernel's answer for one walk over a stack of `words` at STACK, and
+    the Python walk's first difference, and the method counts the kernel kept."""
+    from harness.verify.walks import first_difference
+
+    data = struct.pack(f"<{len(words)}I", *words) + bytes(256)
+    shadow = [ShadowFrame(pc, sp, tuple(frame.r[4:12]), None) for pc, sp in expected]
+    stop_kernel = kernel.StopKernel([unwinder], bytearray(data), STACK, STACK + len(data))
+    found = stop_kernel.check(list(frame.r), frame.pc, 0, None, frame.sp,
+                              b"".join(packed(f) for f in reversed(shadow)), 0)
+    python = first_difference(unwinder, frame, Stack(STACK, data), shadow)
+    return (found[0][1] if found else None), python, stop_kernel.chain_frames()
+
+
+@pytest.mark.skipif(not kernel.AVAILABLE, reason="the compiled kernel is not built")
+def test_the_kernel_goes_down_the_chain_where_a_guard_or_the_caller_check_fails():
+    chain = ChainUnwinder([FramePointerUnwinder(), ScanUnwinder([0x2001, 0x3001])])
+    # The innermost frame: r7 is no record, so frame pointers guess a leaf
+    # (pc = lr); at its caller r7 is misaligned, a failed guard: the scan.
+    leaf = make_frame(pc=0x1100, sp=STACK, lr=0x2001, r7=STACK + 2)
+    answer, python, methods = kernel_walk(chain, leaf, [0x1234, 0x3001], [(0x2000, STACK), (0x3000, STACK + 8)])
+    assert answer is None and python is None  # matched, without deferring to Python
+    assert methods == {("chain", "framepointer", True): 1, ("chain", "scan", True): 1}  # (chain, method, right)
+    # lr is the pc itself: check_caller rejects the leaf guess, the scan answers.
+    looping = make_frame(pc=0x1100, sp=STACK, lr=0x1101, r7=STACK + 2)
+    answer, python, methods = kernel_walk(chain, looping, [0x1234, 0x3001], [(0x2000, STACK + 8)])
+    assert isinstance(answer, abi.Mismatch) and answer.got == 0x3000
+    assert python[:2] == (0, "wrong_pc") and "pc 0x3000, expected 0x2000" in python[3]
+    assert methods == {("chain", "scan", False): 1}  # one frame from the scan, wrong
+    # Nothing in the window either: every method failed, and Python words it.
+    answer, python, methods = kernel_walk(chain, looping, [0] * 70, [(0x2000, STACK + 8)])
+    assert answer is kernel.DEFER and methods == {}
+    assert python[1] == "no_info"  # the last method's kind, and every method's reason
+    assert python[3].startswith("framepointer: caller sp") and "; scan: no return address in the 64" in python[3]
 
 
 def test_generated_programs_scan_and_chain():
@@ -126,17 +185,31 @@ def test_generated_programs_scan_and_chain():
     assert any(f.position == "prologue" for f in result.failures if f.unwinder == "scan")
 
 
-def test_in_a_process_the_other_methods_take_the_system_libraries():
+def test_in_a_process_the_other_methods_take_the_system_libraries(monkeypatch):
     """LUL's count over a Linux process (every 1000th stop of a C++ program
-    of the CI slice): the libraries ship no CFI, so EXIDX gives most frames
-    there and the scan and frame pointers the rest; v2's frames (the
-    program's own) are all right, frame pointers' mostly not."""
-    from harness.bench_chain import LINUX_PROGRAM, chain_in_process
-    from harness.linux.corpus import linux_entries
+    of the CI slice), as the report gives it: the libraries ship no CFI, so
+    EXIDX gives most frames there and the scan and frame pointers the rest;
+    v2's frames (the program's own) are all right, frame pointers' mostly
+    not. The kernel walks the chain itself: few walks defer to Python."""
+    from functools import partial
 
-    entry = next(e for e in linux_entries("slice") if e["name"] == LINUX_PROGRAM)
-    methods = chain_in_process(entry, 1000)["methods"]
+    from harness.linux.corpus import linux_entries, linux_run
+    from harness.linux.verify import verify_process
+    from harness.report.summary import methods_json
+    from harness.runner import LINUX_LIMITS
+    from harness.verify.stops import Verification
+
+    deferred = []
+    real = Verification.walk
+    monkeypatch.setattr(Verification, "walk", lambda self, number, pc, indices, *rest:
+                        (deferred.extend(indices), real(self, number, pc, indices, *rest))[1])
+    entry = next(e for e in linux_entries("slice") if e["name"] == "cxxexc-gcc-O2-fp")
+    result = verify_process(linux_run(entry), ["chain"], partial(build_unwinders, names=["chain"]), every=1000,
+                            limits=LINUX_LIMITS)
+    methods = methods_json(result.methods)["chain"]
+    assert list(methods) == ["v2", "exidx", "framepointer", "scan"]  # in the chain's order
     assert methods["v2"]["frames"] == methods["v2"]["right"] > 0
     assert methods["exidx"]["frames"] > methods["v2"]["frames"]
     assert methods["framepointer"]["right"] < methods["framepointer"]["frames"] / 2
     assert all(0 < m["right"] <= m["frames"] for m in methods.values())
+    assert result.stops > 3000 and len(deferred) < result.stops / 20

@@ -41,17 +41,14 @@ def process_program(system: LinuxSystem) -> Program:
 def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
                    every: int = 1, shard: tuple[int, int] = (0, 1), limits: Limits = DEFAULT_LIMITS,
                    expected: Expected = Expected(), compiled: bool | None = None, observe=None,
-                   observe_at=None, built=None) -> ProgramResult:
+                   observe_at=None) -> ProgramResult:
     """Run `run` as a process, verifying the unwinders `names` at its stops
     (every `every`-th, shard (I, N)), each over every module that has its
-    tables (the executable's built by `own_unwinders`; `built`, if given,
-    is shown them, for an observer that walks them itself); the
-    ProgramResult, its self-check against `expected`."""
+    tables (the executable's built by `own_unwinders`); the ProgramResult,
+    its self-check against `expected`."""
     modules = discover(run, limits)
     programs = [module_program(module) for module in modules]
     unwinders = process_unwinders(names, modules, programs, own_unwinders)
-    if built is not None:
-        built(unwinders)
     system = LinuxSystem(run)
     image = process_image(modules, programs, runtime_exports(system, modules))
     result = verify_program(image, unwinders, every=every, shard=shard, limits=limits,

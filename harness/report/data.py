@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 from harness import __version__
 from harness.classify import MODULES, OWN, POSITIONS, TRAITS, in_order
 from harness.report.failing import to_json as failing_json
-from harness.report.summary import Culprits, ProgramSummary, combine
+from harness.report.summary import Culprits, ProgramSummary, combine, methods_json
 from harness.unwind import RESTORES  # what each unwinder is checked on
 from harness.verify.failures import STOPPED_PREFIX
 
@@ -97,6 +97,8 @@ def report_data(summaries: Sequence[ProgramSummary], unwinders: Sequence[str], s
         "sizes": sizes,
         # program -> the digest of its failing stops (harness.report.failing), for a later run's gate
         "failing": {s.program: failing_json(s.failing) for s in summaries},
+        # chain -> method -> frames it gave, and right ones, each walk followed to its first wrong frame
+        "chain_methods": methods_json(whole.methods),
     }
 
 
@@ -125,6 +127,7 @@ def elf_group(summary: ProgramSummary, unwinders: Sequence[str], label: dict, pr
         "culprits": culprit_table(summary, unwinders),
         "failure_samples": {u: summary.samples.get(u, []) for u in unwinders},
         "failing": failing_json(summary.failing),
+        "chain_methods": methods_json(summary.methods),
     }
 
 

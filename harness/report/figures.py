@@ -20,6 +20,7 @@ from typing import Callable
 
 from harness.classify import POSITIONS
 from harness.report.data import ALL, index_rows
+from harness.report.tables import chain_cells, table_lines
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 # The reports the figures come from, by name, in reports/.
@@ -124,31 +125,50 @@ SIZE_OF = {"v2": "v2 drop", "v1": "v1", "exidx": "exidx+extab", "qut": "qut", "v
            "scan": "call sites"}
 
 
+def _comparator_cells(results: list[list[dict]], sized: list[dict]) -> list[str]:
+    """Each compared method's failed stops over all stops of `results` (the
+    result rows of some runs; n/a where none verified it) and, where
+    `sized` gives their table sizes, its bytes a function."""
+    indexes = [index_rows(rows) for rows in results]
+    functions = sum(row["functions"] for row in sized)
+    cells = []
+    for name in COMPARED:
+        rows = [index[(name, ALL, ALL)] for index in indexes if (name, ALL, ALL) in index]
+        cell = _percent_of(rows) if rows else "n/a"
+        size = [row["bytes"].get(SIZE_OF.get(name, "")) for row in sized]
+        if sized and functions and name in SIZE_OF and None not in size:
+            cell += f", {sum(size) / functions:.1f} B/fn"
+        cells.append(cell)
+    return cells
+
+
+def _comparator_header(what: str) -> list[str]:
+    return [f"| {what} | " + " | ".join(f"`{u}`" for u in COMPARED) + " |", "|---|" + "---|" * len(COMPARED)]
+
+
 def comparators(reports: dict) -> list[str]:
     """Per corpus, each system of the reference reading beside v2: its
-    failed stops over all stops (n/a where the run did not verify it), and
-    for the generated and compiled corpora its table bytes a function."""
+    failed stops over all stops, and for the generated and compiled corpora
+    its table bytes a function."""
     report = reports["latest"]
     size_rows = report["sizes"]["rows"]
     corpora = (("generated", [report["results"]], size_rows[:1]),
                ("compiled", [g["results"] for g in report.get("elf", [])], size_rows[1:-1]),
                ("Linux", [g["results"] for g in report.get("linux", [])], []))
-    lines = ["| corpus | " + " | ".join(f"`{u}`" for u in COMPARED) + " |", "|---|" + "---|" * len(COMPARED)]
-    for corpus, groups, sized in corpora:
-        indexes = [index_rows(results) for results in groups]
-        if not indexes:
-            continue
-        cells = []
-        for name in COMPARED:
-            rows = [index[(name, ALL, ALL)] for index in indexes if (name, ALL, ALL) in index]
-            cell = _percent_of(rows) if rows else "n/a"
-            functions = sum(row["functions"] for row in sized)
-            size = [row["bytes"].get(SIZE_OF.get(name, "")) for row in sized]
-            if sized and name in SIZE_OF and None not in size:
-                cell += f", {sum(size) / functions:.1f} B/fn"
-            cells.append(cell)
-        lines.append(f"| {corpus} | " + " | ".join(cells) + " |")
-    return lines
+    return _comparator_header("corpus") + [f"| {corpus} | " + " | ".join(_comparator_cells(results, sized)) + " |"
+                                           for corpus, results, sized in corpora if results]
+
+
+def comparators_by_build(reports: dict) -> list[str]:
+    """The same per compiled build, and per Linux program without bytes
+    (its executable's sizes count only the functions with CFI, while EXIDX
+    and call sites cover all its code: a static build's is all of libc)."""
+    report = reports["latest"]
+    sized = {row["input"]: [row] for row in report["sizes"]["rows"]}
+    groups = report.get("elf", []) + report.get("linux", [])
+    return _comparator_header("build") + [
+        f"| {g['build']} | " + " | ".join(_comparator_cells([g["results"]], sized.get(g["input"], []))) + " |"
+        for g in groups]
 
 
 def _percent_of(rows: list[dict]) -> str:
@@ -184,12 +204,19 @@ def compare_builds(reports: dict) -> list[str]:
     return lines
 
 
+def chain_methods(reports: dict) -> list[str]:
+    """Per corpus, the frames each method of the chain gave and how many were right (`run`)."""
+    header, body = chain_cells(reports["latest"])
+    return table_lines(header) + ["| " + " | ".join(row) + " |" for row in body]
+
+
 BLOCKS: dict[str, Callable[[dict], list[str]]] = {
     "generated": generated, "compiled": compiled, "sizes": sizes, "speed": speed, "compare": compare_corpora,
     "comparators": comparators}
 # The blocks of docs/, by document.
 DOC_BLOCKS: dict[str, dict[str, Callable[[dict], list[str]]]] = {
-    "synthesis.md": {"compare-builds": compare_builds}, "comparators.md": {"chrome": chrome}}
+    "synthesis.md": {"compare-builds": compare_builds},
+    "comparators.md": {"chrome": chrome, "chain-methods": chain_methods, "by-build": comparators_by_build}}
 
 
 def rewritten(text: str, reports: dict, blocks: dict[str, Callable[[dict], list[str]]] = BLOCKS) -> str:

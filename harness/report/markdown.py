@@ -6,6 +6,7 @@ from harness.classify import POSITIONS
 from harness.report.ci import verdict_markdown
 from harness.report.data import ALL, index_rows
 from harness.report.tables import (
+    chain_cells,
     elf_cells,
     epilogue_cells,
     failed_and_stopped,
@@ -61,6 +62,7 @@ def markdown(data: dict, title: str) -> str:
             out += ["", "First failing stops:", ""]
             out += [f"- `{s['program']}` pc {s['pc']} in {s['function']} ({s['position']}): "
                     f"{s['kind']} at frame {s['frame']} ({s['culprit']}): {s['detail']}" for s in samples]
+    out += chain_lines(data)
     out += size_lines(data.get("sizes"))
     out += elf_lines(data.get("elf", []))
     out += linux_lines(data.get("linux", []))
@@ -72,6 +74,17 @@ def markdown(data: dict, title: str) -> str:
         out += ["", "## Not verified", "", "Every count above covers only the stops before these ended:", ""]
         out += [f"- {line}" for line in problems]
     return "\n".join(out) + "\n"
+
+
+def chain_lines(data: dict) -> list[str]:
+    header, body = chain_cells(data)
+    if not body:
+        return []
+    out = ["", "## The chain, method by method", "",
+           "Frames each method of `chain` gave (v2, then EXIDX, then frame pointers, then a stack scan, each "
+           "where the ones before fail), and how many of them were right: each walk followed up to its first "
+           "wrong frame, as LUL counted for Firefox (docs/comparators.md).", "", *table_lines(header)]
+    return out + ["| " + " | ".join(row) + " |" for row in body]
 
 
 def size_lines(sizes: dict | None) -> list[str]:

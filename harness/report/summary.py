@@ -17,6 +17,7 @@ from typing import Sequence
 from harness.report.failing import PCS_PER_UNWINDER, combined, digest
 from harness.report.failing import from_json as failing_from_json
 from harness.report.failing import to_json as failing_json
+from harness.unwind import CHAIN
 from harness.verify.failures import Failure, ProgramResult, failure_of
 
 SAMPLES_PER_UNWINDER = 10
@@ -53,6 +54,7 @@ class ProgramSummary:
     stdout_sha256: str | None = None  # a Linux process's output (the result is its exit status)
     expected_stdout_sha256: str | None = None
     failing: dict = field(default_factory=dict)  # unwinder -> (function, position, kind) -> Group (report.failing)
+    methods: Counter = field(default_factory=Counter)  # (chain, method, right) -> frames (ProgramResult.methods)
 
     @property
     def self_check_ok(self) -> bool:
@@ -89,7 +91,7 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
     samples and the digest's pcs read the log (harness.report.failing)."""
     summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.result,
                              result.expected, result.fault, stdout_sha256=result.stdout_sha256,
-                             expected_stdout_sha256=result.expected_stdout_sha256)
+                             expected_stdout_sha256=result.expected_stdout_sha256, methods=Counter(result.methods))
     logged = result.failure_log.first(PCS_PER_UNWINDER)  # walks stopped in a library are not logged
     for entry in logged:
         found = summary.samples.setdefault(entry[3].unwinder, [])
@@ -126,6 +128,7 @@ def combine(parts: Sequence[ProgramSummary], program: str | None = None) -> Prog
         for unwinder, blame in part.culprits.items():
             whole.culprits.setdefault(unwinder, Culprits()).add(blame)
         whole.without_cfi.update(part.without_cfi)
+        whole.methods.update(part.methods)
     whole.failing = combined(part.failing for part in parts)
     if program is not None and parts:
         first = parts[0]
@@ -153,6 +156,7 @@ def to_json(summary: ProgramSummary) -> dict:
                      for u, c in sorted(summary.culprits.items())},
         "without_cfi": dict(sorted(summary.without_cfi.items())),
         "failing": failing_json(summary.failing),
+        "methods": methods_json(summary.methods),
         **({} if summary.stdout_sha256 is None else
            {"stdout_sha256": summary.stdout_sha256, "expected_stdout_sha256": summary.expected_stdout_sha256}),
     }
@@ -169,5 +173,24 @@ def from_json(data: dict) -> ProgramSummary:
                   for u, c in data["culprits"].items()},
         without_cfi=Counter(data["without_cfi"]),
         failing=failing_from_json(data["failing"]),
+        methods=Counter({(chain, method, right): n for chain, by_method in data["methods"].items()
+                         for method, count in by_method.items()
+                         for right, n in ((True, count["right"]), (False, count["frames"] - count["right"])) if n}),
         stdout_sha256=data.get("stdout_sha256"), expected_stdout_sha256=data.get("expected_stdout_sha256"),
     )
+
+
+def methods_json(methods: Counter) -> dict:
+    """chain -> method -> {"frames": given, "right": right}, in the chain's order of methods where
+    known (harness.unwind.CHAIN), with the methods that gave no frame left out."""
+    found: dict[str, dict[str, dict[str, int]]] = {}
+    for (chain, method, right), frames in sorted(methods.items(), key=lambda item: _method_order(item[0])):
+        counted = found.setdefault(chain, {}).setdefault(method, {"frames": 0, "right": 0})
+        counted["frames"] += frames
+        counted["right"] += frames if right else 0
+    return found
+
+
+def _method_order(key: tuple[str, str, bool]) -> tuple:
+    chain, method, right = key
+    return chain, CHAIN.index(method) if method in CHAIN else len(CHAIN), method, right

@@ -8,6 +8,7 @@ from typing import Callable
 from harness.classify import OWN, POSITIONS
 from harness.report.data import ALL, index_rows
 from harness.report.sizes import FORMATS
+from harness.unwind import CHAIN
 
 
 def table_lines(header: list[str]) -> list[str]:
@@ -174,3 +175,22 @@ def group_cells(group: dict, cell: Callable[[dict], str] = rate) -> tuple[list[s
             body.append([category, position, str(row["stops"]),
                          *(cell(index[(u, category, position)]) for u in names)])
     return header, body
+
+
+def chain_cells(data: dict) -> tuple[list[str], list[list[str]]]:
+    """Per corpus (generated, compiled, Linux), each method of `chain`'s
+    frames as LUL counted them for Firefox: right of given, each walk
+    followed to its first wrong frame."""
+    corpora = [("generated", [data.get("chain_methods", {})]),
+               ("compiled", [g.get("chain_methods", {}) for g in data.get("elf", [])]),
+               ("Linux", [g.get("chain_methods", {}) for g in data.get("linux", [])])]
+    body = []
+    for corpus, parts in corpora:
+        counts = [part["chain"] for part in parts if "chain" in part]
+        if counts:
+            body.append([corpus, *(_right_of([c[m] for c in counts if m in c]) for m in CHAIN)])
+    return ["corpus", *(f"`{m}`" for m in CHAIN)], body
+
+
+def _right_of(counts: list[dict[str, int]]) -> str:
+    return f"{sum(c['right'] for c in counts):,} of {sum(c['frames'] for c in counts):,}"

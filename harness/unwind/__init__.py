@@ -185,10 +185,6 @@ BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
     "chain": _chain,
 }
 UNWINDER_NAMES = tuple(BUILDERS)
-# Run only when named (--unwinder): in a Linux process they fail at nearly
-# every stop, and the report handles each failing walk in Python (docs/comparators.md).
-ON_REQUEST = ("scan", "chain")
-DEFAULT_UNWINDERS = tuple(name for name in UNWINDER_NAMES if name not in ON_REQUEST)
 # What Chrome ships, and other formats, beside v2.
 COMPARATORS = ("v2-chrome", "v1", "exidx", "framepointer", "vmkunwind", "qut", "scan", "chain")
 # What each is checked on besides pc and sp (see harness.unwind.walk.Restores).
@@ -204,7 +200,7 @@ RESTORES: dict[str, Restores] = {
 }
 
 
-def build_unwinders(program: Program, names=DEFAULT_UNWINDERS) -> list[Unwinder]:
+def build_unwinders(program: Program, names=UNWINDER_NAMES) -> list[Unwinder]:
     return [BUILDERS[name](program) for name in names]
 
 

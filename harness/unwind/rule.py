@@ -29,12 +29,18 @@ an `index` register, (r[base] + r[index]) mod 2**32 + offset):
 A scan rule (`scan_window` bytes, `scan_sites`) is none of the above: the
 first word of the window from sp up that is one of the sites is the
 caller's pc, and sp lies just above it (harness.unwind.scan); where no
-word is, the kernel defers.
+word is, it fails with its `guard_failure` (base: the frame's sp).
+A chain rule (`alternatives`) applies each of its rules in turn, and takes
+the first caller one gives: the next is tried where one fails (a failure
+rule, a failed guard, a caller check_caller rejects); an alternative that
+defers (None, say) defers the chain, and so does the failure of every one.
 """
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, TypeVar
 
@@ -62,7 +68,27 @@ class Rule:
     # guard_failure(base, frame sp, stack low, stack high) -> (kind, reason).
     guard_failure: Callable[[int, int, int, int], tuple[str, str]] | None = None
     scan_window: int = 0  # a scan: bytes from sp up (see the module)
-    scan_sites: tuple[int, ...] = ()  # a scan's return addresses, sorted
+    scan_sites: ReturnAddresses | None = None  # a scan's return addresses
+    alternatives: tuple[Rule | None, ...] = ()  # a chain's rules, in the order tried (see the module)
+
+
+class ReturnAddresses:
+    """A scan's return addresses, sorted, and packed as the kernel reads them.
+    Tens of thousands in a process: hashed once, so that rules holding them
+    hash and compare in constant time wherever one scan object is shared."""
+
+    __slots__ = ("addresses", "packed", "_hash")
+
+    def __init__(self, addresses: Iterable[int]):
+        self.addresses = tuple(sorted(set(addresses)))
+        self.packed = struct.pack(f"<{len(self.addresses)}I", *self.addresses)
+        self._hash = hash(self.addresses)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or (isinstance(other, ReturnAddresses) and self.addresses == other.addresses)
 
 
 def failing(kind: str, reason: str) -> Rule:

@@ -13,18 +13,18 @@ taken as readily as the right one.
 
 `chain`: per frame, each method in turn (v2, then exidx, then frame
 pointers, then scanning), the next one tried only where the one before has
-no entry or fails its guards; checked on pc and sp, as the weakest link.
+no entry or its answer fails (a guard, or check_caller); checked on pc and
+sp, as the weakest link.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 from harness.errors import UnwindFailure
 from harness.registers import PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule, RuleRange
+from harness.unwind.rule import EVERYWHERE, NOWHERE, ReturnAddresses, Rule, RuleRange
 from harness.unwind.walk import PC_SP_ONLY, Unwinder, check_caller
 
 WINDOW_WORDS = 64  # how far up a scan reads: 256 bytes
@@ -49,8 +49,12 @@ class ScanUnwinder:
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         """The same scan everywhere, in the kernel's form."""
         if self._rule is None:
-            self._rule = Rule(scan_window=4 * self.window, scan_sites=tuple(sorted(self.return_addresses)))
+            self._rule = Rule(scan_window=4 * self.window, scan_sites=ReturnAddresses(self.return_addresses),
+                              guard_failure=self._nothing_found)
         return RuleRange(self._rule, NOWHERE, EVERYWHERE)
+
+    def _nothing_found(self, base: int, sp: int, low: int, high: int) -> tuple[str, str]:
+        return "no_info", f"no return address in the {self.window} words from sp {sp:#x} up"
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         slot = frame.sp
@@ -65,7 +69,7 @@ class ScanUnwinder:
                 caller = Frame(r=tuple(regs), d=frame.d)
                 check_caller(frame, caller, innermost)
                 return caller
-        raise UnwindFailure("no_info", f"no return address in the {self.window} words from sp {frame.sp:#x} up")
+        raise UnwindFailure(*self._nothing_found(frame.sp, frame.sp, stack.low, stack.high))
 
 
 class ChainUnwinder:
@@ -98,19 +102,24 @@ class ChainUnwinder:
         raise UnwindFailure(kind, "; ".join(why))
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        """The first method's rule that does not fail outright, over the pcs
-        where every method before it fails alike; where a guard fails the
-        kernel runs `step`, which goes on down the chain (so no rule of the
-        chain fails on a guard itself). None where no method has a rule."""
+        """Every method's rule in turn (harness.unwind.rule: a chain rule,
+        the kernel naming each frame's method by its place), over the pcs
+        where each method keeps its rule; those after one without a rule
+        (which defers) are not needed. None where every method fails
+        outright: `step` words the chain's failure."""
         low, high = NOWHERE, EVERYWHERE
+        alternatives: list[Rule | None] = []
         for method in self.methods:
             rule_at = getattr(method, "rule_at", None)
-            if rule_at is None:
-                return RuleRange(None, max(low, pc), min(high, pc + 1))
+            if rule_at is None:  # its own step decides, at this pc alone
+                alternatives.append(None)
+                low, high = max(low, pc), min(high, pc + 1)
+                break
             rule, method_low, method_high = rule_at(pc, innermost)
             low, high = max(low, method_low), min(high, method_high)
+            alternatives.append(rule)
             if rule is None:
-                return RuleRange(None, low, high)
-            if rule.failure is None:
-                return RuleRange(rule if rule.guard_failure is None else replace(rule, guard_failure=None), low, high)
-        return RuleRange(None, low, high)
+                break
+        if all(rule is not None and rule.failure is not None for rule in alternatives):
+            return RuleRange(None, low, high)
+        return RuleRange(Rule(alternatives=tuple(alternatives)), low, high)

@@ -67,12 +67,18 @@ VFP_KNOWN, NEVER_RESUMES = (1 << bit for bit in range(len(EXPECTED_STATES)))
 # NO_INFO: a rule that FAILS refuses with no_info, which the tracer need not
 # log where it is a stop in a library: harness.verify.failures.counted_kind).
 # SCAN: a stack scan (harness.unwind.scan): `lowest` is the window in
-# bytes, `highest` the count of return addresses, which follow the header
-# as sorted uint32 (instead of loads).
+# bytes, `index` the Verifier's table of sorted uint32 return addresses
+# (Verifier.add_sites: one table per scan, however many rules use it).
+# CHAIN: a chain of methods (harness.unwind.scan.ChainUnwinder): `highest`
+# is the count of alternatives (at most CHAIN_METHODS) that follow the
+# header, each an int32 byte length and then its rule (length 0: defer).
 FLAGS = ("BOUNDS", "PC_FROM_LR", "ALIGNED", "ABOVE_SP", "LEAF_UNLESS_RECORD", "OUTSIDE_IT", "FAILS", "GUARD_FAILS",
-         "NO_INFO", "CALLER_ALIGNED8", "SCAN")
+         "NO_INFO", "CALLER_ALIGNED8", "SCAN", "CHAIN")
 (BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS, NO_INFO, CALLER_ALIGNED8,
- SCAN) = (1 << bit for bit in range(len(FLAGS)))
+ SCAN, CHAIN) = (1 << bit for bit in range(len(FLAGS)))
+# The most methods a chain rule holds; the Verifier counts, per unwinder and
+# method, the frames each gave and how many were right (Verifier.methods).
+CHAIN_METHODS = 8
 
 # ------------------------------------------------------------ registers
 
@@ -197,7 +203,7 @@ def header() -> str:
               range(len(Engine._fields) + 1)),
         _enum(tuple(f"ANSWER_{name}" for name in ANSWERS), range(len(ANSWERS))),
         _enum(tuple(f"GUARD_{name}" for name in GUARDS), range(len(GUARDS))),
-        _enum(("FAILURE_LOG_CAP", "CHECK_EVERY"), (FAILURE_LOG_CAP, CHECK_EVERY)), "",
+        _enum(("FAILURE_LOG_CAP", "CHECK_EVERY", "CHAIN_METHODS"), (FAILURE_LOG_CAP, CHECK_EVERY, CHAIN_METHODS)), "",
         "#endif", "",
     ]
     return "\n".join(lines)

@@ -192,6 +192,8 @@ class ProgramResult:
     failure_log: FailureLog = field(default_factory=FailureLog)
     # (where, cause) -> failing stops: what counts and summaries need.
     failure_tally: Counter = field(default_factory=Counter)
+    # (chain, method, right) -> frames a chain's method gave (harness.verify.walks.chain_frames)
+    methods: Counter = field(default_factory=Counter)
     result: int | None = None
     expected: int | None = None
     fault: str | None = None

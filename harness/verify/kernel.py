@@ -16,11 +16,12 @@ stop, so the kernel only ever repeats what `step` would say, faster.
 from __future__ import annotations
 
 import struct
+from collections import Counter
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
 
-from harness.registers import CALLEE_SAVED
-from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule
+from harness.registers import CALLEE_SAVED, SP
+from harness.unwind.rule import EVERYWHERE, NOWHERE, ReturnAddresses, Rule
 from harness.unwind.walk import Unwinder, restores_of
 from harness.verify import abi
 from harness.verify.failures import Outcome
@@ -40,21 +41,37 @@ _HEADER, _LOAD = abi.RULE_HEADER.struct, abi.LOAD.struct
 INT32 = range(-(1 << 31), 1 << 31)
 
 
+def pack_rule(rule: Rule, site_table: Callable[[ReturnAddresses], int] | None = None) -> bytes | None:
+    """A rule as rules.c reads it: abi.RULE_HEADER, then its loads (a
+    chain: its alternatives; a scan: the number `site_table` gives its
+    return addresses, a table the Verifier holds once); None for a rule the
+    kernel cannot apply (offsets beyond its 32-bit fields, as a hostile
+    table's vsp adjustment of 2**40; a scan with no `site_table`; a chain
+    too long, or of chains): there `step` runs instead."""
+    if rule.alternatives:
+        if len(rule.alternatives) > abi.CHAIN_METHODS:
+            return None
+        packed = [None if alternative is None or alternative.alternatives else pack_rule(alternative, site_table)
+                  for alternative in rule.alternatives]
+        header = _HEADER.pack(abi.CHAIN, SP, -1, 0, 0, 0, len(packed), 0, 0)
+        return header + b"".join(struct.pack("<i", len(p or b"")) + (p or b"") for p in packed)
+    if rule.scan_window:
+        if site_table is None or rule.scan_sites is None:
+            return None
+        flags = abi.SCAN | (abi.GUARD_FAILS if rule.guard_failure is not None else 0)
+        return _HEADER.pack(flags, SP, site_table(rule.scan_sites), 0, 0, rule.scan_window, 0, 0, 0)
+    return _pack_plain(rule)
+
+
 @lru_cache(maxsize=1 << 16)  # rules repeat by value across ranges and programs
-def pack_rule(rule: Rule) -> bytes | None:
-    """A rule as rules.c reads it: abi.RULE_HEADER, then its loads; None for
-    a rule whose offsets do not fit the kernel's 32-bit fields (a hostile
-    table's vsp adjustment of 2**40, say): there `step` runs instead."""
+def _pack_plain(rule: Rule) -> bytes | None:
     flags = sum(bit for bit, on in (
         (abi.BOUNDS, rule.bounds is not None), (abi.PC_FROM_LR, rule.pc_from_lr),
         (abi.ALIGNED, rule.aligned), (abi.ABOVE_SP, rule.above_sp),
         (abi.LEAF_UNLESS_RECORD, rule.leaf_unless_record), (abi.OUTSIDE_IT, rule.outside_it),
         (abi.FAILS, rule.failure is not None), (abi.GUARD_FAILS, rule.guard_failure is not None),
         (abi.NO_INFO, rule.failure is not None and rule.failure[0] == "no_info"),
-        (abi.CALLER_ALIGNED8, rule.caller_aligned8), (abi.SCAN, rule.scan_window > 0)) if on)
-    if rule.scan_window:  # the window and the sites' count in the bounds' fields, the sites after
-        header = _HEADER.pack(flags, rule.base, -1, 0, 0, rule.scan_window, len(rule.scan_sites), 0, 0)
-        return header + struct.pack(f"<{len(rule.scan_sites)}I", *rule.scan_sites)
+        (abi.CALLER_ALIGNED8, rule.caller_aligned8)) if on)
     lowest, highest = rule.bounds or (0, 0)
     fields = (flags, rule.base, -1 if rule.index is None else rule.index, rule.offset, rule.end, lowest, highest,
               len(rule.loads), len(rule.vfp_loads))
@@ -82,6 +99,23 @@ class StopKernel:
         """What the Tracer walks with at every stop."""
         self.passes = self.verifier.passes
         """passes() -> [(stop class, unwinder index, walks that matched)]"""
+        self._site_tables: dict[ReturnAddresses, int] = {}
+
+    def chain_frames(self) -> Counter:
+        """(chain, method, right) -> frames, as harness.verify.walks.chain_frames
+        counts them, over the walks the kernel answered itself."""
+        counted: Counter = Counter()
+        for index, method, frames, right in self.verifier.methods():
+            chain = self.unwinders[index]
+            name = chain.methods_named[method]
+            counted.update({(chain.name, name, True): right, (chain.name, name, False): frames - right})
+        return +counted  # without the zeros
+
+    def _site_table(self, sites: ReturnAddresses) -> int:
+        number = self._site_tables.get(sites)
+        if number is None:
+            number = self._site_tables[sites] = self.verifier.add_sites(sites.packed)
+        return number
 
     def check(self, regs, pc: int, cpsr: int, vfp, low: int, shadow: bytes,
               stop_class: int) -> list[tuple[int, abi.Answer | bool]]:
@@ -96,7 +130,7 @@ class StopKernel:
         if rule_at is None:
             return -1, None, NOWHERE, EVERYWHERE  # no rules: always its own step
         rule, low, high = rule_at(pc, innermost == 1)
-        packed = None if rule is None else pack_rule(rule)
+        packed = None if rule is None else pack_rule(rule, self._site_table)
         if packed is None:
             return -1, None, low, high
         self.rules.append(rule)

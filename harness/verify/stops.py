@@ -44,7 +44,7 @@ from harness.verify.failures import (
     quiet_ranges,
 )
 from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, raise_entries, unpacked
-from harness.verify.walks import MemoizedWalk, first_difference
+from harness.verify.walks import MemoizedWalk, chain_frames, first_difference
 
 DEFAULT_LIMITS = abi.Limits()  # how far a program may run before it counts as runaway
 DEFAULT_BUDGET = DEFAULT_LIMITS.instructions
@@ -70,6 +70,8 @@ class Verification:
     def __init__(self, program: Program, unwinders: Sequence[Unwinder], memoize: bool, result: ProgramResult):
         self.classify = Classifier(program.function_at, program.module_at)
         self.names = [u.name for u in unwinders]
+        self.chains = {index: u for index, u in enumerate(unwinders) if hasattr(u, "step_by")}
+        self.methods = result.methods
         self.walks = [MemoizedWalk(u) if memoize else partial(first_difference, u) for u in unwinders]
         self.counts = result.counts
         self.stop_classes: dict[tuple[frozenset[str], str], int] = {}  # (traits, position) -> the kernel's tally
@@ -121,6 +123,9 @@ class Verification:
         """The unwinders `indices` walk the stop in Python."""
         where = self.where(pc, in_flight)
         for index in indices:
+            if index in self.chains:
+                for (method, right), frames in chain_frames(self.chains[index], frame, stack, expected).items():
+                    self.methods[(self.names[index], method, right)] += frames
             outcome = self.walks[index](frame, stack, expected)
             if outcome is None:
                 self.counts[(self.names[index], where[1], where[2], None)] += 1
@@ -300,6 +305,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
             classes = {number: key for key, number in run.stop_classes.items()}
             for stop_class, index, passes in stop_kernel.passes():
                 result.counts[(unwinders[index].name, *classes[stop_class], None)] += passes
+            result.methods.update(stop_kernel.chain_frames())
     return tracer.resumed()
 
 

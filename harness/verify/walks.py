@@ -4,6 +4,7 @@ re-walking outer frames whose stack is unchanged (the memo)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -56,6 +57,33 @@ def first_difference(unwinder: Unwinder, frame: Frame, stack: StackReader, expec
         if mismatch is not None:
             return (index, *mismatch)
     return None
+
+
+class _Naming:
+    """A chain that keeps the name of the method behind its last step."""
+
+    def __init__(self, chain):
+        self.chain, self.name, self.last = chain, chain.name, None
+
+    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        caller, self.last = self.chain.step_by(frame, stack, innermost)
+        return caller
+
+
+def chain_frames(chain, frame: Frame, stack: StackReader, expected: Sequence[ShadowFrame]) -> Counter:
+    """LUL's count of one walk of a chain (harness.unwind.scan.ChainUnwinder):
+    (method, right) -> the frames each method gave, up to the first wrong
+    one; right as the verifier judges the chain's frames. rules.c's
+    verifier_walk counts the same for the walks it answers."""
+    named, counted, restores = _Naming(chain), Counter(), restores_of(chain)
+    for got, want in zip(walk(named, frame, stack, len(expected)), expected):
+        if isinstance(got, UnwindFailure):
+            break
+        right = compare(got, want, restores) is None
+        counted[(named.last, right)] += 1
+        if not right:
+            break
+    return counted
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,14 @@
 
 #include <string.h>
 
-enum { STEP_OK, STEP_DEFER, STEP_FAILS, STEP_GUARD_FAILS };
+/* CALLER_FAILS: the caller fails harness.unwind.walk.check_caller, where
+ * `step` raises: a chain goes on to its next method, anything else defers. */
+enum { STEP_OK, STEP_DEFER, STEP_FAILS, STEP_GUARD_FAILS, STEP_CALLER_FAILS };
 
 typedef struct {
     const uint8_t *memory;  /* the stack mapping, from guest address `base` */
     int64_t base, low, high;
+    PyObject *site_tables;  /* the scans' return addresses (Verifier.add_sites): a list of bytes */
 } KStack;
 
 static inline int contains(const KStack *s, int64_t a) { return s->low <= a && a <= s->high; }
@@ -33,51 +36,95 @@ static inline int read64(const KStack *s, int64_t a, uint64_t *out) {
 /* harness.thumb.encoding.it_state */
 static inline int it_state(uint32_t cpsr) { return ((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3); }
 
-/* harness.unwind.walk.check_caller, deferring where it would raise. */
+/* harness.unwind.walk.check_caller: STEP_OK, or STEP_CALLER_FAILS where it would raise. */
 static inline int caller_ok(int64_t callee_sp, int64_t callee_pc, const KFrame *caller, int innermost) {
-    if (caller->r[SP] & 3) return 0;
-    if (caller->r[SP] > callee_sp) return 1;
-    return innermost && caller->r[SP] == callee_sp && caller->r[PC] != callee_pc;
+    if (caller->r[SP] & 3) return STEP_CALLER_FAILS;
+    if (caller->r[SP] > callee_sp) return STEP_OK;
+    return innermost && caller->r[SP] == callee_sp && caller->r[PC] != callee_pc ? STEP_OK : STEP_CALLER_FAILS;
+}
+
+/* Is `word` one of the `count` sorted uint32 at `sites`? */
+static int among(const uint8_t *sites, Py_ssize_t count, uint32_t word) {
+    Py_ssize_t lo = 0, hi = count;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        uint32_t site;
+        memcpy(&site, sites + 4 * (size_t)mid, 4);
+        if (site < word) lo = mid + 1; else hi = mid;
+    }
+    uint32_t found = 0;
+    if (lo < count) memcpy(&found, sites + 4 * (size_t)lo, 4);
+    return lo < count && found == word;
 }
 
 /* harness.unwind.scan.ScanUnwinder.step: the first word of the `window`
- * bytes from sp up that is one of the `count` sorted return addresses at
- * `sites` is the caller's pc, the caller's sp lies just above it; where
- * none is, the Python step says why. */
-static int scan_step(const uint8_t *sites, int32_t count, int32_t window, KFrame *f, int innermost,
-                     const KStack *s, int64_t *base_out) {
+ * bytes from sp up (while inside the stack) that is a return address of
+ * site table `table` is the caller's pc, the caller's sp lies just above
+ * it; where none is, the rule's guard fails (base: the frame's sp). */
+static int scan_step(const RuleHeader *h, KFrame *f, int innermost, const KStack *s, int64_t *base_out) {
     const int64_t callee_sp = f->r[SP], callee_pc = f->r[PC];
     *base_out = callee_sp;
-    for (int64_t slot = callee_sp; slot < callee_sp + window; slot += 4) {
+    if (h->index < 0 || h->index >= PyList_GET_SIZE(s->site_tables)) return STEP_DEFER;
+    PyObject *table = PyList_GET_ITEM(s->site_tables, h->index);
+    const uint8_t *sites = (const uint8_t *)PyBytes_AS_STRING(table);
+    const Py_ssize_t count = PyBytes_GET_SIZE(table) / 4;
+    for (int64_t slot = callee_sp; slot < callee_sp + h->lowest; slot += 4) {
         int64_t word;
-        if (!read32(s, slot, &word)) return STEP_DEFER;
-        int32_t lo = 0, hi = count;
-        while (lo < hi) {
-            int32_t mid = lo + (hi - lo) / 2;
-            uint32_t site;
-            memcpy(&site, sites + 4 * (size_t)mid, 4);
-            if (site < (uint32_t)word) lo = mid + 1; else hi = mid;
-        }
-        uint32_t found = 0;
-        if (lo < count) memcpy(&found, sites + 4 * (size_t)lo, 4);
-        if (lo < count && found == (uint32_t)word) {
+        if (!read32(s, slot, &word)) break;
+        if (among(sites, count, (uint32_t)word)) {
             f->r[PC] = word & ~(int64_t)1;
             f->r[SP] = slot + 4;
-            return caller_ok(callee_sp, callee_pc, f, innermost) ? STEP_OK : STEP_DEFER;
+            return caller_ok(callee_sp, callee_pc, f, innermost);
         }
+    }
+    return (h->flags & GUARD_FAILS) ? STEP_GUARD_FAILS : STEP_DEFER;
+}
+
+static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, uint32_t cpsr,
+                int64_t *base_out, int *method_out);
+
+/* harness.unwind.scan.ChainUnwinder.step: each of the `count` rules after
+ * the header in turn, the next where one fails (outright, on a guard, or
+ * on check_caller); the first to give a caller gives it, and *method_out
+ * its place. A rule that defers (or is empty) defers the chain, and so
+ * does the failure of every one: then `step` words the chain's failure. */
+static int chain_step(const uint8_t *rules, int32_t count, KFrame *f, int innermost, const KStack *s,
+                      uint32_t cpsr, int64_t *base_out, int *method_out) {
+    if (count < 0 || count > CHAIN_METHODS) return STEP_DEFER;
+    for (int method = 0; method < count; method++) {
+        int32_t length;
+        memcpy(&length, rules, sizeof length);
+        rules += sizeof length;
+        if (length <= 0) return STEP_DEFER;
+        RuleHeader h;
+        memcpy(&h, rules, sizeof h);
+        if (h.flags & CHAIN) return STEP_DEFER;  /* chains of chains are not packed */
+        KFrame trial = *f;
+        int unused;
+        switch (step(rules, &trial, innermost, s, cpsr, base_out, &unused)) {
+        case STEP_OK:
+            *f = trial;
+            *method_out = method;
+            return STEP_OK;
+        case STEP_DEFER: return STEP_DEFER;
+        }
+        rules += length;
     }
     return STEP_DEFER;
 }
 
 /* One step by a rule, turning the frame `f` into its caller in place (on a
  * failure or deferral it is left half-changed, and the walk ends); *base_out
- * gets the rule's base address (for a guard failure). */
+ * gets the rule's base address (for a guard failure), *method_out the
+ * method of a chain that gave the caller (else -1). */
 static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, uint32_t cpsr,
-                int64_t *base_out) {
+                int64_t *base_out, int *method_out) {
     RuleHeader h;
     memcpy(&h, rule, sizeof h);
+    *method_out = -1;
     if (h.flags & FAILS) return STEP_FAILS;
-    if (h.flags & SCAN) return scan_step(rule + sizeof h, h.highest, h.lowest, f, innermost, s, base_out);
+    if (h.flags & CHAIN) return chain_step(rule + sizeof h, h.highest, f, innermost, s, cpsr, base_out, method_out);
+    if (h.flags & SCAN) return scan_step(&h, f, innermost, s, base_out);
     if (h.base < 0 || h.base > 15 || h.index < -1 || h.index > 15) return STEP_DEFER;
     const int64_t callee_sp = f->r[SP], callee_pc = f->r[PC];
     int64_t base = (h.index < 0 ? f->r[h.base] : (f->r[h.base] + f->r[h.index]) & 0xFFFFFFFF) + h.offset;
@@ -91,7 +138,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
         int record = guarded && read32(s, base, &saved) && (saved == 0 || saved > base);
         if (!record) {
             f->r[PC] = f->r[LR] & ~(int64_t)1;
-            return caller_ok(callee_sp, callee_pc, f, innermost) ? STEP_OK : STEP_DEFER;
+            return caller_ok(callee_sp, callee_pc, f, innermost);
         }
     } else if (!guarded) {
         return (h.flags & GUARD_FAILS) ? STEP_GUARD_FAILS : STEP_DEFER;
@@ -116,7 +163,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
     f->r[PC] = ((h.flags & PC_FROM_LR) ? f->r[LR] : f->r[PC]) & ~(int64_t)1;
     f->r[SP] = base + h.end;
     if ((h.flags & CALLER_ALIGNED8) && (f->r[SP] & 7)) return STEP_DEFER;
-    return caller_ok(callee_sp, callee_pc, f, innermost) ? STEP_OK : STEP_DEFER;
+    return caller_ok(callee_sp, callee_pc, f, innermost);
 }
 
 struct Verifier {
@@ -128,6 +175,8 @@ struct Verifier {
     uint32_t *core_mask; /* per unwinder: the r4-r11 it restores (bit = register) */
     int *vfp;            /* per unwinder: whether it restores d8-d15 */
     PyObject *provide;   /* provide(unwinder, pc, innermost) -> (rule id, bytes or None, low, high) */
+    PyObject *site_tables;  /* list of bytes: the scans' sorted return addresses (add_sites) */
+    uint64_t *methods;   /* [(unwinder * CHAIN_METHODS + method) * 2 + right]: a chain's frames, and right ones */
     uint64_t *passes;    /* [stop class * count + unwinder]: walks that matched every frame */
     Py_ssize_t classes;
 };
@@ -141,6 +190,8 @@ static void Verifier_dealloc(Verifier *self) {
         PyMem_Free(self->ranges);
     }
     Py_XDECREF(self->provide);
+    Py_XDECREF(self->site_tables);
+    PyMem_Free(self->methods);
     PyMem_Free(self->passes);
     PyMem_Free(self->core_mask);
     PyMem_Free(self->vfp);
@@ -170,7 +221,12 @@ static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
     self->core_mask = PyMem_Calloc(self->count + 1, sizeof(uint32_t));
     self->vfp = PyMem_Calloc(self->count + 1, sizeof(int));
     self->ranges = PyMem_Calloc(2 * self->count + 1, sizeof(Ranges));
-    if (!self->core_mask || !self->vfp || !self->ranges) { PyErr_NoMemory(); return -1; }
+    self->methods = PyMem_Calloc(2 * CHAIN_METHODS * self->count + 1, sizeof(uint64_t));
+    self->site_tables = PyList_New(0);
+    if (!self->core_mask || !self->vfp || !self->ranges || !self->methods || !self->site_tables) {
+        PyErr_NoMemory();
+        return -1;
+    }
     for (Py_ssize_t i = 0; i < self->count; i++) {
         unsigned int mask;
         int vfp;
@@ -276,11 +332,16 @@ static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, i
     return -1;
 }
 
+/* The walk, as walks.first_difference; where a chain's walk does not defer,
+ * each frame it gave is counted for the method that gave it (and as right
+ * where it matched), up to the first wrong one (LUL's count). */
 int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame, int64_t low, uint32_t cpsr,
                   const Expected *expected, Py_ssize_t frames, Answer *out) {
-    const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high };
+    const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high, self->site_tables };
+    uint64_t counted[2 * CHAIN_METHODS] = {0};  /* committed unless the walk defers */
     KFrame frame = *innermost_frame;
-    for (Py_ssize_t index = 0; index < frames; index++) {
+    out->kind = ANSWER_PASS;
+    for (Py_ssize_t index = 0; index < frames && out->kind == ANSWER_PASS; index++) {
         const int innermost = index == 0;
         Py_ssize_t rule_id = -1;
         out->frame = index;
@@ -291,18 +352,24 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
         out->rule_id = rule_id;
         if (rule == Py_None) { out->kind = ANSWER_DEFER; return 0; }
         out->rule_flags = ((const RuleHeader *)PyBytes_AS_STRING(rule))->flags;
-        switch (step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, innermost, &s, cpsr, &out->base)) {
-        case STEP_DEFER: out->kind = ANSWER_DEFER; return 0;
-        case STEP_FAILS: out->kind = ANSWER_FAILS; return 0;
-        case STEP_GUARD_FAILS: out->kind = ANSWER_GUARD_FAILS; out->low = s.low; return 0;
+        int method;
+        switch (step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, innermost, &s, cpsr, &out->base, &method)) {
+        case STEP_DEFER: case STEP_CALLER_FAILS: out->kind = ANSWER_DEFER; return 0;
+        case STEP_FAILS: out->kind = ANSWER_FAILS; continue;
+        case STEP_GUARD_FAILS: out->kind = ANSWER_GUARD_FAILS; out->low = s.low; continue;
         }
         out->reg = mismatch(&frame, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder],
                             &out->got, &out->want);
-        if (out->reg >= 0) { out->kind = ANSWER_MISMATCH; return 0; }
+        if (out->reg >= 0) out->kind = ANSWER_MISMATCH;
+        if (method >= 0) {
+            counted[2 * method]++;
+            if (out->reg < 0) counted[2 * method + 1]++;
+        }
         /* r0-r3 and r12 hold nothing a caller relies on (verify.without_scratch). */
         frame.r[0] = frame.r[1] = frame.r[2] = frame.r[3] = frame.r[12] = 0;
     }
-    out->kind = ANSWER_PASS;
+    uint64_t *methods = self->methods + 2 * CHAIN_METHODS * unwinder;
+    for (int i = 0; i < 2 * CHAIN_METHODS; i++) methods[i] += counted[i];
     return 0;
 }
 
@@ -418,9 +485,39 @@ static PyObject *Verifier_passes(Verifier *self, PyObject *unused) {
     return out;
 }
 
+/* methods() -> [(unwinder, method, frames given, frames right)] where given. */
+static PyObject *Verifier_chain_methods(Verifier *self, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (Py_ssize_t u = 0; u < self->count; u++) {
+        for (int m = 0; m < CHAIN_METHODS; m++) {
+            const uint64_t *counts = self->methods + 2 * (u * CHAIN_METHODS + m);
+            if (!counts[0]) continue;
+            PyObject *item = Py_BuildValue("(niKK)", u, m, (unsigned long long)counts[0],
+                                           (unsigned long long)counts[1]);
+            if (!item || PyList_Append(out, item)) { Py_XDECREF(item); Py_DECREF(out); return NULL; }
+            Py_DECREF(item);
+        }
+    }
+    return out;
+}
+
+/* add_sites(bytes: sorted uint32 return addresses) -> the table's number,
+ * which a scan rule names in its `index`. */
+static PyObject *Verifier_add_sites(Verifier *self, PyObject *table) {
+    if (!PyBytes_Check(table) || PyBytes_GET_SIZE(table) % 4) {
+        PyErr_SetString(PyExc_TypeError, "a site table is bytes of uint32");
+        return NULL;
+    }
+    if (PyList_Append(self->site_tables, table)) return NULL;
+    return PyLong_FromSsize_t(PyList_GET_SIZE(self->site_tables) - 1);
+}
+
 static PyMethodDef Verifier_methods[] = {
     {"check", (PyCFunction)Verifier_check, METH_VARARGS, "Walk every unwinder at one stop."},
     {"passes", (PyCFunction)Verifier_passes, METH_NOARGS, "Matching walks per stop class and unwinder."},
+    {"methods", (PyCFunction)Verifier_chain_methods, METH_NOARGS, "A chain's frames and right frames per method."},
+    {"add_sites", (PyCFunction)Verifier_add_sites, METH_O, "Register a scan's return addresses."},
     {NULL}
 };
 
