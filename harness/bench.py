@@ -34,7 +34,7 @@ from harness.formats import chrome_v2
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
 from harness.manifest import ELF_CORPUS
-from harness.program import FunctionCfi, Program
+from harness.program import CfiRow, FunctionCfi, Program
 from harness.report.summary import summarize
 from harness.unwind import build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder
@@ -263,10 +263,18 @@ def synthetic_text(count: int, seed: int = 0, base: int = 0x10000) -> list[Funct
     functions, address = [], base
     for number in range(count):
         size, rows = rng.choice(shapes)
-        functions.append(FunctionCfi(f"f{number}", address, address + size,
-                                     tuple(replace(r, address=r.address + address) for r in rows)))
-        address += size
+        end = address + size
+        functions.append(FunctionCfi(f"f{number}", address, end, rows_at(rows, address)))
+        address = end  # the same int object: this function's end, the next one's start
     return functions
+
+
+def rows_at(shape: tuple[CfiRow, ...], start: int) -> tuple[CfiRow, ...]:
+    """A shape's rows (relative to 0) moved to `start`. The input is most of
+    the encode's peak memory, so copies share what they can: the shape's
+    saves, and the function's own start int for a row at its start."""
+    return tuple(CfiRow(start + row.address if row.address else start, row.cfa_reg, row.cfa_offset,
+                        row.saved, row.problem) for row in shape)
 
 
 def encode_at_scale(count: int) -> dict:

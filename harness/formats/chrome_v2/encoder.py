@@ -8,6 +8,7 @@ restore_state encode as correctly as prologue rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Iterable, Literal
 
 from harness.errors import EncodeError
@@ -26,7 +27,9 @@ class InexpressibleState(Exception):
     """A row whose saved-register layout EHABI pops cannot express."""
 
 
-@dataclass(frozen=True)
+# Slots (no per-instance dict) for both: an encoding of a Chrome-sized
+# library holds a FunctionUnwind per function, hundreds of thousands.
+@dataclass(frozen=True, slots=True)
 class AddressUnwind:
     """From `offset` bytes into the function on, run `instructions`."""
 
@@ -34,7 +37,7 @@ class AddressUnwind:
     instructions: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FunctionUnwind:
     """Unwind runs of one code range; `address_unwinds` ascend, the first at 0."""
 
@@ -120,35 +123,67 @@ def starts_epilogue(row: CfiRow, body: CfiRow) -> bool:
     return row.cfa_reg == SP and body.cfa_reg == SP and row.cfa_offset < body.cfa_offset
 
 
-def function_unwind(function: FunctionCfi, policy: EpiloguePolicy, chrome: bool = False) -> FunctionUnwind:
+class SharedRuns:
+    """What one encoding derives once and shares between functions: the run
+    of each distinct unwind state (a Chrome-sized library has about a
+    million rows but a few thousand states, and deriving a run is most of
+    the encoder's work), and one tuple of AddressUnwind per distinct list,
+    so functions of the same shape hold no per-address objects of their own."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple, bytes | str] = {}
+        self._lists: dict[tuple[tuple[int, bytes], ...], tuple[AddressUnwind, ...]] = {}
+
+    def run(self, row: CfiRow, chrome: bool) -> bytes | str:
+        """state_instructions(row, chrome), or why the state is inexpressible."""
+        key = (row.cfa_reg, row.cfa_offset, row.saved, chrome)
+        found = self._runs.get(key)
+        if found is None:
+            try:
+                found = state_instructions(row, chrome)
+            except InexpressibleState as error:
+                found = str(error)
+            self._runs[key] = found
+        return found
+
+    def unwinds(self, pairs: tuple[tuple[int, bytes], ...]) -> tuple[AddressUnwind, ...]:
+        """The shared tuple of AddressUnwind for (offset, run) `pairs`."""
+        found = self._lists.get(pairs)
+        if found is None:
+            found = self._lists[pairs] = tuple(AddressUnwind(offset, run) for offset, run in pairs)
+        return found
+
+
+def function_unwind(function: FunctionCfi, policy: EpiloguePolicy, chrome: bool = False,
+                    shared: SharedRuns | None = None) -> FunctionUnwind:
     """Encode one function's rows under an epilogue policy (`synthesize`
     arrives here as `keep`: its rows were added beforehand); with
-    `chrome`, in Chrome's runtime's opcodes (`state_instructions`)."""
-    unwinds: list[AddressUnwind] = []
+    `chrome`, in Chrome's runtime's opcodes (`state_instructions`).
+    Functions encoded with the same `shared` share their runs and lists."""
+    shared = shared or SharedRuns()
+    pairs: list[tuple[int, bytes]] = []
     problems = list(function.problems)
     dropped = 0
     body = function.rows[0]
+    last_run = None
     for row in function.rows:
         if policy == "drop" and starts_epilogue(row, body):
             dropped += 1
             continue
         body = row
-        if row.problem:
+        run = REFUSE_RUN if row.problem else shared.run(row, chrome)
+        if isinstance(run, str):  # inexpressible: the reason, for the problems
+            problems.append(f"{row.address:#x}: {run}")
             run = REFUSE_RUN
-        else:
-            try:
-                run = state_instructions(row, chrome)
-            except InexpressibleState as error:
-                problems.append(f"{row.address:#x}: {error}")
-                run = REFUSE_RUN
-        if unwinds and unwinds[-1].instructions == run:
+        if run == last_run:
             continue  # same state as the address before: no new entry
-        unwinds.append(AddressUnwind(row.address - function.start, run))
+        pairs.append((row.address - function.start, run))
+        last_run = run
     return FunctionUnwind(
         start=function.start,
         end=function.end,
         name=function.name,
-        address_unwinds=tuple(unwinds),
+        address_unwinds=shared.unwinds(tuple(pairs)),
         rows=len(function.rows),
         dropped_rows=dropped,
         problems=tuple(problems),
@@ -159,7 +194,7 @@ def cover_text(functions: Iterable[FunctionUnwind], text_base: int) -> list[Func
     """Sorted functions plus fillers so that every address from `text_base` on has
     an entry: finish-only for gaps between functions, refuse-to-unwind before the
     first function and after the last (unless that ends on a page boundary)."""
-    ordered = sorted(functions, key=lambda f: (f.start, f.end))
+    ordered = _in_address_order(functions)
     if not ordered:
         raise EncodeError("no functions to encode")
     covered: list[FunctionUnwind] = []
@@ -188,6 +223,17 @@ def cover_text(functions: Iterable[FunctionUnwind], text_base: int) -> list[Func
     if (position - text_base) % (1 << 17):
         covered.append(_filler(position, position, "<after last function>", REFUSE_RUN))
     return covered
+
+
+def _in_address_order(functions: Iterable[FunctionUnwind]) -> list[FunctionUnwind]:
+    """`functions` sorted by (start, end), stably; input that is in order
+    already (an encoder's usual case) is not sorted, which would build a
+    key tuple per function."""
+    ordered = list(functions)
+    if any(later.start < earlier.start or (later.start == earlier.start and later.end < earlier.end)
+           for earlier, later in pairwise(ordered)):
+        ordered.sort(key=lambda f: (f.start, f.end))
+    return ordered
 
 
 def _filler(start: int, end: int, name: str, run: bytes) -> FunctionUnwind:

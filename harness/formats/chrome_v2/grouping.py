@@ -96,6 +96,38 @@ def _list_bytes(pairs: Pairs) -> int:
     return sum(uleb128.size(offset >> 1) + 1 for offset, _ in pairs)
 
 
+class _StoredLists:
+    """The byte model's state: how many groups use each distinct list, and
+    what each list costs stored alone (memoized: the search prices the
+    same lists over and over)."""
+
+    def __init__(self, lists: Sequence[Pairs]) -> None:
+        self.uses = Counter(lists)
+        self.sizes: dict[Pairs, int] = {}
+
+    def change(self, old: Sequence[Pairs], new: Sequence[Pairs]) -> int:
+        """Replace the groups' lists `old` by `new`; the bytes that gains."""
+        uses = self.uses
+        delta = ENTRY_BYTES * (len(new) - len(old))
+        for pairs in old:
+            count = uses[pairs] - 1
+            uses[pairs] = count
+            if not count:
+                delta -= self.size(pairs)
+        for pairs in new:
+            count = uses[pairs]
+            if not count:
+                delta += self.size(pairs)
+            uses[pairs] = count + 1
+        return delta
+
+    def size(self, pairs: Pairs) -> int:
+        known = self.sizes.get(pairs)
+        if known is None:
+            known = self.sizes[pairs] = _list_bytes(pairs)
+        return known
+
+
 def _improved(found: Sequence[Segment], cuts: Sequence[int]) -> list[int]:
     """`cuts` after a local search: add or remove one cut at a time while
     that makes the tables smaller by a byte model (4 bytes an entry, each
@@ -107,21 +139,7 @@ def _improved(found: Sequence[Segment], cuts: Sequence[int]) -> list[int]:
     is_cut = [False] * len(found)
     for cut in cuts:
         is_cut[cut] = True
-    bounds = list(zip(cuts, [*cuts[1:], len(found)]))
-    uses = Counter(_pairs(found, low, high) for low, high in bounds)
-
-    def change(old: list[tuple[int, int]], new: list[tuple[int, int]]) -> int:
-        delta = ENTRY_BYTES * (len(new) - len(old))
-        for low, high in old:
-            pairs = _pairs(found, low, high)
-            uses[pairs] -= 1
-            delta -= _list_bytes(pairs) if not uses[pairs] else 0
-        for low, high in new:
-            pairs = _pairs(found, low, high)
-            delta += _list_bytes(pairs) if not uses[pairs] else 0
-            uses[pairs] += 1
-        return delta
-
+    stored = _StoredLists([_pairs(found, low, high) for low, high in zip(cuts, [*cuts[1:], len(found)])])
     for _ in range(MAX_PASSES):
         improved = False
         for at in range(1, len(found)):
@@ -133,14 +151,16 @@ def _improved(found: Sequence[Segment], cuts: Sequence[int]) -> list[int]:
                 high += 1
             if is_cut[at] and high - low > MAX_GROUP:
                 continue
-            old, new = [(low, at), (at, high)], [(low, high)]
+            # Each list made once per trial: the same serve the move and its undoing.
+            old = [_pairs(found, low, at), _pairs(found, at, high)]
+            new = [_pairs(found, low, high)]
             if not is_cut[at]:
                 old, new = new, old
-            if change(old, new) < 0:
+            if stored.change(old, new) < 0:
                 is_cut[at] = not is_cut[at]
                 improved = True
             else:
-                change(new, old)
+                stored.change(new, old)
         if not improved:
             break
     return [index for index, cut in enumerate(is_cut) if cut]

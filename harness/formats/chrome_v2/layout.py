@@ -15,7 +15,7 @@ import struct
 from typing import Literal
 
 from harness.errors import CorruptTable, TableOverflow
-from harness.formats.chrome_v2.tables import FunctionTableEntry, V2Tables, continuation_bits
+from harness.formats.chrome_v2.tables import FunctionTableEntry, V2Tables, continuation_bits, function_table_bytes
 
 Layout = Literal["seed", "chrome"]
 LAYOUTS: tuple[Layout, ...] = ("seed", "chrome")
@@ -50,9 +50,7 @@ def bitvector(bits: tuple[bool, ...]) -> bytes:
 
 def serialize(tables: V2Tables, layout: Layout = "seed") -> bytes:
     page_table = struct.pack(f"<{len(tables.page_table)}I", *tables.page_table)
-    function_table = b"".join(
-        struct.pack("<HH", e.page_offset, e.offset_table_index) for e in tables.function_table
-    )
+    function_table = function_table_bytes(tables.function_table)
     # Word-aligned tables first, byte tables after: no padding is ever needed.
     parts: dict[str, bytes] = {"page": page_table, "function": function_table}
     if layout == "seed":
