@@ -19,7 +19,9 @@ target in a test.
 
 from __future__ import annotations
 
+import datetime
 import gc
+import os
 import random
 import resource
 import time
@@ -29,6 +31,7 @@ from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
 from generators.corpus import generate_program
+from harness.bench_sampling import SAMPLED_EVERY, sampling_figures, sampling_rows
 from harness.bench_sizes import epilogue_rows, synthesis_at_scale, synthesis_binary
 from harness.formats import chrome_v2
 from harness.formats.dwarf_cfi import read_cfi
@@ -316,6 +319,14 @@ def lookups(blob: bytes, text_end: int, text_base: int, count: int, seed: int = 
 # ------------------------------------------------------------ all
 
 
+# The flat keys CI and other tools read, by the figure they come from.
+FLAT_KEYS = {"overhead": ("verifier_overhead_ratio", "overhead_ratio_against_no_hook"),
+             "steps": ("step_us", "step_cost_ratio_dwarf_over_v2", "cache_hit_rate"),
+             "encoder": ("encode_seconds", "encode_peak_mb", "bytes_per_function", "bytes_per_address"),
+             "reader": ("lookups_per_second",),
+             "sampling": ("bare_instructions_per_s", "ground_truth_over_bare", "sampled_over_bare")}
+
+
 def run_bench(size: BenchSize, note: Callable[[str], None] = lambda step: None) -> dict:
     """Every figure; `note` hears of each step as it starts."""
     programs = [generate_program(0, number) for number in range(size.programs)]
@@ -337,19 +348,10 @@ def run_bench(size: BenchSize, note: Callable[[str], None] = lambda step: None) 
     figures["reader"] = lookups(blob, scale.pop("text_end"), scale.pop("text_base"), size.lookups)
     figures["chrome"] = {**CHROME, "bytes_per_function": CHROME["bytes"] / CHROME["functions"],
                          "bytes_per_address": CHROME["bytes"] / CHROME["addresses"]}
-    # The flat keys CI and other tools read.
-    figures.update({
-        "verifier_overhead_ratio": figures["overhead"]["verifier_overhead_ratio"],
-        "overhead_ratio_against_no_hook": figures["overhead"]["overhead_ratio_against_no_hook"],
-        "step_us": figures["steps"]["step_us"],
-        "step_cost_ratio_dwarf_over_v2": figures["steps"]["step_cost_ratio_dwarf_over_v2"],
-        "cache_hit_rate": figures["steps"]["cache_hit_rate"],
-        "encode_seconds": scale["encode_seconds"],
-        "encode_peak_mb": scale["encode_peak_mb"],
-        "bytes_per_function": scale["bytes_per_function"],
-        "bytes_per_address": scale["bytes_per_address"],
-        "lookups_per_second": figures["reader"]["lookups_per_second"],
-    })
+    note(f"a sampled run against emulation alone (every {SAMPLED_EVERY})")
+    figures["sampling"] = sampling_figures(size.linux)
+    figures["machine"] = {"cores": os.cpu_count(), "date": datetime.date.today().isoformat()}
+    figures.update({key: figures[group][key] for group, keys in FLAT_KEYS.items() for key in keys})
     return figures
 
 
@@ -393,4 +395,4 @@ def table_rows(figures: dict) -> list[tuple[str, str, str]]:
     rows += [(f"epilogue rows: {row['input']}", f"{row['over_drop']:+.0%} over drop (floor {row['floor_over_drop']:+.0%})",
               f"{row['drop']:,} -> {row['synthesize']:,} bytes, {row['epilogues_inside']:,} inside epilogues")
              for row in figures["epilogue_rows"]]
-    return rows
+    return rows + sampling_rows(figures["sampling"])

@@ -116,8 +116,8 @@ def _add_run(subparsers) -> None:
                           "(make run and make test; make linux-slice builds it), or all of "
                           "corpus/linux/manifest.json (make linux-corpus)")
     run.add_argument("--linux-every", type=_positive, default=1, metavar="N",
-                     help="verify every N-th stop of each Linux program (default 1: every stop; the full "
-                          "corpus has about 750 million); not with the baseline options")
+                     help="verify each Linux program at samples of mean stride N instructions (default 1: "
+                          "every stop; the full corpus has about 750 million); not with the baseline options")
     run.add_argument("--reports", help="write latest.json, latest.md and latest.png here (default: reports, "
                                        "unless only --json is given); the baseline is read from here")
     _gate(run)
@@ -198,7 +198,9 @@ def _add_verify_elf(subparsers) -> None:
     _process(verify)
     verify.add_argument("--expect-exit", type=int, default=None, help="Linux: the exit status a correct run has")
     verify.add_argument("--expect-stdout-sha256", default=None, help="Linux: the sha256 of a correct run's stdout")
-    verify.add_argument("--every", type=_positive, default=1, help="verify every Nth stop only")
+    verify.add_argument("--every", type=_positive, default=1,
+                        help="verify at samples only, seeded random strides of mean N instructions (default 1: "
+                             "every stop)")
     verify.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
                         help="verify only these (repeatable; default: all that apply)")
     verify.add_argument("--v2-table", help="use this v2 blob for v2 and v2+epilogue (a chrome-layout one for "

@@ -69,7 +69,7 @@ class Unit:
     build: dict | None = field(default=None, hash=False)
     limits: Limits = DEFAULT_LIMITS  # how far its program may run (harness.verify.abi.Limits)
     linux: dict | None = field(default=None, hash=False)
-    every: int = 1  # verify every `every`-th stop (a Linux program's)
+    every: int = 1  # verify a Linux program at samples of this mean stride (harness.verify.sampling)
 
     @property
     def kind(self) -> str:

@@ -128,7 +128,7 @@ _VERIFY_PROCESS = object_of({**_VERIFY, "args": list_of(string), "sysroot": opti
 CONFIGS = {
     "run": object_of({"seed": SEED, "programs": POSITIVE, "unwinders": UNWINDERS, "elf": BOOLEAN, "units": POSITIVE},
                    {**LIMITS, "linux": list_of(string),  # the Linux corpus programs, by name
-                    "linux_every": POSITIVE}),  # ... verified at every N-th stop
+                    "linux_every": POSITIVE}),  # ... verified at samples of mean stride N
     "verify-elf": lambda config, where: (_VERIFY_BARE if isinstance(config, dict) and "entry" in config
                                          else _VERIFY_PROCESS)(config, where),
 }
@@ -183,7 +183,7 @@ def _records(unwinder: Check) -> dict[str, Check]:
                      "failed_in_frames_without_cfi": map_of(unwinder, COUNT), "results": list_of(RESULT_ROW),
                      "culprits": map_of(unwinder, CULPRITS), "failure_samples": map_of(unwinder, SAMPLES),
                      "failing": _failing(unwinder), "chain_methods": CHAIN_METHODS},
-                    {"every": POSITIVE})  # a Linux program verified at every N-th stop
+                    {"every": POSITIVE})  # a Linux program verified at samples of mean stride N
     more = {"generated": {"size": SIZE}, "elf": {"group": group, "size": SIZE}, "linux": {"group": group, "size": optional(SIZE)}, "stops": {}}
     return {kind: object_of({"index": COUNT, "kind": one_of([kind]), "summary": summary, **more[kind]}) for kind in more}
 

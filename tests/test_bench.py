@@ -14,7 +14,8 @@ from harness.manifest import elf_builds
 from harness.unwind.v2 import DirectMappedCache
 
 KEYS = ("verifier_overhead_ratio", "overhead_ratio_against_no_hook", "step_cost_ratio_dwarf_over_v2", "cache_hit_rate", "encode_seconds",
-        "encode_peak_mb", "bytes_per_function", "bytes_per_address", "lookups_per_second")
+        "encode_peak_mb", "bytes_per_function", "bytes_per_address", "lookups_per_second", "bare_instructions_per_s",
+        "ground_truth_over_bare", "sampled_over_bare")
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,16 @@ def test_scale_figures_are_consistent(figures):
     assert encoder["cfi_rows"] >= encoder["addresses"] >= encoder["functions"]
     assert 0 <= figures["reader"]["share_touching_two_pages"] < 1
     assert 0 < figures["cache_hit_rate"] < 1
+
+
+def test_a_sampled_run_is_timed_on_the_longest_compiled_program(figures):
+    """The quick bench runs no Linux program: the compiled corpus's longest,
+    every unwinder verified at samples of mean stride 1000; each ratio is
+    seconds of the same instructions, and the machine is named."""
+    sampling = figures["sampling"]
+    assert sampling["program"].endswith(".elf") and sampling["unwinders"] >= 10 and sampling["every"] == 1000
+    assert 0 < sampling["stops_verified"] < sampling["instructions"] / 100
+    assert figures["machine"]["cores"] >= 1 and len(figures["machine"]["date"]) == 10
 
 
 def test_direct_mapped_cache_keeps_one_pc_per_slot():

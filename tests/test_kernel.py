@@ -25,7 +25,8 @@ from harness.verify.emulator import SENTINEL, Emulator
 from harness.verify.failures import FailureLog, difference, failure_of
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.verify.kernel import pack_rule
-from harness.verify.stops import DEFAULT_BUDGET, Verification, verify_program
+from harness.verify.stops import DEFAULT_BUDGET, verify_program
+from harness.verify.verification import Verification
 from harness.verify.walks import first_difference
 
 BASE = 0x7000_0000  # where the test stack's bytes start

@@ -70,7 +70,7 @@ def test_the_gate_watches_a_linux_programs_own_code_only():
 
 
 def test_linux_every_samples_each_program_and_says_so():
-    """run --linux-every N verifies every N-th stop of a Linux program; its
+    """run --linux-every N verifies a Linux program at samples of mean stride N; its
     group records N and the table shows it; no baseline from a sample."""
     from harness.cli import main
     from harness.linux.corpus import run_linux_unit
@@ -81,7 +81,7 @@ def test_linux_every_samples_each_program_and_says_so():
     every_25 = run_linux_unit(0, entry, ("dwarf",), LINUX_LIMITS, 25)["group"]
     every_50 = run_linux_unit(0, entry, ("dwarf",), LINUX_LIMITS, 50)["group"]
     assert (every_25["every"], every_50["every"]) == (25, 50) and every_50["self_check"] == "ok"
-    assert every_25["stops"] in (2 * every_50["stops"] - 1, 2 * every_50["stops"])  # ceil(n / 25), ceil(n / 50)
+    assert abs(every_25["stops"] - 2 * every_50["stops"]) < 0.02 * every_25["stops"]  # samples of mean stride N
     assert linux_cells([every_50])[1][0][1] == f"{every_50['stops']} (1 in 50)"
     assert "every" not in run_linux_unit(0, entry, ("dwarf",), LINUX_LIMITS._replace(instructions=1000), 1)["group"]
     assert main(["run", "--linux", "slice", "--linux-every", "3", "--check-baseline"]) == 2

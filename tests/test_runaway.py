@@ -23,6 +23,7 @@ from harness.program import CfiRow, FunctionCfi, Program
 from harness.registers import LR, SP
 from harness.unwind import build_unwinders
 from harness.verify import abi, emulator
+from harness.verify.sampling import sampled_stops
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 BASE = 0x100000
@@ -62,7 +63,8 @@ def test_a_branch_to_itself_faults_at_once_at_its_pc(every, compiled):
                             "branches to itself without changing any register: an endless loop")
     assert seconds < 5
     # push, movs and the first `b .` are stops; the second `b .` is the fault
-    assert result.stops == (3 if every == 1 else 1)
+    # (a sampled run's first sample lies further on: harness.verify.sampling)
+    assert result.stops == (3 if every == 1 else 0) and (every == 1 or next(sampled_stops(every)) > 3)
     assert passed(result) == 2 * result.stops
 
 

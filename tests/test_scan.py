@@ -197,7 +197,7 @@ def test_in_a_process_the_other_methods_take_the_system_libraries(monkeypatch):
     from harness.linux.verify import verify_process
     from harness.report.summary import methods_json
     from harness.runner import LINUX_LIMITS
-    from harness.verify.stops import Verification
+    from harness.verify.verification import Verification
 
     deferred = []
     real = Verification.walk

@@ -88,7 +88,7 @@ def build_label(entry: dict) -> dict:
 
 
 def run_linux_unit(index: int, entry: dict, names: tuple[str, ...], limits: Limits, every: int = 1) -> dict:
-    """Verify one corpus program at every `every`-th stop; its record (as
+    """Verify one corpus program at samples of mean stride `every`; its record (as
     run_unit's for an ELF, the interval in its group when not 1)."""
     run = linux_run(entry)
     names = elf_unwinder_names(process_program(LinuxSystem(run)), names)

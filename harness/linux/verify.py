@@ -38,21 +38,29 @@ def process_program(system: LinuxSystem) -> Program:
     return module_program(executable_module(system))
 
 
-def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
-                   every: int = 1, shard: tuple[int, int] = (0, 1), limits: Limits = DEFAULT_LIMITS,
-                   expected: Expected = Expected(), compiled: bool | None = None, observe=None,
-                   observe_at=None) -> ProgramResult:
-    """Run `run` as a process, verifying the unwinders `names` at its stops
-    (every `every`-th, shard (I, N)), each over every module that has its
-    tables (the executable's built by `own_unwinders`); the ProgramResult,
-    its self-check against `expected`."""
+def prepared_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
+                     limits: Limits = DEFAULT_LIMITS) -> tuple[list, Program, list[Unwinder]]:
+    """What verifying `run` needs before it runs: the modules a first run
+    loads, the image standing for the process (harness.linux.modules) and
+    the unwinders `names` over its modules."""
     modules = discover(run, limits)
     programs = [module_program(module) for module in modules]
     unwinders = process_unwinders(names, modules, programs, own_unwinders)
+    return modules, process_image(modules, programs, runtime_exports(LinuxSystem(run), modules)), unwinders
+
+
+def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
+                   every: int = 1, shard: tuple[int, int] = (0, 1), limits: Limits = DEFAULT_LIMITS,
+                   expected: Expected = Expected(), compiled: bool | None = None, observe=None,
+                   observe_at=None, hooks: str = "auto") -> ProgramResult:
+    """Run `run` as a process, verifying the unwinders `names` at its stops
+    (samples of mean stride `every`, shard (I, N)), each over every module that has its
+    tables (the executable's built by `own_unwinders`); the ProgramResult,
+    its self-check against `expected`. `hooks`: as verify_program's."""
+    modules, image, unwinders = prepared_process(run, names, own_unwinders, limits)
     system = LinuxSystem(run)
-    image = process_image(modules, programs, runtime_exports(system, modules))
     result = verify_program(image, unwinders, every=every, shard=shard, limits=limits,
-                            system=system, compiled=compiled, observe=observe, observe_at=observe_at)
+                            system=system, compiled=compiled, observe=observe, observe_at=observe_at, hooks=hooks)
     if result.fault is None and modules_of(system) != modules:
         result.fault = "the libraries were loaded elsewhere than in the first run: the emulation is not deterministic"
     result.expected = expected.exit_status

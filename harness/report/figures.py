@@ -93,7 +93,20 @@ def speed(reports: dict) -> list[str]:
                                   f"{bench['chrome']['bytes_per_address']:.2f})"),
         ("v2 reader lookups per second", f"{r['lookups_per_second']:,.0f}"),
     ]
-    return ["| figure | value |", "|---|---|"] + [f"| {name} | {value} |" for name, value in figures]
+    sampling = bench.get("sampling")
+    if sampling:
+        figures += [
+            (f"emulation alone, {sampling['program']}", f"{sampling['bare_instructions_per_s']:,.0f} instructions/s"),
+            ("shadow stack from block entries / emulation alone (target 0.25)",
+             f"{sampling['ground_truth_over_bare']:.3f}"),
+            ("shadow stack before every instruction / emulation alone",
+             f"{sampling['ground_truth_per_instruction_over_bare']:.3f}"),
+            (f"sampled run, every {sampling['every']}, {sampling['unwinders']} unwinders / emulation alone "
+             "(target 0.20)", f"{sampling['sampled_over_bare']:.3f}"),
+        ]
+    machine = bench.get("machine")
+    lines = ["| figure | value |", "|---|---|"] + [f"| {name} | {value} |" for name, value in figures]
+    return lines + ([f"\nMeasured on {machine['date']}, {machine['cores']} cores."] if machine else [])
 
 
 CHROME_ROWS = ((ALL, ALL), (ALL, "prologue"), (ALL, "body"), (ALL, "epilogue"), ("frame_pointer", ALL))

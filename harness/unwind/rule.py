@@ -25,7 +25,8 @@ an `index` register, (r[base] + r[index]) mod 2**32 + offset):
 3. each load reads the stack at base + offset (a read outside it defers);
 4. pc = (lr if `pc_from_lr` else the loaded pc) & ~1, sp = base + end;
 5. the caller must pass harness.unwind.walk.check_caller (and with
-   `caller_aligned8`, have an 8-byte aligned sp), or the kernel defers.
+   `caller_aligned8`, have an 8-byte aligned sp, or the step fails with
+   bad_read, as Chrome's does), or the kernel defers.
 A scan rule (`scan_window` bytes, `scan_sites`) is none of the above: the
 first word of the window from sp up that is one of the sites is the
 caller's pc, and sp lies just above it (harness.unwind.scan); where no
@@ -62,7 +63,7 @@ class Rule:
     above_sp: bool = False
     leaf_unless_record: bool = False
     outside_it: bool = False
-    caller_aligned8: bool = False  # the caller's sp must be 8-byte aligned (Chrome's check), else defer
+    caller_aligned8: bool = False  # the caller's sp must be 8-byte aligned (Chrome's check), else the step fails
     failure: tuple[str, str] | None = None  # (UnwindFailure kind, reason)
     # Where a guard fails, the step fails (instead of deferring) with
     # guard_failure(base, frame sp, stack low, stack high) -> (kind, reason).
@@ -89,6 +90,14 @@ class ReturnAddresses:
 
     def __eq__(self, other) -> bool:
         return self is other or (isinstance(other, ReturnAddresses) and self.addresses == other.addresses)
+
+
+def guards_hold(rule: Rule, base: int, sp: int, low: int, high: int) -> bool:
+    """Do the rule's guards pass for `base`, in a frame at sp of the stack
+    [low, high] (step 2 of the module's list)?"""
+    inside = lambda address: low <= address <= high  # noqa: E731
+    return ((rule.bounds is None or (inside(base + rule.bounds[0]) and inside(base + rule.bounds[1])))
+            and (not rule.aligned or base % 4 == 0) and (not rule.above_sp or base >= sp))
 
 
 def failing(kind: str, reason: str) -> Rule:

@@ -93,8 +93,10 @@ CPSR_SLOT, FIRST_VFP_SLOT = SLOTS.index("cpsr"), SLOTS.index("d8")
 
 class Engine(NamedTuple):
     """The emulator as the tracer drives it: its handle and the addresses of
-    its functions (Unicorn's C API), the code hook type, and the register
-    ids of SLOTS (without the d registers when the program uses no VFP)."""
+    its functions (Unicorn's C API), the code and block hook types, `ctl`'s
+    control word that drops the translated code of [begin, end), and the
+    register ids of SLOTS (without the d registers when the program uses no
+    VFP)."""
 
     handle: int
     reg_read_batch: int
@@ -103,7 +105,10 @@ class Engine(NamedTuple):
     emu_stop: int
     hook_add: int
     hook_del: int
+    ctl: int
     hook_code: int
+    hook_block: int
+    remove_cache: int
     registers: tuple[int, ...]
 
 

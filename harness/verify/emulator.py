@@ -16,7 +16,17 @@ import sys
 import time
 from typing import Callable, Iterable
 
-from unicorn import UC_ARCH_ARM, UC_HOOK_CODE, UC_HOOK_INTR, UC_MODE_THUMB, UC_PROT_ALL, Uc, UcError
+from unicorn import (
+    UC_ARCH_ARM,
+    UC_HOOK_BLOCK,
+    UC_HOOK_CODE,
+    UC_HOOK_INTR,
+    UC_MODE_THUMB,
+    UC_PROT_ALL,
+    Uc,
+    UcError,
+    unicorn_const,
+)
 from unicorn import arm_const as arm
 from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 
@@ -26,6 +36,10 @@ from harness.verify import abi
 from harness.verify.livestack import LiveStack
 from harness.verify.placement import DEFAULT, PAGE, Placement, pages_of, place
 
+# uc_ctl's control word for "drop the code translated from [begin, end)": UC_CTL_WRITE(type, 2 arguments).
+REMOVE_CACHE = unicorn_const.UC_CTL_TB_REMOVE_CACHE | 2 << 26 | unicorn_const.UC_CTL_IO_WRITE << 30
+
+TRANSLATED_CODE_BYTES = 128 << 20
 SENTINEL, STACK_TOP = DEFAULT.sentinel, DEFAULT.stack_top  # where ordinary programs get them
 SLOT_IDS = [getattr(arm, f"UC_ARM_REG_{name.upper()}") for name in abi.SLOTS]  # abi.SLOTS as engine ids
 STATUS_REGS = SLOT_IDS[: abi.FIRST_VFP_SLOT]  # r0-r15, cpsr
@@ -172,6 +186,11 @@ class Emulator:
         self.placement: Placement = placement or place(segments)
         """Where the stack and the return sentinel are (harness.verify.placement)."""
         uc = Uc(UC_ARCH_ARM, UC_MODE_THUMB)
+        # The engine's buffer of translated code (1 GiB by default) fills as a
+        # sampled run cuts blocks at its samples (csrc/trace.c) and, once its
+        # pages are touched, counts in the resident size the memory guard
+        # checks; full, it is flushed and code is translated anew.
+        uc.ctl_set_tcg_buffer_size(TRANSLATED_CODE_BYTES)
         # VFP needs an ARMv7-A model, cp10/cp11 access in CPACR, and FPEXC.EN.
         uc.ctl_set_cpu_model(arm.UC_CPU_ARM_CORTEX_A15)
         uc.reg_write(arm.UC_ARM_REG_C1_C0_2, uc.reg_read(arm.UC_ARM_REG_C1_C0_2) | (0xF << 20))
@@ -249,9 +268,9 @@ class Emulator:
         drives it; its registers: the slots up to cpsr, and d8-d15 when
         `uses_vfp`."""
         functions = (uclib.uc_reg_read_batch, uclib.uc_mem_read, uclib.uc_emu_start, uclib.uc_emu_stop,
-                     uclib.uc_hook_add, uclib.uc_hook_del)
+                     uclib.uc_hook_add, uclib.uc_hook_del, uclib.uc_ctl)
         addresses = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in functions)
-        return abi.Engine(self._uc._uch.value, *addresses, UC_HOOK_CODE,
+        return abi.Engine(self._uc._uch.value, *addresses, UC_HOOK_CODE, UC_HOOK_BLOCK, REMOVE_CACHE,
                           tuple(SLOT_IDS if uses_vfp else STATUS_REGS))
 
     def call(self, entry: int, on_stop: Callable[[int], None] | None, limits: abi.Limits | int,

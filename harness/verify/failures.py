@@ -187,6 +187,7 @@ class WalkLog:
 class ProgramResult:
     program: str
     stops: int = 0
+    instructions: int = 0  # run, those an IT block skips included (every stop, verified or not)
     # (unwinder, traits, position, failure kind or None for a pass) -> stops
     counts: Counter = field(default_factory=Counter)
     failure_log: FailureLog = field(default_factory=FailureLog)

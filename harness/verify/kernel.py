@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Callable, Sequence
 
 from harness.registers import CALLEE_SAVED, SP
-from harness.unwind.rule import EVERYWHERE, NOWHERE, ReturnAddresses, Rule
+from harness.unwind.rule import EVERYWHERE, NOWHERE, ReturnAddresses, Rule, guards_hold
 from harness.unwind.walk import Unwinder, restores_of
 from harness.verify import abi
 from harness.verify.failures import Outcome
@@ -137,10 +137,14 @@ class StopKernel:
         return len(self.rules) - 1, packed, low, high
 
     def outcome(self, answer: abi.FailingRule | abi.GuardFailure) -> Outcome:
-        """(frame, kind, no register, reason) of a failing rule, or of a rule
-        whose guards failed with a `guard_failure`, as `step` words it."""
+        """(frame, kind, no register, reason) of a failing rule, of a rule
+        whose guards failed with a `guard_failure`, or of one whose caller's
+        sp is not 8-byte aligned (`caller_aligned8`), as `step` words it."""
         rule = self.rules[answer.rule_id]
-        if isinstance(answer, abi.GuardFailure):
+        if isinstance(answer, abi.GuardFailure) and rule.caller_aligned8 and guards_hold(
+                rule, answer.base, answer.sp, answer.low, self.high):
+            kind, reason = "bad_read", f"caller sp {answer.base + rule.end:#x} is not 8-byte aligned"
+        elif isinstance(answer, abi.GuardFailure):
             kind, reason = rule.guard_failure(answer.base, answer.sp, answer.low, self.high)
         else:
             kind, reason = rule.failure

@@ -9,12 +9,9 @@ the compiled hook); expected values come from the shadow stack alone
 from __future__ import annotations
 
 import gc
-from collections import Counter
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable, Collection, Sequence
 
-from harness.classify import Classifier, Where, in_flight_where
 from harness.program import Program
 from harness.thumb.encoding import (
     arm_call_length,
@@ -30,24 +27,14 @@ from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
 from harness.verify.emulator import EmulationFault, Emulator, as_limits, guard_cause
-from harness.verify.failures import (
-    FailureCause,
-    FailureLog,
-    Outcome,
-    ProgramResult,
-    WalkLog,
-    counted_kind,
-    generic,
-    is_stop,
-    logged_failures,
-    mismatch_of,
-    quiet_ranges,
-)
+from harness.verify.failures import FailureLog, ProgramResult, counted_kind, logged_failures, quiet_ranges
 from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, raise_entries, unpacked
-from harness.verify.walks import MemoizedWalk, chain_frames, first_difference
+from harness.verify.sampling import chooser
+from harness.verify.verification import Verification
 
 DEFAULT_LIMITS = abi.Limits()  # how far a program may run before it counts as runaway
 DEFAULT_BUDGET = DEFAULT_LIMITS.instructions
+HOOKS = ("auto", "instruction", "block")  # verify_program's `hooks`
 VFP_NONE = (None,) * 8
 D_TAIL = (None,) * 16
 
@@ -63,99 +50,6 @@ class ObservedStop:
     expected: tuple[ShadowFrame, ...]
 
 
-class Verification:
-    """One program's verification, whichever hook drives it: the verdicts of
-    walks in Python, and the causes of the kernel's failing answers."""
-
-    def __init__(self, program: Program, unwinders: Sequence[Unwinder], memoize: bool, result: ProgramResult):
-        self.classify = Classifier(program.function_at, program.module_at)
-        self.names = [u.name for u in unwinders]
-        self.chains = {index: u for index, u in enumerate(unwinders) if hasattr(u, "step_by")}
-        self.methods = result.methods
-        self.walks = [MemoizedWalk(u) if memoize else partial(first_difference, u) for u in unwinders]
-        self.counts = result.counts
-        self.stop_classes: dict[tuple[frozenset[str], str], int] = {}  # (traits, position) -> the kernel's tally
-        self.wheres: list[Where] = []  # by the id the kernel knows them by
-        self._where_ids: dict[Where, int] = {}
-        self.log = WalkLog()  # the failing walks in Python
-        self.log_cap = abi.FAILURE_LOG_CAP  # entries in `log`, at most; the rest are tallied in `unlogged`
-        self.unlogged: Counter = Counter()  # (where, cause) -> failing walks in Python past the cap
-        self._causes: dict[FailureCause, FailureCause] = {}  # each cause of walks in Python, once
-
-    def where(self, pc: int, in_flight: bool) -> Where:
-        """pc's (function, traits, position) at a stop, `in_flight` with
-        an exception on its way to a landing pad (groundtruth.ShadowStack)."""
-        where = self.classify(pc)
-        return in_flight_where(where) if in_flight else where
-
-    def ids(self, pc: int, in_flight: bool = False) -> tuple[int, int, int, int]:
-        """(stop class, where id) of a stop at pc, for the kernel, and the
-        pcs [low, high) that share them."""
-        where, low, high = self.classify.span(pc)
-        if in_flight:
-            where = in_flight_where(where)
-        where_id = self._where_ids.get(where)
-        if where_id is None:
-            where_id = self._where_ids[where] = len(self.wheres)
-            self.wheres.append(where)
-        return self.stop_classes.setdefault((where[1], where[2]), len(self.stop_classes)), where_id, low, high
-
-    def failure_cause(self, unwinder: str, outcome: Outcome, frame_pc: int) -> FailureCause:
-        """The cause of a failing walk (frame, kind, register, detail) whose
-        wrong frame is at frame_pc, with the function it is in (a caller's
-        pc is a return address: its call lies one byte before)."""
-        frame_index, kind, register, detail = outcome
-        culprit, culprit_traits, _ = self.classify(frame_pc if frame_index == 0 else frame_pc - 1)
-        return FailureCause(unwinder, kind, frame_index, culprit, register, detail, culprit_traits)
-
-    def kernel_cause(self, stop_kernel: kernel.StopKernel, index: int, answer: abi.Answer, culprit: int) -> FailureCause:
-        """The cause of the kernel's failing `answer` for unwinder `index`; a
-        mismatch's is shared wherever the wrong frame is in the same function
-        (`culprit`, a where id), its values given apart."""
-        if isinstance(answer, abi.Mismatch):
-            function, traits, _ = self.wheres[culprit]
-            kind, register_name = mismatch_of(answer.register)
-            return FailureCause(self.names[index], kind, answer.frame, function, register_name, "", traits)
-        return self.failure_cause(self.names[index], stop_kernel.outcome(answer), answer.pc)
-
-    def walk(self, number: int, pc: int, indices, frame: Frame, stack, expected: Sequence[ShadowFrame],
-             in_flight: bool = False) -> None:
-        """The unwinders `indices` walk the stop in Python."""
-        where = self.where(pc, in_flight)
-        for index in indices:
-            if index in self.chains:
-                for (method, right), frames in chain_frames(self.chains[index], frame, stack, expected).items():
-                    self.methods[(self.names[index], method, right)] += frames
-            outcome = self.walks[index](frame, stack, expected)
-            if outcome is None:
-                self.counts[(self.names[index], where[1], where[2], None)] += 1
-                continue
-            cause, wording = self.shared(self.failure_cause(self.names[index], outcome,
-                                                            pc if outcome[0] == 0 else expected[outcome[0] - 1].pc))
-            if len(self.log) < self.log_cap and not is_stop(cause):
-                self.log.append(number, index, pc, where, cause, wording)
-            else:  # past the cap, or a stop in a library: tallied only
-                self.unlogged[(where, cause)] += 1
-
-    def shared(self, cause: FailureCause) -> tuple[FailureCause, str | None]:
-        """The cause with the numbers of its wording left out, one object for
-        every walk that fails alike, and the wording where it had numbers
-        (a log entry keeps that): a walk in Python that fails at every stop
-        (vsp below sp at a new address each time) would otherwise make each
-        stop's cause, and its tally, its own, hundreds of bytes a stop."""
-        shared = generic(cause.detail)
-        wording = None if shared == cause.detail else cause.detail
-        key = cause if wording is None else cause._replace(detail=shared)
-        return self._causes.setdefault(key, key), wording
-
-    def tally(self) -> Counter:
-        """(where, cause) -> stops, of the walks in Python, logged or not."""
-        tally = self.log.tally()
-        tally.update(self.unlogged)
-        return tally
-
-
-
 def _frame(pc: int, regs, cpsr: int, vfp) -> Frame:
     return Frame(r=tuple(regs[:15]) + (pc,), d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL, cpsr=cpsr)
 
@@ -165,11 +59,16 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
                    observe: Callable[[ObservedStop], None] | None = None,
                    every: int = 1, shard: tuple[int, int] = (0, 1),
                    compiled: bool | None = None, limits: abi.Limits = DEFAULT_LIMITS,
-                   system=None, observe_at: Collection[int] | None = None) -> ProgramResult:
-    """Run `program`, verifying every unwinder at every stop (or at every
-    `every`-th: the shadow stack still follows every instruction). With
+                   system=None, observe_at: Collection[int] | None = None,
+                   hooks: str = "auto") -> ProgramResult:
+    """Run `program`, verifying every unwinder at every stop (with `every`
+    N > 1, at samples of mean stride N: harness.verify.sampling). With
     `shard` (I, N), only the I-th of every N of those stops is verified, so
-    that N runs split the work and together verify each stop once.
+    that N runs split the work and together verify each stop once. `hooks`:
+    "instruction" follows the shadow stack from a hook before every
+    instruction, the reference; "block" (compiled hook only) from one at
+    each translation block's entry (csrc/trace.c), as "auto" does for a
+    sampled run (every > 1).
 
     A run past one of `limits` (instructions, or `budget` when given;
     seconds; the process's peak memory; nested calls), or stuck in an
@@ -180,20 +79,14 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     the shadow stack and every walk the rules answer in C, each unwinder's
     Python step only where they defer; `compiled=False` runs the hook in
     Python, every walk by `step`. With `system` (harness.linux.process.LinuxSystem)
-    the program is a process: it starts where the system says, ends when
-    it exits (its status is the result), and its first frame has no
-    caller to compare. `memoize=False` (Python hook only)
-    re-walks every frame at every stop (for checking that the memo changes
-    nothing); `observe` sees each verified stop, or with `observe_at` those
-    at these pcs only (the others cost no Python work beyond a set lookup).
-    """
-    if compiled is None:
-        compiled = memoize and kernel.AVAILABLE
-    elif compiled and not kernel.AVAILABLE:
-        raise RuntimeError("compiled=True, but the compiled kernel (harness/verify/csrc) is not built")
+    the program is a process: it starts where the system says, ends when it
+    exits (its status is the result), and its first frame has no caller to
+    compare. `memoize=False` (Python hook only) re-walks every frame at every
+    stop; `observe` sees each verified stop, or with `observe_at` those at
+    these pcs only (the others cost no Python work beyond a set lookup)."""
+    compiled, by_blocks = _hooks_of(compiled, memoize, hooks, every)
     limits = as_limits(limits if budget is None else limits._replace(instructions=budget))
-    emulator = (Emulator(program.segments) if system is None
-                else Emulator(system.segments, system, system.placement))
+    emulator = Emulator(program.segments) if system is None else Emulator(system.segments, system, system.placement)
     result = ProgramResult(program.name, expected=program.expected_result)
     _announce_sentinel(unwinders, emulator)
     run = Verification(program, unwinders, memoize, result)
@@ -204,10 +97,11 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     try:
         try:
             # Which frames never resume, for the walks and for an observer (which judges frames alike).
-            resumes = _resuming_frames(program, system, compiled, limits) if unwinders or observe else None
+            resumes = _resuming_frames(program, system, compiled, limits, by_blocks) if unwinders or observe else None
             wanted = None if observe_at is None else frozenset(observe_at)
             if compiled:
-                _run_compiled(program, unwinders, emulator, run, result, limits, observe, every, shard, resumes, wanted)
+                _run_compiled(program, unwinders, emulator, run, result, limits, observe, every, shard, resumes, wanted,
+                              by_blocks)
             else:
                 _run_in_python(program, emulator, run, result, limits, _only_at(observe, wanted), every, shard, resumes)
         except EmulationFault as fault:
@@ -220,6 +114,17 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         if collecting:
             gc.enable()
     return result
+
+
+def _hooks_of(compiled: bool | None, memoize: bool, hooks: str, every: int) -> tuple[bool, bool]:
+    """(the compiled hook, from block entries) for verify_program's arguments."""
+    if compiled is None:
+        compiled = memoize and kernel.AVAILABLE
+    elif compiled and not kernel.AVAILABLE:
+        raise RuntimeError("compiled=True, but the compiled kernel (harness/verify/csrc) is not built")
+    if hooks not in HOOKS or (hooks == "block" and not compiled):
+        raise ValueError(f"hooks={hooks!r}: one of {', '.join(HOOKS)}, and block hooks need the compiled kernel")
+    return compiled, hooks == "block" or (hooks == "auto" and compiled and every > 1)
 
 
 def _announce_sentinel(unwinders: Sequence[Unwinder], emulator: Emulator) -> None:
@@ -238,7 +143,7 @@ def _only_at(observe, wanted: frozenset[int] | None):
     return lambda stop: stop.pc in wanted and observe(stop)
 
 
-def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limits) -> bytes | None:
+def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limits, by_blocks: bool) -> bytes | None:
     """A first run, of ground truth alone: the frames that resume, a bit per
     serial (harness.verify.groundtruth); None where it faults (the verified
     run then faults alike, comparing every frame's registers up to there)."""
@@ -248,7 +153,7 @@ def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limit
     run = Verification(program, [], True, result)
     try:
         if compiled:
-            return _run_compiled(program, [], emulator, run, result, limits, None, 1, (0, 1))
+            return _run_compiled(program, [], emulator, run, result, limits, None, 1, (0, 1), by_blocks=by_blocks)
         return _run_in_python(program, emulator, run, result, limits, None, 1, (0, 1))
     except EmulationFault:
         return None
@@ -256,7 +161,7 @@ def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limit
 
 def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emulator, run: Verification,
                   result: ProgramResult, limits: abi.Limits, observe, every: int, shard: tuple[int, int],
-                  resumes: bytes | None = None, wanted: frozenset[int] | None = None) -> bytes:
+                  resumes: bytes | None = None, wanted: frozenset[int] | None = None, by_blocks: bool = False) -> bytes:
     """The compiled hook's run; the frames that resumed (a bit per serial)."""
     stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if unwinders else None
     shadow_frames: dict[int, ShadowFrame] = {}  # serial -> frame, unpacked once
@@ -286,12 +191,12 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
     tracer = kernel.Tracer(emulator.engine(program.uses_vfp), stop_kernel and stop_kernel.verifier,
                            emulator.placement.sentinel, program.uses_vfp, every, *shard, run.ids, slow,
                            observe_all, compare_bottom, raise_entries(program), quiet_ranges(program),
-                           resumes, tuple(sorted(wanted or ())))
+                           resumes, tuple(sorted(wanted or ())), by_blocks)
     cap = run.log_cap
     try:
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap)
     finally:  # the stops before a fault count too
-        result.stops = tracer.stops
+        result.stops, result.instructions = tracer.stops, tracer.seen
         causes = [run.kernel_cause(stop_kernel, index, abi.answer(answer), culprit)
                   for index, answer, culprit in tracer.causes()]
         tally = run.tally()
@@ -316,13 +221,13 @@ def _checker(emulator: Emulator, run: Verification, result: ProgramResult, obser
     at least)."""
     every_walk = range(len(run.walks))
     seen = 0
-    shard_index, shard_count = shard
+    verified = chooser(every, shard)
 
     def check(pc: int, regs, cpsr: int, vfp, frames: list[ShadowFrame], in_flight: bool) -> None:
         nonlocal seen
         number = seen
-        seen += 1
-        if number % every or (number // every) % shard_count != shard_index:
+        seen = result.instructions = seen + 1
+        if not verified(number):
             return
         result.stops += 1
         if not every_walk and observe is None:

@@ -162,7 +162,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
     }
     f->r[PC] = ((h.flags & PC_FROM_LR) ? f->r[LR] : f->r[PC]) & ~(int64_t)1;
     f->r[SP] = base + h.end;
-    if ((h.flags & CALLER_ALIGNED8) && (f->r[SP] & 7)) return STEP_DEFER;
+    if ((h.flags & CALLER_ALIGNED8) && (f->r[SP] & 7)) return STEP_GUARD_FAILS;  /* Chrome's check fails the step */
     return caller_ok(callee_sp, callee_pc, f, innermost);
 }
 

@@ -35,6 +35,7 @@ typedef int (*EmuStop)(void *engine);
 typedef int (*HookAdd)(void *engine, size_t *hook, int type, void *callback, void *user_data,
                        uint64_t begin, uint64_t end, ...);
 typedef int (*HookDel)(void *engine, size_t hook);
+typedef int (*Ctl)(void *engine, int control, ...);
 
 enum { IT_BLOCK = 4 };
 
@@ -46,7 +47,10 @@ typedef struct {
     EmuStop emu_stop;
     HookAdd hook_add;
     HookDel hook_del;
+    Ctl ctl;
     int hook_code;  /* the engine's "before every instruction" hook type */
+    int hook_block;  /* its "before every translation block" hook type */
+    int remove_cache;  /* ctl's control word: drop the code translated from [begin, end) */
     int ids[MAX_REGISTERS];  /* r0-r15, cpsr, then d8-d15 when the program uses VFP */
     int count;
 } Engine;
@@ -60,6 +64,17 @@ typedef struct {
 } PcInfo;
 
 typedef struct { uint32_t address; uint8_t state; } SkippedStop;
+
+/* What a sampled run knows of one translation block: as entered at
+ * `address` in one state (Thumb, the IT state), `size` bytes; its
+ * instructions, and its last one (where calls and returns end blocks). */
+typedef struct {
+    uint32_t address, size;
+    uint8_t used, thumb, it_state;
+    uint32_t count;
+    uint32_t last;          /* the last instruction's address */
+    uint8_t call_length, returns, cond, last_size;  /* cond: as its IT state or ARM condition gives it */
+} BlockInfo;
 
 /* Fixed-size keys numbered in order of arrival (open addressing over their bytes). */
 typedef struct {
@@ -160,6 +175,18 @@ typedef struct {
     int guard;          /* GUARD_*: what stopped the run */
     uint32_t guard_pc;
     uint64_t instructions, seen, stops;
+    /* with every > 1: the stop number of the next sample, the samples so
+     * far, the strides' generator (splitmix64); with by_blocks, hooks at
+     * block entries instead of before every instruction */
+    uint64_t next_sample, samples, rng;
+    int by_blocks;
+    BlockInfo *blocks;
+    size_t blocks_size, blocks_used;
+    BlockInfo ended;         /* the block that ran last, if has_ended: its call or return counts at the next entry */
+    int has_ended;
+    int resuming;            /* the next entry is the block a split stopped before: its entry is done */
+    int split_requested;     /* stopped before a block to run up to split_until first */
+    uint32_t split_until, split_low, split_high;
     int ran, halted;
     PyObject *error_type, *error_value, *error_traceback;  /* raised in a callback */
 } Tracer;
@@ -549,10 +576,8 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
     return 0;
 }
 
-/* Verify every unwinder at the stop before the instruction at pc. */
-static int check(Tracer *t, uint32_t pc, uint32_t cpsr) {
-    uint64_t number = t->seen++;
-    if (number % t->every || (number / t->every) % t->shard_count != t->shard_index) return 0;
+/* Verify every unwinder at stop `number`, before the instruction at pc. */
+static int verify_at(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr) {
     t->stops++;
     Py_ssize_t unwinders = t->verifier ? verifier_unwinders(t->verifier) : 0;
     Py_ssize_t deferred[unwinders + 1];
@@ -586,6 +611,17 @@ static int check(Tracer *t, uint32_t pc, uint32_t cpsr) {
     }
     if (deferrals || observed_at(t, pc)) return call_slow(t, number, pc, cpsr, deferred, deferrals);
     return 0;
+}
+
+static int take_sample(Tracer *t, uint32_t pc, uint32_t cpsr);
+
+/* The stop before the instruction at pc, in a run that stops at every
+ * instruction: verified if it is this shard's, and with every > 1 a sample
+ * (harness.verify.sampling). */
+static int check(Tracer *t, uint32_t pc, uint32_t cpsr) {
+    uint64_t number = t->seen++;
+    if (t->every == 1) return number % t->shard_count == t->shard_index ? verify_at(t, number, pc, cpsr) : 0;
+    return number == t->next_sample ? take_sample(t, pc, cpsr) : 0;
 }
 
 /* ------------------------------------------------------------ the hook */
@@ -674,6 +710,19 @@ static int stop_at(Tracer *t, uint32_t pc) {
     return 0;
 }
 
+/* Every register, into the bank the previous stop's are not in; -1 (and
+ * the run failed) when the engine cannot read them. */
+static int read_registers(Tracer *t, uint64_t address) {
+    t->bank ^= 1;
+    t->values = t->banks[t->bank];
+    int status = t->engine.reg_read_batch(t->engine.handle, t->engine.ids, t->pointers[t->bank], t->engine.count);
+    if (!status) return 0;
+    PyErr_Format(PyExc_OSError, "batch register read failed with status %d at pc %#llx", status,
+                 (unsigned long long)address);
+    fail(t);
+    return -1;
+}
+
 static void on_code(void *engine, uint64_t address, uint32_t size, void *user_data) {
     Tracer *t = user_data;
     if (t->halted) return;
@@ -686,21 +735,232 @@ static void on_code(void *engine, uint64_t address, uint32_t size, void *user_da
         int guard = exhausted(t);
         if (guard) { guard_stop(t, guard, (uint32_t)address); return; }
     }
-    t->bank ^= 1;
-    t->values = t->banks[t->bank];
-    int status = t->engine.reg_read_batch(t->engine.handle, t->engine.ids, t->pointers[t->bank], t->engine.count);
-    if (status) {
-        PyErr_Format(PyExc_OSError, "batch register read failed with status %d at pc %#llx", status,
-                     (unsigned long long)address);
-        fail(t);
-        return;
-    }
+    if (read_registers(t, address)) return;
     if (address == t->last_pc && !memcmp(t->banks[0], t->banks[1], t->engine.count * sizeof(uint64_t))) {
         guard_stop(t, GUARD_SELF_LOOP, (uint32_t)address);
         return;
     }
     t->last_pc = address;
     if (stop_at(t, (uint32_t)address)) fail(t);
+}
+
+/* ------------------------------------------------------------ sampled runs
+ *
+ * With every > 1 the run stops at seeded random strides of mean `every`
+ * instructions (each in [1, 2 every - 1], so that no loop aliases with the
+ * sample), and the shadow stack is kept from a hook at the entry of each
+ * translation block instead of one before every instruction: a call or a
+ * return is the last instruction of its block (it writes pc), so what it
+ * did shows at the next entry, and the registers a call frame keeps (sp,
+ * r4-r11, d8-d15) are the same there as at the call. A sample inside a
+ * block is reached by stopping before the block, dropping its translation
+ * and running up to the sampled instruction (the engine's `until`); the
+ * stop there is the entry of the block that follows. Stops are numbered
+ * as in a run that stops at every instruction: a block's instructions,
+ * those an IT block skips included. */
+
+/* splitmix64: a stride of mean `every`, in [1, 2 every - 1]. */
+static uint64_t next_stride(Tracer *t) {
+    uint64_t z = (t->rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return 1 + z % (2 * t->every - 1);
+}
+
+static inline uint8_t it_state_of(uint32_t cpsr) { return (uint8_t)(((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3)); }
+
+/* harness.thumb.encoding.it_advance */
+static inline uint8_t it_advance(uint8_t state) {
+    return (state & 0x7) == 0 ? 0 : (uint8_t)((state & 0xE0) | ((state << 1) & 0x1F));
+}
+
+/* Decode the block [address, address + size) from its entry state. */
+static int decode_block(Tracer *t, BlockInfo *b) {
+    uint8_t state = b->it_state;
+    uint32_t pc = b->address;
+    b->count = 0;
+    while (pc < b->address + b->size) {
+        PcInfo *info = decoded(t, pc, b->thumb);
+        if (!info) return -1;
+        const uint8_t length = b->thumb ? (uint8_t)instruction_size(info->first) : 4;
+        b->last = pc;
+        b->last_size = length;
+        b->call_length = info->call_length;
+        b->returns = info->returns;
+        b->cond = !b->thumb ? info->cond : state ? (uint8_t)(state >> 4) : 0xE;
+        state = info->it_length ? (uint8_t)(info->first & 0xFF) : it_advance(state);
+        pc += length;
+        b->count++;
+    }
+    return 0;
+}
+
+/* The block entered at address (in the state cpsr says), decoded once. */
+static const BlockInfo *block_of(Tracer *t, uint32_t address, uint32_t size, uint32_t cpsr) {
+    const uint8_t thumb = (cpsr & 0x20) != 0, state = thumb ? it_state_of(cpsr) : 0;
+    if (2 * (t->blocks_used + 1) > t->blocks_size) {
+        size_t grown = t->blocks_size ? 2 * t->blocks_size : 4096;
+        BlockInfo *table = PyMem_Calloc(grown, sizeof(BlockInfo));
+        if (!table) { PyErr_NoMemory(); return NULL; }
+        for (size_t i = 0; i < t->blocks_size; i++) {
+            if (!t->blocks[i].used) continue;
+            size_t j = (size_t)(t->blocks[i].address * 2654435761u ^ t->blocks[i].size) & (grown - 1);
+            while (table[j].used) j = (j + 1) & (grown - 1);
+            table[j] = t->blocks[i];
+        }
+        PyMem_Free(t->blocks);
+        t->blocks = table;
+        t->blocks_size = grown;
+    }
+    size_t mask = t->blocks_size - 1, i = (size_t)(address * 2654435761u ^ size) & mask;
+    for (; t->blocks[i].used; i = (i + 1) & mask) {
+        const BlockInfo *b = &t->blocks[i];
+        if (b->address == address && b->size == size && b->thumb == thumb && b->it_state == state) return b;
+    }
+    BlockInfo made = { .address = address, .size = size, .used = 1, .thumb = thumb, .it_state = state };
+    if (decode_block(t, &made)) return NULL;
+    t->blocks[i] = made;
+    t->blocks_used++;
+    return &t->blocks[i];
+}
+
+/* ShadowStack's view at a block's entry: the call or return the block
+ * before ended with (a call frame holds what the registers hold now, but
+ * pc: its return address), then the stop's own follow (observe). */
+static int enter_block(Tracer *t, uint32_t pc, uint32_t cpsr) {
+    const uint64_t *v = t->values;
+    if (!t->depth) {  /* the first stop: the harness's own call into the entry */
+        Expected bottom;
+        frame_of(&bottom, t->sentinel, v, t->uses_vfp);
+        return push(t, &bottom, t->serial);
+    }
+    if (t->has_ended) {
+        const BlockInfo *e = &t->ended;
+        t->has_ended = 0;
+        if (e->returns) {
+            t->return_pending = 1;
+            t->return_fall_through = e->last + e->last_size;
+        }
+        if (e->call_length && condition_holds(e->cond, cpsr)) {  /* flags are as the call saw them */
+            t->serial++;
+            t->call_pending = 1;
+            frame_of(&t->pending_frame, e->last + e->call_length, v, t->uses_vfp);
+            t->pending_serial = t->serial;
+        }
+    }
+    return observe(t, pc, (uint32_t)v[SP]);
+}
+
+/* The sampled stop at stop number `seen`, at pc: verified when it is this shard's. */
+static int take_sample(Tracer *t, uint32_t pc, uint32_t cpsr) {
+    const uint64_t number = t->next_sample, sample = t->samples++;
+    t->next_sample += next_stride(t);
+    if (sample % t->shard_count != t->shard_index) return 0;
+    return verify_at(t, number, pc, cpsr);
+}
+
+/* The address of the block's `index`-th instruction. */
+static int instruction_at(Tracer *t, const BlockInfo *b, uint64_t index, uint32_t *out) {
+    uint32_t pc = b->address;
+    for (uint64_t i = 0; i < index; i++) {
+        PcInfo *info = decoded(t, pc, b->thumb);
+        if (!info) return -1;
+        pc += b->thumb ? (uint32_t)instruction_size(info->first) : 4;
+    }
+    *out = pc;
+    return 0;
+}
+
+static int entered_block(Tracer *t, uint32_t pc, uint32_t size) {
+    const uint32_t cpsr = (uint32_t)t->values[CPSR];
+    const BlockInfo *block = block_of(t, pc, size, cpsr);
+    if (!block) return -1;
+    const int resumed = t->resuming;
+    if (resumed) {
+        t->resuming = 0;  /* its entry was followed before the split */
+    } else {
+        if (enter_block(t, pc, cpsr)) return -1;
+        if (t->depth > t->max_depth) {
+            guard_stop(t, GUARD_DEPTH, pc);
+            return 0;
+        }
+        while (t->next_sample == t->seen) {
+            if (take_sample(t, pc, cpsr)) return -1;
+        }
+    }
+    if (t->next_sample < t->seen + block->count) {  /* a sample inside: run up to it first */
+        if (resumed) {
+            PyErr_Format(PyExc_RuntimeError, "the engine ran the block at %#lx on past the sample at %#lx",
+                         (unsigned long)pc, (unsigned long)t->split_until);
+            return -1;
+        }
+        if (instruction_at(t, block, t->next_sample - t->seen, &t->split_until)) return -1;
+        t->split_low = pc;
+        t->split_high = pc + size;
+        t->split_requested = t->resuming = 1;
+        t->engine.emu_stop(t->engine.handle);
+        return 0;
+    }
+    const uint64_t before = t->instructions;
+    t->seen += block->count;
+    t->instructions += block->count;
+    t->ended = *block;
+    t->has_ended = 1;
+    if (t->instructions > t->budget) {
+        guard_stop(t, GUARD_INSTRUCTIONS, pc);
+    } else if (before / CHECK_EVERY != t->instructions / CHECK_EVERY) {
+        if (PyErr_CheckSignals()) return -1;
+        int guard = exhausted(t);
+        if (guard) guard_stop(t, guard, pc);
+    }
+    return 0;
+}
+
+static void on_block(void *engine, uint64_t address, uint32_t size, void *user_data) {
+    Tracer *t = user_data;
+    if (t->halted) return;
+    if (read_registers(t, address)) return;
+    if (!t->resuming && address == t->last_pc
+        && !memcmp(t->banks[0], t->banks[1], t->engine.count * sizeof(uint64_t))) {
+        guard_stop(t, GUARD_SELF_LOOP, (uint32_t)address);
+        return;
+    }
+    t->last_pc = address;
+    if (entered_block(t, (uint32_t)address, size)) fail(t);
+}
+
+/* The engine's pc, in the form emu_start wants it (bit 0: Thumb). */
+static int resume_pc(Tracer *t, uint64_t *pc) {
+    int ids[2] = { t->engine.ids[PC], t->engine.ids[CPSR] };
+    uint64_t values[2] = {0, 0};
+    void *pointers[2] = { &values[0], &values[1] };
+    int status = t->engine.reg_read_batch(t->engine.handle, ids, pointers, 2);
+    *pc = (values[0] & 0xFFFFFFFF) | ((values[1] >> 5) & 1);
+    return status;
+}
+
+/* A run with block hooks from `begin` to `until`: each split runs up to
+ * its sample, then on; the engine's status of the last start. */
+static int run_by_blocks(Tracer *t, uint64_t begin, uint64_t until) {
+    uint64_t pc = begin, end = until;
+    for (;;) {
+        int status = t->engine.emu_start(t->engine.handle, pc, end, 0, 0);
+        if (status || t->halted || t->error_type) return status;
+        if (t->split_requested) {  /* stopped before a block with a sample inside */
+            t->split_requested = 0;
+            t->engine.ctl(t->engine.handle, t->engine.remove_cache, (uint64_t)t->split_low, (uint64_t)t->split_high);
+            end = t->split_until;
+            if ((status = resume_pc(t, &pc))) return status;
+        } else if (end != until) {  /* at the sample: on from there (the block cut short there may stay
+                                     * translated: the engine checks `until` when a block is entered) */
+            if ((status = resume_pc(t, &pc))) return status;
+            if ((pc & ~(uint64_t)1) != t->split_until) return 0;  /* stopped before it, by the program */
+            end = until;
+        } else {
+            return 0;
+        }
+    }
 }
 
 /* ------------------------------------------------------------ the type */
@@ -717,6 +977,7 @@ static void Tracer_dealloc(Tracer *self) {
     PyMem_Free(self->resumed);
     if (self->has_resumes) PyBuffer_Release(&self->resumes);
     PyMem_Free(self->table);
+    PyMem_Free(self->blocks);
     ranges_clear(&self->classes[0]);
     ranges_clear(&self->classes[1]);
     PyMem_Free(self->raises);
@@ -785,20 +1046,20 @@ static int sorted_pcs(PyObject *tuple, const char *name, uint32_t **values, size
 static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     static char *names[] = {"engine", "verifier", "sentinel", "uses_vfp", "every", "shard_index", "shard_count",
                             "classify", "slow", "observe_all", "compare_bottom", "raises", "quiet", "resumes",
-                            "observed", NULL};
+                            "observed", "by_blocks", NULL};
     PyObject *engine, *verifier, *classify, *slow, *raises = NULL, *quiet = NULL, *resumes = Py_None,
              *observed = NULL;
     unsigned long sentinel;
-    int uses_vfp, observe_all, compare_bottom = 1;
+    int uses_vfp, observe_all, compare_bottom = 1, by_blocks = 0;
     unsigned long long every, shard_index, shard_count;
     if (self->engine.handle) {
         PyErr_SetString(PyExc_TypeError, "a Tracer is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp|pO!O!OO!", names, &PyTuple_Type, &engine, &verifier,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp|pO!O!OO!p", names, &PyTuple_Type, &engine, &verifier,
                                      &sentinel, &uses_vfp, &every, &shard_index, &shard_count, &classify, &slow,
                                      &observe_all, &compare_bottom, &PyTuple_Type, &raises, &PyTuple_Type, &quiet,
-                                     &resumes, &PyTuple_Type, &observed))
+                                     &resumes, &PyTuple_Type, &observed, &by_blocks))
         return -1;
     if (resumes != Py_None) {
         if (PyObject_GetBuffer(resumes, &self->resumes, PyBUF_SIMPLE)) return -1;
@@ -828,9 +1089,12 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
         address_of(engine, ENGINE_EMU_START, (void **)&e.emu_start) ||
         address_of(engine, ENGINE_EMU_STOP, (void **)&e.emu_stop) ||
         address_of(engine, ENGINE_HOOK_ADD, (void **)&e.hook_add) ||
-        address_of(engine, ENGINE_HOOK_DEL, (void **)&e.hook_del))
+        address_of(engine, ENGINE_HOOK_DEL, (void **)&e.hook_del) ||
+        address_of(engine, ENGINE_CTL, (void **)&e.ctl))
         return -1;
     e.hook_code = (int)PyLong_AsLong(PyTuple_GET_ITEM(engine, ENGINE_HOOK_CODE));
+    e.hook_block = (int)PyLong_AsLong(PyTuple_GET_ITEM(engine, ENGINE_HOOK_BLOCK));
+    e.remove_cache = (int)PyLong_AsLong(PyTuple_GET_ITEM(engine, ENGINE_REMOVE_CACHE));
     PyObject *ids = PySequence_Fast(PyTuple_GET_ITEM(engine, ENGINE_REGISTERS), "register ids must be a sequence");
     if (!ids) return -1;
     e.count = (int)PySequence_Fast_GET_SIZE(ids);
@@ -853,6 +1117,7 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     self->sentinel = (uint32_t)sentinel;
     self->uses_vfp = uses_vfp;
     self->every = every;
+    self->by_blocks = by_blocks;
     self->shard_index = shard_index;
     self->shard_count = shard_count;
     Py_INCREF(classify);
@@ -894,11 +1159,18 @@ static PyObject *Tracer_run(Tracer *self, PyObject *args) {
     self->max_depth = depth;
     self->log_cap = (size_t)log_cap;
     clock_gettime(CLOCK_MONOTONIC, &self->started);
+    self->rng = self->every;  /* the same strides for every run of a program */
+    self->next_sample = self->every > 1 ? next_stride(self) - 1 : 0;
+    if (self->by_blocks && !self->verifier && !self->observe_all) self->next_sample = UINT64_MAX;  /* ground truth alone */
     size_t hook = 0;
-    int status = self->engine.hook_add(self->engine.handle, &hook, self->engine.hook_code, (void *)on_code, self,
-                                       (uint64_t)1, (uint64_t)0);
-    if (status) return PyErr_Format(PyExc_OSError, "adding the code hook failed with status %d", status);
-    status = self->engine.emu_start(self->engine.handle, begin, until, 0, 0);
+    int status = self->by_blocks
+        ? self->engine.hook_add(self->engine.handle, &hook, self->engine.hook_block, (void *)on_block, self,
+                                (uint64_t)1, (uint64_t)0)
+        : self->engine.hook_add(self->engine.handle, &hook, self->engine.hook_code, (void *)on_code, self,
+                                (uint64_t)1, (uint64_t)0);
+    if (status) return PyErr_Format(PyExc_OSError, "adding the tracer's hook failed with status %d", status);
+    status = self->by_blocks ? run_by_blocks(self, begin, until)
+                           : self->engine.emu_start(self->engine.handle, begin, until, 0, 0);
     self->engine.hook_del(self->engine.handle, hook);
     if (self->error_type) {
         PyErr_Restore(self->error_type, self->error_value, self->error_traceback);
@@ -1013,6 +1285,10 @@ static PyObject *Tracer_stops(Tracer *self, void *unused) {
     return PyLong_FromUnsignedLongLong(self->stops);
 }
 
+static PyObject *Tracer_seen(Tracer *self, void *unused) {
+    return PyLong_FromUnsignedLongLong(self->seen);
+}
+
 static PyObject *Tracer_resumed(Tracer *self, PyObject *unused) {
     (void)unused;
     return PyBytes_FromStringAndSize((const char *)self->resumed, (Py_ssize_t)self->resumed_capacity);
@@ -1029,6 +1305,8 @@ static PyMethodDef Tracer_methods[] = {
 
 static PyGetSetDef Tracer_getset[] = {
     {"stops", (getter)Tracer_stops, NULL, "Stops verified.", NULL},
+    {"seen", (getter)Tracer_seen, NULL, "Stops run past, verified or not: the instructions run, "
+                                        "those an IT block skips included.", NULL},
     {NULL}
 };
 

@@ -1,0 +1,110 @@
+"""One program's verification, whichever hook drives it (harness.verify.stops):
+the verdicts of the walks made in Python, tallied by where the stop is and
+why a walk failed, and the causes of the compiled kernel's failing answers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import partial
+from typing import Sequence
+
+from harness.classify import Classifier, Where, in_flight_where
+from harness.program import Program
+from harness.unwind.frame import Frame
+from harness.unwind.walk import Unwinder
+from harness.verify import abi, kernel
+from harness.verify.failures import FailureCause, Outcome, ProgramResult, WalkLog, generic, is_stop, mismatch_of
+from harness.verify.groundtruth import ShadowFrame
+from harness.verify.walks import MemoizedWalk, chain_frames, first_difference
+
+
+class Verification:
+    """One program's verification, whichever hook drives it: the verdicts of
+    walks in Python, and the causes of the kernel's failing answers."""
+
+    def __init__(self, program: Program, unwinders: Sequence[Unwinder], memoize: bool, result: ProgramResult):
+        self.classify = Classifier(program.function_at, program.module_at)
+        self.names = [u.name for u in unwinders]
+        self.chains = {index: u for index, u in enumerate(unwinders) if hasattr(u, "step_by")}
+        self.methods = result.methods
+        self.walks = [MemoizedWalk(u) if memoize else partial(first_difference, u) for u in unwinders]
+        self.counts = result.counts
+        self.stop_classes: dict[tuple[frozenset[str], str], int] = {}  # (traits, position) -> the kernel's tally
+        self.wheres: list[Where] = []  # by the id the kernel knows them by
+        self._where_ids: dict[Where, int] = {}
+        self.log = WalkLog()  # the failing walks in Python
+        self.log_cap = abi.FAILURE_LOG_CAP  # entries in `log`, at most; the rest are tallied in `unlogged`
+        self.unlogged: Counter = Counter()  # (where, cause) -> failing walks in Python past the cap
+        self._causes: dict[FailureCause, FailureCause] = {}  # each cause of walks in Python, once
+
+    def where(self, pc: int, in_flight: bool) -> Where:
+        """pc's (function, traits, position) at a stop, `in_flight` with
+        an exception on its way to a landing pad (groundtruth.ShadowStack)."""
+        where = self.classify(pc)
+        return in_flight_where(where) if in_flight else where
+
+    def ids(self, pc: int, in_flight: bool = False) -> tuple[int, int, int, int]:
+        """(stop class, where id) of a stop at pc, for the kernel, and the
+        pcs [low, high) that share them."""
+        where, low, high = self.classify.span(pc)
+        if in_flight:
+            where = in_flight_where(where)
+        where_id = self._where_ids.get(where)
+        if where_id is None:
+            where_id = self._where_ids[where] = len(self.wheres)
+            self.wheres.append(where)
+        return self.stop_classes.setdefault((where[1], where[2]), len(self.stop_classes)), where_id, low, high
+
+    def failure_cause(self, unwinder: str, outcome: Outcome, frame_pc: int) -> FailureCause:
+        """The cause of a failing walk (frame, kind, register, detail) whose
+        wrong frame is at frame_pc, with the function it is in (a caller's
+        pc is a return address: its call lies one byte before)."""
+        frame_index, kind, register, detail = outcome
+        culprit, culprit_traits, _ = self.classify(frame_pc if frame_index == 0 else frame_pc - 1)
+        return FailureCause(unwinder, kind, frame_index, culprit, register, detail, culprit_traits)
+
+    def kernel_cause(self, stop_kernel: kernel.StopKernel, index: int, answer: abi.Answer, culprit: int) -> FailureCause:
+        """The cause of the kernel's failing `answer` for unwinder `index`; a
+        mismatch's is shared wherever the wrong frame is in the same function
+        (`culprit`, a where id), its values given apart."""
+        if isinstance(answer, abi.Mismatch):
+            function, traits, _ = self.wheres[culprit]
+            kind, register_name = mismatch_of(answer.register)
+            return FailureCause(self.names[index], kind, answer.frame, function, register_name, "", traits)
+        return self.failure_cause(self.names[index], stop_kernel.outcome(answer), answer.pc)
+
+    def walk(self, number: int, pc: int, indices, frame: Frame, stack, expected: Sequence[ShadowFrame],
+             in_flight: bool = False) -> None:
+        """The unwinders `indices` walk the stop in Python."""
+        where = self.where(pc, in_flight)
+        for index in indices:
+            if index in self.chains:
+                for (method, right), frames in chain_frames(self.chains[index], frame, stack, expected).items():
+                    self.methods[(self.names[index], method, right)] += frames
+            outcome = self.walks[index](frame, stack, expected)
+            if outcome is None:
+                self.counts[(self.names[index], where[1], where[2], None)] += 1
+                continue
+            cause, wording = self.shared(self.failure_cause(self.names[index], outcome,
+                                                            pc if outcome[0] == 0 else expected[outcome[0] - 1].pc))
+            if len(self.log) < self.log_cap and not is_stop(cause):
+                self.log.append(number, index, pc, where, cause, wording)
+            else:  # past the cap, or a stop in a library: tallied only
+                self.unlogged[(where, cause)] += 1
+
+    def shared(self, cause: FailureCause) -> tuple[FailureCause, str | None]:
+        """The cause with the numbers of its wording left out, one object for
+        every walk that fails alike, and the wording where it had numbers
+        (a log entry keeps that): a walk in Python that fails at every stop
+        (vsp below sp at a new address each time) would otherwise make each
+        stop's cause, and its tally, its own, hundreds of bytes a stop."""
+        shared = generic(cause.detail)
+        wording = None if shared == cause.detail else cause.detail
+        key = cause if wording is None else cause._replace(detail=shared)
+        return self._causes.setdefault(key, key), wording
+
+    def tally(self) -> Counter:
+        """(where, cause) -> stops, of the walks in Python, logged or not."""
+        tally = self.log.tally()
+        tally.update(self.unlogged)
+        return tally

@@ -1,0 +1,91 @@
+"""Sampled runs (harness.verify.sampling, csrc/trace.c): the strides, the
+shards, and the shadow stack kept from block entries, held to the one kept
+before every instruction (the reference) at every stop of generated,
+compiled and Linux programs."""
+
+from __future__ import annotations
+
+import itertools
+from functools import partial
+
+import pytest
+
+from generators.corpus import generate_program
+from harness.elf_program import program_from_elf
+from harness.linux.corpus import linux_entries, linux_run
+from harness.linux.verify import verify_process
+from harness.manifest import ELF_CORPUS, elf_builds
+from harness.runner import LINUX_LIMITS
+from harness.unwind import build_unwinders
+from harness.verify import kernel
+from harness.verify.sampling import chooser, sampled_stops, strides
+from harness.verify.stops import verify_program
+
+needs_kernel = pytest.mark.skipif(not kernel.AVAILABLE, reason="block hooks are the compiled kernel's")
+
+
+@pytest.mark.parametrize("every", [2, 10, 1000])
+def test_strides_lie_in_1_to_2n_minus_1_and_average_n(every):
+    drawn = list(itertools.islice(strides(every), 50_000))
+    assert min(drawn) == 1 and max(drawn) == 2 * every - 1
+    assert abs(sum(drawn) / len(drawn) - every) < 0.02 * every
+
+
+def test_every_one_is_every_stop_and_shards_split_the_samples():
+    assert list(itertools.islice(sampled_stops(1), 5)) == [0, 1, 2, 3, 4]
+    samples = set(itertools.takewhile(lambda n: n < 100_000, sampled_stops(7)))
+    shards = [{n for n in range(100_000) if verified(n)} for verified in (chooser(7, (i, 3)) for i in range(3))]
+    assert set().union(*shards) == samples and sum(map(len, shards)) == len(samples)
+    assert all(abs(len(shard) - len(samples) / 3) <= 1 for shard in shards)  # the i-th sample is shard i % 3's
+
+
+def observed_run(run, hooks: str) -> tuple:
+    """A run's results and every stop it showed its observer."""
+    seen = []
+    result = run(hooks=hooks, observe=lambda stop: seen.append((stop.pc, stop.frame.r, stop.frame.d, stop.expected)))
+    return result, seen
+
+
+def assert_same_runs(run) -> None:
+    blocks, by_blocks = observed_run(run, "block")
+    instructions, by_instructions = observed_run(run, "instruction")
+    assert blocks.stops == instructions.stops > 0 and blocks.fault is None and blocks.self_check_ok
+    assert by_blocks == by_instructions  # pc, registers and the whole shadow stack at every stop
+    assert blocks.counts == instructions.counts and blocks.failures == instructions.failures
+    assert blocks.methods == instructions.methods
+
+
+@needs_kernel
+@pytest.mark.parametrize("seed, index", [(0, 0), (0, 3), (7, 1), (11, 2), (5, 7)])
+def test_block_hooks_keep_the_shadow_stack_at_every_stop_of_generated_programs(seed, index):
+    program = generate_program(seed, index)
+    assert_same_runs(partial(verify_program, program, build_unwinders(program)))
+
+
+@needs_kernel
+@pytest.mark.parametrize("build", elf_builds(), ids=lambda build: build["file"])
+def test_block_hooks_keep_the_shadow_stack_at_every_stop_of_compiled_programs(build):
+    program = program_from_elf(str(ELF_CORPUS / build["file"]), build["entry"], build["expected_checksum"])
+    assert_same_runs(partial(verify_program, program, build_unwinders(program, ["v2", "exidx", "chain"])))
+
+
+@needs_kernel
+@pytest.mark.parametrize("every", [3, 1000])
+def test_sampled_stops_are_those_of_a_run_that_stops_at_every_instruction(every):
+    """A sampled run's verdicts at its stops are those of a full run there."""
+    program = program_from_elf(str(ELF_CORPUS / "clang-O2-fp.elf"), "entry")
+    unwinders = ["v2", "exidx", "framepointer", "chain"]
+    full, seen = observed_run(partial(verify_program, program, build_unwinders(program, unwinders)), "instruction")
+    sampled, picked = observed_run(partial(verify_program, program, build_unwinders(program, unwinders), every=every),
+                                   "auto")
+    numbers = list(itertools.islice(sampled_stops(every), sampled.stops))
+    assert picked == [seen[n] for n in numbers]
+    assert {f for f in sampled.failures} == {f for f in full.failures if f.stop in set(numbers)}
+
+
+@needs_kernel
+@pytest.mark.parametrize("entry", linux_entries("slice"), ids=lambda entry: entry["name"])
+def test_block_hooks_keep_the_shadow_stack_in_linux_processes(entry):
+    names = ["v2", "chain"]
+    assert_same_runs(partial(verify_process, linux_run(entry), names, partial(build_unwinders, names=names),
+                             every=97, limits=LINUX_LIMITS))
