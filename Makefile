@@ -38,6 +38,13 @@ linux-corpus: toolchains linux-sysroot
 	bash corpus/linux/debian.sh
 	python3 corpus/linux/record.py --check
 
+# The whole Linux corpus as a profiler samples it: every unwinder verified at
+# seeded random strides of mean 1000 instructions, the shadow stack kept from
+# block entries (harness.verify.sampling); one generated program alongside.
+.PHONY: linux-sampled
+linux-sampled: setup linux-corpus
+	$(VENV)/bin/unwind-harness run --programs 1 --no-elf --linux all --linux-every 1000 --json reports/linux-sampled.json
+
 # The test suite, then the main job checked against the committed baseline
 # (CI runs exactly this).
 test: setup toolchains linux-slice

@@ -13,13 +13,16 @@ from hypothesis import strategies as st
 
 from generators.corpus import generate_program
 from harness.elf_program import program_from_elf
+from harness.formats import ehabi
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.registers import SP
 from harness.thumb.encoding import may_start_epilogue
 from harness.unwind import UNWINDER_NAMES, build_unwinders
+from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, Stack
-from harness.unwind.rule import Rule
-from harness.unwind.walk import walk
+from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule, RuleRange
+from harness.unwind.v2_chrome import ChromeV2Unwinder, chrome_rule
+from harness.unwind.walk import ALL_CALLEE_SAVED, walk
 from harness.verify import abi, kernel
 from harness.verify.emulator import SENTINEL, Emulator
 from harness.verify.failures import FailureLog, difference, failure_of
@@ -343,8 +346,12 @@ def test_rules_pack_to_what_the_kernel_reads():
                 pc_from_lr=False, aligned=True)
     packed_rule = pack_rule(rule)
     words = [int.from_bytes(packed_rule[i : i + 4], "little", signed=True) for i in range(0, len(packed_rule), 4)]
-    assert words == [1 | 4, 7, -1, -4, 16, 0, 12, 2, 1, 4, 0, 15, 4, 8, 8]
+    assert words == [1 | 4, 7, -1, -4, 16, 0, 12, 2, 1, 0, 0, 0, 4, 0, 15, 4, 8, 8]
     assert pack_rule(Rule(index=3))[8:12] == (3).to_bytes(4, "little")
+    # Loads from sp before the base (a frame saving r8-r11 below its {r7, lr} record): counted, bounded, first.
+    two_bases = pack_rule(Rule(base=7, loads=((14, 4),), pre_loads=((8, 0), (9, 4)), pre_bounds=(0, 8)))
+    words = [int.from_bytes(two_bases[i : i + 4], "little", signed=True) for i in range(0, len(two_bases), 4)]
+    assert words[7:12] == [1, 0, 2, 0, 8] and words[12:] == [8, 0, 9, 4, 14, 4]
 
 
 def test_a_failing_rule_is_reported_with_its_reason():
@@ -450,3 +457,55 @@ def test_without_the_kernel_the_cli_says_so_and_verifies_in_python(monkeypatch, 
                      "--reports", str(tmp_path)]) == 0
     assert "compiled kernel (harness/verify/csrc) is not built" in capsys.readouterr().err
     assert (tmp_path / "latest.json").exists()
+
+
+# ------------------------------------------- runs from sp, then from a register
+
+
+TWO_BASES = (ehabi.Pop((8, 9, 10, 11)), ehabi.SetVsp(7), ehabi.VspAdd(-12), ehabi.Pop((4, 5, 6, 7, 14)), ehabi.FINISH)
+
+
+class RunUnwinder:
+    """One EHABI run everywhere, stepped as `exidx` does, or as Chrome's runtime does."""
+
+    def __init__(self, run, chrome: bool):
+        self.run, self.chrome, self.name = run, chrome, "v2-chrome" if chrome else "exidx"
+        self.restores = ChromeV2Unwinder.restores if chrome else ALL_CALLEE_SAVED
+        self.reader = ChromeV2Unwinder.__new__(ChromeV2Unwinder)
+        self.reader._found = lambda pc: (run, 0, 1 << 32)
+
+    def step(self, frame, stack, innermost):
+        if self.chrome:
+            return ChromeV2Unwinder.step(self.reader, frame, stack, innermost)
+        return caller_by_run(self.run, frame, stack, innermost)
+
+    def rule_at(self, pc, innermost):
+        return RuleRange(chrome_rule(self.run) if self.chrome else rule_of_run(self.run), NOWHERE, EVERYWHERE)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.booleans(), st.integers(0, SIZE // 4 - 1), st.integers(-8, SIZE // 4 + 8), st.integers(0, 2**32 - 1),
+       st.sampled_from([0, 1, 2]), st.integers(0, 3))
+def test_the_kernel_takes_the_register_after_the_loads_from_sp(chrome, sp_word, r7_word, seed, skew, which):
+    """`pop {r8-r11}; vsp = r7; vsp -= 12; pop {r4-r7, lr}` (clang's Thumb
+    frames saving r8-r11 below their record) is one rule with loads from sp
+    first; the kernel says what the interpreter and Chrome's runtime say,
+    r7 anywhere (below sp, outside the stack, misaligned), or defers."""
+    assert rule_of_run(TWO_BASES).pre_loads == ((8, 0), (9, 4), (10, 8), (11, 12)) and chrome_rule(TWO_BASES)
+    rng = random.Random(seed)
+    data = bytes(rng.getrandbits(8) for _ in range(SIZE))
+    sp, r7 = BASE + 4 * sp_word + (skew if which == 0 else 0), BASE + 4 * r7_word + (skew if which == 1 else 0)
+    regs = [rng.getrandbits(32) for _ in range(13)] + [sp, 0x1235, 0x1000]
+    regs[7] = r7
+    unwinder = RunUnwinder(TWO_BASES, chrome)
+    frame = Frame(r=tuple(regs), d=(None,) * 32)
+    stack = Stack(sp, data[sp - BASE:], BASE + SIZE)
+    walked = python_walk(unwinder, frame, stack, 1)
+    expected = [shadow_of(f, False) for f in walked] or [ShadowFrame(0x1234, sp + 8, (0,) * 8, None)]
+    if walked and which == 3:
+        expected[0] = differing(expected[0], rng.randrange(0, 10))
+    stop_kernel = kernel.StopKernel([unwinder], bytearray(data), BASE, BASE + SIZE)
+    answer = only_answer(stop_kernel.check(regs, regs[15], 0, None, sp, packed(expected[0]), 0))
+    if answer is not kernel.DEFER:
+        want = first_difference(unwinder, frame, stack, expected)
+        assert (None if answer is None else outcome(stop_kernel, answer)) == want

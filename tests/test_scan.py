@@ -123,12 +123,12 @@ def test_a_chain_rule_packs_its_alternatives_after_its_header():
     scan = Rule(scan_window=256, scan_sites=sites, guard_failure=lambda *_: ("no_info", "x"))
     packed_rule = pack_rule(Rule(alternatives=(LEAF, scan, None)), lambda table: 5 if table is sites else -1)
     words = struct.unpack(f"<{len(packed_rule) // 4}i", packed_rule)
-    header = 9  # abi.RULE_HEADER's fields
-    assert words[:header] == (abi.CHAIN, 13, -1, 0, 0, 0, 3, 0, 0)  # three alternatives
+    header = 12  # abi.RULE_HEADER's fields
+    assert words[:header] == (abi.CHAIN, 13, -1, 0, 0, 0, 3, 0, 0, 0, 0, 0)  # three alternatives
     assert words[header] == 4 * header and words[header + 1] == abi.PC_FROM_LR  # LEAF: a header alone
     scan_at = 2 * header + 1
     assert words[scan_at] == 4 * header  # the scan: a header naming site table 5 and its window
-    assert words[scan_at + 1:scan_at + 1 + header] == (abi.SCAN | abi.GUARD_FAILS, 13, 5, 0, 0, 256, 0, 0, 0)
+    assert words[scan_at + 1:scan_at + 1 + header] == (abi.SCAN | abi.GUARD_FAILS, 13, 5, 0, 0, 256, 0, 0, 0, 0, 0, 0)
     assert words[scan_at + 1 + header:] == (0,)  # None: nothing, and the kernel defers there
     assert pack_rule(scan) is None  # a scan needs the Verifier's table of its sites
 

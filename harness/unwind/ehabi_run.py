@@ -27,8 +27,12 @@ def caller_by_run(ops: tuple[ehabi.Op, ...], frame: Frame, stack: StackReader, i
 def rule_of_run(ops: tuple[ehabi.Op, ...]) -> Rule | None:
     """The kernel's rule for a run: its flat form, guarded by the vsp range
     it passes through (None where only the interpreter will do)."""
-    flat = ehabi.flatten(ops)
+    flat, first = ehabi.flatten(ops), None
     if flat is None:
-        return None
+        split = ehabi.flatten_two(ops)
+        if split is None:
+            return None
+        first, flat = split
     return Rule(base=flat.base, loads=flat.loads, vfp_loads=flat.vfp_loads, end=flat.end,
-                bounds=(flat.lowest, flat.highest), pc_from_lr=not flat.pc_popped)
+                bounds=(flat.lowest, flat.highest), pc_from_lr=not flat.pc_popped,
+                pre_loads=first.loads if first else (), pre_bounds=(first.lowest, first.highest) if first else None)

@@ -14,6 +14,9 @@ frames and stacks for the rules of real programs.
 
 The kernel applies a rule as follows (`base` is r[base] + offset, or with
 an `index` register, (r[base] + r[index]) mod 2**32 + offset):
+0. `pre_loads` read the stack at the frame's sp + offset first (the kernel
+   defers unless sp is 4-byte aligned and `pre_bounds` lie in the stack),
+   and `base` is taken after them;
 1. a failure rule fails the step with its (kind, reason);
 2. guards: `bounds` (both base + lowest and base + highest inside the
    stack), `aligned` (base % 4 == 0), `above_sp` (base >= sp). If one fails,
@@ -71,6 +74,8 @@ class Rule:
     scan_window: int = 0  # a scan: bytes from sp up (see the module)
     scan_sites: ReturnAddresses | None = None  # a scan's return addresses
     alternatives: tuple[Rule | None, ...] = ()  # a chain's rules, in the order tried (see the module)
+    pre_loads: tuple[tuple[int, int], ...] = ()  # (core register, offset from the frame's sp), read first
+    pre_bounds: tuple[int, int] | None = None  # (lowest, highest) offsets from sp that must lie in the stack
 
 
 class ReturnAddresses:

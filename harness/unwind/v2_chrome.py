@@ -102,21 +102,29 @@ def _check_vsp(vsp: int, frame_sp: int, stack: StackReader) -> None:
 def chrome_rule(run: Run) -> Rule | None:
     """The kernel's rule for a run under Chrome's checks: the run's rule,
     failing where vsp goes below the frame's sp on the way (sp-based), or
-    guarded above it (a run from a register), with the caller's sp 8-byte
-    aligned; None (the step decides) where vsp's path is not fixed."""
+    guarded above it (a run from a register: its base moved down to the
+    lowest vsp the run passes through, so that the guard covers them all),
+    with the caller's sp 8-byte aligned; None (the step decides) where
+    vsp's path is not fixed."""
     rule = rule_of_run(run)
     if rule is None:
         return None
-    vsp, from_register = 0, False
+    vsp, from_register, lowest = 0, False, 0
     for op in run:
         if isinstance(op, ehabi.SetVsp):
-            vsp, from_register = 0, True
+            vsp, from_register, lowest = 0, True, 0
         elif isinstance(op, ehabi.VspAdd):
             vsp += op.amount
         elif isinstance(op, ehabi.Pop):
             if SP in op.regs:
                 return None
             vsp += 4 * len(op.regs)
-        if vsp < 0:
-            return None if from_register else failing("limit", "vsp went below the frame's sp")
+        lowest = min(lowest, vsp)
+        if vsp < 0 and not from_register:
+            return failing("limit", "vsp went below the frame's sp")
+    if lowest:  # from a register: every vsp is at or above base + lowest
+        rule = replace(rule, offset=rule.offset + lowest, end=rule.end - lowest,
+                       loads=tuple((reg, offset - lowest) for reg, offset in rule.loads),
+                       vfp_loads=tuple((reg, offset - lowest) for reg, offset in rule.vfp_loads),
+                       bounds=(rule.bounds[0] - lowest, rule.bounds[1] - lowest))
     return replace(rule, above_sp=from_register, aligned=from_register, caller_aligned8=True)

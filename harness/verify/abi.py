@@ -50,10 +50,12 @@ class Layout(NamedTuple):
         return f"typedef struct {{ {members} }} __attribute__((packed)) {self.name};"
 
 
-# A rule (harness.unwind.rule.Rule): this header, then `loads` core and
-# `vfp_loads` VFP Loads. `index` is -1 for none.
+# A rule (harness.unwind.rule.Rule): this header, then `pre_loads` core
+# Loads from sp, `loads` core and `vfp_loads` VFP Loads from the base.
+# `index` is -1 for none.
 RULE_HEADER = Layout("RuleHeader", tuple(Field(name, "int32_t") for name in (
-    "flags", "base", "index", "offset", "end", "lowest", "highest", "loads", "vfp_loads")))
+    "flags", "base", "index", "offset", "end", "lowest", "highest", "loads", "vfp_loads",
+    "pre_loads", "pre_lowest", "pre_highest")))
 LOAD = Layout("Load", (Field("reg", "int32_t"), Field("offset", "int32_t")))
 # One shadow frame (harness.verify.groundtruth.ShadowFrame): r = r4-r11, d = d8-d15.
 EXPECTED = Layout("Expected", (Field("pc", "uint32_t"), Field("sp", "uint32_t"), Field("r", "uint32_t", 8),

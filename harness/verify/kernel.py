@@ -53,13 +53,13 @@ def pack_rule(rule: Rule, site_table: Callable[[ReturnAddresses], int] | None = 
             return None
         packed = [None if alternative is None or alternative.alternatives else pack_rule(alternative, site_table)
                   for alternative in rule.alternatives]
-        header = _HEADER.pack(abi.CHAIN, SP, -1, 0, 0, 0, len(packed), 0, 0)
+        header = _HEADER.pack(abi.CHAIN, SP, -1, 0, 0, 0, len(packed), 0, 0, 0, 0, 0)
         return header + b"".join(struct.pack("<i", len(p or b"")) + (p or b"") for p in packed)
     if rule.scan_window:
         if site_table is None or rule.scan_sites is None:
             return None
         flags = abi.SCAN | (abi.GUARD_FAILS if rule.guard_failure is not None else 0)
-        return _HEADER.pack(flags, SP, site_table(rule.scan_sites), 0, 0, rule.scan_window, 0, 0, 0)
+        return _HEADER.pack(flags, SP, site_table(rule.scan_sites), 0, 0, rule.scan_window, 0, 0, 0, 0, 0, 0)
     return _pack_plain(rule)
 
 
@@ -73,9 +73,10 @@ def _pack_plain(rule: Rule) -> bytes | None:
         (abi.NO_INFO, rule.failure is not None and rule.failure[0] == "no_info"),
         (abi.CALLER_ALIGNED8, rule.caller_aligned8)) if on)
     lowest, highest = rule.bounds or (0, 0)
+    pre_lowest, pre_highest = rule.pre_bounds or (0, 0)
     fields = (flags, rule.base, -1 if rule.index is None else rule.index, rule.offset, rule.end, lowest, highest,
-              len(rule.loads), len(rule.vfp_loads))
-    pairs = rule.loads + rule.vfp_loads
+              len(rule.loads), len(rule.vfp_loads), len(rule.pre_loads), pre_lowest, pre_highest)
+    pairs = rule.pre_loads + rule.loads + rule.vfp_loads
     if not all(value in INT32 for value in (*fields, *(v for pair in pairs for v in pair))):
         return None
     return _HEADER.pack(*fields) + b"".join(_LOAD.pack(*pair) for pair in pairs)

@@ -86,6 +86,21 @@ class Flat(NamedTuple):
     pc_popped: bool
 
 
+def flatten_two(ops: Sequence[Op]) -> tuple[Flat, Flat] | None:
+    """A run that pops from sp and then sets vsp from a register, each part
+    flat (clang's Thumb frames that save r8-r11 below their {r7, lr}
+    record: `pop {r8-r11}; vsp = r7; vsp -= 12; pop {r4-r7, lr}`): the part
+    from sp (core loads only) and the part from the register, whose value
+    is read after the first part's loads; None for any other run."""
+    at = next((number for number, op in enumerate(ops) if type(op) is SetVsp), 0)
+    if at == 0:
+        return None
+    first, rest = flatten((*ops[:at], Finish())), flatten(ops[at:])
+    if first is None or rest is None or first.vfp_loads or first.pc_popped:
+        return None
+    return first, rest
+
+
 def flatten(ops: Sequence[Op]) -> Flat | None:
     """The flat form of a run, or None where only `execute` will do (a
     popped sp, a later `vsp = rN`, refuse-to-unwind, no finish)."""

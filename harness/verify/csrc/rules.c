@@ -127,6 +127,17 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
     if (h.flags & SCAN) return scan_step(&h, f, innermost, s, base_out);
     if (h.base < 0 || h.base > 15 || h.index < -1 || h.index > 15) return STEP_DEFER;
     const int64_t callee_sp = f->r[SP], callee_pc = f->r[PC];
+    const Load *loads = (const Load *)(rule + sizeof h);
+    if (h.pre_loads) {  /* read from sp before the base is taken */
+        if ((callee_sp & 3) || !contains(s, callee_sp + h.pre_lowest) || !contains(s, callee_sp + h.pre_highest))
+            return STEP_DEFER;
+        for (int i = 0; i < h.pre_loads; i++) {
+            Load l;
+            memcpy(&l, &loads[i], sizeof l);
+            if (l.reg < 0 || l.reg > 15 || !read32(s, callee_sp + l.offset, &f->r[l.reg])) return STEP_DEFER;
+        }
+        loads += h.pre_loads;
+    }
     int64_t base = (h.index < 0 ? f->r[h.base] : (f->r[h.base] + f->r[h.index]) & 0xFFFFFFFF) + h.offset;
     *base_out = base;
     int guarded = 1;
@@ -144,7 +155,6 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
         return (h.flags & GUARD_FAILS) ? STEP_GUARD_FAILS : STEP_DEFER;
     }
     if ((h.flags & OUTSIDE_IT) && it_state(cpsr)) return STEP_DEFER;
-    const Load *loads = (const Load *)(rule + sizeof h);
     for (int i = 0; i < h.loads; i++) {
         Load l;
         memcpy(&l, &loads[i], sizeof l);
