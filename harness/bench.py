@@ -11,8 +11,8 @@ target in a test.
 2. Unwinder step cost: microseconds per frame over the same recorded stops,
    for each unwinder, and a v2 variant with a small direct-mapped pc cache.
 3. The v2 encoder at Chrome's scale, on a synthetic text drawn from the
-   functions of the compiled corpus, in a fresh process (for its peak memory).
-4. The v2 reader at that scale: lookups per second over random pcs.
+   functions of the compiled corpus, in a fresh process (for its peak
+   memory), and 4. the v2 reader at that scale (harness.bench_scale).
 5, 6. Table sizes: rows from code, and epilogue rows against `drop`
    (harness.bench_sizes).
 """
@@ -22,22 +22,18 @@ from __future__ import annotations
 import datetime
 import gc
 import os
-import random
-import resource
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from multiprocessing import get_context
 
 from generators.corpus import generate_program
 from harness.bench_sampling import SAMPLED_EVERY, sampling_figures, sampling_rows
+from harness.bench_scale import encode_at_scale, lookups
 from harness.bench_sizes import epilogue_rows, synthesis_at_scale, synthesis_binary
 from harness.formats import chrome_v2
-from harness.formats.dwarf_cfi import read_cfi
-from harness.formats.elf import open_elf
-from harness.manifest import ELF_CORPUS
-from harness.program import CfiRow, FunctionCfi, Program
+from harness.program import Program
 from harness.report.summary import summarize
 from harness.unwind import build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder
@@ -50,7 +46,6 @@ from harness.verify.stops import DEFAULT_BUDGET, ObservedStop, verify_program
 
 # Chrome is built by clang with optimization for size or speed: its functions
 # are drawn from these builds.
-SHAPE_BUILDS = ("clang-O2-fp", "clang-O2-nofp", "clang-Os-fp", "clang-Os-nofp")
 CHROME = {"bytes": 1_800_000, "functions": 389_694, "addresses": 816_686}
 PC_CACHE_ENTRIES = 509
 
@@ -243,77 +238,6 @@ def step_cost(programs: Sequence[Program], wanted: int, rounds: int = 5) -> dict
         "step_cost_ratio_dwarf_over_v2": step_us["dwarf"] / step_us["v2"],
         "cache_hit_rate": hit_rate,
     }
-
-
-# ------------------------------------------------------------ 3, 4. scale
-
-
-def function_shapes() -> list[tuple[int, tuple]]:
-    """(size, rows relative to the start) of every function of the shape builds."""
-    shapes = []
-    for build in SHAPE_BUILDS:
-        for function in read_cfi(open_elf(str(ELF_CORPUS / f"{build}.elf"))):
-            rows = tuple(replace(r, address=r.address - function.start) for r in function.rows)
-            shapes.append((function.end - function.start, rows))
-    return shapes
-
-
-def synthetic_text(count: int, seed: int = 0, base: int = 0x10000) -> list[FunctionCfi]:
-    """`count` functions laid end to end, each a copy of a corpus function
-    drawn at random (so rows per function and row shapes follow the corpus)."""
-    shapes = function_shapes()
-    rng = random.Random(seed)
-    functions, address = [], base
-    for number in range(count):
-        size, rows = rng.choice(shapes)
-        end = address + size
-        functions.append(FunctionCfi(f"f{number}", address, end, rows_at(rows, address)))
-        address = end  # the same int object: this function's end, the next one's start
-    return functions
-
-
-def rows_at(shape: tuple[CfiRow, ...], start: int) -> tuple[CfiRow, ...]:
-    """A shape's rows (relative to 0) moved to `start`. The input is most of
-    the encode's peak memory, so copies share what they can: the shape's
-    saves, and the function's own start int for a row at its start."""
-    return tuple(CfiRow(start + row.address if row.address else start, row.cfa_reg, row.cfa_offset,
-                        row.saved, row.problem) for row in shape)
-
-
-def encode_at_scale(count: int) -> dict:
-    """Runs in a fresh process: build the text, encode it, and report time,
-    peak memory (the whole process: interpreter, input and encoder) and size."""
-    functions = synthetic_text(count)
-    started = time.perf_counter()
-    encoded = chrome_v2.encode(functions, functions[0].start, "drop", layout="chrome")
-    blob = encoded.blob()
-    seconds = time.perf_counter() - started
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {
-        "functions": len(encoded.functions), "cfi_rows": encoded.rows, "addresses": encoded.addresses,
-        "text_bytes": functions[-1].end - functions[0].start,
-        "encode_seconds": seconds, "encode_peak_mb": peak_kb / 1024, "blob_bytes": len(blob),
-        "bytes_per_function": len(blob) / len(encoded.functions),
-        "bytes_per_address": len(blob) / encoded.addresses,
-        "table_bytes": encoded.table_sizes(),
-        "blob": blob, "text_base": functions[0].start, "text_end": functions[-1].end,
-    }
-
-
-def lookups(blob: bytes, text_end: int, text_base: int, count: int, seed: int = 1) -> dict:
-    started = time.perf_counter()
-    reader = chrome_v2.V2Reader.from_blob(blob, "chrome")
-    load = time.perf_counter() - started
-    rng = random.Random(seed)
-    offsets = [rng.randrange(0, text_end - text_base) & ~1 for _ in range(count)]
-    continued = 0
-    started = time.perf_counter()
-    for offset in offsets:
-        found = reader.lookup(offset)
-        continued += found is not None and found.continued
-    seconds = time.perf_counter() - started
-    return {"load_seconds": load, "lookups_per_second": count / seconds,
-            "share_touching_two_pages": continued / count}
 
 
 # ------------------------------------------------------------ all

@@ -74,11 +74,16 @@ def longest_program(linux_corpus: bool = True) -> LongProgram:
 
 
 def _timed(run: Callable[[], object], runs: int) -> tuple[float, object]:
+    """The least seconds of `runs` runs, and a run's result; a run that
+    faulted (a guard of the bench's own process, its memory say) stopped
+    early, and its seconds would flatter: that ends the bench."""
     best, result = float("inf"), None
     for _ in range(runs):
         started = time.perf_counter()
         result = run()
         best = min(best, time.perf_counter() - started)
+        if result.fault is not None:
+            raise RuntimeError(f"bench: the run of {result.program} faulted: {result.fault}")
     return best, result
 
 
