@@ -208,7 +208,7 @@ def cmd_verify_elf(args) -> int:
     print_verdict(data, console)
     print_table(data, console)
     console.print(f"verified {summary.stops} stops x {len(names)} unwinders in {seconds:.1f} s"
-                  + (f" (every {args.every}th stop)" if args.every > 1 else ""))
+                  + (f" (samples of mean stride {args.every})" if args.every > 1 else ""))
     check = data["programs"][0]["self_check"]
     if check != "ok":
         print(f"unwind-harness: {args.elf}: {check}", file=sys.stderr)

@@ -39,14 +39,16 @@ def process_program(system: LinuxSystem) -> Program:
 
 
 def prepared_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
-                     limits: Limits = DEFAULT_LIMITS) -> tuple[list, Program, list[Unwinder]]:
+                     limits: Limits = DEFAULT_LIMITS,
+                     system: LinuxSystem | None = None) -> tuple[list, Program, list[Unwinder]]:
     """What verifying `run` needs before it runs: the modules a first run
-    loads, the image standing for the process (harness.linux.modules) and
+    loads, the image standing for the process (harness.linux.modules; the
+    library exports read through `system`, the run's own when given) and
     the unwinders `names` over its modules."""
     modules = discover(run, limits)
     programs = [module_program(module) for module in modules]
     unwinders = process_unwinders(names, modules, programs, own_unwinders)
-    return modules, process_image(modules, programs, runtime_exports(LinuxSystem(run), modules)), unwinders
+    return modules, process_image(modules, programs, runtime_exports(system or LinuxSystem(run), modules)), unwinders
 
 
 def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
@@ -57,8 +59,8 @@ def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[
     (samples of mean stride `every`, shard (I, N)), each over every module that has its
     tables (the executable's built by `own_unwinders`); the ProgramResult,
     its self-check against `expected`. `hooks`: as verify_program's."""
-    modules, image, unwinders = prepared_process(run, names, own_unwinders, limits)
     system = LinuxSystem(run)
+    modules, image, unwinders = prepared_process(run, names, own_unwinders, limits, system)
     result = verify_program(image, unwinders, every=every, shard=shard, limits=limits,
                             system=system, compiled=compiled, observe=observe, observe_at=observe_at, hooks=hooks)
     if result.fault is None and modules_of(system) != modules:
