@@ -22,7 +22,7 @@ from harness.linux.verify import Expected, process_program, verify_process_part
 from harness.manifest import elf_builds, expected_checksum
 from harness.report.baseline import RunIdentity, comparable_baseline, failing_unwinders, gate_outcome, identity_of
 from harness.report.ci import junit_xml, summary_markdown
-from harness.report.data import dumps, report_data
+from harness.report.data import dumps, report_data, with_timing, without_seconds
 from harness.report.failing import new_failure_json
 from harness.report.files import report_directory, report_paths, write_reports
 from harness.report.summary import ProgramSummary, combine, from_json, summarize, to_json
@@ -116,7 +116,8 @@ def conclude(data: dict, args, console, baseline: dict | None, title: str) -> in
         print(f"unwind-harness: regression: {regression.line()}", file=sys.stderr)
         status = EXIT_FAILED
     if args.write_baseline:
-        write_output(path, dumps({key: value for key, value in data.items() if key not in ("verdict", "gate")}))
+        kept = {key: value for key, value in data.items() if key not in ("verdict", "gate")}
+        write_output(path, dumps(without_seconds(kept)))  # committed: the same for the same run
         console.print(f"wrote {path}")
     return status
 
@@ -198,10 +199,10 @@ def cmd_verify_elf(args) -> int:
                            "units": args.shard.count}, limits)
     if args.shard.count > 1:
         record = {"index": args.shard.index, "kind": "stops", "summary": to_json(summary)}
-        write_output(args.json, dumps(partial("verify-elf", config, args.shard, [record])))
+        write_output(args.json, dumps(partial("verify-elf", config, args.shard, [record], seconds)))
         console.print(f"shard {args.shard}: verified {summary.stops} stops; join the shards with merge")
         return EXIT_OK
-    data = report_data([summary], names, None, args.elf)
+    data = with_timing(report_data([summary], names, None, args.elf), [summary], seconds)
     with_verdict(data, None, None, [], None)
     if args.json:
         write_output(args.json, dumps(data))
@@ -278,24 +279,25 @@ def cmd_run(args) -> int:
     if args.shard.count > 1:
         path = Path(args.json or Path(args.reports or "reports") / f"shard-{args.shard.index}-of-{args.shard.count}.json")
         _make_directory(path.parent)
-        write_output(path, dumps(partial("run", config, args.shard, records)))
+        write_output(path, dumps(partial("run", config, args.shard, records, seconds)))
         console.print(f"shard {args.shard}: {len(records)} of {len(units)} units in {path}; "
                       "join the shards with merge")
         return EXIT_OK
-    return conclude(assemble(records, names, args.seed), args, console, baseline, RUN_TITLE)
+    return conclude(assemble(records, names, args.seed, seconds), args, console, baseline, RUN_TITLE)
 
 
 def cmd_merge(args) -> int:
-    command, config, records = read_partials(args.shards)  # validated: see harness.shards
+    command, config, records, seconds = read_partials(args.shards)  # validated: see harness.shards
     if command == "verify-elf" and args.reports is None and args.json is None:
         args.reports = str(VERIFY_ELF_REPORTS)  # never the main job's reports, unless asked
     _check_report_outputs(args, args.shards)
     console = _console()
     if command == "verify-elf":
-        data = report_data([elf_summary(records, config["elf"])], config["unwinders"], None, config["elf"])
+        summary = elf_summary(records, config["elf"])
+        data = with_timing(report_data([summary], config["unwinders"], None, config["elf"]), [summary], seconds)
         title = f"unwind-harness verify-elf: {config['elf']}"
     else:
-        data = assemble(records, config["unwinders"], config["seed"])
+        data = assemble(records, config["unwinders"], config["seed"], seconds)
         title = RUN_TITLE
     baseline = gate_baseline(args, identity_of(data))  # refused here, before anything is written
     return conclude(data, args, console, baseline, title)

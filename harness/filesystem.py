@@ -40,6 +40,13 @@ _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a 
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
+def cache_root() -> Path:
+    """Where the tool keeps what it builds for later runs (the Linux corpus,
+    tables from code): $UNWIND_HARNESS_CACHE, else ~/.cache/unwind-harness;
+    never in the repository."""
+    return Path(os.environ.get("UNWIND_HARNESS_CACHE", Path.home() / ".cache" / "unwind-harness"))
+
+
 def _reason(error: OSError) -> str:
     return error.strerror or str(error)
 

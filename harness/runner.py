@@ -9,6 +9,7 @@ byte for byte.
 from __future__ import annotations
 
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
@@ -21,7 +22,7 @@ from harness.formats import chrome_v2
 from harness.formats.elf import open_elf, section_size
 from harness.linux.corpus import run_linux_unit
 from harness.manifest import ELF_CORPUS, elf_builds
-from harness.report.data import elf_group, report_data
+from harness.report.data import elf_group, report_data, with_timing
 from harness.report.sizes import CHROME_REFERENCE, add_size_rows, size_row
 from harness.report.summary import from_json, summarize, to_json
 from harness.unwind import UNWINDER_NAMES, build_unwinders
@@ -106,7 +107,14 @@ def not_expressed(encoded: chrome_v2.Encoded) -> dict[str, int]:
 
 
 def run_unit(unit: Unit) -> dict:
-    """Verify one unit; its record (plain JSON data)."""
+    """Verify one unit; its record (plain JSON data), with the wall-clock
+    seconds it took."""
+    started = time.perf_counter()
+    record = _verified_unit(unit)
+    return {**record, "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _verified_unit(unit: Unit) -> dict:
     if unit.linux is not None:
         return run_linux_unit(unit.index, unit.linux, unit.names, unit.limits, unit.every)
     if unit.build is None:
@@ -183,21 +191,24 @@ def unit_name(unit: Unit) -> str:
     return f"generated program {unit.number} (seed {unit.seed})"
 
 
-def assemble(records: Sequence[dict], names: Sequence[str], seed: int) -> dict:
-    """The report of a whole run from its unit records (in unit order)."""
+def assemble(records: Sequence[dict], names: Sequence[str], seed: int, seconds: float) -> dict:
+    """The report of a whole run from its unit records (in unit order) that
+    took `seconds`; each compiled build's and Linux program's section with
+    its own timing."""
     generated = [r for r in records if r["kind"] == "generated"]
     compiled = [r for r in records if r["kind"] == "elf"]
     sizes = {"layout": "seed", "rows": [
         add_size_rows(f"generated corpus ({len(generated)} programs)", [r["size"] for r in generated]),
         *(r["size"] for r in compiled), CHROME_REFERENCE],
         "linux_rows": [r["size"] for r in records if r["kind"] == "linux" and r.get("size")]}
-    data = report_data([from_json(r["summary"]) for r in generated], names, seed, "generated", sizes)
-    if compiled:
-        data["elf"] = [r["group"] for r in compiled]
-    linux = [r["group"] for r in records if r["kind"] == "linux"]
-    if linux:
-        data["linux"] = linux
-    return data
+    summaries = [from_json(r["summary"]) for r in records]
+    data = report_data([s for s, r in zip(summaries, records) if r["kind"] == "generated"], names, seed, "generated",
+                       sizes)
+    for kind, key in (("elf", "elf"), ("linux", "linux")):
+        groups = [with_timing(r["group"], [s], r["seconds"]) for s, r in zip(summaries, records) if r["kind"] == kind]
+        if groups:
+            data[key] = groups
+    return with_timing(data, summaries, seconds)
 
 
 def all_names(names: Sequence[str] | None) -> list[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import sys
 from collections import Counter
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from harness.classify import CXX_EXCEPTION, MODULES, NO_INFO, POSITIONS, TRAITS
 from harness.errors import FAILURE_KINDS, InputError
@@ -56,18 +56,28 @@ TOOL = "unwind-harness"
 NOT_A_SHARD = "not a shard report (written by run or verify-elf with --shard)"
 
 
-def partial(command: str, config: dict, shard: Shard, records: list[dict]) -> dict:
-    """A shard's output: its unit records and what the whole run was."""
+def partial(command: str, config: dict, shard: Shard, records: list[dict], seconds: float) -> dict:
+    """A shard's output: its unit records, what the whole run was, and the
+    wall-clock seconds the shard took."""
     return {"schema": SCHEMA, "tool": TOOL,
-            PARTIAL: {"command": command, "config": config, "shard": [shard.index, shard.count]},
+            PARTIAL: {"command": command, "config": config, "shard": [shard.index, shard.count],
+                      "seconds": round(seconds, 3)},
             "records": records}
 
 
-def read_partials(paths: Sequence[str]) -> tuple[str, dict, list[dict]]:
-    """(command, config, records in order) of shard files that together cover
-    one run exactly; InputError naming the file otherwise."""
+class Partials(NamedTuple):
+    command: str
+    config: dict
+    records: list[dict]  # in unit order
+    seconds: float  # the shards' wall-clock seconds, added
+
+
+def read_partials(paths: Sequence[str]) -> Partials:
+    """The shard files that together cover one run exactly, read; InputError
+    naming the file otherwise."""
     first: tuple[str, str, dict] | None = None
     records: dict[int, dict] = {}
+    seconds = 0.0
     for path in paths:
         data = read_json(path, "shard report")
         if not isinstance(data, dict) or PARTIAL not in data:
@@ -77,6 +87,7 @@ def read_partials(paths: Sequence[str]) -> tuple[str, dict, list[dict]]:
         except InputError as error:
             raise InputError(f"{path}: {error}") from None
         command, config = data[PARTIAL]["command"], data[PARTIAL]["config"]
+        seconds += data[PARTIAL]["seconds"]
         if first is None:
             first = (path, command, config)
         elif (command, config) != first[1:]:
@@ -92,7 +103,7 @@ def read_partials(paths: Sequence[str]) -> tuple[str, dict, list[dict]]:
         missing = [i for i in range(min(config["units"], len(records) + 10)) if i not in records][:10]
         raise InputError(f"merge: the shard reports lack units {missing}"
                          f"{' ...' if config['units'] - len(records) > 10 else ''} of {config['units']}")
-    return command, config, [records[i] for i in sorted(records)]
+    return Partials(command, config, [records[i] for i in sorted(records)], seconds)
 
 
 def _other_run(command: str, config: dict, first_command: str, first_config: dict) -> str:
@@ -113,9 +124,10 @@ KIND = one_of((*FAILURE_KINDS, *MISMATCH_KINDS), "a failure kind")
 COUNTED_KIND = one_of((*FAILURE_KINDS, *MISMATCH_KINDS, *STOPPED_KINDS), "a failure kind, or stopped:MODULE")
 REGISTER = one_of(COMPARED_REGISTERS, "a compared register (r4-r11, d8-d15)")
 SHARD = row("a shard [I, N]", COUNT, POSITIVE)
+SECONDS = number(0, sys.float_info.max, "a number of seconds (0 or more)")
 TOP = object_of({"schema": one_of([SCHEMA]), "tool": one_of([TOOL]), "records": list_of(map_of(string, ANY)),
                PARTIAL: object_of({"command": one_of(["run", "verify-elf"]), "config": map_of(string, ANY),
-                                 "shard": SHARD})})
+                                 "shard": SHARD, "seconds": SECONDS})})
 PERCENT = number(0, 100, "a percentage (a number from 0 to 100)")
 UNWINDERS = list_of(one_of(UNWINDER_NAMES, "an unwinder's name"))
 LIMIT = integer(1, math.inf, "a positive integer")
@@ -166,8 +178,9 @@ def _summary(unwinder: Check) -> Check:
     """ProgramSummary as `harness.report.summary.to_json` writes it."""
     count_row = row("a count row [unwinder, traits, position, kind, stops]",
                      unwinder, list_of(TRAIT), POSITION, optional(COUNTED_KIND), COUNT)
-    return object_of({"program": string, "stops": COUNT, "counts": list_of(count_row), "result": optional(WORD),
-                    "expected": optional(WORD), "fault": optional(string), "samples": map_of(unwinder, SAMPLES),
+    return object_of({"program": string, "stops": COUNT, "instructions": COUNT, "counts": list_of(count_row),
+                    "result": optional(WORD), "expected": optional(WORD), "fault": optional(string),
+                    "samples": map_of(unwinder, SAMPLES),
                     "wrong_registers": map_of(unwinder, map_of(REGISTER, COUNT)), "culprits": map_of(unwinder, CULPRITS),
                     "without_cfi": map_of(unwinder, COUNT), "failing": _failing(unwinder),
                     "methods": CHAIN_METHODS},
@@ -184,7 +197,8 @@ def _records(unwinder: Check) -> dict[str, Check]:
                      "culprits": map_of(unwinder, CULPRITS), "failure_samples": map_of(unwinder, SAMPLES),
                      "failing": _failing(unwinder), "chain_methods": CHAIN_METHODS},
                     {"every": POSITIVE})  # a Linux program verified at samples of mean stride N
-    more = {"generated": {"size": SIZE}, "elf": {"group": group, "size": SIZE}, "linux": {"group": group, "size": optional(SIZE)}, "stops": {}}
+    more = {"generated": {"size": SIZE, "seconds": SECONDS}, "elf": {"group": group, "size": SIZE, "seconds": SECONDS},
+            "linux": {"group": group, "size": optional(SIZE), "seconds": SECONDS}, "stops": {}}
     return {kind: object_of({"index": COUNT, "kind": one_of([kind]), "summary": summary, **more[kind]}) for kind in more}
 
 

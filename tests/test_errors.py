@@ -83,6 +83,8 @@ COVERAGE = {
     "harness.errors.EncodeError": "test_encode_error",  # also test_v2_encoder.py, test_exidx.py (generators' writer)
     "harness.errors.ElfError": "test_elf_error",  # also test_cfi.py (missing, not ELF, x86, no CFI)
     "harness.errors.UnwindFailure": "test_unwind_failure",  # one case per FAILURE_KINDS
+    # every lookup failure worded at each pc of its range as the step words it
+    "harness.errors.LookupFailure": "test_kernel.py::test_rule_ranges_hold_for_compiled_programs",
     "harness.errors.BadRead": "test_bad_read",  # also test_ehabi.py::test_execute_read_outside_stack_is_bad_read
     "harness.formats.arm_exidx.ExidxError": "test_exidx_error",  # also test_exidx.py (every malformation)
     "harness.formats.breakpad.BreakpadError":
@@ -428,10 +430,12 @@ def test_cli_bad_input(argv, names, bad, capsys):
 
 @pytest.mark.parametrize("shard, words", [
     ({"schema": 1}, "not a shard report"),
-    ({"schema": 1, "tool": "unwind-harness", "partial": {"command": "run", "config": {"units": 1}, "shard": [0, 1]},
-      "records": 5}, "records: 5 is not a list"),
-    ({"schema": 1, "tool": "unwind-harness", "partial": {"command": "run", "config": {}, "shard": [0, 1]},
-      "records": []}, 'partial.config: the key "seed" is missing'),
+    ({"schema": 1, "tool": "unwind-harness",
+      "partial": {"command": "run", "config": {"units": 1}, "shard": [0, 1], "seconds": 1}, "records": 5},
+     "records: 5 is not a list"),
+    ({"schema": 1, "tool": "unwind-harness",
+      "partial": {"command": "run", "config": {}, "shard": [0, 1], "seconds": 1}, "records": []},
+     'partial.config: the key "seed" is missing'),
 ], ids=["not-shard", "records", "config"])
 def test_cli_merge_corrupt_shard_report(shard, words, tmp_path, capsys):
     path = tmp_path / "shard.json"
@@ -443,7 +447,7 @@ def test_cli_merge_malformed_records(tmp_path, capsys):
     path = tmp_path / "shard.json"
     config = {"seed": 0, "programs": 1, "unwinders": ["v2"], "elf": False, "units": 1}
     path.write_text(json.dumps({"schema": 1, "tool": "unwind-harness",
-                                "partial": {"command": "run", "config": config, "shard": [0, 1]},
+                                "partial": {"command": "run", "config": config, "shard": [0, 1], "seconds": 0.5},
                                 "records": [{"index": 0, "kind": "generated"}]}))
     expect_one_line(["merge", str(path), "--reports", str(tmp_path)], capsys,
                     f'{path}: records[0]: the key "summary" is missing')

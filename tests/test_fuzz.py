@@ -298,7 +298,7 @@ def genuine_shards() -> tuple[dict, dict]:
     for index in range(2):
         config = {"seed": 0, "programs": 2, "unwinders": list(UNWINDER_NAMES), "elf": False, "units": 2}
         records = [run_unit(Unit(index, tuple(UNWINDER_NAMES), 0, index))]
-        shards.append(partial("run", config, Shard(index, 2), records))
+        shards.append(partial("run", config, Shard(index, 2), records, 1.0))
     return tuple(shards)
 
 
@@ -346,10 +346,10 @@ def test_tampered_shards_merge_or_are_refused(data, tmp_path):
         paths[-1].write_text(json.dumps(shard))
     with bounded():
         try:
-            command, config, records = read_partials([str(p) for p in paths])
+            command, config, records, seconds = read_partials([str(p) for p in paths])
         except InputError as error:
             return rejected(error)
-        markdown(assemble(records, config["unwinders"], config["seed"]), "merged")
+        markdown(assemble(records, config["unwinders"], config["seed"], seconds), "merged")
         event("accepted")
 
 

@@ -4,6 +4,7 @@ import json
 
 from harness.classify import POSITIONS, TRAITS
 from harness.cli import main
+from harness.report.data import without_seconds
 
 
 def run(tmp_path, *extra):
@@ -11,10 +12,15 @@ def run(tmp_path, *extra):
 
 
 def test_same_seed_gives_byte_identical_reports(tmp_path):
+    """Byte for byte but for the JSON's wall-clock seconds (its `timing`)."""
     assert run(tmp_path / "a") == 0
     assert run(tmp_path / "b") == 0
-    for name in ("latest.json", "latest.md", "latest.png"):
+    for name in ("latest.md", "latest.png"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    a, b = (json.loads((tmp_path / d / "latest.json").read_text()) for d in "ab")
+    assert without_seconds(a) == without_seconds(b)
+    seconds_apart = {**a, "timing": {**a["timing"], "seconds": b["timing"]["seconds"]}}
+    assert json.dumps(seconds_apart, indent=1) + "\n" == (tmp_path / "b" / "latest.json").read_text()
 
 
 def test_json_schema(tmp_path):
@@ -29,6 +35,8 @@ def test_json_schema(tmp_path):
                 assert set(row) >= {"stops", "failed", "failure_kinds"}
                 assert sum(row["failure_kinds"].values()) == row["failed"] <= row["stops"]
     assert all(p["self_check"] == "ok" for p in data["programs"])
+    stops = sum(p["stops"] for p in data["programs"])  # every instruction of a generated program a stop
+    assert data["timing"]["instructions"] == data["timing"]["stops_verified"] == stops > 0 < data["timing"]["seconds"]
     names = {r["unwinder"] for r in data["results"]}
     assert set(data["checked"]) == set(data["culprits"]) == names >= {"v1", "exidx", "framepointer"}
     for unwinder, blame in data["culprits"].items():

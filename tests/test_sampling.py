@@ -18,8 +18,11 @@ from harness.manifest import ELF_CORPUS, elf_builds
 from harness.runner import LINUX_LIMITS
 from harness.unwind import build_unwinders
 from harness.verify import kernel
+from harness.verify.emulator import Emulator
+from harness.verify.failures import ProgramResult
 from harness.verify.sampling import chooser, sampled_stops, strides
-from harness.verify.stops import verify_program
+from harness.verify.stops import DEFAULT_LIMITS, _run_compiled, verify_program
+from harness.verify.verification import Verification
 
 needs_kernel = pytest.mark.skipif(not kernel.AVAILABLE, reason="block hooks are the compiled kernel's")
 
@@ -60,6 +63,26 @@ def assert_same_runs(run) -> None:
 def test_block_hooks_keep_the_shadow_stack_at_every_stop_of_generated_programs(seed, index):
     program = generate_program(seed, index)
     assert_same_runs(partial(verify_program, program, build_unwinders(program)))
+
+
+@needs_kernel
+@pytest.mark.parametrize("index", range(3))
+def test_block_hooks_find_the_same_frames_that_resume(index):
+    """The first run of ground truth alone (stops._resuming_frames) follows
+    block entries: the frames that resume are those of a hook before every
+    instruction."""
+    program = [generate_program(0, 4), elf_program("gcc-O2-fp.elf"), elf_program("clang-Os-nofp.elf")][index]
+    found = []
+    for by_blocks in (False, True):
+        result = ProgramResult(program.name)
+        found.append(_run_compiled(program, [], Emulator(program.segments), Verification(program, [], True, result),
+                                   result, DEFAULT_LIMITS, None, 1, (0, 1), by_blocks=by_blocks)[0])
+    assert found[0] == found[1] and any(found[0])
+
+
+def elf_program(file: str):
+    build = next(b for b in elf_builds() if b["file"] == file)
+    return program_from_elf(str(ELF_CORPUS / file), build["entry"], build["expected_checksum"])
 
 
 @needs_kernel

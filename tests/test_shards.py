@@ -33,7 +33,8 @@ TAMPERS = {"removed": REMOVED, "string": "7", "negative": -1, "float": 1.5, "Inf
 VALID = {"count": (), "positive": (), "constant": (), "address": (), "percent": (), "list": (), "object": (),
          "string": ("string",), "label": ("string",), "optional string": ("string", "null"),
          "optional word": ("null",), "optional count": ("null",), "seed": ("negative", "huge"), "bool": ("bool",),
-         "entry count": ("removed",), "entry list": ("removed",)}  # entry: of an object whose keys are free
+         "entry count": ("removed",), "entry list": ("removed",),  # entry: of an object whose keys are free
+         "seconds": ("float", "huge")}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def genuine(tmp_path_factory) -> dict[str, Path]:
     compiled = run_unit(Unit(2, names, build={"file": f"../fixtures/{Path(CALLS).name}", "entry": "entry"}))
     config = {**run[0]["partial"]["config"], "elf": True, "units": 3}
     records = [run[0]["records"][0], run[1]["records"][0], compiled]
-    (where / "elf.json").write_text(json.dumps(partial("run", config, Shard(0, 1), records)))
+    (where / "elf.json").write_text(json.dumps(partial("run", config, Shard(0, 1), records, 2.5)))
     return {path.stem: path for path in where.glob("*.json")}
 
 
@@ -128,7 +129,9 @@ FIELDS = [  # (base, path, kind)
     ("s0", ("partial", "shard", 0), "count"), ("s0", ("partial", "shard", 1), "positive"),
     ("s0", ("records",), "list"), ("s0", R, "object"), ("s0", (*R, "index"), "count"),
     ("s0", (*R, "kind"), "constant"), ("s0", S, "object"), ("s0", (*S, "program"), "string"),
-    ("s0", (*S, "stops"), "count"), ("s0", (*S, "counts"), "list"), ("s0", (*S, "counts", "ROW"), "list"),
+    ("s0", (*S, "stops"), "count"), ("s0", (*S, "instructions"), "count"), ("s0", (*S, "counts"), "list"),
+    ("s0", ("partial", "seconds"), "seconds"), ("s0", (*R, "seconds"), "seconds"),
+    ("s0", (*S, "counts", "ROW"), "list"),
     ("s0", (*S, "counts", "ROW", 0), "constant"), ("s0", (*S, "counts", "ROW", 1), "list"),
     ("s0", (*S, "counts", "ROW", 1, 0), "string"), ("s0", (*S, "counts", "ROW", 2), "constant"),
     ("s0", (*S, "counts", "ROW", 3), "optional string"), ("s0", (*S, "counts", "ROW", 4), "count"),
@@ -400,10 +403,22 @@ def test_files_that_are_not_shard_reports_are_refused(make, words, genuine, tmp_
 
 
 def test_genuine_shards_merge(genuine, tmp_path, capsys):
-    command, config, records = read_partials([str(genuine["elf"])])
-    assert (command, config["units"], [r["index"] for r in records]) == ("run", 3, [0, 1, 2])
+    command, config, records, seconds = read_partials([str(genuine["elf"])])
+    assert (command, config["units"], [r["index"] for r in records], seconds) == ("run", 3, [0, 1, 2], 2.5)
     assert merge(capsys, tmp_path, genuine["s1"], genuine["s0"])[0] == 0
     assert read_partials([str(genuine["v1"]), str(genuine["v0"])])[0] == "verify-elf"
+
+
+def test_a_merged_report_times_the_shards_together(genuine, tmp_path):
+    """timing: the instructions the program ran once (each verify-elf shard
+    runs it whole), the stops every shard verified, the seconds they took."""
+    shards = [json.loads(genuine[name].read_text()) for name in ("v0", "v1")]
+    assert main(["merge", str(genuine["v0"]), str(genuine["v1"]), "--json", str(tmp_path / "merged.json")]) == 0
+    timing = json.loads((tmp_path / "merged.json").read_text())["timing"]
+    ran = {shard["records"][0]["summary"]["instructions"] for shard in shards}
+    assert len(ran) == 1 and timing["instructions"] == ran.pop() > 0
+    assert timing["stops_verified"] == sum(shard["records"][0]["summary"]["stops"] for shard in shards) > 0
+    assert timing["seconds"] == pytest.approx(sum(shard["partial"]["seconds"] for shard in shards), abs=2e-3)
 
 
 def test_verify_elf_shards_merge_like_run_shards(genuine, tmp_path, monkeypatch):

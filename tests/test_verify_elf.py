@@ -5,8 +5,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from harness.bench import emulation_alone
 from harness.cli import main
-from harness.commands import elf_unwinders
+from harness.commands import elf_unwinders, expected_checksum
 from harness.elf_program import has_epilogue_cfi, program_from_elf, prologue_end
 from harness.formats import chrome_v2, ehabi
 from harness.formats.chrome_v2.encoder import AddressUnwind, cover_text
@@ -40,6 +41,22 @@ def test_every_nth_stop(tmp_path):
     # strides of mean 3 (harness.verify.sampling), numbered as the full run's stops
     assert stops(sampled) == sum(1 for _ in itertools.takewhile(lambda n: n < stops(full), sampled_stops(3)))
     assert abs(stops(sampled) - stops(full) / 3) < 0.1 * stops(full) / 3
+
+
+def test_timing_counts_the_instructions_run_and_the_stops_verified(tmp_path):
+    """The JSON's timing: the instructions an independent counting hook sees
+    the program run (sampled or not), the stops verified, the seconds taken."""
+    program = program_from_elf(CALLS, "entry", expected_checksum(CALLS, "entry"))
+    ran = emulation_alone(program)[0]
+    for every in (1, 7):
+        out = tmp_path / f"every-{every}.json"
+        assert main(["verify-elf", CALLS, "--entry", "entry", "--every", str(every), "--json", str(out)]) == 0
+        data = json.loads(out.read_text())
+        assert data["timing"]["instructions"] == ran > 100
+        verified = data["timing"]["stops_verified"]
+        assert verified == data["programs"][0]["stops"]
+        assert verified == ran if every == 1 else 0 < verified < ran / 3
+        assert 0 < data["timing"]["seconds"] < 600
 
 
 def test_gcc_describes_epilogues_and_clang_does_not():

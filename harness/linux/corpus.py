@@ -10,14 +10,13 @@ builds them); `--linux all` every program of the manifest.
 
 from __future__ import annotations
 
-import os
 import sys
 from functools import partial
 from pathlib import Path
 
 from harness.elf_program import elf_unwinder_names, program_from_image
 from harness.errors import InputError
-from harness.filesystem import read_input, read_json
+from harness.filesystem import cache_root, read_input, read_json
 from harness.formats.elf import ElfImage, open_elf, section_size
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.verify import Expected, process_program, verify_process
@@ -37,7 +36,7 @@ ENTRY_KEYS = {"name": str, "path": str, "args": list, "exit_status": int, "stdou
 
 def cache() -> Path:
     """Where the built programs and the sysroot are (never in the repository)."""
-    return Path(os.environ.get("UNWIND_HARNESS_CACHE", Path.home() / ".cache" / "unwind-harness")) / "linux"
+    return cache_root() / "linux"
 
 
 def _entries(manifest: Path) -> list[dict]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Callable, Mapping, Sequence
 
 from harness.classify import OWN
@@ -111,6 +112,7 @@ def discover(run: LinuxRun, limits: Limits) -> tuple[LoadedModule, ...]:
     return modules_of(system)
 
 
+@lru_cache(maxsize=8)  # a process's runs load the same libraries at the same bases
 def module_program(module: LoadedModule) -> Program:
     image = open_elf(module.path)
     return program_from_image(image, image.elf["e_entry"], load_base=module.base, cfi_required=False)

@@ -1,7 +1,7 @@
 """The report as data: rows per unwinder x category x position (the JSON
 schema of ARCHITECTURE.md), where failing stops first went wrong, and each
 compiled build's section. Deterministic: the same summaries give the same
-bytes."""
+bytes, but for the wall-clock seconds of `timing` (`without_seconds`)."""
 
 from __future__ import annotations
 
@@ -129,6 +129,28 @@ def elf_group(summary: ProgramSummary, unwinders: Sequence[str], label: dict, pr
         "failing": failing_json(summary.failing),
         "chain_methods": methods_json(summary.methods),
     }
+
+
+def timing(instructions: int, seconds: float, stops_verified: int) -> dict:
+    """What a run cost: the instructions its programs ran, the wall-clock
+    seconds it took, and the stops at which it verified every unwinder."""
+    return {"instructions": instructions, "seconds": round(seconds, 3), "stops_verified": stops_verified}
+
+
+def with_timing(data: dict, summaries: Sequence[ProgramSummary], seconds: float) -> dict:
+    """`data` with the `timing` of the run of `summaries` that took `seconds`."""
+    return {**data, "timing": timing(sum(s.instructions for s in summaries), seconds, sum(s.stops for s in summaries))}
+
+
+def without_seconds(data):
+    """A report without its wall-clock seconds (those of every `timing`):
+    what the same inputs give byte for byte, on any machine."""
+    if isinstance(data, list):
+        return [without_seconds(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    return {key: {k: v for k, v in value.items() if k != "seconds"} if key == "timing" else without_seconds(value)
+            for key, value in data.items()}
 
 
 def dumps(data: dict) -> str:

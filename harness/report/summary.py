@@ -44,6 +44,7 @@ class ProgramSummary:
     program: str
     stops: int = 0
     counts: Counter = field(default_factory=Counter)  # CountKey -> stops
+    instructions: int = 0  # the program ran (ProgramResult.instructions)
     result: int | None = None
     expected: int | None = None
     fault: str | None = None
@@ -89,7 +90,7 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
     (for counting failures in frames of code without it). Failures are
     counted by their tally (alike failures once, with their number); the
     samples and the digest's pcs read the log (harness.report.failing)."""
-    summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.result,
+    summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.instructions, result.result,
                              result.expected, result.fault, stdout_sha256=result.stdout_sha256,
                              expected_stdout_sha256=result.expected_stdout_sha256, methods=Counter(result.methods))
     logged = result.failure_log.first(PCS_PER_UNWINDER)  # walks stopped in a library are not logged
@@ -121,6 +122,7 @@ def combine(parts: Sequence[ProgramSummary], program: str | None = None) -> Prog
     for part in parts:
         whole.stops += part.stops
         whole.counts.update(part.counts)
+        whole.instructions += part.instructions
         for unwinder, found in part.samples.items():
             whole.samples.setdefault(unwinder, []).extend(found)
         for unwinder, registers in part.wrong_registers.items():
@@ -133,6 +135,7 @@ def combine(parts: Sequence[ProgramSummary], program: str | None = None) -> Prog
     if program is not None and parts:
         first = parts[0]
         whole.result, whole.expected, whole.fault = first.result, first.expected, first.fault
+        whole.instructions = first.instructions  # each shard ran the whole program
         whole.stdout_sha256, whole.expected_stdout_sha256 = first.stdout_sha256, first.expected_stdout_sha256
         for found in whole.samples.values():
             found.sort(key=lambda s: s["stop"])
@@ -146,7 +149,7 @@ def combine(parts: Sequence[ProgramSummary], program: str | None = None) -> Prog
 
 def to_json(summary: ProgramSummary) -> dict:
     return {
-        "program": summary.program, "stops": summary.stops,
+        "program": summary.program, "stops": summary.stops, "instructions": summary.instructions,
         "counts": sorted(([u, sorted(t), p, k, n] for (u, t, p, k), n in summary.counts.items()),
                          key=lambda row: (row[0], row[1], row[2], row[3] or "")),
         "result": summary.result, "expected": summary.expected, "fault": summary.fault,
@@ -164,7 +167,7 @@ def to_json(summary: ProgramSummary) -> dict:
 
 def from_json(data: dict) -> ProgramSummary:
     return ProgramSummary(
-        program=data["program"], stops=data["stops"],
+        program=data["program"], stops=data["stops"], instructions=data["instructions"],
         counts=Counter({(u, frozenset(t), p, k): n for u, t, p, k, n in data["counts"]}),
         result=data["result"], expected=data["expected"], fault=data["fault"],
         samples={u: list(s) for u, s in data["samples"].items()},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from harness import table_cache
 from harness.errors import EncodeError
 from harness.formats import chrome_v2
 from harness.formats.arm_exidx import parse_sections
@@ -31,26 +32,29 @@ from harness.unwind.v2_epilogue import EpilogueFirst, EpilogueSimulator
 from harness.unwind.vmkunwind import VmkunwindUnwinder
 from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
-# v2-code blobs of ELF modules by (path, base, code map): each library of a
-# process is analysed once per harness process, not once per program.
-_CODE_BLOBS: dict[tuple, bytes | None] = {}
-
 
 def _v2_unwinder(program: Program, flavour: str, policy: str, name: str) -> Unwinder:
-    cached = flavour == "code" and program.code_map is not None
-    key = (program.name, program.text_base, program.code_map, policy) if cached else None
-    if key in _CODE_BLOBS:
-        blob = _CODE_BLOBS[key]
+    if flavour == "code" and program.code_map is not None:  # an ELF module's: kept (harness.table_cache)
+        blob = table_cache.cached(_code_key(program, policy), lambda: _v2_blob(program, flavour, policy))
     else:
-        functions = code_cfi(program) if flavour == "code" else program.cfi[flavour]
-        blob = chrome_v2.encode(functions, program.text_base, policy, code_at=program.code).blob("seed") \
-            if functions else None
-        if cached and len(_CODE_BLOBS) < 16:
-            _CODE_BLOBS[key] = blob
+        blob = _v2_blob(program, flavour, policy)
     if blob is None:  # no Thumb function found (a stripped executable): no tables
         return DwarfUnwinder((), name)
     # Through the bytes, so the verified path is the one a device would run.
     return V2Unwinder(chrome_v2.V2Reader.from_blob(blob, "seed"), program.text_base, name)
+
+
+def _v2_blob(program: Program, flavour: str, policy: str) -> bytes | None:
+    functions = code_cfi(program) if flavour == "code" else program.cfi[flavour]
+    return chrome_v2.encode(functions, program.text_base, policy, code_at=program.code).blob("seed") \
+        if functions else None
+
+
+def _code_key(program: Program, policy: str) -> str:
+    """What v2-code's table of `program` depends on: its code where it is
+    loaded, its code map, the policy."""
+    return table_cache.key_of("v2-code", policy, program.text_base, repr(program.code_map),
+                              *(part for start, data in program.segments for part in (start, data)))
 
 
 def _v2(name: str, flavour: str, policy: str) -> Callable[[Program], Unwinder]:

@@ -6,11 +6,11 @@ from bisect import bisect_right
 from functools import lru_cache
 from typing import Sequence
 
-from harness.errors import UnwindFailure
+from harness.errors import LookupFailure, UnwindFailure
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import DWARF_D0, LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Rule, RuleRange, ranged
+from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule, RuleRange, ranged
 from harness.unwind.walk import check_caller
 
 
@@ -34,7 +34,9 @@ class DwarfUnwinder:
         """The row for pc, and the pcs [low, high) that find the same row."""
         index = bisect_right(self.starts, pc) - 1
         if index < 0 or pc >= self.functions[index].end:
-            raise UnwindFailure("no_info", f"no CFI covers pc {pc:#x}")
+            following = self.starts[index + 1] if index + 1 < len(self.starts) else EVERYWHERE
+            raise LookupFailure("no_info", "no CFI covers pc {pc:#x}", pc,
+                                NOWHERE if index < 0 else self.functions[index].end, following)
         row, low, high = self.functions[index].row_range(pc)
         if index + 1 < len(self.starts):
             high = min(high, self.starts[index + 1])

@@ -9,7 +9,7 @@ from functools import lru_cache
 from harness.formats import ehabi
 from harness.registers import PC
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Rule
+from harness.unwind.rule import Rule, failing
 from harness.unwind.walk import check_caller
 
 
@@ -27,6 +27,8 @@ def caller_by_run(ops: tuple[ehabi.Op, ...], frame: Frame, stack: StackReader, i
 def rule_of_run(ops: tuple[ehabi.Op, ...]) -> Rule | None:
     """The kernel's rule for a run: its flat form, guarded by the vsp range
     it passes through (None where only the interpreter will do)."""
+    if ops and isinstance(ops[0], ehabi.Refuse):  # an entry that refuses (v2's CANT_UNWIND): the interpreter's failure
+        return failing("no_info", "refuse to unwind")
     flat, first = ehabi.flatten(ops), None
     if flat is None:
         split = ehabi.flatten_two(ops)

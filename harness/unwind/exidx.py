@@ -9,14 +9,14 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Sequence
 
-from harness.errors import UnwindFailure
+from harness.errors import LookupFailure, UnwindFailure
 from harness.formats import ehabi
 from harness.formats.arm_exidx import ExidxEntry, parse_sections, require_exidx_sections
 from harness.formats.elf import ElfImage
 from harness.program import ExidxSections
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import EVERYWHERE, RuleRange, ranged
+from harness.unwind.rule import EVERYWHERE, NOWHERE, RuleRange, ranged
 
 
 class ExidxUnwinder:
@@ -36,14 +36,16 @@ class ExidxUnwinder:
         index = bisect_right(self.starts, pc) - 1
         last = index == len(self.entries) - 1
         if index < 0 or (last and self.end is not None and pc >= self.end):
-            raise UnwindFailure("no_info", f"no .ARM.exidx entry covers pc {pc:#x}")
+            low, high = (NOWHERE, self.starts[0] if self.starts else EVERYWHERE) if index < 0 \
+                else (self.end, EVERYWHERE)
+            raise LookupFailure("no_info", "no .ARM.exidx entry covers pc {pc:#x}", pc, low, high)
         high = self.starts[index + 1] if not last else EVERYWHERE if self.end is None else self.end
         return self.entries[index], self.starts[index], high
 
     def ops_range(self, lookup_pc: int) -> tuple[tuple[ehabi.Op, ...], int, int]:
         entry, low, high = self.entry_range(lookup_pc)
         if entry.kind == "cantunwind":
-            raise UnwindFailure("no_info", "EXIDX_CANTUNWIND")
+            raise LookupFailure("no_info", "EXIDX_CANTUNWIND", lookup_pc, low, high)
         if entry.problem is not None:  # this function's entry only: the rest of the table stands
             raise UnwindFailure("corrupt_table", f"unreadable entry: {entry.problem}")
         return entry.ops, low, high

@@ -48,7 +48,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, TypeVar
 
-from harness.errors import UnwindFailure
+from harness.errors import LookupFailure, UnwindFailure
 from harness.registers import SP
 
 
@@ -67,7 +67,7 @@ class Rule:
     leaf_unless_record: bool = False
     outside_it: bool = False
     caller_aligned8: bool = False  # the caller's sp must be 8-byte aligned (Chrome's check), else the step fails
-    failure: tuple[str, str] | None = None  # (UnwindFailure kind, reason)
+    failure: tuple[str, str | PcWording] | None = None  # (UnwindFailure kind, reason)
     # Where a guard fails, the step fails (instead of deferring) with
     # guard_failure(base, frame sp, stack low, stack high) -> (kind, reason).
     guard_failure: Callable[[int, int, int, int], tuple[str, str]] | None = None
@@ -76,6 +76,17 @@ class Rule:
     alternatives: tuple[Rule | None, ...] = ()  # a chain's rules, in the order tried (see the module)
     pre_loads: tuple[tuple[int, int], ...] = ()  # (core register, offset from the frame's sp), read first
     pre_bounds: tuple[int, int] | None = None  # (lowest, highest) offsets from sp that must lie in the stack
+
+
+class PcWording(NamedTuple):
+    """The reason of a failure rule over a range of pcs, worded for each:
+    `wording` with the lookup pc (the frame's pc - `shift`) in."""
+
+    wording: str
+    shift: int
+
+    def at(self, frame_pc: int) -> str:
+        return self.wording.format(pc=frame_pc - self.shift)
 
 
 class ReturnAddresses:
@@ -105,7 +116,7 @@ def guards_hold(rule: Rule, base: int, sp: int, low: int, high: int) -> bool:
             and (not rule.aligned or base % 4 == 0) and (not rule.above_sp or base >= sp))
 
 
-def failing(kind: str, reason: str) -> Rule:
+def failing(kind: str, reason: str | PcWording) -> Rule:
     return Rule(failure=(kind, reason))
 
 
@@ -135,13 +146,16 @@ def ranged(find: Callable[[], tuple[Found, int, int]], build: Callable[[Found], 
     (the lookup `step` makes, at `lookup_pc`), with the range of frame pcs
     that find the same: the lookup range moved by pc - lookup_pc (a
     caller's pc looked up one byte earlier has its range one byte later).
-    An UnwindFailure becomes a failure rule for pc alone (its reason names
-    the pc)."""
+    A LookupFailure becomes a failure rule over its range, worded for each
+    pc; any other UnwindFailure one for pc alone (its reason may name it)."""
+    shift = pc - lookup_pc
     try:
         found, low, high = find()
+    except LookupFailure as failure:
+        return RuleRange(failing(failure.kind, PcWording(failure.wording, shift)), failure.low + shift,
+                         failure.high + shift)
     except UnwindFailure as failure:
         return RuleRange(failing(failure.kind, failure.reason), pc, pc + 1)
-    shift = pc - lookup_pc
     return RuleRange(build(found), low + shift, high + shift)
 
 
@@ -149,12 +163,13 @@ def table_range(lookup_range: Callable[[int], tuple[Found | None, int | None, in
                 lookup_pc: int, nothing: str) -> tuple[Found, int, int]:
     """What a table's `lookup_range(offset from the text base)` finds for
     `lookup_pc`, and the pcs [low, high) that find the same; where it finds
-    nothing, a no_info UnwindFailure: "`nothing` for pc ..."."""
+    nothing, a no_info LookupFailure over those pcs: "`nothing` for pc ..."."""
     offset = lookup_pc - text_base
     found, low, high = lookup_range(offset) if offset >= 0 else (None, None, 0)
+    low, high = NOWHERE if low is None else text_base + low, EVERYWHERE if high is None else text_base + high
     if found is None:
-        raise UnwindFailure("no_info", f"{nothing} for pc {lookup_pc:#x}")
-    return found, NOWHERE if low is None else text_base + low, EVERYWHERE if high is None else text_base + high
+        raise LookupFailure("no_info", nothing + " for pc {pc:#x}", lookup_pc, low, high)
+    return found, low, high
 
 
 class RangeCache:

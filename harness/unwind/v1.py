@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from harness.errors import UnwindFailure
+from harness.errors import LookupFailure
 from harness.formats.chrome_v1 import V1Table
 from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
@@ -41,7 +41,7 @@ class V1Unwinder:
         else:
             found, low, high = None, NOWHERE, self.text_base
         if found is None and not innermost:
-            raise UnwindFailure("no_info", f"v1 has no row for pc {pc:#x}")
+            raise LookupFailure("no_info", "v1 has no row for pc {pc:#x}", pc, low, high)
         return found, low, high
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:

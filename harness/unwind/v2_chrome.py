@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from harness.errors import UnwindFailure
+from harness.errors import BadRead, UnwindFailure
 from harness.formats import ehabi
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.registers import CALLEE_SAVED, LR, PC, SP
@@ -105,26 +105,86 @@ def chrome_rule(run: Run) -> Rule | None:
     guarded above it (a run from a register: its base moved down to the
     lowest vsp the run passes through, so that the guard covers them all),
     with the caller's sp 8-byte aligned; None (the step decides) where
-    vsp's path is not fixed."""
+    vsp's path is not fixed. A run that sets vsp from the same register
+    again and again before it reads (GCC's epilogue rows through r7, each
+    written as a step) is the rule of its last part, guarded over every vsp
+    of the whole run."""
     rule = rule_of_run(run)
     if rule is None:
+        last = _from_the_last_base(run)
+        rule = None if last is None else rule_of_run(last)
+    if rule is None:
         return None
-    vsp, from_register, lowest = 0, False, 0
+    vsp, from_register, lowest, highest = 0, False, 0, 0
     for op in run:
         if isinstance(op, ehabi.SetVsp):
-            vsp, from_register, lowest = 0, True, 0
+            vsp, lowest, highest = 0, lowest if from_register else 0, highest if from_register else 0
+            from_register = True
         elif isinstance(op, ehabi.VspAdd):
             vsp += op.amount
         elif isinstance(op, ehabi.Pop):
             if SP in op.regs:
                 return None
             vsp += 4 * len(op.regs)
-        lowest = min(lowest, vsp)
+        lowest, highest = min(lowest, vsp), max(highest, vsp)
         if vsp < 0 and not from_register:
             return failing("limit", "vsp went below the frame's sp")
+    if from_register:  # every vsp lies in the stack: base + lowest to base + highest
+        rule = replace(rule, bounds=(min(rule.bounds[0], lowest), max(rule.bounds[1], highest)))
     if lowest:  # from a register: every vsp is at or above base + lowest
         rule = replace(rule, offset=rule.offset + lowest, end=rule.end - lowest,
                        loads=tuple((reg, offset - lowest) for reg, offset in rule.loads),
                        vfp_loads=tuple((reg, offset - lowest) for reg, offset in rule.vfp_loads),
                        bounds=(rule.bounds[0] - lowest, rule.bounds[1] - lowest))
-    return replace(rule, above_sp=from_register, aligned=from_register, caller_aligned8=True)
+    return replace(rule, above_sp=from_register, aligned=from_register, caller_aligned8=True,
+                   guard_failure=_first_check_failing(run, rule.offset) if _replayable(run) else None)
+
+
+def _replayable(run: Run) -> bool:
+    """Does the run set vsp only from a register it has not popped?"""
+    popped: set[int] = set()
+    for op in run:
+        if isinstance(op, ehabi.SetVsp) and op.reg in popped:
+            return False
+        popped.update(getattr(op, "regs", ()))
+    return True
+
+
+def _first_check_failing(run: Run, offset: int):
+    """The rule's guard_failure: where its guards fail, the first of
+    Chrome's checks the step fails (the same ops, over addresses alone:
+    the register vsp is set from holds base - offset)."""
+    def failure(base: int, sp: int, low: int, high: int) -> tuple[str, str]:
+        vsp = sp
+        for op in run:
+            if isinstance(op, ehabi.Finish):
+                break
+            if isinstance(op, ehabi.VspAdd):
+                vsp += op.amount
+            elif isinstance(op, ehabi.SetVsp):
+                vsp = base - offset
+            else:
+                for _ in op.regs:
+                    if vsp < low or vsp + 4 > high:
+                        return "bad_read", BadRead(vsp, 4, low, high).reason
+                    vsp += 4
+            if vsp % 4:
+                return "bad_read", f"vsp {vsp:#x} is not 4-byte aligned"
+            if vsp < sp:
+                return "limit", f"vsp {vsp:#x} went below the frame's sp {sp:#x}"
+            if not low <= vsp <= high:
+                return "bad_read", f"vsp {vsp:#x} left the stack"
+        raise AssertionError("the guards of a Chrome rule failed where none of its checks does")
+    return failure
+
+
+def _from_the_last_base(run: Run) -> Run | None:
+    """The part of a run from its last `vsp = rN`, where it sets vsp from
+    one register more than once and reads nothing before the last time
+    (what the run leaves is that part's); None for any other run."""
+    sets = [index for index, op in enumerate(run) if isinstance(op, ehabi.SetVsp)]
+    if len(sets) < 2 or len({run[index].reg for index in sets}) > 1:
+        return None
+    if not all(isinstance(op, (ehabi.SetVsp, ehabi.VspAdd)) for op in run[:sets[-1]]):
+        return None
+    return run[sets[-1]:]

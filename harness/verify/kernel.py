@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Callable, Sequence
 
 from harness.registers import CALLEE_SAVED, SP
-from harness.unwind.rule import EVERYWHERE, NOWHERE, ReturnAddresses, Rule, guards_hold
+from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, ReturnAddresses, Rule, guards_hold
 from harness.unwind.walk import Unwinder, restores_of
 from harness.verify import abi
 from harness.verify.failures import Outcome
@@ -149,4 +149,6 @@ class StopKernel:
             kind, reason = rule.guard_failure(answer.base, answer.sp, answer.low, self.high)
         else:
             kind, reason = rule.failure
+            if isinstance(reason, PcWording):  # a rule over a range: worded for this frame's pc
+                reason = reason.at(answer.pc)
         return answer.frame, kind, None, reason

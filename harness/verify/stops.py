@@ -28,7 +28,7 @@ from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
 from harness.verify.emulator import EmulationFault, Emulator, as_limits, guard_cause
 from harness.verify.failures import FailureLog, ProgramResult, counted_kind, logged_failures, quiet_ranges
-from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, raise_entries, unpacked
+from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, has_bit, raise_entries, unpacked
 from harness.verify.sampling import chooser
 from harness.verify.verification import Verification
 
@@ -96,14 +96,12 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     gc.disable()
     try:
         try:
-            # Which frames never resume, for the walks and for an observer (which judges frames alike).
-            resumes = _resuming_frames(program, system, compiled, limits, by_blocks) if unwinders or observe else None
-            wanted = None if observe_at is None else frozenset(observe_at)
-            if compiled:
-                _run_compiled(program, unwinders, emulator, run, result, limits, observe, every, shard, resumes, wanted,
-                              by_blocks)
+            if compiled and observe is None and system is None:
+                run, result = _run_once_if_it_can(program, unwinders, memoize, system, emulator, run, result, limits,
+                                                  every, shard, by_blocks)
             else:
-                _run_in_python(program, emulator, run, result, limits, _only_at(observe, wanted), every, shard, resumes)
+                _run_after_ground_truth(program, unwinders, system, emulator, run, result, limits, observe, observe_at,
+                                        every, shard, compiled, by_blocks)
         except EmulationFault as fault:
             result.fault = str(fault)
         for (where, cause), stops in result.failure_tally.items():
@@ -143,7 +141,54 @@ def _only_at(observe, wanted: frozenset[int] | None):
     return lambda stop: stop.pc in wanted and observe(stop)
 
 
-def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limits, by_blocks: bool) -> bytes | None:
+def _run_after_ground_truth(program: Program, unwinders: Sequence[Unwinder], system, emulator: Emulator,
+                            run: Verification, result: ProgramResult, limits: abi.Limits, observe, observe_at,
+                            every: int, shard: tuple[int, int], compiled: bool, by_blocks: bool) -> None:
+    """The verified run after a first of ground truth alone, which tells the
+    frames that never resume (for the walks, and for an observer, which
+    judges frames alike)."""
+    resumes = _resuming_frames(program, system, compiled, limits) if unwinders or observe else None
+    wanted = None if observe_at is None else frozenset(observe_at)
+    if compiled:
+        _run_compiled(program, unwinders, emulator, run, result, limits, observe, every, shard, resumes, wanted,
+                      by_blocks)
+    else:
+        _run_in_python(program, emulator, run, result, limits, _only_at(observe, wanted), every, shard, resumes)
+
+
+def _run_once_if_it_can(program: Program, unwinders: Sequence[Unwinder], memoize: bool, system, emulator: Emulator,
+                        run: Verification, result: ProgramResult, limits: abi.Limits, every: int,
+                        shard: tuple[int, int], by_blocks: bool) -> tuple[Verification, ProgramResult]:
+    """The compiled hook's run of a bare-metal program, once where that will
+    do: it compares every frame's registers (not knowing yet which frames
+    never resume) and records which resumed, and which a walk found a wrong
+    register of. Only where one of those never resumed would a run that
+    knew (the reference, as `_resuming_frames` lets the others run) judge
+    differently: then it runs again, knowing. A bare-metal program returns
+    to the harness, so that is rare (a longjmp, an exception); a process
+    ends in exit, frames below it never resume, and a first run of ground
+    truth alone is cheaper there. The run and its result."""
+    resumed, questioned = _run_compiled(program, unwinders, emulator, run, result, limits, None, every, shard,
+                                        by_blocks=by_blocks)
+    if not judged_differently(questioned, run.questioned, resumed):
+        return run, result
+    again = ProgramResult(program.name, expected=program.expected_result)
+    twin = None if system is None else system.rerun()
+    emulator = Emulator(program.segments) if twin is None else Emulator(twin.segments, twin, twin.placement)
+    run = Verification(program, unwinders, memoize, again)
+    _run_compiled(program, unwinders, emulator, run, again, limits, None, every, shard, resumed, by_blocks=by_blocks)
+    return run, again
+
+
+def judged_differently(questioned: bytes, questioned_in_python: set[int], resumed: bytes) -> bool:
+    """Would a run that knew which frames resume judge differently: did a
+    walk find a wrong register of a frame that never resumed (`questioned`,
+    a bit per serial, from the kernel; and by the walks in Python)?"""
+    return any(not has_bit(resumed, serial) for serial in questioned_in_python) or any(
+        mine & ~theirs for mine, theirs in zip(questioned, resumed.ljust(len(questioned), b"\0")))
+
+
+def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limits) -> bytes | None:
     """A first run, of ground truth alone: the frames that resume, a bit per
     serial (harness.verify.groundtruth); None where it faults (the verified
     run then faults alike, comparing every frame's registers up to there)."""
@@ -153,7 +198,8 @@ def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limit
     run = Verification(program, [], True, result)
     try:
         if compiled:
-            return _run_compiled(program, [], emulator, run, result, limits, None, 1, (0, 1), by_blocks=by_blocks)
+            # From block entries: the same shadow stack, at a fraction of the cost (tests/test_sampling.py).
+            return _run_compiled(program, [], emulator, run, result, limits, None, 1, (0, 1), by_blocks=True)[0]
         return _run_in_python(program, emulator, run, result, limits, None, 1, (0, 1))
     except EmulationFault:
         return None
@@ -161,8 +207,10 @@ def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limit
 
 def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emulator, run: Verification,
                   result: ProgramResult, limits: abi.Limits, observe, every: int, shard: tuple[int, int],
-                  resumes: bytes | None = None, wanted: frozenset[int] | None = None, by_blocks: bool = False) -> bytes:
-    """The compiled hook's run; the frames that resumed (a bit per serial)."""
+                  resumes: bytes | None = None, wanted: frozenset[int] | None = None,
+                  by_blocks: bool = False) -> tuple[bytes, bytes]:
+    """The compiled hook's run; the frames that resumed, and (without
+    `resumes`) those a walk found a wrong register of (a bit per serial)."""
     stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if unwinders else None
     shadow_frames: dict[int, ShadowFrame] = {}  # serial -> frame, unpacked once
     compare_bottom = emulator.system is None
@@ -211,7 +259,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
             for stop_class, index, passes in stop_kernel.passes():
                 result.counts[(unwinders[index].name, *classes[stop_class], None)] += passes
             result.methods.update(stop_kernel.chain_frames())
-    return tracer.resumed()
+    return tracer.resumed(), tracer.questioned()
 
 
 def _checker(emulator: Emulator, run: Verification, result: ProgramResult, observe, every: int,

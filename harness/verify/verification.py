@@ -36,6 +36,7 @@ class Verification:
         self.log_cap = abi.FAILURE_LOG_CAP  # entries in `log`, at most; the rest are tallied in `unlogged`
         self.unlogged: Counter = Counter()  # (where, cause) -> failing walks in Python past the cap
         self._causes: dict[FailureCause, FailureCause] = {}  # each cause of walks in Python, once
+        self.questioned: set[int] = set()  # serials of shadow frames a walk found a wrong register of
 
     def where(self, pc: int, in_flight: bool) -> Where:
         """pc's (function, traits, position) at a stop, `in_flight` with
@@ -85,6 +86,8 @@ class Verification:
             if outcome is None:
                 self.counts[(self.names[index], where[1], where[2], None)] += 1
                 continue
+            if outcome[1] == "wrong_register":  # would not be compared if that frame never resumes
+                self.questioned.add(expected[outcome[0] - 1].serial)
             cause, wording = self.shared(self.failure_cause(self.names[index], outcome,
                                                             pc if outcome[0] == 0 else expected[outcome[0] - 1].pc))
             if len(self.log) < self.log_cap and not is_stop(cause):

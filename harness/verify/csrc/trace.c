@@ -121,6 +121,9 @@ typedef struct {
     uint64_t banks[2][MAX_REGISTERS];
     void *pointers[2][MAX_REGISTERS];
     int bank;
+    int complete[2];  /* does the bank hold every register, or (a block entry's) sp and cpsr alone? */
+    int entry_ids[2];  /* the engine's ids of sp and cpsr */
+    void *entry_pointers[2][2];
     uint64_t last_pc;
     /* the shadow stack, outermost first, and its frames' serials */
     Expected *frames;
@@ -136,6 +139,10 @@ typedef struct {
      * resume are not compared on registers (groundtruth.ShadowStack) */
     uint8_t *resumed;
     size_t resumed_capacity;
+    /* without `resumes`: the frames whose registers a walk found wrong, a
+     * bit per serial (a frame that never resumes would not be compared) */
+    uint8_t *questioned;
+    size_t questioned_capacity;
     Py_buffer resumes;
     int has_resumes;
     /* an exception in flight: the entry points that raise one, sorted, and
@@ -351,6 +358,14 @@ static int bit_of(const uint8_t *bits, size_t size, uint64_t serial) {
     return serial / 8 < size && (bits[serial / 8] >> (serial % 8) & 1);
 }
 
+static int set_bit(uint8_t **bits, size_t *capacity, uint64_t serial) {
+    const size_t had = *capacity;
+    if (reserve(bits, capacity, serial / 8 + 1, 1)) return -1;
+    memset(*bits + had, 0, *capacity - had);
+    (*bits)[serial / 8] |= (uint8_t)(1u << (serial % 8));
+    return 0;
+}
+
 static int push(Tracer *t, const Expected *frame, uint64_t serial) {
     if (reserve(&t->frames, &t->frames_capacity, t->depth + 1, sizeof(Expected)) ||
         reserve(&t->serials, &t->serials_capacity, t->depth + 1, sizeof(uint64_t)))
@@ -375,11 +390,7 @@ static int follow(Tracer *t, uint32_t pc, uint32_t sp) {
     while (t->depth > 1 && t->frames[t->depth - 1].sp < sp) t->depth--;
     const Expected *top = &t->frames[t->depth - 1];
     if (t->depth > 1 && sp == top->sp && (pc == top->pc || returned)) {  /* the frame resumes */
-        const uint64_t serial = t->serials[t->depth - 1];
-        const size_t had = t->resumed_capacity;
-        if (reserve(&t->resumed, &t->resumed_capacity, serial / 8 + 1, 1)) return -1;
-        memset(t->resumed + had, 0, t->resumed_capacity - had);
-        t->resumed[serial / 8] |= (uint8_t)(1u << (serial % 8));
+        if (set_bit(&t->resumed, &t->resumed_capacity, t->serials[t->depth - 1])) return -1;
         t->depth--;
     }
     return 0;
@@ -607,6 +618,10 @@ static int verify_at(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr) {
             } else if (log_answer(t, number, pc, where, i, &answer)) {
                 return -1;
             }
+            /* a wrong register of the caller of frame `frame`: the shadow frame depth - 1 - frame */
+            if (answer.kind == ANSWER_MISMATCH && answer.reg != PC && answer.reg != SP && !t->has_resumes &&
+                set_bit(&t->questioned, &t->questioned_capacity, t->serials[t->depth - 1 - answer.frame]))
+                return -1;
         }
     }
     if (deferrals || observed_at(t, pc)) return call_slow(t, number, pc, cpsr, deferred, deferrals);
@@ -710,17 +725,45 @@ static int stop_at(Tracer *t, uint32_t pc) {
     return 0;
 }
 
+static int read_failed(Tracer *t, int status, uint64_t address) {
+    PyErr_Format(PyExc_OSError, "batch register read failed with status %d at pc %#llx", status,
+                 (unsigned long long)address);
+    return -1;
+}
+
 /* Every register, into the bank the previous stop's are not in; -1 (and
  * the run failed) when the engine cannot read them. */
 static int read_registers(Tracer *t, uint64_t address) {
     t->bank ^= 1;
     t->values = t->banks[t->bank];
+    t->complete[t->bank] = 1;
     int status = t->engine.reg_read_batch(t->engine.handle, t->engine.ids, t->pointers[t->bank], t->engine.count);
     if (!status) return 0;
-    PyErr_Format(PyExc_OSError, "batch register read failed with status %d at pc %#llx", status,
-                 (unsigned long long)address);
+    read_failed(t, status, address);
     fail(t);
     return -1;
+}
+
+/* A block's entry needs sp and cpsr alone, unless it ends a call or holds
+ * a sample: those two into the next bank, the rest when wanted
+ * (complete_registers). */
+static int read_entry_registers(Tracer *t, uint64_t address) {
+    t->bank ^= 1;
+    t->values = t->banks[t->bank];
+    t->complete[t->bank] = 0;
+    int status = t->engine.reg_read_batch(t->engine.handle, t->entry_ids, t->entry_pointers[t->bank], 2);
+    if (!status) return 0;
+    read_failed(t, status, address);
+    fail(t);
+    return -1;
+}
+
+/* Every register of the current stop, read where only sp and cpsr were. */
+static int complete_registers(Tracer *t, uint64_t address) {
+    if (t->complete[t->bank]) return 0;
+    t->complete[t->bank] = 1;
+    int status = t->engine.reg_read_batch(t->engine.handle, t->engine.ids, t->pointers[t->bank], t->engine.count);
+    return status ? read_failed(t, status, address) : 0;
 }
 
 static void on_code(void *engine, uint64_t address, uint32_t size, void *user_data) {
@@ -830,6 +873,8 @@ static const BlockInfo *block_of(Tracer *t, uint32_t address, uint32_t size, uin
  * pc: its return address), then the stop's own follow (observe). */
 static int enter_block(Tracer *t, uint32_t pc, uint32_t cpsr) {
     const uint64_t *v = t->values;
+    const int calls = t->has_ended && t->ended.call_length && condition_holds(t->ended.cond, cpsr);
+    if ((!t->depth || calls) && complete_registers(t, pc)) return -1;
     if (!t->depth) {  /* the first stop: the harness's own call into the entry */
         Expected bottom;
         frame_of(&bottom, t->sentinel, v, t->uses_vfp);
@@ -842,7 +887,7 @@ static int enter_block(Tracer *t, uint32_t pc, uint32_t cpsr) {
             t->return_pending = 1;
             t->return_fall_through = e->last + e->last_size;
         }
-        if (e->call_length && condition_holds(e->cond, cpsr)) {  /* flags are as the call saw them */
+        if (calls) {  /* a call ended the block (its flags are as the call saw them) */
             t->serial++;
             t->call_pending = 1;
             frame_of(&t->pending_frame, e->last + e->call_length, v, t->uses_vfp);
@@ -857,6 +902,7 @@ static int take_sample(Tracer *t, uint32_t pc, uint32_t cpsr) {
     const uint64_t number = t->next_sample, sample = t->samples++;
     t->next_sample += next_stride(t);
     if (sample % t->shard_count != t->shard_index) return 0;
+    if (complete_registers(t, pc)) return -1;
     return verify_at(t, number, pc, cpsr);
 }
 
@@ -920,11 +966,13 @@ static int entered_block(Tracer *t, uint32_t pc, uint32_t size) {
 static void on_block(void *engine, uint64_t address, uint32_t size, void *user_data) {
     Tracer *t = user_data;
     if (t->halted) return;
-    if (read_registers(t, address)) return;
-    if (!t->resuming && address == t->last_pc
-        && !memcmp(t->banks[0], t->banks[1], t->engine.count * sizeof(uint64_t))) {
-        guard_stop(t, GUARD_SELF_LOOP, (uint32_t)address);
-        return;
+    if (read_entry_registers(t, address)) return;
+    if (!t->resuming && address == t->last_pc) {  /* the same block again: with the same registers, a self loop */
+        if (complete_registers(t, address)) { fail(t); return; }
+        if (t->complete[t->bank ^ 1] && !memcmp(t->banks[0], t->banks[1], t->engine.count * sizeof(uint64_t))) {
+            guard_stop(t, GUARD_SELF_LOOP, (uint32_t)address);
+            return;
+        }
     }
     t->last_pc = address;
     if (entered_block(t, (uint32_t)address, size)) fail(t);
@@ -975,6 +1023,7 @@ static void Tracer_dealloc(Tracer *self) {
     PyMem_Free(self->frames);
     PyMem_Free(self->serials);
     PyMem_Free(self->resumed);
+    PyMem_Free(self->questioned);
     if (self->has_resumes) PyBuffer_Release(&self->resumes);
     PyMem_Free(self->table);
     PyMem_Free(self->blocks);
@@ -1108,7 +1157,11 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     if (PyErr_Occurred()) return -1;
     for (int b = 0; b < 2; b++) {  /* 32-bit registers fill the low half of their slot */
         for (int i = 0; i < MAX_REGISTERS; i++) self->pointers[b][i] = &self->banks[b][i];
+        self->entry_pointers[b][0] = &self->banks[b][SP];
+        self->entry_pointers[b][1] = &self->banks[b][CPSR];
     }
+    self->entry_ids[0] = e.ids[SP];
+    self->entry_ids[1] = e.ids[CPSR];
     self->values = self->banks[0];
     self->last_pc = UINT64_MAX;  /* no stop before the first */
     self->engine = e;
@@ -1289,6 +1342,10 @@ static PyObject *Tracer_seen(Tracer *self, void *unused) {
     return PyLong_FromUnsignedLongLong(self->seen);
 }
 
+static PyObject *Tracer_questioned(Tracer *self, PyObject *unused) {
+    return PyBytes_FromStringAndSize((const char *)self->questioned, (Py_ssize_t)self->questioned_capacity);
+}
+
 static PyObject *Tracer_resumed(Tracer *self, PyObject *unused) {
     (void)unused;
     return PyBytes_FromStringAndSize((const char *)self->resumed, (Py_ssize_t)self->resumed_capacity);
@@ -1300,6 +1357,8 @@ static PyMethodDef Tracer_methods[] = {
     {"tally", (PyCFunction)Tracer_tally, METH_NOARGS, "Failing stops per (where id, cause id)."},
     {"failure_log", (PyCFunction)Tracer_failure_log, METH_VARARGS, "Every failing answer, merged with others."},
     {"resumed", (PyCFunction)Tracer_resumed, METH_NOARGS, "The frames that resumed, a bit per serial (bytes)."},
+    {"questioned", (PyCFunction)Tracer_questioned, METH_NOARGS,
+     "Without resumes: the frames a walk found a wrong register of, a bit per serial (bytes)."},
     {NULL}
 };
 
