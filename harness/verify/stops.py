@@ -97,8 +97,8 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     try:
         try:
             if compiled and observe is None and system is None:
-                run, result = _run_once_if_it_can(program, unwinders, memoize, system, emulator, run, result, limits,
-                                                  every, shard, by_blocks)
+                run, result = _run_once_if_it_can(program, unwinders, memoize, emulator, run, result, limits, every,
+                                                  shard, by_blocks)
             else:
                 _run_after_ground_truth(program, unwinders, system, emulator, run, result, limits, observe, observe_at,
                                         every, shard, compiled, by_blocks)
@@ -156,7 +156,7 @@ def _run_after_ground_truth(program: Program, unwinders: Sequence[Unwinder], sys
         _run_in_python(program, emulator, run, result, limits, _only_at(observe, wanted), every, shard, resumes)
 
 
-def _run_once_if_it_can(program: Program, unwinders: Sequence[Unwinder], memoize: bool, system, emulator: Emulator,
+def _run_once_if_it_can(program: Program, unwinders: Sequence[Unwinder], memoize: bool, emulator: Emulator,
                         run: Verification, result: ProgramResult, limits: abi.Limits, every: int,
                         shard: tuple[int, int], by_blocks: bool) -> tuple[Verification, ProgramResult]:
     """The compiled hook's run of a bare-metal program, once where that will
@@ -173,10 +173,9 @@ def _run_once_if_it_can(program: Program, unwinders: Sequence[Unwinder], memoize
     if not judged_differently(questioned, run.questioned, resumed):
         return run, result
     again = ProgramResult(program.name, expected=program.expected_result)
-    twin = None if system is None else system.rerun()
-    emulator = Emulator(program.segments) if twin is None else Emulator(twin.segments, twin, twin.placement)
     run = Verification(program, unwinders, memoize, again)
-    _run_compiled(program, unwinders, emulator, run, again, limits, None, every, shard, resumed, by_blocks=by_blocks)
+    _run_compiled(program, unwinders, Emulator(program.segments), run, again, limits, None, every, shard, resumed,
+                  by_blocks=by_blocks)
     return run, again
 
 
