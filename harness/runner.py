@@ -204,10 +204,10 @@ def assemble(records: Sequence[dict], names: Sequence[str], seed: int, seconds: 
     summaries = [from_json(r["summary"]) for r in records]
     data = report_data([s for s, r in zip(summaries, records) if r["kind"] == "generated"], names, seed, "generated",
                        sizes)
-    for kind, key in (("elf", "elf"), ("linux", "linux")):
+    for kind in ("elf", "linux"):
         groups = [with_timing(r["group"], [s], r["seconds"]) for s, r in zip(summaries, records) if r["kind"] == kind]
         if groups:
-            data[key] = groups
+            data[kind] = groups
     return with_timing(data, summaries, seconds)
 
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from harness.errors import BadRead, UnwindFailure
+from harness.errors import UnwindFailure
 from harness.formats import ehabi
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.registers import CALLEE_SAVED, LR, PC, SP
 from harness.unwind.ehabi_run import rule_of_run
-from harness.unwind.frame import Frame, StackReader
+from harness.unwind.frame import Frame, Stack, StackReader
 from harness.unwind.rule import Rule, RuleRange, failing, ranged
 from harness.unwind.walk import Restores, check_caller
 
@@ -60,23 +60,7 @@ class ChromeV2Unwinder:
         return run
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
-        run = self._found(frame.pc)[0]
-        regs, vsp, popped_pc = list(frame.r), frame.sp, False
-        for op in run:
-            if isinstance(op, ehabi.Finish):
-                break
-            if isinstance(op, ehabi.Refuse):
-                raise UnwindFailure("no_info", f"refuse to unwind at pc {frame.pc:#x}")
-            if isinstance(op, ehabi.VspAdd):
-                vsp += op.amount
-            elif isinstance(op, ehabi.SetVsp):
-                vsp = regs[op.reg]
-            else:
-                for reg in op.regs:
-                    regs[reg] = stack.read_u32(vsp)
-                    vsp = regs[SP] if reg == SP else vsp + 4
-                popped_pc = popped_pc or PC in op.regs
-            _check_vsp(vsp, frame.sp, stack)
+        regs, vsp, popped_pc = _executed(self._found(frame.pc)[0], list(frame.r), frame.sp, frame.pc, stack)
         regs[SP] = vsp
         regs[PC] = (regs[PC] if popped_pc else regs[LR]) & ~1
         caller = Frame(r=tuple(regs), d=frame.d)
@@ -87,6 +71,28 @@ class ChromeV2Unwinder:
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         return ranged(lambda: self._found(pc), chrome_rule, pc, pc)  # looked up as it is
+
+
+def _executed(run: Run, regs: list[int], sp: int, pc: int, stack: StackReader) -> tuple[list[int], int, bool]:
+    """Chrome's runtime over `run` from a frame at sp and pc: the registers,
+    vsp and whether pc was popped, checking vsp after each instruction."""
+    vsp, popped_pc = sp, False
+    for op in run:
+        if isinstance(op, ehabi.Finish):
+            break
+        if isinstance(op, ehabi.Refuse):
+            raise UnwindFailure("no_info", f"refuse to unwind at pc {pc:#x}")
+        if isinstance(op, ehabi.VspAdd):
+            vsp += op.amount
+        elif isinstance(op, ehabi.SetVsp):
+            vsp = regs[op.reg]
+        else:
+            for reg in op.regs:
+                regs[reg] = stack.read_u32(vsp)
+                vsp = regs[SP] if reg == SP else vsp + 4
+            popped_pc = popped_pc or PC in op.regs
+        _check_vsp(vsp, sp, stack)
+    return regs, vsp, popped_pc
 
 
 def _check_vsp(vsp: int, frame_sp: int, stack: StackReader) -> None:
@@ -118,8 +124,9 @@ def chrome_rule(run: Run) -> Rule | None:
     vsp, from_register, lowest, highest = 0, False, 0, 0
     for op in run:
         if isinstance(op, ehabi.SetVsp):
-            vsp, lowest, highest = 0, lowest if from_register else 0, highest if from_register else 0
-            from_register = True
+            if not from_register:  # from here on, vsp is the register's value plus vsp
+                lowest = highest = 0
+            vsp, from_register = 0, True
         elif isinstance(op, ehabi.VspAdd):
             vsp += op.amount
         elif isinstance(op, ehabi.Pop):
@@ -152,28 +159,14 @@ def _replayable(run: Run) -> bool:
 
 def _first_check_failing(run: Run, offset: int):
     """The rule's guard_failure: where its guards fail, the first of
-    Chrome's checks the step fails (the same ops, over addresses alone:
-    the register vsp is set from holds base - offset)."""
+    Chrome's checks the step fails, found by the step's own execution over
+    the stack's addresses alone (the register vsp is set from holds
+    base - offset; the values read do not matter to a run `_replayable`)."""
     def failure(base: int, sp: int, low: int, high: int) -> tuple[str, str]:
-        vsp = sp
-        for op in run:
-            if isinstance(op, ehabi.Finish):
-                break
-            if isinstance(op, ehabi.VspAdd):
-                vsp += op.amount
-            elif isinstance(op, ehabi.SetVsp):
-                vsp = base - offset
-            else:
-                for _ in op.regs:
-                    if vsp < low or vsp + 4 > high:
-                        return "bad_read", BadRead(vsp, 4, low, high).reason
-                    vsp += 4
-            if vsp % 4:
-                return "bad_read", f"vsp {vsp:#x} is not 4-byte aligned"
-            if vsp < sp:
-                return "limit", f"vsp {vsp:#x} went below the frame's sp {sp:#x}"
-            if not low <= vsp <= high:
-                return "bad_read", f"vsp {vsp:#x} left the stack"
+        try:
+            _executed(run, [base - offset] * 16, sp, 0, Stack(low, b"", high))
+        except UnwindFailure as failed:
+            return failed.kind, failed.reason
         raise AssertionError("the guards of a Chrome rule failed where none of its checks does")
     return failure
 

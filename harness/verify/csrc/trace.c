@@ -731,31 +731,11 @@ static int read_failed(Tracer *t, int status, uint64_t address) {
     return -1;
 }
 
-/* Every register, into the bank the previous stop's are not in; -1 (and
- * the run failed) when the engine cannot read them. */
-static int read_registers(Tracer *t, uint64_t address) {
-    t->bank ^= 1;
-    t->values = t->banks[t->bank];
-    t->complete[t->bank] = 1;
-    int status = t->engine.reg_read_batch(t->engine.handle, t->engine.ids, t->pointers[t->bank], t->engine.count);
-    if (!status) return 0;
-    read_failed(t, status, address);
-    fail(t);
-    return -1;
-}
-
-/* A block's entry needs sp and cpsr alone, unless it ends a call or holds
- * a sample: those two into the next bank, the rest when wanted
- * (complete_registers). */
-static int read_entry_registers(Tracer *t, uint64_t address) {
+/* The bank the previous stop's registers are not in, read nothing yet. */
+static void next_bank(Tracer *t) {
     t->bank ^= 1;
     t->values = t->banks[t->bank];
     t->complete[t->bank] = 0;
-    int status = t->engine.reg_read_batch(t->engine.handle, t->entry_ids, t->entry_pointers[t->bank], 2);
-    if (!status) return 0;
-    read_failed(t, status, address);
-    fail(t);
-    return -1;
 }
 
 /* Every register of the current stop, read where only sp and cpsr were. */
@@ -764,6 +744,27 @@ static int complete_registers(Tracer *t, uint64_t address) {
     t->complete[t->bank] = 1;
     int status = t->engine.reg_read_batch(t->engine.handle, t->engine.ids, t->pointers[t->bank], t->engine.count);
     return status ? read_failed(t, status, address) : 0;
+}
+
+/* Every register, into the next bank; -1 (and the run failed) when the
+ * engine cannot read them. */
+static int read_registers(Tracer *t, uint64_t address) {
+    next_bank(t);
+    if (!complete_registers(t, address)) return 0;
+    fail(t);
+    return -1;
+}
+
+/* A block's entry needs sp and cpsr alone, unless it ends a call or holds
+ * a sample: those two into the next bank, the rest when wanted
+ * (complete_registers). */
+static int read_entry_registers(Tracer *t, uint64_t address) {
+    next_bank(t);
+    int status = t->engine.reg_read_batch(t->engine.handle, t->entry_ids, t->entry_pointers[t->bank], 2);
+    if (!status) return 0;
+    read_failed(t, status, address);
+    fail(t);
+    return -1;
 }
 
 static void on_code(void *engine, uint64_t address, uint32_t size, void *user_data) {
