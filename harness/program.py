@@ -178,6 +178,13 @@ class Program:
         module = self.modules[index]
         return (module.label, *module.named(pc))
 
+    def code_spans(self) -> tuple[tuple[int, int], ...]:
+        """[start, end) of its code: a process's modules, a bare-metal
+        program's functions as one span."""
+        if self.modules:
+            return tuple((m.start, m.end) for m in self.modules)
+        return ((self.functions[0].start, self.functions[-1].end),) if self.functions else ()
+
     def code(self, address: int, size: int) -> bytes:
         """Up to `size` bytes at `address` (fewer at the end of a segment)."""
         for start, data in self.segments:

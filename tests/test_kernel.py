@@ -26,7 +26,7 @@ from harness.unwind.v2_chrome import ChromeV2Unwinder, chrome_rule
 from harness.unwind.walk import ALL_CALLEE_SAVED, walk
 from harness.verify import abi, kernel, stops
 from harness.verify.emulator import SENTINEL, Emulator
-from harness.verify.failures import FailureLog, difference, failure_of
+from harness.verify.failures import FailureLog, difference, failure_of, logged_pcs
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.verify.kernel import pack_rule
 from harness.verify.stops import DEFAULT_BUDGET, verify_program
@@ -118,6 +118,19 @@ def test_the_first_failures_of_each_unwinder_are_those_of_the_whole_log():
         # The Python hook words a mismatch in its cause, the kernel when read: compare them spelled out.
         assert [failure_of(*e) for e in first] == [failure_of(*e) for e in slow.failure_log.first(count)]
         assert len({entry[3].unwinder for entry in first}) >= 3 and len(first) < len(fast.failure_log)
+
+
+def test_the_pcs_a_digest_reads_from_the_tracer_are_those_of_the_whole_log():
+    """The tracer groups its log by (where, cause) for the digest, with the
+    walks deferred to Python merged in: the same failures counted, at the
+    same pcs, as the log's entries one by one give."""
+    program = generate_program(0, 3)
+    result = verify_program(program, build_unwinders(program), compiled=True)
+    grouped = result.failure_log.logged_pcs()  # before the entries are built: the tracer's grouping
+    log = list(result.failure_log)
+    assert grouped == logged_pcs((where, cause, pc) for _, pc, where, cause, _ in log)
+    assert sum(count for count, _ in grouped.values()) == len(log) > 100
+    assert any(count > len(pcs) for count, pcs in grouped.values())  # a pc that failed alike twice counts twice
 
 
 def test_the_kernel_answers_most_walks_itself(monkeypatch):

@@ -10,11 +10,14 @@ from functools import partial
 
 import pytest
 
+from generators.assembler import assemble
 from generators.corpus import generate_program
+from harness.classify import FunctionInfo
 from harness.elf_program import program_from_elf
 from harness.linux.corpus import linux_entries, linux_run
 from harness.linux.verify import verify_process
 from harness.manifest import ELF_CORPUS, elf_builds
+from harness.program import Program
 from harness.runner import LINUX_LIMITS
 from harness.unwind import build_unwinders
 from harness.verify import kernel
@@ -24,6 +27,7 @@ from harness.verify.sampling import chooser, sampled_stops, strides
 from harness.verify.stops import DEFAULT_LIMITS, _run_compiled, verify_program
 from harness.verify.verification import Verification
 
+BASE = 0x100000
 needs_kernel = pytest.mark.skipif(not kernel.AVAILABLE, reason="block hooks are the compiled kernel's")
 
 
@@ -112,3 +116,21 @@ def test_block_hooks_keep_the_shadow_stack_in_linux_processes(entry):
     names = ["v2", "chain"]
     assert_same_runs(partial(verify_process, linux_run(entry), names, partial(build_unwinders, names=names),
                              every=97, limits=LINUX_LIMITS))
+
+
+@needs_kernel
+@pytest.mark.parametrize("every", [1, 3])
+def test_a_program_that_rewrites_its_code_runs_the_new_code(every):
+    """The traced run hooks memory over the program's code (so that the
+    engine skips its TLB scan when it translates there): a store into code
+    translated already still drops that translation. `target` returns 1,
+    then main rewrites it to return 2: 1 + 2."""
+    lines = ["push {r4, lr}", "movs r4, #0", "movs r3, #2",
+             "loop: bl target", "add r4, r0", "adr r1, target", "movw r2, #0x2002", "strh r2, [r1]",  # movs r0, #2
+             "subs r3, #1", "bne loop", "mov r0, r4", "pop {r4, pc}", ".align 2", "target: movs r0, #1", "bx lr"]
+    code = assemble(lines, BASE)
+    info = (FunctionInfo("main", BASE, BASE + len(code), BASE + 2, (), frozenset({"no_frame_pointer"})),)
+    program = Program("rewrites", ((BASE, code),), BASE, BASE, info, expected_result=3)
+    assert program.code_spans() == ((BASE, BASE + len(code)),)
+    result = verify_program(program, build_unwinders(program, ["framepointer"]), every=every)
+    assert (result.fault, result.result) == (None, 3)

@@ -5,9 +5,9 @@ is new against it: the groups that fail more, and the pcs that fail now
 and did not before.
 
 pcs are kept where the run logged every failing walk of the unwinder (a
-run logs at most abi.FAILURE_LOG_CAP one by one, and the digest reads at
-most PCS_PER_UNWINDER of each unwinder); past that the group's pcs are
-None and it is named by its counts alone. Ranges merge pcs at most
+run logs at most abi.FAILURE_LOG_CAP one by one) and they are at most
+PCS_PER_UNWINDER; past that the group's pcs are None and it is named by
+its counts alone. Ranges merge pcs at most
 RANGE_GAP bytes apart (one Thumb-2 instruction), so that an unwinder that
 fails at every pc of a function keeps one range for it.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable, NamedTuple, Sequence
 
-from harness.verify.failures import STOPPED_PREFIX, counted_kind
+from harness.verify.failures import STOPPED_PREFIX, LoggedPcs, counted_kind
 
 PCS_PER_UNWINDER = 100_000
 RANGE_GAP = 4
@@ -60,24 +60,25 @@ def uncovered(now: Ranges, before: Ranges) -> Ranges:
     return tuple(out)
 
 
-def digest(tally: Counter, log: Sequence[tuple]) -> dict[str, dict[GroupKey, Group]]:
+def digest(tally: Counter, logged: LoggedPcs) -> dict[str, dict[GroupKey, Group]]:
     """The digest of one run: `tally` (where, cause) -> failing walks, and
-    `log` its first logged failures of each unwinder (stop, pc, where, cause, values)."""
+    `logged` the walks its failure log holds, with their pcs
+    (FailureLog.logged_pcs)."""
     stops: Counter = Counter()
     for (where, cause), count in tally.items():
         kind = counted_kind(cause)
         if not kind.startswith(STOPPED_PREFIX):
             stops[(cause.unwinder, (where[0], where[2], kind))] += count
-    logged: Counter = Counter()
+    counted: Counter = Counter()
     pcs: dict[tuple[str, GroupKey], set[int]] = {}
-    for _, pc, where, cause, _ in log:
-        key = (cause.unwinder, (where[0], where[2], counted_kind(cause)))
-        logged[cause.unwinder] += 1
-        pcs.setdefault(key, set()).add(pc)
+    for (where, cause), (count, found) in logged.items():
+        counted[cause.unwinder] += count
+        pcs.setdefault((cause.unwinder, (where[0], where[2], counted_kind(cause))), set()).update(found)
     totals: Counter = Counter()
     for (unwinder, _), count in stops.items():
         totals[unwinder] += count
-    complete = {unwinder for unwinder in totals if logged[unwinder] == totals[unwinder]}
+    complete = {unwinder for unwinder, total in totals.items()
+                if counted[unwinder] == total <= PCS_PER_UNWINDER}
     out: dict[str, dict[GroupKey, Group]] = {}
     for (unwinder, key), count in sorted(stops.items()):
         found = ranges_of(pcs.get((unwinder, key), ())) if unwinder in complete else None

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from harness.report.failing import PCS_PER_UNWINDER, combined, digest
+from harness.report.failing import combined, digest
 from harness.report.failing import from_json as failing_from_json
 from harness.report.failing import to_json as failing_json
 from harness.unwind import CHAIN
@@ -93,16 +93,13 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
     summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.instructions, result.result,
                              result.expected, result.fault, stdout_sha256=result.stdout_sha256,
                              expected_stdout_sha256=result.expected_stdout_sha256, methods=Counter(result.methods))
-    logged = result.failure_log.first(PCS_PER_UNWINDER)  # walks stopped in a library are not logged
-    for entry in logged:
-        found = summary.samples.setdefault(entry[3].unwinder, [])
-        if len(found) < SAMPLES_PER_UNWINDER:
-            found.append(sample(failure_of(*entry), result.program))
-    summary.failing = digest(result.failure_tally, logged)
+    for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):  # walks stopped in a library are not logged
+        summary.samples.setdefault(entry[3].unwinder, []).append(sample(failure_of(*entry), result.program))
+    summary.failing = digest(result.failure_tally, result.failure_log.logged_pcs())
     for (where, cause), stops in result.failure_tally.items():
         if cause.register:
             summary.wrong_registers.setdefault(cause.unwinder, Counter())[cause.register] += stops
-        blame = summary.culprits.setdefault(cause.unwinder, Culprits())
+        blame = summary.culprits.get(cause.unwinder) or summary.culprits.setdefault(cause.unwinder, Culprits())
         if cause.frame == 0:
             blame.innermost += stops
         else:

@@ -21,6 +21,7 @@ from unicorn import (
     UC_HOOK_BLOCK,
     UC_HOOK_CODE,
     UC_HOOK_INTR,
+    UC_HOOK_MEM_FETCH_UNMAPPED,
     UC_MODE_THUMB,
     UC_PROT_ALL,
     Uc,
@@ -175,6 +176,10 @@ class _Machine:
         self._uc.emu_stop()
 
 
+def _unmapped(uc: Uc, access: int, address: int, size: int, value: int, user_data) -> bool:
+    return False  # not handled: the engine faults as it would with no hook
+
+
 class Emulator:
     def __init__(self, segments: Iterable[tuple[int, bytes]], system=None, placement: Placement | None = None):
         """`segments` mapped, the stack and sentinel placed where they are not
@@ -319,12 +324,21 @@ class Emulator:
         return self._returned(abi.GUARD_NONE, 0, limits)
 
     def call_traced(self, entry: int, tracer, limits: abi.Limits | int, args: tuple[int, ...] = (),
-                    log_cap: int = abi.FAILURE_LOG_CAP) -> int:
+                    log_cap: int = abi.FAILURE_LOG_CAP, code: Iterable[tuple[int, int]] = ()) -> int:
         """`call`, with the compiled tracer (built on `engine()`) as the hook,
         which checks every guard itself and logs at most `log_cap` failing
-        answers one by one."""
+        answers one by one. `code`: the spans [start, end) the program's
+        code lies in, where a sampled run translates blocks again and again."""
         limits = as_limits(limits)
         self._start(args)
+        for start, end in code:
+            # The engine scans its whole TLB each time it translates a block
+            # (to catch writes to code), unless a memory hook covers the
+            # block: a sampled run translates anew at every sample, and the
+            # scans were a tenth of it. This hook never fires on mapped code,
+            # and writes to code are still caught (a page with a memory hook
+            # never takes the engine's fast path for writes).
+            self._uc.hook_add(UC_HOOK_MEM_FETCH_UNMAPPED, _unmapped, begin=start, end=end - 1)
         status, guard, pc = tracer.run(self._entry(entry), self.placement.sentinel, limits, log_cap)
         if status:
             raise EmulationFault(self._uc.reg_read(arm.UC_ARM_REG_PC), str(UcError(status)))

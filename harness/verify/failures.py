@@ -8,7 +8,7 @@ import re
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from harness.classify import MODULES, OWN, Where
 from harness.registers import PC, SP, reg_name
@@ -61,11 +61,19 @@ class FailureLog:
     and a process meets millions of them."""
 
     def __init__(self, build: Callable[[int], list] | None = None, entries: list | None = None,
-                 truncated: bool = False):
+                 truncated: bool = False, pcs: Callable[[], "LoggedPcs"] | None = None):
         self._build = build  # build(at most this many per unwinder, 0: all) -> entries
         self._entries = entries
+        self._pcs = pcs  # logged_pcs() without building the entries
         self.truncated = truncated
         """Whether failing answers past the cap were tallied but left out."""
+
+    def logged_pcs(self) -> "LoggedPcs":
+        """(where, cause) -> (failures logged, their distinct pcs): what a
+        digest of the log needs (harness.report.failing)."""
+        if self._pcs is not None and self._entries is None and not self.truncated:  # all of both sides' logs
+            return self._pcs()
+        return logged_pcs((where, cause, pc) for _, pc, where, cause, _ in self.entries())
 
     def entries(self) -> list:
         if self._entries is None:
@@ -89,6 +97,28 @@ class FailureLog:
             if seen[entry[3].unwinder] <= count:
                 kept.append(entry)
         return kept
+
+
+LoggedPcs = dict  # (where, cause) -> (failures logged, their distinct pcs)
+
+
+def logged_pcs(failures: Iterable[tuple[Where, FailureCause, int]]) -> LoggedPcs:
+    """LoggedPcs of (where, cause, pc) failures."""
+    counts: Counter = Counter()
+    pcs: dict[tuple, set[int]] = {}
+    for where, cause, pc in failures:
+        counts[(where, cause)] += 1
+        pcs.setdefault((where, cause), set()).add(pc)
+    return {key: (count, pcs[key]) for key, count in counts.items()}
+
+
+def with_logged_pcs(found: LoggedPcs, more: Iterable[tuple[Where, FailureCause, int, Iterable[int]]]) -> LoggedPcs:
+    """`found` and `more` (where, cause, failures logged, their pcs) together."""
+    out = dict(found)
+    for where, cause, count, pcs in more:
+        old_count, old_pcs = out.get((where, cause), (0, set()))
+        out[(where, cause)] = (old_count + count, old_pcs | set(pcs))
+    return out
 
 
 NUMBERS = re.compile(r"-?0x[0-9a-f]+|-?\b\d+\b")  # addresses and amounts in a failure's wording
@@ -175,6 +205,12 @@ class WalkLog:
             cause = causes[cause_id]
             out.append((number, unwinder, (number, pc, wheres[where], cause, self._wording(n, cause))))
         return out
+
+    def failures(self) -> Iterator[tuple[Where, FailureCause, int]]:
+        """(where, cause, pc) of each."""
+        wheres, causes = list(self._wheres), list(self._causes)
+        return ((wheres[where], causes[cause], pc)
+                for where, cause, pc in zip(self.where_ids, self.cause_ids, self.pcs))
 
     def tally(self) -> Counter:
         """(where, cause) -> failing walks logged."""

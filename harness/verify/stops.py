@@ -241,7 +241,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
                            resumes, tuple(sorted(wanted or ())), by_blocks)
     cap = run.log_cap
     try:
-        result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap)
+        result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap, program.code_spans())
     finally:  # the stops before a fault count too
         result.stops, result.instructions = tracer.stops, tracer.seen
         causes = [run.kernel_cause(stop_kernel, index, abi.answer(answer), culprit)
@@ -252,7 +252,8 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         result.failure_tally = tally
         # Each side logged its first `cap` answers: the first `cap` of both merged are the run's.
         result.failure_log = FailureLog(lambda count: tracer.failure_log(run.wheres, causes, run.log.entries(), count, cap),
-                                        truncated=logged_failures(tally) > cap)
+                                        truncated=logged_failures(tally) > cap,
+                                        pcs=lambda: run.logged_pcs(tracer.logged_pcs(), causes))
         if stop_kernel is not None:
             classes = {number: key for key, number in run.stop_classes.items()}
             for stop_class, index, passes in stop_kernel.passes():

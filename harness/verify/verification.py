@@ -4,6 +4,7 @@ why a walk failed, and the causes of the compiled kernel's failing answers."""
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from functools import partial
 from typing import Sequence
@@ -13,7 +14,18 @@ from harness.program import Program
 from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
-from harness.verify.failures import FailureCause, Outcome, ProgramResult, WalkLog, generic, is_stop, mismatch_of
+from harness.verify.failures import (
+    FailureCause,
+    LoggedPcs,
+    Outcome,
+    ProgramResult,
+    WalkLog,
+    generic,
+    is_stop,
+    logged_pcs,
+    mismatch_of,
+    with_logged_pcs,
+)
 from harness.verify.groundtruth import ShadowFrame
 from harness.verify.walks import MemoizedWalk, chain_frames, first_difference
 
@@ -105,6 +117,12 @@ class Verification:
         wording = None if shared == cause.detail else cause.detail
         key = cause if wording is None else cause._replace(detail=shared)
         return self._causes.setdefault(key, key), wording
+
+    def logged_pcs(self, kernel_logged: list, causes: list[FailureCause]) -> LoggedPcs:
+        """LoggedPcs of the walks logged in Python and of the kernel's
+        (`kernel_logged`: Tracer.logged_pcs(), its cause ids of `causes`)."""
+        return with_logged_pcs(logged_pcs(self.log.failures()), (
+            (self.wheres[where], causes[cause], count, array("I", pcs)) for where, cause, count, pcs in kernel_logged))
 
     def tally(self) -> Counter:
         """(where, cause) -> stops, of the walks in Python, logged or not."""

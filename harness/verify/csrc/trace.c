@@ -1335,6 +1335,49 @@ error:
     return NULL;
 }
 
+typedef struct { int32_t where, cause; uint32_t pc; } LoggedPc;
+
+static int by_where_cause_pc(const void *a, const void *b) {
+    const LoggedPc *x = a, *y = b;
+    if (x->where != y->where) return x->where < y->where ? -1 : 1;
+    if (x->cause != y->cause) return x->cause < y->cause ? -1 : 1;
+    return x->pc < y->pc ? -1 : x->pc > y->pc;
+}
+
+/* logged_pcs() -> [(where id, cause id, failures logged, their distinct pcs
+ * as bytes of sorted uint32)]: what a digest of the log needs
+ * (harness.report.failing), without an object per logged failure. */
+static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *unused) {
+    LoggedPc *all = PyMem_Malloc((self->logged ? self->logged : 1) * sizeof(LoggedPc));
+    PyObject *out = PyList_New(0);
+    uint32_t *pcs = PyMem_Malloc((self->logged ? self->logged : 1) * sizeof(uint32_t));
+    if (!all || !out || !pcs) goto error;
+    for (size_t i = 0; i < self->logged; i++)
+        all[i] = (LoggedPc){ self->log[i].where, self->log[i].cause, self->log[i].pc };
+    qsort(all, self->logged, sizeof(LoggedPc), by_where_cause_pc);
+    for (size_t i = 0; i < self->logged;) {
+        size_t end = i, distinct = 0;
+        for (; end < self->logged && all[end].where == all[i].where && all[end].cause == all[i].cause; end++)
+            if (!distinct || pcs[distinct - 1] != all[end].pc) pcs[distinct++] = all[end].pc;
+        PyObject *item = Py_BuildValue("(iiny#)", all[i].where, all[i].cause, (Py_ssize_t)(end - i),
+                                       (const char *)pcs, (Py_ssize_t)(distinct * sizeof(uint32_t)));
+        if (!item || PyList_Append(out, item)) {
+            Py_XDECREF(item);
+            goto error;
+        }
+        Py_DECREF(item);
+        i = end;
+    }
+    PyMem_Free(all);
+    PyMem_Free(pcs);
+    return out;
+error:
+    PyMem_Free(all);
+    PyMem_Free(pcs);
+    Py_XDECREF(out);
+    return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+}
+
 static PyObject *Tracer_stops(Tracer *self, void *unused) {
     return PyLong_FromUnsignedLongLong(self->stops);
 }
@@ -1357,6 +1400,8 @@ static PyMethodDef Tracer_methods[] = {
     {"causes", (PyCFunction)Tracer_causes, METH_NOARGS, "The first failing answer of each cause, by cause id."},
     {"tally", (PyCFunction)Tracer_tally, METH_NOARGS, "Failing stops per (where id, cause id)."},
     {"failure_log", (PyCFunction)Tracer_failure_log, METH_VARARGS, "Every failing answer, merged with others."},
+    {"logged_pcs", (PyCFunction)Tracer_logged_pcs, METH_NOARGS,
+     "Per (where id, cause id): the failures logged and their distinct pcs."},
     {"resumed", (PyCFunction)Tracer_resumed, METH_NOARGS, "The frames that resumed, a bit per serial (bytes)."},
     {"questioned", (PyCFunction)Tracer_questioned, METH_NOARGS,
      "Without resumes: the frames a walk found a wrong register of, a bit per serial (bytes)."},
