@@ -289,7 +289,7 @@ def table_rows(figures: dict) -> list[tuple[str, str, str]]:
         ("ground truth only (shadow stack)", f"{o['ground_truth_stops_per_second']:,.0f} stops/s", "compiled hook"),
         (f"verified, {o['unwinders']} unwinders", f"{o['verified_stops_per_second']:,.0f} stops/s", "compiled hook"),
         ("verifier overhead ratio (stepping)", f"{o['verifier_overhead_ratio']:.4f}",
-         "target >= 0.10 (against the no-op Python hook)"),
+         "target >= 0.30 (against the no-op Python hook)"),
         ("  against emulation with no hook", f"{o['overhead_ratio_against_no_hook']:.4f}", ""),
         ("  whole runs, emulator set-up in both", f"{o['whole_run_overhead_ratio']:.4f}",
          f"set-up {o['setup_ms_per_program']:.1f} ms a program"),

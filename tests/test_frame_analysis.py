@@ -6,6 +6,7 @@ analysis must reproduce at every instruction of every generated function."""
 import json
 import re
 from collections import Counter
+from functools import partial
 
 import pytest
 
@@ -21,6 +22,7 @@ from harness.formats.elf import function_spans, mapping_symbols, open_elf, thumb
 from harness.linux.corpus import cache
 from harness.program import CfiRow, CodeMap
 from harness.registers import DWARF_D0, LR, SP
+from harness.thumb import discovery
 from harness.thumb.discovery import GAP, analyse_all, coverage_lines
 from harness.thumb.frame_analysis import analyse, analyse_calling, frame_states
 from harness.unwind import build_unwinders
@@ -414,6 +416,41 @@ def test_a_function_running_into_the_next_is_not_noreturn():
     runs_on = analyse_calling("g", BASE, BASE + 4, lambda address, size: code[address - BASE:address - BASE + size],
                               bounded=False)
     assert runs_on.returns and not runs_on.function.problems
+
+
+def test_callers_are_analysed_again_only_where_what_they_asked_became_noreturn(monkeypatch):
+    """Noreturn spreads round by round: h loops, so g and m, which call it,
+    never return, nor f, which calls g, nor main. A function is analysed
+    again only where one it asked about became noreturn since its last
+    analysis: once its path ends at `bl h`, m never asks about g. The rows
+    are those of analysing every caller of a noreturn function again in
+    every round. (Only main has a symbol: functions found by calls have no
+    landing pads looked for, which would ask about the code after a call.)"""
+    def stuck(offset: int, count: int) -> list[str]:  # padding that starts no function: each a `b .`
+        return [f"b {BASE + offset + 2 * index:#x}" for index in range(count)]
+
+    lines = ["push {r4, lr}", "bl 0x100040", "bl 0x100030", "pop {r4, pc}", *stuck(0xc, 2),  # main @ 0x0
+             "b 0x100010", *stuck(0x12, 7),  # h @ 0x10
+             "push {r4, lr}", "bl 0x100010", "pop {r4, pc}", *stuck(0x28, 4),  # g @ 0x20
+             "push {r4, lr}", "bl 0x100010", "bl 0x100020", "pop {r4, pc}", *stuck(0x3c, 2),  # m @ 0x30
+             "push {r4, lr}", "bl 0x100020", "movs r0, #1", "pop {r4, pc}"]  # f @ 0x40
+    real, analysed = discovery.analyse_calling, Counter()
+
+    def counted(name, *args, everything=False, **options):
+        analysed[name] += 1
+        one = real(name, *args, **options)
+        return one._replace(asked=frozenset(range(BASE, BASE + 0x50, 2))) if everything else one
+
+    monkeypatch.setattr(discovery, "analyse_calling", counted)
+    found, _ = discovered(lines, ((BASE, BASE + 0x10, "main"),))
+    h, g, m, f = (f"{discovery.FOUND}{BASE + offset:x}" for offset in (0x10, 0x20, 0x30, 0x40))
+    assert analysed == Counter({"main": 3, h: 1, g: 2, m: 2, f: 2})
+    assert [(one.rows[-1].address - BASE, one.rows[-1].problem) for one in found if one.name in (g, f)] == [
+        (0x26, "no path reaches this code"), (0x46, "no path reaches this code")]  # after the call
+    analysed.clear()
+    monkeypatch.setattr(discovery, "analyse_calling", partial(counted, everything=True))
+    assert discovered(lines, ((BASE, BASE + 0x10, "main"),))[0] == found
+    assert analysed == Counter({"main": 3, h: 1, g: 4, m: 4, f: 3})
 
 
 def test_a_jump_into_an_unrolled_loop_reaches_every_step():

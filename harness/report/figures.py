@@ -83,7 +83,7 @@ def speed(reports: dict) -> list[str]:
     steps = ", ".join(f"`{name}` {us:.1f}" for name, us in bench["step_us"].items())
     figures = [
         ("verified stops per second, all unwinders", f"{o['verified_stops_per_second']:,.0f}"),
-        ("verifier overhead ratio (against a no-op Python hook; target 0.10)", f"{o['verifier_overhead_ratio']:.3f}"),
+        ("verifier overhead ratio (against a no-op Python hook; target 0.30)", f"{o['verifier_overhead_ratio']:.3f}"),
         ("the same against emulation with no hook", f"{o['overhead_ratio_against_no_hook']:.3f}"),
         ("Python step, microseconds a frame", steps),
         (f"v2 encoder: {e['functions']:,} functions", f"{e['encode_seconds']:.1f} s, {e['encode_peak_mb']:,.0f} MB peak"),

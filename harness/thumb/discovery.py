@@ -58,14 +58,18 @@ def _all_analysed(code_map: CodeMap, code_at) -> tuple[FunctionCfi, ...]:
     noreturn = frozenset(code_map.noreturn)  # through the PLT: known by name
     analyse = _analyser(code_map, code_at)
     found, arm = _discovered(code_map, code_at, analyse, noreturn)
+    analysed_with = dict.fromkeys(found, noreturn)  # the noreturn set each analysis had
     while True:
         ended = noreturn.union(start for start, one in found.items() if not one.returns)
         if ended == noreturn:
             break
         noreturn = ended
         for start, one in list(found.items()):
-            if (one.callees | one.arm_callees) & noreturn:
+            # Analysed again where it calls one that never returns, unless
+            # what it asked of noreturn is answered as before (the same analysis)
+            if (one.callees | one.arm_callees) & noreturn and one.asked & (noreturn - analysed_with[start]):
                 found[start] = analyse(one.function.name, start, one.function.end, noreturn, start in arm)
+                analysed_with[start] = noreturn
     return _with_gaps([found[start].function for start in sorted(found)])
 
 

@@ -31,7 +31,6 @@ from there, and `problems` names the reason and address.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable, Iterable, NamedTuple
 
 from harness.program import CfiRow, FunctionCfi
@@ -55,6 +54,17 @@ class Analysed(NamedTuple):
     returns: bool
     unreached: tuple[int, ...] = ()  # where code no path reaches begins
     arm_callees: frozenset[int] = frozenset()  # entered in ARM state (`blx` from Thumb, `bl` or `b` from ARM)
+    # the branch targets the analysis asked `noreturn` about: with the same
+    # answers for these, another `noreturn` gives the same analysis
+    asked: frozenset[int] = frozenset()
+
+
+class _Asked(frozenset):
+    """A set of functions that never return, which remembers what it was asked."""
+
+    def __contains__(self, address) -> bool:
+        self.asked.add(address)
+        return frozenset.__contains__(self, address)
 
 
 def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes],
@@ -85,14 +95,16 @@ def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int
     linker removed). Not `bounded` (the
     end is a guess: no symbol gave it), code no path reaches may be other
     functions: no landing pad is looked for there."""
-    body = _body(start, end, code_at, labels, arm)._replace(noreturn=noreturn, data=data)
+    watched = _Asked(noreturn)
+    watched.asked = set()
+    body = _body(start, end, code_at, labels, arm)._replace(noreturn=watched, data=data)
     analysis = _analysed(body, pads=bounded)
     if analysis.returns:  # it must give its caller r4-r11 back: where one is overwritten unsaved, it is lost
         analysis.refused.update(address for address, states in analysis.reached.items()
                                 if any(lost(state) for state in states.values()))
     rows = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused)
     return Analysed(FunctionCfi(name, start, end, rows, tuple(analysis.problems)), frozenset(analysis.callees),
-                    analysis.returns, tuple(analysis.gaps()), frozenset(analysis.arm_callees))
+                    analysis.returns, tuple(analysis.gaps()), frozenset(analysis.arm_callees), frozenset(watched.asked))
 
 
 def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes],
@@ -110,6 +122,9 @@ def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes],
 def _one_frame(states, address: int) -> CfiRow | None:
     """The row all `states` at `address` share (paths under different
     facts may differ in what no row says: lost registers, r7), or None."""
+    if len(states) == 1:  # most pcs: one path, or paths under one fact
+        state, = states
+        return None if state == UNKNOWN else state.row(address)
     rows = {None if state == UNKNOWN else state.row(address) for state in states}
     return rows.pop() if len(rows) == 1 else None
 
@@ -154,6 +169,7 @@ class _Analysis:
         # bytes of data: marked so ($d), or read as data (jump tables, literal pools)
         self.data: set[int] = {byte for low, high in body.data for byte in range(low, high)}
         self.visited = 0
+        self.decoded: dict[tuple[int, bool], Instruction] = {}  # (address, ARM state) -> its instruction
 
     def explore(self, pending: list[tuple[int, Path]], kept: set[int] = frozenset()) -> None:
         """Follow `pending` paths; one meeting a state at an address of
@@ -175,7 +191,7 @@ class _Analysis:
                     joined = UNKNOWN
                 if joined == known:
                     continue
-                path = replace(path, state=joined)  # a register lost on some path: go on with it lost
+                path = path._replace(state=joined)  # a register lost on some path: go on with it lost
             states[path.fact] = path.state
             self.visited += 1
             if self.visited > MAX_STATES:
@@ -184,7 +200,9 @@ class _Analysis:
                 return
             insn = None
             try:
-                insn = _instruction(self.code_at, address, self.end, path.arm)
+                insn = self.decoded.get((address, path.arm))
+                if insn is None:
+                    insn = self.decoded[(address, path.arm)] = _instruction(self.code_at, address, self.end, path.arm)
                 first_visit = address not in self.sizes  # what the code itself says is read once
                 self.sizes[address] = insn.size
                 if insn.op in ("bl", "blx"):
@@ -215,7 +233,7 @@ class _Analysis:
         """Go on past an instruction whose effect is unknowable with no
         frame known; a branch that cannot be followed ends the path."""
         try:
-            pending.extend(successors(insn, replace(path, state=UNKNOWN), self.body))
+            pending.extend(successors(insn, path._replace(state=UNKNOWN), self.body))
         except Unknowable:
             pass
 
@@ -225,7 +243,7 @@ class _Analysis:
         twin.sizes, twin.calls, twin.data = dict(self.sizes), set(self.calls), set(self.data)
         twin.callees, twin.arm_callees, twin.returns = set(self.callees), set(self.arm_callees), self.returns
         twin.problems, twin.refused = list(self.problems), set(self.refused)
-        twin.visited = self.visited
+        twin.visited, twin.decoded = self.visited, self.decoded  # what the code says, whatever the paths
         return twin
 
     def _refuse(self, address: int, why: str) -> None:
@@ -240,7 +258,7 @@ class _Analysis:
         states = [state for address in self.calls for state in self.reached[address].values()]
         if not states:
             return None
-        frame = replace(states[0], clobbered=frozenset({LR}))
+        frame = states[0]._replace(clobbered=frozenset({LR}))
         for state in states[1:]:
             frame = _join(frame, state)
             if frame is None:
@@ -269,11 +287,11 @@ def _join(known: FrameState, other: FrameState) -> FrameState | None:
         return UNKNOWN
     fp_offset = known.fp_offset if known.fp_offset == other.fp_offset else None
     lost = known.clobbered | other.clobbered
-    if replace(known, clobbered=other.clobbered, fp_offset=other.fp_offset) == other \
+    if known._replace(clobbered=other.clobbered, fp_offset=other.fp_offset) == other \
             and (fp_offset is not None or known.cfa_reg == SP):
-        return replace(known, clobbered=lost, fp_offset=fp_offset)
+        return known._replace(clobbered=lost, fp_offset=fp_offset)
     if fp_offset is not None and known.saved == other.saved:
-        return replace(known, depth=None, cfa_reg=FP, clobbered=lost)
+        return known._replace(depth=None, cfa_reg=FP, clobbered=lost)
     return None
 
 

@@ -12,7 +12,7 @@ frames). Anything else that sets sp or the frame pointer is Unknowable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from harness.program import TRACKED_REGS, CfiRow
 from harness.registers import LR, PC, SP
@@ -23,8 +23,7 @@ FP = FRAME_POINTERS[0]  # r7, the Thumb frame pointer
 CALLEE_SAVED = frozenset(TRACKED_REGS)
 
 
-@dataclass(frozen=True)
-class FrameState:
+class FrameState(NamedTuple):
     """The unwind state before an instruction (see the module docstring)."""
 
     depth: int | None = 0  # CFA - sp
@@ -74,9 +73,12 @@ def after(insn: Instruction, state: FrameState, code_at) -> FrameState:
 
 
 def _released(state: FrameState) -> FrameState:
-    if state.depth is None or all(slot >= -state.depth for _, slot in state.saved):
+    if state.depth is None:
         return state
-    return replace(state, saved=tuple((reg, slot) for reg, slot in state.saved if slot >= -state.depth))
+    for _, slot in state.saved:  # a loop, not all(): this runs after every instruction of every path
+        if slot < -state.depth:
+            return state._replace(saved=tuple((reg, slot) for reg, slot in state.saved if slot >= -state.depth))
+    return state
 
 
 def _effect(insn: Instruction, state: FrameState, code_at) -> FrameState:
@@ -104,7 +106,7 @@ def _effect(insn: Instruction, state: FrameState, code_at) -> FrameState:
         # r7 = sp + k: the frame pointer, should sp later move by a computed
         # amount or be set from it; the CFA stays on sp while sp is known
         # (clang's frameless code uses r7 for other things too)
-        return replace(state, fp_offset=state.depth - (insn.imm or 0),
+        return state._replace(fp_offset=state.depth - (insn.imm or 0),
                        clobbered=state.clobbered | {FP})
     if FP in insn.writes and state.fp_offset is not None:
         return _fp_written(insn, state)
@@ -112,14 +114,17 @@ def _effect(insn: Instruction, state: FrameState, code_at) -> FrameState:
 
 
 def _saved(state: FrameState, reg: int) -> bool:
-    return any(r == reg for r, _ in state.saved)
+    for saved, _ in state.saved:
+        if saved == reg:
+            return True
+    return False
 
 
 def _clobber(state: FrameState, regs) -> FrameState:
     """`regs` written: those callee-saved no longer hold the caller's value
     (a save slot may still: `lost` tells)."""
-    written = {reg for reg in regs if reg in CALLEE_SAVED}
-    return replace(state, clobbered=state.clobbered | written) if written - state.clobbered else state
+    written = CALLEE_SAVED.intersection(regs)
+    return state._replace(clobbered=state.clobbered | written) if written - state.clobbered else state
 
 
 def _moved(state: FrameState, delta: int) -> FrameState:
@@ -128,8 +133,8 @@ def _moved(state: FrameState, delta: int) -> FrameState:
         raise Unknowable("sp moves where its distance to the frame is unknown")
     depth = state.depth + delta
     if state.cfa_reg == FP and delta < 0:  # an epilogue: sp is known, the CFA goes back to it
-        return replace(state, depth=depth, cfa_reg=SP)
-    return replace(state, depth=depth)
+        return state._replace(depth=depth, cfa_reg=SP)
+    return state._replace(depth=depth)
 
 
 def _push(state: FrameState, stored: list[tuple[int, int]]) -> FrameState:
@@ -141,7 +146,7 @@ def _push(state: FrameState, stored: list[tuple[int, int]]) -> FrameState:
         if reg in CALLEE_SAVED and reg not in state.clobbered and reg not in saved:
             saved[reg] = slot
         slot += size
-    return replace(moved, saved=tuple(sorted(saved.items())))
+    return moved._replace(saved=tuple(sorted(saved.items())))
 
 
 def _pop(state: FrameState, regs: tuple[int, ...], size: int) -> FrameState:
@@ -186,7 +191,7 @@ def _store(insn: Instruction, state: FrameState) -> FrameState:
     for index, reg in enumerate(insn.regs[:width // 4]):
         if reg in CALLEE_SAVED and reg not in state.clobbered and reg not in saved:
             saved[reg] = -state.depth + displacement + 4 * index
-    return replace(state, saved=tuple(sorted(saved.items())))
+    return state._replace(saved=tuple(sorted(saved.items())))
 
 
 _STORE_WIDTH = {"str": 4, "strd": 8, "strh": 2, "strb": 1}
@@ -214,7 +219,7 @@ def _load(insn: Instruction, state: FrameState) -> FrameState:
             clobbered.discard(reg)
         elif reg in CALLEE_SAVED:
             clobbered.add(reg)
-    return replace(state, saved=tuple(sorted(saved.items())), clobbered=frozenset(clobbered))
+    return state._replace(saved=tuple(sorted(saved.items())), clobbered=frozenset(clobbered))
 
 
 def _sp_written(insn: Instruction, state: FrameState, code_at) -> FrameState:
@@ -229,11 +234,11 @@ def _sp_written(insn: Instruction, state: FrameState, code_at) -> FrameState:
             return _moved(state, amount if op == "sub" else -amount)
     if op in ("mov", "sub", "add") and regs[:1] == (SP,) and sources == (FP,) and state.fp_offset is not None:
         below = (insn.imm or 0) if op != "add" else -(insn.imm or 0)
-        return replace(state, depth=state.fp_offset + below, cfa_reg=SP)
+        return state._replace(depth=state.fp_offset + below, cfa_reg=SP)
     if op == "mov" and len(sources) == 1 and state.fp_offset is not None:
         below = _frame_pointer_copy_before(insn, sources[0], code_at)  # clang: sub.w r4, r7, #8; mov sp, r4
         if below is not None:
-            return replace(state, depth=state.fp_offset + below, cfa_reg=SP)
+            return state._replace(depth=state.fp_offset + below, cfa_reg=SP)
     return _unknown_sp(insn, state)
 
 
@@ -285,7 +290,7 @@ def _unknown_sp(insn: Instruction, state: FrameState) -> FrameState:
     """sp moved by an amount the code computes: known again only through
     the frame pointer, which the CFA is then defined by."""
     if state.fp_offset is not None:
-        return replace(state, depth=None, cfa_reg=FP)
+        return state._replace(depth=None, cfa_reg=FP)
     raise Unknowable(f"'{insn.text}' sets sp in a way the analysis does not model")
 
 
@@ -294,7 +299,7 @@ def _fp_written(insn: Instruction, state: FrameState) -> FrameState:
     before `mov sp, r7` in large frames; anything else loses the frame."""
     if insn.op in ("add", "adds", "sub", "subs") and insn.imm is not None and all(r == FP for r in insn.regs):
         delta = insn.imm if insn.op.startswith("add") else -insn.imm
-        return replace(state, fp_offset=state.fp_offset - delta)
+        return state._replace(fp_offset=state.fp_offset - delta)
     if state.cfa_reg == FP:
         raise Unknowable(f"'{insn.text}' overwrites the frame pointer the CFA is defined by")
-    return replace(state, fp_offset=None)
+    return state._replace(fp_offset=None)

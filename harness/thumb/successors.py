@@ -10,7 +10,6 @@ is taken alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Callable, Iterable, NamedTuple
 
 from harness.registers import LR, PC, SP
@@ -36,8 +35,7 @@ class Body(NamedTuple):
     data: tuple[tuple[int, int], ...] = ()  # [low, high) of its bytes the mapping symbols call data
 
 
-@dataclass(frozen=True)
-class Path:
+class Path(NamedTuple):
     state: FrameState
     fact: tuple[int, bool] | None = None  # (condition, holds) known since flags were last set
     block: tuple[int, ...] = ()  # conditions of the IT block instructions still to come
@@ -53,10 +51,10 @@ def successors(insn: Instruction, path: Path, body: Body) -> Iterable[tuple[int,
     if insn.op.startswith("it"):
         block = _it_conditions(body.code_at(insn.address, 2))
         if path.fact is not None and path.fact[0] >> 1 == block[0] >> 1:  # flags unchanged: taken alike
-            return [(following, replace(path, block=block))]
-        return [(following, replace(path, fact=(block[0], holds), block=block)) for holds in (True, False)]
+            return [(following, path._replace(block=block))]
+        return [(following, path._replace(fact=(block[0], holds), block=block)) for holds in (True, False)]
     if path.block:
-        condition, path = path.block[0], replace(path, block=path.block[1:])
+        condition, path = path.block[0], path._replace(block=path.block[1:])
         if not _holds(path.fact, condition):
             return [(following, path)]
     return _executed(insn, path, body, following)
@@ -72,8 +70,8 @@ def _arm_successors(insn: Instruction, path: Path, body: Body, following: int):
     condition, runs = insn.cc - 1, insn._replace(cc=CC_ALWAYS)  # capstone numbers conditions from 1
     if path.fact is not None and path.fact[0] >> 1 == condition >> 1:  # flags unchanged: known
         return _executed(runs, path, body, following) if _holds(path.fact, condition) else [(following, path)]
-    return [(following, replace(path, fact=(condition, False))),
-            *_executed(runs, replace(path, fact=(condition, True)), body, following)]
+    return [(following, path._replace(fact=(condition, False))),
+            *_executed(runs, path._replace(fact=(condition, True)), body, following)]
 
 
 def _holds(fact: tuple[int, bool] | None, condition: int) -> bool:
@@ -111,7 +109,7 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
     if op == "bx" and insn.regs == (PC,) and not insn.arm:
         if insn.address % 4:
             raise Unknowable(f"'{insn.text}' at a halfword: ARM code would start unaligned")
-        return [(insn.address + 4, replace(onward, arm=True))]  # into ARM state (a veneer), same frame
+        return [(insn.address + 4, onward._replace(arm=True))]  # into ARM state (a veneer), same frame
     if op == "b":
         inside = start <= insn.imm < end
         if insn.conditional:  # b<c> outside an IT block: taken or not
