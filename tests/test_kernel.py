@@ -133,6 +133,21 @@ def test_the_pcs_a_digest_reads_from_the_tracer_are_those_of_the_whole_log():
     assert any(count > len(pcs) for count, pcs in grouped.values())  # a pc that failed alike twice counts twice
 
 
+def test_guard_failures_of_one_kind_are_one_cause_per_function_each_worded_with_its_values():
+    """scan's guard failures (no return address in its window) and the frame
+    pointer's (a record outside the stack) are of one kind whatever the
+    values: the kernel counts them under one cause per function and frame,
+    not one per stop, and words each logged failure with its own values,
+    as `step` does (test_generated_programs_verify_the_same_with_the_kernel)."""
+    program = generate_program(0, 1)
+    result = verify_program(program, build_unwinders(program, ["scan", "framepointer"]), compiled=True)
+    for name in ("scan", "framepointer"):
+        causes = {cause for _, cause in result.failure_tally if cause.unwinder == name}
+        failing = [failure for failure in result.failures if failure.unwinder == name]
+        assert len(failing) > 1000 and len(causes) == len({(f.culprit, f.frame, f.kind) for f in failing})
+        assert len({failure.detail for failure in failing}) > len(causes) and all("#" not in f.detail for f in failing)
+
+
 def test_the_kernel_answers_most_walks_itself(monkeypatch):
     """Deferring is for odd states only: most answers come from the kernel."""
     deferred = []
@@ -521,6 +536,10 @@ SAVED = ehabi.Pop((4, 5, 6, 7, 8, 9, 10, 11, 14))
 DIPS = (ehabi.SetVsp(7), ehabi.VspAdd(12), ehabi.SetVsp(7), ehabi.VspAdd(-12), ehabi.SetVsp(7), ehabi.VspAdd(12),
         SAVED, ehabi.FINISH)
 RISES = (ehabi.SetVsp(7), ehabi.VspAdd(124), ehabi.SetVsp(7), ehabi.VspAdd(-16), ehabi.VspAdd(20), SAVED, ehabi.FINISH)
+# Flat runs whose guards are the interpreter's checks: where they fail, the kernel words the failure.
+FLAT_RUNS = ((ehabi.VspAdd(16), ehabi.Pop((4, 5, 14)), ehabi.FINISH),
+             (ehabi.SetVsp(7), ehabi.VspAdd(-8), ehabi.Pop((4, 7, 14)), ehabi.FINISH),
+             (ehabi.Pop((4, 5, 6, 7, 14)), ehabi.VspAdd(8), ehabi.FINISH))
 
 
 class RunUnwinder:
@@ -543,15 +562,19 @@ class RunUnwinder:
 
 @settings(max_examples=400, deadline=None)
 @given(st.booleans(), st.integers(0, SIZE // 4 - 1), st.integers(-8, SIZE // 4 + 8), st.integers(0, 2**32 - 1),
-       st.sampled_from([0, 1, 2]), st.integers(0, 3), st.sampled_from([TWO_BASES, DIPS, RISES]))
+       st.sampled_from([0, 1, 2]), st.integers(0, 3), st.sampled_from([TWO_BASES, DIPS, RISES, *FLAT_RUNS]))
 def test_the_kernel_takes_the_register_after_the_loads_from_sp(chrome, sp_word, r7_word, seed, skew, which, run):
     """`pop {r8-r11}; vsp = r7; vsp -= 12; pop {r4-r7, lr}` (clang's Thumb
     frames saving r8-r11 below their record) is one rule with loads from sp
     first, and a run that sets vsp from r7 again and again (GCC's) one
-    rule under Chrome's checks; the kernel says what the interpreter and
-    Chrome's runtime say, r7 anywhere (below sp, outside the stack,
-    misaligned), or defers."""
+    rule under Chrome's checks, and a flat run one rule that fails as the
+    interpreter does where its guards fail; the kernel says what the
+    interpreter and Chrome's runtime say, r7 anywhere (below sp, outside
+    the stack, misaligned), or defers."""
     assert rule_of_run(TWO_BASES).pre_loads == ((8, 0), (9, 4), (10, 8), (11, 12)) and chrome_rule(TWO_BASES)
+    assert all(rule_of_run(flat).guard_kind == "bad_read" for flat in FLAT_RUNS)
+    assert not chrome_rule(FLAT_RUNS[0]).guard_kind  # Chrome's checks fail as bad_read or limit
+    assert not rule_of_run(TWO_BASES).guard_failure
     assert chrome_rule(DIPS).bounds and chrome_rule(RISES).bounds and rule_of_run(DIPS) is None
     rng = random.Random(seed)
     data = bytes(rng.getrandbits(8) for _ in range(SIZE))

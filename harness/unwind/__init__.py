@@ -205,7 +205,14 @@ RESTORES: dict[str, Restores] = {
 
 
 def build_unwinders(program: Program, names=UNWINDER_NAMES) -> list[Unwinder]:
-    return [BUILDERS[name](program) for name in names]
+    """The unwinders `names` over `program`'s tables. The chain's methods
+    are the unwinders of those names where they are built too: their tables
+    are built once, and a rule a method just gave is at hand for the chain."""
+    built: dict[str, Unwinder] = {}
+    for name in names:
+        built[name] = ChainUnwinder([built.get(method) or BUILDERS[method](program) for method in CHAIN]) \
+            if name == "chain" else BUILDERS[name](program)
+    return [built[name] for name in names]
 
 
 def with_v2_tables(unwinders: list[Unwinder], reader: chrome_v2.V2Reader, text_base: int,

@@ -16,7 +16,7 @@ from harness.formats.elf import ElfImage
 from harness.program import ExidxSections
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import EVERYWHERE, NOWHERE, RuleRange, ranged
+from harness.unwind.rule import EVERYWHERE, NOWHERE, RuleRange, keeps_last_range, ranged
 
 
 class ExidxUnwinder:
@@ -55,6 +55,7 @@ class ExidxUnwinder:
         lookup_pc = frame.pc if innermost else frame.pc - 1
         return caller_by_run(self.ops_range(lookup_pc)[0], frame, stack, innermost)
 
+    @keeps_last_range
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         lookup_pc = pc if innermost else pc - 1
         return ranged(lambda: self.ops_range(lookup_pc), rule_of_run, pc, lookup_pc)

@@ -85,4 +85,4 @@ def record_problem(fp: int, sp: int, low: int, high: int) -> tuple[str, str]:
 def _record_rule(fp: int, innermost: bool) -> Rule:
     return Rule(base=fp, loads=((fp, 0), (PC, 4)), end=8, bounds=(0, 8), pc_from_lr=False,
                 aligned=True, above_sp=True, leaf_unless_record=innermost,
-                guard_failure=None if innermost else record_problem)
+                guard_failure=None if innermost else record_problem, guard_kind=None if innermost else "bad_read")

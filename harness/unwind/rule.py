@@ -71,6 +71,10 @@ class Rule:
     # Where a guard fails, the step fails (instead of deferring) with
     # guard_failure(base, frame sp, stack low, stack high) -> (kind, reason).
     guard_failure: Callable[[int, int, int, int], tuple[str, str]] | None = None
+    # The kind guard_failure gives whatever the values, where it is one: the
+    # kernel then counts the rule's guard failures in a function as one
+    # cause, and words each where its values are read (not per stop).
+    guard_kind: str | None = None
     scan_window: int = 0  # a scan: bytes from sp up (see the module)
     scan_sites: ReturnAddresses | None = None  # a scan's return addresses
     alternatives: tuple[Rule | None, ...] = ()  # a chain's rules, in the order tried (see the module)
@@ -170,6 +174,20 @@ def table_range(lookup_range: Callable[[int], tuple[Found | None, int | None, in
     if found is None:
         raise LookupFailure("no_info", nothing + " for pc {pc:#x}", lookup_pc, low, high)
     return found, low, high
+
+
+def keeps_last_range(rule_at: Callable) -> Callable:
+    """A `rule_at` method that answers again from the range it gave last
+    (for innermost frames, and for callers): the chain asks its methods for
+    the rules the kernel has just taken from the same unwinders."""
+    def kept(self, pc: int, innermost: bool) -> RuleRange:
+        last = self.__dict__.setdefault("_last_ranges", [None, None])
+        found = last[innermost]
+        if found is None or not found.low <= pc < found.high:
+            found = last[innermost] = rule_at(self, pc, innermost)
+        return found
+    kept.__doc__ = rule_at.__doc__
+    return kept
 
 
 class RangeCache:

@@ -50,7 +50,7 @@ class ScanUnwinder:
         """The same scan everywhere, in the kernel's form."""
         if self._rule is None:
             self._rule = Rule(scan_window=4 * self.window, scan_sites=ReturnAddresses(self.return_addresses),
-                              guard_failure=self._nothing_found)
+                              guard_failure=self._nothing_found, guard_kind="no_info")
         return RuleRange(self._rule, NOWHERE, EVERYWHERE)
 
     def _nothing_found(self, base: int, sp: int, low: int, high: int) -> tuple[str, str]:

@@ -12,7 +12,7 @@ from harness.formats import ehabi
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import RuleRange, ranged
+from harness.unwind.rule import RuleRange, keeps_last_range, ranged
 
 Run = tuple[ehabi.Op, ...]
 
@@ -93,6 +93,7 @@ class V2Unwinder:
         lookup_pc = frame.pc if innermost else frame.pc - 1
         return caller_by_run(self.instructions_for(lookup_pc), frame, stack, innermost)
 
+    @keeps_last_range
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         lookup_pc = pc if innermost else pc - 1
         return ranged(lambda: self._found(lookup_pc), rule_of_run, pc, lookup_pc)

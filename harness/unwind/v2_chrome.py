@@ -143,8 +143,11 @@ def chrome_rule(run: Run) -> Rule | None:
                        loads=tuple((reg, offset - lowest) for reg, offset in rule.loads),
                        vfp_loads=tuple((reg, offset - lowest) for reg, offset in rule.vfp_loads),
                        bounds=(rule.bounds[0] - lowest, rule.bounds[1] - lowest))
-    return replace(rule, above_sp=from_register, aligned=from_register, caller_aligned8=True,
-                   guard_failure=_first_check_failing(run, rule.offset) if _replayable(run) else None)
+    # Chrome checks vsp's alignment after each instruction: from sp too, where sp is not aligned
+    checked = bool(run) and not isinstance(run[0], ehabi.Finish)
+    return replace(rule, above_sp=from_register, aligned=from_register or checked, caller_aligned8=True,
+                   guard_failure=_first_check_failing(run, rule.offset) if _replayable(run) else None,
+                   guard_kind=None)  # Chrome's checks fail as bad_read or limit
 
 
 def _replayable(run: Run) -> bool:

@@ -74,10 +74,13 @@ VFP_KNOWN, NEVER_RESUMES = (1 << bit for bit in range(len(EXPECTED_STATES)))
 # CHAIN: a chain of methods (harness.unwind.scan.ChainUnwinder): `highest`
 # is the count of alternatives (at most CHAIN_METHODS) that follow the
 # header, each an int32 byte length and then its rule (length 0: defer).
+# GUARD_KIND_FIXED: the rule's guard failures are of one kind (its
+# `guard_kind`), so the tracer counts them as one cause per function and
+# logs each one's values (base, sp, low) to be worded when read.
 FLAGS = ("BOUNDS", "PC_FROM_LR", "ALIGNED", "ABOVE_SP", "LEAF_UNLESS_RECORD", "OUTSIDE_IT", "FAILS", "GUARD_FAILS",
-         "NO_INFO", "CALLER_ALIGNED8", "SCAN", "CHAIN")
+         "NO_INFO", "CALLER_ALIGNED8", "SCAN", "CHAIN", "GUARD_KIND_FIXED")
 (BOUNDS, PC_FROM_LR, ALIGNED, ABOVE_SP, LEAF_UNLESS_RECORD, OUTSIDE_IT, FAILS, GUARD_FAILS, NO_INFO, CALLER_ALIGNED8,
- SCAN, CHAIN) = (1 << bit for bit in range(len(FLAGS)))
+ SCAN, CHAIN, GUARD_KIND_FIXED) = (1 << bit for bit in range(len(FLAGS)))
 # The most methods a chain rule holds; the Verifier counts, per unwinder and
 # method, the frames each gave and how many were right (Verifier.methods).
 CHAIN_METHODS = 8

@@ -58,7 +58,8 @@ def pack_rule(rule: Rule, site_table: Callable[[ReturnAddresses], int] | None = 
     if rule.scan_window:
         if site_table is None or rule.scan_sites is None:
             return None
-        flags = abi.SCAN | (abi.GUARD_FAILS if rule.guard_failure is not None else 0)
+        flags = abi.SCAN | (abi.GUARD_FAILS if rule.guard_failure is not None else 0) \
+            | (abi.GUARD_KIND_FIXED if rule.guard_kind is not None else 0)
         return _HEADER.pack(flags, SP, site_table(rule.scan_sites), 0, 0, rule.scan_window, 0, 0, 0, 0, 0, 0)
     return _pack_plain(rule)
 
@@ -71,7 +72,7 @@ def _pack_plain(rule: Rule) -> bytes | None:
         (abi.LEAF_UNLESS_RECORD, rule.leaf_unless_record), (abi.OUTSIDE_IT, rule.outside_it),
         (abi.FAILS, rule.failure is not None), (abi.GUARD_FAILS, rule.guard_failure is not None),
         (abi.NO_INFO, rule.failure is not None and rule.failure[0] == "no_info"),
-        (abi.CALLER_ALIGNED8, rule.caller_aligned8)) if on)
+        (abi.CALLER_ALIGNED8, rule.caller_aligned8), (abi.GUARD_KIND_FIXED, rule.guard_kind is not None)) if on)
     lowest, highest = rule.bounds or (0, 0)
     pre_lowest, pre_highest = rule.pre_bounds or (0, 0)
     fields = (flags, rule.base, -1 if rule.index is None else rule.index, rule.offset, rule.end, lowest, highest,
@@ -136,6 +137,24 @@ class StopKernel:
             return -1, None, low, high
         self.rules.append(rule)
         return len(self.rules) - 1, packed, low, high
+
+    def worded(self, entries: list) -> list:
+        """Failure log entries (harness.verify.failures.FailureLog) with the
+        values a failure rule's answer is logged with ("fails", rule id,
+        frame pc) or a merged guard failure's ("guard", rule id, base, sp,
+        low) turned into its wording, as `step` words it."""
+        out = []
+        for entry in entries:
+            values = entry[4]
+            if isinstance(values, tuple) and values[0] == "fails":
+                _, rule_id, pc = values
+                entry = (*entry[:4], self.outcome(abi.FailingRule(entry[3].frame, abi.FAILS_ANSWER, rule_id, pc))[3])
+            elif isinstance(values, tuple) and values[0] == "guard":
+                _, rule_id, base, sp, low = values
+                answer = abi.GuardFailure(entry[3].frame, abi.GUARD_FAILS_ANSWER, rule_id, base, sp, low, entry[1])
+                entry = (*entry[:4], self.outcome(answer)[3])
+            out.append(entry)
+        return out
 
     def outcome(self, answer: abi.FailingRule | abi.GuardFailure) -> Outcome:
         """(frame, kind, no register, reason) of a failing rule, of a rule

@@ -251,7 +251,8 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
             tally[(run.wheres[where], causes[cause])] += stops
         result.failure_tally = tally
         # Each side logged its first `cap` answers: the first `cap` of both merged are the run's.
-        result.failure_log = FailureLog(lambda count: tracer.failure_log(run.wheres, causes, run.log.entries(), count, cap),
+        logged = lambda count: tracer.failure_log(run.wheres, causes, run.log.entries(), count, cap)  # noqa: E731
+        result.failure_log = FailureLog(lambda count: stop_kernel.worded(logged(count)) if stop_kernel else logged(count),
                                         truncated=logged_failures(tally) > cap,
                                         pcs=lambda: run.logged_pcs(tracer.logged_pcs(), causes))
         if stop_kernel is not None:

@@ -78,12 +78,18 @@ class Verification:
 
     def kernel_cause(self, stop_kernel: kernel.StopKernel, index: int, answer: abi.Answer, culprit: int) -> FailureCause:
         """The cause of the kernel's failing `answer` for unwinder `index`; a
-        mismatch's is shared wherever the wrong frame is in the same function
-        (`culprit`, a where id), its values given apart."""
+        mismatch's, a failure rule's, and a guard failure's of a rule whose
+        failures are all of one kind, is shared wherever the wrong frame is in
+        the same function (`culprit`, a where id), its values given apart
+        (each log entry's)."""
         if isinstance(answer, abi.Mismatch):
             function, traits, _ = self.wheres[culprit]
             kind, register_name = mismatch_of(answer.register)
             return FailureCause(self.names[index], kind, answer.frame, function, register_name, "", traits)
+        if culprit >= 0:  # a failure rule's, or a guard failure of one kind: each worded where the log is read
+            function, traits, _ = self.wheres[culprit]
+            return FailureCause(self.names[index], stop_kernel.outcome(answer)[1], answer.frame, function, None, "",
+                                traits)
         return self.failure_cause(self.names[index], stop_kernel.outcome(answer), answer.pc)
 
     def walk(self, number: int, pc: int, indices, frame: Frame, stack, expected: Sequence[ShadowFrame],

@@ -40,6 +40,7 @@ typedef struct {
     int64_t got;           /* MISMATCH */
     uint64_t want;
     int64_t pc, base, sp, low;  /* pc and sp of the frame being unwound; GUARD_FAILS: base, stack low */
+    int merged;            /* GUARD_FAILS of one kind whatever base, sp and low: one cause per function */
 } Answer;
 
 /* Sorted, disjoint [low, high) ranges of pcs, each with a value (a new

@@ -9,7 +9,7 @@
 
 /* CALLER_FAILS: the caller fails harness.unwind.walk.check_caller, where
  * `step` raises: a chain goes on to its next method, anything else defers. */
-enum { STEP_OK, STEP_DEFER, STEP_FAILS, STEP_GUARD_FAILS, STEP_CALLER_FAILS };
+enum { STEP_OK, STEP_DEFER, STEP_FAILS, STEP_GUARD_FAILS, STEP_CALLER_FAILS, STEP_ALIGNED8_FAILS };
 
 typedef struct {
     const uint8_t *memory;  /* the stack mapping, from guest address `base` */
@@ -172,7 +172,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
     }
     f->r[PC] = ((h.flags & PC_FROM_LR) ? f->r[LR] : f->r[PC]) & ~(int64_t)1;
     f->r[SP] = base + h.end;
-    if ((h.flags & CALLER_ALIGNED8) && (f->r[SP] & 7)) return STEP_GUARD_FAILS;  /* Chrome's check fails the step */
+    if ((h.flags & CALLER_ALIGNED8) && (f->r[SP] & 7)) return STEP_ALIGNED8_FAILS;  /* Chrome's check fails the step */
     return caller_ok(callee_sp, callee_pc, f, innermost);
 }
 
@@ -351,6 +351,7 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
     uint64_t counted[2 * CHAIN_METHODS] = {0};  /* committed unless the walk defers */
     KFrame frame = *innermost_frame;
     out->kind = ANSWER_PASS;
+    out->merged = 0;
     for (Py_ssize_t index = 0; index < frames && out->kind == ANSWER_PASS; index++) {
         const int innermost = index == 0;
         Py_ssize_t rule_id = -1;
@@ -363,10 +364,17 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
         if (rule == Py_None) { out->kind = ANSWER_DEFER; return 0; }
         out->rule_flags = ((const RuleHeader *)PyBytes_AS_STRING(rule))->flags;
         int method;
-        switch (step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, innermost, &s, cpsr, &out->base, &method)) {
+        const int result = step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, innermost, &s, cpsr, &out->base,
+                                &method);
+        switch (result) {
         case STEP_DEFER: case STEP_CALLER_FAILS: out->kind = ANSWER_DEFER; return 0;
         case STEP_FAILS: out->kind = ANSWER_FAILS; continue;
-        case STEP_GUARD_FAILS: out->kind = ANSWER_GUARD_FAILS; out->low = s.low; continue;
+        case STEP_GUARD_FAILS: case STEP_ALIGNED8_FAILS:
+            out->kind = ANSWER_GUARD_FAILS;
+            out->low = s.low;
+            /* of one kind (bad_read, for the caller's alignment) whatever the values */
+            out->merged = result == STEP_ALIGNED8_FAILS || (out->rule_flags & GUARD_KIND_FIXED);
+            continue;
         }
         out->reg = mismatch(&frame, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder],
                             &out->got, &out->want);

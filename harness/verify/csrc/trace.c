@@ -89,20 +89,27 @@ typedef struct {
 typedef struct {
     int64_t unwinder, kind, frame;
     int64_t detail;   /* MISMATCH: the register; else the rule id */
-    int64_t culprit;  /* MISMATCH: the where id of the wrong frame's pc; else that pc */
-    int64_t base, sp, low;  /* GUARD_FAILS */
+    int64_t culprit;  /* the where id of the wrong frame's pc; a GUARD_FAILS not merged: that pc */
+    int64_t base, sp, low;  /* a GUARD_FAILS not merged */
 } CauseKey;
+/* The kind of the key of a merged GUARD_FAILS answer (Answer.merged): one
+ * cause per rule and function, each answer's base, sp and low logged. A
+ * FAILS answer is one cause per rule and function too, its pc logged. */
+enum { MERGED_GUARD = ANSWER_GUARD_FAILS + 64 };
 
 typedef struct { int64_t where, cause; } TallyKey;
 
 /* One failing answer. */
-enum { NO_VALUES, CORE_VALUES, VFP_VALUES };  /* a MISMATCH's values: a core register's got is signed */
+/* A MISMATCH's values (a core register's got is signed), a merged
+ * GUARD_FAILS's (got: base, want: sp, low), a FAILS's (got: the frame's pc). */
+enum { NO_VALUES, CORE_VALUES, VFP_VALUES, GUARD_VALUES, FAILS_VALUES };
 typedef struct {
     uint64_t number;
     uint32_t pc;
     int32_t unwinder, where, cause, values;
     int64_t got;
     uint64_t want;
+    int64_t low;
 } Logged;
 
 typedef struct {
@@ -546,14 +553,15 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
     key.unwinder = unwinder;
     key.kind = a->kind;
     key.frame = a->frame;
-    if (a->kind == ANSWER_MISMATCH) {
+    if (a->kind != ANSWER_GUARD_FAILS || a->merged) {
         /* Alike wherever the wrong frame is in the same function: a caller's
          * pc is a return address, its call one byte before. */
         Py_ssize_t ignored;
         int32_t culprit;
         if (classified(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc), 0, &ignored, &culprit)) return -1;
-        key.detail = a->reg;
+        key.detail = a->kind == ANSWER_MISMATCH ? a->reg : a->rule_id;
         key.culprit = culprit;
+        if (a->kind == ANSWER_GUARD_FAILS) key.kind = MERGED_GUARD;
     } else {
         key.detail = a->rule_id;
         key.culprit = a->pc;
@@ -582,8 +590,15 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
     if (a->kind == ANSWER_FAILS && (a->rule_flags & NO_INFO) && quiet_at(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc)))
         return 0;  /* a stop in a library: not a failure, no sample */
     if (reserve(&t->log, &t->log_capacity, t->logged + 1, sizeof(Logged))) return -1;
-    int values = a->kind != ANSWER_MISMATCH ? NO_VALUES : a->reg > PC ? VFP_VALUES : CORE_VALUES;
-    t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, values, a->got, a->want };
+    if (key.kind == MERGED_GUARD) {
+        t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, GUARD_VALUES, a->base,
+                                        (uint64_t)a->sp, a->low };
+        return 0;
+    }
+    int values = a->kind == ANSWER_FAILS ? FAILS_VALUES : a->kind != ANSWER_MISMATCH ? NO_VALUES
+               : a->reg > PC ? VFP_VALUES : CORE_VALUES;
+    t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, values,
+                                    a->kind == ANSWER_FAILS ? a->pc : a->got, a->want, 0 };
     return 0;
 }
 
@@ -1241,8 +1256,9 @@ static PyObject *Tracer_causes(Tracer *self, PyObject *unused) {
     if (!out) return NULL;
     for (size_t id = 0; id < self->causes.count; id++) {
         const CauseKey *key = (const CauseKey *)(self->causes.keys + id * sizeof(CauseKey));
+        const int culprit = key->kind != ANSWER_GUARD_FAILS;
         PyObject *item = Py_BuildValue("(LNL)", (long long)key->unwinder, answer_object(&self->cause_answers[id]),
-                                       (long long)(key->kind == ANSWER_MISMATCH ? key->culprit : -1));
+                                       (long long)(culprit ? key->culprit : -1));
         if (!item) { Py_DECREF(out); return NULL; }
         PyList_SET_ITEM(out, (Py_ssize_t)id, item);
     }
@@ -1263,8 +1279,10 @@ static PyObject *Tracer_tally(Tracer *self, PyObject *unused) {
     return out;
 }
 
-/* (stop, pc, where, cause, values or None): a failure log entry. */
-static PyObject *log_entry(const Logged *entry, PyObject *wheres, PyObject *causes) {
+/* (stop, pc, where, cause, values or None): a failure log entry; a
+ * failure rule's values are ("fails", rule id, frame pc), a merged guard
+ * failure's ("guard", rule id, base, sp, low), worded in Python. */
+static PyObject *log_entry(const Tracer *self, const Logged *entry, PyObject *wheres, PyObject *causes) {
     if (entry->where >= PyList_GET_SIZE(wheres) || entry->cause >= PyList_GET_SIZE(causes)) {
         PyErr_SetString(PyExc_IndexError, "a failure's where or cause id is past the lists given");
         return NULL;
@@ -1276,6 +1294,12 @@ static PyObject *log_entry(const Logged *entry, PyObject *wheres, PyObject *caus
     case CORE_VALUES: return Py_BuildValue("(KkOO(LK))", number, pc, where, cause, (long long)entry->got, want);
     case VFP_VALUES:
         return Py_BuildValue("(KkOO(KK))", number, pc, where, cause, (unsigned long long)entry->got, want);
+    case GUARD_VALUES:
+        return Py_BuildValue("(KkOO(snLLL))", number, pc, where, cause, "guard", self->cause_answers[entry->cause].rule_id,
+                             (long long)entry->got, (long long)entry->want, (long long)entry->low);
+    case FAILS_VALUES:
+        return Py_BuildValue("(KkOO(snL))", number, pc, where, cause, "fails", self->cause_answers[entry->cause].rule_id,
+                             (long long)entry->got);
     }
     return Py_BuildValue("(KkOOO)", number, pc, where, cause, Py_None);
 }
@@ -1320,7 +1344,7 @@ static PyObject *Tracer_failure_log(Tracer *self, PyObject *args) {
         }
         if (limit && taken[unwinder] >= limit) continue;
         taken[unwinder]++;
-        PyObject *item = take_theirs ? Py_NewRef(entry) : log_entry(next, wheres, causes);
+        PyObject *item = take_theirs ? Py_NewRef(entry) : log_entry(self, next, wheres, causes);
         if (!item || PyList_Append(out, item)) {
             Py_XDECREF(item);
             goto error;
