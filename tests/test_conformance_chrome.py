@@ -217,6 +217,16 @@ def test_a_cfa_through_a_register_sets_vsp_from_it():
     assert chrome_runs(*rows)[2] == (4, "97" "42" "ab" "b0")
 
 
+def test_a_row_no_opcode_can_write_is_left_out():
+    """A CFA offset that is no multiple of 4 (corrupt CFI) is a vsp
+    adjustment no opcode holds: Chrome's builder would stop on an assert;
+    ours leaves the row out, as a row no form matches, and goes on."""
+    rows = (pushed(0x1002, 8), CfiRow(0x1004, SP, 17, ((LR, -4),)), CfiRow(0x1006, SP, 8, ((LR, -4),)))
+    unwind = chrome_function_unwind(FunctionCfi("f", 0x1000, 0x1040, (CfiRow(0x1000), *rows)))
+    assert [(u.offset, u.instructions.hex()) for u in unwind.address_unwinds] == [(0, "b0"), (2, "a8b0"), (6, "a8b0")]
+    assert unwind.dropped_rows == 1
+
+
 def test_a_function_whose_first_row_is_not_the_return_to_lr_gets_no_entry():
     """GenerateUnwinds asserts the first row is `.cfa: sp 0 + .ra: lr`;
     our builder leaves such a function to the gap filler instead."""

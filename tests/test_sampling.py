@@ -5,7 +5,9 @@ compiled and Linux programs."""
 
 from __future__ import annotations
 
+import gc
 import itertools
+import weakref
 from functools import partial
 
 import pytest
@@ -134,3 +136,22 @@ def test_a_program_that_rewrites_its_code_runs_the_new_code(every):
     assert program.code_spans() == ((BASE, BASE + len(code)),)
     result = verify_program(program, build_unwinders(program, ["framepointer"]), every=every)
     assert (result.fault, result.result) == (None, 3)
+
+
+@needs_kernel
+def test_an_engine_is_freed_once_its_run_is_over_though_its_result_lives():
+    """A run's result keeps its tracer (the failure log is read from it),
+    but not the emulator: the tracer's Python callback, which holds it, is
+    dropped when the run ends, and the run's engine hooks are removed, so
+    that a process verifying many programs does not hold their translated
+    code (a few hundred MB in the test suite)."""
+    program = generate_program(0, 1)
+    emulator = Emulator(program.segments)
+    result = ProgramResult(program.name)
+    _run_compiled(program, build_unwinders(program, ["v2", "framepointer"]), emulator,
+                  Verification(program, build_unwinders(program, ["v2", "framepointer"]), True, result), result,
+                  DEFAULT_LIMITS, None, 7, (0, 1), by_blocks=True)
+    engine = weakref.ref(emulator._uc)
+    del emulator
+    gc.collect()
+    assert result.stops and result.failure_log.first(1) and engine() is None

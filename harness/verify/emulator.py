@@ -14,6 +14,7 @@ import mmap
 import resource
 import sys
 import time
+from contextlib import contextmanager
 from typing import Callable, Iterable
 
 from unicorn import (
@@ -224,7 +225,6 @@ class Emulator:
         if system is not None:
             self._start_sp = system.attach(_Machine(uc), where)
             self._start_lr = 0  # the outermost frame: no caller (Linux starts a process with lr = 0)
-            uc.hook_add(UC_HOOK_INTR, self._interrupt)
 
     def _interrupt(self, uc: Uc, number: int, user_data) -> None:
         """A system call (SVC) of the program, answered by the system; any
@@ -311,14 +311,11 @@ class Emulator:
                 stopped.append(fault)
                 uc_.emu_stop()
 
-        handle = None if on_stop is None else uc.hook_add(UC_HOOK_CODE, hook)
         try:
-            uc.emu_start(self._entry(entry), self.placement.sentinel, count=budget if on_stop is None else 0)
+            with self._hooks(() if on_stop is None else ((UC_HOOK_CODE, hook, 1, 0),)):
+                uc.emu_start(self._entry(entry), self.placement.sentinel, count=budget if on_stop is None else 0)
         except UcError as error:
             raise EmulationFault(uc.reg_read(arm.UC_ARM_REG_PC), str(error)) from None
-        finally:
-            if handle is not None:
-                uc.hook_del(handle)
         if stopped:
             raise stopped[0]
         return self._returned(abi.GUARD_NONE, 0, limits)
@@ -331,18 +328,35 @@ class Emulator:
         code lies in, where a sampled run translates blocks again and again."""
         limits = as_limits(limits)
         self._start(args)
-        for start, end in code:
-            # The engine scans its whole TLB each time it translates a block
-            # (to catch writes to code), unless a memory hook covers the
-            # block: a sampled run translates anew at every sample, and the
-            # scans were a tenth of it. This hook never fires on mapped code,
-            # and writes to code are still caught (a page with a memory hook
-            # never takes the engine's fast path for writes).
-            self._uc.hook_add(UC_HOOK_MEM_FETCH_UNMAPPED, _unmapped, begin=start, end=end - 1)
-        status, guard, pc = tracer.run(self._entry(entry), self.placement.sentinel, limits, log_cap)
+        # The engine scans its whole TLB each time it translates a block (to
+        # catch writes to code), unless a memory hook covers the block: a
+        # sampled run translates anew at every sample, and the scans were a
+        # tenth of it. This hook never fires on mapped code, and writes to
+        # code are still caught (a page with a memory hook never takes the
+        # engine's fast path for writes).
+        with self._hooks((UC_HOOK_MEM_FETCH_UNMAPPED, _unmapped, start, end - 1) for start, end in code):
+            status, guard, pc = tracer.run(self._entry(entry), self.placement.sentinel, limits, log_cap)
         if status:
             raise EmulationFault(self._uc.reg_read(arm.UC_ARM_REG_PC), str(UcError(status)))
         return self._returned(guard, pc, limits)
+
+    @contextmanager
+    def _hooks(self, hooks: Iterable[tuple[int, Callable, int, int]]):
+        """The engine hooks of one run, (type, callback, begin, end), and a
+        process's system-call hook, removed after it: the binding's hooks
+        refer back to the engine, which kept would wait for the collector,
+        its buffers of translated code with it (hundreds of MB in a process
+        that runs many programs)."""
+        uc, handles = self._uc, []
+        try:
+            if self.system is not None:
+                handles.append(uc.hook_add(UC_HOOK_INTR, self._interrupt))
+            for kind, callback, begin, end in hooks:
+                handles.append(uc.hook_add(kind, callback, begin=begin, end=end))
+            yield
+        finally:
+            for handle in handles:
+                uc.hook_del(handle)
 
     def _entry(self, entry: int) -> int:
         """Where a run starts: a process's entry (the system's, in the state

@@ -118,8 +118,13 @@ def chrome_function_unwind(function: StackCfi | FunctionCfi) -> FunctionUnwind |
         if found.cfa < cfa and not found.from_register:  # an epilogue: it and the rest are left out
             dropped += len(cfi.records) - number
             break
+        try:
+            encoded = ehabi.encode(found.ops, chrome=True)
+        except ValueError:  # an amount no opcode holds (a corrupt CFA offset, 17): Chrome's asserts; left out here
+            dropped += 1
+            continue
         cfa = found.cfa
-        own.append((address - cfi.start, ehabi.encode(found.ops, chrome=True)))
+        own.append((address - cfi.start, encoded))
     if not own or own[0] != (0, ehabi.encode([ehabi.FINISH])):
         return None
     unwinds, run = [], b""

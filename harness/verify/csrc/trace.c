@@ -1241,6 +1241,9 @@ static PyObject *Tracer_run(Tracer *self, PyObject *args) {
     status = self->by_blocks ? run_by_blocks(self, begin, until)
                            : self->engine.emu_start(self->engine.handle, begin, until, 0, 0);
     self->engine.hook_del(self->engine.handle, hook);
+    /* `slow` is called during the run only, and it holds the emulator: its
+     * engine need not live on with this tracer (and the failure log it keeps). */
+    Py_CLEAR(self->slow);
     if (self->error_type) {
         PyErr_Restore(self->error_type, self->error_value, self->error_traceback);
         self->error_type = self->error_value = self->error_traceback = NULL;
