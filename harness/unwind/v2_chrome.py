@@ -147,7 +147,9 @@ def chrome_rule(run: Run) -> Rule | None:
     checked = bool(run) and not isinstance(run[0], ehabi.Finish)
     return replace(rule, above_sp=from_register, aligned=from_register or checked, caller_aligned8=True,
                    guard_failure=_first_check_failing(run, rule.offset) if _replayable(run) else None,
-                   guard_kind=None)  # Chrome's checks fail as bad_read or limit
+                   # Chrome's checks fail as bad_read, or as limit where vsp goes below the frame's sp,
+                   # which only a run from a register can (from sp, that is a failure rule above)
+                   guard_kind=None if from_register else "bad_read")
 
 
 def _replayable(run: Run) -> bool:
