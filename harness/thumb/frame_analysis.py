@@ -62,6 +62,11 @@ class Analysed(NamedTuple):
 class _Asked(frozenset):
     """A set of functions that never return, which remembers what it was asked."""
 
+    def __new__(cls, members: Iterable[int]) -> "_Asked":
+        made = super().__new__(cls, members)
+        made.asked = set()
+        return made
+
     def __contains__(self, address) -> bool:
         self.asked.add(address)
         return frozenset.__contains__(self, address)
@@ -96,7 +101,6 @@ def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int
     end is a guess: no symbol gave it), code no path reaches may be other
     functions: no landing pad is looked for there."""
     watched = _Asked(noreturn)
-    watched.asked = set()
     body = _body(start, end, code_at, labels, arm)._replace(noreturn=watched, data=data)
     analysis = _analysed(body, pads=bounded)
     if analysis.returns:  # it must give its caller r4-r11 back: where one is overwritten unsaved, it is lost

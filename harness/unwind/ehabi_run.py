@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from harness.errors import UnwindFailure
 from harness.formats import ehabi
 from harness.registers import PC
-from harness.unwind.frame import Frame, Stack, StackReader
-from harness.unwind.rule import Rule, failing
+from harness.unwind.frame import Frame, StackReader
+from harness.unwind.rule import Rule, failing, replayed_failure
 from harness.unwind.walk import check_caller
 
 
@@ -36,11 +35,15 @@ def rule_of_run(ops: tuple[ehabi.Op, ...]) -> Rule | None:
         if split is None:
             return None
         first, flat = split
+    # Where the guards are the interpreter's checks, the interpreter over the stack's addresses (every
+    # register the base) words the failure: always bad_read (a read outside the stack, or vsp leaving it).
+    replayable = first is None and _checks_its_start(ops)
     return Rule(base=flat.base, loads=flat.loads, vfp_loads=flat.vfp_loads, end=flat.end,
                 bounds=(flat.lowest, flat.highest), pc_from_lr=not flat.pc_popped,
                 pre_loads=first.loads if first else (), pre_bounds=(first.lowest, first.highest) if first else None,
-                guard_failure=_replayed(ops) if first is None and _checks_its_start(ops) else None,
-                guard_kind="bad_read" if first is None and _checks_its_start(ops) else None)  # a read or vsp outside
+                guard_failure=replayed_failure(lambda base, sp, stack: ehabi.execute(ops, [base] * 16, [None] * 32, stack),
+                                               "an EHABI rule") if replayable else None,
+                guard_kind="bad_read" if replayable else None)
 
 
 def _checks_its_start(ops: tuple[ehabi.Op, ...]) -> bool:
@@ -55,18 +58,3 @@ def _checks_its_start(ops: tuple[ehabi.Op, ...]) -> bool:
     return isinstance(first, (ehabi.Pop, ehabi.PopVfp, ehabi.SetVsp)) \
         or (isinstance(first, ehabi.VspAdd) and first.amount > 0) \
         or (isinstance(first, ehabi.PopWmmx) and first.size > 0)
-
-
-def _replayed(ops: tuple[ehabi.Op, ...]):
-    """A flat run's guard_failure: its guards are exactly the interpreter's
-    checks, and its addresses depend on its base alone, so where they fail
-    the interpreter run over the stack's addresses (every register the
-    base) fails first where the step does, in the step's words: always
-    bad_read (a read outside the stack, or vsp leaving it)."""
-    def failure(base: int, sp: int, low: int, high: int) -> tuple[str, str]:
-        try:
-            ehabi.execute(ops, [base] * 16, [None] * 32, Stack(low, b"", high))
-        except UnwindFailure as failed:
-            return failed.kind, failed.reason
-        raise AssertionError("the guards of an EHABI rule failed where the interpreter does not")
-    return failure

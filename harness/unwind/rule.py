@@ -50,6 +50,7 @@ from typing import Callable, NamedTuple, TypeVar
 
 from harness.errors import LookupFailure, UnwindFailure
 from harness.registers import SP
+from harness.unwind.frame import Stack, StackReader
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,21 @@ def table_range(lookup_range: Callable[[int], tuple[Found | None, int | None, in
     if found is None:
         raise LookupFailure("no_info", nothing + " for pc {pc:#x}", lookup_pc, low, high)
     return found, low, high
+
+
+def replayed_failure(replay: Callable[[int, int, StackReader], object], what: str) -> Callable:
+    """A guard_failure found by the step's own execution, `replay(base,
+    frame sp, stack)`, over the stack's addresses alone (reads inside give zeros):
+    for a rule whose guards are exactly the step's checks, and whose
+    addresses depend on its base alone, it fails first where the step does,
+    in the step's words."""
+    def failure(base: int, sp: int, low: int, high: int) -> tuple[str, str]:
+        try:
+            replay(base, sp, Stack(low, b"", high))
+        except UnwindFailure as failed:
+            return failed.kind, failed.reason
+        raise AssertionError(f"the guards of {what} failed where its step does not")
+    return failure
 
 
 def keeps_last_range(rule_at: Callable) -> Callable:

@@ -16,15 +16,15 @@ What it does that our `v2` does not:
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from harness.errors import UnwindFailure
 from harness.formats import ehabi
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.registers import CALLEE_SAVED, LR, PC, SP
 from harness.unwind.ehabi_run import rule_of_run
-from harness.unwind.frame import Frame, Stack, StackReader
-from harness.unwind.rule import Rule, RuleRange, failing, ranged
+from harness.unwind.frame import Frame, StackReader
+from harness.unwind.rule import Rule, RuleRange, failing, ranged, replayed_failure
 from harness.unwind.walk import Restores, check_caller
 
 Run = tuple[ehabi.Op, ...]
@@ -146,7 +146,10 @@ def chrome_rule(run: Run) -> Rule | None:
     # Chrome checks vsp's alignment after each instruction: from sp too, where sp is not aligned
     checked = bool(run) and not isinstance(run[0], ehabi.Finish)
     return replace(rule, above_sp=from_register, aligned=from_register or checked, caller_aligned8=True,
-                   guard_failure=_first_check_failing(run, rule.offset) if _replayable(run) else None,
+                   # where its guards fail, the first of Chrome's checks the step fails (the register vsp is
+                   # set from holds base - offset; the values read do not matter to a run `_replayable`)
+                   guard_failure=replayed_failure(partial(_replayed, run, rule.offset), "a Chrome rule")
+                   if _replayable(run) else None,
                    # Chrome's checks fail as bad_read, or as limit where vsp goes below the frame's sp,
                    # which only a run from a register can (from sp, that is a failure rule above)
                    guard_kind=None if from_register else "bad_read")
@@ -162,18 +165,8 @@ def _replayable(run: Run) -> bool:
     return True
 
 
-def _first_check_failing(run: Run, offset: int):
-    """The rule's guard_failure: where its guards fail, the first of
-    Chrome's checks the step fails, found by the step's own execution over
-    the stack's addresses alone (the register vsp is set from holds
-    base - offset; the values read do not matter to a run `_replayable`)."""
-    def failure(base: int, sp: int, low: int, high: int) -> tuple[str, str]:
-        try:
-            _executed(run, [base - offset] * 16, sp, 0, Stack(low, b"", high))
-        except UnwindFailure as failed:
-            return failed.kind, failed.reason
-        raise AssertionError("the guards of a Chrome rule failed where none of its checks does")
-    return failure
+def _replayed(run: Run, offset: int, base: int, sp: int, stack: StackReader) -> None:
+    _executed(run, [base - offset] * 16, sp, 0, stack)
 
 
 def _from_the_last_base(run: Run) -> Run | None:

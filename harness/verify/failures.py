@@ -102,23 +102,19 @@ class FailureLog:
 LoggedPcs = dict  # (where, cause) -> (failures logged, their distinct pcs)
 
 
-def logged_pcs(failures: Iterable[tuple[Where, FailureCause, int]]) -> LoggedPcs:
-    """LoggedPcs of (where, cause, pc) failures."""
+def logged_pcs(failures: Iterable[tuple[Where, FailureCause, int]],
+               grouped: Iterable[tuple[Where, FailureCause, int, Iterable[int]]] = ()) -> LoggedPcs:
+    """LoggedPcs of (where, cause, pc) failures, and of failures already
+    `grouped` (where, cause, how many, their pcs)."""
     counts: Counter = Counter()
     pcs: dict[tuple, set[int]] = {}
     for where, cause, pc in failures:
         counts[(where, cause)] += 1
         pcs.setdefault((where, cause), set()).add(pc)
+    for where, cause, count, found in grouped:
+        counts[(where, cause)] += count
+        pcs.setdefault((where, cause), set()).update(found)
     return {key: (count, pcs[key]) for key, count in counts.items()}
-
-
-def with_logged_pcs(found: LoggedPcs, more: Iterable[tuple[Where, FailureCause, int, Iterable[int]]]) -> LoggedPcs:
-    """`found` and `more` (where, cause, failures logged, their pcs) together."""
-    out = dict(found)
-    for where, cause, count, pcs in more:
-        old_count, old_pcs = out.get((where, cause), (0, set()))
-        out[(where, cause)] = (old_count + count, old_pcs | set(pcs))
-    return out
 
 
 NUMBERS = re.compile(r"-?0x[0-9a-f]+|-?\b\d+\b")  # addresses and amounts in a failure's wording

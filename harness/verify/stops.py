@@ -251,8 +251,9 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
             tally[(run.wheres[where], causes[cause])] += stops
         result.failure_tally = tally
         # Each side logged its first `cap` answers: the first `cap` of both merged are the run's.
-        logged = lambda count: tracer.failure_log(run.wheres, causes, run.log.entries(), count, cap)  # noqa: E731
-        result.failure_log = FailureLog(lambda count: stop_kernel.worded(logged(count)) if stop_kernel else logged(count),
+        worded = stop_kernel.worded if stop_kernel else list  # without unwinders, nothing is logged
+        result.failure_log = FailureLog(lambda count: worded(tracer.failure_log(run.wheres, causes, run.log.entries(),
+                                                                                count, cap)),
                                         truncated=logged_failures(tally) > cap,
                                         pcs=lambda: run.logged_pcs(tracer.logged_pcs(), causes))
         if stop_kernel is not None:

@@ -24,7 +24,6 @@ from harness.verify.failures import (
     is_stop,
     logged_pcs,
     mismatch_of,
-    with_logged_pcs,
 )
 from harness.verify.groundtruth import ShadowFrame
 from harness.verify.walks import MemoizedWalk, chain_frames, first_difference
@@ -127,8 +126,8 @@ class Verification:
     def logged_pcs(self, kernel_logged: list, causes: list[FailureCause]) -> LoggedPcs:
         """LoggedPcs of the walks logged in Python and of the kernel's
         (`kernel_logged`: Tracer.logged_pcs(), its cause ids of `causes`)."""
-        return with_logged_pcs(logged_pcs(self.log.failures()), (
-            (self.wheres[where], causes[cause], count, array("I", pcs)) for where, cause, count, pcs in kernel_logged))
+        return logged_pcs(self.log.failures(), ((self.wheres[where], causes[cause], count, array("I", pcs))
+                                                for where, cause, count, pcs in kernel_logged))
 
     def tally(self) -> Counter:
         """(where, cause) -> stops, of the walks in Python, logged or not."""
