@@ -15,7 +15,7 @@ if not (CSRC / "abi.h").exists() or (CSRC / "abi.h").read_text() != header:
 
 setup(ext_modules=[Extension(
     "harness.verify._kernel",
-    ["harness/verify/csrc/module.c", "harness/verify/csrc/rules.c", "harness/verify/csrc/trace.c"],
+    [f"harness/verify/csrc/{name}.c" for name in ("module", "rules", "memo", "trace")],
     depends=["harness/verify/csrc/kernel.h", "harness/verify/csrc/abi.h"],
     extra_compile_args=["-O2"],
 )])

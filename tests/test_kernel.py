@@ -133,6 +133,21 @@ def test_the_pcs_a_digest_reads_from_the_tracer_are_those_of_the_whole_log():
     assert any(count > len(pcs) for count, pcs in grouped.values())  # a pc that failed alike twice counts twice
 
 
+@pytest.mark.parametrize("cap", [1, 300, 700])
+def test_a_truncated_log_gives_the_digest_the_pcs_of_its_entries(monkeypatch, cap):
+    """Past the cap each side (the kernel, the walks in Python) logged its
+    own first `cap` failures, and the log is the first `cap` of both merged
+    in stop order: the pcs the digest reads (split in C, grouped without
+    building entries) are those of exactly the entries the log holds."""
+    monkeypatch.setattr(abi, "FAILURE_LOG_CAP", cap)
+    program = generate_program(0, 3)
+    result = verify_program(program, build_unwinders(program), compiled=True)
+    grouped = result.failure_log.logged_pcs()
+    log = list(result.failure_log)
+    assert result.failure_log.truncated and len(log) == cap
+    assert grouped == logged_pcs((where, cause, pc) for _, pc, where, cause, _ in log)
+
+
 def test_guard_failures_of_one_kind_are_one_cause_per_function_each_worded_with_its_values():
     """scan's guard failures (no return address in its window) and the frame
     pointer's (a record outside the stack) are of one kind whatever the

@@ -27,9 +27,10 @@ an `index` register, (r[base] + r[index]) mod 2**32 + offset):
    pointer, not code); an `outside_it` rule defers inside an IT block;
 3. each load reads the stack at base + offset (a read outside it defers);
 4. pc = (lr if `pc_from_lr` else the loaded pc) & ~1, sp = base + end;
-5. the caller must pass harness.unwind.walk.check_caller (and with
-   `caller_aligned8`, have an 8-byte aligned sp, or the step fails with
-   bad_read, as Chrome's does), or the kernel defers.
+5. the caller must pass harness.unwind.walk.check_caller, or the step
+   fails as check_caller words it (with `caller_aligned8`, it must first
+   have an 8-byte aligned sp, or the step fails with bad_read, as
+   Chrome's does).
 A scan rule (`scan_window` bytes, `scan_sites`) is none of the above: the
 first word of the window from sp up that is one of the sites is the
 caller's pc, and sp lies just above it (harness.unwind.scan); where no

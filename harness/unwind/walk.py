@@ -43,15 +43,17 @@ class Unwinder(Protocol):
 def check_caller(callee: Frame, caller: Frame, innermost: bool) -> None:
     """Reject a caller frame that cannot be right: sp misaligned, or sp not
     above the callee's (a leaf may return with sp unchanged, but must move pc)."""
-    if caller.sp % 4:
-        raise UnwindFailure("bad_read", f"caller sp {caller.sp:#x} is not 4-byte aligned")
-    if caller.sp > callee.sp:
+    if caller.sp % 4 == 0 and (caller.sp > callee.sp or (
+            innermost and caller.sp == callee.sp and caller.pc != callee.pc)):
         return
-    if innermost and caller.sp == callee.sp and caller.pc != callee.pc:
-        return
-    raise UnwindFailure(
-        "limit", f"caller sp {caller.sp:#x} does not rise above callee sp {callee.sp:#x}"
-    )
+    raise UnwindFailure(*caller_failure(caller.sp, callee.sp))
+
+
+def caller_failure(caller_sp: int, callee_sp: int) -> tuple[str, str]:
+    """(kind, reason) of a caller check_caller rejects."""
+    if caller_sp % 4:
+        return "bad_read", f"caller sp {caller_sp:#x} is not 4-byte aligned"
+    return "limit", f"caller sp {caller_sp:#x} does not rise above callee sp {callee_sp:#x}"
 
 
 def restores_of(unwinder: Unwinder) -> Restores:

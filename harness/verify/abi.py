@@ -145,8 +145,8 @@ CHECK_EVERY = 1 << 16
 
 # What one unwinder's walk at one stop came to. PASS and DEFER never reach
 # Python as records: passes are counted in C, DEFER is `False`.
-ANSWERS = ("FAILS", "MISMATCH", "GUARD_FAILS", "PASS", "DEFER")
-FAILS_ANSWER, MISMATCH_ANSWER, GUARD_FAILS_ANSWER = range(3)
+ANSWERS = ("FAILS", "MISMATCH", "GUARD_FAILS", "CALLER_FAILS", "PASS", "DEFER")
+FAILS_ANSWER, MISMATCH_ANSWER, GUARD_FAILS_ANSWER, CALLER_FAILS_ANSWER = range(4)
 
 
 class FailingRule(NamedTuple):
@@ -183,8 +183,21 @@ class GuardFailure(NamedTuple):
     pc: int
 
 
-RECORDS = {FAILS_ANSWER: FailingRule, MISMATCH_ANSWER: Mismatch, GUARD_FAILS_ANSWER: GuardFailure}
-Answer = FailingRule | Mismatch | GuardFailure
+class CallerFails(NamedTuple):
+    """The caller the rule gave for frame `frame` (at pc, sp `callee_sp`)
+    fails harness.unwind.walk.check_caller with its sp `caller_sp`, as the
+    unwinder's step then does."""
+
+    frame: int
+    kind: int
+    caller_sp: int
+    callee_sp: int
+    pc: int
+
+
+RECORDS = {FAILS_ANSWER: FailingRule, MISMATCH_ANSWER: Mismatch, GUARD_FAILS_ANSWER: GuardFailure,
+           CALLER_FAILS_ANSWER: CallerFails}
+Answer = FailingRule | Mismatch | GuardFailure | CallerFails
 
 
 def answer(values: tuple) -> Answer:

@@ -71,7 +71,7 @@ class FailureLog:
     def logged_pcs(self) -> "LoggedPcs":
         """(where, cause) -> (failures logged, their distinct pcs): what a
         digest of the log needs (harness.report.failing)."""
-        if self._pcs is not None and self._entries is None and not self.truncated:  # all of both sides' logs
+        if self._pcs is not None and self._entries is None:
             return self._pcs()
         return logged_pcs((where, cause, pc) for _, pc, where, cause, _ in self.entries())
 

@@ -8,7 +8,8 @@ lets the Verifier walk every unwinder by its rules (harness.unwind.rule)
 over the emulator's stack memory and compare each caller frame with the
 shadow stack. The Verifier counts the walks that match every frame (per
 stop class, read back with `passes`) and answers for the others with a
-record of harness.verify.abi (a failing rule, a mismatch, a guard failure)
+record of harness.verify.abi (a failing rule, a mismatch, a guard failure,
+a caller check_caller rejects)
 or DEFER: the verifier then runs the unwinder's own Python step for that
 stop, so the kernel only ever repeats what `step` would say, faster.
 """
@@ -22,7 +23,7 @@ from typing import Callable, Sequence
 
 from harness.registers import CALLEE_SAVED, SP
 from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, ReturnAddresses, Rule, guards_hold
-from harness.unwind.walk import Unwinder, restores_of
+from harness.unwind.walk import Unwinder, caller_failure, restores_of
 from harness.verify import abi
 from harness.verify.failures import Outcome
 
@@ -92,6 +93,11 @@ def _restores(unwinder: Unwinder) -> tuple[int, bool]:
 class StopKernel:
     """Rules per (unwinder, innermost, range of pcs), made on first use and kept."""
 
+    keeps_outer_walks = True
+    """In a run that stops at every instruction, a walk takes its frames
+    after the innermost one's from the last stop's walk wherever nothing
+    they read changed (csrc/memo.c); off, every walk steps every frame."""
+
     def __init__(self, unwinders: Sequence[Unwinder], memory, base: int, high: int):
         self.unwinders = list(unwinders)
         self.high = high
@@ -99,6 +105,7 @@ class StopKernel:
         self._rule_at = [getattr(u, "rule_at", None) for u in self.unwinders]
         self.verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide)
         """What the Tracer walks with at every stop."""
+        self.verifier.memo = self.keeps_outer_walks
         self.passes = self.verifier.passes
         """passes() -> [(stop class, unwinder index, walks that matched)]"""
         self._site_tables: dict[ReturnAddresses, int] = {}
@@ -141,8 +148,9 @@ class StopKernel:
     def worded(self, entries: list) -> list:
         """Failure log entries (harness.verify.failures.FailureLog) with the
         values a failure rule's answer is logged with ("fails", rule id,
-        frame pc) or a merged guard failure's ("guard", rule id, base, sp,
-        low) turned into its wording, as `step` words it."""
+        frame pc), a merged guard failure's ("guard", rule id, base, sp,
+        low) or a rejected caller's ("caller", caller sp, callee sp) turned
+        into its wording, as `step` words it."""
         out = []
         for entry in entries:
             values = entry[4]
@@ -153,13 +161,19 @@ class StopKernel:
                 _, rule_id, base, sp, low = values
                 answer = abi.GuardFailure(entry[3].frame, abi.GUARD_FAILS_ANSWER, rule_id, base, sp, low, entry[1])
                 entry = (*entry[:4], self.outcome(answer)[3])
+            elif isinstance(values, tuple) and values[0] == "caller":
+                entry = (*entry[:4], caller_failure(values[1], values[2])[1])
             out.append(entry)
         return out
 
-    def outcome(self, answer: abi.FailingRule | abi.GuardFailure) -> Outcome:
+    def outcome(self, answer: abi.Answer) -> Outcome:
         """(frame, kind, no register, reason) of a failing rule, of a rule
-        whose guards failed with a `guard_failure`, or of one whose caller's
-        sp is not 8-byte aligned (`caller_aligned8`), as `step` words it."""
+        whose guards failed with a `guard_failure`, of one whose caller's
+        sp is not 8-byte aligned (`caller_aligned8`), or of a caller that
+        check_caller rejects, as `step` words it."""
+        if isinstance(answer, abi.CallerFails):
+            kind, reason = caller_failure(answer.caller_sp, answer.callee_sp)
+            return answer.frame, kind, None, reason
         rule = self.rules[answer.rule_id]
         if isinstance(answer, abi.GuardFailure) and rule.caller_aligned8 and guards_hold(
                 rule, answer.base, answer.sp, answer.low, self.high):

@@ -250,18 +250,27 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         for where, cause, stops in tracer.tally():
             tally[(run.wheres[where], causes[cause])] += stops
         result.failure_tally = tally
-        # Each side logged its first `cap` answers: the first `cap` of both merged are the run's.
-        worded = stop_kernel.worded if stop_kernel else list  # without unwinders, nothing is logged
-        result.failure_log = FailureLog(lambda count: worded(tracer.failure_log(run.wheres, causes, run.log.entries(),
-                                                                                count, cap)),
-                                        truncated=logged_failures(tally) > cap,
-                                        pcs=lambda: run.logged_pcs(tracer.logged_pcs(), causes))
+        result.failure_log = _merged_log(tracer, run, stop_kernel, causes, logged_failures(tally) > cap)
         if stop_kernel is not None:
             classes = {number: key for key, number in run.stop_classes.items()}
             for stop_class, index, passes in stop_kernel.passes():
                 result.counts[(unwinders[index].name, *classes[stop_class], None)] += passes
             result.methods.update(stop_kernel.chain_frames())
     return tracer.resumed(), tracer.questioned()
+
+
+def _merged_log(tracer, run: Verification, stop_kernel, causes: list, truncated: bool) -> FailureLog:
+    """The run's failure log: each side (the kernel, the walks in Python)
+    logged its first `cap` failures, the first `cap` of both merged in stop
+    order are the run's (all of both where they hold no more)."""
+    cap = run.log_cap
+    worded = stop_kernel.worded if stop_kernel else list  # without unwinders, nothing is logged
+
+    def logged_pcs():
+        mine, theirs = tracer.log_split(run.log.entries(), cap) if truncated else (-1, None)
+        return run.logged_pcs(tracer.logged_pcs(mine), causes, theirs)
+    return FailureLog(lambda count: worded(tracer.failure_log(run.wheres, causes, run.log.entries(), count, cap)),
+                      truncated=truncated, pcs=logged_pcs)
 
 
 def _checker(emulator: Emulator, run: Verification, result: ProgramResult, observe, every: int,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from functools import partial
+from itertools import islice
 from typing import Sequence
 
 from harness.classify import Classifier, Where, in_flight_where
@@ -123,11 +124,13 @@ class Verification:
         key = cause if wording is None else cause._replace(detail=shared)
         return self._causes.setdefault(key, key), wording
 
-    def logged_pcs(self, kernel_logged: list, causes: list[FailureCause]) -> LoggedPcs:
-        """LoggedPcs of the walks logged in Python and of the kernel's
-        (`kernel_logged`: Tracer.logged_pcs(), its cause ids of `causes`)."""
-        return logged_pcs(self.log.failures(), ((self.wheres[where], causes[cause], count, array("I", pcs))
-                                                for where, cause, count, pcs in kernel_logged))
+    def logged_pcs(self, kernel_logged: list, causes: list[FailureCause], first: int | None = None) -> LoggedPcs:
+        """LoggedPcs of the walks logged in Python (the `first` of them, or
+        all) and of the kernel's (`kernel_logged`: Tracer.logged_pcs(), its
+        cause ids of `causes`)."""
+        return logged_pcs(islice(self.log.failures(), first),
+                          ((self.wheres[where], causes[cause], count, array("I", pcs))
+                           for where, cause, count, pcs in kernel_logged))
 
     def tally(self) -> Counter:
         """(where, cause) -> stops, of the walks in Python, logged or not."""

@@ -6,6 +6,7 @@
  * trace.c  the per-instruction hook: the shadow stack, the stops an IT block
  *          skips, and a Verifier walk at every stop, calling into Python only
  *          where the rules do not answer (Tracer).
+ * memo.c   the outer part of each walk, kept from one stop to the next.
  * module.c the batch register reader (Registers) and the module itself.
  *
  * Python's definitions stay the reference: harness.verify.groundtruth for the
@@ -53,6 +54,47 @@ const Range *ranges_find(Ranges *set, int64_t pc, Py_ssize_t *slot);
 int ranges_insert(Ranges *set, Py_ssize_t slot, Range range);
 void ranges_clear(Ranges *set);
 
+/* The lowest stack address a walk read. */
+typedef struct { int64_t min_read; } Track;
+
+/* One unwinder's walk from frame 1 on, as made at an earlier stop (memo.c). */
+typedef struct {
+    int valid, in_it;
+    KFrame caller;       /* the frame the innermost step gave */
+    int64_t low, min_read;
+    Answer answer;
+    uint64_t counted[2 * CHAIN_METHODS];  /* a chain's frames and right frames per method, from frame 1 on */
+} OuterWalk;
+
+/* The outer walks of every unwinder, and what they are checked against at
+ * the next stop: the shadow frames and the stack bytes [snap_low, high) of
+ * the last stop (the snapshot holds [high - capacity, high)). */
+typedef struct {
+    int enabled;           /* Verifier.memo */
+    int active;            /* between memo_begin and memo_end */
+    OuterWalk *walks;
+    Py_ssize_t count;
+    Expected *expected;
+    Py_ssize_t frames;
+    size_t expected_capacity;
+    uint8_t *snapshot;
+    int64_t snap_low;
+    size_t capacity;
+    uint64_t reused;       /* walks whose outer frames were taken from the last stop */
+} WalkMemo;
+
+int memo_init(WalkMemo *m, Py_ssize_t unwinders);
+void memo_free(WalkMemo *m);
+/* A stop begins: drop the walks whose shadow frames or stack bytes changed. */
+void memo_begin(WalkMemo *m, const uint8_t *memory, int64_t base, int64_t high, const Expected *expected,
+                Py_ssize_t frames);
+/* The kept outer walk that holds for this caller of the innermost frame, or NULL. */
+const OuterWalk *memo_find(const WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it, int64_t low);
+void memo_keep(WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it, int64_t low, const Track *track,
+               const Answer *answer, const uint64_t *counted);
+/* The stop ends: the snapshot now covers every kept walk's reads. */
+void memo_end(WalkMemo *m, const uint8_t *memory, int64_t base, int64_t high);
+
 typedef struct Verifier Verifier;
 extern PyTypeObject VerifierType;
 
@@ -62,6 +104,10 @@ Py_ssize_t verifier_unwinders(const Verifier *v);
 int verifier_walk(Verifier *v, Py_ssize_t unwinder, const KFrame *innermost, int64_t low, uint32_t cpsr,
                   const Expected *expected, Py_ssize_t frames, Answer *out);
 int verifier_count_pass(Verifier *v, Py_ssize_t stop_class, Py_ssize_t unwinder);
+/* Around the walks of one stop of a run that stops at every instruction:
+ * the walks may take their outer frames from the last stop's (memo.c). */
+void verifier_begin_stop(Verifier *v, const Expected *expected, Py_ssize_t frames);
+void verifier_end_stop(Verifier *v);
 /* A failing answer as a tuple in the field order of its record in
  * harness/verify/abi.py (FailingRule, Mismatch, GuardFailure); False for DEFER. */
 PyObject *answer_object(const Answer *answer);

@@ -15,20 +15,27 @@ typedef struct {
     const uint8_t *memory;  /* the stack mapping, from guest address `base` */
     int64_t base, low, high;
     PyObject *site_tables;  /* the scans' return addresses (Verifier.add_sites): a list of bytes */
+    Track *track;           /* what the walk has looked at, for the memo */
 } KStack;
 
 static inline int contains(const KStack *s, int64_t a) { return s->low <= a && a <= s->high; }
 
+static inline int readable(const KStack *s, int64_t a, int64_t size) {
+    if (a < s->low || a < s->base || a + size > s->high) return 0;
+    if (a < s->track->min_read) s->track->min_read = a;
+    return 1;
+}
+
 static inline int read32(const KStack *s, int64_t a, int64_t *out) {
     uint32_t v;
-    if (a < s->low || a < s->base || a + 4 > s->high) return 0;
+    if (!readable(s, a, 4)) return 0;
     memcpy(&v, s->memory + (a - s->base), 4);
     *out = v;
     return 1;
 }
 
 static inline int read64(const KStack *s, int64_t a, uint64_t *out) {
-    if (a < s->low || a < s->base || a + 8 > s->high) return 0;
+    if (!readable(s, a, 8)) return 0;
     memcpy(out, s->memory + (a - s->base), 8);
     return 1;
 }
@@ -189,6 +196,7 @@ struct Verifier {
     uint64_t *methods;   /* [(unwinder * CHAIN_METHODS + method) * 2 + right]: a chain's frames, and right ones */
     uint64_t *passes;    /* [stop class * count + unwinder]: walks that matched every frame */
     Py_ssize_t classes;
+    WalkMemo memo;       /* outer walks kept from the last stop */
 };
 
 Py_ssize_t verifier_unwinders(const Verifier *v) { return v->count; }
@@ -205,6 +213,7 @@ static void Verifier_dealloc(Verifier *self) {
     PyMem_Free(self->passes);
     PyMem_Free(self->core_mask);
     PyMem_Free(self->vfp);
+    memo_free(&self->memo);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -237,6 +246,7 @@ static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
         PyErr_NoMemory();
         return -1;
     }
+    if (memo_init(&self->memo, self->count)) return -1;
     for (Py_ssize_t i = 0; i < self->count; i++) {
         unsigned int mask;
         int vfp;
@@ -342,41 +352,41 @@ static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, i
     return -1;
 }
 
-/* The walk, as walks.first_difference; where a chain's walk does not defer,
- * each frame it gave is counted for the method that gave it (and as right
- * where it matched), up to the first wrong one (LUL's count). */
-int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame, int64_t low, uint32_t cpsr,
-                  const Expected *expected, Py_ssize_t frames, Answer *out) {
-    const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high, self->site_tables };
-    uint64_t counted[2 * CHAIN_METHODS] = {0};  /* committed unless the walk defers */
-    KFrame frame = *innermost_frame;
-    out->kind = ANSWER_PASS;
-    out->merged = 0;
-    for (Py_ssize_t index = 0; index < frames && out->kind == ANSWER_PASS; index++) {
+/* Frames [from, to) of a walk, each stepped by its rule and compared with
+ * its shadow frame, until one does not pass; a chain's frames are counted
+ * in `counted` (see verifier_walk). */
+static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ssize_t from, Py_ssize_t to,
+                       const KStack *s, uint32_t cpsr, const Expected *expected, Py_ssize_t frames, Answer *out,
+                       uint64_t *counted) {
+    for (Py_ssize_t index = from; index < to && out->kind == ANSWER_PASS; index++) {
         const int innermost = index == 0;
         Py_ssize_t rule_id = -1;
         out->frame = index;
-        out->pc = frame.r[PC];  /* of the frame being unwound */
-        out->sp = frame.r[SP];
+        out->pc = frame->r[PC];  /* of the frame being unwound */
+        out->sp = frame->r[SP];
         PyObject *rule = rule_for(self, unwinder, out->pc, innermost, &rule_id);
         if (!rule) return -1;
         out->rule_id = rule_id;
         if (rule == Py_None) { out->kind = ANSWER_DEFER; return 0; }
         out->rule_flags = ((const RuleHeader *)PyBytes_AS_STRING(rule))->flags;
         int method;
-        const int result = step((const uint8_t *)PyBytes_AS_STRING(rule), &frame, innermost, &s, cpsr, &out->base,
+        const int result = step((const uint8_t *)PyBytes_AS_STRING(rule), frame, innermost, s, cpsr, &out->base,
                                 &method);
         switch (result) {
-        case STEP_DEFER: case STEP_CALLER_FAILS: out->kind = ANSWER_DEFER; return 0;
+        case STEP_DEFER: out->kind = ANSWER_DEFER; return 0;
         case STEP_FAILS: out->kind = ANSWER_FAILS; continue;
+        case STEP_CALLER_FAILS:  /* `step` raises check_caller's failure (a chain tries its next method instead) */
+            out->kind = ANSWER_CALLER_FAILS;
+            out->got = frame->r[SP];
+            continue;
         case STEP_GUARD_FAILS: case STEP_ALIGNED8_FAILS:
             out->kind = ANSWER_GUARD_FAILS;
-            out->low = s.low;
+            out->low = s->low;
             /* of one kind (bad_read, for the caller's alignment) whatever the values */
             out->merged = result == STEP_ALIGNED8_FAILS || (out->rule_flags & GUARD_KIND_FIXED);
             continue;
         }
-        out->reg = mismatch(&frame, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder],
+        out->reg = mismatch(frame, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder],
                             &out->got, &out->want);
         if (out->reg >= 0) out->kind = ANSWER_MISMATCH;
         if (method >= 0) {
@@ -384,11 +394,55 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
             if (out->reg < 0) counted[2 * method + 1]++;
         }
         /* r0-r3 and r12 hold nothing a caller relies on (verify.without_scratch). */
-        frame.r[0] = frame.r[1] = frame.r[2] = frame.r[3] = frame.r[12] = 0;
+        frame->r[0] = frame->r[1] = frame->r[2] = frame->r[3] = frame->r[12] = 0;
     }
+    return 0;
+}
+
+/* The walk, as walks.first_difference; where a chain's walk does not defer,
+ * each frame it gave is counted for the method that gave it (and as right
+ * where it matched), up to the first wrong one (LUL's count). Between
+ * verifier_begin_stop and verifier_end_stop, the frames after the innermost
+ * one's are taken from the last stop's walk where that still holds (memo.c). */
+int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame, int64_t low, uint32_t cpsr,
+                  const Expected *expected, Py_ssize_t frames, Answer *out) {
+    Track track = { INT64_MAX };
+    const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high, self->site_tables, &track };
+    uint64_t counted[2 * CHAIN_METHODS] = {0};  /* committed unless the walk defers */
+    KFrame frame = *innermost_frame;
+    out->kind = ANSWER_PASS;
+    out->merged = 0;
+    if (walk_frames(self, unwinder, &frame, 0, frames < 1 ? frames : 1, &s, cpsr, expected, frames, out, counted))
+        return -1;
+    if (out->kind == ANSWER_PASS && frames > 1) {
+        const int in_it = it_state(cpsr) != 0;
+        const OuterWalk *kept = memo_find(&self->memo, unwinder, &frame, in_it, low);
+        const uint64_t *outer = kept ? kept->counted : NULL;
+        uint64_t walked[2 * CHAIN_METHODS] = {0};
+        if (kept) {
+            *out = kept->answer;
+            self->memo.reused++;
+        } else {
+            const KFrame caller = frame;
+            track = (Track){ INT64_MAX };
+            if (walk_frames(self, unwinder, &frame, 1, frames, &s, cpsr, expected, frames, out, walked)) return -1;
+            memo_keep(&self->memo, unwinder, &caller, in_it, low, &track, out, walked);
+            outer = walked;
+        }
+        for (int i = 0; i < 2 * CHAIN_METHODS; i++) counted[i] += outer[i];
+    }
+    if (out->kind == ANSWER_DEFER) return 0;
     uint64_t *methods = self->methods + 2 * CHAIN_METHODS * unwinder;
     for (int i = 0; i < 2 * CHAIN_METHODS; i++) methods[i] += counted[i];
     return 0;
+}
+
+void verifier_begin_stop(Verifier *self, const Expected *expected, Py_ssize_t frames) {
+    memo_begin(&self->memo, (const uint8_t *)self->memory.buf, self->base, self->high, expected, frames);
+}
+
+void verifier_end_stop(Verifier *self) {
+    memo_end(&self->memo, (const uint8_t *)self->memory.buf, self->base, self->high);
 }
 
 PyObject *answer_object(const Answer *a) {
@@ -396,8 +450,11 @@ PyObject *answer_object(const Answer *a) {
     case ANSWER_DEFER: Py_RETURN_FALSE;
     case ANSWER_FAILS: return Py_BuildValue("(ninL)", a->frame, 0, a->rule_id, (long long)a->pc);
     case ANSWER_GUARD_FAILS:
-        return Py_BuildValue("(ninLLLL)", a->frame, 2, a->rule_id, (long long)a->base, (long long)a->sp,
-                             (long long)a->low, (long long)a->pc);
+        return Py_BuildValue("(ninLLLL)", a->frame, ANSWER_GUARD_FAILS, a->rule_id, (long long)a->base,
+                             (long long)a->sp, (long long)a->low, (long long)a->pc);
+    case ANSWER_CALLER_FAILS:
+        return Py_BuildValue("(niLLL)", a->frame, ANSWER_CALLER_FAILS, (long long)a->got, (long long)a->sp,
+                             (long long)a->pc);
     case ANSWER_MISMATCH:
         if (a->reg > PC)  /* d8-d15: 64-bit values */
             return Py_BuildValue("(niiKKL)", a->frame, 1, a->reg, (unsigned long long)a->got,
@@ -539,6 +596,31 @@ static PyMethodDef Verifier_methods[] = {
     {NULL}
 };
 
+static PyObject *Verifier_get_memo(Verifier *self, void *unused) { return PyBool_FromLong(self->memo.enabled); }
+
+static int Verifier_set_memo(Verifier *self, PyObject *value, void *unused) {
+    const int on = value ? PyObject_IsTrue(value) : -1;
+    if (on < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "memo cannot be deleted");
+        return -1;
+    }
+    self->memo.enabled = on;
+    return 0;
+}
+
+static PyObject *Verifier_get_reused(Verifier *self, void *unused) {
+    return PyLong_FromUnsignedLongLong(self->memo.reused);
+}
+
+static PyGetSetDef Verifier_getset[] = {
+    {"outer_walks_reused", (getter)Verifier_get_reused, NULL,
+     "Walks whose frames after the innermost one's were taken from the last stop's walk.", NULL},
+    {"memo", (getter)Verifier_get_memo, (setter)Verifier_set_memo,
+     "Take a walk's outer frames from the last stop's where they still hold (runs that stop at every instruction).",
+     NULL},
+    {NULL}
+};
+
 PyTypeObject VerifierType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "harness.verify._kernel.Verifier",
@@ -548,5 +630,6 @@ PyTypeObject VerifierType = {
     .tp_init = (initproc)Verifier_init,
     .tp_dealloc = (destructor)Verifier_dealloc,
     .tp_methods = Verifier_methods,
+    .tp_getset = Verifier_getset,
     .tp_doc = "Rule walks and shadow-stack comparison for every unwinder at one stop.",
 };

@@ -99,10 +99,19 @@ enum { MERGED_GUARD = ANSWER_GUARD_FAILS + 64 };
 
 typedef struct { int64_t where, cause; } TallyKey;
 
+/* An unwinder's last failing answer's cause and tally entry: consecutive
+ * stops of a function mostly fail alike, and then skip both tables. */
+typedef struct {
+    int known;
+    CauseKey key;
+    int64_t where, cause, tallied;
+} LastCause;
+
 /* One failing answer. */
 /* A MISMATCH's values (a core register's got is signed), a merged
- * GUARD_FAILS's (got: base, want: sp, low), a FAILS's (got: the frame's pc). */
-enum { NO_VALUES, CORE_VALUES, VFP_VALUES, GUARD_VALUES, FAILS_VALUES };
+ * GUARD_FAILS's (got: base, want: sp, low), a FAILS's (got: the frame's
+ * pc), a CALLER_FAILS's (got: the caller's sp, want: the frame's). */
+enum { NO_VALUES, CORE_VALUES, VFP_VALUES, GUARD_VALUES, FAILS_VALUES, CALLER_VALUES };
 typedef struct {
     uint64_t number;
     uint32_t pc;
@@ -178,6 +187,7 @@ typedef struct {
     size_t logged, log_capacity;
     Interned causes, tally;
     Answer *cause_answers;  /* the first answer of each cause */
+    LastCause *last_causes;  /* per unwinder */
     size_t cause_answers_capacity;
     uint64_t *tally_counts;  /* stops per tally key */
     size_t tally_counts_capacity;
@@ -218,10 +228,16 @@ static int reserve(void *array, size_t *capacity, size_t needed, size_t item) {
     return 0;
 }
 
-/* FNV-1a over a key's bytes. */
+/* FNV-1a over a key's 64-bit words (keys are arrays of int64), then mixed. */
 static size_t hash_key(const uint8_t *key, size_t size) {
     uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < size; i++) h = (h ^ key[i]) * 1099511628211ull;
+    for (size_t i = 0; i + 8 <= size; i += 8) {
+        uint64_t word;
+        memcpy(&word, key + i, 8);
+        h = (h ^ word) * 1099511628211ull;
+    }
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
     return (size_t)(h ^ h >> 32);
 }
 
@@ -559,7 +575,9 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
         Py_ssize_t ignored;
         int32_t culprit;
         if (classified(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc), 0, &ignored, &culprit)) return -1;
-        key.detail = a->kind == ANSWER_MISMATCH ? a->reg : a->rule_id;
+        /* a rejected caller: its kind (bad_read where its sp is misaligned, else limit) whatever the rule */
+        key.detail = a->kind == ANSWER_MISMATCH ? a->reg : a->kind == ANSWER_CALLER_FAILS ? (a->got & 3) != 0
+                   : a->rule_id;
         key.culprit = culprit;
         if (a->kind == ANSWER_GUARD_FAILS) key.kind = MERGED_GUARD;
     } else {
@@ -571,21 +589,27 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
             key.low = a->low;
         }
     }
-    int added;
-    int64_t cause = intern(&t->causes, &key, &added);
-    if (cause < 0) return -1;
-    if (added) {
-        if (reserve(&t->cause_answers, &t->cause_answers_capacity, (size_t)cause + 1, sizeof(Answer))) return -1;
-        t->cause_answers[cause] = *a;
+    LastCause *last = &t->last_causes[unwinder];
+    if (!last->known || last->where != where || memcmp(&last->key, &key, sizeof key)) {
+        int added;
+        const int64_t cause = intern(&t->causes, &key, &added);
+        if (cause < 0) return -1;
+        if (added) {
+            if (reserve(&t->cause_answers, &t->cause_answers_capacity, (size_t)cause + 1, sizeof(Answer))) return -1;
+            t->cause_answers[cause] = *a;
+        }
+        TallyKey tally_key = { where, cause };
+        const int64_t tallied = intern(&t->tally, &tally_key, &added);
+        if (tallied < 0) return -1;
+        if (added) {
+            if (reserve(&t->tally_counts, &t->tally_counts_capacity, (size_t)tallied + 1, sizeof(uint64_t)))
+                return -1;
+            t->tally_counts[tallied] = 0;
+        }
+        *last = (LastCause){ 1, key, where, cause, tallied };
     }
-    TallyKey tally_key = { where, cause };
-    int64_t tallied = intern(&t->tally, &tally_key, &added);
-    if (tallied < 0) return -1;
-    if (added) {
-        if (reserve(&t->tally_counts, &t->tally_counts_capacity, (size_t)tallied + 1, sizeof(uint64_t))) return -1;
-        t->tally_counts[tallied] = 0;
-    }
-    t->tally_counts[tallied]++;
+    const int64_t cause = last->cause;
+    t->tally_counts[last->tallied]++;
     if (t->logged >= t->log_cap) return 0;  /* tallied, not logged */
     if (a->kind == ANSWER_FAILS && (a->rule_flags & NO_INFO) && quiet_at(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc)))
         return 0;  /* a stop in a library: not a failure, no sample */
@@ -595,10 +619,40 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
                                         (uint64_t)a->sp, a->low };
         return 0;
     }
+    if (a->kind == ANSWER_CALLER_FAILS) {
+        t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, CALLER_VALUES, a->got,
+                                        (uint64_t)a->sp, 0 };
+        return 0;
+    }
     int values = a->kind == ANSWER_FAILS ? FAILS_VALUES : a->kind != ANSWER_MISMATCH ? NO_VALUES
                : a->reg > PC ? VFP_VALUES : CORE_VALUES;
     t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, values,
                                     a->kind == ANSWER_FAILS ? a->pc : a->got, a->want, 0 };
+    return 0;
+}
+
+/* Walk every unwinder from `frame` at stop `number`: count passes, log
+ * failures, and list in `deferred` those whose walks their step must make. */
+static int walk_unwinders(Tracer *t, uint64_t number, const KFrame *frame, uint32_t cpsr, Py_ssize_t stop_class,
+                          int32_t where, Py_ssize_t *deferred, int *deferrals) {
+    const size_t skip = !t->compare_bottom;
+    for (Py_ssize_t i = 0; i < verifier_unwinders(t->verifier); i++) {
+        Answer answer;
+        if (verifier_walk(t->verifier, i, frame, (uint32_t)t->values[SP], cpsr, t->frames + skip,
+                          (Py_ssize_t)(t->depth - skip), &answer))
+            return -1;
+        if (answer.kind == ANSWER_PASS) {
+            if (verifier_count_pass(t->verifier, stop_class, i)) return -1;
+        } else if (answer.kind == ANSWER_DEFER) {
+            deferred[(*deferrals)++] = i;
+        } else if (log_answer(t, number, (uint32_t)frame->r[PC], where, i, &answer)) {
+            return -1;
+        }
+        /* a wrong register of the caller of frame `frame`: the shadow frame depth - 1 - frame */
+        if (answer.kind == ANSWER_MISMATCH && answer.reg != PC && answer.reg != SP && !t->has_resumes &&
+            set_bit(&t->questioned, &t->questioned_capacity, t->serials[t->depth - 1 - answer.frame]))
+            return -1;
+    }
     return 0;
 }
 
@@ -620,24 +674,13 @@ static int verify_at(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr) {
             memcpy(frame.d, &t->values[FIRST_VFP], sizeof frame.d);
             frame.d_known = 0xFF;
         }
-        for (Py_ssize_t i = 0; i < unwinders; i++) {
-            Answer answer;
-            const size_t skip = !t->compare_bottom;
-            if (verifier_walk(t->verifier, i, &frame, (uint32_t)t->values[SP], cpsr, t->frames + skip,
-                              (Py_ssize_t)(t->depth - skip), &answer))
-                return -1;
-            if (answer.kind == ANSWER_PASS) {
-                if (verifier_count_pass(t->verifier, stop_class, i)) return -1;
-            } else if (answer.kind == ANSWER_DEFER) {
-                deferred[deferrals++] = i;
-            } else if (log_answer(t, number, pc, where, i, &answer)) {
-                return -1;
-            }
-            /* a wrong register of the caller of frame `frame`: the shadow frame depth - 1 - frame */
-            if (answer.kind == ANSWER_MISMATCH && answer.reg != PC && answer.reg != SP && !t->has_resumes &&
-                set_bit(&t->questioned, &t->questioned_capacity, t->serials[t->depth - 1 - answer.frame]))
-                return -1;
-        }
+        /* Stops one instruction apart (or a shard's of them): the outer frames of a walk mostly repeat. */
+        const int consecutive = t->every == 1;
+        const size_t skip = !t->compare_bottom;
+        if (consecutive) verifier_begin_stop(t->verifier, t->frames + skip, (Py_ssize_t)(t->depth - skip));
+        const int failed = walk_unwinders(t, number, &frame, cpsr, stop_class, where, deferred, &deferrals);
+        if (consecutive) verifier_end_stop(t->verifier);
+        if (failed) return -1;
     }
     if (deferrals || observed_at(t, pc)) return call_slow(t, number, pc, cpsr, deferred, deferrals);
     return 0;
@@ -1054,6 +1097,7 @@ static void Tracer_dealloc(Tracer *self) {
     PyMem_Free(self->tally.keys);
     PyMem_Free(self->tally.slots);
     PyMem_Free(self->cause_answers);
+    PyMem_Free(self->last_causes);
     PyMem_Free(self->tally_counts);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -1183,6 +1227,8 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     self->engine = e;
     self->verifier = verifier == Py_None ? NULL : (Verifier *)verifier;
     Py_XINCREF(self->verifier);
+    self->last_causes = PyMem_Calloc(self->verifier ? verifier_unwinders(self->verifier) + 1 : 1, sizeof(LastCause));
+    if (!self->last_causes) { PyErr_NoMemory(); return -1; }
     self->sentinel = (uint32_t)sentinel;
     self->uses_vfp = uses_vfp;
     self->every = every;
@@ -1284,7 +1330,8 @@ static PyObject *Tracer_tally(Tracer *self, PyObject *unused) {
 
 /* (stop, pc, where, cause, values or None): a failure log entry; a
  * failure rule's values are ("fails", rule id, frame pc), a merged guard
- * failure's ("guard", rule id, base, sp, low), worded in Python. */
+ * failure's ("guard", rule id, base, sp, low), a rejected caller's
+ * ("caller", caller sp, callee sp), worded in Python. */
 static PyObject *log_entry(const Tracer *self, const Logged *entry, PyObject *wheres, PyObject *causes) {
     if (entry->where >= PyList_GET_SIZE(wheres) || entry->cause >= PyList_GET_SIZE(causes)) {
         PyErr_SetString(PyExc_IndexError, "a failure's where or cause id is past the lists given");
@@ -1303,8 +1350,44 @@ static PyObject *log_entry(const Tracer *self, const Logged *entry, PyObject *wh
     case FAILS_VALUES:
         return Py_BuildValue("(KkOO(snL))", number, pc, where, cause, "fails", self->cause_answers[entry->cause].rule_id,
                              (long long)entry->got);
+    case CALLER_VALUES:
+        return Py_BuildValue("(KkOO(sLK))", number, pc, where, cause, "caller", (long long)entry->got, want);
     }
     return Py_BuildValue("(KkOOO)", number, pc, where, cause, Py_None);
+}
+
+/* The merge of this tracer's log with `others` (a list of (stop,
+ * unwinder, entry), in stop order) in (stop, unwinder) order: the entries
+ * taken from each so far. */
+typedef struct { size_t mine; Py_ssize_t theirs; } Merged;
+
+/* Take the next entry of the merge: from `others` (*entry borrowed) or this
+ * tracer's log (*entry NULL), and its unwinder; 0, 1 at the end (or at
+ * `total` entries, when positive), -1 on error. */
+static int merge_next(const Tracer *self, PyObject *others, Py_ssize_t total, Merged *m, PyObject **entry,
+                      int *unwinder) {
+    const Py_ssize_t count = PyList_GET_SIZE(others);
+    if ((m->mine >= self->logged && m->theirs >= count) || (total > 0 && (Py_ssize_t)m->mine + m->theirs >= total))
+        return 1;
+    unsigned long long number = 0;
+    *entry = NULL;
+    if (m->theirs < count) {
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(others, m->theirs), "KiO", &number, unwinder, entry)) return -1;
+        Py_ssize_t unwinders = self->verifier ? verifier_unwinders(self->verifier) : 0;
+        if (*unwinder < 0 || *unwinder >= unwinders) {
+            PyErr_SetString(PyExc_IndexError, "a failure names an unwinder the verifier does not have");
+            return -1;
+        }
+    }
+    const Logged *next = m->mine < self->logged ? &self->log[m->mine] : NULL;
+    if (*entry && (!next || number < next->number || (number == next->number && *unwinder < next->unwinder))) {
+        m->theirs++;
+        return 0;
+    }
+    *entry = NULL;
+    *unwinder = next->unwinder;
+    m->mine++;
+    return 0;
 }
 
 /* failure_log(wheres, causes, others, limit, total=0) -> the failure log
@@ -1323,31 +1406,16 @@ static PyObject *Tracer_failure_log(Tracer *self, PyObject *args) {
     Py_ssize_t *taken = PyMem_Calloc(unwinders + 1, sizeof(Py_ssize_t));
     PyObject *out = PyList_New(0);
     if (!taken || !out) goto error;
-    size_t mine = 0;
-    Py_ssize_t theirs = 0, count = PyList_GET_SIZE(others);
-    while ((mine < self->logged || theirs < count) && !(total > 0 && (Py_ssize_t)mine + theirs >= total)) {
-        unsigned long long number = 0;
-        int unwinder = 0;
-        PyObject *entry = NULL;  /* the next of `others`, borrowed */
-        if (theirs < count) {
-            if (!PyArg_ParseTuple(PyList_GET_ITEM(others, theirs), "KiO", &number, &unwinder, &entry)) goto error;
-            if (unwinder < 0 || unwinder >= unwinders) {
-                PyErr_SetString(PyExc_IndexError, "a failure names an unwinder the verifier does not have");
-                goto error;
-            }
-        }
-        const Logged *next = mine < self->logged ? &self->log[mine] : NULL;
-        int take_theirs = entry && (!next || number < next->number ||
-                                    (number == next->number && unwinder < next->unwinder));
-        if (take_theirs) {
-            theirs++;
-        } else {
-            mine++;
-            unwinder = next->unwinder;
-        }
+    Merged merged = { 0, 0 };
+    for (;;) {
+        PyObject *entry;
+        int unwinder;
+        const int status = merge_next(self, others, total, &merged, &entry, &unwinder);
+        if (status < 0) goto error;
+        if (status) break;
         if (limit && taken[unwinder] >= limit) continue;
         taken[unwinder]++;
-        PyObject *item = take_theirs ? Py_NewRef(entry) : log_entry(self, next, wheres, causes);
+        PyObject *item = entry ? Py_NewRef(entry) : log_entry(self, &self->log[merged.mine - 1], wheres, causes);
         if (!item || PyList_Append(out, item)) {
             Py_XDECREF(item);
             goto error;
@@ -1359,7 +1427,25 @@ static PyObject *Tracer_failure_log(Tracer *self, PyObject *args) {
 error:
     PyMem_Free(taken);
     Py_XDECREF(out);
-    return NULL;
+    return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+}
+
+/* log_split(others, total) -> (mine, theirs): how many entries of this
+ * tracer's log and of `others` the first `total` of their merge hold
+ * (see failure_log), without building any. */
+static PyObject *Tracer_log_split(Tracer *self, PyObject *args) {
+    PyObject *others;
+    Py_ssize_t total;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &others, &total)) return NULL;
+    Merged merged = { 0, 0 };
+    for (;;) {
+        PyObject *entry;
+        int unwinder;
+        const int status = merge_next(self, others, total, &merged, &entry, &unwinder);
+        if (status < 0) return NULL;
+        if (status) break;
+    }
+    return Py_BuildValue("(nn)", (Py_ssize_t)merged.mine, merged.theirs);
 }
 
 typedef struct { int32_t where, cause; uint32_t pc; } LoggedPc;
@@ -1371,20 +1457,24 @@ static int by_where_cause_pc(const void *a, const void *b) {
     return x->pc < y->pc ? -1 : x->pc > y->pc;
 }
 
-/* logged_pcs() -> [(where id, cause id, failures logged, their distinct pcs
- * as bytes of sorted uint32)]: what a digest of the log needs
- * (harness.report.failing), without an object per logged failure. */
-static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *unused) {
-    LoggedPc *all = PyMem_Malloc((self->logged ? self->logged : 1) * sizeof(LoggedPc));
+/* logged_pcs(count=all) -> [(where id, cause id, failures logged, their
+ * distinct pcs as bytes of sorted uint32)] of the first `count` entries of
+ * the log: what a digest of the log needs (harness.report.failing),
+ * without an object per logged failure. */
+static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
+    Py_ssize_t wanted = -1;
+    if (!PyArg_ParseTuple(args, "|n", &wanted)) return NULL;
+    const size_t count = wanted < 0 || (size_t)wanted > self->logged ? self->logged : (size_t)wanted;
+    LoggedPc *all = PyMem_Malloc((count ? count : 1) * sizeof(LoggedPc));
     PyObject *out = PyList_New(0);
-    uint32_t *pcs = PyMem_Malloc((self->logged ? self->logged : 1) * sizeof(uint32_t));
+    uint32_t *pcs = PyMem_Malloc((count ? count : 1) * sizeof(uint32_t));
     if (!all || !out || !pcs) goto error;
-    for (size_t i = 0; i < self->logged; i++)
+    for (size_t i = 0; i < count; i++)
         all[i] = (LoggedPc){ self->log[i].where, self->log[i].cause, self->log[i].pc };
-    qsort(all, self->logged, sizeof(LoggedPc), by_where_cause_pc);
-    for (size_t i = 0; i < self->logged;) {
+    qsort(all, count, sizeof(LoggedPc), by_where_cause_pc);
+    for (size_t i = 0; i < count;) {
         size_t end = i, distinct = 0;
-        for (; end < self->logged && all[end].where == all[i].where && all[end].cause == all[i].cause; end++)
+        for (; end < count && all[end].where == all[i].where && all[end].cause == all[i].cause; end++)
             if (!distinct || pcs[distinct - 1] != all[end].pc) pcs[distinct++] = all[end].pc;
         PyObject *item = Py_BuildValue("(iiny#)", all[i].where, all[i].cause, (Py_ssize_t)(end - i),
                                        (const char *)pcs, (Py_ssize_t)(distinct * sizeof(uint32_t)));
@@ -1427,8 +1517,10 @@ static PyMethodDef Tracer_methods[] = {
     {"causes", (PyCFunction)Tracer_causes, METH_NOARGS, "The first failing answer of each cause, by cause id."},
     {"tally", (PyCFunction)Tracer_tally, METH_NOARGS, "Failing stops per (where id, cause id)."},
     {"failure_log", (PyCFunction)Tracer_failure_log, METH_VARARGS, "Every failing answer, merged with others."},
-    {"logged_pcs", (PyCFunction)Tracer_logged_pcs, METH_NOARGS,
+    {"logged_pcs", (PyCFunction)Tracer_logged_pcs, METH_VARARGS,
      "Per (where id, cause id): the failures logged and their distinct pcs."},
+    {"log_split", (PyCFunction)Tracer_log_split, METH_VARARGS,
+     "How many entries of the log and of others the first total of their merge hold."},
     {"resumed", (PyCFunction)Tracer_resumed, METH_NOARGS, "The frames that resumed, a bit per serial (bytes)."},
     {"questioned", (PyCFunction)Tracer_questioned, METH_NOARGS,
      "Without resumes: the frames a walk found a wrong register of, a bit per serial (bytes)."},
