@@ -30,11 +30,10 @@ import re
 from typing import Mapping
 
 from elftools.dwarf.ranges import BaseAddressEntry
-from elftools.elf.sections import SymbolTableSection
 
 from harness.classify import OWN
 from harness.errors import ElfError
-from harness.formats.elf import PARSE_ERRORS, ElfImage, function_symbols, open_elf
+from harness.formats.elf import PARSE_ERRORS, STT_FUNC, STT_GNU_IFUNC, ElfImage, function_symbols, open_elf, symbols
 from harness.program import ModuleSpan
 
 OTHER = "lib"  # runtime code whose library the binary does not name
@@ -100,14 +99,8 @@ def compile_units(image: ElfImage) -> list[tuple[int, int, str]]:
 def exported_functions(image: ElfImage, label: str) -> dict[str, str]:
     """name -> `label` for each function a library's dynamic symbols define
     (STT_LOOS is STT_GNU_IFUNC, glibc's memcpy and friends)."""
-    try:
-        dynsym = image.elf.get_section_by_name(".dynsym")
-        if not isinstance(dynsym, SymbolTableSection):
-            return {}
-        return {s.name: label for s in dynsym.iter_symbols()
-                if s["st_info"]["type"] in ("STT_FUNC", "STT_LOOS") and s["st_shndx"] != "SHN_UNDEF"}
-    except PARSE_ERRORS as e:
-        raise ElfError(f"{image.path}: corrupt .dynsym: {e}") from e
+    return {s.name: label for s in symbols(image)
+            if s.table == ".dynsym" and s.type in (STT_FUNC, STT_GNU_IFUNC) and s.section != 0}
 
 
 def library_exports(paths: Mapping[str, str]) -> dict[str, str]:

@@ -6,7 +6,8 @@ import io
 import struct
 import zlib
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.construct.core import ConstructError
@@ -44,6 +45,7 @@ class ElfImage:
 
     path: str
     elf: ELFFile
+    _symbols: list = field(default_factory=list, init=False, compare=False, repr=False)  # symbols(), once read
 
 
 def open_elf(path: str) -> ElfImage:
@@ -94,19 +96,52 @@ def text_base(image: ElfImage) -> int:
     return ranges[0][0]
 
 
-def function_symbols(image: ElfImage) -> list[tuple[int, int, str]]:
-    """Defined STT_FUNC symbols as sorted (address without Thumb bit, size, name)."""
-    found = set()
+STT_FUNC, STT_GNU_IFUNC = 2, 10
+SYMBOL = struct.Struct("<IIIBBH")  # Elf32_Sym: st_name, st_value, st_size, st_info, st_other, st_shndx
+
+
+class Symbol(NamedTuple):
+    table: str  # the symbol table's section name (.symtab, .dynsym)
+    name: str
+    value: int
+    size: int
+    type: int  # STT_*
+    section: int  # st_shndx: 0 is undefined
+
+    @property
+    def defined_function(self) -> bool:
+        return self.type == STT_FUNC and self.section != 0
+
+
+def symbols(image: ElfImage) -> list[Symbol]:
+    """Every symbol of the ELF's symbol tables, read once. Unpacked here:
+    pyelftools parses each symbol with `construct`, some 40 µs, and a
+    process's libraries hold tens of thousands."""
+    if image._symbols:
+        return image._symbols[0]
+    found = []
     try:
         for section in image.elf.iter_sections():
             if not isinstance(section, SymbolTableSection):
                 continue
-            for sym in section.iter_symbols():
-                if sym["st_info"]["type"] == "STT_FUNC" and sym["st_shndx"] != "SHN_UNDEF":
-                    found.add((sym["st_value"] & ~1, sym["st_size"], sym.name))
+            data, strings = section.data(), image.elf.get_section(section["sh_link"]).data()
+            size = section["sh_entsize"] or SYMBOL.size
+            if size < SYMBOL.size:
+                raise ElfError(f"{image.path}: corrupt symbol table {section.name}: entries of {size} bytes")
+            for offset in range(0, len(data) - SYMBOL.size + 1, size):
+                at, value, length, info, _, index = SYMBOL.unpack_from(data, offset)
+                end = strings.find(b"\0", at)  # a name past its table is empty, as pyelftools reads it
+                name = strings[at:end if end >= 0 else len(strings)].decode("utf-8", errors="replace")
+                found.append(Symbol(section.name, name, value, length, info & 0xF, index))
     except PARSE_ERRORS as e:
         raise ElfError(f"{image.path}: corrupt symbol table: {e}") from e
-    return sorted(found)
+    image._symbols.append(found)
+    return found
+
+
+def function_symbols(image: ElfImage) -> list[tuple[int, int, str]]:
+    """Defined STT_FUNC symbols as sorted (address without Thumb bit, size, name)."""
+    return sorted({(sym.value & ~1, sym.size, sym.name) for sym in symbols(image) if sym.defined_function})
 
 
 def thumb_functions(image: ElfImage) -> tuple[tuple[int, int, str], ...]:
@@ -121,20 +156,10 @@ def function_spans(image: ElfImage) -> tuple[tuple[int, int, str, bool], ...]:
     size or the next function, whichever is first; a symbol of size 0 ends
     at the next function or its section's end."""
     spans: dict[int, tuple[int, str, bool]] = {}
-    limits = []
-    try:
-        for section in image.elf.iter_sections():
-            if section["sh_flags"] & 0x4:  # SHF_EXECINSTR
-                limits.append((section["sh_addr"], section["sh_addr"] + section["sh_size"]))
-        for section in image.elf.iter_sections():
-            if not isinstance(section, SymbolTableSection):
-                continue
-            for sym in section.iter_symbols():
-                value = sym["st_value"]
-                if sym["st_info"]["type"] == "STT_FUNC" and sym["st_shndx"] != "SHN_UNDEF":
-                    spans.setdefault(value & ~1, (sym["st_size"], sym.name, bool(value & 1)))
-    except PARSE_ERRORS as e:
-        raise ElfError(f"{image.path}: corrupt symbol table: {e}") from e
+    limits = executable_ranges(image)
+    for sym in symbols(image):
+        if sym.defined_function:
+            spans.setdefault(sym.value & ~1, (sym.size, sym.name, bool(sym.value & 1)))
     starts = sorted(spans)
     found = []
     for index, start in enumerate(starts):
@@ -154,17 +179,11 @@ def mapping_symbols(image: ElfImage) -> tuple[tuple[int, str], ...]:
     interworking veneer (`__memmove_from_thumb`: Thumb `bx pc`, then an ARM
     branch) and literal pools are marked so; stripped files have none."""
     found = {}
-    try:
-        for section in image.elf.iter_sections():
-            if not isinstance(section, SymbolTableSection):
-                continue
-            for sym in section.iter_symbols():
-                name = sym.name
-                if name[:2] in ("$a", "$t", "$d") and name[2:3] in ("", ".") and sym["st_shndx"] != "SHN_UNDEF":
-                    if found.get(sym["st_value"], "d") == "d":  # data of no length, then code: code
-                        found[sym["st_value"]] = name[1]
-    except PARSE_ERRORS as e:
-        raise ElfError(f"{image.path}: corrupt symbol table: {e}") from e
+    for sym in symbols(image):
+        name = sym.name
+        if name[:2] in ("$a", "$t", "$d") and name[2:3] in ("", ".") and sym.section != 0:
+            if found.get(sym.value, "d") == "d":  # data of no length, then code: code
+                found[sym.value] = name[1]
     return tuple(sorted(found.items()))
 
 
