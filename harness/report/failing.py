@@ -31,7 +31,17 @@ class Group(NamedTuple):
 
 
 def ranges_of(pcs: Iterable[int]) -> Ranges:
-    return merged([(pc, pc) for pc in pcs])
+    out = []
+    low = high = -RANGE_GAP - 2  # before any pc
+    for pc in sorted(pcs):
+        if pc > high + RANGE_GAP:
+            if high >= 0:
+                out.append((low, high))
+            low = pc
+        high = pc
+    if high >= 0:
+        out.append((low, high))
+    return tuple(out)
 
 
 def merged(spans: Iterable[tuple[int, int]]) -> Ranges:
@@ -64,16 +74,19 @@ def digest(tally: Counter, logged: LoggedPcs) -> dict[str, dict[GroupKey, Group]
     """The digest of one run: `tally` (where, cause) -> failing walks, and
     `logged` the walks its failure log holds, with their pcs
     (FailureLog.logged_pcs)."""
+    kinds: dict = {}  # cause -> its counted kind: a cause fails in many functions
     stops: Counter = Counter()
     for (where, cause), count in tally.items():
-        kind = counted_kind(cause)
+        kind = kinds.get(cause) or kinds.setdefault(cause, counted_kind(cause))
         if not kind.startswith(STOPPED_PREFIX):
             stops[(cause.unwinder, (where[0], where[2], kind))] += count
     counted: Counter = Counter()
     pcs: dict[tuple[str, GroupKey], set[int]] = {}
     for (where, cause), (count, found) in logged.items():
         counted[cause.unwinder] += count
-        pcs.setdefault((cause.unwinder, (where[0], where[2], counted_kind(cause))), set()).update(found)
+        key = (cause.unwinder, (where[0], where[2], kinds.get(cause) or counted_kind(cause)))
+        held = pcs.get(key)
+        pcs[key] = found if held is None else held | found
     totals: Counter = Counter()
     for (unwinder, _), count in stops.items():
         totals[unwinder] += count

@@ -46,7 +46,6 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Callable, NamedTuple, TypeVar
 
 from harness.errors import LookupFailure, UnwindFailure
@@ -54,8 +53,7 @@ from harness.registers import SP
 from harness.unwind.frame import Stack, StackReader
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):  # a tuple: made a thousand times a program, compared and hashed in C
     base: int = SP
     offset: int = 0
     index: int | None = None  # a register added to base's, modulo 2**32 (sp += rN)
@@ -79,7 +77,7 @@ class Rule:
     guard_kind: str | None = None
     scan_window: int = 0  # a scan: bytes from sp up (see the module)
     scan_sites: ReturnAddresses | None = None  # a scan's return addresses
-    alternatives: tuple[Rule | None, ...] = ()  # a chain's rules, in the order tried (see the module)
+    alternatives: tuple["Rule | None", ...] = ()  # a chain's rules, in the order tried (see the module)
     pre_loads: tuple[tuple[int, int], ...] = ()  # (core register, offset from the frame's sp), read first
     pre_bounds: tuple[int, int] | None = None  # (lowest, highest) offsets from sp that must lie in the stack
 

@@ -15,7 +15,6 @@ What it does that our `v2` does not:
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache, partial
 
 from harness.errors import UnwindFailure
@@ -137,15 +136,15 @@ def chrome_rule(run: Run) -> Rule | None:
         if vsp < 0 and not from_register:
             return failing("limit", "vsp went below the frame's sp")
     if from_register:  # every vsp lies in the stack: base + lowest to base + highest
-        rule = replace(rule, bounds=(min(rule.bounds[0], lowest), max(rule.bounds[1], highest)))
+        rule = rule._replace(bounds=(min(rule.bounds[0], lowest), max(rule.bounds[1], highest)))
     if lowest:  # from a register: every vsp is at or above base + lowest
-        rule = replace(rule, offset=rule.offset + lowest, end=rule.end - lowest,
+        rule = rule._replace(offset=rule.offset + lowest, end=rule.end - lowest,
                        loads=tuple((reg, offset - lowest) for reg, offset in rule.loads),
                        vfp_loads=tuple((reg, offset - lowest) for reg, offset in rule.vfp_loads),
                        bounds=(rule.bounds[0] - lowest, rule.bounds[1] - lowest))
     # Chrome checks vsp's alignment after each instruction: from sp too, where sp is not aligned
     checked = bool(run) and not isinstance(run[0], ehabi.Finish)
-    return replace(rule, above_sp=from_register, aligned=from_register or checked, caller_aligned8=True,
+    return rule._replace(above_sp=from_register, aligned=from_register or checked, caller_aligned8=True,
                    # where its guards fail, the first of Chrome's checks the step fails (the register vsp is
                    # set from holds base - offset; the values read do not matter to a run `_replayable`)
                    guard_failure=replayed_failure(partial(_replayed, run, rule.offset), "a Chrome rule")

@@ -106,15 +106,15 @@ def logged_pcs(failures: Iterable[tuple[Where, FailureCause, int]],
                grouped: Iterable[tuple[Where, FailureCause, int, Iterable[int]]] = ()) -> LoggedPcs:
     """LoggedPcs of (where, cause, pc) failures, and of failures already
     `grouped` (where, cause, how many, their pcs)."""
-    counts: Counter = Counter()
-    pcs: dict[tuple, set[int]] = {}
+    out: dict[tuple, tuple[int, set[int]]] = {}
     for where, cause, pc in failures:
-        counts[(where, cause)] += 1
-        pcs.setdefault((where, cause), set()).add(pc)
+        count, pcs = out.get((where, cause)) or (0, set())
+        pcs.add(pc)
+        out[(where, cause)] = (count + 1, pcs)
     for where, cause, count, found in grouped:
-        counts[(where, cause)] += count
-        pcs.setdefault((where, cause), set()).update(found)
-    return {key: (count, pcs[key]) for key, count in counts.items()}
+        held = out.get((where, cause))
+        out[(where, cause)] = (count, set(found)) if held is None else (held[0] + count, held[1].union(found))
+    return out
 
 
 NUMBERS = re.compile(r"-?0x[0-9a-f]+|-?\b\d+\b")  # addresses and amounts in a failure's wording
