@@ -213,3 +213,32 @@ def test_in_a_process_the_other_methods_take_the_system_libraries(monkeypatch):
     assert methods["framepointer"]["right"] < methods["framepointer"]["frames"] / 2
     assert all(0 < m["right"] <= m["frames"] for m in methods.values())
     assert result.stops > 3000 and len(deferred) < result.stops / 20
+
+
+def test_a_chain_refusing_in_a_library_is_counted_by_the_kernel_as_by_step(monkeypatch):
+    """Where every method of the chain fails, the last with no_info, in a
+    library (ld.so's startup: no v2, EXIDX or call-site table there), the
+    walk is a stop, counted and never logged: the kernel answers it itself
+    (it deferred every one to the chain's own step before), with the
+    counts, failures and per-method frames of the Python hook's run."""
+    from functools import partial
+
+    from test_linux_process import build, sysroot
+
+    from harness.linux.process import LinuxRun
+    from harness.linux.verify import verify_process
+    from harness.verify.verification import Verification
+
+    deferred = []
+    real = Verification.walk
+    monkeypatch.setattr(Verification, "walk", lambda self, number, pc, indices, *rest:
+                        (deferred.extend(indices), real(self, number, pc, indices, *rest))[1])
+    run = LinuxRun(build("calls.c", "-Wl,-z,now"), (), sysroot())
+    chain = partial(build_unwinders, names=["chain"])
+    compiled = verify_process(run, ["chain"], chain, every=3, compiled=True)
+    assert not deferred
+    in_python = verify_process(run, ["chain"], chain, every=3, compiled=False)
+    stopped = sum(n for (_, _, _, kind), n in compiled.counts.items() if kind == "stopped:ld.so")
+    assert compiled.fault is None and stopped > 1000
+    assert (compiled.counts, compiled.failures, compiled.methods) == \
+        (in_python.counts, in_python.failures, in_python.methods)

@@ -66,8 +66,9 @@ EXPECTED_STATES = ("VFP_KNOWN", "NEVER_RESUMES")
 VFP_KNOWN, NEVER_RESUMES = (1 << bit for bit in range(len(EXPECTED_STATES)))
 
 # Rule flags: bit i is FLAGS[i] (their meaning: harness.unwind.rule;
-# NO_INFO: a rule that FAILS refuses with no_info, which the tracer need not
-# log where it is a stop in a library: harness.verify.failures.counted_kind).
+# NO_INFO: a rule that FAILS refuses with no_info, or whose guard failures
+# are no_info (`guard_kind`), which the tracer need not log where it is a
+# stop in a library: harness.verify.failures.counted_kind).
 # SCAN: a stack scan (harness.unwind.scan): `lowest` is the window in
 # bytes, `index` the Verifier's table of sorted uint32 return addresses
 # (Verifier.add_sites: one table per scan, however many rules use it).
@@ -145,8 +146,8 @@ CHECK_EVERY = 1 << 16
 
 # What one unwinder's walk at one stop came to. PASS and DEFER never reach
 # Python as records: passes are counted in C, DEFER is `False`.
-ANSWERS = ("FAILS", "MISMATCH", "GUARD_FAILS", "CALLER_FAILS", "PASS", "DEFER")
-FAILS_ANSWER, MISMATCH_ANSWER, GUARD_FAILS_ANSWER, CALLER_FAILS_ANSWER = range(4)
+ANSWERS = ("FAILS", "MISMATCH", "GUARD_FAILS", "CALLER_FAILS", "CHAIN_FAILS", "PASS", "DEFER")
+FAILS_ANSWER, MISMATCH_ANSWER, GUARD_FAILS_ANSWER, CALLER_FAILS_ANSWER, CHAIN_FAILS_ANSWER = range(5)
 
 
 class FailingRule(NamedTuple):
@@ -195,9 +196,21 @@ class CallerFails(NamedTuple):
     pc: int
 
 
+class ChainFails(NamedTuple):
+    """Every method of the chain rule `rule_id` failed at frame `frame` (at
+    pc), the last with no_info, in a library: a stop there, tallied and
+    never logged, so never worded (elsewhere the kernel defers, and `step`
+    words the chain's failure)."""
+
+    frame: int
+    kind: int
+    rule_id: int
+    pc: int
+
+
 RECORDS = {FAILS_ANSWER: FailingRule, MISMATCH_ANSWER: Mismatch, GUARD_FAILS_ANSWER: GuardFailure,
-           CALLER_FAILS_ANSWER: CallerFails}
-Answer = FailingRule | Mismatch | GuardFailure | CallerFails
+           CALLER_FAILS_ANSWER: CallerFails, CHAIN_FAILS_ANSWER: ChainFails}
+Answer = FailingRule | Mismatch | GuardFailure | CallerFails | ChainFails
 
 
 def answer(values: tuple) -> Answer:

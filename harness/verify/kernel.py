@@ -60,7 +60,8 @@ def pack_rule(rule: Rule, site_table: Callable[[ReturnAddresses], int] | None = 
         if site_table is None or rule.scan_sites is None:
             return None
         flags = abi.SCAN | (abi.GUARD_FAILS if rule.guard_failure is not None else 0) \
-            | (abi.GUARD_KIND_FIXED if rule.guard_kind is not None else 0)
+            | (abi.GUARD_KIND_FIXED if rule.guard_kind is not None else 0) \
+            | (abi.NO_INFO if rule.guard_kind == "no_info" else 0)
         return _HEADER.pack(flags, SP, site_table(rule.scan_sites), 0, 0, rule.scan_window, 0, 0, 0, 0, 0, 0)
     return _pack_plain(rule)
 
@@ -72,7 +73,7 @@ def _pack_plain(rule: Rule) -> bytes | None:
         (abi.ALIGNED, rule.aligned), (abi.ABOVE_SP, rule.above_sp),
         (abi.LEAF_UNLESS_RECORD, rule.leaf_unless_record), (abi.OUTSIDE_IT, rule.outside_it),
         (abi.FAILS, rule.failure is not None), (abi.GUARD_FAILS, rule.guard_failure is not None),
-        (abi.NO_INFO, rule.failure is not None and rule.failure[0] == "no_info"),
+        (abi.NO_INFO, (rule.failure is not None and rule.failure[0] == "no_info") or rule.guard_kind == "no_info"),
         (abi.CALLER_ALIGNED8, rule.caller_aligned8), (abi.GUARD_KIND_FIXED, rule.guard_kind is not None)) if on)
     lowest, highest = rule.bounds or (0, 0)
     pre_lowest, pre_highest = rule.pre_bounds or (0, 0)
@@ -174,6 +175,8 @@ class StopKernel:
         if isinstance(answer, abi.CallerFails):
             kind, reason = caller_failure(answer.caller_sp, answer.callee_sp)
             return answer.frame, kind, None, reason
+        if isinstance(answer, abi.ChainFails):  # a stop in a library: counted, never logged
+            return answer.frame, "no_info", None, "every method fails, the last with no_info"
         rule = self.rules[answer.rule_id]
         if isinstance(answer, abi.GuardFailure) and rule.caller_aligned8 and guards_hold(
                 rule, answer.base, answer.sp, answer.low, self.high):

@@ -9,7 +9,8 @@
 
 /* CALLER_FAILS: the caller fails harness.unwind.walk.check_caller, where
  * `step` raises: a chain goes on to its next method, anything else defers. */
-enum { STEP_OK, STEP_DEFER, STEP_FAILS, STEP_GUARD_FAILS, STEP_CALLER_FAILS, STEP_ALIGNED8_FAILS };
+/* CHAIN_REFUSES: every method of a chain failed, the last with no_info. */
+enum { STEP_OK, STEP_DEFER, STEP_FAILS, STEP_GUARD_FAILS, STEP_CALLER_FAILS, STEP_ALIGNED8_FAILS, STEP_CHAIN_REFUSES };
 
 typedef struct {
     const uint8_t *memory;  /* the stack mapping, from guest address `base` */
@@ -93,11 +94,14 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
 /* harness.unwind.scan.ChainUnwinder.step: each of the `count` rules after
  * the header in turn, the next where one fails (outright, on a guard, or
  * on check_caller); the first to give a caller gives it, and *method_out
- * its place. A rule that defers (or is empty) defers the chain, and so
- * does the failure of every one: then `step` words the chain's failure. */
+ * its place. A rule that defers (or is empty) defers the chain. Where every
+ * one fails, the chain fails with the last one's kind: CHAIN_REFUSES where
+ * that is no_info (a stop, where it is in a library: the tracer counts it),
+ * else DEFER (`step` words the chain's failure). */
 static int chain_step(const uint8_t *rules, int32_t count, KFrame *f, int innermost, const KStack *s,
                       uint32_t cpsr, int64_t *base_out, int *method_out) {
     if (count < 0 || count > CHAIN_METHODS) return STEP_DEFER;
+    int last_no_info = 0;
     for (int method = 0; method < count; method++) {
         int32_t length;
         memcpy(&length, rules, sizeof length);
@@ -108,16 +112,18 @@ static int chain_step(const uint8_t *rules, int32_t count, KFrame *f, int innerm
         if (h.flags & CHAIN) return STEP_DEFER;  /* chains of chains are not packed */
         KFrame trial = *f;
         int unused;
-        switch (step(rules, &trial, innermost, s, cpsr, base_out, &unused)) {
+        const int result = step(rules, &trial, innermost, s, cpsr, base_out, &unused);
+        switch (result) {
         case STEP_OK:
             *f = trial;
             *method_out = method;
             return STEP_OK;
         case STEP_DEFER: return STEP_DEFER;
         }
+        last_no_info = (result == STEP_FAILS || result == STEP_GUARD_FAILS) && (h.flags & NO_INFO);
         rules += length;
     }
-    return STEP_DEFER;
+    return count && last_no_info ? STEP_CHAIN_REFUSES : STEP_DEFER;
 }
 
 /* One step by a rule, turning the frame `f` into its caller in place (on a
@@ -379,6 +385,7 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
             out->kind = ANSWER_CALLER_FAILS;
             out->got = frame->r[SP];
             continue;
+        case STEP_CHAIN_REFUSES: out->kind = ANSWER_CHAIN_FAILS; continue;
         case STEP_GUARD_FAILS: case STEP_ALIGNED8_FAILS:
             out->kind = ANSWER_GUARD_FAILS;
             out->low = s->low;
@@ -455,6 +462,8 @@ PyObject *answer_object(const Answer *a) {
     case ANSWER_CALLER_FAILS:
         return Py_BuildValue("(niLLL)", a->frame, ANSWER_CALLER_FAILS, (long long)a->got, (long long)a->sp,
                              (long long)a->pc);
+    case ANSWER_CHAIN_FAILS:
+        return Py_BuildValue("(ninL)", a->frame, ANSWER_CHAIN_FAILS, a->rule_id, (long long)a->pc);
     case ANSWER_MISMATCH:
         if (a->reg > PC)  /* d8-d15: 64-bit values */
             return Py_BuildValue("(niiKKL)", a->frame, 1, a->reg, (unsigned long long)a->got,
@@ -529,6 +538,7 @@ static PyObject *Verifier_check(Verifier *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < self->count; i++) {
         Answer answer;
         if (verifier_walk(self, i, &frame, low, cpsr, (const Expected *)expected.buf, frames, &answer)) goto done;
+        if (answer.kind == ANSWER_CHAIN_FAILS) answer.kind = ANSWER_DEFER;  /* the tracer's alone: it knows the libraries */
         if (answer.kind == ANSWER_PASS) {
             if (verifier_count_pass(self, stop_class, i)) goto done;
             continue;

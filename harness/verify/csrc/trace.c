@@ -611,7 +611,8 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
     const int64_t cause = last->cause;
     t->tally_counts[last->tallied]++;
     if (t->logged >= t->log_cap) return 0;  /* tallied, not logged */
-    if (a->kind == ANSWER_FAILS && (a->rule_flags & NO_INFO) && quiet_at(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc)))
+    if (((a->kind == ANSWER_FAILS && (a->rule_flags & NO_INFO)) || a->kind == ANSWER_CHAIN_FAILS) &&
+        quiet_at(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc)))
         return 0;  /* a stop in a library: not a failure, no sample */
     if (reserve(&t->log, &t->log_capacity, t->logged + 1, sizeof(Logged))) return -1;
     if (key.kind == MERGED_GUARD) {
@@ -641,9 +642,12 @@ static int walk_unwinders(Tracer *t, uint64_t number, const KFrame *frame, uint3
         if (verifier_walk(t->verifier, i, frame, (uint32_t)t->values[SP], cpsr, t->frames + skip,
                           (Py_ssize_t)(t->depth - skip), &answer))
             return -1;
+        /* A chain whose methods all fail is a stop where the frame is in a library; elsewhere `step` words it. */
+        const int chain_words = answer.kind == ANSWER_CHAIN_FAILS &&
+                                !quiet_at(t, (uint32_t)(answer.frame ? answer.pc - 1 : answer.pc));
         if (answer.kind == ANSWER_PASS) {
             if (verifier_count_pass(t->verifier, stop_class, i)) return -1;
-        } else if (answer.kind == ANSWER_DEFER) {
+        } else if (answer.kind == ANSWER_DEFER || chain_words) {
             deferred[(*deferrals)++] = i;
         } else if (log_answer(t, number, (uint32_t)frame->r[PC], where, i, &answer)) {
             return -1;
