@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from harness.collector import collector_paused
 from harness.report.failing import combined, digest
 from harness.report.failing import from_json as failing_from_json
 from harness.report.failing import to_json as failing_json
@@ -89,7 +90,15 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
     """The summary of one run; `with_cfi` names the functions that have CFI
     (for counting failures in frames of code without it). Failures are
     counted by their tally (alike failures once, with their number); the
-    samples and the digest's pcs read the log (harness.report.failing)."""
+    samples and the digest's pcs read the log (harness.report.failing).
+    Its groups and ranges are many small objects, kept: the cycle collector
+    is paused (a sixth of a generated program's verification, summary
+    included, went to it)."""
+    with collector_paused():
+        return _summarized(result, with_cfi)
+
+
+def _summarized(result: ProgramResult, with_cfi: set[str] | None) -> ProgramSummary:
     summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.instructions, result.result,
                              result.expected, result.fault, stdout_sha256=result.stdout_sha256,
                              expected_stdout_sha256=result.expected_stdout_sha256, methods=Counter(result.methods))

@@ -139,19 +139,19 @@ def chrome_rule(run: Run) -> Rule | None:
         rule = rule._replace(bounds=(min(rule.bounds[0], lowest), max(rule.bounds[1], highest)))
     if lowest:  # from a register: every vsp is at or above base + lowest
         rule = rule._replace(offset=rule.offset + lowest, end=rule.end - lowest,
-                       loads=tuple((reg, offset - lowest) for reg, offset in rule.loads),
-                       vfp_loads=tuple((reg, offset - lowest) for reg, offset in rule.vfp_loads),
-                       bounds=(rule.bounds[0] - lowest, rule.bounds[1] - lowest))
+                             loads=tuple((reg, offset - lowest) for reg, offset in rule.loads),
+                             vfp_loads=tuple((reg, offset - lowest) for reg, offset in rule.vfp_loads),
+                             bounds=(rule.bounds[0] - lowest, rule.bounds[1] - lowest))
     # Chrome checks vsp's alignment after each instruction: from sp too, where sp is not aligned
     checked = bool(run) and not isinstance(run[0], ehabi.Finish)
     return rule._replace(above_sp=from_register, aligned=from_register or checked, caller_aligned8=True,
-                   # where its guards fail, the first of Chrome's checks the step fails (the register vsp is
-                   # set from holds base - offset; the values read do not matter to a run `_replayable`)
-                   guard_failure=replayed_failure(partial(_replayed, run, rule.offset), "a Chrome rule")
-                   if _replayable(run) else None,
-                   # Chrome's checks fail as bad_read, or as limit where vsp goes below the frame's sp,
-                   # which only a run from a register can (from sp, that is a failure rule above)
-                   guard_kind=None if from_register else "bad_read")
+                         # where its guards fail, the first of Chrome's checks the step fails (the register vsp
+                         # is set from holds base - offset; the values read do not matter to a run `_replayable`)
+                         guard_failure=replayed_failure(partial(_replayed, run, rule.offset), "a Chrome rule")
+                         if _replayable(run) else None,
+                         # Chrome's checks fail as bad_read, or as limit where vsp goes below the frame's sp,
+                         # which only a run from a register can (from sp, that is a failure rule above)
+                         guard_kind=None if from_register else "bad_read")
 
 
 def _replayable(run: Run) -> bool:

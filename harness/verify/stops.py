@@ -8,10 +8,10 @@ the compiled hook); expected values come from the shadow stack alone
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 from typing import Callable, Collection, Sequence
 
+from harness.collector import collector_paused
 from harness.program import Program
 from harness.thumb.encoding import (
     arm_call_length,
@@ -90,11 +90,9 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     result = ProgramResult(program.name, expected=program.expected_result)
     _announce_sentinel(unwinders, emulator)
     run = Verification(program, unwinders, memoize, result)
-    collecting = gc.isenabled()
     # The per-stop loop allocates much and keeps little, so the collector
     # would mostly rescan the long-lived tables: a fifth of the run time.
-    gc.disable()
-    try:
+    with collector_paused():
         try:
             if compiled and observe is None and system is None:
                 run, result = _run_once_if_it_can(program, unwinders, memoize, emulator, run, result, limits, every,
@@ -108,9 +106,6 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
             result.counts[(cause.unwinder, where[1], where[2], counted_kind(cause))] += stops
         if system is not None:
             result.stdout_sha256 = system.outcome().stdout_sha256
-    finally:
-        if collecting:
-            gc.enable()
     return result
 
 

@@ -12,11 +12,10 @@ EHABI opcode the runs need, and read in either layout.
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Literal, Sequence
+from typing import Callable, Literal, Sequence
 
+from harness.collector import collector_paused
 from harness.errors import InputError
 from harness.formats.breakpad import StackCfi
 from harness.formats.chrome_v2.chrome_builder import chrome_tables, chrome_unwinds
@@ -122,7 +121,7 @@ def encode(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePol
         functions = [synthesize_epilogues(f, code_at) for f in functions]
     chrome, shared = layout == "chrome", SharedRuns()
     rows_policy = "keep" if policy == "synthesize" else policy
-    with _collector_paused():
+    with collector_paused():
         encoded = tuple(function_unwind(f, rows_policy, chrome, shared) for f in functions)
         covering = tuple(cover_text(encoded, text_base))
         tables = build_tables(covering, text_base)
@@ -135,21 +134,6 @@ def encode(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePol
             if len(serialize(regrouped, "chrome")) < len(serialize(tables, "chrome")):
                 covering, tables = grouped, regrouped
     return Encoded(text_base, policy, encoded, covering, tables, layout)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cycle collector off for the while. Encoding makes an object
-    or more per function and no reference cycle, yet each few hundred
-    thousand new objects set off a collection that walks the whole heap,
-    the caller's input with it: over a third of a Chrome-sized encode's time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def encode_as_chrome(functions: Sequence[StackCfi | FunctionCfi], text_base: int) -> Encoded:
