@@ -170,7 +170,7 @@ def decode_one(code: bytes, address: int, arm: bool = False) -> Instruction | No
         if len(_ANYWHERE) < 1 << 16:
             _ANYWHERE[key] = insn
     else:
-        if len(_HERE) >= 1 << 16:  # a bound on memory (about 30 MB): start again
+        if len(_HERE) >= 1 << 18:  # a bound on memory (at most some 120 MB; glibc keeps 84,000): start again
             _HERE.clear()
         _HERE[key, address] = insn
     return insn
