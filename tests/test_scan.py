@@ -242,3 +242,22 @@ def test_a_chain_refusing_in_a_library_is_counted_by_the_kernel_as_by_step(monke
     assert compiled.fault is None and stopped > 1000
     assert (compiled.counts, compiled.failures, compiled.methods) == \
         (in_python.counts, in_python.failures, in_python.methods)
+
+
+def test_return_addresses_are_those_after_every_halfword_that_starts_a_call():
+    """return_addresses finds its candidates by regular expression; its
+    answer is the definition's, halfword by halfword with call_length, on
+    code dense in the bytes calls are made of."""
+    import random
+
+    from harness.thumb.encoding import call_length
+
+    def definition(code: bytes, start: int) -> list[int]:
+        return sorted({start + at + call_length(code[at:at + 4]) + 1 for at in range(0, len(code) - 1, 2)
+                       if call_length(code[at:at + 4])})
+    rng = random.Random(3)
+    for _ in range(5_000):
+        code = bytes(rng.choice((rng.randrange(256), 0x47, 0xF0 + rng.randrange(8), 0xC0 + rng.randrange(64)))
+                     for _ in range(rng.randrange(24)))
+        assert return_addresses(lambda address, size: code[address - 0x1000:][:size],
+                                [(0x1000, 0x1000 + len(code))]) == definition(code, 0x1000), code.hex()

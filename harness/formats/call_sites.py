@@ -17,6 +17,7 @@ offsets from the text base (bit 0 set for Thumb), ascending.
 
 from __future__ import annotations
 
+import re
 import struct
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
@@ -29,13 +30,20 @@ from harness.thumb.encoding import arm_call_length, call_length
 Ranges = Sequence[tuple[int, int]]  # [start, end) address ranges
 
 
+# Where a Thumb call may start (its high bytes: F0-F7 then C0 and up for
+# BL and BLX, 47 for BLX register): a superset of call_length's, so that
+# the regular expression engine skips the rest of the code in C.
+_MAY_CALL = re.compile(rb"(?=[\x00-\xff](?:[\xf0-\xf7][\x00-\xff][\xc0-\xff]|\x47))", re.DOTALL)
+
+
 def return_addresses(code_at: Callable[[int, int], bytes], thumb: Ranges, arm: Ranges = ()) -> list[int]:
     """Every return address a call in the given code leaves in lr, sorted."""
     found: set[int] = set()
     for start, end in thumb:
         code = code_at(start, end - start)
-        for at in range(0, len(code) - 1, 2):
-            length = call_length(code[at:at + 4])
+        for match in _MAY_CALL.finditer(code):
+            at = match.start()
+            length = call_length(code[at:at + 4]) if at % 2 == 0 else 0
             if length:
                 found.add(start + at + length + 1)
     for start, end in arm:
