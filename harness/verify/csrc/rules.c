@@ -8,8 +8,9 @@
 #include <string.h>
 
 /* CALLER_FAILS: the caller fails harness.unwind.walk.check_caller, where
- * `step` raises: a chain goes on to its next method, anything else defers. */
-/* CHAIN_REFUSES: every method of a chain failed, the last with no_info. */
+ * `step` raises: a chain goes on to its next method, any other rule fails
+ * so (ANSWER_CALLER_FAILS). CHAIN_REFUSES: every method of a chain failed,
+ * the last with no_info. */
 enum { STEP_OK, STEP_DEFER, STEP_FAILS, STEP_GUARD_FAILS, STEP_CALLER_FAILS, STEP_ALIGNED8_FAILS, STEP_CHAIN_REFUSES };
 
 typedef struct {
