@@ -176,7 +176,20 @@ def _with(field: int, value: int, width: str = "<I"):
     return change
 
 
+def _symbol_table(field: int, value: int):
+    """Set a field of the .symtab section header (sh_link 0x18, sh_entsize 0x24)."""
+    def change(data: bytearray) -> None:
+        shoff, = struct.unpack_from("<I", data, 0x20)
+        size, count = struct.unpack_from("<HH", data, 0x2E)
+        header = next(shoff + size * n for n in range(count)
+                      if struct.unpack_from("<I", data, shoff + size * n + 4)[0] == 2)  # SHT_SYMTAB
+        struct.pack_into("<I", data, header + field, value)
+    return change
+
+
 ELF_CORRUPTIONS = {  # name -> (change, words of the one line)
+    "symbol entries of 4 bytes": (_symbol_table(0x24, 4), "corrupt symbol table .symtab: entries of 4 bytes"),
+    "symbol names in no section": (_symbol_table(0x18, 0xFFFF), "truncated or corrupt ELF"),
     "p_memsz 0xffff0000": (_with(0x14, 0xFFFF0000), "MiB of memory"),
     "p_memsz past 4 GiB": (_with(0x14, 0xFFFFFFF0), "runs past the 32-bit address space"),
     "p_memsz 1 GiB": (_with(0x14, 1 << 30), "MiB of memory"),
@@ -206,6 +219,23 @@ def test_corrupt_elfs_are_refused_in_bounded_memory(name, tmp_path):
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and words in lines[0], result.stderr
     assert max(peak_kb, before) < 1 << 20  # under 1 GiB
+
+
+def test_symbols_are_read_as_pyelftools_reads_them():
+    """formats.elf.symbols unpacks symbol tables itself, for speed: the same
+    names, values, sizes, types and sections as pyelftools' own parse."""
+    from elftools.elf.sections import SymbolTableSection
+
+    from harness.formats.elf import symbols
+    image = open_elf(str(ELF))
+    theirs = [(section.name, sym.name, sym["st_value"], sym["st_size"], sym["st_info"]["type"], sym["st_shndx"])
+              for section in image.elf.iter_sections() if isinstance(section, SymbolTableSection)
+              for sym in section.iter_symbols()]
+    types = {"STT_NOTYPE": 0, "STT_OBJECT": 1, "STT_FUNC": 2, "STT_SECTION": 3, "STT_FILE": 4}
+    indices = {"SHN_UNDEF": 0, "SHN_ABS": 0xFFF1}
+    assert len(theirs) > 10 and [tuple(s) for s in symbols(image)] == [
+        (table, name, value, size, types[kind], indices.get(index, index)) for table, name, value, size, kind, index
+        in theirs]
 
 
 # ----------------------------------------------------------- corrupt blobs

@@ -6,8 +6,8 @@ import io
 import struct
 import zlib
 from bisect import bisect_right
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Iterator, NamedTuple
 
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.construct.core import ConstructError
@@ -45,7 +45,6 @@ class ElfImage:
 
     path: str
     elf: ELFFile
-    _symbols: list = field(default_factory=list, init=False, compare=False, repr=False)  # symbols(), once read
 
 
 def open_elf(path: str) -> ElfImage:
@@ -113,13 +112,10 @@ class Symbol(NamedTuple):
         return self.type == STT_FUNC and self.section != 0
 
 
-def symbols(image: ElfImage) -> list[Symbol]:
-    """Every symbol of the ELF's symbol tables, read once. Unpacked here:
-    pyelftools parses each symbol with `construct`, some 40 µs, and a
-    process's libraries hold tens of thousands."""
-    if image._symbols:
-        return image._symbols[0]
-    found = []
+def symbols(image: ElfImage) -> Iterator[Symbol]:
+    """Every symbol of the ELF's symbol tables, one at a time (an
+    unstripped library holds millions), unpacked here: pyelftools parses
+    each with `construct`, some 40 µs, where this takes about one."""
     try:
         for section in image.elf.iter_sections():
             if not isinstance(section, SymbolTableSection):
@@ -132,11 +128,9 @@ def symbols(image: ElfImage) -> list[Symbol]:
                 at, value, length, info, _, index = SYMBOL.unpack_from(data, offset)
                 end = strings.find(b"\0", at)  # a name past its table is empty, as pyelftools reads it
                 name = strings[at:end if end >= 0 else len(strings)].decode("utf-8", errors="replace")
-                found.append(Symbol(section.name, name, value, length, info & 0xF, index))
+                yield Symbol(section.name, name, value, length, info & 0xF, index)
     except PARSE_ERRORS as e:
         raise ElfError(f"{image.path}: corrupt symbol table: {e}") from e
-    image._symbols.append(found)
-    return found
 
 
 def function_symbols(image: ElfImage) -> list[tuple[int, int, str]]:
