@@ -77,14 +77,14 @@ def digest(tally: Counter, logged: LoggedPcs) -> dict[str, dict[GroupKey, Group]
     kinds: dict = {}  # cause -> its counted kind: a cause fails in many functions
     stops: Counter = Counter()
     for (where, cause), count in tally.items():
-        kind = kinds.get(cause) or kinds.setdefault(cause, counted_kind(cause))
+        kind = kinds[cause] = kinds.get(cause) or counted_kind(cause)
         if not kind.startswith(STOPPED_PREFIX):
             stops[(cause.unwinder, (where[0], where[2], kind))] += count
     counted: Counter = Counter()
     pcs: dict[tuple[str, GroupKey], set[int]] = {}
     for (where, cause), (count, found) in logged.items():
         counted[cause.unwinder] += count
-        key = (cause.unwinder, (where[0], where[2], kinds.get(cause) or counted_kind(cause)))
+        key = (cause.unwinder, (where[0], where[2], kinds[cause]))  # every logged failure is tallied
         held = pcs.get(key)
         pcs[key] = found if held is None else held | found
     totals: Counter = Counter()

@@ -78,15 +78,16 @@ class Verification:
 
     def kernel_cause(self, stop_kernel: kernel.StopKernel, index: int, answer: abi.Answer, culprit: int) -> FailureCause:
         """The cause of the kernel's failing `answer` for unwinder `index`; a
-        mismatch's, a failure rule's, and a guard failure's of a rule whose
-        failures are all of one kind, is shared wherever the wrong frame is in
-        the same function (`culprit`, a where id), its values given apart
-        (each log entry's)."""
+        mismatch's, a failure rule's, a guard failure's of a rule whose
+        failures are all of one kind, a rejected caller's and a chain's
+        refusal in a library, is shared wherever the wrong frame is in the
+        same function (`culprit`, a where id), its values given apart (each
+        log entry's)."""
         if isinstance(answer, abi.Mismatch):
             function, traits, _ = self.wheres[culprit]
             kind, register_name = mismatch_of(answer.register)
             return FailureCause(self.names[index], kind, answer.frame, function, register_name, "", traits)
-        if culprit >= 0:  # a failure rule's, or a guard failure of one kind: each worded where the log is read
+        if culprit >= 0:  # each worded where the log is read
             function, traits, _ = self.wheres[culprit]
             return FailureCause(self.names[index], stop_kernel.outcome(answer)[1], answer.frame, function, None, "",
                                 traits)

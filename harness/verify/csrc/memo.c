@@ -78,7 +78,8 @@ void memo_begin(WalkMemo *m, const uint8_t *memory, int64_t base, int64_t high, 
     if (!m->active) return;
     /* The outer steps compare with every shadow frame but the innermost one's caller. */
     const Py_ssize_t outer = frames > 1 ? frames - 1 : 0;
-    const int same = frames == m->frames && (!outer || !memcmp(expected, m->expected, (size_t)outer * sizeof(Expected)));
+    const int same = frames == m->frames &&
+                     (!outer || !memcmp(expected, m->expected, (size_t)outer * sizeof(Expected)));
     if (!same) {
         if ((size_t)outer > m->expected_capacity) {
             Expected *grown = PyMem_Realloc(m->expected, (size_t)outer * sizeof(Expected));

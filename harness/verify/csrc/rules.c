@@ -539,7 +539,8 @@ static PyObject *Verifier_check(Verifier *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < self->count; i++) {
         Answer answer;
         if (verifier_walk(self, i, &frame, low, cpsr, (const Expected *)expected.buf, frames, &answer)) goto done;
-        if (answer.kind == ANSWER_CHAIN_FAILS) answer.kind = ANSWER_DEFER;  /* the tracer's alone: it knows the libraries */
+        /* a chain's refusal is answered by the tracer alone: it knows the libraries */
+        if (answer.kind == ANSWER_CHAIN_FAILS) answer.kind = ANSWER_DEFER;
         if (answer.kind == ANSWER_PASS) {
             if (verifier_count_pass(self, stop_class, i)) goto done;
             continue;

@@ -561,6 +561,10 @@ done:
     return 0;
 }
 
+/* The pc whose function an answer's wrong frame is in: a caller's pc is a
+ * return address, its call one byte before. */
+static inline uint32_t culprit_pc(const Answer *a) { return (uint32_t)(a->frame ? a->pc - 1 : a->pc); }
+
 /* Log a failing answer at a stop of `where`, under its cause, and tally it. */
 static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py_ssize_t unwinder,
                       const Answer *a) {
@@ -570,11 +574,10 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
     key.kind = a->kind;
     key.frame = a->frame;
     if (a->kind != ANSWER_GUARD_FAILS || a->merged) {
-        /* Alike wherever the wrong frame is in the same function: a caller's
-         * pc is a return address, its call one byte before. */
+        /* Alike wherever the wrong frame is in the same function. */
         Py_ssize_t ignored;
         int32_t culprit;
-        if (classified(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc), 0, &ignored, &culprit)) return -1;
+        if (classified(t, culprit_pc(a), 0, &ignored, &culprit)) return -1;
         /* a rejected caller: its kind (bad_read where its sp is misaligned, else limit) whatever the rule */
         key.detail = a->kind == ANSWER_MISMATCH ? a->reg : a->kind == ANSWER_CALLER_FAILS ? (a->got & 3) != 0
                    : a->rule_id;
@@ -611,9 +614,10 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
     const int64_t cause = last->cause;
     t->tally_counts[last->tallied]++;
     if (t->logged >= t->log_cap) return 0;  /* tallied, not logged */
-    if (((a->kind == ANSWER_FAILS && (a->rule_flags & NO_INFO)) || a->kind == ANSWER_CHAIN_FAILS) &&
-        quiet_at(t, (uint32_t)(a->frame ? a->pc - 1 : a->pc)))
-        return 0;  /* a stop in a library: not a failure, no sample */
+    /* A stop in a library: not a failure, no sample (a chain's failure comes here only as one). */
+    if (a->kind == ANSWER_CHAIN_FAILS ||
+        (a->kind == ANSWER_FAILS && (a->rule_flags & NO_INFO) && quiet_at(t, culprit_pc(a))))
+        return 0;
     if (reserve(&t->log, &t->log_capacity, t->logged + 1, sizeof(Logged))) return -1;
     if (key.kind == MERGED_GUARD) {
         t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, GUARD_VALUES, a->base,
@@ -643,8 +647,7 @@ static int walk_unwinders(Tracer *t, uint64_t number, const KFrame *frame, uint3
                           (Py_ssize_t)(t->depth - skip), &answer))
             return -1;
         /* A chain whose methods all fail is a stop where the frame is in a library; elsewhere `step` words it. */
-        const int chain_words = answer.kind == ANSWER_CHAIN_FAILS &&
-                                !quiet_at(t, (uint32_t)(answer.frame ? answer.pc - 1 : answer.pc));
+        const int chain_words = answer.kind == ANSWER_CHAIN_FAILS && !quiet_at(t, culprit_pc(&answer));
         if (answer.kind == ANSWER_PASS) {
             if (verifier_count_pass(t->verifier, stop_class, i)) return -1;
         } else if (answer.kind == ANSWER_DEFER || chain_words) {
