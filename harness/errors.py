@@ -89,18 +89,6 @@ class UnwindFailure(HarnessError):
         self.reason = reason
 
 
-class LookupFailure(UnwindFailure):
-    """A table lookup that fails alike at every lookup pc in [low, high):
-    its reason at pc is `wording` with the pc in (str.format field `pc`),
-    so one rule can stand for the whole range (harness.unwind.rule.ranged)."""
-
-    def __init__(self, kind: str, wording: str, pc: int, low: int, high: int):
-        super().__init__(kind, wording.format(pc=pc))
-        self.wording = wording
-        self.low = low
-        self.high = high
-
-
 class BadRead(UnwindFailure):
     """A read outside the captured stack."""
 

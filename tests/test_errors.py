@@ -83,8 +83,6 @@ COVERAGE = {
     "harness.errors.EncodeError": "test_encode_error",  # also test_v2_encoder.py, test_exidx.py (generators' writer)
     "harness.errors.ElfError": "test_elf_error",  # also test_cfi.py (missing, not ELF, x86, no CFI)
     "harness.errors.UnwindFailure": "test_unwind_failure",  # one case per FAILURE_KINDS
-    # every lookup failure worded at each pc of its range as the step words it
-    "harness.errors.LookupFailure": "test_kernel.py::test_rule_ranges_hold_for_compiled_programs",
     "harness.errors.BadRead": "test_bad_read",  # also test_ehabi.py::test_execute_read_outside_stack_is_bad_read
     "harness.formats.arm_exidx.ExidxError": "test_exidx_error",  # also test_exidx.py (every malformation)
     "harness.formats.breakpad.BreakpadError":

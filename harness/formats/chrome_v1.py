@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from harness.errors import CorruptTable, EncodeError, TableOverflow
@@ -238,6 +238,25 @@ class V1Table:
             ra = row_ra or ra
             low = max(low, start + row_offset)
         return (cfa, ra), low, high
+
+    def segments(self) -> Iterator[tuple[int, tuple[int, int] | None]]:
+        """What `lookup` finds, offset by offset: (first offset, (CFA offset,
+        RA offset) or None) in increasing order, each holding up to the next
+        one (none before the first function)."""
+        for position, start in enumerate(self.starts):
+            high = self.starts[position + 1] if position + 1 < len(self.starts) else None
+            yield start, None  # a function's very start has nothing
+            rows = self.rows[position]
+            if rows is None or (high is not None and start + 1 >= high):
+                continue
+            yield start + 1, (0, 0)  # before its first row
+            ra = 0
+            for row_offset, row_cfa, row_ra in rows:
+                at = max(start + 1, start + row_offset)
+                if high is not None and at >= high:
+                    break
+                ra = row_ra or ra
+                yield at, (row_cfa, ra)
 
 
 def _function_rows(data: Sequence[int], index: int, position: int) -> tuple[tuple[int, int, int], ...]:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from harness.errors import CorruptTable, TableOverflow
@@ -305,6 +305,12 @@ class QutTable:
             else:
                 runs.append(decode_run(table, data, where))
         return cls(starts, runs)
+
+    def segments(self) -> Iterator[tuple[int, object]]:
+        """What `lookup_range` finds, offset by offset: (first offset, what it
+        finds or None) in increasing order, each holding up to the next one
+        (none before the first)."""
+        return zip(self.starts, self.runs)
 
     def lookup_range(self, offset: int) -> tuple[tuple[Op, ...] | None, int | None, int | None]:
         """The ops for `offset` (None: no entry) and the offsets [low, high)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from harness.errors import CorruptTable, TableOverflow
@@ -148,6 +148,12 @@ class VmkTable:
                                    8 + 4 * count + 2 * position, "vmkunwind")
         rows = [VmkRow.unpacked(blob, rows_at + ROW_BYTES * number) for number in range(distinct)]
         return cls(starts, [None if i == NO_ROW else rows[i] for i in indices])
+
+    def segments(self) -> Iterator[tuple[int, object]]:
+        """What `lookup_range` finds, offset by offset: (first offset, what it
+        finds or None) in increasing order, each holding up to the next one
+        (none before the first)."""
+        return zip(self.starts, self.rows)
 
     def lookup_range(self, offset: int) -> tuple[VmkRow | None, int | None, int | None]:
         """The row for `offset` (None: no information) and the offsets

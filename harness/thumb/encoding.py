@@ -134,7 +134,8 @@ def may_start_epilogue(code: bytes) -> bool:
     that `plan` declines at once: a superset, by encoding, of the
     instructions `classify` accepts (tests/test_epilogue.py checks every
     16-bit encoding and random 32-bit ones). A pure function of up to four
-    bytes, whatever their address; too few bytes for an instruction say True."""
+    bytes, whatever their address; too few bytes for an instruction say True.
+    C twin: sources.c: may_start_epilogue."""
     if len(code) < 2:
         return True
     first = code[0] | code[1] << 8

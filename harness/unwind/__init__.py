@@ -68,15 +68,16 @@ def code_cfi(program: Program) -> tuple[FunctionCfi, ...]:
     return tuple(f for f in analyse_all(code_map, program.code) if f.start >= program.text_base)
 
 
-def _v2_epilogue(program: Program) -> Unwinder:
-    tables = _v2_unwinder(program, "tables", "drop", "v2")
+def _v2_epilogue(program: Program, tables: Unwinder | None = None) -> Unwinder:
+    """v2's tables (`tables`, where v2 is built already) under the simulation."""
+    tables = tables or _v2_unwinder(program, "tables", "drop", "v2")
 
     def same_function(pc: int, target: int) -> bool:
         here = tables.reader.lookup(pc - program.text_base)
         there = tables.reader.lookup(target - program.text_base)
         return here is not None and there is not None and here.function_index == there.function_index
 
-    return EpilogueFirst(EpilogueSimulator(program.code, same_function), tables, "v2+epilogue")
+    return EpilogueFirst(EpilogueSimulator(program.code, same_function, program.segments), tables, "v2+epilogue")
 
 
 def _v2_chrome(program: Program) -> Unwinder:
@@ -205,13 +206,18 @@ RESTORES: dict[str, Restores] = {
 
 
 def build_unwinders(program: Program, names=UNWINDER_NAMES) -> list[Unwinder]:
-    """The unwinders `names` over `program`'s tables. The chain's methods
-    are the unwinders of those names where they are built too: their tables
-    are built once, and a rule a method just gave is at hand for the chain."""
+    """The unwinders `names` over `program`'s tables. The chain's methods,
+    and v2+epilogue's tables, are the unwinders of those names where they
+    are built too: their tables are built once, and the rules of their rows
+    made once."""
     built: dict[str, Unwinder] = {}
     for name in names:
-        built[name] = ChainUnwinder([built.get(method) or BUILDERS[method](program) for method in CHAIN]) \
-            if name == "chain" else BUILDERS[name](program)
+        if name == "chain":
+            built[name] = ChainUnwinder([built.get(method) or BUILDERS[method](program) for method in CHAIN])
+        elif name == "v2+epilogue":
+            built[name] = _v2_epilogue(program, built.get("v2"))
+        else:
+            built[name] = BUILDERS[name](program)
     return [built[name] for name in names]
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from functools import lru_cache
-from typing import Sequence
+from functools import cached_property, lru_cache
+from typing import Iterator, Sequence
 
-from harness.errors import LookupFailure, UnwindFailure
+from harness.errors import UnwindFailure
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import DWARF_D0, LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule, RuleRange, ranged
+from harness.unwind.rule import Rule, RuleRange, failing
+from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
 from harness.unwind.walk import check_caller
 
 
@@ -25,22 +26,17 @@ class DwarfUnwinder:
     def row_for(self, pc: int) -> CfiRow:
         row = self._rows.get(pc)
         if row is None:
-            row = self.row_range(pc)[0]
+            row = self.row_of(pc)
             if self.cache_rows:
                 self._rows[pc] = row
         return row
 
-    def row_range(self, pc: int) -> tuple[CfiRow, int, int]:
-        """The row for pc, and the pcs [low, high) that find the same row."""
+    def row_of(self, pc: int) -> CfiRow:
+        """The row in force at pc."""
         index = bisect_right(self.starts, pc) - 1
         if index < 0 or pc >= self.functions[index].end:
-            following = self.starts[index + 1] if index + 1 < len(self.starts) else EVERYWHERE
-            raise LookupFailure("no_info", "no CFI covers pc {pc:#x}", pc,
-                                NOWHERE if index < 0 else self.functions[index].end, following)
-        row, low, high = self.functions[index].row_range(pc)
-        if index + 1 < len(self.starts):
-            high = min(high, self.starts[index + 1])
-        return row, low, high
+            raise UnwindFailure("no_info", f"no CFI covers pc {pc:#x}")
+        return self.functions[index].row_at(pc)
 
     def usable_row(self, lookup_pc: int) -> CfiRow:
         return _usable(self.row_for(lookup_pc))
@@ -61,13 +57,34 @@ class DwarfUnwinder:
         check_caller(frame, caller, innermost)
         return caller
 
-    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        lookup_pc = pc if innermost else pc - 1
+    def segments(self) -> Iterator[tuple[int, CfiRow | None]]:
+        """What `row_of` finds, pc by pc: (first pc, row or None) in
+        increasing order, each holding up to the next one. A function's
+        rows hold up to its end, or to the next function's start."""
+        for index, function in enumerate(self.functions):
+            end = function.end if index + 1 == len(self.starts) else min(function.end, self.starts[index + 1])
+            if end <= function.start:
+                continue  # the next function starts here too: it is found instead
+            yield function.start, function.rows[0]
+            for row in function.rows[1:]:
+                if row.address >= end:
+                    break
+                yield max(row.address, function.start), row
+            yield end, None
 
-        def find():
-            row, low, high = self.row_range(lookup_pc)
-            return _usable(row), low, high
-        return ranged(find, lambda row: _rule_of_row(row.cfa_reg, row.cfa_offset, row.saved), pc, lookup_pc)
+    @cached_property
+    def rule_maps(self) -> tuple[RuleMap, RuleMap]:
+        """(callers', innermost) rules: each row's."""
+        return rule_maps(*partition_of(self.segments()), _rule_of_usable, "no CFI covers pc {pc:#x}")
+
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        return self.rule_maps[innermost].rule_at(pc)
+
+
+def _rule_of_usable(row: CfiRow) -> Rule:
+    if row.problem:
+        return failing("unsupported", f"CFI at {row.address:#x}: {row.problem}")
+    return _rule_of_row(row.cfa_reg, row.cfa_offset, row.saved)
 
 
 def _usable(row: CfiRow) -> CfiRow:

@@ -7,16 +7,18 @@ needs), so it is expected to be wrong in prologues and epilogues.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Sequence
+from functools import cached_property
+from typing import Iterator, Sequence
 
-from harness.errors import LookupFailure, UnwindFailure
+from harness.errors import UnwindFailure
 from harness.formats import ehabi
 from harness.formats.arm_exidx import ExidxEntry, parse_sections, require_exidx_sections
 from harness.formats.elf import ElfImage
 from harness.program import ExidxSections
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import EVERYWHERE, NOWHERE, RuleRange, keeps_last_range, ranged
+from harness.unwind.rule import Rule, RuleRange, failing
+from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
 
 
 class ExidxUnwinder:
@@ -29,36 +31,48 @@ class ExidxUnwinder:
         self.name = name
 
     def entry_for(self, pc: int) -> ExidxEntry:
-        return self.entry_range(pc)[0]
-
-    def entry_range(self, pc: int) -> tuple[ExidxEntry, int, int]:
-        """The entry for pc, and the pcs [low, high) it covers."""
+        """The entry for pc: the last starting at or below it (up to `end`)."""
         index = bisect_right(self.starts, pc) - 1
-        last = index == len(self.entries) - 1
-        if index < 0 or (last and self.end is not None and pc >= self.end):
-            low, high = (NOWHERE, self.starts[0] if self.starts else EVERYWHERE) if index < 0 \
-                else (self.end, EVERYWHERE)
-            raise LookupFailure("no_info", "no .ARM.exidx entry covers pc {pc:#x}", pc, low, high)
-        high = self.starts[index + 1] if not last else EVERYWHERE if self.end is None else self.end
-        return self.entries[index], self.starts[index], high
+        if index < 0 or (index == len(self.entries) - 1 and self.end is not None and pc >= self.end):
+            raise UnwindFailure("no_info", f"no .ARM.exidx entry covers pc {pc:#x}")
+        return self.entries[index]
 
-    def ops_range(self, lookup_pc: int) -> tuple[tuple[ehabi.Op, ...], int, int]:
-        entry, low, high = self.entry_range(lookup_pc)
+    def ops_for(self, lookup_pc: int) -> tuple[ehabi.Op, ...]:
+        entry = self.entry_for(lookup_pc)
         if entry.kind == "cantunwind":
-            raise LookupFailure("no_info", "EXIDX_CANTUNWIND", lookup_pc, low, high)
+            raise UnwindFailure("no_info", "EXIDX_CANTUNWIND")
         if entry.problem is not None:  # this function's entry only: the rest of the table stands
             raise UnwindFailure("corrupt_table", f"unreadable entry: {entry.problem}")
-        return entry.ops, low, high
+        return entry.ops
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         # Return addresses are looked up one byte earlier, as in the siblings.
         lookup_pc = frame.pc if innermost else frame.pc - 1
-        return caller_by_run(self.ops_range(lookup_pc)[0], frame, stack, innermost)
+        return caller_by_run(self.ops_for(lookup_pc), frame, stack, innermost)
 
-    @keeps_last_range
+    def segments(self) -> Iterator[tuple[int, int | None]]:
+        """What `entry_for` finds, pc by pc: (first pc, entry index or
+        None) in increasing order, each holding up to the next one."""
+        yield from ((entry.start, index) for index, entry in enumerate(self.entries))
+        if self.entries and self.end is not None:
+            yield max(self.end, self.entries[-1].start), None
+
+    @cached_property
+    def rule_maps(self) -> tuple[RuleMap, RuleMap]:
+        """(callers', innermost) rules: each entry's."""
+        return rule_maps(*partition_of(self.segments()), self._rule_of_entry,
+                         "no .ARM.exidx entry covers pc {pc:#x}")
+
+    def _rule_of_entry(self, index: int) -> Rule | None:
+        entry = self.entries[index]
+        if entry.kind == "cantunwind":
+            return failing("no_info", "EXIDX_CANTUNWIND")
+        if entry.problem is not None:
+            return failing("corrupt_table", f"unreadable entry: {entry.problem}")
+        return rule_of_run(entry.ops)
+
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        lookup_pc = pc if innermost else pc - 1
-        return ranged(lambda: self.ops_range(lookup_pc), rule_of_run, pc, lookup_pc)
+        return self.rule_maps[innermost].rule_at(pc)
 
 
 def exidx_unwinder_for(sections: ExidxSections, name: str = "exidx") -> ExidxUnwinder:

@@ -31,7 +31,8 @@ from functools import lru_cache
 from harness.errors import UnwindFailure
 from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule, RuleRange
+from harness.unwind.rule import Rule, RuleRange
+from harness.unwind.rule_map import RuleMap, everywhere
 from harness.unwind.walk import Restores, check_caller
 
 
@@ -68,10 +69,14 @@ class FramePointerUnwinder:
         check_caller(frame, caller, innermost)
         return caller
 
-    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+    @property
+    def rule_maps(self) -> tuple[RuleMap, RuleMap]:
         """The same record step at every pc: the guards are `_record_in_stack`,
         and at the innermost frame the seed's test picks record or leaf."""
-        return RuleRange(_record_rule(self.fp_reg, innermost), NOWHERE, EVERYWHERE)
+        return everywhere(_record_rule(self.fp_reg, False), _record_rule(self.fp_reg, True))
+
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        return self.rule_maps[innermost].rule_at(pc)
 
 
 def record_problem(fp: int, sp: int, low: int, high: int) -> tuple[str, str]:

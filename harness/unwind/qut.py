@@ -10,13 +10,14 @@ caller's pc is looked up one byte back, in its call.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from harness.errors import UnwindFailure
 from harness.formats.qut import FrameRecord, Load, Mark, Op, QutTable, SetVsp, VspAdd, VspSet
 from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Rule, RuleRange, ranged, table_range
+from harness.unwind.rule import Rule, RuleRange
+from harness.unwind.rule_map import RuleMap, found_in, partition_of, rule_maps
 from harness.unwind.walk import Restores, check_caller
 
 
@@ -29,12 +30,15 @@ class QutUnwinder:
         self.source = source  # "CFI" or "EXIDX"
         self.name = name
 
-    def ops_range(self, lookup_pc: int) -> tuple[tuple[Op, ...], int, int]:
-        return table_range(self.table.lookup_range, self.text_base, lookup_pc,
-                           f"QUT (from {self.source}) has no entry")
+    def ops_of(self, lookup_pc: int) -> tuple[Op, ...]:
+        return found_in(self.table.lookup_range, self.text_base, lookup_pc, self._nothing)
+
+    @property
+    def _nothing(self) -> str:
+        return f"QUT (from {self.source}) has no entry for pc {{pc:#x}}"
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
-        ops = self.ops_range(frame.pc if innermost else frame.pc - 1)[0]
+        ops = self.ops_of(frame.pc if innermost else frame.pc - 1)
         regs = list(frame.r)
         vsp, loaded = frame.sp, set()
         for op in ops:
@@ -60,9 +64,14 @@ class QutUnwinder:
         check_caller(frame, caller, innermost)
         return caller
 
+    @cached_property
+    def rule_maps(self) -> tuple[RuleMap, RuleMap]:
+        """(callers', innermost) rules: each entry's."""
+        segments = ((self.text_base + offset, ops) for offset, ops in self.table.segments())
+        return rule_maps(*partition_of(segments), rule_of_ops, self._nothing)
+
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        lookup_pc = pc if innermost else pc - 1
-        return ranged(lambda: self.ops_range(lookup_pc), rule_of_ops, pc, lookup_pc)
+        return self.rule_maps[innermost].rule_at(pc)
 
 
 @lru_cache(maxsize=1 << 14)

@@ -4,7 +4,8 @@ packs rules by harness/verify/abi.py).
 
 Each unwinder's `step` stays the definition. Its `rule_at(pc, innermost)`
 gives a RuleRange: the rule for a frame at pc, and the pcs around it that
-share it. A rule describes the step as fixed offsets from one base
+share it (a table's unwinder finds it by its table's rows:
+harness.unwind.rule_map). A rule describes the step as fixed offsets from one base
 register: what the step does for every register and stack state, *except*
 where the rule's guards fail, and there the kernel defers to `step`.
 `None` means "always defer" (an EHABI run only the interpreter can follow,
@@ -44,11 +45,10 @@ defers (None, say) defers the chain, and so does the failure of every one.
 from __future__ import annotations
 
 import struct
-from bisect import bisect_right
 from collections.abc import Iterable
-from typing import Callable, NamedTuple, TypeVar
+from typing import Callable, NamedTuple
 
-from harness.errors import LookupFailure, UnwindFailure
+from harness.errors import UnwindFailure
 from harness.registers import SP
 from harness.unwind.frame import Stack, StackReader
 
@@ -141,41 +141,6 @@ class RuleRange(NamedTuple):
     high: int
 
 
-Found = TypeVar("Found")
-
-
-def ranged(find: Callable[[], tuple[Found, int, int]], build: Callable[[Found], Rule | None],
-           pc: int, lookup_pc: int) -> RuleRange:
-    """The rule `build` makes of what `find` looks up for the frame at pc
-    (the lookup `step` makes, at `lookup_pc`), with the range of frame pcs
-    that find the same: the lookup range moved by pc - lookup_pc (a
-    caller's pc looked up one byte earlier has its range one byte later).
-    A LookupFailure becomes a failure rule over its range, worded for each
-    pc; any other UnwindFailure one for pc alone (its reason may name it)."""
-    shift = pc - lookup_pc
-    try:
-        found, low, high = find()
-    except LookupFailure as failure:
-        return RuleRange(failing(failure.kind, PcWording(failure.wording, shift)), failure.low + shift,
-                         failure.high + shift)
-    except UnwindFailure as failure:
-        return RuleRange(failing(failure.kind, failure.reason), pc, pc + 1)
-    return RuleRange(build(found), low + shift, high + shift)
-
-
-def table_range(lookup_range: Callable[[int], tuple[Found | None, int | None, int | None]], text_base: int,
-                lookup_pc: int, nothing: str) -> tuple[Found, int, int]:
-    """What a table's `lookup_range(offset from the text base)` finds for
-    `lookup_pc`, and the pcs [low, high) that find the same; where it finds
-    nothing, a no_info LookupFailure over those pcs: "`nothing` for pc ..."."""
-    offset = lookup_pc - text_base
-    found, low, high = lookup_range(offset) if offset >= 0 else (None, None, 0)
-    low, high = NOWHERE if low is None else text_base + low, EVERYWHERE if high is None else text_base + high
-    if found is None:
-        raise LookupFailure("no_info", nothing + " for pc {pc:#x}", lookup_pc, low, high)
-    return found, low, high
-
-
 def replayed_failure(replay: Callable[[int, int, StackReader], object], what: str) -> Callable:
     """A guard_failure found by the step's own execution, `replay(base,
     frame sp, stack)`, over the stack's addresses alone (reads inside give zeros):
@@ -189,36 +154,3 @@ def replayed_failure(replay: Callable[[int, int, StackReader], object], what: st
             return failed.kind, failed.reason
         raise AssertionError(f"the guards of {what} failed where its step does not")
     return failure
-
-
-def keeps_last_range(rule_at: Callable) -> Callable:
-    """A `rule_at` method that answers again from the range it gave last
-    (for innermost frames, and for callers): the chain asks its methods for
-    the rules the kernel has just taken from the same unwinders."""
-    def kept(self, pc: int, innermost: bool) -> RuleRange:
-        last = self.__dict__.setdefault("_last_ranges", [None, None])
-        found = last[innermost]
-        if found is None or not found.low <= pc < found.high:
-            found = last[innermost] = rule_at(self, pc, innermost)
-        return found
-    kept.__doc__ = rule_at.__doc__
-    return kept
-
-
-class RangeCache:
-    """RuleRanges of innermost frames, for a wrapper that must decide per pc
-    but whose fallback's rules hold over ranges (bisect over disjoint ranges)."""
-
-    def __init__(self, rule_at: Callable[[int, bool], RuleRange]):
-        self._rule_at = rule_at
-        self._lows: list[int] = []
-        self._ranges: list[RuleRange] = []
-
-    def __call__(self, pc: int) -> RuleRange:
-        index = bisect_right(self._lows, pc)
-        if index and pc < self._ranges[index - 1].high:
-            return self._ranges[index - 1]
-        found = self._rule_at(pc, True)
-        self._lows.insert(index, found.low)
-        self._ranges.insert(index, found)
-        return found

@@ -25,6 +25,7 @@ from harness.errors import UnwindFailure
 from harness.registers import PC, SP
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import EVERYWHERE, NOWHERE, ReturnAddresses, Rule, RuleRange
+from harness.unwind.rule_map import RuleMap, everywhere
 from harness.unwind.walk import PC_SP_ONLY, Unwinder, check_caller
 
 WINDOW_WORDS = 64  # how far up a scan reads: 256 bytes
@@ -46,12 +47,16 @@ class ScanUnwinder:
         self.return_addresses |= {return_address}
         self._rule = None
 
-    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+    @property
+    def rule_maps(self) -> tuple[RuleMap, RuleMap]:
         """The same scan everywhere, in the kernel's form."""
         if self._rule is None:
             self._rule = Rule(scan_window=4 * self.window, scan_sites=ReturnAddresses(self.return_addresses),
                               guard_failure=self._nothing_found, guard_kind="no_info")
-        return RuleRange(self._rule, NOWHERE, EVERYWHERE)
+        return everywhere(self._rule, self._rule)
+
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        return self.rule_maps[innermost].rule_at(pc)
 
     def _nothing_found(self, base: int, sp: int, low: int, high: int) -> tuple[str, str]:
         return "no_info", f"no return address in the {self.window} words from sp {sp:#x} up"
@@ -120,6 +125,22 @@ class ChainUnwinder:
             alternatives.append(rule)
             if rule is None:
                 break
-        if all(rule is not None and rule.failure is not None for rule in alternatives):
-            return RuleRange(None, low, high)
-        return RuleRange(Rule(alternatives=tuple(alternatives)), low, high)
+        return RuleRange(chain_rule(alternatives), low, high)
+
+    def rule_of_rows(self, innermost: bool, rows: Sequence[int]) -> Rule | None:
+        """The chain's rule where each method finds its row `rows[i]` in its
+        rule_maps (for the kernel, which finds the rows: csrc/sources.c)."""
+        alternatives: list[Rule | None] = []
+        for method, row in zip(self.methods, rows):
+            alternatives.append(method.rule_maps[innermost].rule_of_row(row))
+            if alternatives[-1] is None:
+                break
+        return chain_rule(alternatives)
+
+
+def chain_rule(alternatives: Sequence[Rule | None]) -> Rule | None:
+    """Methods' rules in turn, up to one without a rule (it defers); None
+    where every method fails outright: `step` words the chain's failure."""
+    if all(rule is not None and rule.failure is not None for rule in alternatives):
+        return None
+    return Rule(alternatives=tuple(alternatives))

@@ -11,13 +11,14 @@ on pc and sp only (`restores`).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
-from harness.errors import LookupFailure
+from harness.errors import UnwindFailure
 from harness.formats.chrome_v1 import V1Table
 from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import EVERYWHERE, LEAF, NOWHERE, Rule, RuleRange, ranged
+from harness.unwind.rule import LEAF, Rule, RuleRange
+from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
 from harness.unwind.walk import PC_SP_ONLY, check_caller
 
 
@@ -29,23 +30,17 @@ class V1Unwinder:
         self.text_base = text_base
         self.name = name
 
-    def row_range(self, pc: int, innermost: bool) -> tuple[tuple[int, int] | None, int, int]:
+    def row_of(self, pc: int, innermost: bool) -> tuple[int, int] | None:
         """(CFA offset, RA offset) for the frame at pc (None: take pc from
-        lr), and the lookup pcs [low, high) that find the same. A caller's
-        pc is looked up as it is (Chrome's Unwind does not step back into
-        the call)."""
-        if pc >= self.text_base:
-            found, low, high = self.table.lookup_range(pc - self.text_base)
-            low = self.text_base + (0 if low is None else max(low, 0))
-            high = EVERYWHERE if high is None else self.text_base + high
-        else:
-            found, low, high = None, NOWHERE, self.text_base
+        lr). A caller's pc is looked up as it is (Chrome's Unwind does not
+        step back into the call)."""
+        found = self.table.lookup(pc - self.text_base) if pc >= self.text_base else None
         if found is None and not innermost:
-            raise LookupFailure("no_info", "v1 has no row for pc {pc:#x}", pc, low, high)
-        return found, low, high
+            raise UnwindFailure("no_info", f"v1 has no row for pc {pc:#x}")
+        return found
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
-        found = self.row_range(frame.pc, innermost)[0]
+        found = self.row_of(frame.pc, innermost)
         regs = list(frame.r)
         if found is None:
             regs[PC] = frame.r[LR] & ~1
@@ -57,8 +52,16 @@ class V1Unwinder:
         check_caller(frame, caller, innermost)
         return caller
 
+    @cached_property
+    def rule_maps(self) -> tuple[RuleMap, RuleMap]:
+        """(callers', innermost) rules, a caller's pc looked up as it is;
+        where the table has nothing, the innermost frame takes pc from lr."""
+        segments = ((self.text_base + offset, found) for offset, found in self.table.segments())
+        return rule_maps(*partition_of(segments), _rule_of_row, "v1 has no row for pc {pc:#x}", caller_shift=0,
+                         innermost_nothing=LEAF)
+
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        return ranged(lambda: self.row_range(pc, innermost), _rule_of_row, pc, pc)  # looked up as it is
+        return self.rule_maps[innermost].rule_at(pc)
 
 
 @lru_cache(maxsize=None)

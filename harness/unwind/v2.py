@@ -7,12 +7,15 @@ is it: its opcode subset, 8-byte alignment, vsp never below the frame's sp."""
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from harness.errors import UnwindFailure
 from harness.formats import ehabi
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import RuleRange, keeps_last_range, ranged
+from harness.unwind.rule import RuleRange
+from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
 
 Run = tuple[ehabi.Op, ...]
 
@@ -93,7 +96,16 @@ class V2Unwinder:
         lookup_pc = frame.pc if innermost else frame.pc - 1
         return caller_by_run(self.instructions_for(lookup_pc), frame, stack, innermost)
 
-    @keeps_last_range
+    @cached_property
+    def rule_maps(self) -> tuple[RuleMap, RuleMap]:
+        """(callers', innermost) rules: each run's (harness.unwind.rule_map)."""
+        return rule_maps(*v2_partition(self.reader, self.text_base), lambda index: rule_of_run(self.reader.run(index)),
+                         "no v2 entry covers pc {pc:#x}")
+
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        lookup_pc = pc if innermost else pc - 1
-        return ranged(lambda: self._found(lookup_pc), rule_of_run, pc, lookup_pc)
+        return self.rule_maps[innermost].rule_at(pc)
+
+
+def v2_partition(reader: V2Reader, text_base: int):
+    """The Partition of the pcs a v2 table covers, by instruction index (rule_map.partition_of)."""
+    return partition_of((text_base + offset, index) for offset, index in reader.segments())

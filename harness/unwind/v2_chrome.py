@@ -15,7 +15,7 @@ What it does that our `v2` does not:
 
 from __future__ import annotations
 
-from functools import lru_cache, partial
+from functools import cached_property, lru_cache, partial
 
 from harness.errors import UnwindFailure
 from harness.formats import ehabi
@@ -23,7 +23,9 @@ from harness.formats.chrome_v2.reader import V2Reader
 from harness.registers import CALLEE_SAVED, LR, PC, SP
 from harness.unwind.ehabi_run import rule_of_run
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Rule, RuleRange, failing, ranged, replayed_failure
+from harness.unwind.rule import PcWording, Rule, RuleRange, failing, replayed_failure
+from harness.unwind.rule_map import RuleMap, rule_maps
+from harness.unwind.v2 import v2_partition
 from harness.unwind.walk import Restores, check_caller
 
 Run = tuple[ehabi.Op, ...]
@@ -48,15 +50,20 @@ class ChromeV2Unwinder:
     def _run(self, index: int, pc: int) -> Run:
         run = self._runs.get(index)
         if run is None:
-            run = self.reader.run(index)
-            table = self.reader.tables.unwind_instruction_table
-            outside = [byte for byte in ehabi.first_bytes(table, index, run=True)
-                       if byte not in ehabi.CHROME_RUNTIME_FIRST_BYTES]
-            if outside:
-                raise UnwindFailure("unsupported", f"at pc {pc:#x}: instruction {outside[0]:#04x} is not one "
-                                    "Chrome's runtime executes")
-            self._runs[index] = run
+            unsupported = self._unsupported(index)
+            if unsupported:
+                raise UnwindFailure("unsupported", unsupported.format(pc=pc))
+            run = self._runs[index] = self.reader.run(index)
         return run
+
+    def _unsupported(self, index: int) -> str | None:
+        """Why Chrome's runtime does not execute run `index` ("{pc}" left
+        for the pc), or None where it does."""
+        table = self.reader.tables.unwind_instruction_table
+        outside = [byte for byte in ehabi.first_bytes(table, index, run=True)
+                   if byte not in ehabi.CHROME_RUNTIME_FIRST_BYTES]
+        return f"at pc {{pc:#x}}: instruction {outside[0]:#04x} is not one Chrome's runtime executes" \
+            if outside else None
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         regs, vsp, popped_pc = _executed(self._found(frame.pc)[0], list(frame.r), frame.sp, frame.pc, stack)
@@ -68,8 +75,19 @@ class ChromeV2Unwinder:
         check_caller(frame, caller, innermost)
         return caller
 
+    @cached_property
+    def rule_maps(self) -> tuple[RuleMap, RuleMap]:
+        """(callers', innermost) rules, a caller's pc looked up as it is."""
+        def rule_of_index(index: int) -> Rule | None:
+            unsupported = self._unsupported(index)
+            if unsupported:
+                return failing("unsupported", PcWording(unsupported, 0))
+            return chrome_rule(self.reader.run(index))
+        return rule_maps(*v2_partition(self.reader, self.text_base), rule_of_index, "no v2 entry covers pc {pc:#x}",
+                         caller_shift=0)
+
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        return ranged(lambda: self._found(pc), chrome_rule, pc, pc)  # looked up as it is
+        return self.rule_maps[innermost].rule_at(pc)
 
 
 def _executed(run: Run, regs: list[int], sp: int, pc: int, stack: StackReader) -> tuple[list[int], int, bool]:

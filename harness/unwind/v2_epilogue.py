@@ -32,16 +32,21 @@ from harness.thumb.epilogue import (
     ends_frame,
 )
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import RangeCache, Rule, RuleRange
+from harness.unwind.rule import Rule, RuleRange
+from harness.unwind.rule_map import RuleMap
 from harness.unwind.walk import check_caller
 
 
 class EpilogueSimulator:
     """Recognises and executes the epilogue ahead of a stop, or declines."""
 
-    def __init__(self, code_at: Callable[[int, int], bytes], same_function: Callable[[int, int], bool]):
+    def __init__(self, code_at: Callable[[int, int], bytes], same_function: Callable[[int, int], bool],
+                 segments: tuple[tuple[int, bytes], ...] = ()):
+        """`segments`: the (address, bytes) `code_at` reads, where the
+        kernel looks for pcs that may start an epilogue itself."""
         self._code_at = code_at
         self._same_function = same_function
+        self.segments = segments
         self.outcomes: Counter = Counter()  # "simulated" or the reason for declining
         self.plan = lru_cache(maxsize=None)(self._plan)
 
@@ -173,7 +178,6 @@ class EpilogueFirst:
         self.simulator = simulator
         self.fallback = fallback
         self.name = name
-        self._fallback_rules = RangeCache(fallback.rule_at)
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         if innermost:
@@ -183,13 +187,20 @@ class EpilogueFirst:
                 return caller
         return self.fallback.step(frame, stack, innermost)
 
+    @property
+    def rule_maps(self) -> tuple[RuleMap, RuleMap]:
+        """The fallback's: every caller's rules, and the innermost frame's
+        where no epilogue may start (`rule_at`)."""
+        return self.fallback.rule_maps
+
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         """Callers: the fallback's rules. The innermost frame: the simulated
         epilogue's rule at a pc whose plan goes through; the fallback's over
-        the (halfword-aligned) pcs from pc on where plans decline."""
+        the (halfword-aligned) pcs from pc on where plans decline (the
+        kernel finds those itself: csrc/sources.c)."""
         if not innermost:
             return self.fallback.rule_at(pc, False)
-        fallback = self._fallback_rules(pc)
+        fallback = self.fallback.rule_at(pc, True)
         end = self.simulator.declines_from(pc, min(256, fallback.high - pc))
         if end > pc:
             return RuleRange(fallback.rule, pc, end)

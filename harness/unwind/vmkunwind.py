@@ -9,12 +9,13 @@ is looked up one byte back, in its call.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from harness.formats.vmkunwind import FP, VmkRow, VmkTable
 from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Rule, RuleRange, ranged, table_range
+from harness.unwind.rule import Rule, RuleRange
+from harness.unwind.rule_map import RuleMap, found_in, partition_of, rule_maps
 from harness.unwind.walk import Restores, check_caller
 
 
@@ -26,13 +27,12 @@ class VmkunwindUnwinder:
         self.text_base = text_base
         self.name = name
 
-    def row_range(self, lookup_pc: int) -> tuple[VmkRow, int, int]:
-        """The row at `lookup_pc` and the lookup pcs [low, high) that find
-        it; UnwindFailure no_info where the table has none."""
-        return table_range(self.table.lookup_range, self.text_base, lookup_pc, "vmkunwind has no row")
+    def row_of(self, lookup_pc: int) -> VmkRow:
+        """The row at `lookup_pc`; UnwindFailure no_info where the table has none."""
+        return found_in(self.table.lookup_range, self.text_base, lookup_pc, "vmkunwind has no row for pc {pc:#x}")
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
-        row = self.row_range(frame.pc if innermost else frame.pc - 1)[0]
+        row = self.row_of(frame.pc if innermost else frame.pc - 1)
         cfa = (frame.r[FP] if row.base_r7 else frame.sp) + row.cfa_offset
         regs = list(frame.r)
         if row.r7_slot:
@@ -43,9 +43,14 @@ class VmkunwindUnwinder:
         check_caller(frame, caller, innermost)
         return caller
 
+    @cached_property
+    def rule_maps(self) -> tuple[RuleMap, RuleMap]:
+        """(callers', innermost) rules: each row's."""
+        segments = ((self.text_base + offset, row) for offset, row in self.table.segments())
+        return rule_maps(*partition_of(segments), _rule_of_row, "vmkunwind has no row for pc {pc:#x}")
+
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        lookup_pc = pc if innermost else pc - 1
-        return ranged(lambda: self.row_range(lookup_pc), _rule_of_row, pc, lookup_pc)
+        return self.rule_maps[innermost].rule_at(pc)
 
 
 @lru_cache(maxsize=None)

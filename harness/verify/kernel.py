@@ -28,9 +28,9 @@ from harness.verify import abi
 from harness.verify.failures import Outcome
 
 try:
-    from harness.verify._kernel import Tracer, Verifier
+    from harness.verify._kernel import Tracer, Verifier, may_start_epilogue
 except ImportError:  # not built: the verifier runs in Python alone
-    Tracer = Verifier = None
+    Tracer = Verifier = may_start_epilogue = None
 
 AVAILABLE = Verifier is not None
 DEFER = False  # the kernel's answer where the unwinder's own step must run
@@ -85,6 +85,28 @@ def _pack_plain(rule: Rule) -> bytes | None:
     return _HEADER.pack(*fields) + b"".join(_LOAD.pack(*pair) for pair in pairs)
 
 
+def _set_sources(verifier, index: int, unwinder: Unwinder) -> None:
+    """Tell the kernel where `unwinder`'s rules come from (csrc/sources.c):
+    its table's partition (and where an epilogue may start ahead, its
+    code), or its chain's methods' partitions; by default, Python's rule_at."""
+    maps = getattr(unwinder, "rule_maps", None)
+    methods = getattr(unwinder, "methods", ())
+    if maps is not None:
+        for innermost in (0, 1):
+            verifier.set_map(index, innermost, *_partition_of(maps[innermost]))
+        segments = getattr(getattr(unwinder, "simulator", None), "segments", ())
+        if segments:
+            verifier.set_epilogue(index, tuple(segments))
+    elif hasattr(unwinder, "rule_of_rows") and all(hasattr(m, "rule_maps") for m in methods) \
+            and 0 < len(methods) <= abi.CHAIN_METHODS:
+        for innermost in (0, 1):
+            verifier.set_chain(index, innermost, tuple(_partition_of(m.rule_maps[innermost]) for m in methods))
+
+
+def _partition_of(rule_map) -> tuple:
+    return rule_map.partition.starts, rule_map.partition.rows, rule_map.shift
+
+
 def _restores(unwinder: Unwinder) -> tuple[int, bool]:
     restores = restores_of(unwinder)
     assert set(restores.core) <= set(CALLEE_SAVED)
@@ -92,7 +114,10 @@ def _restores(unwinder: Unwinder) -> tuple[int, bool]:
 
 
 class StopKernel:
-    """Rules per (unwinder, innermost, range of pcs), made on first use and kept."""
+    """Rules per (unwinder, innermost, range of pcs), made on first use and
+    kept. An unwinder with `rule_maps` (harness.unwind.rule_map) has its
+    pcs looked up in C, and Python makes a rule once per row of its table
+    (a chain's: once per rows of its methods); any other, once per range."""
 
     keeps_outer_walks = True
     """In a run that stops at every instruction, a walk takes its frames
@@ -104,7 +129,11 @@ class StopKernel:
         self.high = high
         self.rules: list[Rule] = []  # by the id the kernel reports a failing rule with
         self._rule_at = [getattr(u, "rule_at", None) for u in self.unwinders]
-        self.verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide)
+        self.verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide,
+                                 self._provide_rows)
+        self._chain_rules: dict[tuple[int, bool, tuple[int, ...]], tuple[int, bytes | None]] = {}
+        for index, unwinder in enumerate(self.unwinders):
+            _set_sources(self.verifier, index, unwinder)
         """What the Tracer walks with at every stop."""
         self.verifier.memo = self.keeps_outer_walks
         self.passes = self.verifier.passes
@@ -145,6 +174,25 @@ class StopKernel:
             return -1, None, low, high
         self.rules.append(rule)
         return len(self.rules) - 1, packed, low, high
+
+    def _provide_rows(self, index: int, innermost: int, rows: tuple[int, ...]) -> tuple[int, bytes | None]:
+        """The rule of a frame that finds `rows` in its unwinder's table (a
+        chain's methods' rows, one each), packed, with its id."""
+        unwinder = self.unwinders[index]
+        if not hasattr(unwinder, "rule_of_rows"):
+            return self._packed(unwinder.rule_maps[innermost].rule_of_row(rows[0]))
+        key = (index, innermost, rows)
+        made = self._chain_rules.get(key)
+        if made is None:
+            made = self._chain_rules[key] = self._packed(unwinder.rule_of_rows(innermost == 1, rows))
+        return made
+
+    def _packed(self, rule: Rule | None) -> tuple[int, bytes | None]:
+        packed = None if rule is None else pack_rule(rule, self._site_table)
+        if packed is None:
+            return -1, None
+        self.rules.append(rule)
+        return len(self.rules) - 1, packed
 
     def worded(self, entries: list) -> list:
         """Failure log entries (harness.verify.failures.FailureLog) with the

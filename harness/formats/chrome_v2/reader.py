@@ -8,7 +8,7 @@ decoded and bounds-checked here, in time linear in the blob's size.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from harness.errors import CorruptTable, EhabiError
 from harness.formats import ehabi, uleb128
@@ -185,6 +185,24 @@ class V2Reader:
                               low << 1, high << 1)
             larger = offset
         raise AssertionError("validated offset lists end at offset 0")
+
+    def segments(self) -> Iterator[tuple[int, int | None]]:
+        """What `lookup` finds, offset by offset: (first pc offset, instruction
+        index or None) in increasing order, each holding up to the next one
+        (the last None past the pages). An entry holds from its function's
+        start to the next entry's: a page that continues no function has an
+        entry at its first half-word (validated: `continuation_bits`)."""
+        starts = [page * PAGE_HALFWORDS + offset for page, offset in zip(self.entry_page, self.page_offsets)]
+        pages_end = len(self.tables.page_table) * PAGE_HALFWORDS
+        yield 0, None
+        for index, entry in enumerate(self.tables.function_table):
+            start = starts[index]
+            end = starts[index + 1] if index + 1 < len(starts) else pages_end
+            for offset, run_index in reversed(self.offset_lists[entry.offset_table_index]):
+                if start + offset >= end:
+                    break
+                yield (start + offset) << 1, run_index
+        yield pages_end << 1, None
 
     def run(self, instruction_index: int) -> tuple[ehabi.Op, ...]:
         return self.runs[instruction_index]

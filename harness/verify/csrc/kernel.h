@@ -7,6 +7,7 @@
  *          skips, and a Verifier walk at every stop, calling into Python only
  *          where the rules do not answer (Tracer).
  * memo.c   the outer part of each walk, kept from one stop to the next.
+ * sources.c where each unwinder's rule at a pc comes from: its table's rows, or Python.
  * module.c the batch register reader (Registers) and the module itself.
  *
  * Python's definitions stay the reference: harness.verify.groundtruth for the
@@ -53,6 +54,28 @@ const Range *ranges_find(Ranges *set, int64_t pc, Py_ssize_t *slot);
 /* Insert `range` at `slot`, clipped to the gap between its neighbours; -1 with MemoryError. */
 int ranges_insert(Ranges *set, Py_ssize_t slot, Range range);
 void ranges_clear(Ranges *set);
+
+/* Where each unwinder's rules come from (sources.c): per (unwinder,
+ * innermost), its table's partition, a chain's, an epilogue scan, or
+ * Python's `provide` for each range. */
+typedef struct Source Source;
+typedef struct Partition Partition;
+typedef struct {
+    Source *items;          /* [2 * unwinder + innermost] */
+    Py_ssize_t count;
+    PyObject *provide;      /* provide(unwinder, pc, innermost) -> (rule id, bytes or None, low, high) */
+    PyObject *provide_rows; /* provide_rows(unwinder, innermost, rows) -> (rule id, bytes or None) */
+} Sources;
+int sources_init(Sources *s, Py_ssize_t unwinders, PyObject *provide, PyObject *provide_rows);
+void sources_free(Sources *s);
+/* The rule (borrowed bytes, or Py_None to defer) for a frame at pc, its id in
+ * *id; NULL on a Python error. */
+PyObject *sources_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t *id);
+int sources_set_map(Sources *s, PyObject *args);
+int sources_set_chain(Sources *s, PyObject *args);
+int sources_set_epilogue(Sources *s, PyObject *args);
+/* harness.thumb.encoding.may_start_epilogue over the n bytes at `code`. */
+int may_start_epilogue(const uint8_t *code, Py_ssize_t n);
 
 /* The lowest stack address a walk read. */
 typedef struct { int64_t min_read; } Track;

@@ -195,10 +195,9 @@ struct Verifier {
     Py_buffer memory;
     int64_t base, high;
     Py_ssize_t count;
-    Ranges *ranges;      /* per unwinder, [2 * unwinder + innermost] */
+    Sources sources;     /* where each unwinder's rules come from (sources.c) */
     uint32_t *core_mask; /* per unwinder: the r4-r11 it restores (bit = register) */
     int *vfp;            /* per unwinder: whether it restores d8-d15 */
-    PyObject *provide;   /* provide(unwinder, pc, innermost) -> (rule id, bytes or None, low, high) */
     PyObject *site_tables;  /* list of bytes: the scans' sorted return addresses (add_sites) */
     uint64_t *methods;   /* [(unwinder * CHAIN_METHODS + method) * 2 + right]: a chain's frames, and right ones */
     uint64_t *passes;    /* [stop class * count + unwinder]: walks that matched every frame */
@@ -210,11 +209,7 @@ Py_ssize_t verifier_unwinders(const Verifier *v) { return v->count; }
 
 static void Verifier_dealloc(Verifier *self) {
     if (self->memory.obj) PyBuffer_Release(&self->memory);
-    if (self->ranges) {
-        for (Py_ssize_t i = 0; i < 2 * self->count; i++) ranges_clear(&self->ranges[i]);
-        PyMem_Free(self->ranges);
-    }
-    Py_XDECREF(self->provide);
+    sources_free(&self->sources);
     Py_XDECREF(self->site_tables);
     PyMem_Free(self->methods);
     PyMem_Free(self->passes);
@@ -224,17 +219,18 @@ static void Verifier_dealloc(Verifier *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Verifier(memory, base, high, restores: [(core mask, vfp)], provide) */
+/* Verifier(memory, base, high, restores: [(core mask, vfp)], provide, provide_rows) */
 static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
-    PyObject *restores, *provide;
+    PyObject *restores, *provide, *provide_rows;
     long long base, high;
-    if (self->ranges) {
+    if (self->sources.items) {
         PyErr_SetString(PyExc_TypeError, "a Verifier is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "y*LLOO", &self->memory, &base, &high, &restores, &provide)) return -1;
-    if (!PyList_Check(restores) || !PyCallable_Check(provide)) {
-        PyErr_SetString(PyExc_TypeError, "restores must be a list and provide callable");
+    if (!PyArg_ParseTuple(args, "y*LLOOO", &self->memory, &base, &high, &restores, &provide, &provide_rows))
+        return -1;
+    if (!PyList_Check(restores) || !PyCallable_Check(provide) || !PyCallable_Check(provide_rows)) {
+        PyErr_SetString(PyExc_TypeError, "restores must be a list, provide and provide_rows callable");
         return -1;
     }
     if (high - base > (long long)self->memory.len) {
@@ -246,10 +242,9 @@ static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
     self->count = PyList_GET_SIZE(restores);
     self->core_mask = PyMem_Calloc(self->count + 1, sizeof(uint32_t));
     self->vfp = PyMem_Calloc(self->count + 1, sizeof(int));
-    self->ranges = PyMem_Calloc(2 * self->count + 1, sizeof(Ranges));
     self->methods = PyMem_Calloc(2 * CHAIN_METHODS * self->count + 1, sizeof(uint64_t));
     self->site_tables = PyList_New(0);
-    if (!self->core_mask || !self->vfp || !self->ranges || !self->methods || !self->site_tables) {
+    if (!self->core_mask || !self->vfp || !self->methods || !self->site_tables) {
         PyErr_NoMemory();
         return -1;
     }
@@ -261,38 +256,7 @@ static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
         self->core_mask[i] = mask;
         self->vfp[i] = vfp;
     }
-    Py_INCREF(provide);
-    self->provide = provide;
-    return 0;
-}
-
-/* The rule for (unwinder, pc, innermost): borrowed bytes, or Py_None to
- * defer; NULL on error. Asks `provide` for the range around a pc no range
- * holds yet, and keeps it (clipped to the gap it fills). */
-static PyObject *rule_for(Verifier *self, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t *id) {
-    Ranges *set = &self->ranges[2 * unwinder + innermost];
-    Py_ssize_t slot;
-    const Range *found = ranges_find(set, pc, &slot);
-    if (found) {
-        *id = found->id;
-        return found->value;
-    }
-    PyObject *made = PyObject_CallFunction(self->provide, "nLi", unwinder, (long long)pc, innermost);
-    if (!made) return NULL;
-    Py_ssize_t rule_id;
-    PyObject *rule;
-    long long low, high;
-    if (!PyArg_ParseTuple(made, "nOLL", &rule_id, &rule, &low, &high)) { Py_DECREF(made); return NULL; }
-    if ((rule != Py_None && !PyBytes_Check(rule)) || !(low <= pc && pc < high)) {
-        PyErr_Format(PyExc_ValueError, "provide gave no rule bytes, or a range without pc %lld", (long long)pc);
-        Py_DECREF(made);
-        return NULL;
-    }
-    int failed = ranges_insert(set, slot, (Range){ low, high, rule, rule_id });
-    Py_DECREF(made);
-    if (failed) return NULL;
-    *id = rule_id;
-    return rule;
+    return sources_init(&self->sources, self->count, provide, provide_rows);
 }
 
 /* ------------------------------------------------------------ ranges */
@@ -371,7 +335,7 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
         out->frame = index;
         out->pc = frame->r[PC];  /* of the frame being unwound */
         out->sp = frame->r[SP];
-        PyObject *rule = rule_for(self, unwinder, out->pc, innermost, &rule_id);
+        PyObject *rule = sources_rule(&self->sources, unwinder, out->pc, innermost, &rule_id);
         if (!rule) return -1;
         out->rule_id = rule_id;
         if (rule == Py_None) { out->kind = ANSWER_DEFER; return 0; }
@@ -600,11 +564,48 @@ static PyObject *Verifier_add_sites(Verifier *self, PyObject *table) {
     return PyLong_FromSsize_t(PyList_GET_SIZE(self->site_tables) - 1);
 }
 
+/* rule(unwinder, pc, innermost) -> (rule id, bytes or None): the rule the walks take for a frame at pc. */
+static PyObject *Verifier_rule(Verifier *self, PyObject *args) {
+    Py_ssize_t unwinder, id;
+    long long pc;
+    int innermost;
+    if (!PyArg_ParseTuple(args, "nLp", &unwinder, &pc, &innermost)) return NULL;
+    if (unwinder < 0 || unwinder >= self->count) {
+        PyErr_Format(PyExc_IndexError, "no unwinder %zd", unwinder);
+        return NULL;
+    }
+    PyObject *rule = sources_rule(&self->sources, unwinder, pc, innermost, &id);
+    return rule ? Py_BuildValue("(nO)", id, rule) : NULL;
+}
+
+static PyObject *Verifier_set_map(Verifier *self, PyObject *args) {
+    if (sources_set_map(&self->sources, args)) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Verifier_set_chain(Verifier *self, PyObject *args) {
+    if (sources_set_chain(&self->sources, args)) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Verifier_set_epilogue(Verifier *self, PyObject *args) {
+    if (sources_set_epilogue(&self->sources, args)) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Verifier_methods[] = {
     {"check", (PyCFunction)Verifier_check, METH_VARARGS, "Walk every unwinder at one stop."},
     {"passes", (PyCFunction)Verifier_passes, METH_NOARGS, "Matching walks per stop class and unwinder."},
     {"methods", (PyCFunction)Verifier_chain_methods, METH_NOARGS, "A chain's frames and right frames per method."},
     {"add_sites", (PyCFunction)Verifier_add_sites, METH_O, "Register a scan's return addresses."},
+    {"rule", (PyCFunction)Verifier_rule, METH_VARARGS,
+     "rule(unwinder, pc, innermost) -> (rule id, bytes or None): the rule for a frame at pc."},
+    {"set_map", (PyCFunction)Verifier_set_map, METH_VARARGS,
+     "set_map(unwinder, innermost, starts, rows, shift): rules by the rows of a table's partition."},
+    {"set_chain", (PyCFunction)Verifier_set_chain, METH_VARARGS,
+     "set_chain(unwinder, innermost, ((starts, rows, shift), ...)): a chain's rules by its methods' rows."},
+    {"set_epilogue", (PyCFunction)Verifier_set_epilogue, METH_VARARGS,
+     "set_epilogue(unwinder, ((address, code), ...)): the innermost frame's rules, but where an epilogue may start."},
     {NULL}
 };
 

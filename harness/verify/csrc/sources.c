@@ -1,0 +1,391 @@
+/* Sources: where each unwinder's rule for a frame at a pc comes from
+ * (harness/unwind/rule_map.py, harness/verify/kernel.py).
+ *
+ * MAP       its table as a partition of the pcs: sorted starts, each with the
+ *           row every pc up to the next start finds, looked up at pc - shift
+ *           (a caller's return address one byte back, in its call). Python
+ *           makes each row's rule once: provide_rows(unwinder, innermost, (row,)).
+ * CHAIN     a chain of methods, each with its partition: the rows they find
+ *           are asked of Python together, once for the pcs where none changes.
+ * EPILOGUE  v2+epilogue's innermost frame: its fallback's partition, except
+ *           at a pc whose code may start an epilogue (the C twin of
+ *           harness.thumb.encoding.may_start_epilogue), where Python's
+ *           rule_at makes the rule for that pc alone.
+ * PROVIDE   any other unwinder: Python's rule_at for each range of pcs.
+ * Every kind but MAP keeps the rules of the ranges it made in Ranges.
+ */
+#include "kernel.h"
+
+#include <string.h>
+
+enum { FROM_PROVIDE, FROM_MAP, FROM_CHAIN, FROM_EPILOGUE };  /* a Source's kind */
+
+/* Bytes an epilogue scan looks ahead (harness.unwind.v2_epilogue.EpilogueFirst.rule_at). */
+#define EPILOGUE_REACH 256
+
+struct Partition {
+    Py_buffer starts, rows;  /* int64 each, `count` of them; starts[0] is the lowest pc */
+    Py_ssize_t count, last;  /* `last`: the segment found last */
+    int64_t shift;
+};
+
+typedef struct { Py_ssize_t id; PyObject *rule; } KeptRule;  /* rule: bytes or Py_None; NULL: not made yet */
+
+typedef struct { int64_t start; Py_buffer data; } CodeSegment;
+
+struct Source {
+    int kind;
+    Partition map;                  /* MAP, EPILOGUE (the fallback's) */
+    KeptRule *kept;                 /* MAP, EPILOGUE: by row + 1 */
+    Py_ssize_t kept_count;
+    Partition *methods;             /* CHAIN */
+    int method_count;
+    CodeSegment *code;              /* EPILOGUE */
+    Py_ssize_t code_count;
+    Ranges ranges;                  /* rules of the ranges made (every kind but MAP) */
+};
+
+static void partition_release(Partition *p) {
+    if (p->starts.obj) PyBuffer_Release(&p->starts);
+    if (p->rows.obj) PyBuffer_Release(&p->rows);
+    memset(p, 0, sizeof *p);
+}
+
+static void source_clear(Source *s) {
+    partition_release(&s->map);
+    for (Py_ssize_t i = 0; i < s->kept_count; i++) Py_XDECREF(s->kept[i].rule);
+    PyMem_Free(s->kept);
+    for (int i = 0; i < s->method_count; i++) partition_release(&s->methods[i]);
+    PyMem_Free(s->methods);
+    for (Py_ssize_t i = 0; i < s->code_count; i++) PyBuffer_Release(&s->code[i].data);
+    PyMem_Free(s->code);
+    ranges_clear(&s->ranges);
+    memset(s, 0, sizeof *s);
+}
+
+int sources_init(Sources *s, Py_ssize_t unwinders, PyObject *provide, PyObject *provide_rows) {
+    memset(s, 0, sizeof *s);
+    s->items = PyMem_Calloc(2 * unwinders + 1, sizeof(Source));
+    if (!s->items) { PyErr_NoMemory(); return -1; }
+    s->count = unwinders;
+    Py_INCREF(provide);
+    Py_INCREF(provide_rows);
+    s->provide = provide;
+    s->provide_rows = provide_rows;
+    return 0;
+}
+
+void sources_free(Sources *s) {
+    if (s->items)
+        for (Py_ssize_t i = 0; i < 2 * s->count; i++) source_clear(&s->items[i]);
+    PyMem_Free(s->items);
+    Py_XDECREF(s->provide);
+    Py_XDECREF(s->provide_rows);
+    memset(s, 0, sizeof *s);
+}
+
+/* ------------------------------------------------------------ partitions */
+
+/* Take (starts, rows, shift): two int64 buffers of one length >= 1, starts
+ * increasing, rows >= -1 (NO_ROW). The highest row in *max_row. */
+static int partition_from(Partition *p, PyObject *triple, int64_t *max_row) {
+    PyObject *starts, *rows;
+    long long shift;
+    memset(p, 0, sizeof *p);
+    if (!PyArg_ParseTuple(triple, "OOL", &starts, &rows, &shift)) return -1;
+    if (PyObject_GetBuffer(starts, &p->starts, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) ||
+        PyObject_GetBuffer(rows, &p->rows, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)) {
+        partition_release(p);
+        return -1;
+    }
+    p->count = p->starts.len / 8;
+    if (p->starts.itemsize != 8 || p->rows.itemsize != 8 || p->rows.len != p->starts.len || !p->count ||
+        strcmp(p->starts.format, "q") || strcmp(p->rows.format, "q")) {
+        PyErr_SetString(PyExc_ValueError, "a partition is two int64 arrays (\"q\") of one length, not empty");
+        partition_release(p);
+        return -1;
+    }
+    const int64_t *start = p->starts.buf, *row = p->rows.buf;
+    *max_row = -1;
+    for (Py_ssize_t i = 0; i < p->count; i++) {
+        if ((i && start[i] <= start[i - 1]) || row[i] < -1) {
+            PyErr_Format(PyExc_ValueError, "partition segment %zd: starts must increase, rows be >= -1", i);
+            partition_release(p);
+            return -1;
+        }
+        if (row[i] > *max_row) *max_row = row[i];
+    }
+    p->shift = shift;
+    return 0;
+}
+
+/* The segment holding lookup pc (the last one starting at or below it; -1 if none). */
+static Py_ssize_t segment_of(Partition *p, int64_t pc) {
+    const int64_t *start = p->starts.buf;
+    const Py_ssize_t last = p->last;
+    if (start[last] <= pc && (last + 1 == p->count || pc < start[last + 1])) return last;
+    Py_ssize_t lo = 0, hi = p->count;
+    while (lo < hi) {  /* the first segment starting above pc */
+        const Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (start[mid] <= pc) lo = mid + 1; else hi = mid;
+    }
+    if (lo) p->last = lo - 1;
+    return lo - 1;
+}
+
+/* The row a frame at pc finds, and the frame pcs [*low, *high) that find the
+ * same; -2 where no segment holds it. */
+static int64_t row_at(Partition *p, int64_t pc, int64_t *low, int64_t *high) {
+    const Py_ssize_t segment = segment_of(p, pc - p->shift);
+    if (segment < 0) return -2;
+    const int64_t *start = p->starts.buf;
+    *low = start[segment] + p->shift;
+    *high = segment + 1 < p->count ? start[segment + 1] + p->shift : INT64_MAX;
+    return ((const int64_t *)p->rows.buf)[segment];
+}
+
+/* Python's (rule id, bytes or None) reply, checked; 0 or -1. */
+static int take_reply(PyObject *reply, Py_ssize_t *id, PyObject **rule) {
+    if (!reply) return -1;
+    if (!PyArg_ParseTuple(reply, "nO", id, rule) || (*rule != Py_None && !PyBytes_Check(*rule))) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "provide_rows gave no (rule id, bytes or None)");
+        return -1;
+    }
+    return 0;
+}
+
+/* The kept rule of `row` of a MAP or EPILOGUE source (asked of Python the first time). */
+static PyObject *kept_rule(Sources *s, Source *src, Py_ssize_t unwinder, int innermost, int64_t row,
+                           Py_ssize_t *id) {
+    KeptRule *kept = &src->kept[row + 1];
+    if (!kept->rule) {
+        PyObject *reply = PyObject_CallFunction(s->provide_rows, "ni(L)", unwinder, innermost, (long long)row);
+        PyObject *rule;
+        if (take_reply(reply, &kept->id, &rule)) { Py_XDECREF(reply); return NULL; }
+        Py_INCREF(rule);
+        kept->rule = rule;
+        Py_DECREF(reply);
+    }
+    *id = kept->id;
+    return kept->rule;
+}
+
+/* ------------------------------------------------------------ Python's ranges */
+
+/* Keep `rule` for [low, high) (clipped to the gap at `slot`); the rule, borrowed. */
+static PyObject *keep_range(Source *src, Py_ssize_t slot, int64_t low, int64_t high, PyObject *rule, Py_ssize_t id) {
+    if (ranges_insert(&src->ranges, slot, (Range){ low, high, rule, id })) return NULL;
+    return src->ranges.items[src->ranges.last].value;
+}
+
+/* The rule Python's rule_at gives for pc, kept for the range it gives. */
+static PyObject *provided(Sources *s, Source *src, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t slot,
+                          Py_ssize_t *id) {
+    PyObject *made = PyObject_CallFunction(s->provide, "nLi", unwinder, (long long)pc, innermost);
+    if (!made) return NULL;
+    PyObject *rule;
+    long long low, high;
+    if (!PyArg_ParseTuple(made, "nOLL", id, &rule, &low, &high)) { Py_DECREF(made); return NULL; }
+    if ((rule != Py_None && !PyBytes_Check(rule)) || !(low <= pc && pc < high)) {
+        PyErr_Format(PyExc_ValueError, "provide gave no rule bytes, or a range without pc %lld", (long long)pc);
+        Py_DECREF(made);
+        return NULL;
+    }
+    PyObject *kept = keep_range(src, slot, low, high, rule, *id);
+    Py_DECREF(made);
+    return kept;
+}
+
+/* ------------------------------------------------------------ chains */
+
+static PyObject *chain_rule(Sources *s, Source *src, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t slot,
+                            Py_ssize_t *id) {
+    int64_t low = INT64_MIN, high = INT64_MAX;
+    PyObject *rows = PyTuple_New(src->method_count);
+    if (!rows) return NULL;
+    for (int m = 0; m < src->method_count; m++) {
+        int64_t method_low, method_high;
+        const int64_t row = row_at(&src->methods[m], pc, &method_low, &method_high);
+        if (row == -2) {  /* below every segment: Python's rule_at decides */
+            Py_DECREF(rows);
+            return provided(s, src, unwinder, pc, innermost, slot, id);
+        }
+        if (method_low > low) low = method_low;
+        if (method_high < high) high = method_high;
+        PyObject *number = PyLong_FromLongLong(row);
+        if (!number) { Py_DECREF(rows); return NULL; }
+        PyTuple_SET_ITEM(rows, m, number);
+    }
+    PyObject *reply = PyObject_CallFunction(s->provide_rows, "niO", unwinder, innermost, rows);
+    Py_DECREF(rows);
+    PyObject *rule;
+    if (take_reply(reply, id, &rule)) { Py_XDECREF(reply); return NULL; }
+    PyObject *kept = keep_range(src, slot, low, high, rule, *id);
+    Py_DECREF(reply);
+    return kept;
+}
+
+/* ------------------------------------------------------------ epilogues */
+
+/* harness.thumb.encoding._data_processing_teardown */
+static int data_processing_teardown(uint32_t first, unsigned rd) {
+    const unsigned rn = first & 0xF;
+    const int add_immediate = (first & 0xFBE0) == 0xF100 || (first & 0xFBF0) == 0xF200;
+    if (rd == SP)
+        return add_immediate || (first & 0xFFE0) == 0xEB00 ||
+               (((first & 0xFBE0) == 0xF1A0 || (first & 0xFBF0) == 0xF2A0) && (rn == 7 || rn == 11)) ||
+               (first & 0xFFEF) == 0xEA4F;
+    return (rd == 7 || rd == 11) && add_immediate && rn == rd;
+}
+
+/* harness.thumb.encoding.may_start_epilogue over the n bytes at `code`. */
+int may_start_epilogue(const uint8_t *code, Py_ssize_t n) {
+    if (n < 2) return 1;
+    const uint32_t first = code[0] | (uint32_t)code[1] << 8;
+    if (first >> 11 != 0x1D && first >> 11 != 0x1E && first >> 11 != 0x1F)  /* a 16-bit instruction */
+        return (first & 0xFE00) == 0xBC00 || (first & 0xFF80) == 0xB000 || (first & 0xFF87) == 0x4485 ||
+               (first & 0xFF87) == 0x4685 || (first & 0xFF80) == 0x4700 || (first & 0xF800) == 0xE000 ||
+               (first & 0xFF00) == 0x3700 || (first & 0xFE3F) == 0x1C3F;
+    if (n < 4) return 1;
+    const uint32_t second = code[2] | (uint32_t)code[3] << 8;
+    return (first & 0xFFDF) == 0xE89D || (first == 0xF85D && (second & 0x0FFF) == 0x0B04) ||
+           (first & 0xFFBF) == 0xECBD || ((first & 0xF800) == 0xF000 && (second & 0xD000) == 0x9000) ||
+           (!(second & 0x8000) && data_processing_teardown(first, (second >> 8) & 0xF));
+}
+
+/* As EpilogueFirst.rule_at: from pc on, the halfword-aligned pcs (at most
+ * EPILOGUE_REACH bytes, and within the fallback's range) whose code cannot
+ * start an epilogue take the fallback's rule; a pc that may start one, or
+ * with no code, takes the rule Python makes for it alone. */
+static PyObject *epilogue_rule(Sources *s, Source *src, Py_ssize_t unwinder, int64_t pc, Py_ssize_t slot,
+                               Py_ssize_t *id) {
+    int64_t low, high;
+    const int64_t row = row_at(&src->map, pc, &low, &high);
+    const CodeSegment *segment = NULL;
+    for (Py_ssize_t i = 0; i < src->code_count; i++)
+        if (src->code[i].start <= pc && pc < src->code[i].start + src->code[i].data.len) segment = &src->code[i];
+    if (row == -2 || !segment) return provided(s, src, unwinder, pc, 1, slot, id);
+    const int64_t limit = high - pc < EPILOGUE_REACH ? high - pc : EPILOGUE_REACH;
+    const uint8_t *code = (const uint8_t *)segment->data.buf + (pc - segment->start);
+    int64_t bytes = segment->start + segment->data.len - pc;
+    if (bytes > limit + 4) bytes = limit + 4;
+    int64_t end = 0;
+    while (end < limit && bytes - end >= 4 && !may_start_epilogue(code + end, 4)) end += 2;
+    if (end > limit) end = limit;
+    if (!end) return provided(s, src, unwinder, pc, 1, slot, id);
+    PyObject *rule = kept_rule(s, src, unwinder, 1, row, id);
+    return rule ? keep_range(src, slot, pc, pc + end, rule, *id) : NULL;
+}
+
+/* ------------------------------------------------------------ the rule at a pc */
+
+PyObject *sources_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t *id) {
+    Source *src = &s->items[2 * unwinder + innermost];
+    if (src->kind == FROM_MAP) {
+        int64_t low, high;
+        const int64_t row = row_at(&src->map, pc, &low, &high);
+        if (row != -2) return kept_rule(s, src, unwinder, innermost, row, id);
+    }
+    Py_ssize_t slot;
+    const Range *found = ranges_find(&src->ranges, pc, &slot);
+    if (found) {
+        *id = found->id;
+        return found->value;
+    }
+    switch (src->kind) {
+    case FROM_CHAIN: return chain_rule(s, src, unwinder, pc, innermost, slot, id);
+    case FROM_EPILOGUE: return epilogue_rule(s, src, unwinder, pc, slot, id);
+    default: return provided(s, src, unwinder, pc, innermost, slot, id);
+    }
+}
+
+/* ------------------------------------------------------------ set up from Python */
+
+static Source *source_at(Sources *s, Py_ssize_t unwinder, int innermost) {
+    if (unwinder < 0 || unwinder >= s->count || innermost < 0 || innermost > 1) {
+        PyErr_Format(PyExc_IndexError, "no unwinder %zd (innermost %d) to take rules for", unwinder, innermost);
+        return NULL;
+    }
+    Source *src = &s->items[2 * unwinder + innermost];
+    if (src->kind != FROM_PROVIDE || src->ranges.count) {
+        PyErr_Format(PyExc_ValueError, "unwinder %zd (innermost %d) already has its rules", unwinder, innermost);
+        return NULL;
+    }
+    return src;
+}
+
+static int keep_rows(Source *src, int64_t max_row) {
+    src->kept_count = max_row + 2;
+    src->kept = PyMem_Calloc((size_t)src->kept_count, sizeof(KeptRule));
+    if (!src->kept) { PyErr_NoMemory(); return -1; }
+    return 0;
+}
+
+/* set_map(unwinder, innermost, starts, rows, shift) */
+int sources_set_map(Sources *s, PyObject *args) {
+    Py_ssize_t unwinder;
+    int innermost;
+    PyObject *starts, *rows, *shift;
+    if (!PyArg_ParseTuple(args, "npOOO", &unwinder, &innermost, &starts, &rows, &shift)) return -1;
+    Source *src = source_at(s, unwinder, innermost);
+    if (!src) return -1;
+    PyObject *triple = PyTuple_Pack(3, starts, rows, shift);
+    int64_t max_row;
+    const int failed = !triple || partition_from(&src->map, triple, &max_row);
+    Py_XDECREF(triple);
+    if (failed) return -1;
+    if (keep_rows(src, max_row)) { source_clear(src); return -1; }
+    src->kind = FROM_MAP;
+    return 0;
+}
+
+/* set_chain(unwinder, innermost, ((starts, rows, shift), ...)): one per method */
+int sources_set_chain(Sources *s, PyObject *args) {
+    Py_ssize_t unwinder;
+    int innermost;
+    PyObject *methods;
+    if (!PyArg_ParseTuple(args, "npO!", &unwinder, &innermost, &PyTuple_Type, &methods)) return -1;
+    Source *src = source_at(s, unwinder, innermost);
+    if (!src) return -1;
+    const Py_ssize_t count = PyTuple_GET_SIZE(methods);
+    if (!count || count > CHAIN_METHODS) {
+        PyErr_Format(PyExc_ValueError, "a chain has 1 to %d methods, not %zd", CHAIN_METHODS, count);
+        return -1;
+    }
+    src->methods = PyMem_Calloc((size_t)count, sizeof(Partition));
+    if (!src->methods) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t m = 0; m < count; m++) {
+        int64_t max_row;
+        if (partition_from(&src->methods[m], PyTuple_GET_ITEM(methods, m), &max_row)) { source_clear(src); return -1; }
+        src->method_count = (int)m + 1;
+    }
+    src->kind = FROM_CHAIN;
+    return 0;
+}
+
+/* set_epilogue(unwinder, ((start, bytes), ...)): the innermost frame of an
+ * unwinder whose rules are set_map's, but where its code may start an epilogue. */
+int sources_set_epilogue(Sources *s, PyObject *args) {
+    Py_ssize_t unwinder;
+    PyObject *segments;
+    if (!PyArg_ParseTuple(args, "nO!", &unwinder, &PyTuple_Type, &segments)) return -1;
+    if (unwinder < 0 || unwinder >= s->count || s->items[2 * unwinder + 1].kind != FROM_MAP) {
+        PyErr_Format(PyExc_ValueError, "unwinder %zd has no partition for its innermost frame", unwinder);
+        return -1;
+    }
+    Source *src = &s->items[2 * unwinder + 1];
+    const Py_ssize_t count = PyTuple_GET_SIZE(segments);
+    src->code = PyMem_Calloc((size_t)count + 1, sizeof(CodeSegment));
+    if (!src->code) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long long start;
+        PyObject *data;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(segments, i), "LO", &start, &data) ||
+            PyObject_GetBuffer(data, &src->code[i].data, PyBUF_SIMPLE))
+            return -1;
+        src->code[i].start = start;
+        src->code_count = i + 1;
+    }
+    src->kind = FROM_EPILOGUE;
+    return 0;
+}
