@@ -20,6 +20,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "abi.h"  /* generated from harness/verify/abi.py: structs, flags, slots, answer kinds */
 
@@ -77,21 +78,62 @@ int sources_set_epilogue(Sources *s, PyObject *args);
 /* harness.thumb.encoding.may_start_epilogue over the n bytes at `code`. */
 int may_start_epilogue(const uint8_t *code, Py_ssize_t n);
 
-/* The lowest stack address a walk read. */
-typedef struct { int64_t min_read; } Track;
+/* The stack bytes a walk read: at most TRACK_SPANS spans [low, high). A
+ * read next to or over a span widens it; one that meets none, with every
+ * span taken, widens the nearest: spans may hold bytes never read, and never
+ * miss one that was. */
+#define TRACK_SPANS 8
+typedef struct { int64_t low, high; } Span;
+typedef struct { Span spans[TRACK_SPANS]; int count; } Track;
+
+static inline void track_read(Track *t, int64_t low, int64_t high) {
+    for (int i = t->count - 1; i >= 0; i--) {  /* a walk reads up the stack: mostly the last span grows */
+        Span *s = &t->spans[i];
+        if (low <= s->high && high >= s->low) {
+            if (low < s->low) s->low = low;
+            if (high > s->high) s->high = high;
+            return;
+        }
+    }
+    if (t->count < TRACK_SPANS) {
+        t->spans[t->count++] = (Span){ low, high };
+        return;
+    }
+    int nearest = 0;
+    int64_t gap = INT64_MAX;
+    for (int i = 0; i < TRACK_SPANS; i++) {
+        const int64_t d = low >= t->spans[i].high ? low - t->spans[i].high : t->spans[i].low - high;
+        if (d < gap) { gap = d; nearest = i; }
+    }
+    if (low < t->spans[nearest].low) t->spans[nearest].low = low;
+    if (high > t->spans[nearest].high) t->spans[nearest].high = high;
+}
+
+/* A chain's frames and right frames per method (n[2 * method], n[2 * method
+ * + 1]) over some frames of a walk; `any`: whether n holds any (and is set:
+ * an unwinder that is no chain never touches n). */
+typedef struct { int any; uint64_t n[2 * CHAIN_METHODS]; } MethodCounts;
+
+static inline void counts_add(MethodCounts *to, const MethodCounts *from) {
+    if (!from->any) return;
+    if (!to->any) { memset(to->n, 0, sizeof to->n); to->any = 1; }
+    for (int i = 0; i < 2 * CHAIN_METHODS; i++) to->n[i] += from->n[i];
+}
 
 /* One unwinder's walk from frame 1 on, as made at an earlier stop (memo.c). */
 typedef struct {
     int valid, in_it;
     KFrame caller;       /* the frame the innermost step gave */
-    int64_t low, min_read;
+    int64_t low;
+    Track reads;         /* the stack bytes it read, */
+    uint8_t *bytes;      /* and what they held, span after span */
+    size_t capacity;
     Answer answer;
-    uint64_t counted[2 * CHAIN_METHODS];  /* a chain's frames and right frames per method, from frame 1 on */
+    MethodCounts counted;  /* a chain's, from frame 1 on */
 } OuterWalk;
 
-/* The outer walks of every unwinder, and what they are checked against at
- * the next stop: the shadow frames and the stack bytes [snap_low, high) of
- * the last stop (the snapshot holds [high - capacity, high)). */
+/* The outer walks of every unwinder, and the shadow frames they were
+ * compared with. */
 typedef struct {
     int enabled;           /* Verifier.memo */
     int active;            /* between memo_begin and memo_end */
@@ -100,23 +142,19 @@ typedef struct {
     Expected *expected;
     Py_ssize_t frames;
     size_t expected_capacity;
-    uint8_t *snapshot;
-    int64_t snap_low;
-    size_t capacity;
     uint64_t reused;       /* walks whose outer frames were taken from the last stop */
 } WalkMemo;
 
 int memo_init(WalkMemo *m, Py_ssize_t unwinders);
 void memo_free(WalkMemo *m);
 /* A stop begins: drop the walks whose shadow frames or stack bytes changed. */
-void memo_begin(WalkMemo *m, const uint8_t *memory, int64_t base, int64_t high, const Expected *expected,
-                Py_ssize_t frames);
+void memo_begin(WalkMemo *m, const uint8_t *memory, int64_t base, const Expected *expected, Py_ssize_t frames);
 /* The kept outer walk that holds for this caller of the innermost frame, or NULL. */
 const OuterWalk *memo_find(const WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it, int64_t low);
 void memo_keep(WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it, int64_t low, const Track *track,
-               const Answer *answer, const uint64_t *counted);
-/* The stop ends: the snapshot now covers every kept walk's reads. */
-void memo_end(WalkMemo *m, const uint8_t *memory, int64_t base, int64_t high);
+               const Answer *answer, const MethodCounts *counted, const uint8_t *memory, int64_t base);
+/* The stop ends. */
+void memo_end(WalkMemo *m);
 
 typedef struct Verifier Verifier;
 extern PyTypeObject VerifierType;

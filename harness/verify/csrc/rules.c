@@ -24,7 +24,7 @@ static inline int contains(const KStack *s, int64_t a) { return s->low <= a && a
 
 static inline int readable(const KStack *s, int64_t a, int64_t size) {
     if (a < s->low || a < s->base || a + size > s->high) return 0;
-    if (a < s->track->min_read) s->track->min_read = a;
+    track_read(s->track, a, a + size);
     return 1;
 }
 
@@ -52,8 +52,14 @@ static inline int caller_ok(int64_t callee_sp, int64_t callee_pc, const KFrame *
     return innermost && caller->r[SP] == callee_sp && caller->r[PC] != callee_pc ? STEP_OK : STEP_CALLER_FAILS;
 }
 
-/* Is `word` one of the `count` sorted uint32 at `sites`? */
+/* Is `word` one of the `count` sorted uint32 at `sites`? Most words of a
+ * stack (its own addresses, small numbers) lie outside the sites' span. */
 static int among(const uint8_t *sites, Py_ssize_t count, uint32_t word) {
+    uint32_t first, last;
+    if (!count) return 0;
+    memcpy(&first, sites, 4);
+    memcpy(&last, sites + 4 * (size_t)(count - 1), 4);
+    if (word < first || word > last) return 0;
     Py_ssize_t lo = 0, hi = count;
     while (lo < hi) {
         Py_ssize_t mid = lo + (hi - lo) / 2;
@@ -328,7 +334,7 @@ static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, i
  * in `counted` (see verifier_walk). */
 static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ssize_t from, Py_ssize_t to,
                        const KStack *s, uint32_t cpsr, const Expected *expected, Py_ssize_t frames, Answer *out,
-                       uint64_t *counted) {
+                       MethodCounts *counted) {
     for (Py_ssize_t index = from; index < to && out->kind == ANSWER_PASS; index++) {
         const int innermost = index == 0;
         Py_ssize_t rule_id = -1;
@@ -362,8 +368,9 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
                             &out->got, &out->want);
         if (out->reg >= 0) out->kind = ANSWER_MISMATCH;
         if (method >= 0) {
-            counted[2 * method]++;
-            if (out->reg < 0) counted[2 * method + 1]++;
+            if (!counted->any) { memset(counted->n, 0, sizeof counted->n); counted->any = 1; }
+            counted->n[2 * method]++;
+            if (out->reg < 0) counted->n[2 * method + 1]++;
         }
         /* r0-r3 and r12 hold nothing a caller relies on (verify.without_scratch). */
         frame->r[0] = frame->r[1] = frame->r[2] = frame->r[3] = frame->r[12] = 0;
@@ -378,43 +385,42 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
  * one's are taken from the last stop's walk where that still holds (memo.c). */
 int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame, int64_t low, uint32_t cpsr,
                   const Expected *expected, Py_ssize_t frames, Answer *out) {
-    Track track = { INT64_MAX };
+    Track track = { .count = 0 };
     const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high, self->site_tables, &track };
-    uint64_t counted[2 * CHAIN_METHODS] = {0};  /* committed unless the walk defers */
+    MethodCounts counted = { .any = 0 };  /* committed unless the walk defers */
     KFrame frame = *innermost_frame;
     out->kind = ANSWER_PASS;
     out->merged = 0;
-    if (walk_frames(self, unwinder, &frame, 0, frames < 1 ? frames : 1, &s, cpsr, expected, frames, out, counted))
+    if (walk_frames(self, unwinder, &frame, 0, frames < 1 ? frames : 1, &s, cpsr, expected, frames, out, &counted))
         return -1;
     if (out->kind == ANSWER_PASS && frames > 1) {
         const int in_it = it_state(cpsr) != 0;
         const OuterWalk *kept = memo_find(&self->memo, unwinder, &frame, in_it, low);
-        const uint64_t *outer = kept ? kept->counted : NULL;
-        uint64_t walked[2 * CHAIN_METHODS] = {0};
         if (kept) {
             *out = kept->answer;
             self->memo.reused++;
+            counts_add(&counted, &kept->counted);
         } else {
             const KFrame caller = frame;
-            track = (Track){ INT64_MAX };
-            if (walk_frames(self, unwinder, &frame, 1, frames, &s, cpsr, expected, frames, out, walked)) return -1;
-            memo_keep(&self->memo, unwinder, &caller, in_it, low, &track, out, walked);
-            outer = walked;
+            MethodCounts walked = { .any = 0 };
+            track.count = 0;
+            if (walk_frames(self, unwinder, &frame, 1, frames, &s, cpsr, expected, frames, out, &walked)) return -1;
+            memo_keep(&self->memo, unwinder, &caller, in_it, low, &track, out, &walked, s.memory, self->base);
+            counts_add(&counted, &walked);
         }
-        for (int i = 0; i < 2 * CHAIN_METHODS; i++) counted[i] += outer[i];
     }
-    if (out->kind == ANSWER_DEFER) return 0;
+    if (out->kind == ANSWER_DEFER || !counted.any) return 0;
     uint64_t *methods = self->methods + 2 * CHAIN_METHODS * unwinder;
-    for (int i = 0; i < 2 * CHAIN_METHODS; i++) methods[i] += counted[i];
+    for (int i = 0; i < 2 * CHAIN_METHODS; i++) methods[i] += counted.n[i];
     return 0;
 }
 
 void verifier_begin_stop(Verifier *self, const Expected *expected, Py_ssize_t frames) {
-    memo_begin(&self->memo, (const uint8_t *)self->memory.buf, self->base, self->high, expected, frames);
+    memo_begin(&self->memo, (const uint8_t *)self->memory.buf, self->base, expected, frames);
 }
 
 void verifier_end_stop(Verifier *self) {
-    memo_end(&self->memo, (const uint8_t *)self->memory.buf, self->base, self->high);
+    memo_end(&self->memo);
 }
 
 PyObject *answer_object(const Answer *a) {
