@@ -7,7 +7,8 @@ target in a test.
 1. Harness overhead: verified stops per second against the same emulation
    with a no-op per-instruction hook (the physical limit of stepping in
    Python), and against ground truth alone (the shadow stack, no unwinder);
-   whole runs, the emulator's set-up included, and stepping alone.
+   whole runs, the emulator's set-up included, and stepping alone
+   (harness.bench_overhead).
 2. Unwinder step cost: microseconds per frame over the same recorded stops,
    for each unwinder, and a v2 variant with a small direct-mapped pc cache.
 3. The v2 encoder at Chrome's scale, on a synthetic text drawn from the
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import datetime
 import gc
-import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -30,21 +30,19 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 
 from generators.corpus import generate_program
+from harness.bench_overhead import overhead
 from harness.bench_sampling import SAMPLED_EVERY, sampling_figures, sampling_rows
 from harness.bench_scale import encode_at_scale, lookups
 from harness.bench_sizes import epilogue_rows, synthesis_at_scale, synthesis_binary
 from harness.formats import chrome_v2
 from harness.program import Program
-from harness.report.summary import summarize
 from harness.unwind import build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.frame import Stack
 from harness.unwind.v2 import DirectMappedCache, NoCache, V2Unwinder
 from harness.unwind.v2_epilogue import EpilogueFirst
 from harness.unwind.walk import walk
-from harness.verify.emulator import Emulator
-from harness.verify.failures import ProgramResult
-from harness.verify.stops import DEFAULT_BUDGET, ObservedStop, verify_program
+from harness.verify.stops import ObservedStop, verify_program
 
 # Chrome is built by clang with optimization for size or speed: its functions
 # are drawn from these builds.
@@ -61,96 +59,11 @@ class BenchSize:
     linux: bool  # epilogue rows of the built Linux corpus programs too
 
 
-EMULATION_RUNS = 3  # runs of each program with no hook and under the no-op hook; the least counts
 FULL = BenchSize(programs=40, recorded_stops=4_000, functions=400_000, lookups=500_000, linux=True)
 QUICK = BenchSize(programs=1, recorded_stops=200, functions=4_000, lookups=20_000, linux=False)
 
 
 # ------------------------------------------------------------ 1. overhead
-
-
-def emulation_alone(program: Program) -> tuple[int, float, float, float]:
-    """(instructions, seconds setting an emulator up and closing it,
-    seconds running the program with no hook, seconds running it under a
-    no-op Python hook); each run in a fresh emulator, as a verified run is."""
-    count = 0
-
-    def hook(pc: int) -> None:
-        nonlocal count
-        count += 1
-
-    started = time.perf_counter()
-    emulator = Emulator(program.segments)
-    built = time.perf_counter()
-    emulator.call(program.entry, None, DEFAULT_BUDGET, program.args)
-    ran = time.perf_counter()
-    del emulator  # closing the engine: a verified run's ends inside its timing
-    closed = time.perf_counter()
-    emulator = Emulator(program.segments)
-    started_hooked = time.perf_counter()
-    emulator.call(program.entry, hook, DEFAULT_BUDGET, program.args)
-    return count, built - started + closed - ran, ran - built, time.perf_counter() - started_hooked
-
-
-def emulation_best(program: Program, runs: int = EMULATION_RUNS) -> tuple[int, float, float, float]:
-    """emulation_alone's figures, each the least of `runs` runs: a single
-    short run is at the mercy of a cold cache or the other process."""
-    measured = [emulation_alone(program) for _ in range(runs)]
-    return measured[0][0], *(min(m[n] for m in measured) for n in (1, 2, 3))
-
-
-def verified_best(program: Program, runs: int = EMULATION_RUNS) -> tuple[float, ProgramResult, list]:
-    """The least seconds of `runs` verified runs of `program`, summarized
-    as `run` does: the statistic the bare runs get. Each run has unwinders
-    built afresh (outside the timing: table building is not per-stop work),
-    so that none starts with the rules an earlier run made."""
-    best = math.inf
-    for _ in range(runs):
-        unwinders = build_unwinders(program)
-        started = time.perf_counter()
-        result = verify_program(program, unwinders)
-        summarize(result)
-        best = min(best, time.perf_counter() - started)
-    return best, result, unwinders
-
-
-def overhead(programs: Sequence[Program]) -> dict:
-    """Rates of whole program runs, as `run` makes them (a verified run is
-    summarized, as `run` does): the emulator's set-up (mapping the program
-    and the stack, a few milliseconds) and closing belong to a bare run as
-    they do to a verified one. The overhead ratio (the target's measure)
-    leaves them out of both, stepping alone, against a no-op Python hook;
-    the same against emulation with no hook at all is the stricter figure,
-    since the verifier's hook is compiled; the whole-run ratio keeps them in."""
-    setup = unhooked = bare = truth = verified = 0.0
-    instructions = stops = 0
-    emulation_alone(programs[0])  # warm up: the first emulator of a process pays once for what all share
-    for program in programs:
-        count, built, alone, hooked = emulation_best(program)
-        instructions += count
-        setup += built
-        unhooked += alone
-        bare += hooked
-        started = time.perf_counter()
-        verify_program(program, [])
-        truth += time.perf_counter() - started
-        seconds, result, unwinders = verified_best(program)
-        verified += seconds
-        stops += result.stops
-    stepping = max(verified - setup, 1e-9)
-    # Rates over the same instructions (verified stops add the few an IT block skips).
-    return {
-        "instructions": instructions, "stops": stops, "unwinders": len(unwinders),
-        "setup_ms_per_program": 1000 * setup / len(programs),
-        "unhooked_stops_per_second": instructions / (setup + unhooked),
-        "bare_stops_per_second": instructions / (setup + bare),
-        "ground_truth_stops_per_second": instructions / truth,
-        "verified_stops_per_second": stops / verified,
-        # The target's measure: the cost of verifying a stop against a no-op hook.
-        "verifier_overhead_ratio": bare / stepping,
-        "overhead_ratio_against_no_hook": unhooked / stepping,
-        "whole_run_overhead_ratio": (setup + bare) / verified,
-    }
 
 
 # ------------------------------------------------------------ 2. step cost
@@ -272,7 +185,7 @@ def run_bench(size: BenchSize, note: Callable[[str], None] = lambda step: None) 
     programs = [generate_program(0, number) for number in range(size.programs)]
     figures = {"size": size.__dict__}
     note(f"verification overhead ({size.programs} programs)")
-    figures["overhead"] = overhead(programs)
+    figures["overhead"] = overhead(size.programs)
     note(f"step cost per unwinder ({size.recorded_stops:,} stops)")
     figures["steps"] = step_cost(programs, size.recorded_stops)
     note(f"encoding {size.functions:,} functions")

@@ -75,16 +75,22 @@ class DwarfUnwinder:
     @cached_property
     def rule_maps(self) -> tuple[RuleMap, RuleMap]:
         """(callers', innermost) rules: each row's."""
-        return rule_maps(*partition_of(self.segments()), _rule_of_usable, "no CFI covers pc {pc:#x}")
+        partition, rows = partition_of(self.segments())
+        return rule_maps(partition, [_content(row) for row in rows], _rule_of_content, "no CFI covers pc {pc:#x}")
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         return self.rule_maps[innermost].rule_at(pc)
 
 
-def _rule_of_usable(row: CfiRow) -> Rule:
-    if row.problem:
-        return failing("unsupported", f"CFI at {row.address:#x}: {row.problem}")
-    return _rule_of_row(row.cfa_reg, row.cfa_offset, row.saved)
+def _content(row: CfiRow) -> tuple:
+    """What a row's rule depends on: its rules, or where it is and why it is unusable."""
+    return ("unusable", row.address, row.problem) if row.problem else (row.cfa_reg, row.cfa_offset, row.saved)
+
+
+def _rule_of_content(content: tuple) -> Rule:
+    if content[0] == "unusable":
+        return failing("unsupported", f"CFI at {content[1]:#x}: {content[2]}")
+    return _rule_of_row(*content)
 
 
 def _usable(row: CfiRow) -> CfiRow:

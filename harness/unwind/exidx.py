@@ -60,19 +60,29 @@ class ExidxUnwinder:
     @cached_property
     def rule_maps(self) -> tuple[RuleMap, RuleMap]:
         """(callers', innermost) rules: each entry's."""
-        return rule_maps(*partition_of(self.segments()), self._rule_of_entry,
+        partition, indices = partition_of(self.segments())
+        return rule_maps(partition, [_content(self.entries[index]) for index in indices], _rule_of_content,
                          "no .ARM.exidx entry covers pc {pc:#x}")
-
-    def _rule_of_entry(self, index: int) -> Rule | None:
-        entry = self.entries[index]
-        if entry.kind == "cantunwind":
-            return failing("no_info", "EXIDX_CANTUNWIND")
-        if entry.problem is not None:
-            return failing("corrupt_table", f"unreadable entry: {entry.problem}")
-        return rule_of_run(entry.ops)
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         return self.rule_maps[innermost].rule_at(pc)
+
+
+def _content(entry: ExidxEntry) -> tuple:
+    """What an entry's rule depends on (`ops_for`'s order of checks)."""
+    if entry.kind == "cantunwind":
+        return ("cantunwind",)
+    if entry.problem is not None:
+        return ("unreadable", entry.problem)
+    return ("ops", entry.ops)
+
+
+def _rule_of_content(content: tuple) -> Rule | None:
+    if content[0] == "cantunwind":
+        return failing("no_info", "EXIDX_CANTUNWIND")
+    if content[0] == "unreadable":
+        return failing("corrupt_table", f"unreadable entry: {content[1]}")
+    return rule_of_run(content[1])
 
 
 def exidx_unwinder_for(sections: ExidxSections, name: str = "exidx") -> ExidxUnwinder:

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import NamedTuple
 
 from harness.errors import UnwindFailure
-from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, Rule, RuleRange, failing
+from harness.unwind.rule import EVERYWHERE, LEAF, NOWHERE, PcWording, Rule, RuleRange, failing
 
 NO_ROW = -1  # the table has nothing for the pcs of a segment
 
@@ -72,40 +72,46 @@ def partition_of(segments: Iterable[tuple[int, Hashable | None]]) -> tuple[Parti
 
 class RuleMap(NamedTuple):
     """The rules of frames of one kind (the innermost, or callers): a frame
-    at pc finds the row of `partition` at pc - shift, and has the rule
-    `rule_of_row` makes of it."""
+    at pc finds the row of `partition` at pc - shift, and its rule is
+    `rule_of_value` of the row's value (`nothing` where the table has no
+    row). `rule_of_value` is a pure function of the value, so that
+    (rule_of_value, value) names the rule wherever it is met: the kernel
+    makes each rule once (harness.verify.kernel)."""
 
     partition: Partition
     shift: int
-    rule_of_row: Callable[[int], Rule | None]
+    values: Sequence
+    rule_of_value: Callable[[Hashable], Rule | None]
+    nothing: Rule
+
+    def rule_of_row(self, row: int) -> Rule | None:
+        return self.nothing if row == NO_ROW else self.rule_of_value(self.values[row])
+
+    def key_of_row(self, row: int) -> Hashable:
+        """What names the rule of `row`, whichever table holds it."""
+        return (itself, self.nothing) if row == NO_ROW else (self.rule_of_value, self.values[row])
 
     def rule_at(self, pc: int) -> RuleRange:
         row, low, high = self.partition.find(pc - self.shift)
         return RuleRange(self.rule_of_row(row), low + self.shift, high + self.shift)
 
 
-def rule_maps(partition: Partition, values: list, rule_of_value: Callable[[object], Rule | None],
+def itself(rule: Rule | None) -> Rule | None:
+    return rule
+
+
+def rule_maps(partition: Partition, values: Sequence, rule_of_value: Callable[[Hashable], Rule | None],
               nothing: str, caller_shift: int = 1, innermost_nothing: Rule | None = None) -> tuple[RuleMap, RuleMap]:
-    """(callers', innermost) RuleMaps over `partition` of `values`: a row's
-    rule is `rule_of_value` of its value, made once; where the table has
-    nothing, a no_info failure worded by `nothing` ("... {pc:#x}") with the
-    lookup pc (for the innermost frame, `innermost_nothing` where given). Callers
-    look up at pc - caller_shift, the innermost frame at pc."""
-    made: dict[int, Rule | None] = {}
-
-    def rule_of_row(row: int, nothing_here: Rule) -> Rule | None:
-        if row == NO_ROW:
-            return nothing_here
-        if row not in made:
-            made[row] = rule_of_value(values[row])
-        return made[row]
-
+    """(callers', innermost) RuleMaps over `partition` of `values`; where
+    the table has nothing, a no_info failure worded by `nothing` ("...
+    {pc:#x}") with the lookup pc (for the innermost frame,
+    `innermost_nothing` where given). Callers look up at pc - caller_shift,
+    the innermost frame at pc."""
     def missing(shift: int) -> Rule:
         return failing("no_info", PcWording(nothing, shift))
 
-    for_callers, for_innermost = missing(caller_shift), innermost_nothing or missing(0)
-    return (RuleMap(partition, caller_shift, lambda row: rule_of_row(row, for_callers)),
-            RuleMap(partition, 0, lambda row: rule_of_row(row, for_innermost)))
+    return (RuleMap(partition, caller_shift, values, rule_of_value, missing(caller_shift)),
+            RuleMap(partition, 0, values, rule_of_value, innermost_nothing or missing(0)))
 
 
 def found_in(lookup_range: Callable[[int], tuple[object, object, object]], text_base: int, lookup_pc: int,
@@ -122,4 +128,4 @@ def found_in(lookup_range: Callable[[int], tuple[object, object, object]], text_
 def everywhere(callers: Rule | None, innermost: Rule | None) -> tuple[RuleMap, RuleMap]:
     """RuleMaps of one rule for every pc (callers', innermost)."""
     whole = Partition(array("q", [NOWHERE]), array("q", [0]))
-    return RuleMap(whole, 0, lambda row: callers), RuleMap(whole, 0, lambda row: innermost)
+    return (RuleMap(whole, 0, (callers,), itself, LEAF), RuleMap(whole, 0, (innermost,), itself, LEAF))

@@ -127,16 +127,6 @@ class ChainUnwinder:
                 break
         return RuleRange(chain_rule(alternatives), low, high)
 
-    def rule_of_rows(self, innermost: bool, rows: Sequence[int]) -> Rule | None:
-        """The chain's rule where each method finds its row `rows[i]` in its
-        rule_maps (for the kernel, which finds the rows: csrc/sources.c)."""
-        alternatives: list[Rule | None] = []
-        for method, row in zip(self.methods, rows):
-            alternatives.append(method.rule_maps[innermost].rule_of_row(row))
-            if alternatives[-1] is None:
-                break
-        return chain_rule(alternatives)
-
 
 def chain_rule(alternatives: Sequence[Rule | None]) -> Rule | None:
     """Methods' rules in turn, up to one without a rule (it defers); None

@@ -99,7 +99,8 @@ class V2Unwinder:
     @cached_property
     def rule_maps(self) -> tuple[RuleMap, RuleMap]:
         """(callers', innermost) rules: each run's (harness.unwind.rule_map)."""
-        return rule_maps(*v2_partition(self.reader, self.text_base), lambda index: rule_of_run(self.reader.run(index)),
+        partition, indices = v2_partition(self.reader, self.text_base)
+        return rule_maps(partition, [self.reader.run(index) for index in indices], rule_of_run,
                          "no v2 entry covers pc {pc:#x}")
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
@@ -107,5 +108,6 @@ class V2Unwinder:
 
 
 def v2_partition(reader: V2Reader, text_base: int):
-    """The Partition of the pcs a v2 table covers, by instruction index (rule_map.partition_of)."""
+    """The Partition of the pcs a v2 table covers, and the instruction index
+    of each row (rule_map.partition_of)."""
     return partition_of((text_base + offset, index) for offset, index in reader.segments())

@@ -78,13 +78,9 @@ class ChromeV2Unwinder:
     @cached_property
     def rule_maps(self) -> tuple[RuleMap, RuleMap]:
         """(callers', innermost) rules, a caller's pc looked up as it is."""
-        def rule_of_index(index: int) -> Rule | None:
-            unsupported = self._unsupported(index)
-            if unsupported:
-                return failing("unsupported", PcWording(unsupported, 0))
-            return chrome_rule(self.reader.run(index))
-        return rule_maps(*v2_partition(self.reader, self.text_base), rule_of_index, "no v2 entry covers pc {pc:#x}",
-                         caller_shift=0)
+        partition, indices = v2_partition(self.reader, self.text_base)
+        runs = [(self.reader.run(index), self._unsupported(index)) for index in indices]
+        return rule_maps(partition, runs, _rule_of_row, "no v2 entry covers pc {pc:#x}", caller_shift=0)
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         return self.rule_maps[innermost].rule_at(pc)
@@ -119,6 +115,12 @@ def _check_vsp(vsp: int, frame_sp: int, stack: StackReader) -> None:
         raise UnwindFailure("limit", f"vsp {vsp:#x} went below the frame's sp {frame_sp:#x}")
     if not stack.contains(vsp):
         raise UnwindFailure("bad_read", f"vsp {vsp:#x} left the stack")
+
+
+def _rule_of_row(row: tuple[Run, str | None]) -> Rule | None:
+    """A row's rule: (its run, why Chrome's runtime does not execute it, or None)."""
+    run, unsupported = row
+    return chrome_rule(run) if unsupported is None else failing("unsupported", PcWording(unsupported, 0))
 
 
 @lru_cache(maxsize=1 << 14)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
+from collections.abc import Hashable
 from functools import lru_cache
 from typing import Callable, Sequence
 
@@ -85,10 +86,12 @@ def _pack_plain(rule: Rule) -> bytes | None:
     return _HEADER.pack(*fields) + b"".join(_LOAD.pack(*pair) for pair in pairs)
 
 
-def _set_sources(verifier, index: int, unwinder: Unwinder) -> None:
+def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[Unwinder]) -> None:
     """Tell the kernel where `unwinder`'s rules come from (csrc/sources.c):
     its table's partition (and where an epilogue may start ahead, its
-    code), or its chain's methods' partitions; by default, Python's rule_at."""
+    code), or its chain's methods' partitions (a method that is one of
+    `unwinders` before it, with that unwinder's rules); by default, Python's
+    rule_at."""
     maps = getattr(unwinder, "rule_maps", None)
     methods = getattr(unwinder, "methods", ())
     if maps is not None:
@@ -97,10 +100,13 @@ def _set_sources(verifier, index: int, unwinder: Unwinder) -> None:
         segments = getattr(getattr(unwinder, "simulator", None), "segments", ())
         if segments:
             verifier.set_epilogue(index, tuple(segments))
-    elif hasattr(unwinder, "rule_of_rows") and all(hasattr(m, "rule_maps") for m in methods) \
+    elif hasattr(unwinder, "step_by") and all(hasattr(m, "rule_maps") for m in methods) \
             and 0 < len(methods) <= abi.CHAIN_METHODS:
+        walked = {id(u): number for number, u in enumerate(unwinders[:index])
+                  if hasattr(u, "rule_maps") and not hasattr(u, "simulator")}
         for innermost in (0, 1):
-            verifier.set_chain(index, innermost, tuple(_partition_of(m.rule_maps[innermost]) for m in methods))
+            verifier.set_chain(index, innermost, tuple((*_partition_of(m.rule_maps[innermost]), walked.get(id(m), -1))
+                                                       for m in methods))
 
 
 def _partition_of(rule_map) -> tuple:
@@ -111,6 +117,21 @@ def _restores(unwinder: Unwinder) -> tuple[int, bool]:
     restores = restores_of(unwinder)
     assert set(restores.core) <= set(CALLEE_SAVED)
     return sum(1 << reg for reg in restores.core), restores.vfp
+
+
+# Rules by what names them (RuleMap.key_of_row; a chain's by its methods'),
+# packed: made once in a process for every table, unwinder and program
+# holding the same rows (the v2 tables of one program share most runs; a
+# program repeats its frames' CFI rows, and the next program, most of them).
+# A rule with a scan is packed with the number its Verifier gave the scan's
+# return addresses: each kernel keeps those apart.
+MADE: dict[Hashable, tuple[Rule | None, bytes | None]] = {}
+MADE_AT_MOST = 1 << 18  # then started afresh
+
+
+def _names_sites(rule: Rule | None) -> bool:
+    return rule is not None and (rule.scan_sites is not None or any(
+        alternative is not None and alternative.scan_sites is not None for alternative in rule.alternatives))
 
 
 class StopKernel:
@@ -131,9 +152,9 @@ class StopKernel:
         self._rule_at = [getattr(u, "rule_at", None) for u in self.unwinders]
         self.verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide,
                                  self._provide_rows)
-        self._chain_rules: dict[tuple[int, bool, tuple[int, ...]], tuple[int, bytes | None]] = {}
+        self._made: dict[Hashable, tuple[Rule | None, bytes | None]] = {}  # rules with a scan (`MADE`)
         for index, unwinder in enumerate(self.unwinders):
-            _set_sources(self.verifier, index, unwinder)
+            _set_sources(self.verifier, index, unwinder, self.unwinders)
         """What the Tracer walks with at every stop."""
         self.verifier.memo = self.keeps_outer_walks
         self.passes = self.verifier.passes
@@ -176,19 +197,23 @@ class StopKernel:
         return len(self.rules) - 1, packed, low, high
 
     def _provide_rows(self, index: int, innermost: int, rows: tuple[int, ...]) -> tuple[int, bytes | None]:
-        """The rule of a frame that finds `rows` in its unwinder's table (a
-        chain's methods' rows, one each), packed, with its id."""
+        """The rule of a frame that finds row `rows[-1]` in its unwinder's
+        table (a chain's: in that of its method `rows[0]`), packed, with its
+        id: made where nothing named alike was made before (`MADE`)."""
         unwinder = self.unwinders[index]
-        if not hasattr(unwinder, "rule_of_rows"):
-            return self._packed(unwinder.rule_maps[innermost].rule_of_row(rows[0]))
-        key = (index, innermost, rows)
-        made = self._chain_rules.get(key)
+        rule_map = (unwinder.methods[rows[0]] if len(rows) == 2 else unwinder).rule_maps[innermost]
+        key = rule_map.key_of_row(rows[-1])
+        made = MADE.get(key) or self._made.get(key)
         if made is None:
-            made = self._chain_rules[key] = self._packed(unwinder.rule_of_rows(innermost == 1, rows))
-        return made
-
-    def _packed(self, rule: Rule | None) -> tuple[int, bytes | None]:
-        packed = None if rule is None else pack_rule(rule, self._site_table)
+            rule = rule_map.rule_of_row(rows[-1])
+            made = rule, None if rule is None else pack_rule(rule, self._site_table)
+            if _names_sites(rule):  # packed with this Verifier's number for them: this kernel's alone
+                self._made[key] = made
+            else:
+                if len(MADE) >= MADE_AT_MOST:
+                    MADE.clear()
+                MADE[key] = made
+        rule, packed = made
         if packed is None:
             return -1, None
         self.rules.append(rule)

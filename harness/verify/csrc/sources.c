@@ -5,8 +5,12 @@
  *           row every pc up to the next start finds, looked up at pc - shift
  *           (a caller's return address one byte back, in its call). Python
  *           makes each row's rule once: provide_rows(unwinder, innermost, (row,)).
- * CHAIN     a chain of methods, each with its partition: the rows they find
- *           are asked of Python together, once for the pcs where none changes.
+ * CHAIN     a chain of methods, each with its partition: the chain's rule is
+ *           its methods' rules at their rows, one after the other (as
+ *           harness.unwind.scan.chain_rule and kernel.pack_rule write it),
+ *           each method's rule asked of Python once per row
+ *           (provide_rows(unwinder, innermost, (method, row))), or taken from
+ *           the source of the method where the Verifier walks it too.
  * EPILOGUE  v2+epilogue's innermost frame: its fallback's partition, except
  *           at a pc whose code may start an epilogue (the C twin of
  *           harness.thumb.encoding.may_start_epilogue), where Python's
@@ -30,15 +34,23 @@ struct Partition {
 };
 
 typedef struct { Py_ssize_t id; PyObject *rule; } KeptRule;  /* rule: bytes or Py_None; NULL: not made yet */
+typedef struct { KeptRule *items; Py_ssize_t count; } KeptRules;  /* by row + 1 */
 
 typedef struct { int64_t start; Py_buffer data; } CodeSegment;
+
+/* A chain's method: its partition, and its rules by row (its own, or those
+ * of source `unwinder` where the method is one of the Verifier's). */
+typedef struct {
+    Partition map;
+    Py_ssize_t unwinder;   /* -1: none */
+    KeptRules kept;
+} Method;
 
 struct Source {
     int kind;
     Partition map;                  /* MAP, EPILOGUE (the fallback's) */
-    KeptRule *kept;                 /* MAP, EPILOGUE: by row + 1 */
-    Py_ssize_t kept_count;
-    Partition *methods;             /* CHAIN */
+    KeptRules kept;                 /* MAP, EPILOGUE */
+    Method *methods;                /* CHAIN */
     int method_count;
     CodeSegment *code;              /* EPILOGUE */
     Py_ssize_t code_count;
@@ -51,11 +63,26 @@ static void partition_release(Partition *p) {
     memset(p, 0, sizeof *p);
 }
 
+static void kept_clear(KeptRules *kept) {
+    for (Py_ssize_t i = 0; i < kept->count; i++) Py_XDECREF(kept->items[i].rule);
+    PyMem_Free(kept->items);
+    memset(kept, 0, sizeof *kept);
+}
+
+static int kept_init(KeptRules *kept, int64_t max_row) {
+    kept->count = max_row + 2;
+    kept->items = PyMem_Calloc((size_t)kept->count, sizeof(KeptRule));
+    if (!kept->items) { kept->count = 0; PyErr_NoMemory(); return -1; }
+    return 0;
+}
+
 static void source_clear(Source *s) {
     partition_release(&s->map);
-    for (Py_ssize_t i = 0; i < s->kept_count; i++) Py_XDECREF(s->kept[i].rule);
-    PyMem_Free(s->kept);
-    for (int i = 0; i < s->method_count; i++) partition_release(&s->methods[i]);
+    kept_clear(&s->kept);
+    for (int i = 0; i < s->method_count; i++) {
+        partition_release(&s->methods[i].map);
+        kept_clear(&s->methods[i].kept);
+    }
     PyMem_Free(s->methods);
     for (Py_ssize_t i = 0; i < s->code_count; i++) PyBuffer_Release(&s->code[i].data);
     PyMem_Free(s->code);
@@ -154,12 +181,15 @@ static int take_reply(PyObject *reply, Py_ssize_t *id, PyObject **rule) {
     return 0;
 }
 
-/* The kept rule of `row` of a MAP or EPILOGUE source (asked of Python the first time). */
-static PyObject *kept_rule(Sources *s, Source *src, Py_ssize_t unwinder, int innermost, int64_t row,
+/* The kept rule of `row` (asked of Python the first time: of the unwinder's
+ * table, or with `method` >= 0 of that method of its chain). */
+static PyObject *kept_rule(Sources *s, KeptRules *rules, Py_ssize_t unwinder, int innermost, int method, int64_t row,
                            Py_ssize_t *id) {
-    KeptRule *kept = &src->kept[row + 1];
+    KeptRule *kept = &rules->items[row + 1];
     if (!kept->rule) {
-        PyObject *reply = PyObject_CallFunction(s->provide_rows, "ni(L)", unwinder, innermost, (long long)row);
+        PyObject *reply = method < 0
+            ? PyObject_CallFunction(s->provide_rows, "ni(L)", unwinder, innermost, (long long)row)
+            : PyObject_CallFunction(s->provide_rows, "ni(iL)", unwinder, innermost, method, (long long)row);
         PyObject *rule;
         if (take_reply(reply, &kept->id, &rule)) { Py_XDECREF(reply); return NULL; }
         Py_INCREF(rule);
@@ -198,30 +228,61 @@ static PyObject *provided(Sources *s, Source *src, Py_ssize_t unwinder, int64_t 
 
 /* ------------------------------------------------------------ chains */
 
+/* The chain's rule from its methods' (bytes or None each): their rules in
+ * turn up to one that defers (None, or a chain: not packed), each after
+ * its int32 length (0 for one that defers); None where every one fails
+ * outright (harness.unwind.scan.chain_rule, harness.verify.kernel.pack_rule). */
+static PyObject *chain_of(PyObject *const *rules, int count) {
+    int taken = 0, all_fail = 1;
+    Py_ssize_t size = sizeof(RuleHeader);
+    for (; taken < count; ) {
+        PyObject *rule = rules[taken++];
+        const RuleHeader *h = rule == Py_None ? NULL : (const RuleHeader *)PyBytes_AS_STRING(rule);
+        if (!h || (h->flags & CHAIN)) { all_fail = 0; size += 4; break; }
+        if (!(h->flags & FAILS)) all_fail = 0;
+        size += 4 + PyBytes_GET_SIZE(rule);
+    }
+    if (all_fail) Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (!out) return NULL;
+    uint8_t *at = (uint8_t *)PyBytes_AS_STRING(out);
+    const RuleHeader header = { .flags = CHAIN, .base = SP, .index = -1, .highest = taken };
+    memcpy(at, &header, sizeof header);
+    at += sizeof header;
+    for (int m = 0; m < taken; m++) {
+        const int defers = rules[m] == Py_None || (((const RuleHeader *)PyBytes_AS_STRING(rules[m]))->flags & CHAIN);
+        const int32_t length = defers ? 0 : (int32_t)PyBytes_GET_SIZE(rules[m]);
+        memcpy(at, &length, sizeof length);
+        at += sizeof length;
+        if (length) memcpy(at, PyBytes_AS_STRING(rules[m]), (size_t)length);
+        at += length;
+    }
+    return out;
+}
+
 static PyObject *chain_rule(Sources *s, Source *src, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t slot,
                             Py_ssize_t *id) {
     int64_t low = INT64_MIN, high = INT64_MAX;
-    PyObject *rows = PyTuple_New(src->method_count);
-    if (!rows) return NULL;
+    PyObject *rules[CHAIN_METHODS];
     for (int m = 0; m < src->method_count; m++) {
+        Method *method = &src->methods[m];
         int64_t method_low, method_high;
-        const int64_t row = row_at(&src->methods[m], pc, &method_low, &method_high);
-        if (row == -2) {  /* below every segment: Python's rule_at decides */
-            Py_DECREF(rows);
-            return provided(s, src, unwinder, pc, innermost, slot, id);
-        }
+        const int64_t row = row_at(&method->map, pc, &method_low, &method_high);
+        if (row == -2) return provided(s, src, unwinder, pc, innermost, slot, id);  /* below every segment */
         if (method_low > low) low = method_low;
         if (method_high < high) high = method_high;
-        PyObject *number = PyLong_FromLongLong(row);
-        if (!number) { Py_DECREF(rows); return NULL; }
-        PyTuple_SET_ITEM(rows, m, number);
+        Py_ssize_t ignored;
+        rules[m] = method->unwinder >= 0
+            ? kept_rule(s, &s->items[2 * method->unwinder + innermost].kept, method->unwinder, innermost, -1, row,
+                        &ignored)
+            : kept_rule(s, &method->kept, unwinder, innermost, m, row, &ignored);
+        if (!rules[m]) return NULL;
     }
-    PyObject *reply = PyObject_CallFunction(s->provide_rows, "niO", unwinder, innermost, rows);
-    Py_DECREF(rows);
-    PyObject *rule;
-    if (take_reply(reply, id, &rule)) { Py_XDECREF(reply); return NULL; }
-    PyObject *kept = keep_range(src, slot, low, high, rule, *id);
-    Py_DECREF(reply);
+    PyObject *rule = chain_of(rules, src->method_count);
+    if (!rule) return NULL;
+    *id = -1;  /* a chain is worded by its methods' step (a refusal, by a fixed text): no id of its own */
+    PyObject *kept = keep_range(src, slot, low, high, rule, -1);
+    Py_DECREF(rule);
     return kept;
 }
 
@@ -273,7 +334,7 @@ static PyObject *epilogue_rule(Sources *s, Source *src, Py_ssize_t unwinder, int
     while (end < limit && bytes - end >= 4 && !may_start_epilogue(code + end, 4)) end += 2;
     if (end > limit) end = limit;
     if (!end) return provided(s, src, unwinder, pc, 1, slot, id);
-    PyObject *rule = kept_rule(s, src, unwinder, 1, row, id);
+    PyObject *rule = kept_rule(s, &src->kept, unwinder, 1, -1, row, id);
     return rule ? keep_range(src, slot, pc, pc + end, rule, *id) : NULL;
 }
 
@@ -284,7 +345,7 @@ PyObject *sources_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, int innermos
     if (src->kind == FROM_MAP) {
         int64_t low, high;
         const int64_t row = row_at(&src->map, pc, &low, &high);
-        if (row != -2) return kept_rule(s, src, unwinder, innermost, row, id);
+        if (row != -2) return kept_rule(s, &src->kept, unwinder, innermost, -1, row, id);
     }
     Py_ssize_t slot;
     const Range *found = ranges_find(&src->ranges, pc, &slot);
@@ -314,13 +375,6 @@ static Source *source_at(Sources *s, Py_ssize_t unwinder, int innermost) {
     return src;
 }
 
-static int keep_rows(Source *src, int64_t max_row) {
-    src->kept_count = max_row + 2;
-    src->kept = PyMem_Calloc((size_t)src->kept_count, sizeof(KeptRule));
-    if (!src->kept) { PyErr_NoMemory(); return -1; }
-    return 0;
-}
-
 /* set_map(unwinder, innermost, starts, rows, shift) */
 int sources_set_map(Sources *s, PyObject *args) {
     Py_ssize_t unwinder;
@@ -334,12 +388,13 @@ int sources_set_map(Sources *s, PyObject *args) {
     const int failed = !triple || partition_from(&src->map, triple, &max_row);
     Py_XDECREF(triple);
     if (failed) return -1;
-    if (keep_rows(src, max_row)) { source_clear(src); return -1; }
+    if (kept_init(&src->kept, max_row)) { source_clear(src); return -1; }
     src->kind = FROM_MAP;
     return 0;
 }
 
-/* set_chain(unwinder, innermost, ((starts, rows, shift), ...)): one per method */
+/* set_chain(unwinder, innermost, ((starts, rows, shift, unwinder or -1), ...)): one per method, with the
+ * Verifier's unwinder that is that method where there is one (its source set first, by set_map). */
 int sources_set_chain(Sources *s, PyObject *args) {
     Py_ssize_t unwinder;
     int innermost;
@@ -352,12 +407,30 @@ int sources_set_chain(Sources *s, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "a chain has 1 to %d methods, not %zd", CHAIN_METHODS, count);
         return -1;
     }
-    src->methods = PyMem_Calloc((size_t)count, sizeof(Partition));
+    src->methods = PyMem_Calloc((size_t)count, sizeof(Method));
     if (!src->methods) { PyErr_NoMemory(); return -1; }
     for (Py_ssize_t m = 0; m < count; m++) {
+        PyObject *method = PyTuple_GET_ITEM(methods, m), *triple;
+        Method *into = &src->methods[m];
         int64_t max_row;
-        if (partition_from(&src->methods[m], PyTuple_GET_ITEM(methods, m), &max_row)) { source_clear(src); return -1; }
         src->method_count = (int)m + 1;
+        if (!PyTuple_Check(method) || PyTuple_GET_SIZE(method) != 4) {
+            PyErr_SetString(PyExc_ValueError, "a chain's method is (starts, rows, shift, unwinder or -1)");
+            source_clear(src);
+            return -1;
+        }
+        into->unwinder = PyLong_AsSsize_t(PyTuple_GET_ITEM(method, 3));
+        triple = PyTuple_GetSlice(method, 0, 3);
+        const int failed = !triple || partition_from(&into->map, triple, &max_row);
+        Py_XDECREF(triple);
+        if (failed || (into->unwinder >= 0 && (into->unwinder >= s->count ||
+                                              s->items[2 * into->unwinder + innermost].kind != FROM_MAP ||
+                                              s->items[2 * into->unwinder + innermost].kept.count != max_row + 2))) {
+            if (!failed) PyErr_Format(PyExc_ValueError, "method %zd is no unwinder with its partition", m);
+            source_clear(src);
+            return -1;
+        }
+        if (into->unwinder < 0 && kept_init(&into->kept, max_row)) { source_clear(src); return -1; }
     }
     src->kind = FROM_CHAIN;
     return 0;
