@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from harness.report.failing import Group, combined, digest, from_json, new_failures, ranges_of, to_json, uncovered
-from harness.verify.failures import FailureCause, logged_pcs
+from harness.report.failing import Group, combined, digest, from_json, new_failures, to_json, uncovered
+from harness.verify.failures import FailureCause, logged_pcs, ranges_of
 
 BODY = ("f", frozenset(), "body")
 BAD_READ = FailureCause("v2", "bad_read", 0, "f", None, "", frozenset())

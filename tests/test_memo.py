@@ -16,7 +16,7 @@ from generators.corpus import generate_program
 from harness.classify import FunctionInfo
 from harness.linux.process import LinuxRun
 from harness.linux.verify import verify_process
-from harness.program import Program
+from harness.program import CfiRow, FunctionCfi, Program
 from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.verify import kernel
 from harness.verify.kernel import StopKernel
@@ -39,6 +39,11 @@ def verifiers(monkeypatch):
     return made
 
 
+def reused(verifier) -> int:
+    """Walks that took part of their frames, or all, from the last stop's."""
+    return verifier.outer_walks_reused + verifier.whole_walks_reused
+
+
 def verdicts(result) -> tuple:
     """Everything a run concludes: counts, failures by cause, every logged
     failure in order, and the chain's frames per method."""
@@ -59,7 +64,7 @@ def test_generated_programs_conclude_the_same_with_outer_walks_kept(monkeypatch,
     program = generate_program(seed, index)
     kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program)))
     assert verdicts(kept) == verdicts(stepped) and kept.stops > 500
-    assert verifiers[0].outer_walks_reused > kept.stops and verifiers[1].outer_walks_reused == 0
+    assert reused(verifiers[0]) > kept.stops and reused(verifiers[1]) == 0
 
 
 @pytest.mark.parametrize("file", ["gcc-O2-nofp.elf", "clang-O0-fp.elf", "clang-Os-nofp.elf"])
@@ -67,7 +72,7 @@ def test_compiled_programs_conclude_the_same_with_outer_walks_kept(monkeypatch, 
     program = elf_program(file)
     kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program)))
     assert verdicts(kept) == verdicts(stepped)
-    assert verifiers[0].outer_walks_reused > 5 * kept.stops  # deep stacks: most walks reuse
+    assert reused(verifiers[0]) > 5 * kept.stops  # deep stacks: most walks reuse
 
 
 def test_a_process_concludes_the_same_with_outer_walks_kept(monkeypatch, verifiers):
@@ -79,14 +84,14 @@ def test_a_process_concludes_the_same_with_outer_walks_kept(monkeypatch, verifie
     kept, stepped = both_ways(monkeypatch, lambda: verify_process(run, names, own))
     assert kept.fault is None and kept.stops > 50_000
     assert verdicts(kept) == verdicts(stepped)
-    assert sum(v.outer_walks_reused for v in verifiers[: len(verifiers) // 2]) > kept.stops
+    assert sum(reused(v) for v in verifiers[: len(verifiers) // 2]) > kept.stops
 
 
 def test_a_sampled_run_keeps_no_outer_walk(verifiers):
     """Samples lie far apart: the memo would compare a changed stack for nothing."""
     program = generate_program(0, 3)
     verify_program(program, build_unwinders(program), every=7)
-    assert verifiers and all(v.outer_walks_reused == 0 for v in verifiers)
+    assert verifiers and all(reused(v) == 0 for v in verifiers)
 
 
 def test_a_store_into_a_callers_frame_is_seen_by_the_next_walk(monkeypatch, verifiers):
@@ -109,4 +114,53 @@ def test_a_store_into_a_callers_frame_is_seen_by_the_next_walk(monkeypatch, veri
     assert verdicts(kept) == verdicts(stepped)
     wrong = [(entry[3].frame, entry[3].kind, entry[4][0]) for entry in kept.failure_log if entry[3].frame == 1]
     assert wrong == [(1, "wrong_pc", 0)] * 3
-    assert verifiers[0].outer_walks_reused > 0
+    assert reused(verifiers[0]) > 0
+
+
+def test_a_store_into_the_innermost_frames_record_is_seen_by_the_next_walk(monkeypatch, verifiers):
+    """`inner` overwrites the lr it saved itself with 0, runs two nops and
+    puts it back, through r1 and r2 (scratch: they pass to no caller). The
+    innermost step reads that word: wrong at frame 0 at the three stops
+    while it is 0, right again after; yet every register but the pc and the
+    scratch ones is the same at each: only the stack changed, and a walk
+    taken whole from the stop before would miss it."""
+    lines = ["main: push {r7, lr}", "mov r7, sp", "bl inner", "movs r0, #5", "pop {r7, pc}",
+             "inner: push {r4, lr}", "ldr r1, [sp, #4]", "movs r2, #0", "str r2, [sp, #4]", "nop", "nop",
+             "str r1, [sp, #4]", "pop {r4, pc}"]
+    code = assemble(lines, BASE)
+    inner, end = BASE + code.index(bytes.fromhex("10b5")), BASE + len(code)  # push {r4, lr}
+    info = (FunctionInfo("main", BASE, inner, BASE, (), frozenset()),
+            FunctionInfo("inner", inner, end, inner, (), frozenset()))
+    rows = (FunctionCfi("main", BASE, inner, (CfiRow(BASE), CfiRow(BASE + 2, cfa_offset=8, saved=((7, -8), (14, -4))))),
+            FunctionCfi("inner", inner, end, (CfiRow(inner), CfiRow(inner + 2, cfa_offset=8, saved=((4, -8), (14, -4))))))
+    program = Program("clobber-own", ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows},
+                      expected_result=5)
+    kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["dwarf"])))
+    assert (kept.fault, kept.result) == (None, 5)
+    assert verdicts(kept) == verdicts(stepped)
+    wrong = [(entry[3].frame, entry[3].kind) for entry in kept.failure_log]
+    assert wrong == [(0, "wrong_pc")] * 3
+    assert verifiers[0].whole_walks_reused > 0
+
+
+def test_a_scratch_register_a_rule_reads_is_part_of_what_a_walk_depends_on(monkeypatch, verifiers):
+    """`inner` sets its CFA rule to r3 (as `mov r3, sp` makes it, scratch:
+    r3 passes to no caller), then moves r3 up and back. The step from inner
+    is wrong at the one stop where r3 is 8 above sp, though nothing a step
+    reads otherwise changed: a walk taken whole from the stop before would
+    miss it."""
+    lines = ["main: push {r7, lr}", "bl inner", "movs r0, #5", "pop {r7, pc}",
+             "inner: mov r3, sp", "nop", "adds r3, #8", "subs r3, #8", "nop", "bx lr"]
+    code = assemble(lines, BASE)
+    inner, end = BASE + code.index(bytes.fromhex("6b46")), BASE + len(code)  # mov r3, sp
+    info = (FunctionInfo("main", BASE, inner, BASE, (), frozenset()),
+            FunctionInfo("inner", inner, end, inner, (), frozenset()))
+    rows = (FunctionCfi("main", BASE, inner, (CfiRow(BASE), CfiRow(BASE + 2, cfa_offset=8, saved=((7, -8), (14, -4))))),
+            FunctionCfi("inner", inner, end, (CfiRow(inner), CfiRow(inner + 2, cfa_reg=3))))
+    program = Program("cfa-in-r3", ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows},
+                      expected_result=5)
+    kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["dwarf"])))
+    assert (kept.fault, kept.result) == (None, 5)
+    assert verdicts(kept) == verdicts(stepped)
+    assert [(entry[3].frame, entry[3].kind) for entry in kept.failure_log] == [(0, "wrong_sp")]
+    assert verifiers[0].whole_walks_reused > 0

@@ -17,41 +17,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable, NamedTuple, Sequence
 
-from harness.verify.failures import STOPPED_PREFIX, LoggedPcs, counted_kind
+from harness.verify.failures import STOPPED_PREFIX, LoggedPcs, Ranges, counted_kind, merged
 
 PCS_PER_UNWINDER = 100_000
-RANGE_GAP = 4
-Ranges = tuple[tuple[int, int], ...]  # sorted, disjoint, inclusive [low, high]
 GroupKey = tuple[str, str, str]  # (function, position, kind)
 
 
 class Group(NamedTuple):
     stops: int
     pcs: Ranges | None  # None: not every failing walk was logged
-
-
-def ranges_of(pcs: Iterable[int]) -> Ranges:
-    out = []
-    low = high = -RANGE_GAP - 2  # before any pc
-    for pc in sorted(pcs):
-        if pc > high + RANGE_GAP:
-            if high >= 0:
-                out.append((low, high))
-            low = pc
-        high = pc
-    if high >= 0:
-        out.append((low, high))
-    return tuple(out)
-
-
-def merged(spans: Iterable[tuple[int, int]]) -> Ranges:
-    out: list[list[int]] = []
-    for low, high in sorted(spans):
-        if out and low <= out[-1][1] + RANGE_GAP:
-            out[-1][1] = max(out[-1][1], high)
-        else:
-            out.append([low, high])
-    return tuple((low, high) for low, high in out)
 
 
 def uncovered(now: Ranges, before: Ranges) -> Ranges:
@@ -81,12 +55,12 @@ def digest(tally: Counter, logged: LoggedPcs) -> dict[str, dict[GroupKey, Group]
         if not kind.startswith(STOPPED_PREFIX):
             stops[(cause.unwinder, (where[0], where[2], kind))] += count
     counted: Counter = Counter()
-    pcs: dict[tuple[str, GroupKey], set[int]] = {}
+    pcs: dict[tuple[str, GroupKey], Ranges] = {}
     for (where, cause), (count, found) in logged.items():
         counted[cause.unwinder] += count
         key = (cause.unwinder, (where[0], where[2], kinds[cause]))  # every logged failure is tallied
         held = pcs.get(key)
-        pcs[key] = found if held is None else held | found
+        pcs[key] = found if held is None else merged((*held, *found))
     totals: Counter = Counter()
     for (unwinder, _), count in stops.items():
         totals[unwinder] += count
@@ -94,7 +68,7 @@ def digest(tally: Counter, logged: LoggedPcs) -> dict[str, dict[GroupKey, Group]
                 if counted[unwinder] == total <= PCS_PER_UNWINDER}
     out: dict[str, dict[GroupKey, Group]] = {}
     for (unwinder, key), count in sorted(stops.items()):
-        found = ranges_of(pcs.get((unwinder, key), ())) if unwinder in complete else None
+        found = pcs.get((unwinder, key), ()) if unwinder in complete else None
         out.setdefault(unwinder, {})[key] = Group(count, found)
     return out
 

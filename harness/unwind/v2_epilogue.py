@@ -204,5 +204,11 @@ class EpilogueFirst:
         end = self.simulator.declines_from(pc, min(256, fallback.high - pc))
         if end > pc:
             return RuleRange(fallback.rule, pc, end)
+        goes, rule = self.plan_rule(pc)
+        return RuleRange(rule if goes else fallback.rule, pc, pc + 1)
+
+    def plan_rule(self, pc: int) -> tuple[bool, Rule | None]:
+        """Whether the epilogue ahead of an innermost frame at pc is simulated,
+        and if so its rule (the kernel has the tables' where it is not)."""
         plan = self.simulator.plan(pc)
-        return RuleRange(fallback.rule if isinstance(plan, str) else rule_of(plan), pc, pc + 1)
+        return (False, None) if isinstance(plan, str) else (True, rule_of(plan))

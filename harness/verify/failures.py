@@ -99,21 +99,51 @@ class FailureLog:
         return kept
 
 
-LoggedPcs = dict  # (where, cause) -> (failures logged, their distinct pcs)
+RANGE_GAP = 4  # pcs this many bytes apart or nearer (a Thumb-2 instruction) share a range
+Ranges = tuple[tuple[int, int], ...]  # sorted, disjoint, inclusive [low, high]
+LoggedPcs = dict  # (where, cause) -> (failures logged, the ranges of their pcs)
+
+
+def ranges_of(pcs: Iterable[int]) -> Ranges:
+    """The ranges of `pcs`, those at most RANGE_GAP apart in one (C twin:
+    trace.c: ranges_of)."""
+    out = []
+    low = high = -RANGE_GAP - 2  # before any pc
+    for pc in sorted(pcs):
+        if pc > high + RANGE_GAP:
+            if high >= 0:
+                out.append((low, high))
+            low = pc
+        high = pc
+    if high >= 0:
+        out.append((low, high))
+    return tuple(out)
+
+
+def merged(spans: Iterable[tuple[int, int]]) -> Ranges:
+    """Ranges joined: the ranges of every pc they hold together."""
+    out: list[list[int]] = []
+    for low, high in sorted(spans):
+        if out and low <= out[-1][1] + RANGE_GAP:
+            out[-1][1] = max(out[-1][1], high)
+        else:
+            out.append([low, high])
+    return tuple((low, high) for low, high in out)
 
 
 def logged_pcs(failures: Iterable[tuple[Where, FailureCause, int]],
-               grouped: Iterable[tuple[Where, FailureCause, int, Iterable[int]]] = ()) -> LoggedPcs:
+               grouped: Iterable[tuple[Where, FailureCause, int, Ranges]] = ()) -> LoggedPcs:
     """LoggedPcs of (where, cause, pc) failures, and of failures already
-    `grouped` (where, cause, how many, their pcs)."""
-    out: dict[tuple, tuple[int, set[int]]] = {}
+    `grouped` (where, cause, how many, the ranges of their pcs)."""
+    found: dict[tuple, tuple[int, set[int]]] = {}
     for where, cause, pc in failures:
-        count, pcs = out.get((where, cause)) or (0, set())
+        count, pcs = found.get((where, cause)) or (0, set())
         pcs.add(pc)
-        out[(where, cause)] = (count + 1, pcs)
-    for where, cause, count, found in grouped:
+        found[(where, cause)] = (count + 1, pcs)
+    out = {key: (count, ranges_of(pcs)) for key, (count, pcs) in found.items()}
+    for where, cause, count, ranges in grouped:
         held = out.get((where, cause))
-        out[(where, cause)] = (count, set(found)) if held is None else (held[0] + count, held[1].union(found))
+        out[(where, cause)] = (count, ranges) if held is None else (held[0] + count, merged((*held[1], *ranges)))
     return out
 
 

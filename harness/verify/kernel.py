@@ -35,6 +35,7 @@ except ImportError:  # not built: the verifier runs in Python alone
 
 AVAILABLE = Verifier is not None
 DEFER = False  # the kernel's answer where the unwinder's own step must run
+DECLINES = -2  # provide_plan's rule id where no epilogue is simulated (csrc/sources.c)
 
 
 _HEADER, _LOAD = abi.RULE_HEADER.struct, abi.LOAD.struct
@@ -151,7 +152,7 @@ class StopKernel:
         self.rules: list[Rule] = []  # by the id the kernel reports a failing rule with
         self._rule_at = [getattr(u, "rule_at", None) for u in self.unwinders]
         self.verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide,
-                                 self._provide_rows)
+                                 self._provide_rows, self._provide_plan)
         self._made: dict[Hashable, tuple[Rule | None, bytes | None]] = {}  # rules with a scan (`MADE`)
         for index, unwinder in enumerate(self.unwinders):
             _set_sources(self.verifier, index, unwinder, self.unwinders)
@@ -219,6 +220,18 @@ class StopKernel:
         self.rules.append(rule)
         return len(self.rules) - 1, packed
 
+    def _provide_plan(self, index: int, pc: int) -> tuple[int, bytes | None]:
+        """The rule of the epilogue ahead of an innermost frame at pc, packed,
+        with its id; DECLINES where there is none (the tables' rule holds)."""
+        goes, rule = self.unwinders[index].plan_rule(pc)
+        if not goes:
+            return DECLINES, None
+        packed = None if rule is None else pack_rule(rule, self._site_table)
+        if packed is None:
+            return -1, None
+        self.rules.append(rule)
+        return len(self.rules) - 1, packed
+
     def worded(self, entries: list) -> list:
         """Failure log entries (harness.verify.failures.FailureLog) with the
         values a failure rule's answer is logged with ("fails", rule id,
@@ -239,6 +252,16 @@ class StopKernel:
                 entry = (*entry[:4], caller_failure(values[1], values[2])[1])
             out.append(entry)
         return out
+
+    def kind_of(self, answer: abi.Answer) -> str:
+        """The kind `outcome` gives `answer`, without wording it: a guard
+        failure the tracer merged (one cause per function) is of its rule's
+        fixed kind, or bad_read where Chrome's caller sp is misaligned."""
+        if isinstance(answer, abi.GuardFailure):
+            return self.rules[answer.rule_id].guard_kind or "bad_read"
+        if isinstance(answer, abi.FailingRule):
+            return self.rules[answer.rule_id].failure[0]
+        return self.outcome(answer)[1]
 
     def outcome(self, answer: abi.Answer) -> Outcome:
         """(frame, kind, no register, reason) of a failing rule, of a rule

@@ -27,7 +27,7 @@ from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
 from harness.verify.emulator import EmulationFault, Emulator, as_limits, guard_cause
-from harness.verify.failures import FailureLog, ProgramResult, counted_kind, logged_failures, quiet_ranges
+from harness.verify.failures import RANGE_GAP, FailureLog, ProgramResult, counted_kind, logged_failures, quiet_ranges
 from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, has_bit, raise_entries, unpacked
 from harness.verify.sampling import chooser
 from harness.verify.verification import Verification
@@ -102,8 +102,11 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
                                         every, shard, compiled, by_blocks)
         except EmulationFault as fault:
             result.fault = str(fault)
+        counts, kinds = result.counts, {}
         for (where, cause), stops in result.failure_tally.items():
-            result.counts[(cause.unwinder, where[1], where[2], counted_kind(cause))] += stops
+            kind = kinds.get(cause) or kinds.setdefault(cause, counted_kind(cause))
+            key = (cause.unwinder, where[1], where[2], kind)
+            counts[key] = counts.get(key, 0) + stops
         if system is not None:
             result.stdout_sha256 = system.outcome().stdout_sha256
     return result
@@ -241,10 +244,13 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         result.stops, result.instructions = tracer.stops, tracer.seen
         causes = [run.kernel_cause(stop_kernel, index, abi.answer(answer), culprit)
                   for index, answer, culprit in tracer.causes()]
-        tally = run.tally()
+        result.failure_tally = tally = run.tally()
+        kernel_tally: dict = {}  # by (where, cause): kernel causes of different ids may be alike
+        wheres = run.wheres
         for where, cause, stops in tracer.tally():
-            tally[(run.wheres[where], causes[cause])] += stops
-        result.failure_tally = tally
+            key = (wheres[where], causes[cause])
+            kernel_tally[key] = kernel_tally.get(key, 0) + stops
+        tally.update(kernel_tally)
         result.failure_log = _merged_log(tracer, run, stop_kernel, causes, logged_failures(tally) > cap)
         if stop_kernel is not None:
             classes = {number: key for key, number in run.stop_classes.items()}
@@ -263,7 +269,7 @@ def _merged_log(tracer, run: Verification, stop_kernel, causes: list, truncated:
 
     def logged_pcs():
         mine, theirs = tracer.log_split(run.log.entries(), cap) if truncated else (-1, None)
-        return run.logged_pcs(tracer.logged_pcs(mine), causes, theirs)
+        return run.logged_pcs(tracer.logged_pcs(mine, RANGE_GAP), causes, theirs)
     return FailureLog(lambda count: worded(tracer.failure_log(run.wheres, causes, run.log.entries(), count, cap)),
                       truncated=truncated, pcs=logged_pcs)
 

@@ -4,7 +4,6 @@ why a walk failed, and the causes of the compiled kernel's failing answers."""
 
 from __future__ import annotations
 
-from array import array
 from collections import Counter
 from functools import partial
 from itertools import islice
@@ -87,9 +86,9 @@ class Verification:
             function, traits, _ = self.wheres[culprit]
             kind, register_name = mismatch_of(answer.register)
             return FailureCause(self.names[index], kind, answer.frame, function, register_name, "", traits)
-        if culprit >= 0:  # each worded where the log is read
+        if culprit >= 0:  # each worded where the log is read (a guard failure here: one the tracer merged)
             function, traits, _ = self.wheres[culprit]
-            return FailureCause(self.names[index], stop_kernel.outcome(answer)[1], answer.frame, function, None, "",
+            return FailureCause(self.names[index], stop_kernel.kind_of(answer), answer.frame, function, None, "",
                                 traits)
         return self.failure_cause(self.names[index], stop_kernel.outcome(answer), answer.pc)
 
@@ -130,8 +129,8 @@ class Verification:
         all) and of the kernel's (`kernel_logged`: Tracer.logged_pcs(), its
         cause ids of `causes`)."""
         return logged_pcs(islice(self.log.failures(), first),
-                          ((self.wheres[where], causes[cause], count, array("I", pcs))
-                           for where, cause, count, pcs in kernel_logged))
+                          ((self.wheres[where], causes[cause], count, ranges)
+                           for where, cause, count, ranges in kernel_logged))
 
     def tally(self) -> Counter:
         """(where, cause) -> stops, of the walks in Python, logged or not."""

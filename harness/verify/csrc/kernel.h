@@ -66,8 +66,9 @@ typedef struct {
     Py_ssize_t count;
     PyObject *provide;      /* provide(unwinder, pc, innermost) -> (rule id, bytes or None, low, high) */
     PyObject *provide_rows; /* provide_rows(unwinder, innermost, rows) -> (rule id, bytes or None) */
+    PyObject *provide_plan; /* provide_plan(unwinder, pc) -> (rule id, bytes or None); id -2: no epilogue */
 } Sources;
-int sources_init(Sources *s, Py_ssize_t unwinders, PyObject *provide, PyObject *provide_rows);
+int sources_init(Sources *s, Py_ssize_t unwinders, PyObject *provide, PyObject *provide_rows, PyObject *provide_plan);
 void sources_free(Sources *s);
 /* The rule (borrowed bytes, or Py_None to defer) for a frame at pc, its id in
  * *id; NULL on a Python error. */
@@ -84,7 +85,10 @@ int may_start_epilogue(const uint8_t *code, Py_ssize_t n);
  * miss one that was. */
 #define TRACK_SPANS 8
 typedef struct { int64_t low, high; } Span;
-typedef struct { Span spans[TRACK_SPANS]; int count; } Track;
+/* `pc_read`: an innermost step compared its caller's pc with the frame's
+ * (check_caller, where the caller keeps its sp): its answer may change
+ * with the pc alone. */
+typedef struct { Span spans[TRACK_SPANS]; int count, pc_read; } Track;
 
 static inline void track_read(Track *t, int64_t low, int64_t high) {
     for (int i = t->count - 1; i >= 0; i--) {  /* a walk reads up the stack: mostly the last span grows */
@@ -120,16 +124,32 @@ static inline void counts_add(MethodCounts *to, const MethodCounts *from) {
     for (int i = 0; i < 2 * CHAIN_METHODS; i++) to->n[i] += from->n[i];
 }
 
-/* One unwinder's walk from frame 1 on, as made at an earlier stop (memo.c). */
+/* Stack bytes a walk read, and what they held. */
+typedef struct {
+    Track reads;
+    uint8_t *bytes;      /* span after span */
+    size_t capacity;
+} Snapshot;
+
+/* One unwinder's walk as made at an earlier stop (memo.c): from frame 1 on
+ * (`valid`), and whole (`whole`): the innermost frame's rule, registers
+ * but pc, IT state and caller shadow frame, and what its step read. */
 typedef struct {
     int valid, in_it;
     KFrame caller;       /* the frame the innermost step gave */
     int64_t low;
-    Track reads;         /* the stack bytes it read, */
-    uint8_t *bytes;      /* and what they held, span after span */
-    size_t capacity;
+    Snapshot outer;      /* the bytes the walk from frame 1 on read */
     Answer answer;
     MethodCounts counted;  /* a chain's, from frame 1 on */
+    int whole, whole_needs_outer;
+    PyObject *rule;      /* borrowed: a Verifier keeps every rule it was given */
+    uint32_t scratch;    /* the scratch registers (r0-r3, r12) its step reads (memo.c: scratch_read) */
+    KFrame innermost;
+    int it;
+    Expected top;        /* the innermost frame's caller's shadow frame */
+    Snapshot first;      /* the bytes the innermost step read */
+    Answer whole_answer;
+    MethodCounts whole_counted;
 } OuterWalk;
 
 /* The outer walks of every unwinder, and the shadow frames they were
@@ -143,6 +163,7 @@ typedef struct {
     Py_ssize_t frames;
     size_t expected_capacity;
     uint64_t reused;       /* walks whose outer frames were taken from the last stop */
+    uint64_t reused_whole; /* walks taken whole from the last stop */
 } WalkMemo;
 
 int memo_init(WalkMemo *m, Py_ssize_t unwinders);
@@ -153,6 +174,15 @@ void memo_begin(WalkMemo *m, const uint8_t *memory, int64_t base, const Expected
 const OuterWalk *memo_find(const WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it, int64_t low);
 void memo_keep(WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it, int64_t low, const Track *track,
                const Answer *answer, const MethodCounts *counted, const uint8_t *memory, int64_t base);
+/* The whole walk kept for an innermost frame with this rule, registers (its
+ * pc aside), IT state and caller shadow frame, or NULL. */
+const OuterWalk *memo_find_whole(const WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
+                                 int it, const Expected *top);
+/* Keep the whole walk (`first`: the innermost step's reads): its outer part,
+ * if it has one (`needs_outer`), is the one kept now. */
+void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost, int it,
+                     const Expected *top, const Track *first, int needs_outer, const Answer *answer,
+                     const MethodCounts *counted, const uint8_t *memory, int64_t base);
 /* The stop ends. */
 void memo_end(WalkMemo *m);
 

@@ -37,25 +37,50 @@ int memo_init(WalkMemo *m, Py_ssize_t unwinders) {
 }
 
 void memo_free(WalkMemo *m) {
-    for (Py_ssize_t i = 0; i < m->count; i++) PyMem_Free(m->walks[i].bytes);
+    for (Py_ssize_t i = 0; i < m->count; i++) {
+        PyMem_Free(m->walks[i].outer.bytes);
+        PyMem_Free(m->walks[i].first.bytes);
+    }
     PyMem_Free(m->walks);
     PyMem_Free(m->expected);
     memset(m, 0, sizeof *m);
 }
 
 static void forget_all(WalkMemo *m) {
-    for (Py_ssize_t i = 0; i < m->count; i++) m->walks[i].valid = 0;
+    for (Py_ssize_t i = 0; i < m->count; i++) m->walks[i].valid = m->walks[i].whole = 0;
 }
 
-/* Do the bytes walk `w` read hold what they held? */
-static int still_holds(const OuterWalk *w, const uint8_t *memory, int64_t base) {
-    const uint8_t *kept = w->bytes;
-    for (int i = 0; i < w->reads.count; i++) {
-        const size_t size = (size_t)(w->reads.spans[i].high - w->reads.spans[i].low);
-        if (memcmp(memory + (w->reads.spans[i].low - base), kept, size)) return 0;
-        kept += size;
+/* Do the bytes of `kept` hold what they held? */
+static int still_holds(const Snapshot *kept, const uint8_t *memory, int64_t base) {
+    const uint8_t *was = kept->bytes;
+    for (int i = 0; i < kept->reads.count; i++) {
+        const size_t size = (size_t)(kept->reads.spans[i].high - kept->reads.spans[i].low);
+        if (memcmp(memory + (kept->reads.spans[i].low - base), was, size)) return 0;
+        was += size;
     }
     return 1;
+}
+
+/* Copy what `reads` spans hold into `into`; 0, or -1 if they are too many
+ * bytes to keep (or no memory). */
+static int snapshot(Snapshot *into, const Track *reads, const uint8_t *memory, int64_t base) {
+    size_t bytes = 0;
+    for (int i = 0; i < reads->count; i++) bytes += (size_t)(reads->spans[i].high - reads->spans[i].low);
+    if (bytes > MEMO_MAX_BYTES) return -1;
+    if (bytes > into->capacity) {
+        uint8_t *grown = PyMem_Realloc(into->bytes, bytes);
+        if (!grown) return -1;  /* not kept: walked again */
+        into->bytes = grown;
+        into->capacity = bytes;
+    }
+    uint8_t *out = into->bytes;
+    for (int i = 0; i < reads->count; i++) {
+        const size_t size = (size_t)(reads->spans[i].high - reads->spans[i].low);
+        memcpy(out, memory + (reads->spans[i].low - base), size);
+        out += size;
+    }
+    into->reads = *reads;
+    return 0;
 }
 
 void memo_begin(WalkMemo *m, const uint8_t *memory, int64_t base, const Expected *expected, Py_ssize_t frames) {
@@ -79,7 +104,8 @@ void memo_begin(WalkMemo *m, const uint8_t *memory, int64_t base, const Expected
     }
     for (Py_ssize_t i = 0; i < m->count; i++) {
         OuterWalk *w = &m->walks[i];
-        if (w->valid && !still_holds(w, memory, base)) w->valid = 0;
+        if (w->valid && !still_holds(&w->outer, memory, base)) w->valid = 0;
+        if (w->whole && ((w->whole_needs_outer && !w->valid) || !still_holds(&w->first, memory, base))) w->whole = 0;
     }
 }
 
@@ -97,30 +123,81 @@ void memo_keep(WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it
                const Answer *answer, const MethodCounts *counted, const uint8_t *memory, int64_t base) {
     if (!m->active) return;
     OuterWalk *w = &m->walks[unwinder];
-    w->valid = 0;
-    size_t bytes = 0;
-    for (int i = 0; i < track->count; i++) bytes += (size_t)(track->spans[i].high - track->spans[i].low);
-    if (bytes > MEMO_MAX_BYTES) return;
-    if (bytes > w->capacity) {
-        uint8_t *grown = PyMem_Realloc(w->bytes, bytes);
-        if (!grown) return;  /* not kept: walked again */
-        w->bytes = grown;
-        w->capacity = bytes;
-    }
-    uint8_t *out = w->bytes;
-    for (int i = 0; i < track->count; i++) {
-        const size_t size = (size_t)(track->spans[i].high - track->spans[i].low);
-        memcpy(out, memory + (track->spans[i].low - base), size);
-        out += size;
-    }
+    w->valid = w->whole = 0;
+    if (snapshot(&w->outer, track, memory, base)) return;
     w->valid = 1;
     w->caller = *caller;
     w->in_it = in_it;
     w->low = low;
-    w->reads = *track;
     w->answer = *answer;
     w->counted.any = 0;
     counts_add(&w->counted, counted);
+}
+
+/* The scratch registers (r0-r3, r12: they pass to the caller, where the
+ * walk clears them) that a rule's step reads, as the base or index of its
+ * addresses, or of a chain's methods'; the step reads every other register
+ * it depends on (r4-r11, sp and lr) whatever the rule. */
+static uint32_t scratch_read(const uint8_t *rule, Py_ssize_t size) {
+    const uint32_t scratch = 0x100F;
+    RuleHeader h;
+    if (size < (Py_ssize_t)sizeof h) return scratch;
+    memcpy(&h, rule, sizeof h);
+    if (h.flags & SCAN) return 0;
+    if (!(h.flags & CHAIN)) {
+        uint32_t used = 0;
+        if (h.base >= 0 && h.base < 16) used |= 1u << h.base;
+        if (h.index >= 0 && h.index < 16) used |= 1u << h.index;
+        return used & scratch;
+    }
+    uint32_t used = 0;
+    const uint8_t *at = rule + sizeof h, *end = rule + size;
+    for (int m = 0; m < h.highest && at + 4 <= end; m++) {
+        int32_t length;
+        memcpy(&length, at, sizeof length);
+        at += sizeof length;
+        if (length < 0 || at + length > end) return scratch;
+        used |= scratch_read(at, length);
+        at += length;
+    }
+    return used;
+}
+
+/* Do two frames hold the same r4-r11, sp and lr, d8-d15, and scratch registers `scratch`? */
+static int same_inputs(const KFrame *a, const KFrame *b, uint32_t scratch) {
+    if (memcmp(&a->r[4], &b->r[4], 8 * sizeof a->r[0]) || a->r[SP] != b->r[SP] || a->r[LR] != b->r[LR] ||
+        a->d_known != b->d_known || memcmp(a->d, b->d, sizeof a->d))
+        return 0;
+    for (int reg = 0; scratch >> reg; reg++)
+        if ((scratch >> reg & 1) && a->r[reg] != b->r[reg]) return 0;
+    return 1;
+}
+
+const OuterWalk *memo_find_whole(const WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
+                                 int it, const Expected *top) {
+    const OuterWalk *w = &m->walks[unwinder];
+    if (!m->active || !w->whole || w->rule != rule || w->it != it) return NULL;
+    if (!same_inputs(innermost, &w->innermost, w->scratch) || memcmp(top, &w->top, sizeof *top)) return NULL;
+    return w;
+}
+
+void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost, int it,
+                     const Expected *top, const Track *first, int needs_outer, const Answer *answer,
+                     const MethodCounts *counted, const uint8_t *memory, int64_t base) {
+    OuterWalk *w = &m->walks[unwinder];
+    w->whole = 0;
+    if (!m->active || first->pc_read || (needs_outer && !w->valid) || snapshot(&w->first, first, memory, base))
+        return;
+    w->whole = 1;
+    w->whole_needs_outer = needs_outer;
+    w->rule = rule;
+    w->scratch = rule == Py_None ? 0 : scratch_read((const uint8_t *)PyBytes_AS_STRING(rule), PyBytes_GET_SIZE(rule));
+    w->innermost = *innermost;
+    w->it = it;
+    w->top = *top;
+    w->whole_answer = *answer;
+    w->whole_counted.any = 0;
+    counts_add(&w->whole_counted, counted);
 }
 
 void memo_end(WalkMemo *m) { m->active = 0; }

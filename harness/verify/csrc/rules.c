@@ -45,11 +45,15 @@ static inline int read64(const KStack *s, int64_t a, uint64_t *out) {
 /* harness.thumb.encoding.it_state */
 static inline int it_state(uint32_t cpsr) { return ((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3); }
 
-/* harness.unwind.walk.check_caller: STEP_OK, or STEP_CALLER_FAILS where it would raise. */
-static inline int caller_ok(int64_t callee_sp, int64_t callee_pc, const KFrame *caller, int innermost) {
+/* harness.unwind.walk.check_caller: STEP_OK, or STEP_CALLER_FAILS where it
+ * would raise (noting in the walk's Track when it compared the pcs). */
+static inline int caller_ok(int64_t callee_sp, int64_t callee_pc, const KFrame *caller, int innermost,
+                            const KStack *s) {
     if (caller->r[SP] & 3) return STEP_CALLER_FAILS;
     if (caller->r[SP] > callee_sp) return STEP_OK;
-    return innermost && caller->r[SP] == callee_sp && caller->r[PC] != callee_pc ? STEP_OK : STEP_CALLER_FAILS;
+    if (!innermost || caller->r[SP] != callee_sp) return STEP_CALLER_FAILS;
+    s->track->pc_read = 1;
+    return caller->r[PC] != callee_pc ? STEP_OK : STEP_CALLER_FAILS;
 }
 
 /* Is `word` one of the `count` sorted uint32 at `sites`? Most words of a
@@ -89,7 +93,7 @@ static int scan_step(const RuleHeader *h, KFrame *f, int innermost, const KStack
         if (among(sites, count, (uint32_t)word)) {
             f->r[PC] = word & ~(int64_t)1;
             f->r[SP] = slot + 4;
-            return caller_ok(callee_sp, callee_pc, f, innermost);
+            return caller_ok(callee_sp, callee_pc, f, innermost, s);
         }
     }
     return (h->flags & GUARD_FAILS) ? STEP_GUARD_FAILS : STEP_DEFER;
@@ -148,6 +152,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
     if (h.base < 0 || h.base > 15 || h.index < -1 || h.index > 15) return STEP_DEFER;
     const int64_t callee_sp = f->r[SP], callee_pc = f->r[PC];
     const Load *loads = (const Load *)(rule + sizeof h);
+    int pc_loaded = 0;
     if (h.pre_loads) {  /* read from sp before the base is taken */
         if ((callee_sp & 3) || !contains(s, callee_sp + h.pre_lowest) || !contains(s, callee_sp + h.pre_highest))
             return STEP_DEFER;
@@ -155,6 +160,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
             Load l;
             memcpy(&l, &loads[i], sizeof l);
             if (l.reg < 0 || l.reg > 15 || !read32(s, callee_sp + l.offset, &f->r[l.reg])) return STEP_DEFER;
+            pc_loaded |= l.reg == PC;
         }
         loads += h.pre_loads;
     }
@@ -169,7 +175,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
         int record = guarded && read32(s, base, &saved) && (saved == 0 || saved > base);
         if (!record) {
             f->r[PC] = f->r[LR] & ~(int64_t)1;
-            return caller_ok(callee_sp, callee_pc, f, innermost);
+            return caller_ok(callee_sp, callee_pc, f, innermost, s);
         }
     } else if (!guarded) {
         return (h.flags & GUARD_FAILS) ? STEP_GUARD_FAILS : STEP_DEFER;
@@ -179,6 +185,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
         Load l;
         memcpy(&l, &loads[i], sizeof l);
         if (l.reg < 0 || l.reg > 15 || !read32(s, base + l.offset, &f->r[l.reg])) return STEP_DEFER;
+        pc_loaded |= l.reg == PC;
     }
     for (int i = h.loads; i < h.loads + h.vfp_loads; i++) {
         Load l;
@@ -190,10 +197,11 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
             f->d_known |= 1u << (l.reg - 8);
         }
     }
+    if (!(h.flags & PC_FROM_LR) && !pc_loaded) s->track->pc_read = 1;  /* the caller keeps the frame's pc */
     f->r[PC] = ((h.flags & PC_FROM_LR) ? f->r[LR] : f->r[PC]) & ~(int64_t)1;
     f->r[SP] = base + h.end;
     if ((h.flags & CALLER_ALIGNED8) && (f->r[SP] & 7)) return STEP_ALIGNED8_FAILS;  /* Chrome's check fails the step */
-    return caller_ok(callee_sp, callee_pc, f, innermost);
+    return caller_ok(callee_sp, callee_pc, f, innermost, s);
 }
 
 struct Verifier {
@@ -225,18 +233,20 @@ static void Verifier_dealloc(Verifier *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Verifier(memory, base, high, restores: [(core mask, vfp)], provide, provide_rows) */
+/* Verifier(memory, base, high, restores: [(core mask, vfp)], provide, provide_rows, provide_plan) */
 static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
-    PyObject *restores, *provide, *provide_rows;
+    PyObject *restores, *provide, *provide_rows, *provide_plan;
     long long base, high;
     if (self->sources.items) {
         PyErr_SetString(PyExc_TypeError, "a Verifier is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "y*LLOOO", &self->memory, &base, &high, &restores, &provide, &provide_rows))
+    if (!PyArg_ParseTuple(args, "y*LLOOOO", &self->memory, &base, &high, &restores, &provide, &provide_rows,
+                          &provide_plan))
         return -1;
-    if (!PyList_Check(restores) || !PyCallable_Check(provide) || !PyCallable_Check(provide_rows)) {
-        PyErr_SetString(PyExc_TypeError, "restores must be a list, provide and provide_rows callable");
+    if (!PyList_Check(restores) || !PyCallable_Check(provide) || !PyCallable_Check(provide_rows) ||
+        !PyCallable_Check(provide_plan)) {
+        PyErr_SetString(PyExc_TypeError, "restores must be a list, the providers callable");
         return -1;
     }
     if (high - base > (long long)self->memory.len) {
@@ -262,7 +272,7 @@ static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
         self->core_mask[i] = mask;
         self->vfp[i] = vfp;
     }
-    return sources_init(&self->sources, self->count, provide, provide_rows);
+    return sources_init(&self->sources, self->count, provide, provide_rows, provide_plan);
 }
 
 /* ------------------------------------------------------------ ranges */
@@ -378,6 +388,14 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
     return 0;
 }
 
+/* A walk's chain counts, added to the unwinder's unless it deferred. */
+static int commit_counts(Verifier *self, Py_ssize_t unwinder, const Answer *out, const MethodCounts *counted) {
+    if (out->kind == ANSWER_DEFER || !counted->any) return 0;
+    uint64_t *methods = self->methods + 2 * CHAIN_METHODS * unwinder;
+    for (int i = 0; i < 2 * CHAIN_METHODS; i++) methods[i] += counted->n[i];
+    return 0;
+}
+
 /* The walk, as walks.first_difference; where a chain's walk does not defer,
  * each frame it gave is counted for the method that gave it (and as right
  * where it matched), up to the first wrong one (LUL's count). Between
@@ -388,12 +406,31 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
     Track track = { .count = 0 };
     const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high, self->site_tables, &track };
     MethodCounts counted = { .any = 0 };  /* committed unless the walk defers */
+    /* The whole walk of the last stop holds where nothing it depends on changed but the pc (memo.c). */
+    const int whole = self->memo.active && frames > 0;
+    const int it = it_state(cpsr);
+    PyObject *rule = NULL;
+    if (whole) {
+        Py_ssize_t rule_id;
+        rule = sources_rule(&self->sources, unwinder, innermost_frame->r[PC], 1, &rule_id);
+        if (!rule) return -1;
+        const OuterWalk *kept = memo_find_whole(&self->memo, unwinder, rule, innermost_frame, it, &expected[frames - 1]);
+        if (kept) {
+            *out = kept->whole_answer;
+            if (out->frame == 0) out->pc = innermost_frame->r[PC];  /* the innermost frame's failure: at this pc */
+            self->memo.reused_whole++;
+            counts_add(&counted, &kept->whole_counted);
+            return commit_counts(self, unwinder, out, &counted);
+        }
+    }
     KFrame frame = *innermost_frame;
     out->kind = ANSWER_PASS;
     out->merged = 0;
     if (walk_frames(self, unwinder, &frame, 0, frames < 1 ? frames : 1, &s, cpsr, expected, frames, out, &counted))
         return -1;
-    if (out->kind == ANSWER_PASS && frames > 1) {
+    const Track first = track;
+    const int needs_outer = out->kind == ANSWER_PASS && frames > 1;
+    if (needs_outer) {
         const int in_it = it_state(cpsr) != 0;
         const OuterWalk *kept = memo_find(&self->memo, unwinder, &frame, in_it, low);
         if (kept) {
@@ -409,10 +446,10 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
             counts_add(&counted, &walked);
         }
     }
-    if (out->kind == ANSWER_DEFER || !counted.any) return 0;
-    uint64_t *methods = self->methods + 2 * CHAIN_METHODS * unwinder;
-    for (int i = 0; i < 2 * CHAIN_METHODS; i++) methods[i] += counted.n[i];
-    return 0;
+    if (whole)
+        memo_keep_whole(&self->memo, unwinder, rule, innermost_frame, it, &expected[frames - 1], &first, needs_outer,
+                        out, &counted, s.memory, self->base);
+    return commit_counts(self, unwinder, out, &counted);
 }
 
 void verifier_begin_stop(Verifier *self, const Expected *expected, Py_ssize_t frames) {
@@ -631,9 +668,15 @@ static PyObject *Verifier_get_reused(Verifier *self, void *unused) {
     return PyLong_FromUnsignedLongLong(self->memo.reused);
 }
 
+static PyObject *Verifier_get_reused_whole(Verifier *self, void *unused) {
+    return PyLong_FromUnsignedLongLong(self->memo.reused_whole);
+}
+
 static PyGetSetDef Verifier_getset[] = {
     {"outer_walks_reused", (getter)Verifier_get_reused, NULL,
      "Walks whose frames after the innermost one's were taken from the last stop's walk.", NULL},
+    {"whole_walks_reused", (getter)Verifier_get_reused_whole, NULL,
+     "Walks taken whole from the last stop's: nothing they depend on changed but the pc.", NULL},
     {"memo", (getter)Verifier_get_memo, (setter)Verifier_set_memo,
      "Take a walk's outer frames from the last stop's where they still hold (runs that stop at every instruction).",
      NULL},

@@ -13,8 +13,9 @@
  *           the source of the method where the Verifier walks it too.
  * EPILOGUE  v2+epilogue's innermost frame: its fallback's partition, except
  *           at a pc whose code may start an epilogue (the C twin of
- *           harness.thumb.encoding.may_start_epilogue), where Python's
- *           rule_at makes the rule for that pc alone.
+ *           harness.thumb.encoding.may_start_epilogue), where Python plans
+ *           the epilogue (provide_plan) and the pc alone takes its rule, or
+ *           the tables' where there is no epilogue to simulate.
  * PROVIDE   any other unwinder: Python's rule_at for each range of pcs.
  * Every kind but MAP keeps the rules of the ranges it made in Ranges.
  */
@@ -23,6 +24,9 @@
 #include <string.h>
 
 enum { FROM_PROVIDE, FROM_MAP, FROM_CHAIN, FROM_EPILOGUE };  /* a Source's kind */
+
+/* provide_plan's rule id where no epilogue is simulated (harness.verify.kernel.DECLINES). */
+#define DECLINES (-2)
 
 /* Bytes an epilogue scan looks ahead (harness.unwind.v2_epilogue.EpilogueFirst.rule_at). */
 #define EPILOGUE_REACH 256
@@ -90,15 +94,17 @@ static void source_clear(Source *s) {
     memset(s, 0, sizeof *s);
 }
 
-int sources_init(Sources *s, Py_ssize_t unwinders, PyObject *provide, PyObject *provide_rows) {
+int sources_init(Sources *s, Py_ssize_t unwinders, PyObject *provide, PyObject *provide_rows, PyObject *provide_plan) {
     memset(s, 0, sizeof *s);
     s->items = PyMem_Calloc(2 * unwinders + 1, sizeof(Source));
     if (!s->items) { PyErr_NoMemory(); return -1; }
     s->count = unwinders;
     Py_INCREF(provide);
     Py_INCREF(provide_rows);
+    Py_INCREF(provide_plan);
     s->provide = provide;
     s->provide_rows = provide_rows;
+    s->provide_plan = provide_plan;
     return 0;
 }
 
@@ -108,6 +114,7 @@ void sources_free(Sources *s) {
     PyMem_Free(s->items);
     Py_XDECREF(s->provide);
     Py_XDECREF(s->provide_rows);
+    Py_XDECREF(s->provide_plan);
     memset(s, 0, sizeof *s);
 }
 
@@ -316,8 +323,9 @@ int may_start_epilogue(const uint8_t *code, Py_ssize_t n) {
 
 /* As EpilogueFirst.rule_at: from pc on, the halfword-aligned pcs (at most
  * EPILOGUE_REACH bytes, and within the fallback's range) whose code cannot
- * start an epilogue take the fallback's rule; a pc that may start one, or
- * with no code, takes the rule Python makes for it alone. */
+ * start an epilogue take the fallback's rule; a pc that may start one takes
+ * its plan's rule, or the fallback's where the plan declines; a pc with no
+ * code, the rule Python's rule_at gives. */
 static PyObject *epilogue_rule(Sources *s, Source *src, Py_ssize_t unwinder, int64_t pc, Py_ssize_t slot,
                                Py_ssize_t *id) {
     int64_t low, high;
@@ -333,9 +341,16 @@ static PyObject *epilogue_rule(Sources *s, Source *src, Py_ssize_t unwinder, int
     int64_t end = 0;
     while (end < limit && bytes - end >= 4 && !may_start_epilogue(code + end, 4)) end += 2;
     if (end > limit) end = limit;
-    if (!end) return provided(s, src, unwinder, pc, 1, slot, id);
-    PyObject *rule = kept_rule(s, &src->kept, unwinder, 1, -1, row, id);
-    return rule ? keep_range(src, slot, pc, pc + end, rule, *id) : NULL;
+    if (end) {
+        PyObject *rule = kept_rule(s, &src->kept, unwinder, 1, -1, row, id);
+        return rule ? keep_range(src, slot, pc, pc + end, rule, *id) : NULL;
+    }
+    PyObject *reply = PyObject_CallFunction(s->provide_plan, "nL", unwinder, (long long)pc), *rule;
+    if (take_reply(reply, id, &rule)) { Py_XDECREF(reply); return NULL; }
+    if (*id == DECLINES) rule = kept_rule(s, &src->kept, unwinder, 1, -1, row, id);
+    PyObject *kept = rule ? keep_range(src, slot, pc, pc + 1, rule, *id) : NULL;
+    Py_DECREF(reply);
+    return kept;
 }
 
 /* ------------------------------------------------------------ the rule at a pc */

@@ -1464,13 +1464,32 @@ static int by_where_cause_pc(const void *a, const void *b) {
     return x->pc < y->pc ? -1 : x->pc > y->pc;
 }
 
-/* logged_pcs(count=all) -> [(where id, cause id, failures logged, their
- * distinct pcs as bytes of sorted uint32)] of the first `count` entries of
- * the log: what a digest of the log needs (harness.report.failing),
- * without an object per logged failure. */
+/* The ranges of the `count` sorted distinct pcs: ((low, high), ...), pcs at
+ * most `gap` bytes apart in one (harness.verify.failures.ranges_of). */
+static PyObject *ranges_of(const uint32_t *pcs, size_t count, long gap) {
+    PyObject *out = PyList_New(0);
+    for (size_t i = 0; out && i < count;) {
+        size_t end = i + 1;
+        while (end < count && pcs[end] <= pcs[end - 1] + (uint64_t)gap) end++;
+        PyObject *range = Py_BuildValue("(kk)", (unsigned long)pcs[i], (unsigned long)pcs[end - 1]);
+        if (!range || PyList_Append(out, range)) { Py_XDECREF(range); Py_CLEAR(out); }
+        Py_XDECREF(range);
+        i = end;
+    }
+    if (!out) return NULL;
+    PyObject *tuple = PyList_AsTuple(out);
+    Py_DECREF(out);
+    return tuple;
+}
+
+/* logged_pcs(count, gap) -> [(where id, cause id, failures logged, the
+ * ranges of their pcs)] of the first `count` entries of the log (-1: all),
+ * pcs at most `gap` bytes apart in a range: what a digest of the log needs
+ * (harness.report.failing), without an object per logged failure. */
 static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
-    Py_ssize_t wanted = -1;
-    if (!PyArg_ParseTuple(args, "|n", &wanted)) return NULL;
+    Py_ssize_t wanted;
+    long gap;
+    if (!PyArg_ParseTuple(args, "nl", &wanted, &gap)) return NULL;
     const size_t count = wanted < 0 || (size_t)wanted > self->logged ? self->logged : (size_t)wanted;
     LoggedPc *all = PyMem_Malloc((count ? count : 1) * sizeof(LoggedPc));
     PyObject *out = PyList_New(0);
@@ -1483,8 +1502,8 @@ static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
         size_t end = i, distinct = 0;
         for (; end < count && all[end].where == all[i].where && all[end].cause == all[i].cause; end++)
             if (!distinct || pcs[distinct - 1] != all[end].pc) pcs[distinct++] = all[end].pc;
-        PyObject *item = Py_BuildValue("(iiny#)", all[i].where, all[i].cause, (Py_ssize_t)(end - i),
-                                       (const char *)pcs, (Py_ssize_t)(distinct * sizeof(uint32_t)));
+        PyObject *item = Py_BuildValue("(iinN)", all[i].where, all[i].cause, (Py_ssize_t)(end - i),
+                                       ranges_of(pcs, distinct, gap));
         if (!item || PyList_Append(out, item)) {
             Py_XDECREF(item);
             goto error;
