@@ -198,16 +198,21 @@ def test_a_partition_that_is_not_one_is_refused():
     stop_kernel = StopKernel(build_unwinders(generate_program(0, 0), ("dwarf",)), bytearray(SIZE), BASE,
                              BASE + SIZE)
     fresh = kernel.Verifier(bytearray(SIZE), BASE, BASE + SIZE, [(0, False)], stop_kernel._provide,
-                            stop_kernel._provide_rows, stop_kernel._provide_plan)
+                            stop_kernel._provide_book, stop_kernel._provide_plan)
+    book, numbers = stop_kernel.book.packed, array("q", [0, 0, 0])
     with pytest.raises(ValueError, match="starts must increase"):
-        fresh.set_map(0, True, array("q", [5, 5]), array("q", [0, 1]), 0)
+        fresh.set_map(0, True, array("q", [5, 5]), array("q", [0, 1]), 0, numbers, book)
     with pytest.raises(ValueError, match="int64 arrays"):
-        fresh.set_map(0, True, array("i", [5]), array("q", [0]), 0)
+        fresh.set_map(0, True, array("i", [5]), array("q", [0]), 0, numbers, book)
+    with pytest.raises(ValueError, match="rule numbers are an int64 array"):
+        fresh.set_map(0, True, array("q", [5, 6]), array("q", [0, 1]), 0, array("q", [0, 0]), book)
+    with pytest.raises(ValueError, match="not in the book"):
+        fresh.set_map(0, True, array("q", [5]), array("q", [0]), 0, array("q", [0, len(book)]), book)
     with pytest.raises(IndexError, match="no unwinder 3"):
-        fresh.set_map(3, True, array("q", [5]), array("q", [0]), 0)
-    fresh.set_map(0, True, array("q", [NOWHERE]), array("q", [0]), 0)
+        fresh.set_map(3, True, array("q", [5]), array("q", [0]), 0, numbers, book)
+    fresh.set_map(0, True, array("q", [NOWHERE]), array("q", [0]), 0, numbers, book)
     with pytest.raises(ValueError, match="already has its rules"):
-        fresh.set_map(0, True, array("q", [NOWHERE]), array("q", [0]), 0)
+        fresh.set_map(0, True, array("q", [NOWHERE]), array("q", [0]), 0, numbers, book)
 
 
 # ------------------------------------------------------------ may_start_epilogue's twin

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
-from collections.abc import Hashable
 from functools import lru_cache
 from typing import Callable, Sequence
 
 from harness.registers import CALLEE_SAVED, SP
 from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, ReturnAddresses, Rule, guards_hold
 from harness.unwind.walk import Unwinder, caller_failure, restores_of
-from harness.verify import abi
+from harness.verify import abi, rule_book
 from harness.verify.failures import Outcome
 
 try:
@@ -87,17 +86,19 @@ def _pack_plain(rule: Rule) -> bytes | None:
     return _HEADER.pack(*fields) + b"".join(_LOAD.pack(*pair) for pair in pairs)
 
 
-def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[Unwinder]) -> None:
+def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[Unwinder], book: rule_book.RuleBook,
+                 numbered: dict[int, tuple]) -> None:
     """Tell the kernel where `unwinder`'s rules come from (csrc/sources.c):
-    its table's partition (and where an epilogue may start ahead, its
-    code), or its chain's methods' partitions (a method that is one of
-    `unwinders` before it, with that unwinder's rules); by default, Python's
-    rule_at."""
+    its table's partition and its rows' numbers in `book` (and where an
+    epilogue may start ahead, its code), or its chain's methods' (a method
+    that is one of `unwinders` before it, with that unwinder's rules); by
+    default, Python's rule_at."""
     maps = getattr(unwinder, "rule_maps", None)
     methods = getattr(unwinder, "methods", ())
     if maps is not None:
         for innermost in (0, 1):
-            verifier.set_map(index, innermost, *_partition_of(maps[innermost]))
+            verifier.set_map(index, innermost, *_partition_of(maps[innermost]),
+                             book.numbers_of(maps[innermost], numbered), book.packed)
         segments = getattr(getattr(unwinder, "simulator", None), "segments", ())
         if segments:
             verifier.set_epilogue(index, tuple(segments))
@@ -106,8 +107,9 @@ def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[U
         walked = {id(u): number for number, u in enumerate(unwinders[:index])
                   if hasattr(u, "rule_maps") and not hasattr(u, "simulator")}
         for innermost in (0, 1):
-            verifier.set_chain(index, innermost, tuple((*_partition_of(m.rule_maps[innermost]), walked.get(id(m), -1))
-                                                       for m in methods))
+            verifier.set_chain(index, innermost, tuple(
+                (*_partition_of(m.rule_maps[innermost]), walked.get(id(m), -1),
+                 book.numbers_of(m.rule_maps[innermost], numbered)) for m in methods), book.packed)
 
 
 def _partition_of(rule_map) -> tuple:
@@ -120,26 +122,12 @@ def _restores(unwinder: Unwinder) -> tuple[int, bool]:
     return sum(1 << reg for reg in restores.core), restores.vfp
 
 
-# Rules by what names them (RuleMap.key_of_row; a chain's by its methods'),
-# packed: made once in a process for every table, unwinder and program
-# holding the same rows (the v2 tables of one program share most runs; a
-# program repeats its frames' CFI rows, and the next program, most of them).
-# A rule with a scan is packed with the number its Verifier gave the scan's
-# return addresses: each kernel keeps those apart.
-MADE: dict[Hashable, tuple[Rule | None, bytes | None]] = {}
-MADE_AT_MOST = 1 << 18  # then started afresh
-
-
-def _names_sites(rule: Rule | None) -> bool:
-    return rule is not None and (rule.scan_sites is not None or any(
-        alternative is not None and alternative.scan_sites is not None for alternative in rule.alternatives))
-
-
 class StopKernel:
     """Rules per (unwinder, innermost, range of pcs), made on first use and
     kept. An unwinder with `rule_maps` (harness.unwind.rule_map) has its
-    pcs looked up in C, and Python makes a rule once per row of its table
-    (a chain's: once per rows of its methods); any other, once per range."""
+    pcs looked up in C, its rows' rules numbered in the process's book
+    (harness.verify.rule_book), where Python makes each once; a chain's
+    rule is its methods'; any other unwinder's are made once per range."""
 
     keeps_outer_walks = True
     """In a run that stops at every instruction, a walk takes its frames
@@ -149,13 +137,14 @@ class StopKernel:
     def __init__(self, unwinders: Sequence[Unwinder], memory, base: int, high: int):
         self.unwinders = list(unwinders)
         self.high = high
-        self.rules: list[Rule] = []  # by the id the kernel reports a failing rule with
+        self.book = rule_book.current()
+        self.rules = self.book.rules  # by the id the kernel reports a failing rule with
         self._rule_at = [getattr(u, "rule_at", None) for u in self.unwinders]
         self.verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide,
-                                 self._provide_rows, self._provide_plan)
-        self._made: dict[Hashable, tuple[Rule | None, bytes | None]] = {}  # rules with a scan (`MADE`)
+                                 self._provide_book, self._provide_plan)
+        numbered: dict[int, tuple] = {}  # rows' numbers by their values (which both maps of a table share)
         for index, unwinder in enumerate(self.unwinders):
-            _set_sources(self.verifier, index, unwinder, self.unwinders)
+            _set_sources(self.verifier, index, unwinder, self.unwinders, self.book, numbered)
         """What the Tracer walks with at every stop."""
         self.verifier.memo = self.keeps_outer_walks
         self.passes = self.verifier.passes
@@ -191,46 +180,25 @@ class StopKernel:
         if rule_at is None:
             return -1, None, NOWHERE, EVERYWHERE  # no rules: always its own step
         rule, low, high = rule_at(pc, innermost == 1)
-        packed = None if rule is None else pack_rule(rule, self._site_table)
-        if packed is None:
-            return -1, None, low, high
-        self.rules.append(rule)
-        return len(self.rules) - 1, packed, low, high
+        return (*self._numbered(rule), low, high)
 
-    def _provide_rows(self, index: int, innermost: int, rows: tuple[int, ...]) -> tuple[int, bytes | None]:
-        """The rule of a frame that finds row `rows[-1]` in its unwinder's
-        table (a chain's: in that of its method `rows[0]`), packed, with its
-        id: made where nothing named alike was made before (`MADE`)."""
-        unwinder = self.unwinders[index]
-        rule_map = (unwinder.methods[rows[0]] if len(rows) == 2 else unwinder).rule_maps[innermost]
-        key = rule_map.key_of_row(rows[-1])
-        made = MADE.get(key) or self._made.get(key)
-        if made is None:
-            rule = rule_map.rule_of_row(rows[-1])
-            made = rule, None if rule is None else pack_rule(rule, self._site_table)
-            if _names_sites(rule):  # packed with this Verifier's number for them: this kernel's alone
-                self._made[key] = made
-            else:
-                if len(MADE) >= MADE_AT_MOST:
-                    MADE.clear()
-                MADE[key] = made
-        rule, packed = made
-        if packed is None:
-            return -1, None
-        self.rules.append(rule)
-        return len(self.rules) - 1, packed
+    def _provide_book(self, number: int) -> tuple[int, bytes | None]:
+        """Rule `number` of the book, packed (made now where it was not)."""
+        return self.book.make(number, self._packed)
 
     def _provide_plan(self, index: int, pc: int) -> tuple[int, bytes | None]:
         """The rule of the epilogue ahead of an innermost frame at pc, packed,
         with its id; DECLINES where there is none (the tables' rule holds)."""
         goes, rule = self.unwinders[index].plan_rule(pc)
-        if not goes:
-            return DECLINES, None
-        packed = None if rule is None else pack_rule(rule, self._site_table)
-        if packed is None:
-            return -1, None
-        self.rules.append(rule)
-        return len(self.rules) - 1, packed
+        return self._numbered(rule) if goes else (DECLINES, None)
+
+    def _packed(self, rule: Rule) -> bytes | None:
+        return pack_rule(rule, self._site_table)
+
+    def _numbered(self, rule: Rule | None) -> tuple[int, bytes | None]:
+        """A rule named by nothing (a range's), with its number in the book."""
+        packed = None if rule is None else self._packed(rule)
+        return (-1, None) if packed is None else (self.book.add(rule, packed), packed)
 
     def worded(self, entries: list) -> list:
         """Failure log entries (harness.verify.failures.FailureLog) with the

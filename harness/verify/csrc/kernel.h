@@ -65,10 +65,10 @@ typedef struct {
     Source *items;          /* [2 * unwinder + innermost] */
     Py_ssize_t count;
     PyObject *provide;      /* provide(unwinder, pc, innermost) -> (rule id, bytes or None, low, high) */
-    PyObject *provide_rows; /* provide_rows(unwinder, innermost, rows) -> (rule id, bytes or None) */
+    PyObject *provide_book; /* provide_book(number) -> (number, bytes or None): a rule of the book made */
     PyObject *provide_plan; /* provide_plan(unwinder, pc) -> (rule id, bytes or None); id -2: no epilogue */
 } Sources;
-int sources_init(Sources *s, Py_ssize_t unwinders, PyObject *provide, PyObject *provide_rows, PyObject *provide_plan);
+int sources_init(Sources *s, Py_ssize_t unwinders, PyObject *provide, PyObject *provide_book, PyObject *provide_plan);
 void sources_free(Sources *s);
 /* The rule (borrowed bytes, or Py_None to defer) for a frame at pc, its id in
  * *id; NULL on a Python error. */

@@ -233,18 +233,18 @@ static void Verifier_dealloc(Verifier *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Verifier(memory, base, high, restores: [(core mask, vfp)], provide, provide_rows, provide_plan) */
+/* Verifier(memory, base, high, restores: [(core mask, vfp)], provide, provide_book, provide_plan) */
 static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
-    PyObject *restores, *provide, *provide_rows, *provide_plan;
+    PyObject *restores, *provide, *provide_book, *provide_plan;
     long long base, high;
     if (self->sources.items) {
         PyErr_SetString(PyExc_TypeError, "a Verifier is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "y*LLOOOO", &self->memory, &base, &high, &restores, &provide, &provide_rows,
+    if (!PyArg_ParseTuple(args, "y*LLOOOO", &self->memory, &base, &high, &restores, &provide, &provide_book,
                           &provide_plan))
         return -1;
-    if (!PyList_Check(restores) || !PyCallable_Check(provide) || !PyCallable_Check(provide_rows) ||
+    if (!PyList_Check(restores) || !PyCallable_Check(provide) || !PyCallable_Check(provide_book) ||
         !PyCallable_Check(provide_plan)) {
         PyErr_SetString(PyExc_TypeError, "restores must be a list, the providers callable");
         return -1;
@@ -272,7 +272,7 @@ static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
         self->core_mask[i] = mask;
         self->vfp[i] = vfp;
     }
-    return sources_init(&self->sources, self->count, provide, provide_rows, provide_plan);
+    return sources_init(&self->sources, self->count, provide, provide_book, provide_plan);
 }
 
 /* ------------------------------------------------------------ ranges */
@@ -644,9 +644,9 @@ static PyMethodDef Verifier_methods[] = {
     {"rule", (PyCFunction)Verifier_rule, METH_VARARGS,
      "rule(unwinder, pc, innermost) -> (rule id, bytes or None): the rule for a frame at pc."},
     {"set_map", (PyCFunction)Verifier_set_map, METH_VARARGS,
-     "set_map(unwinder, innermost, starts, rows, shift): rules by the rows of a table's partition."},
+     "set_map(unwinder, innermost, starts, rows, shift, numbers, book): rules by the rows of a table's partition."},
     {"set_chain", (PyCFunction)Verifier_set_chain, METH_VARARGS,
-     "set_chain(unwinder, innermost, ((starts, rows, shift), ...)): a chain's rules by its methods' rows."},
+     "set_chain(unwinder, innermost, ((starts, rows, shift, unwinder, numbers), ...), book): a chain's rules."},
     {"set_epilogue", (PyCFunction)Verifier_set_epilogue, METH_VARARGS,
      "set_epilogue(unwinder, ((address, code), ...)): the innermost frame's rules, but where an epilogue may start."},
     {NULL}

@@ -3,14 +3,15 @@
  *
  * MAP       its table as a partition of the pcs: sorted starts, each with the
  *           row every pc up to the next start finds, looked up at pc - shift
- *           (a caller's return address one byte back, in its call). Python
- *           makes each row's rule once: provide_rows(unwinder, innermost, (row,)).
+ *           (a caller's return address one byte back, in its call), and the
+ *           number of each row's rule in the process's book of rules
+ *           (harness/verify/rule_book.py): rules the book holds made are
+ *           taken from it, the others asked of Python once (provide_book).
  * CHAIN     a chain of methods, each with its partition: the chain's rule is
  *           its methods' rules at their rows, one after the other (as
  *           harness.unwind.scan.chain_rule and kernel.pack_rule write it),
- *           each method's rule asked of Python once per row
- *           (provide_rows(unwinder, innermost, (method, row))), or taken from
- *           the source of the method where the Verifier walks it too.
+ *           each method's by its rows, as for MAP, or taken from the source
+ *           of the method where the Verifier walks it too.
  * EPILOGUE  v2+epilogue's innermost frame: its fallback's partition, except
  *           at a pc whose code may start an epilogue (the C twin of
  *           harness.thumb.encoding.may_start_epilogue), where Python plans
@@ -73,10 +74,39 @@ static void kept_clear(KeptRules *kept) {
     memset(kept, 0, sizeof *kept);
 }
 
-static int kept_init(KeptRules *kept, int64_t max_row) {
+/* Rules of rows -1 (NO_ROW) to max_row: `numbers` (int64, by row + 1) in
+ * the book (a list of packed rules, Ellipsis where not made yet), those
+ * made taken now. */
+static int kept_init(KeptRules *kept, int64_t max_row, PyObject *numbers, PyObject *book) {
+    Py_buffer view;
+    if (!PyList_Check(book)) {
+        PyErr_SetString(PyExc_TypeError, "the book of rules is a list");
+        return -1;
+    }
+    if (PyObject_GetBuffer(numbers, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)) return -1;
+    if (view.itemsize != 8 || strcmp(view.format, "q") || view.len / 8 < max_row + 2) {
+        PyErr_SetString(PyExc_ValueError, "rule numbers are an int64 array (\"q\"), one a row and one for none");
+        PyBuffer_Release(&view);
+        return -1;
+    }
     kept->count = max_row + 2;
     kept->items = PyMem_Calloc((size_t)kept->count, sizeof(KeptRule));
-    if (!kept->items) { kept->count = 0; PyErr_NoMemory(); return -1; }
+    if (!kept->items) { kept->count = 0; PyBuffer_Release(&view); PyErr_NoMemory(); return -1; }
+    const int64_t *number = view.buf;
+    for (Py_ssize_t i = 0; i < kept->count; i++) {
+        if (number[i] < 0 || number[i] >= PyList_GET_SIZE(book)) {
+            PyErr_Format(PyExc_ValueError, "rule number %lld is not in the book", (long long)number[i]);
+            PyBuffer_Release(&view);
+            return -1;
+        }
+        PyObject *packed = PyList_GET_ITEM(book, number[i]);
+        kept->items[i].id = number[i];
+        if (packed != Py_Ellipsis) {
+            Py_INCREF(packed);
+            kept->items[i].rule = packed;
+        }
+    }
+    PyBuffer_Release(&view);
     return 0;
 }
 
@@ -94,16 +124,16 @@ static void source_clear(Source *s) {
     memset(s, 0, sizeof *s);
 }
 
-int sources_init(Sources *s, Py_ssize_t unwinders, PyObject *provide, PyObject *provide_rows, PyObject *provide_plan) {
+int sources_init(Sources *s, Py_ssize_t unwinders, PyObject *provide, PyObject *provide_book, PyObject *provide_plan) {
     memset(s, 0, sizeof *s);
     s->items = PyMem_Calloc(2 * unwinders + 1, sizeof(Source));
     if (!s->items) { PyErr_NoMemory(); return -1; }
     s->count = unwinders;
     Py_INCREF(provide);
-    Py_INCREF(provide_rows);
+    Py_INCREF(provide_book);
     Py_INCREF(provide_plan);
     s->provide = provide;
-    s->provide_rows = provide_rows;
+    s->provide_book = provide_book;
     s->provide_plan = provide_plan;
     return 0;
 }
@@ -113,7 +143,7 @@ void sources_free(Sources *s) {
         for (Py_ssize_t i = 0; i < 2 * s->count; i++) source_clear(&s->items[i]);
     PyMem_Free(s->items);
     Py_XDECREF(s->provide);
-    Py_XDECREF(s->provide_rows);
+    Py_XDECREF(s->provide_book);
     Py_XDECREF(s->provide_plan);
     memset(s, 0, sizeof *s);
 }
@@ -182,21 +212,17 @@ static int64_t row_at(Partition *p, int64_t pc, int64_t *low, int64_t *high) {
 static int take_reply(PyObject *reply, Py_ssize_t *id, PyObject **rule) {
     if (!reply) return -1;
     if (!PyArg_ParseTuple(reply, "nO", id, rule) || (*rule != Py_None && !PyBytes_Check(*rule))) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "provide_rows gave no (rule id, bytes or None)");
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "provide_book gave no (rule id, bytes or None)");
         return -1;
     }
     return 0;
 }
 
-/* The kept rule of `row` (asked of Python the first time: of the unwinder's
- * table, or with `method` >= 0 of that method of its chain). */
-static PyObject *kept_rule(Sources *s, KeptRules *rules, Py_ssize_t unwinder, int innermost, int method, int64_t row,
-                           Py_ssize_t *id) {
+/* The rule of `row` (made by Python the first time, where the book had not). */
+static PyObject *kept_rule(Sources *s, KeptRules *rules, int64_t row, Py_ssize_t *id) {
     KeptRule *kept = &rules->items[row + 1];
     if (!kept->rule) {
-        PyObject *reply = method < 0
-            ? PyObject_CallFunction(s->provide_rows, "ni(L)", unwinder, innermost, (long long)row)
-            : PyObject_CallFunction(s->provide_rows, "ni(iL)", unwinder, innermost, method, (long long)row);
+        PyObject *reply = PyObject_CallFunction(s->provide_book, "n", kept->id);
         PyObject *rule;
         if (take_reply(reply, &kept->id, &rule)) { Py_XDECREF(reply); return NULL; }
         Py_INCREF(rule);
@@ -280,9 +306,8 @@ static PyObject *chain_rule(Sources *s, Source *src, Py_ssize_t unwinder, int64_
         if (method_high < high) high = method_high;
         Py_ssize_t ignored;
         rules[m] = method->unwinder >= 0
-            ? kept_rule(s, &s->items[2 * method->unwinder + innermost].kept, method->unwinder, innermost, -1, row,
-                        &ignored)
-            : kept_rule(s, &method->kept, unwinder, innermost, m, row, &ignored);
+            ? kept_rule(s, &s->items[2 * method->unwinder + innermost].kept, row, &ignored)
+            : kept_rule(s, &method->kept, row, &ignored);
         if (!rules[m]) return NULL;
     }
     PyObject *rule = chain_of(rules, src->method_count);
@@ -342,12 +367,12 @@ static PyObject *epilogue_rule(Sources *s, Source *src, Py_ssize_t unwinder, int
     while (end < limit && bytes - end >= 4 && !may_start_epilogue(code + end, 4)) end += 2;
     if (end > limit) end = limit;
     if (end) {
-        PyObject *rule = kept_rule(s, &src->kept, unwinder, 1, -1, row, id);
+        PyObject *rule = kept_rule(s, &src->kept, row, id);
         return rule ? keep_range(src, slot, pc, pc + end, rule, *id) : NULL;
     }
     PyObject *reply = PyObject_CallFunction(s->provide_plan, "nL", unwinder, (long long)pc), *rule;
     if (take_reply(reply, id, &rule)) { Py_XDECREF(reply); return NULL; }
-    if (*id == DECLINES) rule = kept_rule(s, &src->kept, unwinder, 1, -1, row, id);
+    if (*id == DECLINES) rule = kept_rule(s, &src->kept, row, id);
     PyObject *kept = rule ? keep_range(src, slot, pc, pc + 1, rule, *id) : NULL;
     Py_DECREF(reply);
     return kept;
@@ -360,7 +385,7 @@ PyObject *sources_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, int innermos
     if (src->kind == FROM_MAP) {
         int64_t low, high;
         const int64_t row = row_at(&src->map, pc, &low, &high);
-        if (row != -2) return kept_rule(s, &src->kept, unwinder, innermost, -1, row, id);
+        if (row != -2) return kept_rule(s, &src->kept, row, id);
     }
     Py_ssize_t slot;
     const Range *found = ranges_find(&src->ranges, pc, &slot);
@@ -390,12 +415,13 @@ static Source *source_at(Sources *s, Py_ssize_t unwinder, int innermost) {
     return src;
 }
 
-/* set_map(unwinder, innermost, starts, rows, shift) */
+/* set_map(unwinder, innermost, starts, rows, shift, numbers, book) */
 int sources_set_map(Sources *s, PyObject *args) {
     Py_ssize_t unwinder;
     int innermost;
-    PyObject *starts, *rows, *shift;
-    if (!PyArg_ParseTuple(args, "npOOO", &unwinder, &innermost, &starts, &rows, &shift)) return -1;
+    PyObject *starts, *rows, *shift, *numbers, *book;
+    if (!PyArg_ParseTuple(args, "npOOOOO", &unwinder, &innermost, &starts, &rows, &shift, &numbers, &book))
+        return -1;
     Source *src = source_at(s, unwinder, innermost);
     if (!src) return -1;
     PyObject *triple = PyTuple_Pack(3, starts, rows, shift);
@@ -403,18 +429,19 @@ int sources_set_map(Sources *s, PyObject *args) {
     const int failed = !triple || partition_from(&src->map, triple, &max_row);
     Py_XDECREF(triple);
     if (failed) return -1;
-    if (kept_init(&src->kept, max_row)) { source_clear(src); return -1; }
+    if (kept_init(&src->kept, max_row, numbers, book)) { source_clear(src); return -1; }
     src->kind = FROM_MAP;
     return 0;
 }
 
-/* set_chain(unwinder, innermost, ((starts, rows, shift, unwinder or -1), ...)): one per method, with the
- * Verifier's unwinder that is that method where there is one (its source set first, by set_map). */
+/* set_chain(unwinder, innermost, ((starts, rows, shift, unwinder or -1, numbers), ...), book): one per
+ * method, with the Verifier's unwinder that is that method where there is one (its source set first, by
+ * set_map). */
 int sources_set_chain(Sources *s, PyObject *args) {
     Py_ssize_t unwinder;
     int innermost;
-    PyObject *methods;
-    if (!PyArg_ParseTuple(args, "npO!", &unwinder, &innermost, &PyTuple_Type, &methods)) return -1;
+    PyObject *methods, *book;
+    if (!PyArg_ParseTuple(args, "npO!O", &unwinder, &innermost, &PyTuple_Type, &methods, &book)) return -1;
     Source *src = source_at(s, unwinder, innermost);
     if (!src) return -1;
     const Py_ssize_t count = PyTuple_GET_SIZE(methods);
@@ -429,8 +456,8 @@ int sources_set_chain(Sources *s, PyObject *args) {
         Method *into = &src->methods[m];
         int64_t max_row;
         src->method_count = (int)m + 1;
-        if (!PyTuple_Check(method) || PyTuple_GET_SIZE(method) != 4) {
-            PyErr_SetString(PyExc_ValueError, "a chain's method is (starts, rows, shift, unwinder or -1)");
+        if (!PyTuple_Check(method) || PyTuple_GET_SIZE(method) != 5) {
+            PyErr_SetString(PyExc_ValueError, "a chain's method is (starts, rows, shift, unwinder or -1, numbers)");
             source_clear(src);
             return -1;
         }
@@ -445,7 +472,10 @@ int sources_set_chain(Sources *s, PyObject *args) {
             source_clear(src);
             return -1;
         }
-        if (into->unwinder < 0 && kept_init(&into->kept, max_row)) { source_clear(src); return -1; }
+        if (into->unwinder < 0 && kept_init(&into->kept, max_row, PyTuple_GET_ITEM(method, 4), book)) {
+            source_clear(src);
+            return -1;
+        }
     }
     src->kind = FROM_CHAIN;
     return 0;

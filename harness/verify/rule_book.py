@@ -1,0 +1,103 @@
+"""Rules by what names them: every rule the kernels of a process were given,
+each made once.
+
+A table's row names its rule (harness.unwind.rule_map.RuleMap.key_of_row:
+the row's value and the pure function that makes the rule), so rows named
+alike in any table, unwinder or program share one rule, made and packed
+once in a process: the v2 tables of a program share most of their runs, a
+program repeats its frames' CFI rows, and the next program most of them.
+The kernel (csrc/sources.c) is given, for every row of a table, the number
+of its rule in the book and the book's packed rules, and asks Python to
+make only those not made yet (StopKernel._provide_book).
+
+A rule with a scan is packed with the number its Verifier gave the scan's
+return addresses: such a rule is its kernel's own, numbered apart and never
+shared.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Hashable
+
+from harness.unwind.rule import Rule
+from harness.unwind.rule_map import NO_ROW, RuleMap, itself
+
+UNMADE = Ellipsis  # a packed rule not made yet (None: the kernel defers there)
+
+
+class RuleBook:
+    """Rules by number: `keys` what names each, `rules` the rule (once
+    made), `packed` its kernel form (bytes; None: defer; UNMADE)."""
+
+    at_most = 1 << 18  # rules a book holds before a process starts another (`current`)
+
+    def __init__(self) -> None:
+        self.numbers: dict[Hashable, int] = {}
+        self.keys: list[Hashable] = []
+        self.rules: list[Rule | None] = []
+        self.packed: list = []
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def number(self, key: Hashable, shared: bool = True) -> int:
+        """The number of the rule `key` names (a new one unless `shared`)."""
+        number = self.numbers.get(key) if shared else None
+        if number is None:
+            number = len(self.keys)
+            self.keys.append(key)
+            self.rules.append(None)
+            self.packed.append(UNMADE)
+            if shared:
+                self.numbers[key] = number
+        return number
+
+    def numbers_of(self, rule_map: RuleMap, numbered: dict[int, tuple] | None = None) -> array:
+        """The number of each row's rule, by row + 1 (NO_ROW first); rows of
+        values already numbered (`numbered`: by the values' id, beside the
+        values, which it keeps from being freed and their id reused) are not
+        named again."""
+        values = rule_map.values
+        known = None if numbered is None else numbered.get(id(values))
+        if known is None or known[0] is not values:
+            known = values, array("q", (self._number_of(rule_map.key_of_row(row)) for row in range(len(values))))
+            if numbered is not None:
+                numbered[id(values)] = known
+        return array("q", [self._number_of(rule_map.key_of_row(NO_ROW))]) + known[1]
+
+    def _number_of(self, key: Hashable) -> int:
+        return self.number(key, shared=not (key[0] is itself and names_sites(key[1])))
+
+    def make(self, number: int, pack: Callable[[Rule], bytes | None]) -> tuple[int, bytes | None]:
+        """Make rule `number` from what names it and pack it (once)."""
+        if self.packed[number] is UNMADE:
+            make, value = self.keys[number]
+            rule = self.rules[number] = make(value)
+            self.packed[number] = None if rule is None else pack(rule)
+        return number, self.packed[number]
+
+    def add(self, rule: Rule, packed: bytes) -> int:
+        """A rule named by nothing (a range's, from rule_at): its own number."""
+        number = self.number(object(), shared=False)
+        self.rules[number], self.packed[number] = rule, packed
+        return number
+
+
+def names_sites(rule: Rule | None) -> bool:
+    """Does the rule (or a chain's method) scan, with its Verifier's return addresses?"""
+    return rule is not None and (rule.scan_sites is not None or any(
+        alternative is not None and alternative.scan_sites is not None for alternative in rule.alternatives))
+
+
+_current = RuleBook()
+
+
+def current() -> RuleBook:
+    """The process's book; a new one once it holds RuleBook.at_most rules (a
+    kernel keeps the book it began with)."""
+    global _current
+    if len(_current) >= RuleBook.at_most:
+        _current = RuleBook()
+    return _current
+
