@@ -105,18 +105,24 @@ def _summarized(result: ProgramResult, with_cfi: set[str] | None) -> ProgramSumm
     for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):  # walks stopped in a library are not logged
         summary.samples.setdefault(entry[3].unwinder, []).append(sample(failure_of(*entry), result.program))
     summary.failing = digest(result.failure_tally, result.failure_log.logged_pcs())
+    by_cause: dict = {}  # a cause fails in many places: its stops, added up first
     for (where, cause), stops in result.failure_tally.items():
+        by_cause[cause] = by_cause.get(cause, 0) + stops
+        if with_cfi is not None and (where[0] not in with_cfi or cause.culprit not in with_cfi):
+            summary.without_cfi[cause.unwinder] += stops
+    for cause, stops in by_cause.items():
         if cause.register:
-            summary.wrong_registers.setdefault(cause.unwinder, Counter())[cause.register] += stops
+            registers = summary.wrong_registers.get(cause.unwinder) or \
+                summary.wrong_registers.setdefault(cause.unwinder, Counter())
+            registers[cause.register] = registers.get(cause.register, 0) + stops
         blame = summary.culprits.get(cause.unwinder) or summary.culprits.setdefault(cause.unwinder, Culprits())
         if cause.frame == 0:
             blame.innermost += stops
         else:
             blame.deeper += stops
+        traits = blame.traits
         for trait in cause.culprit_traits:
-            blame.traits[trait] += stops
-        if with_cfi is not None and (where[0] not in with_cfi or cause.culprit not in with_cfi):
-            summary.without_cfi[cause.unwinder] += stops
+            traits[trait] = traits.get(trait, 0) + stops
     return summary
 
 

@@ -48,7 +48,7 @@ def partition_of(segments: Iterable[tuple[int, Hashable | None]]) -> tuple[Parti
     value holding from its start up to the next start (a later pair at the
     same start replaces the earlier; None: no row), and the distinct values
     by row number. Before the first start there is no row."""
-    starts, rows = array("q", [NOWHERE]), array("q", [NO_ROW])
+    starts, rows = [NOWHERE], [NO_ROW]
     values: list = []
     numbers: dict = {}
     for start, value in segments:
@@ -67,7 +67,7 @@ def partition_of(segments: Iterable[tuple[int, Hashable | None]]) -> tuple[Parti
         elif row != rows[-1]:
             starts.append(start)
             rows.append(row)
-    return Partition(starts, rows), values
+    return Partition(array("q", starts), array("q", rows)), values
 
 
 class RuleMap(NamedTuple):

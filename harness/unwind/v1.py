@@ -11,13 +11,13 @@ on pc and sp only (`restores`).
 
 from __future__ import annotations
 
-from functools import cached_property, lru_cache
+from functools import cached_property, lru_cache, partial
 
 from harness.errors import UnwindFailure
 from harness.formats.chrome_v1 import V1Table
 from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import LEAF, Rule, RuleRange
+from harness.unwind.rule import LEAF, Rule, RuleRange, replayed_failure
 from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
 from harness.unwind.walk import PC_SP_ONLY, check_caller
 
@@ -66,8 +66,16 @@ class V1Unwinder:
 
 @lru_cache(maxsize=None)
 def _rule_of_row(found: tuple[int, int] | None) -> Rule:
-    """sp += CFA offset, pc = [sp - RA offset]; with no row, pc = lr."""
+    """sp += CFA offset, pc = [sp - RA offset]; with no row, pc = lr.
+    Where the return address lies outside the stack, the step's read
+    fails: the rule fails there too, in the read's words."""
     if found is None:
         return LEAF
     cfa_offset, ra_offset = found
-    return Rule(offset=cfa_offset, loads=((PC, -ra_offset),), pc_from_lr=False)
+    return Rule(offset=cfa_offset, loads=((PC, -ra_offset),), pc_from_lr=False, bounds=(-ra_offset, 4 - ra_offset),
+                guard_failure=replayed_failure(partial(_read_return_address, ra_offset), "a v1 rule"),
+                guard_kind="bad_read")
+
+
+def _read_return_address(ra_offset: int, base: int, sp: int, stack: StackReader) -> int:
+    return stack.read_u32(base - ra_offset)
