@@ -609,3 +609,25 @@ def test_the_kernel_takes_the_register_after_the_loads_from_sp(chrome, sp_word, 
     if answer is not kernel.DEFER:
         want = first_difference(unwinder, frame, stack, expected)
         assert (None if answer is None else outcome(stop_kernel, answer)) == want
+
+
+def test_a_verified_run_leaves_nothing_behind(monkeypatch):
+    """A StopKernel's Verifier holds its bound methods: a cycle only the
+    collector can free, with every table of the run's unwinders behind it
+    (the Verifier and the Tracer tell the collector what they hold)."""
+    import gc
+    import weakref
+
+    kept = []
+    real = kernel.StopKernel.__init__
+
+    def init(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        kept.append((weakref.ref(self), weakref.ref(self.unwinders[0])))
+    monkeypatch.setattr(kernel.StopKernel, "__init__", init)
+    program = generate_program(0, 1)
+    result = verify_program(program, build_unwinders(program))
+    assert result.failure_log.first(1) and kept
+    del result
+    gc.collect()
+    assert all(stop_kernel() is None and unwinder() is None for stop_kernel, unwinder in kept)

@@ -221,7 +221,28 @@ struct Verifier {
 
 Py_ssize_t verifier_unwinders(const Verifier *v) { return v->count; }
 
+/* The collector sees what a Verifier holds: its providers are the bound
+ * methods of the StopKernel that holds it, a cycle that only the collector
+ * frees (with every table of the run's unwinders behind it). */
+static int Verifier_traverse(Verifier *self, visitproc visit, void *arg) {
+    Py_VISIT(self->sources.provide);
+    Py_VISIT(self->sources.provide_book);
+    Py_VISIT(self->sources.provide_plan);
+    Py_VISIT(self->site_tables);
+    Py_VISIT(self->memory.obj);
+    return 0;
+}
+
+static int Verifier_clear(Verifier *self) {
+    Py_CLEAR(self->sources.provide);
+    Py_CLEAR(self->sources.provide_book);
+    Py_CLEAR(self->sources.provide_plan);
+    Py_CLEAR(self->site_tables);
+    return 0;
+}
+
 static void Verifier_dealloc(Verifier *self) {
+    PyObject_GC_UnTrack(self);
     if (self->memory.obj) PyBuffer_Release(&self->memory);
     sources_free(&self->sources);
     Py_XDECREF(self->site_tables);
@@ -687,7 +708,9 @@ PyTypeObject VerifierType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "harness.verify._kernel.Verifier",
     .tp_basicsize = sizeof(Verifier),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Verifier_traverse,
+    .tp_clear = (inquiry)Verifier_clear,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Verifier_init,
     .tp_dealloc = (destructor)Verifier_dealloc,

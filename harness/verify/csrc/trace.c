@@ -1079,7 +1079,28 @@ static int run_by_blocks(Tracer *t, uint64_t begin, uint64_t until) {
 
 /* ------------------------------------------------------------ the type */
 
+static int Tracer_traverse(Tracer *self, visitproc visit, void *arg) {
+    Py_VISIT(self->verifier);
+    Py_VISIT(self->classify);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->error_type);
+    Py_VISIT(self->error_value);
+    Py_VISIT(self->error_traceback);
+    return 0;
+}
+
+static int Tracer_clear(Tracer *self) {
+    Py_CLEAR(self->verifier);
+    Py_CLEAR(self->classify);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->error_type);
+    Py_CLEAR(self->error_value);
+    Py_CLEAR(self->error_traceback);
+    return 0;
+}
+
 static void Tracer_dealloc(Tracer *self) {
+    PyObject_GC_UnTrack(self);
     Py_XDECREF(self->verifier);
     Py_XDECREF(self->classify);
     Py_XDECREF(self->slow);
@@ -1564,7 +1585,9 @@ PyTypeObject TracerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "harness.verify._kernel.Tracer",
     .tp_basicsize = sizeof(Tracer),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Tracer_traverse,
+    .tp_clear = (inquiry)Tracer_clear,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Tracer_init,
     .tp_dealloc = (destructor)Tracer_dealloc,
