@@ -306,8 +306,9 @@ def quiet_ranges(program) -> tuple[tuple[int, int], ...]:
 
 
 def logged_failures(tally: Counter) -> int:
-    """How many failing walks of a tally a run logs, its cap aside."""
-    return sum(stops for (_, cause), stops in tally.items() if not is_stop(cause))
+    """How many failing walks of a tally a run logs, its cap aside (a stop
+    is a no_info refusal: others need not be asked)."""
+    return sum(stops for (_, cause), stops in tally.items() if cause.kind != "no_info" or not is_stop(cause))
 
 
 def counted_kind(cause: FailureCause) -> str:

@@ -254,8 +254,11 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         result.failure_log = _merged_log(tracer, run, stop_kernel, causes, logged_failures(tally) > cap)
         if stop_kernel is not None:
             classes = {number: key for key, number in run.stop_classes.items()}
+            counts = result.counts
             for stop_class, index, passes in stop_kernel.passes():
-                result.counts[(unwinders[index].name, *classes[stop_class], None)] += passes
+                traits, position = classes[stop_class]
+                key = (unwinders[index].name, traits, position, None)
+                counts[key] = counts.get(key, 0) + passes
             result.methods.update(stop_kernel.chain_frames())
     return tracer.resumed(), tracer.questioned()
 
