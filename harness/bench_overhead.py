@@ -11,7 +11,7 @@ target's measure), and kept in the whole-run ratio.
 
 Each side is the least of PASSES runs of each program. A pass runs in a
 fresh process, program after program, as one of `run`'s workers does: the
-caches a process keeps (harness.verify.kernel.MADE, rules by what names
+caches a process keeps (harness.verify.rule_book, rules by what names
 them; the lru caches of rules and of decoded instructions) start empty and
 fill as it goes, so that a program's verified run finds the rules of the
 programs before it, never its own. A run repeated in one process, as the
