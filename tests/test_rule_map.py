@@ -23,6 +23,7 @@ from harness.unwind.rule_map import NO_ROW, partition_of
 from harness.unwind.v1 import V1Unwinder
 from harness.unwind.v2 import V2Unwinder, v2_partition
 from harness.unwind.v2_chrome import ChromeV2Unwinder
+from harness.unwind.v2_epilogue import EpilogueFirst, EpilogueSimulator
 from harness.unwind.vmkunwind import VmkunwindUnwinder
 from harness.verify import kernel
 from harness.verify.kernel import StopKernel, pack_rule
@@ -228,3 +229,23 @@ def test_the_c_epilogue_filter_is_the_python_one():
     samples += [rng.randbytes(4) for _ in range(20_000)]
     for code in samples:
         assert kernel.may_start_epilogue(code) == may_start_epilogue(code), code.hex()
+
+
+def test_an_epilogue_simulator_without_its_code_has_its_innermost_rules_from_rule_at():
+    """Given no segments to scan, the kernel cannot tell where an epilogue
+    may start: v2+epilogue's innermost frame asks rule_at for each range,
+    its callers still take the tables' rows."""
+    program = generate_program(0, 1)
+    built = build_unwinders(program, ("v2", "v2+epilogue"))[1]
+    blind = EpilogueFirst(EpilogueSimulator(program.code, built.simulator._same_function), built.fallback,
+                          "v2+epilogue")
+    stop_kernel = StopKernel([blind], bytearray(SIZE), BASE, BASE + SIZE)
+    plans = 0
+    for function in program.functions[:6]:
+        for pc in range(function.start, min(function.end, function.start + 512), 2):
+            for innermost in (False, True):
+                rule = blind.rule_at(pc, innermost).rule
+                want = None if rule is None else pack_rule(rule, stop_kernel._site_table)
+                assert stop_kernel.verifier.rule(0, pc, innermost)[1] == want, (hex(pc), innermost)
+            plans += blind.rule_at(pc, True).high - pc == 1
+    assert plans > 5

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 from harness.registers import CALLEE_SAVED, SP
 from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, ReturnAddresses, Rule, guards_hold
+from harness.unwind.rule_map import itself
 from harness.unwind.walk import Unwinder, caller_failure, restores_of
 from harness.verify import abi, rule_book
 from harness.verify.failures import Outcome
@@ -95,13 +96,14 @@ def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[U
     default, Python's rule_at."""
     maps = getattr(unwinder, "rule_maps", None)
     methods = getattr(unwinder, "methods", ())
+    simulator = getattr(unwinder, "simulator", None)
     if maps is not None:
-        for innermost in (0, 1):
+        # an epilogue simulator's innermost frame: its tables' partition where its code shows none may start
+        for innermost in (0, 1) if simulator is None or simulator.segments else (0,):
             verifier.set_map(index, innermost, *_partition_of(maps[innermost]),
                              book.numbers_of(maps[innermost], numbered), book.packed)
-        segments = getattr(getattr(unwinder, "simulator", None), "segments", ())
-        if segments:
-            verifier.set_epilogue(index, tuple(segments))
+        if simulator is not None and simulator.segments:
+            verifier.set_epilogue(index, tuple(simulator.segments))
     elif hasattr(unwinder, "step_by") and all(hasattr(m, "rule_maps") for m in methods) \
             and 0 < len(methods) <= abi.CHAIN_METHODS:
         walked = {id(u): number for number, u in enumerate(unwinders[:index])
@@ -196,9 +198,8 @@ class StopKernel:
         return pack_rule(rule, self._site_table)
 
     def _numbered(self, rule: Rule | None) -> tuple[int, bytes | None]:
-        """A rule named by nothing (a range's), with its number in the book."""
-        packed = None if rule is None else self._packed(rule)
-        return (-1, None) if packed is None else (self.book.add(rule, packed), packed)
+        """A range's rule (or a plan's), named by itself in the book, packed."""
+        return self.book.make(self.book.number_of((itself, rule)), self._packed)
 
     def worded(self, entries: list) -> list:
         """Failure log entries (harness.verify.failures.FailureLog) with the

@@ -61,12 +61,14 @@ class RuleBook:
         values = rule_map.values
         known = None if numbered is None else numbered.get(id(values))
         if known is None or known[0] is not values:
-            known = values, array("q", (self._number_of(rule_map.key_of_row(row)) for row in range(len(values))))
+            known = values, array("q", (self.number_of(rule_map.key_of_row(row)) for row in range(len(values))))
             if numbered is not None:
                 numbered[id(values)] = known
-        return array("q", [self._number_of(rule_map.key_of_row(NO_ROW))]) + known[1]
+        return array("q", [self.number_of(rule_map.key_of_row(NO_ROW))]) + known[1]
 
-    def _number_of(self, key: Hashable) -> int:
+    def number_of(self, key: tuple) -> int:
+        """The number of the rule (make, value) names: shared, but for a
+        rule itself that scans (its kernel's own)."""
         return self.number(key, shared=not (key[0] is itself and names_sites(key[1])))
 
     def make(self, number: int, pack: Callable[[Rule], bytes | None]) -> tuple[int, bytes | None]:
@@ -76,12 +78,6 @@ class RuleBook:
             rule = self.rules[number] = make(value)
             self.packed[number] = None if rule is None else pack(rule)
         return number, self.packed[number]
-
-    def add(self, rule: Rule, packed: bytes) -> int:
-        """A rule named by nothing (a range's, from rule_at): its own number."""
-        number = self.number(object(), shared=False)
-        self.rules[number], self.packed[number] = rule, packed
-        return number
 
 
 def names_sites(rule: Rule | None) -> bool:

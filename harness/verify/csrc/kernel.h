@@ -118,9 +118,19 @@ static inline void track_read(Track *t, int64_t low, int64_t high) {
  * an unwinder that is no chain never touches n). */
 typedef struct { int any; uint64_t n[2 * CHAIN_METHODS]; } MethodCounts;
 
+static inline void counts_begin(MethodCounts *c) {
+    if (!c->any) { memset(c->n, 0, sizeof c->n); c->any = 1; }
+}
+
+static inline void count_method(MethodCounts *c, int method, int right) {
+    counts_begin(c);
+    c->n[2 * method]++;
+    if (right) c->n[2 * method + 1]++;
+}
+
 static inline void counts_add(MethodCounts *to, const MethodCounts *from) {
     if (!from->any) return;
-    if (!to->any) { memset(to->n, 0, sizeof to->n); to->any = 1; }
+    counts_begin(to);
     for (int i = 0; i < 2 * CHAIN_METHODS; i++) to->n[i] += from->n[i];
 }
 

@@ -365,14 +365,15 @@ static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, i
  * in `counted` (see verifier_walk). */
 static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ssize_t from, Py_ssize_t to,
                        const KStack *s, uint32_t cpsr, const Expected *expected, Py_ssize_t frames, Answer *out,
-                       MethodCounts *counted) {
+                       MethodCounts *counted, PyObject *first_rule, Py_ssize_t first_id) {
     for (Py_ssize_t index = from; index < to && out->kind == ANSWER_PASS; index++) {
         const int innermost = index == 0;
-        Py_ssize_t rule_id = -1;
+        Py_ssize_t rule_id = first_id;
         out->frame = index;
         out->pc = frame->r[PC];  /* of the frame being unwound */
         out->sp = frame->r[SP];
-        PyObject *rule = sources_rule(&self->sources, unwinder, out->pc, innermost, &rule_id);
+        PyObject *rule = innermost && first_rule ? first_rule
+                       : sources_rule(&self->sources, unwinder, out->pc, innermost, &rule_id);
         if (!rule) return -1;
         out->rule_id = rule_id;
         if (rule == Py_None) { out->kind = ANSWER_DEFER; return 0; }
@@ -399,9 +400,7 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
                             &out->got, &out->want);
         if (out->reg >= 0) out->kind = ANSWER_MISMATCH;
         if (method >= 0) {
-            if (!counted->any) { memset(counted->n, 0, sizeof counted->n); counted->any = 1; }
-            counted->n[2 * method]++;
-            if (out->reg < 0) counted->n[2 * method + 1]++;
+            count_method(counted, method, out->reg < 0);
         }
         /* r0-r3 and r12 hold nothing a caller relies on (verify.without_scratch). */
         frame->r[0] = frame->r[1] = frame->r[2] = frame->r[3] = frame->r[12] = 0;
@@ -430,9 +429,9 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
     /* The whole walk of the last stop holds where nothing it depends on changed but the pc (memo.c). */
     const int whole = self->memo.active && frames > 0;
     const int it = it_state(cpsr);
-    PyObject *rule = NULL;
+    PyObject *rule = NULL;  /* the innermost frame's, looked up once where the memo needs it */
+    Py_ssize_t rule_id = -1;
     if (whole) {
-        Py_ssize_t rule_id;
         rule = sources_rule(&self->sources, unwinder, innermost_frame->r[PC], 1, &rule_id);
         if (!rule) return -1;
         const OuterWalk *kept = memo_find_whole(&self->memo, unwinder, rule, innermost_frame, it, &expected[frames - 1]);
@@ -447,7 +446,8 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
     KFrame frame = *innermost_frame;
     out->kind = ANSWER_PASS;
     out->merged = 0;
-    if (walk_frames(self, unwinder, &frame, 0, frames < 1 ? frames : 1, &s, cpsr, expected, frames, out, &counted))
+    if (walk_frames(self, unwinder, &frame, 0, frames < 1 ? frames : 1, &s, cpsr, expected, frames, out, &counted,
+                    rule, rule_id))
         return -1;
     const Track first = track;
     const int needs_outer = out->kind == ANSWER_PASS && frames > 1;
@@ -462,7 +462,8 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
             const KFrame caller = frame;
             MethodCounts walked = { .any = 0 };
             track.count = 0;
-            if (walk_frames(self, unwinder, &frame, 1, frames, &s, cpsr, expected, frames, out, &walked)) return -1;
+            if (walk_frames(self, unwinder, &frame, 1, frames, &s, cpsr, expected, frames, out, &walked, NULL, -1))
+                return -1;
             memo_keep(&self->memo, unwinder, &caller, in_it, low, &track, out, &walked, s.memory, self->base);
             counts_add(&counted, &walked);
         }
