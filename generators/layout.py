@@ -6,6 +6,7 @@ placed."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from generators import frame_model as fx
 from generators.assembler import AssemblyError, assemble
@@ -203,9 +204,10 @@ def build_program(name: str, plans: list[Plan], entry: str, arg: int) -> Program
 
 
 def expected_result(plans: list[Plan], entry: str, arg: int) -> int:
-    by_name = {p.name: p for p in plans}
+    return _result_of_call({p.name: p for p in plans}, entry, arg, 0)
 
-    def call(name: str, a: int, depth: int) -> int:
-        return evaluate(by_name[name], a & MASK, depth, call)
 
-    return call(entry, arg, 0)
+def _result_of_call(by_name: dict[str, Plan], name: str, a: int, depth: int) -> int:
+    # Not a closure that calls itself: that is a reference cycle, which
+    # would keep the plans until the cycle collector came by.
+    return evaluate(by_name[name], a & MASK, depth, partial(_result_of_call, by_name))

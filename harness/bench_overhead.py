@@ -25,6 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 from generators.corpus import generate_program
+from harness import collector
 from harness.program import Program
 from harness.report.summary import summarize
 from harness.unwind import build_unwinders
@@ -61,6 +62,7 @@ def emulation_alone(program: Program) -> tuple[int, float, float, float]:
 def overhead_pass(count: int) -> dict:
     """One pass over the first `count` generated programs, in this process:
     per program its instructions, stops and MEASURES, and the unwinders verified."""
+    collector.settle()  # as the CLI does before a command, so a worker forked from it
     programs = [generate_program(0, number) for number in range(count)]
     emulation_alone(programs[0])  # warm up: the first emulator of a process pays once for what all share
     measured: dict = {name: [] for name in ("instructions", "stops", *MEASURES)}

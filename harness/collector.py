@@ -1,7 +1,8 @@
 """Python's cycle collector, paused where a step makes many objects and no
 reference cycle: each few hundred new objects set off a collection, and
 every so often one that walks the whole heap, the long-lived tables with
-it, for nothing to free."""
+it, for nothing to free; and kept off what a process loaded before its
+work began."""
 
 from __future__ import annotations
 
@@ -20,3 +21,14 @@ def collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def settle() -> None:
+    """Leave what is alive now out of every later collection: the modules a
+    process imported and the tables they made, alive as long as it is.
+    Called once a process has loaded what it works with (the CLI, before
+    its command; a pass of the bench); a worker forked from it inherits
+    that. Otherwise every full collection walks them all again, with the
+    rules and decoded instructions a process keeps: a tenth of a generated
+    program's verification went to those walks (harness.bench_overhead)."""
+    gc.freeze()

@@ -611,6 +611,35 @@ def test_the_kernel_takes_the_register_after_the_loads_from_sp(chrome, sp_word, 
         assert (None if answer is None else outcome(stop_kernel, answer)) == want
 
 
+def test_a_verified_run_is_freed_without_the_cycle_collector(monkeypatch):
+    """Nothing of a verified run sits in a reference cycle: its kernel, its
+    emulator and its unwinders, with their tables, go as soon as the result
+    and the unwinders do, the collector off (a cycle waited for it, and its
+    walks over them all were a tenth of a generated program's verification)."""
+    import gc
+    import weakref
+
+    watched = []
+    for owner in (kernel.StopKernel, Emulator):
+        def init(self, *args, real=owner.__init__, **kwargs):
+            real(self, *args, **kwargs)
+            watched.append(weakref.ref(self))
+        monkeypatch.setattr(owner, "__init__", init)
+    program = generate_program(0, 1)
+    unwinders = build_unwinders(program)
+    assert any(u.name == "v2+epilogue" for u in unwinders)
+    watched += [weakref.ref(u) for u in unwinders]
+    gc.disable()
+    try:
+        result = verify_program(program, unwinders)
+        assert result.failure_log.first(1) and len(watched) > len(unwinders) + 1
+        del result, unwinders
+        alive = [ref() for ref in watched if ref() is not None]
+    finally:
+        gc.enable()
+    assert not alive
+
+
 def test_a_verified_run_leaves_nothing_behind(monkeypatch):
     """A StopKernel's Verifier holds its bound methods: a cycle only the
     collector can free, with every table of the run's unwinders behind it

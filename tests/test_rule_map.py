@@ -195,6 +195,20 @@ def test_every_unwinder_of_a_program_has_its_rules_found_in_c(monkeypatch):
     assert ranges == [] and set(plans) == starts and len(plans) == len(starts) > 10
 
 
+def test_a_released_kernel_refuses_to_make_a_rule_and_keeps_those_made():
+    """After its run a Verifier drops its providers (harness.verify.stops):
+    a rule made before is still there, one never made is an error, not a crash."""
+    program = generate_program(0, 3)
+    stop_kernel = StopKernel(build_unwinders(program, ("v2", "v2+epilogue")), bytearray(SIZE), BASE, BASE + SIZE)
+    pc = program.functions[0].start
+    made = stop_kernel.verifier.rule(0, pc, True)
+    stop_kernel.verifier.release()
+    assert stop_kernel.verifier.rule(0, pc, True) == made
+    unmade = next(p for p in range(pc, pc + 4096, 2) if may_start_epilogue(program.code(p, 4)))
+    with pytest.raises(RuntimeError, match="after the verifier's run"):
+        stop_kernel.verifier.rule(1, unmade, True)
+
+
 def test_a_partition_that_is_not_one_is_refused():
     stop_kernel = StopKernel(build_unwinders(generate_program(0, 0), ("dwarf",)), bytearray(SIZE), BASE,
                              BASE + SIZE)

@@ -49,27 +49,31 @@ def digest(tally: Counter, logged: LoggedPcs) -> dict[str, dict[GroupKey, Group]
     `logged` the walks its failure log holds, with their pcs
     (FailureLog.logged_pcs)."""
     kinds: dict = {}  # cause -> its counted kind: a cause fails in many functions
-    stops: Counter = Counter()
+    stops: dict[tuple[str, GroupKey], int] = {}
+    totals: dict[str, int] = {}  # failing walks per unwinder
     for (where, cause), count in tally.items():
-        kind = kinds[cause] = kinds.get(cause) or counted_kind(cause)
+        kind = kinds.get(cause)
+        if kind is None:
+            kind = kinds[cause] = counted_kind(cause)
         if not kind.startswith(STOPPED_PREFIX):
-            stops[(cause.unwinder, (where[0], where[2], kind))] += count
-    counted: Counter = Counter()
+            key = (cause.unwinder, (where[0], where[2], kind))
+            stops[key] = stops.get(key, 0) + count
+            totals[cause.unwinder] = totals.get(cause.unwinder, 0) + count
+    counted: dict[str, int] = {}  # logged failing walks per unwinder
     pcs: dict[tuple[str, GroupKey], Ranges] = {}
     for (where, cause), (count, found) in logged.items():
-        counted[cause.unwinder] += count
+        counted[cause.unwinder] = counted.get(cause.unwinder, 0) + count
         key = (cause.unwinder, (where[0], where[2], kinds[cause]))  # every logged failure is tallied
         held = pcs.get(key)
         pcs[key] = found if held is None else merged((*held, *found))
-    totals: Counter = Counter()
-    for (unwinder, _), count in stops.items():
-        totals[unwinder] += count
-    complete = {unwinder for unwinder, total in totals.items()
-                if counted[unwinder] == total <= PCS_PER_UNWINDER}
+    complete = {unwinder for unwinder, total in totals.items() if counted.get(unwinder) == total <= PCS_PER_UNWINDER}
     out: dict[str, dict[GroupKey, Group]] = {}
-    for (unwinder, key), count in sorted(stops.items()):
-        found = pcs.get((unwinder, key), ()) if unwinder in complete else None
-        out.setdefault(unwinder, {})[key] = Group(count, found)
+    for key in sorted(stops):
+        unwinder, group = key
+        groups = out.get(unwinder)
+        if groups is None:
+            groups = out[unwinder] = {}
+        groups[group] = Group(stops[key], pcs.get(key, ()) if unwinder in complete else None)
     return out
 
 

@@ -20,6 +20,7 @@ sp, as the weakest link.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import partial
 
 from harness.errors import UnwindFailure
 from harness.registers import PC, SP
@@ -52,14 +53,11 @@ class ScanUnwinder:
         """The same scan everywhere, in the kernel's form."""
         if self._rule is None:
             self._rule = Rule(scan_window=4 * self.window, scan_sites=ReturnAddresses(self.return_addresses),
-                              guard_failure=self._nothing_found, guard_kind="no_info")
+                              guard_failure=partial(nothing_found, self.window), guard_kind="no_info")
         return everywhere(self._rule, self._rule)
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         return self.rule_maps[innermost].rule_at(pc)
-
-    def _nothing_found(self, base: int, sp: int, low: int, high: int) -> tuple[str, str]:
-        return "no_info", f"no return address in the {self.window} words from sp {sp:#x} up"
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         slot = frame.sp
@@ -74,7 +72,13 @@ class ScanUnwinder:
                 caller = Frame(r=tuple(regs), d=frame.d)
                 check_caller(frame, caller, innermost)
                 return caller
-        raise UnwindFailure(*self._nothing_found(frame.sp, frame.sp, stack.low, stack.high))
+        raise UnwindFailure(*nothing_found(self.window, frame.sp, frame.sp, stack.low, stack.high))
+
+
+def nothing_found(window: int, base: int, sp: int, low: int, high: int) -> tuple[str, str]:
+    """A scan's failure (a rule's guard_failure, with the window bound: not
+    the unwinder's bound method, which would keep it alive with the rule)."""
+    return "no_info", f"no return address in the {window} words from sp {sp:#x} up"
 
 
 class ChainUnwinder:

@@ -48,7 +48,16 @@ class EpilogueSimulator:
         self._same_function = same_function
         self.segments = segments
         self.outcomes: Counter = Counter()  # "simulated" or the reason for declining
-        self.plan = lru_cache(maxsize=None)(self._plan)
+        self._plans: dict[int, tuple[Step, ...] | str] = {}  # by pc (not an lru_cache of a bound
+        # method, which would hold the simulator in a reference cycle, its program's code and
+        # tables with it, until the cycle collector walks them all)
+
+    def plan(self, pc: int) -> tuple[Step, ...] | str:
+        """The epilogue steps from pc to its return, or why there is none (made once per pc)."""
+        plan = self._plans.get(pc)
+        if plan is None:
+            plan = self._plans[pc] = self._plan(pc)
+        return plan
 
     def _step_at(self, address: int) -> tuple[Instruction, Step | None] | None:
         """The instruction at address and what `classify` makes of it."""
@@ -56,7 +65,6 @@ class EpilogueSimulator:
         return None if insn is None else (insn, classify(insn))
 
     def _plan(self, pc: int) -> tuple[Step, ...] | str:
-        """The epilogue steps from pc to its return, or why there is none."""
         steps: list[Step] = []
         address = pc
         for _ in range(LIMIT):  # one at a time: most stops decline at the first

@@ -15,6 +15,7 @@ import resource
 import sys
 import time
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Callable, Iterable
 
 from unicorn import (
@@ -120,11 +121,11 @@ class _BatchReader:
     def __init__(self, uc: Uc, regs: list[int], ctype):
         count = len(regs)
         self._uc = uc
-        self._ids = (ctypes.c_int * count)(*regs)
-        self._values = (ctype * count)()
+        self._ids = _array_type(ctypes.c_int, count)(*regs)
+        self._values = _array_type(ctype, count)()
         size = ctypes.sizeof(ctype)
         base = ctypes.addressof(self._values)
-        self._pointers = (ctypes.c_void_p * count)(*(base + size * i for i in range(count)))
+        self._pointers = _array_type(ctypes.c_void_p, count)(*(base + size * i for i in range(count)))
         self._count = count
 
     def __call__(self) -> list[int]:
@@ -134,12 +135,21 @@ class _BatchReader:
         return self._values[:]
 
 
+@lru_cache(maxsize=None)  # ctypes drops an unused array type, which only the cycle collector frees
+def _array_type(ctype, count: int):
+    return ctype * count
+
+
 def _read(uc: Uc, address: int, size: int) -> bytes:
-    buffer = ctypes.create_string_buffer(size)
-    status = uclib.uc_mem_read(uc._uch, address, buffer, size)
+    """`size` bytes at `address` (UcError where not all mapped), into a
+    bytearray: the binding's buffer is of a new array type of that size."""
+    if size <= 0:
+        return b""
+    buffer = bytearray(size)
+    status = uclib.uc_mem_read(uc._uch, address, ctypes.byref(ctypes.c_char.from_buffer(buffer)), size)
     if status:
         raise UcError(status)
-    return buffer.raw
+    return bytes(buffer)
 
 
 EXCP_SWI = 2  # Unicorn's interrupt number for SVC
@@ -154,7 +164,7 @@ class _Machine:
 
     def read(self, address: int, size: int) -> bytes:
         try:
-            return bytes(self._uc.mem_read(address, size))
+            return _read(self._uc, address, size)
         except UcError:
             raise BadAddress(f"{size} bytes at {address:#x} are not mapped") from None
 
@@ -256,14 +266,14 @@ class Emulator:
         return self._stack_memory, self.placement.stack_bottom, self.placement.stack_top
 
     def read(self, address: int, size: int) -> bytes:
-        return bytes(self._uc.mem_read(address, size))
+        return _read(self._uc, address, size)
 
     def code(self, address: int, size: int) -> bytes:
         """Up to `size` bytes of code at `address`: fewer where the mapping
         ends, none where nothing is mapped."""
         while size:
             try:
-                return bytes(self._uc.mem_read(address, size))
+                return _read(self._uc, address, size)
             except UcError:
                 size -= 2
         return b""

@@ -41,8 +41,6 @@ DECLINES = -2  # provide_plan's rule id where no epilogue is simulated (csrc/sou
 _HEADER, _LOAD = abi.RULE_HEADER.struct, abi.LOAD.struct
 
 
-INT32 = range(-(1 << 31), 1 << 31)
-
 
 def pack_rule(rule: Rule, site_table: Callable[[ReturnAddresses], int] | None = None) -> bytes | None:
     """A rule as rules.c reads it: abi.RULE_HEADER, then its loads (a
@@ -68,23 +66,31 @@ def pack_rule(rule: Rule, site_table: Callable[[ReturnAddresses], int] | None = 
     return _pack_plain(rule)
 
 
+# A rule packs as int32 fields: the header's, then its loads' (reg, offset) pairs.
+assert _HEADER.format == "<" + "1i" * len(abi.RULE_HEADER.fields) and _LOAD.format == "<1i1i"
+INT32_LOW, INT32_HIGH = -(1 << 31), (1 << 31) - 1
+
+
 @lru_cache(maxsize=1 << 16)  # rules repeat by value across ranges and programs
 def _pack_plain(rule: Rule) -> bytes | None:
-    flags = sum(bit for bit, on in (
-        (abi.BOUNDS, rule.bounds is not None), (abi.PC_FROM_LR, rule.pc_from_lr),
-        (abi.ALIGNED, rule.aligned), (abi.ABOVE_SP, rule.above_sp),
-        (abi.LEAF_UNLESS_RECORD, rule.leaf_unless_record), (abi.OUTSIDE_IT, rule.outside_it),
-        (abi.FAILS, rule.failure is not None), (abi.GUARD_FAILS, rule.guard_failure is not None),
-        (abi.NO_INFO, (rule.failure is not None and rule.failure[0] == "no_info") or rule.guard_kind == "no_info"),
-        (abi.CALLER_ALIGNED8, rule.caller_aligned8), (abi.GUARD_KIND_FIXED, rule.guard_kind is not None)) if on)
+    failure, guard_kind = rule.failure, rule.guard_kind
+    flags = ((abi.BOUNDS if rule.bounds is not None else 0) | (abi.PC_FROM_LR if rule.pc_from_lr else 0)
+             | (abi.ALIGNED if rule.aligned else 0) | (abi.ABOVE_SP if rule.above_sp else 0)
+             | (abi.LEAF_UNLESS_RECORD if rule.leaf_unless_record else 0)
+             | (abi.OUTSIDE_IT if rule.outside_it else 0) | (abi.FAILS if failure is not None else 0)
+             | (abi.GUARD_FAILS if rule.guard_failure is not None else 0)
+             | (abi.NO_INFO if (failure is not None and failure[0] == "no_info") or guard_kind == "no_info" else 0)
+             | (abi.CALLER_ALIGNED8 if rule.caller_aligned8 else 0)
+             | (abi.GUARD_KIND_FIXED if guard_kind is not None else 0))
     lowest, highest = rule.bounds or (0, 0)
     pre_lowest, pre_highest = rule.pre_bounds or (0, 0)
-    fields = (flags, rule.base, -1 if rule.index is None else rule.index, rule.offset, rule.end, lowest, highest,
-              len(rule.loads), len(rule.vfp_loads), len(rule.pre_loads), pre_lowest, pre_highest)
-    pairs = rule.pre_loads + rule.loads + rule.vfp_loads
-    if not all(value in INT32 for value in (*fields, *(v for pair in pairs for v in pair))):
+    values = [flags, rule.base, -1 if rule.index is None else rule.index, rule.offset, rule.end, lowest, highest,
+              len(rule.loads), len(rule.vfp_loads), len(rule.pre_loads), pre_lowest, pre_highest]
+    for pair in (*rule.pre_loads, *rule.loads, *rule.vfp_loads):
+        values += pair
+    if min(values) < INT32_LOW or max(values) > INT32_HIGH:
         return None
-    return _HEADER.pack(*fields) + b"".join(_LOAD.pack(*pair) for pair in pairs)
+    return struct.pack(f"<{len(values)}i", *values)
 
 
 def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[Unwinder], book: rule_book.RuleBook,

@@ -260,6 +260,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
                 key = (unwinders[index].name, traits, position, None)
                 counts[key] = counts.get(key, 0) + passes
             result.methods.update(stop_kernel.chain_frames())
+            stop_kernel.verifier.release()  # the cycle through the kernel's providers, broken: freed when done with
     return tracer.resumed(), tracer.questioned()
 
 

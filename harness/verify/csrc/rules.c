@@ -618,6 +618,17 @@ static PyObject *Verifier_chain_methods(Verifier *self, PyObject *unused) {
     return out;
 }
 
+/* release(): drop the providers, bound methods of the StopKernel that holds
+ * this Verifier: a reference cycle, which the cycle collector alone would
+ * free, every table of the run with it. After its run: a rule not made by
+ * then is not asked for again. */
+static PyObject *Verifier_release(Verifier *self, PyObject *unused) {
+    Py_CLEAR(self->sources.provide);
+    Py_CLEAR(self->sources.provide_book);
+    Py_CLEAR(self->sources.provide_plan);
+    Py_RETURN_NONE;
+}
+
 /* add_sites(bytes: sorted uint32 return addresses) -> the table's number,
  * which a scan rule names in its `index`. */
 static PyObject *Verifier_add_sites(Verifier *self, PyObject *table) {
@@ -663,6 +674,7 @@ static PyMethodDef Verifier_methods[] = {
     {"passes", (PyCFunction)Verifier_passes, METH_NOARGS, "Matching walks per stop class and unwinder."},
     {"methods", (PyCFunction)Verifier_chain_methods, METH_NOARGS, "A chain's frames and right frames per method."},
     {"add_sites", (PyCFunction)Verifier_add_sites, METH_O, "Register a scan's return addresses."},
+    {"release", (PyCFunction)Verifier_release, METH_NOARGS, "Drop the providers: the run is over."},
     {"rule", (PyCFunction)Verifier_rule, METH_VARARGS,
      "rule(unwinder, pc, innermost) -> (rule id, bytes or None): the rule for a frame at pc."},
     {"set_map", (PyCFunction)Verifier_set_map, METH_VARARGS,

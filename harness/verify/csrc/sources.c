@@ -22,6 +22,8 @@
  */
 #include "kernel.h"
 
+#include <stdarg.h>
+
 #include <string.h>
 
 enum { FROM_PROVIDE, FROM_MAP, FROM_CHAIN, FROM_EPILOGUE };  /* a Source's kind */
@@ -39,7 +41,9 @@ struct Partition {
 };
 
 typedef struct { Py_ssize_t id; PyObject *rule; } KeptRule;  /* rule: bytes or Py_None; NULL: not made yet */
-typedef struct { KeptRule *items; Py_ssize_t count; } KeptRules;  /* by row + 1 */
+/* By row + 1; `book` the list of packed rules they were taken from (a strong reference), where a rule not made
+ * at first may be made since, for another row or table that names it too. */
+typedef struct { KeptRule *items; Py_ssize_t count; PyObject *book; } KeptRules;
 
 typedef struct { int64_t start; Py_buffer data; } CodeSegment;
 
@@ -71,6 +75,7 @@ static void partition_release(Partition *p) {
 static void kept_clear(KeptRules *kept) {
     for (Py_ssize_t i = 0; i < kept->count; i++) Py_XDECREF(kept->items[i].rule);
     PyMem_Free(kept->items);
+    Py_XDECREF(kept->book);
     memset(kept, 0, sizeof *kept);
 }
 
@@ -92,6 +97,8 @@ static int kept_init(KeptRules *kept, int64_t max_row, PyObject *numbers, PyObje
     kept->count = max_row + 2;
     kept->items = PyMem_Calloc((size_t)kept->count, sizeof(KeptRule));
     if (!kept->items) { kept->count = 0; PyBuffer_Release(&view); PyErr_NoMemory(); return -1; }
+    Py_INCREF(book);
+    kept->book = book;
     const int64_t *number = view.buf;
     for (Py_ssize_t i = 0; i < kept->count; i++) {
         if (number[i] < 0 || number[i] >= PyList_GET_SIZE(book)) {
@@ -208,6 +215,22 @@ static int64_t row_at(Partition *p, int64_t pc, int64_t *low, int64_t *high) {
     return ((const int64_t *)p->rows.buf)[segment];
 }
 
+/* provider(args...), or an error where the Verifier was released (its run over). */
+static PyObject *asked(PyObject *provider, const char *format, ...) {
+    if (!provider) {
+        PyErr_SetString(PyExc_RuntimeError, "a rule was asked for after the verifier's run (released)");
+        return NULL;
+    }
+    va_list values;
+    va_start(values, format);
+    PyObject *args = Py_VaBuildValue(format, values);
+    va_end(values);
+    if (!args) return NULL;
+    PyObject *reply = PyObject_CallObject(provider, args);
+    Py_DECREF(args);
+    return reply;
+}
+
 /* Python's (rule id, bytes or None) reply, checked; 0 or -1. */
 static int take_reply(PyObject *reply, Py_ssize_t *id, PyObject **rule) {
     if (!reply) return -1;
@@ -221,8 +244,15 @@ static int take_reply(PyObject *reply, Py_ssize_t *id, PyObject **rule) {
 /* The rule of `row` (made by Python the first time, where the book had not). */
 static PyObject *kept_rule(Sources *s, KeptRules *rules, int64_t row, Py_ssize_t *id) {
     KeptRule *kept = &rules->items[row + 1];
+    if (!kept->rule && kept->id < PyList_GET_SIZE(rules->book)) {  /* made since the rules were taken? */
+        PyObject *packed = PyList_GET_ITEM(rules->book, kept->id);
+        if (packed != Py_Ellipsis) {
+            Py_INCREF(packed);
+            kept->rule = packed;
+        }
+    }
     if (!kept->rule) {
-        PyObject *reply = PyObject_CallFunction(s->provide_book, "n", kept->id);
+        PyObject *reply = asked(s->provide_book, "(n)", kept->id);
         PyObject *rule;
         if (take_reply(reply, &kept->id, &rule)) { Py_XDECREF(reply); return NULL; }
         Py_INCREF(rule);
@@ -244,7 +274,7 @@ static PyObject *keep_range(Source *src, Py_ssize_t slot, int64_t low, int64_t h
 /* The rule Python's rule_at gives for pc, kept for the range it gives. */
 static PyObject *provided(Sources *s, Source *src, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t slot,
                           Py_ssize_t *id) {
-    PyObject *made = PyObject_CallFunction(s->provide, "nLi", unwinder, (long long)pc, innermost);
+    PyObject *made = asked(s->provide, "(nLi)", unwinder, (long long)pc, innermost);
     if (!made) return NULL;
     PyObject *rule;
     long long low, high;
@@ -370,7 +400,7 @@ static PyObject *epilogue_rule(Sources *s, Source *src, Py_ssize_t unwinder, int
         PyObject *rule = kept_rule(s, &src->kept, row, id);
         return rule ? keep_range(src, slot, pc, pc + end, rule, *id) : NULL;
     }
-    PyObject *reply = PyObject_CallFunction(s->provide_plan, "nL", unwinder, (long long)pc), *rule;
+    PyObject *reply = asked(s->provide_plan, "(nL)", unwinder, (long long)pc), *rule;
     if (take_reply(reply, id, &rule)) { Py_XDECREF(reply); return NULL; }
     if (*id == DECLINES) rule = kept_rule(s, &src->kept, row, id);
     PyObject *kept = rule ? keep_range(src, slot, pc, pc + 1, rule, *id) : NULL;

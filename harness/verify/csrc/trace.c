@@ -1476,13 +1476,29 @@ static PyObject *Tracer_log_split(Tracer *self, PyObject *args) {
     return Py_BuildValue("(nn)", (Py_ssize_t)merged.mine, merged.theirs);
 }
 
-typedef struct { int32_t where, cause; uint32_t pc; } LoggedPc;
+/* A tally entry, put in (where, cause) order: the order logged_pcs reports them in. */
+typedef struct { TallyKey key; size_t id; } TallyEntry;
 
-static int by_where_cause_pc(const void *a, const void *b) {
-    const LoggedPc *x = a, *y = b;
+static int by_where_cause(const void *a, const void *b) {
+    const TallyKey *x = &((const TallyEntry *)a)->key, *y = &((const TallyEntry *)b)->key;
     if (x->where != y->where) return x->where < y->where ? -1 : 1;
-    if (x->cause != y->cause) return x->cause < y->cause ? -1 : 1;
-    return x->pc < y->pc ? -1 : x->pc > y->pc;
+    return (x->cause > y->cause) - (x->cause < y->cause);
+}
+
+static int by_pc(const void *a, const void *b) {
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sort `count` pcs: a group's are few and mostly in order already (a loop's stops come round again). */
+static void sort_pcs(uint32_t *pcs, size_t count) {
+    if (count > 64) { qsort(pcs, count, sizeof *pcs, by_pc); return; }
+    for (size_t i = 1; i < count; i++) {
+        const uint32_t pc = pcs[i];
+        size_t j = i;
+        for (; j && pcs[j - 1] > pc; j--) pcs[j] = pcs[j - 1];
+        pcs[j] = pc;
+    }
 }
 
 /* The ranges of the `count` sorted distinct pcs: ((low, high), ...), pcs at
@@ -1507,39 +1523,70 @@ static PyObject *ranges_of(const uint32_t *pcs, size_t count, long gap) {
  * ranges of their pcs)] of the first `count` entries of the log (-1: all),
  * pcs at most `gap` bytes apart in a range: what a digest of the log needs
  * (harness.report.failing), without an object per logged failure. */
+/* logged_pcs(count, gap) -> [(where id, cause id, failures, ranges)]: the first `count` log entries (every one
+ * where count < 0) grouped by their tally entry (where, cause), in that order, each group's distinct pcs as
+ * ranges. The entries are put in their group's place by one count of each group's (a sort of them all, by
+ * where, cause and pc, was most of a summary's time in C). */
 static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
     Py_ssize_t wanted;
     long gap;
     if (!PyArg_ParseTuple(args, "nl", &wanted, &gap)) return NULL;
     const size_t count = wanted < 0 || (size_t)wanted > self->logged ? self->logged : (size_t)wanted;
-    LoggedPc *all = PyMem_Malloc((count ? count : 1) * sizeof(LoggedPc));
-    PyObject *out = PyList_New(0);
+    const size_t groups = self->tally.count;
+    size_t *first = PyMem_Calloc(groups + 1, sizeof(size_t));
+    TallyEntry *order = PyMem_Malloc((groups ? groups : 1) * sizeof(TallyEntry));
+    int64_t *group_of = PyMem_Malloc((count ? count : 1) * sizeof(int64_t));
     uint32_t *pcs = PyMem_Malloc((count ? count : 1) * sizeof(uint32_t));
-    if (!all || !out || !pcs) goto error;
-    for (size_t i = 0; i < count; i++)
-        all[i] = (LoggedPc){ self->log[i].where, self->log[i].cause, self->log[i].pc };
-    qsort(all, count, sizeof(LoggedPc), by_where_cause_pc);
-    for (size_t i = 0; i < count;) {
-        size_t end = i, distinct = 0;
-        for (; end < count && all[end].where == all[i].where && all[end].cause == all[i].cause; end++)
-            if (!distinct || pcs[distinct - 1] != all[end].pc) pcs[distinct++] = all[end].pc;
-        PyObject *item = Py_BuildValue("(iinN)", all[i].where, all[i].cause, (Py_ssize_t)(end - i),
-                                       ranges_of(pcs, distinct, gap));
+    PyObject *out = PyList_New(0);
+    if (!first || !order || !group_of || !pcs || !out) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (size_t i = 0; i < count; i++) {  /* every logged answer was tallied: its key is there */
+        int added;
+        const TallyKey key = { self->log[i].where, self->log[i].cause };
+        if ((group_of[i] = intern(&self->tally, &key, &added)) < 0) goto error;
+        if (added) {
+            PyErr_SetString(PyExc_RuntimeError, "a logged failure is not in the tally");
+            goto error;
+        }
+        first[group_of[i] + 1]++;
+    }
+    for (size_t g = 0; g < groups; g++) {
+        first[g + 1] += first[g];
+        order[g] = (TallyEntry){ *(const TallyKey *)(self->tally.keys + g * sizeof(TallyKey)), g };
+    }
+    for (size_t i = 0; i < count; i++) pcs[first[group_of[i]]++] = self->log[i].pc;  /* each group's end, now */
+    qsort(order, groups, sizeof *order, by_where_cause);
+    for (size_t n = 0; n < groups; n++) {
+        const size_t g = order[n].id, begin = g ? first[g - 1] : 0, end = first[g];
+        if (begin == end) continue;
+        uint32_t *mine = pcs + begin;
+        sort_pcs(mine, end - begin);
+        size_t distinct = 1;
+        for (size_t i = 1; i < end - begin; i++)
+            if (mine[i] != mine[distinct - 1]) mine[distinct++] = mine[i];
+        const TallyKey *key = &order[n].key;
+        PyObject *item = Py_BuildValue("(LLnN)", (long long)key->where, (long long)key->cause, (Py_ssize_t)(end - begin),
+                                       ranges_of(mine, distinct, gap));
         if (!item || PyList_Append(out, item)) {
             Py_XDECREF(item);
             goto error;
         }
         Py_DECREF(item);
-        i = end;
     }
-    PyMem_Free(all);
+    PyMem_Free(first);
+    PyMem_Free(order);
+    PyMem_Free(group_of);
     PyMem_Free(pcs);
     return out;
 error:
-    PyMem_Free(all);
+    PyMem_Free(first);
+    PyMem_Free(order);
+    PyMem_Free(group_of);
     PyMem_Free(pcs);
     Py_XDECREF(out);
-    return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    return NULL;
 }
 
 static PyObject *Tracer_stops(Tracer *self, void *unused) {
