@@ -23,6 +23,9 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+_settled = False
+
+
 def settle() -> None:
     """Leave what is alive now out of every later collection: the modules a
     process imported and the tables they made, alive as long as it is.
@@ -30,5 +33,11 @@ def settle() -> None:
     its command; a pass of the bench); a worker forked from it inherits
     that. Otherwise every full collection walks them all again, with the
     rules and decoded instructions a process keeps: a tenth of a generated
-    program's verification went to those walks (harness.bench_overhead)."""
-    gc.freeze()
+    program's verification went to those walks (harness.bench_overhead).
+    Once a process: a process that runs the CLI again and again (the tests)
+    would otherwise freeze each time what its last commands left, garbage
+    the collector had not reached yet included, for good."""
+    global _settled
+    if not _settled:
+        _settled = True
+        gc.freeze()

@@ -640,6 +640,24 @@ def test_a_verified_run_is_freed_without_the_cycle_collector(monkeypatch):
     assert not alive
 
 
+def test_a_kernels_own_rules_leave_the_book_with_its_run_and_still_word_its_failures():
+    """A scan's rules hold every return address of their program and are
+    their kernel's alone: the process's book lets them go once the run is
+    over (it kept them for the life of the process), and the failures they
+    gave are still worded from the kernel's copy."""
+    from harness.verify import rule_book
+    from harness.verify.rule_book import names_sites
+
+    book = rule_book.current()
+    before = len(book)
+    program = generate_program(0, 1)
+    result = verify_program(program, build_unwinders(program, ("scan",)))
+    assert book is rule_book.current() and len(book) > before
+    assert not any(rule is not None and names_sites(rule) for rule in book.rules[before:])
+    worded = [entry[4] for entry in result.failure_log.first(10) if entry[3].kind == "no_info"]
+    assert worded and all(text.startswith("no return address in the 64 words from sp 0x") for text in worded)
+
+
 def test_a_verified_run_leaves_nothing_behind(monkeypatch):
     """A StopKernel's Verifier holds its bound methods: a cycle only the
     collector can free, with every table of the run's unwinders behind it

@@ -161,7 +161,7 @@ def kernel_rules_hold(program, rng: random.Random) -> int:
                 if got is not None and rule.alternatives:  # a chain composed in C: worded by its methods
                     assert rule_id == -1
                 elif got is not None:
-                    assert stop_kernel.rules[rule_id] == rule
+                    assert stop_kernel.rule(rule_id) == rule
                 checked += 1
     return checked
 

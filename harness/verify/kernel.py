@@ -94,7 +94,7 @@ def _pack_plain(rule: Rule) -> bytes | None:
 
 
 def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[Unwinder], book: rule_book.RuleBook,
-                 numbered: dict[int, tuple]) -> None:
+                 numbered: dict[int, tuple], own: list[int]) -> None:
     """Tell the kernel where `unwinder`'s rules come from (csrc/sources.c):
     its table's partition and its rows' numbers in `book` (and where an
     epilogue may start ahead, its code), or its chain's methods' (a method
@@ -107,7 +107,7 @@ def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[U
         # an epilogue simulator's innermost frame: its tables' partition where its code shows none may start
         for innermost in (0, 1) if simulator is None or simulator.segments else (0,):
             verifier.set_map(index, innermost, *_partition_of(maps[innermost]),
-                             book.numbers_of(maps[innermost], numbered), book.packed)
+                             book.numbers_of(maps[innermost], numbered, own), book.packed)
         if simulator is not None and simulator.segments:
             verifier.set_epilogue(index, tuple(simulator.segments))
     elif hasattr(unwinder, "step_by") and all(hasattr(m, "rule_maps") for m in methods) \
@@ -117,7 +117,7 @@ def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[U
         for innermost in (0, 1):
             verifier.set_chain(index, innermost, tuple(
                 (*_partition_of(m.rule_maps[innermost]), walked.get(id(m), -1),
-                 book.numbers_of(m.rule_maps[innermost], numbered)) for m in methods), book.packed)
+                 book.numbers_of(m.rule_maps[innermost], numbered, own)) for m in methods), book.packed)
 
 
 def _partition_of(rule_map) -> tuple:
@@ -146,18 +146,33 @@ class StopKernel:
         self.unwinders = list(unwinders)
         self.high = high
         self.book = rule_book.current()
-        self.rules = self.book.rules  # by the id the kernel reports a failing rule with
+        self._own: list[int] = []  # numbers of the rules the book holds for this kernel alone
+        self._own_rules: dict[int, Rule] = {}  # and those rules, once the book has let them go (`release`)
         self._rule_at = [getattr(u, "rule_at", None) for u in self.unwinders]
         self.verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide,
                                  self._provide_book, self._provide_plan)
         numbered: dict[int, tuple] = {}  # rows' numbers by their values (which both maps of a table share)
         for index, unwinder in enumerate(self.unwinders):
-            _set_sources(self.verifier, index, unwinder, self.unwinders, self.book, numbered)
+            _set_sources(self.verifier, index, unwinder, self.unwinders, self.book, numbered, self._own)
         """What the Tracer walks with at every stop."""
         self.verifier.memo = self.keeps_outer_walks
         self.passes = self.verifier.passes
         """passes() -> [(stop class, unwinder index, walks that matched)]"""
         self._site_tables: dict[ReturnAddresses, int] = {}
+
+    def rule(self, rule_id: int) -> Rule:
+        """The rule the kernel reports a failing rule by."""
+        own = self._own_rules.get(rule_id)
+        return self.book.rules[rule_id] if own is None else own
+
+    def release(self) -> None:
+        """After the run: the Verifier drops its providers (these bound methods:
+        a reference cycle), and the book its rules for this kernel alone, which
+        the kernel keeps for the wording of its failures."""
+        self.verifier.release()
+        self._own_rules.update((number, self.book.rules[number]) for number in self._own)
+        self.book.forget(self._own)
+        self._own.clear()
 
     def chain_frames(self) -> Counter:
         """(chain, method, right) -> frames, as harness.verify.walks.chain_frames
@@ -205,7 +220,7 @@ class StopKernel:
 
     def _numbered(self, rule: Rule | None) -> tuple[int, bytes | None]:
         """A range's rule (or a plan's), named by itself in the book, packed."""
-        return self.book.make(self.book.number_of((itself, rule)), self._packed)
+        return self.book.make(self.book.number_of((itself, rule), self._own), self._packed)
 
     def worded(self, entries: list) -> list:
         """Failure log entries (harness.verify.failures.FailureLog) with the
@@ -233,9 +248,9 @@ class StopKernel:
         failure the tracer merged (one cause per function) is of its rule's
         fixed kind, or bad_read where Chrome's caller sp is misaligned."""
         if isinstance(answer, abi.GuardFailure):
-            return self.rules[answer.rule_id].guard_kind or "bad_read"
+            return self.rule(answer.rule_id).guard_kind or "bad_read"
         if isinstance(answer, abi.FailingRule):
-            return self.rules[answer.rule_id].failure[0]
+            return self.rule(answer.rule_id).failure[0]
         return self.outcome(answer)[1]
 
     def outcome(self, answer: abi.Answer) -> Outcome:
@@ -248,7 +263,7 @@ class StopKernel:
             return answer.frame, kind, None, reason
         if isinstance(answer, abi.ChainFails):  # a stop in a library: counted, never logged
             return answer.frame, "no_info", None, "every method fails, the last with no_info"
-        rule = self.rules[answer.rule_id]
+        rule = self.rule(answer.rule_id)
         if isinstance(answer, abi.GuardFailure) and rule.caller_aligned8 and guards_hold(
                 rule, answer.base, answer.sp, answer.low, self.high):
             kind, reason = "bad_read", f"caller sp {answer.base + rule.end:#x} is not 8-byte aligned"

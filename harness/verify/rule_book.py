@@ -11,8 +11,9 @@ of its rule in the book and the book's packed rules, and asks Python to
 make only those not made yet (StopKernel._provide_book).
 
 A rule with a scan is packed with the number its Verifier gave the scan's
-return addresses: such a rule is its kernel's own, numbered apart and never
-shared.
+return addresses: such a rule is its kernel's own, numbered apart, never
+shared, and forgotten by the book once its kernel's run is over (the kernel
+keeps it): it holds every return address of its program.
 """
 
 from __future__ import annotations
@@ -53,23 +54,35 @@ class RuleBook:
                 self.numbers[key] = number
         return number
 
-    def numbers_of(self, rule_map: RuleMap, numbered: dict[int, tuple] | None = None) -> array:
+    def numbers_of(self, rule_map: RuleMap, numbered: dict[int, tuple] | None = None,
+                   own: list[int] | None = None) -> array:
         """The number of each row's rule, by row + 1 (NO_ROW first); rows of
         values already numbered (`numbered`: by the values' id, beside the
         values, which it keeps from being freed and their id reused) are not
-        named again."""
+        named again. Numbers of a kernel's own rules are added to `own`."""
         values = rule_map.values
         known = None if numbered is None else numbered.get(id(values))
         if known is None or known[0] is not values:
-            known = values, array("q", (self.number_of(rule_map.key_of_row(row)) for row in range(len(values))))
+            known = values, array("q", (self.number_of(rule_map.key_of_row(row), own) for row in range(len(values))))
             if numbered is not None:
                 numbered[id(values)] = known
-        return array("q", [self.number_of(rule_map.key_of_row(NO_ROW))]) + known[1]
+        return array("q", [self.number_of(rule_map.key_of_row(NO_ROW), own)]) + known[1]
 
-    def number_of(self, key: tuple) -> int:
+    def number_of(self, key: tuple, own: list[int] | None = None) -> int:
         """The number of the rule (make, value) names: shared, but for a
-        rule itself that scans (its kernel's own)."""
-        return self.number(key, shared=not (key[0] is itself and names_sites(key[1])))
+        rule itself that scans (its kernel's own: added to `own`)."""
+        if key[0] is itself and names_sites(key[1]):
+            number = self.number(key, shared=False)
+            if own is not None:
+                own.append(number)
+            return number
+        return self.number(key)
+
+    def forget(self, numbers: list[int]) -> None:
+        """Let rules `numbers` go (a kernel's own, after its run): they are
+        never named again, and the book would keep them as long as the process."""
+        for number in numbers:
+            self.keys[number] = self.rules[number] = self.packed[number] = None
 
     def make(self, number: int, pack: Callable[[Rule], bytes | None]) -> tuple[int, bytes | None]:
         """Make rule `number` from what names it and pack it (once)."""

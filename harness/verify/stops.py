@@ -260,7 +260,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
                 key = (unwinders[index].name, traits, position, None)
                 counts[key] = counts.get(key, 0) + passes
             result.methods.update(stop_kernel.chain_frames())
-            stop_kernel.verifier.release()  # the cycle through the kernel's providers, broken: freed when done with
+            stop_kernel.release()  # no cycle through its providers, its own rules out of the process's book
     return tracer.resumed(), tracer.questioned()
 
 
