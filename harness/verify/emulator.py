@@ -354,9 +354,7 @@ class Emulator:
     def _hooks(self, hooks: Iterable[tuple[int, Callable, int, int]]):
         """The engine hooks of one run, (type, callback, begin, end), and a
         process's system-call hook, removed after it: the binding's hooks
-        refer back to the engine, which kept would wait for the collector,
-        its buffers of translated code with it (hundreds of MB in a process
-        that runs many programs)."""
+        refer back to the engine, which would wait for the cycle collector."""
         uc, handles = self._uc, []
         try:
             if self.system is not None:
@@ -366,7 +364,10 @@ class Emulator:
             yield
         finally:
             for handle in handles:
+                callback = uc._callbacks.get(handle)  # a ctypes.cast, whose objects refer to it: a cycle
                 uc.hook_del(handle)
+                if callback is not None:
+                    callback._objects.clear()
 
     def _entry(self, entry: int) -> int:
         """Where a run starts: a process's entry (the system's, in the state
