@@ -423,9 +423,13 @@ static int commit_counts(Verifier *self, Py_ssize_t unwinder, const Answer *out,
  * one's are taken from the last stop's walk where that still holds (memo.c). */
 int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame, int64_t low, uint32_t cpsr,
                   const Expected *expected, Py_ssize_t frames, Answer *out) {
-    Track track = { .count = 0 };
+    /* Only the counts are set: a zeroed Track and MethodCounts (some 140 bytes each) were a
+     * memset a walk, and a walk reads no span or count past them. */
+    Track track;
+    track.count = track.pc_read = 0;
     const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high, self->site_tables, &track };
-    MethodCounts counted = { .any = 0 };  /* committed unless the walk defers */
+    MethodCounts counted;  /* committed unless the walk defers */
+    counted.any = 0;
     /* The whole walk of the last stop holds where nothing it depends on changed but the pc (memo.c). */
     const int whole = self->memo.active && frames > 0;
     const int it = it_state(cpsr);
@@ -460,7 +464,8 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
             counts_add(&counted, &kept->counted);
         } else {
             const KFrame caller = frame;
-            MethodCounts walked = { .any = 0 };
+            MethodCounts walked;
+            walked.any = 0;
             track.count = 0;
             if (walk_frames(self, unwinder, &frame, 1, frames, &s, cpsr, expected, frames, out, &walked, NULL, -1))
                 return -1;

@@ -194,7 +194,10 @@ static int partition_from(Partition *p, PyObject *triple, int64_t *max_row) {
 static Py_ssize_t segment_of(Partition *p, int64_t pc) {
     const int64_t *start = p->starts.buf;
     const Py_ssize_t last = p->last;
-    if (start[last] <= pc && (last + 1 == p->count || pc < start[last + 1])) return last;
+    if (start[last] <= pc) {
+        if (last + 1 == p->count || pc < start[last + 1]) return last;
+        if (last + 2 == p->count || pc < start[last + 2]) return p->last = last + 1;  /* on into the next one */
+    }
     Py_ssize_t lo = 0, hi = p->count;
     while (lo < hi) {  /* the first segment starting above pc */
         const Py_ssize_t mid = lo + (hi - lo) / 2;
