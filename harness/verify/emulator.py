@@ -364,9 +364,9 @@ class Emulator:
             yield
         finally:
             for handle in handles:
-                callback = uc._callbacks.get(handle)  # a ctypes.cast, whose objects refer to it: a cycle
+                callback = getattr(uc, "_callbacks", {}).get(handle)  # a ctypes.cast, whose objects refer to it
                 uc.hook_del(handle)
-                if callback is not None:
+                if isinstance(getattr(callback, "_objects", None), dict):  # (a cycle): cleared, the engine can go
                     callback._objects.clear()
 
     def _entry(self, entry: int) -> int:
