@@ -70,6 +70,8 @@ typedef struct {
 } Sources;
 int sources_init(Sources *s, Py_ssize_t unwinders, PyObject *provide, PyObject *provide_book, PyObject *provide_plan);
 void sources_free(Sources *s);
+/* Drop the Python providers (a rule asked for after is a RuntimeError). */
+void sources_release(Sources *s);
 /* The rule (borrowed bytes, or Py_None to defer) for a frame at pc, its id in
  * *id; NULL on a Python error. */
 PyObject *sources_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t *id);

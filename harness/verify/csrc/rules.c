@@ -234,9 +234,7 @@ static int Verifier_traverse(Verifier *self, visitproc visit, void *arg) {
 }
 
 static int Verifier_clear(Verifier *self) {
-    Py_CLEAR(self->sources.provide);
-    Py_CLEAR(self->sources.provide_book);
-    Py_CLEAR(self->sources.provide_plan);
+    sources_release(&self->sources);
     Py_CLEAR(self->site_tables);
     return 0;
 }
@@ -628,9 +626,7 @@ static PyObject *Verifier_chain_methods(Verifier *self, PyObject *unused) {
  * free, every table of the run with it. After its run: a rule not made by
  * then is not asked for again. */
 static PyObject *Verifier_release(Verifier *self, PyObject *unused) {
-    Py_CLEAR(self->sources.provide);
-    Py_CLEAR(self->sources.provide_book);
-    Py_CLEAR(self->sources.provide_plan);
+    sources_release(&self->sources);
     Py_RETURN_NONE;
 }
 

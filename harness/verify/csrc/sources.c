@@ -145,13 +145,17 @@ int sources_init(Sources *s, Py_ssize_t unwinders, PyObject *provide, PyObject *
     return 0;
 }
 
+void sources_release(Sources *s) {
+    Py_CLEAR(s->provide);
+    Py_CLEAR(s->provide_book);
+    Py_CLEAR(s->provide_plan);
+}
+
 void sources_free(Sources *s) {
     if (s->items)
         for (Py_ssize_t i = 0; i < 2 * s->count; i++) source_clear(&s->items[i]);
     PyMem_Free(s->items);
-    Py_XDECREF(s->provide);
-    Py_XDECREF(s->provide_book);
-    Py_XDECREF(s->provide_plan);
+    sources_release(s);
     memset(s, 0, sizeof *s);
 }
 

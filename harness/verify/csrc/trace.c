@@ -1101,12 +1101,7 @@ static int Tracer_clear(Tracer *self) {
 
 static void Tracer_dealloc(Tracer *self) {
     PyObject_GC_UnTrack(self);
-    Py_XDECREF(self->verifier);
-    Py_XDECREF(self->classify);
-    Py_XDECREF(self->slow);
-    Py_XDECREF(self->error_type);
-    Py_XDECREF(self->error_value);
-    Py_XDECREF(self->error_traceback);
+    Tracer_clear(self);
     PyMem_Free(self->frames);
     PyMem_Free(self->serials);
     PyMem_Free(self->resumed);
