@@ -27,7 +27,7 @@ from multiprocessing import get_context
 from generators.corpus import generate_program
 from harness import collector
 from harness.program import Program
-from harness.report.summary import summarize
+from harness.report.summary import summary_of
 from harness.unwind import build_unwinders
 from harness.verify.emulator import Emulator
 from harness.verify.stops import DEFAULT_BUDGET, verify_program
@@ -73,10 +73,9 @@ def overhead_pass(count: int) -> dict:
         truth = time.perf_counter() - started
         unwinders = build_unwinders(program)
         started = time.perf_counter()
-        result = verify_program(program, unwinders)
-        summarize(result)
+        summary = summary_of(lambda: verify_program(program, unwinders))
         verified = time.perf_counter() - started
-        for name, value in zip(measured, (instructions, result.stops, setup, unhooked, bare, truth, verified)):
+        for name, value in zip(measured, (instructions, summary.stops, setup, unhooked, bare, truth, verified)):
             measured[name].append(value)
     measured["unwinders"] = len(unwinders)
     return measured

@@ -25,7 +25,7 @@ from harness.report.ci import junit_xml, summary_markdown
 from harness.report.data import dumps, report_data, with_timing, without_seconds
 from harness.report.failing import new_failure_json
 from harness.report.files import report_directory, report_paths, write_reports
-from harness.report.summary import ProgramSummary, combine, from_json, summarize, to_json
+from harness.report.summary import ProgramSummary, combine, from_json, summary_of, to_json
 from harness.report.tables import not_verified
 from harness.report.terminal import print_table, print_verdict, verdict_line
 from harness.report.verdict import verdicts
@@ -141,8 +141,9 @@ def verify_elf_part(job: tuple) -> dict:
     elf, entry, expected, text_start, names, v2_table, layout, every, shard, limits = job
     program = program_from_elf(elf, entry, expected, text_start)
     unwinders = elf_unwinders(program, names, v2_table, layout)
-    result = verify_program(program, unwinders, every=every, shard=(shard.index, shard.count), limits=limits)
-    return {"index": shard.index, "kind": "stops", "summary": to_json(summarize(result))}
+    summary = summary_of(lambda: verify_program(program, unwinders, every=every, shard=(shard.index, shard.count),
+                                                limits=limits))
+    return {"index": shard.index, "kind": "stops", "summary": to_json(summary)}
 
 
 def elf_summary(records: list[dict], elf: str) -> ProgramSummary:

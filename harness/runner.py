@@ -24,7 +24,7 @@ from harness.linux.corpus import run_linux_unit
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.report.data import elf_group, report_data, with_timing
 from harness.report.sizes import CHROME_REFERENCE, add_size_rows, size_row
-from harness.report.summary import from_json, summarize, to_json
+from harness.report.summary import from_json, summary_of, to_json
 from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.verify.abi import Limits
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
@@ -119,8 +119,8 @@ def _verified_unit(unit: Unit) -> dict:
         return run_linux_unit(unit.index, unit.linux, unit.names, unit.limits, unit.every)
     if unit.build is None:
         program = generate_program(unit.seed, unit.number)
-        result = verify_program(program, build_unwinders(program, unit.names), limits=unit.limits)
-        return {"index": unit.index, "kind": "generated", "summary": to_json(summarize(result)),
+        summary = summary_of(lambda: verify_program(program, build_unwinders(program, unit.names), limits=unit.limits))
+        return {"index": unit.index, "kind": "generated", "summary": to_json(summary),
                 "size": size_row(program.name, [program])}
     build = unit.build
     path = ELF_CORPUS / build["file"]
@@ -128,12 +128,13 @@ def _verified_unit(unit: Unit) -> dict:
     program = replace(program_from_elf(str(path), build["entry"], build.get("expected_checksum")),
                       name=f"corpus/elf/{build['file']}")
     names = elf_unwinder_names(program, unit.names)
-    result = verify_program(program, build_unwinders(program, names), limits=unit.limits)
+    unwinders = build_unwinders(program, names)
+    summary = summary_of(lambda: verify_program(program, unwinders, limits=unit.limits),
+                         with_cfi={f.name for f in program.functions})
     encoded = chrome_v2.encode(program.cfi["tables"], program.text_base, "drop")
     label = {"input": program.name, "build": path.stem,
              "compiler": build.get("compiler_version", build.get("compiler", "")),
              "flags": build.get("flags", [])}
-    summary = summarize(result, with_cfi={f.name for f in program.functions})
     return {"index": unit.index, "kind": "elf", "summary": to_json(summary),
             "group": elf_group(summary, names, label, not_expressed(encoded)),
             "size": size_row(program.name, [program], section_size(open_elf(str(path)), ".debug_frame"))}

@@ -12,7 +12,7 @@ from generators.layout import build_program
 from harness.formats.chrome_v2.synthesize import synthesize_epilogues
 from harness.thumb.disasm import decode_one
 from harness.thumb.encoding import condition_holds, it_state, may_start_epilogue
-from harness.thumb.epilogue import classify, find_epilogues
+from harness.thumb.epilogue import Branch, Restore, classify, find_epilogues
 from harness.unwind import build_unwinders
 from harness.unwind.frame import Frame, Stack
 from harness.unwind.v2_epilogue import EpilogueSimulator
@@ -258,3 +258,14 @@ def test_a_conditional_epilogue_may_run_over_two_it_blocks_of_one_condition():
     other = bytearray(code)
     other[0x10:0x12] = bytes.fromhex("a4bf")  # itt ge: the second block under another condition
     assert epilogue_spans(bytes(other), True) == [(0x1012, 0x101A), (0x101A, 0x101E)]
+
+
+def test_steps_are_kept_by_their_bytes_only_where_they_decode_alike_anywhere():
+    """A plan's steps are remembered by instruction bytes across programs;
+    a branch's target depends on where it is, so the same bytes at another
+    address are decoded there."""
+    simulator, _, _ = simulator_for(["b.w #0x100200", "b.w #0x100204", "pop {r4, pc}", "pop {r4, pc}"])
+    first, second = simulator._step_at(BASE)[1], simulator._step_at(BASE + 4)[1]
+    assert simulator._code_at(BASE, 4) == simulator._code_at(BASE + 4, 4)  # the same bytes
+    assert (first, second) == (Branch(0x100200), Branch(0x100204))
+    assert simulator._step_at(BASE + 8)[1] == simulator._step_at(BASE + 10)[1] == Restore((4, 15))

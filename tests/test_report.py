@@ -66,3 +66,28 @@ def test_check_baseline_refuses_another_seed(tmp_path, capsys):
     run(tmp_path, "--write-baseline")
     assert main(["run", "--programs", "2", "--seed", "6", "--no-elf", "--reports", str(tmp_path), "--check-baseline"]) == 2
     assert "seed: 6 vs 5" in capsys.readouterr().err
+
+
+def test_summary_of_lets_the_run_go_before_the_collector_resumes():
+    """The result of a verified run is thousands of small objects: let go
+    with the collector paused, it is never walked; the summary equals
+    summarize's."""
+    import gc
+    import weakref
+
+    from generators.corpus import generate_program
+    from harness.report.summary import summarize, summary_of, to_json
+    from harness.unwind import build_unwinders
+    from harness.verify.stops import verify_program
+
+    program = generate_program(0, 1)
+    collecting_when_freed = []
+
+    def verified():
+        result = verify_program(program, build_unwinders(program))
+        weakref.finalize(result, lambda: collecting_when_freed.append(gc.isenabled()))
+        return result
+
+    summary = summary_of(verified)
+    assert collecting_when_freed == [False] and gc.isenabled()
+    assert to_json(summary) == to_json(summarize(verify_program(program, build_unwinders(program))))

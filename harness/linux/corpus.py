@@ -23,9 +23,10 @@ from harness.linux.verify import Expected, process_program, verify_process
 from harness.program import Program
 from harness.report.data import elf_group
 from harness.report.sizes import size_row
-from harness.report.summary import summarize, to_json
+from harness.report.summary import summary_of, to_json
 from harness.unwind import build_unwinders
 from harness.verify.abi import Limits
+from harness.verify.failures import ProgramResult
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 LINUX_CORPUS = ROOT / "corpus" / "linux"
@@ -92,10 +93,13 @@ def run_linux_unit(index: int, entry: dict, names: tuple[str, ...], limits: Limi
     run = linux_run(entry)
     names = elf_unwinder_names(process_program(LinuxSystem(run)), names)
     expected = Expected(entry["exit_status"], entry["stdout_sha256"])
-    result = verify_process(run, names, partial(build_unwinders, names=names), every=every, limits=limits,
-                            expected=expected)
-    result.program = f"corpus/linux/{entry['name']}"  # named by its place, not the cache's
-    summary = summarize(result)
+
+    def verified() -> ProgramResult:
+        result = verify_process(run, names, partial(build_unwinders, names=names), every=every, limits=limits,
+                                expected=expected)
+        result.program = f"corpus/linux/{entry['name']}"  # named by its place, not the cache's
+        return result
+    summary = summary_of(verified)
     group = elf_group(summary, names, build_label(entry), {})
     return {"index": index, "kind": "linux", "summary": to_json(summary),
             "group": {**group, "every": every} if every > 1 else group,

@@ -17,7 +17,7 @@ from harness.linux.modules import (
 )
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.program import Program
-from harness.report.summary import summarize, to_json
+from harness.report.summary import summary_of, to_json
 from harness.unwind.walk import Unwinder
 from harness.verify.abi import Limits
 from harness.verify.failures import ProgramResult
@@ -73,5 +73,6 @@ def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[
 def verify_process_part(job: tuple) -> dict:
     """One stop shard of a verify-elf run of a process (a worker of `--jobs`)."""
     run, names, own_unwinders, every, shard, limits, expected = job
-    result = verify_process(run, names, own_unwinders, every, (shard.index, shard.count), limits, expected)
-    return {"index": shard.index, "kind": "stops", "summary": to_json(summarize(result))}
+    summary = summary_of(lambda: verify_process(run, names, own_unwinders, every, (shard.index, shard.count), limits,
+                                                expected))
+    return {"index": shard.index, "kind": "stops", "summary": to_json(summary)}

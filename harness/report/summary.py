@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from harness.collector import collector_paused
 from harness.report.failing import combined, digest
@@ -96,6 +96,15 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
     included, went to it)."""
     with collector_paused():
         return _summarized(result, with_cfi)
+
+
+def summary_of(verified: Callable[[], ProgramResult], with_cfi: set[str] | None = None) -> ProgramSummary:
+    """The summary of the run `verified()` makes, the collector paused over
+    both: the run's result (thousands of small objects, in no reference
+    cycle) is let go before it resumes, which would otherwise walk it all
+    once, and again as it ages."""
+    with collector_paused():
+        return summarize(verified(), with_cfi)
 
 
 def _summarized(result: ProgramResult, with_cfi: set[str] | None) -> ProgramSummary:

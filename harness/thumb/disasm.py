@@ -152,10 +152,7 @@ def decode_one(code: bytes, address: int, arm: bool = False) -> Instruction | No
     """The instruction `code` starts with, at `address` (in ARM state with
     `arm`). Most instructions decode alike at any address, and those are
     decoded once per process."""
-    if arm:
-        key = b"A" + code[:4]  # apart from Thumb's keys, which are 2 or 4 bytes
-    else:
-        key = code[:4] if len(code) >= 2 and code[1] >> 3 in (0x1D, 0x1E, 0x1F) else code[:2]  # its own bytes
+    key = instruction_key(code, arm)
     known = _ANYWHERE.get(key)
     if known is not None:
         return known._replace(address=address)
@@ -166,7 +163,7 @@ def decode_one(code: bytes, address: int, arm: bool = False) -> Instruction | No
     if not found:
         return None
     insn = found[0]
-    if not insn.reads_pc and not (insn.transfers and insn.imm is not None):
+    if decodes_anywhere(insn):
         if len(_ANYWHERE) < 1 << 16:
             _ANYWHERE[key] = insn
     else:
@@ -174,6 +171,19 @@ def decode_one(code: bytes, address: int, arm: bool = False) -> Instruction | No
             _HERE.clear()
         _HERE[key, address] = insn
     return insn
+
+
+def instruction_key(code: bytes, arm: bool = False) -> bytes:
+    """The bytes of the instruction `code` starts with (a Thumb-2 32-bit
+    one's 4, a 16-bit one's 2; an ARM one's 4, marked apart)."""
+    if arm:
+        return b"A" + code[:4]
+    return code[:4] if len(code) >= 2 and code[1] >> 3 in (0x1D, 0x1E, 0x1F) else code[:2]
+
+
+def decodes_anywhere(insn: Instruction) -> bool:
+    """Does `insn` decode alike at any address (no pc read, no branch target)?"""
+    return not insn.reads_pc and not (insn.transfers and insn.imm is not None)
 
 
 def forget_addresses() -> None:

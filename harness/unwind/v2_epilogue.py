@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Callable
 
 from harness.registers import LR, PC, SP
-from harness.thumb.disasm import Instruction, decode_one
+from harness.thumb.disasm import Instruction, decode_one, decodes_anywhere, instruction_key
 from harness.thumb.encoding import condition_holds, it_state, may_start_epilogue
 from harness.thumb.epilogue import (
     LIMIT,
@@ -35,6 +35,11 @@ from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import Rule, RuleRange
 from harness.unwind.rule_map import RuleMap
 from harness.unwind.walk import check_caller
+
+# (instruction, step) by the instruction's bytes, for those whose decoding
+# does not depend on their address (its address is the first one met: a
+# plan reads only its size, condition, operation and text).
+_STEPS: dict[bytes, tuple[Instruction, Step | None]] = {}
 
 
 class EpilogueSimulator:
@@ -60,9 +65,20 @@ class EpilogueSimulator:
         return plan
 
     def _step_at(self, address: int) -> tuple[Instruction, Step | None] | None:
-        """The instruction at address and what `classify` makes of it."""
-        insn = decode_one(self._code_at(address, 4), address)
-        return None if insn is None else (insn, classify(insn))
+        """The instruction at address and what `classify` makes of it (by its
+        bytes alone where its decoding does not depend on its address)."""
+        code = self._code_at(address, 4)
+        key = instruction_key(code)
+        known = _STEPS.get(key)
+        if known is not None:
+            return known
+        insn = decode_one(code, address)
+        if insn is None:
+            return None
+        found = insn, classify(insn)
+        if decodes_anywhere(insn) and len(_STEPS) < 1 << 16:
+            _STEPS[key] = found
+        return found
 
     def _plan(self, pc: int) -> tuple[Step, ...] | str:
         steps: list[Step] = []
