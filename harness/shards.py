@@ -49,7 +49,8 @@ from harness.schema import (
     string,
 )
 from harness.unwind import CHAIN, UNWINDER_NAMES
-from harness.verify.failures import COMPARED_REGISTERS, MISMATCH_KINDS, STOPPED_KINDS
+from harness.verify.failures import COMPARED_REGISTERS, MISMATCH_KINDS
+from harness.verify.tally import STOPPED_KINDS
 
 PARTIAL = "partial"  # the key that marks a shard's output
 TOOL = "unwind-harness"

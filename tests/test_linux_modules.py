@@ -21,7 +21,8 @@ from harness.unwind.frame import Stack, make_frame
 from harness.unwind.modules import Covered, PerModule
 from harness.unwind.rule import LEAF, RuleRange
 from harness.verify.abi import Limits
-from harness.verify.failures import FailureCause, counted_kind, failure_of, is_stop, logged_failures
+from harness.verify.failures import FailureCause, failure_of
+from harness.verify.tally import counted_kind, is_stop
 
 
 def own_unwinders(names):
@@ -127,7 +128,7 @@ def test_both_hooks_count_a_process_alike():
     first = [failure_of(*entry) for entry in compiled.failure_log.first(10)]
     assert first and first == [failure_of(*entry) for entry in in_python.failure_log.first(10)]
     assert not any(is_stop(entry[3]) for entry in compiled.failure_log)
-    assert len(compiled.failure_log) == len(in_python.failure_log) == logged_failures(compiled.failure_tally)
+    assert len(compiled.failure_log) == len(in_python.failure_log) == compiled.tally.logged()
 
 
 def test_stops_between_a_throw_and_its_landing_pad_are_cxx_exception():

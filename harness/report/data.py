@@ -14,7 +14,7 @@ from harness.classify import MODULES, OWN, POSITIONS, TRAITS, in_order
 from harness.report.failing import to_json as failing_json
 from harness.report.summary import Culprits, ProgramSummary, combine, methods_json
 from harness.unwind import RESTORES  # what each unwinder is checked on
-from harness.verify.failures import STOPPED_PREFIX
+from harness.verify.tally import STOPPED_PREFIX
 
 ALL = "all"
 SCHEMA = 1

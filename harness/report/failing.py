@@ -14,10 +14,10 @@ fails at every pc of a function keeps one range for it.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Iterable, NamedTuple, Sequence
 
-from harness.verify.failures import STOPPED_PREFIX, LoggedPcs, Ranges, counted_kind, merged
+from harness.verify.failures import FailureCause, LoggedPcs, Ranges, merged
+from harness.verify.tally import STOPPED_PREFIX, Tally, counted_kind
 
 PCS_PER_UNWINDER = 100_000
 GroupKey = tuple[str, str, str]  # (function, position, kind)
@@ -44,36 +44,31 @@ def uncovered(now: Ranges, before: Ranges) -> Ranges:
     return tuple(out)
 
 
-def digest(tally: Counter, logged: LoggedPcs) -> dict[str, dict[GroupKey, Group]]:
-    """The digest of one run: `tally` (where, cause) -> failing walks, and
-    `logged` the walks its failure log holds, with their pcs
-    (FailureLog.logged_pcs)."""
-    kinds: dict = {}  # cause -> its counted kind: a cause fails in many functions
-    stops: dict[tuple[str, GroupKey], int] = {}
-    totals: dict[str, int] = {}  # failing walks per unwinder
-    for (where, cause), count in tally.items():
-        kind = kinds.get(cause)
-        if kind is None:
-            kind = kinds[cause] = counted_kind(cause)
-        if not kind.startswith(STOPPED_PREFIX):
-            key = (cause.unwinder, (where[0], where[2], kind))
-            stops[key] = stops.get(key, 0) + count
-            totals[cause.unwinder] = totals.get(cause.unwinder, 0) + count
+def digest(tally: Tally, logged: LoggedPcs) -> dict[str, dict[GroupKey, Group]]:
+    """The digest of one run: its `tally` of failing walks, and `logged`
+    the walks its failure log holds, with their pcs (FailureLog.logged_pcs)."""
+    def failing(cause: FailureCause, kind: str) -> tuple | None:
+        return None if kind.startswith(STOPPED_PREFIX) else (cause.unwinder,)
+    # (unwinder, function, position, kind) -> failing walks, and per unwinder
+    stops = tally.sums(failing, lambda where: (where[0], where[2]), lambda cause, kind: (kind,))
+    totals = tally.sums(failing, lambda where: ())
     counted: dict[str, int] = {}  # logged failing walks per unwinder
-    pcs: dict[tuple[str, GroupKey], Ranges] = {}
+    pcs: dict[tuple, Ranges] = {}
+    kinds: dict[FailureCause, str] = {}  # a cause fails in many functions
     for (where, cause), (count, found) in logged.items():
         counted[cause.unwinder] = counted.get(cause.unwinder, 0) + count
-        key = (cause.unwinder, (where[0], where[2], kinds[cause]))  # every logged failure is tallied
+        kind = kinds.get(cause) or kinds.setdefault(cause, counted_kind(cause))
+        key = (cause.unwinder, where[0], where[2], kind)  # every logged failure is tallied
         held = pcs.get(key)
         pcs[key] = found if held is None else merged((*held, *found))
-    complete = {unwinder for unwinder, total in totals.items() if counted.get(unwinder) == total <= PCS_PER_UNWINDER}
+    complete = {unwinder for (unwinder,), total in totals.items() if counted.get(unwinder) == total <= PCS_PER_UNWINDER}
     out: dict[str, dict[GroupKey, Group]] = {}
     for key in sorted(stops):
-        unwinder, group = key
+        unwinder = key[0]
         groups = out.get(unwinder)
         if groups is None:
             groups = out[unwinder] = {}
-        groups[group] = Group(stops[key], pcs.get(key, ()) if unwinder in complete else None)
+        groups[key[1:]] = Group(stops[key], pcs.get(key, ()) if unwinder in complete else None)
     return out
 
 

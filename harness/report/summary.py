@@ -113,13 +113,16 @@ def _summarized(result: ProgramResult, with_cfi: set[str] | None) -> ProgramSumm
                              expected_stdout_sha256=result.expected_stdout_sha256, methods=Counter(result.methods))
     for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):  # walks stopped in a library are not logged
         summary.samples.setdefault(entry[3].unwinder, []).append(sample(failure_of(*entry), result.program))
-    summary.failing = digest(result.failure_tally, result.failure_log.logged_pcs())
-    by_cause: dict = {}  # a cause fails in many places: its stops, added up first
-    for (where, cause), stops in result.failure_tally.items():
-        by_cause[cause] = by_cause.get(cause, 0) + stops
-        if with_cfi is not None and (where[0] not in with_cfi or cause.culprit not in with_cfi):
-            summary.without_cfi[cause.unwinder] += stops
-    for cause, stops in by_cause.items():
+    tally = result.tally
+    summary.failing = digest(tally, result.failure_log.logged_pcs())
+    if with_cfi is not None:  # failing walks where the stop's function or the culprit has no CFI
+        every = tally.sums(lambda cause, kind: (cause.unwinder,), lambda where: ())
+        both = tally.sums(lambda cause, kind: (cause.unwinder,) if cause.culprit in with_cfi else None,
+                          lambda where: () if where[0] in with_cfi else None)
+        summary.without_cfi.update({unwinder: stops - both.get((unwinder,), 0) for (unwinder,), stops in every.items()
+                                    if stops > both.get((unwinder,), 0)})
+    # a cause fails in many places: its stops added up first
+    for (cause,), stops in tally.sums(lambda cause, kind: (cause,), lambda where: ()).items():
         if cause.register:
             registers = summary.wrong_registers.get(cause.unwinder) or \
                 summary.wrong_registers.setdefault(cause.unwinder, Counter())

@@ -68,7 +68,7 @@ VFP_KNOWN, NEVER_RESUMES = (1 << bit for bit in range(len(EXPECTED_STATES)))
 # Rule flags: bit i is FLAGS[i] (their meaning: harness.unwind.rule;
 # NO_INFO: a rule that FAILS refuses with no_info, or whose guard failures
 # are no_info (`guard_kind`), which the tracer need not log where it is a
-# stop in a library: harness.verify.failures.counted_kind).
+# stop in a library: harness.verify.tally.counted_kind).
 # SCAN: a stack scan (harness.unwind.scan): `lowest` is the window in
 # bytes, `index` the Verifier's table of sorted uint32 return addresses
 # (Verifier.add_sites: one table per scan, however many rules use it).

@@ -10,8 +10,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, NamedTuple
 
-from harness.classify import MODULES, OWN, Where
+from harness.classify import OWN, Where
 from harness.registers import PC, SP, reg_name
+from harness.verify.tally import Tally
 
 Outcome = tuple[int, str, "str | None", str]  # a failing walk: (frame index, kind, register name or None, detail)
 
@@ -253,8 +254,8 @@ class ProgramResult:
     # (unwinder, traits, position, failure kind or None for a pass) -> stops
     counts: Counter = field(default_factory=Counter)
     failure_log: FailureLog = field(default_factory=FailureLog)
-    # (where, cause) -> failing stops: what counts and summaries need.
-    failure_tally: Counter = field(default_factory=Counter)
+    # (where, cause) -> failing stops, by ids: what counts and summaries need.
+    tally: Tally = field(default_factory=Tally)
     # (chain, method, right) -> frames a chain's method gave (harness.verify.walks.chain_frames)
     methods: Counter = field(default_factory=Counter)
     result: int | None = None
@@ -263,6 +264,11 @@ class ProgramResult:
     # a Linux process (harness.linux): what it wrote to stdout, and what it must have
     stdout_sha256: str | None = None
     expected_stdout_sha256: str | None = None
+
+    @property
+    def failure_tally(self) -> Counter:
+        """(where, cause) -> failing stops."""
+        return self.tally.counter()
 
     @property
     def failures(self) -> list[Failure]:
@@ -285,40 +291,16 @@ def failure_of(stop: int, pc: int, where: Where, cause: FailureCause, values: tu
 
 
 MISMATCH_KINDS = ("wrong_pc", "wrong_sp", "wrong_register")  # beside the UnwindFailure kinds (errors.FAILURE_KINDS)
-# A walk that refused (no_info) at a frame in a module other than the
-# program's own, every frame before it right: an honest stop, counted
-# apart from failures under the module's label (harness.classify.MODULES).
-STOPPED_PREFIX = "stopped:"
-STOPPED_KINDS = tuple(STOPPED_PREFIX + module for module in MODULES if module != OWN)
-
-
-def is_stop(cause: FailureCause) -> bool:
-    """Did the walk stop honestly in a library, rather than fail?"""
-    return counted_kind(cause).startswith(STOPPED_PREFIX)
 
 
 def quiet_ranges(program) -> tuple[tuple[int, int], ...]:
     """The pcs of a Program's modules that are not its own (sorted, disjoint):
     where the compiled tracer tallies a no_info refusal without logging it,
-    as `is_stop` would judge it."""
+    as harness.verify.tally.is_stop would judge it."""
     return tuple((span.start, min(span.end, 0xFFFFFFFF)) for span in program.modules
                  if span.label != OWN and span.start < span.end)
 
 
-def logged_failures(tally: Counter) -> int:
-    """How many failing walks of a tally a run logs, its cap aside (a stop
-    is a no_info refusal: others need not be asked)."""
-    return sum(stops for (_, cause), stops in tally.items() if cause.kind != "no_info" or not is_stop(cause))
-
-
-def counted_kind(cause: FailureCause) -> str:
-    """The kind a failing walk is counted under: a no_info refusal in a
-    module that is not the program's own is a stop there, not a failure."""
-    if cause.kind == "no_info":
-        module = next((trait for trait in cause.culprit_traits if trait in MODULES), OWN)
-        if module != OWN:
-            return STOPPED_PREFIX + module
-    return cause.kind
 COMPARED_REGISTERS = tuple(f"r{n}" for n in range(4, 12)) + tuple(f"d{n}" for n in range(8, 16))
 
 

@@ -27,9 +27,10 @@ from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
 from harness.verify.emulator import EmulationFault, Emulator, as_limits, guard_cause
-from harness.verify.failures import RANGE_GAP, FailureLog, ProgramResult, counted_kind, logged_failures, quiet_ranges
+from harness.verify.failures import RANGE_GAP, FailureLog, ProgramResult, quiet_ranges
 from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, has_bit, raise_entries, unpacked
 from harness.verify.sampling import chooser
+from harness.verify.tally import Tally
 from harness.verify.verification import Verification
 
 DEFAULT_LIMITS = abi.Limits()  # how far a program may run before it counts as runaway
@@ -102,11 +103,8 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
                                         every, shard, compiled, by_blocks)
         except EmulationFault as fault:
             result.fault = str(fault)
-        counts, kinds = result.counts, {}
-        for (where, cause), stops in result.failure_tally.items():
-            kind = kinds.get(cause) or kinds.setdefault(cause, counted_kind(cause))
-            key = (cause.unwinder, where[1], where[2], kind)
-            counts[key] = counts.get(key, 0) + stops
+        result.tally.sums(lambda cause, kind: (cause.unwinder,), lambda where: where[1:], lambda cause, kind: (kind,),
+                          into=result.counts)  # (unwinder, traits, position, kind)
         if system is not None:
             result.stdout_sha256 = system.outcome().stdout_sha256
     return result
@@ -244,14 +242,10 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         result.stops, result.instructions = tracer.stops, tracer.seen
         causes = [run.kernel_cause(stop_kernel, index, abi.answer(answer), culprit)
                   for index, answer, culprit in tracer.causes()]
-        result.failure_tally = tally = run.tally()
-        kernel_tally: dict = {}  # by (where, cause): kernel causes of different ids may be alike
-        wheres = run.wheres
-        for where, cause, stops in tracer.tally():
-            key = (wheres[where], causes[cause])
-            kernel_tally[key] = kernel_tally.get(key, 0) + stops
-        tally.update(kernel_tally)
-        result.failure_log = _merged_log(tracer, run, stop_kernel, causes, logged_failures(tally) > cap)
+        # the kernel's walks by its ids (its wheres are the run's), and then those in Python
+        result.tally = tally = Tally(list(run.wheres), list(causes), tracer.tally())
+        tally.add(run.tally())
+        result.failure_log = _merged_log(tracer, run, stop_kernel, causes, tally.logged() > cap)
         if stop_kernel is not None:
             classes = {number: key for key, number in run.stop_classes.items()}
             counts = result.counts
@@ -363,7 +357,7 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
     try:
         result.result = emulator.call(program.entry, on_stop, limits, program.args)
     finally:
-        result.failure_tally = run.tally()
+        result.tally = Tally.of(run.tally())
         result.failure_log = FailureLog(entries=[entry for _, _, entry in run.log.entries()],
-                                        truncated=logged_failures(result.failure_tally) > run.log_cap)
+                                        truncated=result.tally.logged() > run.log_cap)
     return bytes(shadow.resumed) if shadow is not None else b""

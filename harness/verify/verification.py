@@ -21,11 +21,11 @@ from harness.verify.failures import (
     ProgramResult,
     WalkLog,
     generic,
-    is_stop,
     logged_pcs,
     mismatch_of,
 )
 from harness.verify.groundtruth import ShadowFrame
+from harness.verify.tally import is_stop
 from harness.verify.walks import MemoizedWalk, chain_frames, first_difference
 
 

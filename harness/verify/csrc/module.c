@@ -1,4 +1,4 @@
-/* The module harness.verify._kernel: the types of rules.c and trace.c. */
+/* The module harness.verify._kernel: the types of rules.c and trace.c, and two twins of Python's. */
 #include "kernel.h"
 
 /* may_start_epilogue(code: bytes) -> bool: sources.c's twin of harness.thumb.encoding's. */
@@ -10,8 +10,56 @@ static PyObject *kernel_may_start_epilogue(PyObject *module, PyObject *code) {
     return PyBool_FromLong(may);
 }
 
+/* The part of a key at `id` of `parts`, borrowed; NULL with IndexError past its end. */
+static PyObject *part_at(PyObject *parts, Py_ssize_t id, const char *what) {
+    if (id < 0 || id >= PyList_GET_SIZE(parts)) {
+        PyErr_Format(PyExc_IndexError, "a tally entry's %s id %zd is past the %zd %ss given", what, id,
+                     PyList_GET_SIZE(parts), what);
+        return NULL;
+    }
+    return PyList_GET_ITEM(parts, id);
+}
+
+/* sum_by(target, entries, heads, middles, tails) -> target: harness.verify.tally.sum_by's twin, each
+ * entry (where id, cause id, walks) added to target[heads[cause] + middles[where] + tails[cause]], but
+ * for entries whose head or middle is None (lists of tuples; entries a list of tuples of ints). */
+static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
+    PyObject *target, *entries, *heads, *middles, *tails;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:sum_by", &PyDict_Type, &target, &PyList_Type, &entries, &PyList_Type,
+                          &heads, &PyList_Type, &middles, &PyList_Type, &tails))
+        return NULL;
+    for (Py_ssize_t n = 0; n < PyList_GET_SIZE(entries); n++) {
+        Py_ssize_t where, cause;
+        PyObject *walks;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(entries, n), "nnO:a tally entry", &where, &cause, &walks))
+            return NULL;
+        PyObject *head = part_at(heads, cause, "cause"), *middle = part_at(middles, where, "where");
+        PyObject *tail = part_at(tails, cause, "cause");
+        if (!head || !middle || !tail) return NULL;
+        if (head == Py_None || middle == Py_None) continue;
+        if (!PyTuple_Check(head) || !PyTuple_Check(middle) || !PyTuple_Check(tail)) {
+            PyErr_SetString(PyExc_TypeError, "a key's parts must be tuples (or None)");
+            return NULL;
+        }
+        const Py_ssize_t h = PyTuple_GET_SIZE(head), m = PyTuple_GET_SIZE(middle), t = PyTuple_GET_SIZE(tail);
+        PyObject *key = PyTuple_New(h + m + t);
+        if (!key) return NULL;
+        for (Py_ssize_t i = 0; i < h; i++) PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(head, i)));
+        for (Py_ssize_t i = 0; i < m; i++) PyTuple_SET_ITEM(key, h + i, Py_NewRef(PyTuple_GET_ITEM(middle, i)));
+        for (Py_ssize_t i = 0; i < t; i++) PyTuple_SET_ITEM(key, h + m + i, Py_NewRef(PyTuple_GET_ITEM(tail, i)));
+        PyObject *held = PyDict_GetItemWithError(target, key);
+        PyObject *sum = held ? PyNumber_Add(held, walks) : PyErr_Occurred() ? NULL : Py_NewRef(walks);
+        const int failed = !sum || PyDict_SetItem(target, key, sum);
+        Py_DECREF(key);
+        Py_XDECREF(sum);
+        if (failed) return NULL;
+    }
+    return Py_NewRef(target);
+}
+
 static PyMethodDef kernel_functions[] = {
     {"may_start_epilogue", kernel_may_start_epilogue, METH_O, "May these bytes start an epilogue?"},
+    {"sum_by", kernel_sum_by, METH_VARARGS, "Tally entries added up by keys made of their where's and cause's parts."},
     {NULL}
 };
 

@@ -1,0 +1,117 @@
+"""A run's failing walks counted by where the stop is and why the walk
+failed, and the kind each is counted under.
+
+A Tally holds them by ids, (where id, cause id, walks) entries over lists of
+wheres and causes, as the kernel counts them (csrc/trace.c). Every sum a
+report makes of a run (its counts, its digest, its culprits) adds entries up
+under keys made of parts of the where and the cause: `Tally.sums` makes each
+part once per where and per cause, and adds up the entries in C where the
+kernel is built (`sum_by` here is its twin, the reference).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Optional
+
+from harness.classify import MODULES, OWN, Where
+
+try:
+    from harness.verify._kernel import sum_by as _compiled_sum_by
+except ImportError:  # not built
+    _compiled_sum_by = None
+
+# A walk that refused (no_info) at a frame in a module other than the
+# program's own, every frame before it right: an honest stop, counted
+# apart from failures under the module's label (harness.classify.MODULES).
+STOPPED_PREFIX = "stopped:"
+STOPPED_KINDS = tuple(STOPPED_PREFIX + module for module in MODULES if module != OWN)
+
+FailureCause = tuple  # a harness.verify.failures.FailureCause (which holds a Tally: not imported)
+Entry = tuple[int, int, int]  # (where id, cause id, failing walks)
+Part = Optional[tuple]  # a part of a key; None leaves the entry out
+
+
+def counted_kind(cause: FailureCause) -> str:
+    """The kind a failing walk is counted under: a no_info refusal in a
+    module that is not the program's own is a stop there, not a failure."""
+    if cause.kind == "no_info":
+        module = next((trait for trait in cause.culprit_traits if trait in MODULES), OWN)
+        if module != OWN:
+            return STOPPED_PREFIX + module
+    return cause.kind
+
+
+def is_stop(cause: FailureCause) -> bool:
+    """Did the walk stop honestly in a library, rather than fail?"""
+    return counted_kind(cause).startswith(STOPPED_PREFIX)
+
+
+def sum_by(target: dict, entries: Sequence[Entry], heads: Sequence[Part], middles: Sequence[Part],
+           tails: Sequence[tuple]) -> dict:
+    """Add each entry's walks to target[heads[cause] + middles[where] +
+    tails[cause]], but for entries whose head or middle is None (C twin:
+    csrc/module.c)."""
+    for where, cause, walks in entries:
+        head, middle = heads[cause], middles[where]
+        if head is not None and middle is not None:
+            key = head + middle + tails[cause]
+            target[key] = target.get(key, 0) + walks
+    return target
+
+
+def _nothing(cause: FailureCause, kind: str) -> tuple:
+    return ()
+
+
+class Tally:
+    """(where, cause) -> failing walks, by ids: `wheres` and `causes` may
+    hold equal values under several ids (sums add them up alike)."""
+
+    def __init__(self, wheres: list[Where] | None = None, causes: list[FailureCause] | None = None,
+                 entries: list[Entry] | None = None):
+        self.wheres = [] if wheres is None else wheres
+        self.causes = [] if causes is None else causes
+        self.entries = [] if entries is None else entries
+
+    @classmethod
+    def of(cls, counted: Counter) -> Tally:
+        """The tally of (where, cause) -> walks."""
+        tally = cls()
+        tally.add(counted)
+        return tally
+
+    def add(self, counted: Counter) -> None:
+        """Add (where, cause) -> walks, each under ids of its own."""
+        for (where, cause), walks in counted.items():
+            self.entries.append((len(self.wheres), len(self.causes), walks))
+            self.wheres.append(where)
+            self.causes.append(cause)
+
+    @cached_property
+    def kinds(self) -> list[str]:
+        """The kind each cause is counted under, by cause id (`counted_kind`)."""
+        return [counted_kind(cause) for cause in self.causes]
+
+    def sums(self, head: Callable[[FailureCause, str], Part], middle: Callable[[Where], Part],
+             tail: Callable[[FailureCause, str], tuple] = _nothing, into: dict | None = None) -> dict:
+        """Walks added up under head(cause, kind) + middle(where) +
+        tail(cause, kind) (in `into`), but for entries whose head or middle
+        is None; `kind` is the cause's counted kind."""
+        kinds = self.kinds
+        heads = [head(cause, kind) for cause, kind in zip(self.causes, kinds)]
+        middles = [middle(where) for where in self.wheres]
+        tails = [()] * len(heads) if tail is _nothing else [tail(cause, kind) for cause, kind in zip(self.causes, kinds)]
+        return (_compiled_sum_by or sum_by)({} if into is None else into, self.entries, heads, middles, tails)
+
+    def counter(self) -> Counter:
+        """(where, cause) -> walks."""
+        return Counter(self.sums(_nothing, lambda where: (where,), lambda cause, kind: (cause,)))
+
+    def logged(self) -> int:
+        """How many failing walks a run logs, its cap aside: all but the
+        stops in a library (no_info refusals there)."""
+        return sum(self.sums(lambda cause, kind: None if kind.startswith(STOPPED_PREFIX) else (), lambda where: ())
+                   .values())

@@ -1,0 +1,68 @@
+"""A run's tally by ids (harness.verify.tally): sums by keys made of the
+where's and the cause's parts, the kernel's C twin of `sum_by` held to the
+reference, and the (where, cause) counter a tally stands for."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from harness.verify import kernel
+from harness.verify.failures import FailureCause
+from harness.verify.tally import Tally, counted_kind, sum_by
+
+BODY, LEAF = ("f", frozenset(), "body"), ("g", frozenset({"leaf"}), "epilogue")
+BAD_READ = FailureCause("v2", "bad_read", 0, "f", None, "", frozenset())
+WRONG_R4 = FailureCause("exidx", "wrong_register", 1, "g", "r4", "", frozenset())
+IN_LIBC = FailureCause("v2", "no_info", 1, "memcpy", None, "", frozenset({"libc"}))  # an honest stop
+
+needs_kernel = pytest.mark.skipif(not kernel.AVAILABLE, reason="the compiled kernel is not built")
+
+
+def test_sums_add_up_entries_by_their_key_and_leave_out_a_none_part():
+    """Alike causes under two ids add up; a None head or middle leaves the entry out."""
+    tally = Tally([BODY, LEAF], [BAD_READ, WRONG_R4, BAD_READ, IN_LIBC],
+                  [(0, 0, 3), (1, 1, 2), (0, 2, 4), (1, 3, 7)])
+    failing = tally.sums(lambda cause, kind: None if kind.startswith("stopped:") else (cause.unwinder,),
+                         lambda where: (where[0],), lambda cause, kind: (kind,))
+    assert failing == {("v2", "f", "bad_read"): 7, ("exidx", "g", "wrong_register"): 2}
+    assert tally.sums(lambda cause, kind: (), lambda where: () if where is LEAF else None) == {(): 9}
+    assert tally.kinds == ["bad_read", "wrong_register", "bad_read", "stopped:libc"]
+    assert tally.logged() == 9  # all but the stop in libc
+
+
+def test_a_tally_stands_for_its_counter():
+    counted = Counter({(BODY, BAD_READ): 3, (LEAF, WRONG_R4): 2, (LEAF, IN_LIBC): 7})
+    tally = Tally.of(counted)
+    tally.add(Counter({(BODY, BAD_READ): 1}))
+    assert tally.counter() == counted + Counter({(BODY, BAD_READ): 1})
+    assert tally.kinds == [counted_kind(cause) for cause in tally.causes]
+
+
+@needs_kernel
+def test_the_kernels_sum_by_is_the_references():
+    from harness.verify._kernel import sum_by as compiled
+
+    rng = random.Random(21)
+    for _ in range(200):
+        wheres, causes = rng.randrange(1, 6), rng.randrange(1, 6)
+        parts = [None, (), ("a",), ("b", 1), (2,)]
+        heads = [rng.choice(parts) for _ in range(causes)]
+        middles = [rng.choice(parts) for _ in range(wheres)]
+        tails = [rng.choice(parts[1:]) for _ in range(causes)]
+        entries = [(rng.randrange(wheres), rng.randrange(causes), rng.randrange(1, 1 << 40)) for _ in range(20)]
+        start = {("a", "a"): 5}
+        assert compiled(dict(start), entries, heads, middles, tails) == sum_by(dict(start), entries, heads, middles,
+                                                                               tails)
+
+
+@needs_kernel
+def test_the_kernels_sum_by_names_a_bad_entry():
+    from harness.verify._kernel import sum_by as compiled
+
+    with pytest.raises(IndexError, match="where id 3 is past the 1 wheres given"):
+        compiled({}, [(3, 0, 1)], [()], [()], [()])
+    with pytest.raises(TypeError, match="tuples"):
+        compiled({}, [(0, 0, 1)], [["a"]], [()], [()])
