@@ -25,10 +25,10 @@ def test_sums_add_up_entries_by_their_key_and_leave_out_a_none_part():
     """Alike causes under two ids add up; a None head or middle leaves the entry out."""
     tally = Tally([BODY, LEAF], [BAD_READ, WRONG_R4, BAD_READ, IN_LIBC],
                   [(0, 0, 3), (1, 1, 2), (0, 2, 4), (1, 3, 7)])
-    failing = tally.sums(lambda cause, kind: None if kind.startswith("stopped:") else (cause.unwinder,),
-                         lambda where: (where[0],), lambda cause, kind: (kind,))
+    failing = tally.sums(tally.failing, [(where[0],) for where in tally.wheres], tally.kind_parts)
     assert failing == {("v2", "f", "bad_read"): 7, ("exidx", "g", "wrong_register"): 2}
-    assert tally.sums(lambda cause, kind: (), lambda where: () if where is LEAF else None) == {(): 9}
+    assert tally.sums([()] * 4, [None, ()]) == {(): 9}
+    assert tally.sums(tally.unwinders) == {("v2",): 14, ("exidx",): 2}
     assert tally.kinds == ["bad_read", "wrong_register", "bad_read", "stopped:libc"]
     assert tally.logged() == 9  # all but the stop in libc
 
@@ -36,9 +36,10 @@ def test_sums_add_up_entries_by_their_key_and_leave_out_a_none_part():
 def test_a_tally_stands_for_its_counter():
     counted = Counter({(BODY, BAD_READ): 3, (LEAF, WRONG_R4): 2, (LEAF, IN_LIBC): 7})
     tally = Tally.of(counted)
-    tally.add(Counter({(BODY, BAD_READ): 1}))
+    assert tally.logged() == 5
+    tally.add(Counter({(BODY, BAD_READ): 1}))  # what was made of the causes before is made again
     assert tally.counter() == counted + Counter({(BODY, BAD_READ): 1})
-    assert tally.kinds == [counted_kind(cause) for cause in tally.causes]
+    assert tally.kinds == [counted_kind(cause) for cause in tally.causes] and tally.logged() == 6
 
 
 @needs_kernel

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Iterable, NamedTuple, Sequence
 
 from harness.verify.failures import FailureCause, LoggedPcs, Ranges, merged
-from harness.verify.tally import STOPPED_PREFIX, Tally, counted_kind
+from harness.verify.tally import Tally, counted_kind
 
 PCS_PER_UNWINDER = 100_000
 GroupKey = tuple[str, str, str]  # (function, position, kind)
@@ -47,11 +47,9 @@ def uncovered(now: Ranges, before: Ranges) -> Ranges:
 def digest(tally: Tally, logged: LoggedPcs) -> dict[str, dict[GroupKey, Group]]:
     """The digest of one run: its `tally` of failing walks, and `logged`
     the walks its failure log holds, with their pcs (FailureLog.logged_pcs)."""
-    def failing(cause: FailureCause, kind: str) -> tuple | None:
-        return None if kind.startswith(STOPPED_PREFIX) else (cause.unwinder,)
     # (unwinder, function, position, kind) -> failing walks, and per unwinder
-    stops = tally.sums(failing, lambda where: (where[0], where[2]), lambda cause, kind: (kind,))
-    totals = tally.sums(failing, lambda where: ())
+    stops = tally.sums(tally.failing, [(where[0], where[2]) for where in tally.wheres], tally.kind_parts)
+    totals = tally.sums(tally.failing)
     counted: dict[str, int] = {}  # logged failing walks per unwinder
     pcs: dict[tuple, Ranges] = {}
     kinds: dict[FailureCause, str] = {}  # a cause fails in many functions

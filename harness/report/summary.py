@@ -116,13 +116,14 @@ def _summarized(result: ProgramResult, with_cfi: set[str] | None) -> ProgramSumm
     tally = result.tally
     summary.failing = digest(tally, result.failure_log.logged_pcs())
     if with_cfi is not None:  # failing walks where the stop's function or the culprit has no CFI
-        every = tally.sums(lambda cause, kind: (cause.unwinder,), lambda where: ())
-        both = tally.sums(lambda cause, kind: (cause.unwinder,) if cause.culprit in with_cfi else None,
-                          lambda where: () if where[0] in with_cfi else None)
+        every = tally.sums(tally.unwinders)
+        both = tally.sums([unwinder if cause.culprit in with_cfi else None
+                           for unwinder, cause in zip(tally.unwinders, tally.causes)],
+                          [() if where[0] in with_cfi else None for where in tally.wheres])
         summary.without_cfi.update({unwinder: stops - both.get((unwinder,), 0) for (unwinder,), stops in every.items()
                                     if stops > both.get((unwinder,), 0)})
     # a cause fails in many places: its stops added up first
-    for (cause,), stops in tally.sums(lambda cause, kind: (cause,), lambda where: ()).items():
+    for (cause,), stops in tally.sums([(cause,) for cause in tally.causes]).items():
         if cause.register:
             registers = summary.wrong_registers.get(cause.unwinder) or \
                 summary.wrong_registers.setdefault(cause.unwinder, Counter())

@@ -103,8 +103,8 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
                                         every, shard, compiled, by_blocks)
         except EmulationFault as fault:
             result.fault = str(fault)
-        result.tally.sums(lambda cause, kind: (cause.unwinder,), lambda where: where[1:], lambda cause, kind: (kind,),
-                          into=result.counts)  # (unwinder, traits, position, kind)
+        tally = result.tally  # (unwinder, traits, position, kind) -> failing walks
+        tally.sums(tally.unwinders, [where[1:] for where in tally.wheres], tally.kind_parts, into=result.counts)
         if system is not None:
             result.stdout_sha256 = system.outcome().stdout_sha256
     return result

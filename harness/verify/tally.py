@@ -12,7 +12,7 @@ kernel is built (`sum_by` here is its twin, the reference).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Optional
 
@@ -62,13 +62,11 @@ def sum_by(target: dict, entries: Sequence[Entry], heads: Sequence[Part], middle
     return target
 
 
-def _nothing(cause: FailureCause, kind: str) -> tuple:
-    return ()
-
-
 class Tally:
     """(where, cause) -> failing walks, by ids: `wheres` and `causes` may
-    hold equal values under several ids (sums add them up alike)."""
+    hold equal values under several ids (sums add them up alike). The parts
+    of keys a report makes of each cause are made once (`kinds`, `unwinders`,
+    `failing`, `kind_parts`)."""
 
     def __init__(self, wheres: list[Where] | None = None, causes: list[FailureCause] | None = None,
                  entries: list[Entry] | None = None):
@@ -89,29 +87,46 @@ class Tally:
             self.entries.append((len(self.wheres), len(self.causes), walks))
             self.wheres.append(where)
             self.causes.append(cause)
+        for made in ("kinds", "unwinders", "failing", "kind_parts"):  # made from the causes before
+            self.__dict__.pop(made, None)
 
     @cached_property
     def kinds(self) -> list[str]:
         """The kind each cause is counted under, by cause id (`counted_kind`)."""
         return [counted_kind(cause) for cause in self.causes]
 
-    def sums(self, head: Callable[[FailureCause, str], Part], middle: Callable[[Where], Part],
-             tail: Callable[[FailureCause, str], tuple] = _nothing, into: dict | None = None) -> dict:
-        """Walks added up under head(cause, kind) + middle(where) +
-        tail(cause, kind) (in `into`), but for entries whose head or middle
-        is None; `kind` is the cause's counted kind."""
-        kinds = self.kinds
-        heads = [head(cause, kind) for cause, kind in zip(self.causes, kinds)]
-        middles = [middle(where) for where in self.wheres]
-        tails = [()] * len(heads) if tail is _nothing else [tail(cause, kind) for cause, kind in zip(self.causes, kinds)]
-        return (_compiled_sum_by or sum_by)({} if into is None else into, self.entries, heads, middles, tails)
+    @cached_property
+    def unwinders(self) -> list[tuple]:
+        """(unwinder,) by cause id."""
+        return [(cause.unwinder,) for cause in self.causes]
+
+    @cached_property
+    def failing(self) -> list[Part]:
+        """(unwinder,) by cause id, None for a stop in a library (not a failure)."""
+        return [None if kind.startswith(STOPPED_PREFIX) else unwinder
+                for unwinder, kind in zip(self.unwinders, self.kinds)]
+
+    @cached_property
+    def kind_parts(self) -> list[tuple]:
+        """(counted kind,) by cause id."""
+        return [(kind,) for kind in self.kinds]
+
+    def sums(self, heads: Sequence[Part], middles: Sequence[Part] | None = None,
+             tails: Sequence[tuple] | None = None, into: dict | None = None) -> dict:
+        """Walks added up under heads[cause] + middles[where] + tails[cause]
+        (in `into`), but for entries whose head or middle is None (no
+        middles, no tails: empty parts)."""
+        middles = [()] * len(self.wheres) if middles is None else middles
+        tails = [()] * len(self.causes) if tails is None else tails
+        return (_compiled_sum_by or sum_by)({} if into is None else into, self.entries, list(heads), list(middles),
+                                            list(tails))
 
     def counter(self) -> Counter:
         """(where, cause) -> walks."""
-        return Counter(self.sums(_nothing, lambda where: (where,), lambda cause, kind: (cause,)))
+        return Counter(self.sums([()] * len(self.causes), [(where,) for where in self.wheres],
+                                 [(cause,) for cause in self.causes]))
 
     def logged(self) -> int:
         """How many failing walks a run logs, its cap aside: all but the
         stops in a library (no_info refusals there)."""
-        return sum(self.sums(lambda cause, kind: None if kind.startswith(STOPPED_PREFIX) else (), lambda where: ())
-                   .values())
+        return sum(self.sums([None if failing is None else () for failing in self.failing]).values())
