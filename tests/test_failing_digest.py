@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from harness.report.failing import Group, combined, digest, from_json, new_failures, to_json, uncovered
-from harness.verify.failures import FailureCause, logged_pcs, ranges_of
+from harness.verify.failures import FailureCause, FailureLog, ranges_of
 from harness.verify.tally import Tally
 
 BODY = ("f", frozenset(), "body")
@@ -32,7 +32,7 @@ def test_counts_come_from_the_tally_and_pcs_only_from_a_complete_log():
     tally = Counter({(BODY, BAD_READ): 3, (BODY, LIMIT): 2, (BODY, IN_LIBC): 7})
     log = [entry(1, 0x100, BAD_READ), entry(2, 0x102, BAD_READ), entry(5, 0x200, BAD_READ),
            entry(6, 0x300, LIMIT)]
-    found = digest(Tally.of(tally), logged_pcs((where, cause, pc) for _, pc, where, cause, _ in log))
+    found = digest(Tally.of(tally), FailureLog(entries=log))
     assert found == {"v2": {("f", "body", "bad_read"): Group(3, ((0x100, 0x102), (0x200, 0x200)))},
                      "exidx": {("f", "body", "limit"): Group(2, None)}}
 

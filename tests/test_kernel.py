@@ -17,6 +17,7 @@ from harness.errors import UnwindFailure
 from harness.formats import ehabi
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.registers import SP
+from harness.report.failing import group_key
 from harness.thumb.encoding import may_start_epilogue
 from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
@@ -30,6 +31,7 @@ from harness.verify.failures import FailureLog, difference, failure_of, logged_p
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.verify.kernel import pack_rule
 from harness.verify.stops import DEFAULT_BUDGET, verify_program
+from harness.verify.tally import KeyParts, Tally
 from harness.verify.verification import Verification
 from harness.verify.walks import first_difference
 
@@ -120,18 +122,28 @@ def test_the_first_failures_of_each_unwinder_are_those_of_the_whole_log():
         assert len({entry[3].unwinder for entry in first}) >= 3 and len(first) < len(fast.failure_log)
 
 
-def test_the_pcs_a_digest_reads_from_the_tracer_are_those_of_the_whole_log():
-    """The tracer groups its log by (where, cause) for the digest, with the
-    walks deferred to Python merged in: the same failures counted, at the
-    same pcs, as the log's entries one by one give."""
+def pair_key(tally: Tally) -> KeyParts:
+    """(where, cause) itself, as a key of tally parts."""
+    return KeyParts([()] * len(tally.causes), [(where,) for where in tally.wheres],
+                    [(cause,) for cause in tally.causes], lambda where, cause: (where, cause))
+
+
+@pytest.mark.parametrize("key", [pair_key, group_key])
+def test_the_pcs_a_digest_reads_from_the_tracer_are_those_of_the_whole_log(key):
+    """The tracer groups its log by the key of each failure's tally entry
+    (its where and cause, or the digest's group), with the walks deferred
+    to Python merged in: the same failures counted, at the same pcs, as the
+    log's entries one by one give."""
     program = generate_program(0, 3)
     result = verify_program(program, build_unwinders(program), compiled=True)
-    grouped = result.failure_log.logged_pcs()  # before the entries are built: the tracer's grouping
+    key = key(result.tally)
+    grouped = result.failure_log.logged_pcs(key)  # before the entries are built: the tracer's grouping
     log = list(result.failure_log)
-    assert grouped == logged_pcs((where, cause, pc) for _, pc, where, cause, _ in log)
+    assert grouped == logged_pcs((key.of(where, cause), pc) for _, pc, where, cause, _ in log)
     assert sum(count for count, _ in grouped.values()) == len(log) > 100
-    distinct = {key: len({pc for _, pc, where, cause, _ in log if (where, cause) == key}) for key in grouped}
-    assert any(count > distinct[key] for key, (count, _) in grouped.items())  # a pc failing alike twice counts twice
+    distinct = {group: len({pc for _, pc, where, cause, _ in log if key.of(where, cause) == group})
+                for group in grouped}
+    assert any(count > distinct[group] for group, (count, _) in grouped.items())  # a pc failing alike twice: twice
 
 
 @pytest.mark.parametrize("cap", [1, 300, 700])
@@ -143,10 +155,11 @@ def test_a_truncated_log_gives_the_digest_the_pcs_of_its_entries(monkeypatch, ca
     monkeypatch.setattr(abi, "FAILURE_LOG_CAP", cap)
     program = generate_program(0, 3)
     result = verify_program(program, build_unwinders(program), compiled=True)
-    grouped = result.failure_log.logged_pcs()
+    key = pair_key(result.tally)
+    grouped = result.failure_log.logged_pcs(key)
     log = list(result.failure_log)
     assert result.failure_log.truncated and len(log) == cap
-    assert grouped == logged_pcs((where, cause, pc) for _, pc, where, cause, _ in log)
+    assert grouped == logged_pcs(((where, cause), pc) for _, pc, where, cause, _ in log)
 
 
 def test_guard_failures_of_one_kind_are_one_cause_per_function_each_worded_with_its_values():

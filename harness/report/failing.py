@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Iterable, NamedTuple, Sequence
 
-from harness.verify.failures import FailureCause, LoggedPcs, Ranges, merged
-from harness.verify.tally import Tally, counted_kind
+from harness.classify import Where
+from harness.verify.failures import FailureCause, FailureLog, Ranges, merged
+from harness.verify.tally import STOPPED_PREFIX, KeyParts, Tally, counted_kind
 
 PCS_PER_UNWINDER = 100_000
 GroupKey = tuple[str, str, str]  # (function, position, kind)
@@ -44,29 +45,34 @@ def uncovered(now: Ranges, before: Ranges) -> Ranges:
     return tuple(out)
 
 
-def digest(tally: Tally, logged: LoggedPcs) -> dict[str, dict[GroupKey, Group]]:
-    """The digest of one run: its `tally` of failing walks, and `logged`
-    the walks its failure log holds, with their pcs (FailureLog.logged_pcs)."""
-    # (unwinder, function, position, kind) -> failing walks, and per unwinder
-    stops = tally.sums(tally.failing, [(where[0], where[2]) for where in tally.wheres], tally.kind_parts)
-    totals = tally.sums(tally.failing)
+def group_key(tally: Tally) -> KeyParts:
+    """A failing walk's group in a digest, (unwinder, function, position,
+    kind) of its where and cause; none for a stop in a library."""
+    def of(where: Where, cause: FailureCause) -> tuple | None:
+        kind = counted_kind(cause)
+        return None if kind.startswith(STOPPED_PREFIX) else (cause.unwinder, where[0], where[2], kind)
+    return KeyParts(tally.failing, [(where[0], where[2]) for where in tally.wheres], tally.kind_parts, of)
+
+
+def digest(tally: Tally, log: FailureLog) -> dict[str, dict[GroupKey, Group]]:
+    """The digest of one run: its `tally` of failing walks, and the pcs of
+    those its failure `log` holds."""
+    key = group_key(tally)
+    stops = tally.sums(key.heads, key.middles, key.tails)  # group_key -> failing walks
+    totals = tally.sums(tally.failing)  # (unwinder,) -> failing walks
+    logged = log.logged_pcs(key)  # group_key -> (logged, ranges): every logged failure is tallied
     counted: dict[str, int] = {}  # logged failing walks per unwinder
-    pcs: dict[tuple, Ranges] = {}
-    kinds: dict[FailureCause, str] = {}  # a cause fails in many functions
-    for (where, cause), (count, found) in logged.items():
-        counted[cause.unwinder] = counted.get(cause.unwinder, 0) + count
-        kind = kinds.get(cause) or kinds.setdefault(cause, counted_kind(cause))
-        key = (cause.unwinder, where[0], where[2], kind)  # every logged failure is tallied
-        held = pcs.get(key)
-        pcs[key] = found if held is None else merged((*held, *found))
+    for (unwinder, *_), (count, _) in logged.items():
+        counted[unwinder] = counted.get(unwinder, 0) + count
     complete = {unwinder for (unwinder,), total in totals.items() if counted.get(unwinder) == total <= PCS_PER_UNWINDER}
     out: dict[str, dict[GroupKey, Group]] = {}
-    for key in sorted(stops):
-        unwinder = key[0]
+    for group in sorted(stops):
+        unwinder = group[0]
         groups = out.get(unwinder)
         if groups is None:
             groups = out[unwinder] = {}
-        groups[key[1:]] = Group(stops[key], pcs.get(key, ()) if unwinder in complete else None)
+        found = logged.get(group)
+        groups[group[1:]] = Group(stops[group], (() if found is None else found[1]) if unwinder in complete else None)
     return out
 
 

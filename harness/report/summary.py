@@ -114,7 +114,7 @@ def _summarized(result: ProgramResult, with_cfi: set[str] | None) -> ProgramSumm
     for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):  # walks stopped in a library are not logged
         summary.samples.setdefault(entry[3].unwinder, []).append(sample(failure_of(*entry), result.program))
     tally = result.tally
-    summary.failing = digest(tally, result.failure_log.logged_pcs())
+    summary.failing = digest(tally, result.failure_log)
     if with_cfi is not None:  # failing walks where the stop's function or the culprit has no CFI
         every = tally.sums(tally.unwinders)
         both = tally.sums([unwinder if cause.culprit in with_cfi else None

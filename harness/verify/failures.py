@@ -8,11 +8,11 @@ import re
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import Callable, Hashable, Iterable, Iterator, NamedTuple
 
 from harness.classify import OWN, Where
 from harness.registers import PC, SP, reg_name
-from harness.verify.tally import Tally
+from harness.verify.tally import KeyParts, Tally
 
 Outcome = tuple[int, str, "str | None", str]  # a failing walk: (frame index, kind, register name or None, detail)
 
@@ -62,19 +62,21 @@ class FailureLog:
     and a process meets millions of them."""
 
     def __init__(self, build: Callable[[int], list] | None = None, entries: list | None = None,
-                 truncated: bool = False, pcs: Callable[[], "LoggedPcs"] | None = None):
+                 truncated: bool = False, pcs: Callable[[KeyParts], "LoggedPcs"] | None = None):
         self._build = build  # build(at most this many per unwinder, 0: all) -> entries
         self._entries = entries
-        self._pcs = pcs  # logged_pcs() without building the entries
+        self._pcs = pcs  # logged_pcs(key) without building the entries
         self.truncated = truncated
         """Whether failing answers past the cap were tallied but left out."""
 
-    def logged_pcs(self) -> "LoggedPcs":
-        """(where, cause) -> (failures logged, their distinct pcs): what a
-        digest of the log needs (harness.report.failing)."""
+    def logged_pcs(self, key: KeyParts) -> "LoggedPcs":
+        """key -> (failures logged, the ranges of their pcs), the failures
+        grouped by the key their where and cause make (over the run's
+        tally's ids, or `key.of`): what a digest of the log needs
+        (harness.report.failing)."""
         if self._pcs is not None and self._entries is None:
-            return self._pcs()
-        return logged_pcs((where, cause, pc) for _, pc, where, cause, _ in self.entries())
+            return self._pcs(key)
+        return logged_pcs((key.of(where, cause), pc) for _, pc, where, cause, _ in self.entries())
 
     def entries(self) -> list:
         if self._entries is None:
@@ -102,7 +104,7 @@ class FailureLog:
 
 RANGE_GAP = 4  # pcs this many bytes apart or nearer (a Thumb-2 instruction) share a range
 Ranges = tuple[tuple[int, int], ...]  # sorted, disjoint, inclusive [low, high]
-LoggedPcs = dict  # (where, cause) -> (failures logged, the ranges of their pcs)
+LoggedPcs = dict  # key -> (failures logged, the ranges of their pcs)
 
 
 def ranges_of(pcs: Iterable[int]) -> Ranges:
@@ -132,19 +134,19 @@ def merged(spans: Iterable[tuple[int, int]]) -> Ranges:
     return tuple((low, high) for low, high in out)
 
 
-def logged_pcs(failures: Iterable[tuple[Where, FailureCause, int]],
-               grouped: Iterable[tuple[Where, FailureCause, int, Ranges]] = ()) -> LoggedPcs:
-    """LoggedPcs of (where, cause, pc) failures, and of failures already
-    `grouped` (where, cause, how many, the ranges of their pcs)."""
-    found: dict[tuple, tuple[int, set[int]]] = {}
-    for where, cause, pc in failures:
-        count, pcs = found.get((where, cause)) or (0, set())
-        pcs.add(pc)
-        found[(where, cause)] = (count + 1, pcs)
-    out = {key: (count, ranges_of(pcs)) for key, (count, pcs) in found.items()}
-    for where, cause, count, ranges in grouped:
-        held = out.get((where, cause))
-        out[(where, cause)] = (count, ranges) if held is None else (held[0] + count, merged((*held[1], *ranges)))
+def logged_pcs(failures: Iterable[tuple[Hashable | None, int]], grouped: LoggedPcs | None = None) -> LoggedPcs:
+    """LoggedPcs of (key, pc) failures (those of key None left out), and of
+    those `grouped` already."""
+    found: dict = {}
+    for key, pc in failures:
+        if key is not None:
+            count, pcs = found.get(key) or (0, set())
+            pcs.add(pc)
+            found[key] = (count + 1, pcs)
+    out = dict(grouped or {})
+    for key, (count, pcs) in found.items():
+        held, ranges = out.get(key), ranges_of(pcs)
+        out[key] = (count, ranges) if held is None else (held[0] + count, merged((*held[1], *ranges)))
     return out
 
 

@@ -27,10 +27,10 @@ from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
 from harness.verify.emulator import EmulationFault, Emulator, as_limits, guard_cause
-from harness.verify.failures import RANGE_GAP, FailureLog, ProgramResult, quiet_ranges
+from harness.verify.failures import RANGE_GAP, FailureLog, LoggedPcs, ProgramResult, quiet_ranges
 from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, has_bit, raise_entries, unpacked
 from harness.verify.sampling import chooser
-from harness.verify.tally import Tally
+from harness.verify.tally import KeyParts, Tally
 from harness.verify.verification import Verification
 
 DEFAULT_LIMITS = abi.Limits()  # how far a program may run before it counts as runaway
@@ -265,9 +265,9 @@ def _merged_log(tracer, run: Verification, stop_kernel, causes: list, truncated:
     cap = run.log_cap
     worded = stop_kernel.worded if stop_kernel else list  # without unwinders, nothing is logged
 
-    def logged_pcs():
+    def logged_pcs(key: KeyParts) -> LoggedPcs:  # the kernel's ids are the first of the run's tally
         mine, theirs = tracer.log_split(run.log.entries(), cap) if truncated else (-1, None)
-        return run.logged_pcs(tracer.logged_pcs(mine, RANGE_GAP), causes, theirs)
+        return run.logged_pcs(key, tracer.logged_pcs(mine, RANGE_GAP, key.heads, key.middles, key.tails), theirs)
     return FailureLog(lambda count: worded(tracer.failure_log(run.wheres, causes, run.log.entries(), count, cap)),
                       truncated=truncated, pcs=logged_pcs)
 

@@ -12,9 +12,9 @@ kernel is built (`sum_by` here is its twin, the reference).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from functools import cached_property
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from harness.classify import MODULES, OWN, Where
 
@@ -47,6 +47,17 @@ def counted_kind(cause: FailureCause) -> str:
 def is_stop(cause: FailureCause) -> bool:
     """Did the walk stop honestly in a library, rather than fail?"""
     return counted_kind(cause).startswith(STOPPED_PREFIX)
+
+
+class KeyParts(NamedTuple):
+    """A key made of a tally entry's parts, heads[cause] + middles[where] +
+    tails[cause] by the tally's ids (an entry whose head or middle is None
+    has none), and the same key of a where and a cause, by value (`of`)."""
+
+    heads: list
+    middles: list
+    tails: list
+    of: Callable[[Where, FailureCause], Hashable | None]
 
 
 def sum_by(target: dict, entries: Sequence[Entry], heads: Sequence[Part], middles: Sequence[Part],

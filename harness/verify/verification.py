@@ -25,7 +25,7 @@ from harness.verify.failures import (
     mismatch_of,
 )
 from harness.verify.groundtruth import ShadowFrame
-from harness.verify.tally import is_stop
+from harness.verify.tally import KeyParts, is_stop
 from harness.verify.walks import MemoizedWalk, chain_frames, first_difference
 
 
@@ -124,13 +124,11 @@ class Verification:
         key = cause if wording is None else cause._replace(detail=shared)
         return self._causes.setdefault(key, key), wording
 
-    def logged_pcs(self, kernel_logged: list, causes: list[FailureCause], first: int | None = None) -> LoggedPcs:
-        """LoggedPcs of the walks logged in Python (the `first` of them, or
-        all) and of the kernel's (`kernel_logged`: Tracer.logged_pcs(), its
-        cause ids of `causes`)."""
-        return logged_pcs(islice(self.log.failures(), first),
-                          ((self.wheres[where], causes[cause], count, ranges)
-                           for where, cause, count, ranges in kernel_logged))
+    def logged_pcs(self, key: KeyParts, kernel_logged: LoggedPcs, first: int | None = None) -> LoggedPcs:
+        """LoggedPcs by `key` of the walks logged in Python (the `first` of
+        them, or all) and of the kernel's (`kernel_logged`, grouped alike)."""
+        return logged_pcs(((key.of(where, cause), pc) for where, cause, pc in islice(self.log.failures(), first)),
+                          kernel_logged)
 
     def tally(self) -> Counter:
         """(where, cause) -> stops, of the walks in Python, logged or not."""

@@ -8,7 +8,7 @@
  *          where the rules do not answer (Tracer).
  * memo.c   the outer part of each walk, kept from one stop to the next.
  * sources.c where each unwinder's rule at a pc comes from: its table's rows, or Python.
- * module.c the batch register reader (Registers) and the module itself.
+ * module.c the module itself, and the key of a tally entry's parts (sum_by).
  *
  * Python's definitions stay the reference: harness.verify.groundtruth for the
  * shadow stack, each unwinder's `step` for its walk. Registers are int64 so
@@ -78,6 +78,11 @@ PyObject *sources_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, int innermos
 int sources_set_map(Sources *s, PyObject *args);
 int sources_set_chain(Sources *s, PyObject *args);
 int sources_set_epilogue(Sources *s, PyObject *args);
+/* heads[cause] + middles[where] + tails[cause] (lists of tuples or None), the key of a tally entry
+ * (harness.verify.tally.KeyParts): a new reference, Py_None where its head or middle is None, NULL with
+ * IndexError or TypeError for an id past its list or a part that is no tuple (module.c). */
+PyObject *key_of_parts(PyObject *heads, PyObject *middles, PyObject *tails, Py_ssize_t where, Py_ssize_t cause);
+
 /* harness.thumb.encoding.may_start_epilogue over the n bytes at `code`. */
 int may_start_epilogue(const uint8_t *code, Py_ssize_t n);
 

@@ -20,9 +20,29 @@ static PyObject *part_at(PyObject *parts, Py_ssize_t id, const char *what) {
     return PyList_GET_ITEM(parts, id);
 }
 
+PyObject *key_of_parts(PyObject *heads, PyObject *middles, PyObject *tails, Py_ssize_t where, Py_ssize_t cause) {
+    PyObject *parts[3] = { part_at(heads, cause, "cause"), part_at(middles, where, "where"),
+                           part_at(tails, cause, "cause") };
+    if (!parts[0] || !parts[1] || !parts[2]) return NULL;
+    if (parts[0] == Py_None || parts[1] == Py_None) return Py_NewRef(Py_None);
+    Py_ssize_t size = 0;
+    for (int p = 0; p < 3; p++) {
+        if (!PyTuple_Check(parts[p])) {
+            PyErr_SetString(PyExc_TypeError, "a key's parts must be tuples (or None)");
+            return NULL;
+        }
+        size += PyTuple_GET_SIZE(parts[p]);
+    }
+    PyObject *key = PyTuple_New(size);
+    for (Py_ssize_t p = 0, at = 0; key && p < 3; p++)
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parts[p]); i++)
+            PyTuple_SET_ITEM(key, at++, Py_NewRef(PyTuple_GET_ITEM(parts[p], i)));
+    return key;
+}
+
 /* sum_by(target, entries, heads, middles, tails) -> target: harness.verify.tally.sum_by's twin, each
- * entry (where id, cause id, walks) added to target[heads[cause] + middles[where] + tails[cause]], but
- * for entries whose head or middle is None (lists of tuples; entries a list of tuples of ints). */
+ * entry (where id, cause id, walks) added to target[key_of_parts(...)], but for entries without a key
+ * (lists of tuples or None; entries a list of tuples of ints). */
 static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
     PyObject *target, *entries, *heads, *middles, *tails;
     if (!PyArg_ParseTuple(args, "O!O!O!O!O!:sum_by", &PyDict_Type, &target, &PyList_Type, &entries, &PyList_Type,
@@ -33,20 +53,9 @@ static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
         PyObject *walks;
         if (!PyArg_ParseTuple(PyList_GET_ITEM(entries, n), "nnO:a tally entry", &where, &cause, &walks))
             return NULL;
-        PyObject *head = part_at(heads, cause, "cause"), *middle = part_at(middles, where, "where");
-        PyObject *tail = part_at(tails, cause, "cause");
-        if (!head || !middle || !tail) return NULL;
-        if (head == Py_None || middle == Py_None) continue;
-        if (!PyTuple_Check(head) || !PyTuple_Check(middle) || !PyTuple_Check(tail)) {
-            PyErr_SetString(PyExc_TypeError, "a key's parts must be tuples (or None)");
-            return NULL;
-        }
-        const Py_ssize_t h = PyTuple_GET_SIZE(head), m = PyTuple_GET_SIZE(middle), t = PyTuple_GET_SIZE(tail);
-        PyObject *key = PyTuple_New(h + m + t);
+        PyObject *key = key_of_parts(heads, middles, tails, where, cause);
         if (!key) return NULL;
-        for (Py_ssize_t i = 0; i < h; i++) PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(head, i)));
-        for (Py_ssize_t i = 0; i < m; i++) PyTuple_SET_ITEM(key, h + i, Py_NewRef(PyTuple_GET_ITEM(middle, i)));
-        for (Py_ssize_t i = 0; i < t; i++) PyTuple_SET_ITEM(key, h + m + i, Py_NewRef(PyTuple_GET_ITEM(tail, i)));
+        if (key == Py_None) { Py_DECREF(key); continue; }
         PyObject *held = PyDict_GetItemWithError(target, key);
         PyObject *sum = held ? PyNumber_Add(held, walks) : PyErr_Occurred() ? NULL : Py_NewRef(walks);
         const int failed = !sum || PyDict_SetItem(target, key, sum);

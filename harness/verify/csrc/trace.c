@@ -1471,15 +1471,6 @@ static PyObject *Tracer_log_split(Tracer *self, PyObject *args) {
     return Py_BuildValue("(nn)", (Py_ssize_t)merged.mine, merged.theirs);
 }
 
-/* A tally entry, put in (where, cause) order: the order logged_pcs reports them in. */
-typedef struct { TallyKey key; size_t id; } TallyEntry;
-
-static int by_where_cause(const void *a, const void *b) {
-    const TallyKey *x = &((const TallyEntry *)a)->key, *y = &((const TallyEntry *)b)->key;
-    if (x->where != y->where) return x->where < y->where ? -1 : 1;
-    return (x->cause > y->cause) - (x->cause < y->cause);
-}
-
 static int by_pc(const void *a, const void *b) {
     const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     return (x > y) - (x < y);
@@ -1514,72 +1505,107 @@ static PyObject *ranges_of(const uint32_t *pcs, size_t count, long gap) {
     return tuple;
 }
 
-/* logged_pcs(count, gap) -> [(where id, cause id, failures logged, the
- * ranges of their pcs)] of the first `count` entries of the log (-1: all),
- * pcs at most `gap` bytes apart in a range: what a digest of the log needs
- * (harness.report.failing), without an object per logged failure. */
-/* logged_pcs(count, gap) -> [(where id, cause id, failures, ranges)]: the first `count` log entries (every one
- * where count < 0) grouped by their tally entry (where, cause), in that order, each group's distinct pcs as
- * ranges. The entries are put in their group's place by one count of each group's (a sort of them all, by
- * where, cause and pc, was most of a summary's time in C). */
+/* Number each tally entry's group in *group_of (-1: left out), the groups' keys in `keys`, in their order. */
+static int number_groups(const Tracer *self, PyObject *heads, PyObject *middles, PyObject *tails, int64_t *group_of,
+                         PyObject *keys) {
+    PyObject *numbers = PyDict_New();
+    if (!numbers) return -1;
+    for (size_t g = 0; g < self->tally.count; g++) {
+        const TallyKey *entry = (const TallyKey *)(self->tally.keys + g * sizeof(TallyKey));
+        PyObject *key = key_of_parts(heads, middles, tails, entry->where, entry->cause);
+        if (!key) goto error;
+        if (key == Py_None) {
+            Py_DECREF(key);
+            group_of[g] = -1;
+            continue;
+        }
+        PyObject *number = PyDict_GetItemWithError(numbers, key);
+        if (number) {
+            group_of[g] = PyLong_AsLongLong(number);
+        } else if (PyErr_Occurred() || !(number = PyLong_FromSsize_t(PyList_GET_SIZE(keys))) ||
+                   PyDict_SetItem(numbers, key, number) || PyList_Append(keys, key)) {
+            Py_XDECREF(number);
+            Py_DECREF(key);
+            goto error;
+        } else {
+            group_of[g] = PyLong_AsLongLong(number);
+            Py_DECREF(number);
+        }
+        Py_DECREF(key);
+    }
+    Py_DECREF(numbers);
+    return 0;
+error:
+    Py_DECREF(numbers);
+    return -1;
+}
+
+/* logged_pcs(count, gap, heads, middles, tails) -> {key: (failures, ranges)}: the first `count` log entries
+ * (every one where count < 0) grouped by the key their tally entry makes (key_of_parts; those without one left
+ * out), each group's distinct pcs as ranges of pcs at most `gap` bytes apart: what the digest of a run needs
+ * (harness.report.failing), without an object per logged failure. Entries are put in their group's place by
+ * one count of each group's. */
 static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
     Py_ssize_t wanted;
     long gap;
-    if (!PyArg_ParseTuple(args, "nl", &wanted, &gap)) return NULL;
+    PyObject *heads, *middles, *tails;
+    if (!PyArg_ParseTuple(args, "nlO!O!O!", &wanted, &gap, &PyList_Type, &heads, &PyList_Type, &middles,
+                          &PyList_Type, &tails))
+        return NULL;
     const size_t count = wanted < 0 || (size_t)wanted > self->logged ? self->logged : (size_t)wanted;
-    const size_t groups = self->tally.count;
-    size_t *first = PyMem_Calloc(groups + 1, sizeof(size_t));
-    TallyEntry *order = PyMem_Malloc((groups ? groups : 1) * sizeof(TallyEntry));
+    int64_t *group_of_entry = PyMem_Malloc((self->tally.count ? self->tally.count : 1) * sizeof(int64_t));
     int64_t *group_of = PyMem_Malloc((count ? count : 1) * sizeof(int64_t));
     uint32_t *pcs = PyMem_Malloc((count ? count : 1) * sizeof(uint32_t));
-    PyObject *out = PyList_New(0);
-    if (!first || !order || !group_of || !pcs || !out) {
+    size_t *first = NULL;
+    PyObject *keys = PyList_New(0), *out = PyDict_New();
+    if (!group_of_entry || !group_of || !pcs || !keys || !out) {
         PyErr_NoMemory();
         goto error;
     }
+    if (number_groups(self, heads, middles, tails, group_of_entry, keys)) goto error;
+    const size_t groups = (size_t)PyList_GET_SIZE(keys);
+    if (!(first = PyMem_Calloc(groups + 1, sizeof(size_t)))) { PyErr_NoMemory(); goto error; }
     for (size_t i = 0; i < count; i++) {  /* every logged answer was tallied: its key is there */
         int added;
         const TallyKey key = { self->log[i].where, self->log[i].cause };
-        if ((group_of[i] = intern(&self->tally, &key, &added)) < 0) goto error;
+        const int64_t entry = intern(&self->tally, &key, &added);
+        if (entry < 0) goto error;
         if (added) {
             PyErr_SetString(PyExc_RuntimeError, "a logged failure is not in the tally");
             goto error;
         }
-        first[group_of[i] + 1]++;
+        if ((group_of[i] = group_of_entry[entry]) >= 0) first[group_of[i] + 1]++;
     }
+    for (size_t g = 0; g < groups; g++) first[g + 1] += first[g];
+    for (size_t i = 0; i < count; i++)  /* each group's end, now */
+        if (group_of[i] >= 0) pcs[first[group_of[i]]++] = self->log[i].pc;
     for (size_t g = 0; g < groups; g++) {
-        first[g + 1] += first[g];
-        order[g] = (TallyEntry){ *(const TallyKey *)(self->tally.keys + g * sizeof(TallyKey)), g };
-    }
-    for (size_t i = 0; i < count; i++) pcs[first[group_of[i]]++] = self->log[i].pc;  /* each group's end, now */
-    qsort(order, groups, sizeof *order, by_where_cause);
-    for (size_t n = 0; n < groups; n++) {
-        const size_t g = order[n].id, begin = g ? first[g - 1] : 0, end = first[g];
+        const size_t begin = g ? first[g - 1] : 0, end = first[g];
         if (begin == end) continue;
         uint32_t *mine = pcs + begin;
         sort_pcs(mine, end - begin);
         size_t distinct = 1;
         for (size_t i = 1; i < end - begin; i++)
             if (mine[i] != mine[distinct - 1]) mine[distinct++] = mine[i];
-        const TallyKey *key = &order[n].key;
-        PyObject *item = Py_BuildValue("(LLnN)", (long long)key->where, (long long)key->cause, (Py_ssize_t)(end - begin),
-                                       ranges_of(mine, distinct, gap));
-        if (!item || PyList_Append(out, item)) {
+        PyObject *item = Py_BuildValue("(nN)", (Py_ssize_t)(end - begin), ranges_of(mine, distinct, gap));
+        if (!item || PyDict_SetItem(out, PyList_GET_ITEM(keys, (Py_ssize_t)g), item)) {
             Py_XDECREF(item);
             goto error;
         }
         Py_DECREF(item);
     }
-    PyMem_Free(first);
-    PyMem_Free(order);
+    PyMem_Free(group_of_entry);
     PyMem_Free(group_of);
     PyMem_Free(pcs);
+    PyMem_Free(first);
+    Py_DECREF(keys);
     return out;
 error:
-    PyMem_Free(first);
-    PyMem_Free(order);
+    PyMem_Free(group_of_entry);
     PyMem_Free(group_of);
     PyMem_Free(pcs);
+    PyMem_Free(first);
+    Py_XDECREF(keys);
     Py_XDECREF(out);
     return NULL;
 }
@@ -1607,7 +1633,7 @@ static PyMethodDef Tracer_methods[] = {
     {"tally", (PyCFunction)Tracer_tally, METH_NOARGS, "Failing stops per (where id, cause id)."},
     {"failure_log", (PyCFunction)Tracer_failure_log, METH_VARARGS, "Every failing answer, merged with others."},
     {"logged_pcs", (PyCFunction)Tracer_logged_pcs, METH_VARARGS,
-     "Per (where id, cause id): the failures logged and their distinct pcs."},
+     "The failures logged and the ranges of their pcs, by the key of their tally entry's parts."},
     {"log_split", (PyCFunction)Tracer_log_split, METH_VARARGS,
      "How many entries of the log and of others the first total of their merge hold."},
     {"resumed", (PyCFunction)Tracer_resumed, METH_NOARGS, "The frames that resumed, a bit per serial (bytes)."},
