@@ -63,22 +63,32 @@ def overhead_pass(count: int) -> dict:
     """One pass over the first `count` generated programs, in this process:
     per program its instructions, stops and MEASURES, and the unwinders verified."""
     collector.settle()  # as the CLI does before a command, so a worker forked from it
-    programs = [generate_program(0, number) for number in range(count)]
-    emulation_alone(programs[0])  # warm up: the first emulator of a process pays once for what all share
+    emulation_alone(generate_program(0, 0))  # warm up: the first emulator of a process pays once for what all share
     measured: dict = {name: [] for name in ("instructions", "stops", *MEASURES)}
-    for program in programs:
-        instructions, setup, unhooked, bare = emulation_alone(program)
-        started = time.perf_counter()
-        verify_program(program, [])
-        truth = time.perf_counter() - started
-        unwinders = build_unwinders(program)
-        started = time.perf_counter()
-        summary = summary_of(lambda: verify_program(program, unwinders))
-        verified = time.perf_counter() - started
-        for name, value in zip(measured, (instructions, summary.stops, setup, unhooked, bare, truth, verified)):
+    for number in range(count):
+        *values, unwinders = _measured(number)
+        for name, value in zip(measured, values):
             measured[name].append(value)
-    measured["unwinders"] = len(unwinders)
+    measured["unwinders"] = unwinders
     return measured
+
+
+def _measured(number: int) -> tuple:
+    """Generated program `number`'s instructions, stops, MEASURES and
+    unwinders verified. As a worker of `run` does with each program, it
+    keeps nothing of it after (the loop of passes before held each summary
+    through the next program's runs, which aged it into the oldest
+    generation, for full collections inside later verified runs to walk)."""
+    program = generate_program(0, number)
+    instructions, setup, unhooked, bare = emulation_alone(program)
+    started = time.perf_counter()
+    verify_program(program, [])
+    truth = time.perf_counter() - started
+    unwinders = build_unwinders(program)
+    started = time.perf_counter()
+    summary = summary_of(lambda: verify_program(program, unwinders))
+    verified = time.perf_counter() - started
+    return instructions, summary.stops, setup, unhooked, bare, truth, verified, len(unwinders)
 
 
 def overhead(count: int, passes: int = PASSES) -> dict:
