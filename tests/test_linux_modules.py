@@ -131,6 +131,19 @@ def test_both_hooks_count_a_process_alike():
     assert len(compiled.failure_log) == len(in_python.failure_log) == compiled.tally.logged()
 
 
+def test_a_scan_that_finds_nothing_in_a_library_is_a_stop_both_hooks_leave_unlogged():
+    """scan's guard failure (no return address in its window) is a no_info
+    refusal of one kind: in a library, a stop, which the compiled tracer
+    tallies without logging, as the Python hook does."""
+    run = LinuxRun(build("throw.cc", "-Wl,-z,now"), (), sysroot())
+    compiled = verify_process(run, ["scan"], own_unwinders(["scan"]), every=50, compiled=True)
+    in_python = verify_process(run, ["scan"], own_unwinders(["scan"]), every=50, compiled=False)
+    assert compiled.counts == in_python.counts
+    assert any(kind == "stopped:libc" for (_, _, _, kind) in compiled.counts)
+    assert not any(is_stop(entry[3]) for entry in compiled.failure_log)
+    assert [failure_of(*entry) for entry in compiled.failure_log] == [failure_of(*entry) for entry in in_python.failure_log]
+
+
 def test_stops_between_a_throw_and_its_landing_pad_are_cxx_exception():
     """throw.cc throws three times through five frames with a destructor
     each: the stops of the C++ runtime and libgcc while the exception is on

@@ -614,9 +614,12 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
     const int64_t cause = last->cause;
     t->tally_counts[last->tallied]++;
     if (t->logged >= t->log_cap) return 0;  /* tallied, not logged */
-    /* A stop in a library: not a failure, no sample (a chain's failure comes here only as one). */
-    if (a->kind == ANSWER_CHAIN_FAILS ||
-        (a->kind == ANSWER_FAILS && (a->rule_flags & NO_INFO) && quiet_at(t, culprit_pc(a))))
+    /* A stop in a library: not a failure, no sample (a chain's failure comes here only as one), whether
+     * its rule refuses with no_info or its guards fail with no_info whatever the values (a scan that finds
+     * no return address): harness.verify.tally.is_stop. */
+    const int refuses = a->kind == ANSWER_FAILS ||
+                        (a->kind == ANSWER_GUARD_FAILS && (a->rule_flags & GUARD_KIND_FIXED));
+    if (a->kind == ANSWER_CHAIN_FAILS || (refuses && (a->rule_flags & NO_INFO) && quiet_at(t, culprit_pc(a))))
         return 0;
     if (reserve(&t->log, &t->log_capacity, t->logged + 1, sizeof(Logged))) return -1;
     if (key.kind == MERGED_GUARD) {
