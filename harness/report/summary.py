@@ -86,28 +86,21 @@ def sample(failure: Failure, program: str) -> dict:
     }
 
 
-def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> ProgramSummary:
-    """The summary of one run; `with_cfi` names the functions that have CFI
-    (for counting failures in frames of code without it). Failures are
-    counted by their tally (alike failures once, with their number); the
-    samples and the digest's pcs read the log (harness.report.failing).
-    Its groups and ranges are many small objects, kept: the cycle collector
-    is paused (a sixth of a generated program's verification, summary
-    included, went to it)."""
-    with collector_paused():
-        return _summarized(result, with_cfi)
-
-
 def summary_of(verified: Callable[[], ProgramResult], with_cfi: set[str] | None = None) -> ProgramSummary:
-    """The summary of the run `verified()` makes, the collector paused over
-    both: the run's result (thousands of small objects, in no reference
-    cycle) is let go before it resumes, which would otherwise walk it all
-    once, and again as it ages."""
+    """`summarize` of the run `verified()` makes, the cycle collector paused
+    over both: the run's result and the summary's groups and ranges are
+    many small objects in no reference cycle, and the result is let go
+    before the collector resumes, which would otherwise walk it all once,
+    and again as it ages."""
     with collector_paused():
         return summarize(verified(), with_cfi)
 
 
-def _summarized(result: ProgramResult, with_cfi: set[str] | None) -> ProgramSummary:
+def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> ProgramSummary:
+    """The summary of one run; `with_cfi` names the functions that have CFI
+    (for counting failures in frames of code without it). Failures are
+    counted by their tally (alike failures once, with their number); the
+    samples and the digest's pcs read the log (harness.report.failing)."""
     summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.instructions, result.result,
                              result.expected, result.fault, stdout_sha256=result.stdout_sha256,
                              expected_stdout_sha256=result.expected_stdout_sha256, methods=Counter(result.methods))

@@ -19,7 +19,7 @@ keeps it): it holds every return address of its program.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 
 from harness.unwind.rule import Rule
 from harness.unwind.rule_map import NO_ROW, RuleMap, itself
@@ -63,21 +63,10 @@ class RuleBook:
         values = rule_map.values
         known = None if numbered is None else numbered.get(id(values))
         if known is None or known[0] is not values:
-            known = values, self._numbers_of_values(rule_map.rule_of_value, values, own)
+            known = values, array("q", (self.number_of(rule_map.key_of_row(row), own) for row in range(len(values))))
             if numbered is not None:
                 numbered[id(values)] = known
         return array("q", [self.number_of(rule_map.key_of_row(NO_ROW), own)]) + known[1]
-
-    def _numbers_of_values(self, make: Callable, values: Sequence, own: list[int] | None) -> array:
-        """The number of the rule (make, value) names, for each of `values`
-        (RuleMap.key_of_row of its rows: those named before found at once)."""
-        found = self.numbers.get
-        numbers = array("q")
-        for value in values:
-            key = (make, value)
-            number = found(key)
-            numbers.append(self.number_of(key, own) if number is None else number)
-        return numbers
 
     def number_of(self, key: tuple, own: list[int] | None = None) -> int:
         """The number of the rule (make, value) names: shared, but for a

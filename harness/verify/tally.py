@@ -29,12 +29,12 @@ except ImportError:  # not built
 STOPPED_PREFIX = "stopped:"
 STOPPED_KINDS = tuple(STOPPED_PREFIX + module for module in MODULES if module != OWN)
 
-FailureCause = tuple  # a harness.verify.failures.FailureCause (which holds a Tally: not imported)
+Cause = tuple  # a harness.verify.failures.FailureCause (failures holds a Tally, so it is not imported here)
 Entry = tuple[int, int, int]  # (where id, cause id, failing walks)
 Part = Optional[tuple]  # a part of a key; None leaves the entry out
 
 
-def counted_kind(cause: FailureCause) -> str:
+def counted_kind(cause: Cause) -> str:
     """The kind a failing walk is counted under: a no_info refusal in a
     module that is not the program's own is a stop there, not a failure."""
     if cause.kind == "no_info":
@@ -44,7 +44,7 @@ def counted_kind(cause: FailureCause) -> str:
     return cause.kind
 
 
-def is_stop(cause: FailureCause) -> bool:
+def is_stop(cause: Cause) -> bool:
     """Did the walk stop honestly in a library, rather than fail?"""
     return counted_kind(cause).startswith(STOPPED_PREFIX)
 
@@ -57,7 +57,7 @@ class KeyParts(NamedTuple):
     heads: list
     middles: list
     tails: list
-    of: Callable[[Where, FailureCause], Hashable | None]
+    of: Callable[[Where, Cause], Hashable | None]
 
 
 def sum_by(target: dict, entries: Sequence[Entry], heads: Sequence[Part], middles: Sequence[Part],
@@ -79,7 +79,7 @@ class Tally:
     of keys a report makes of each cause are made once (`kinds`, `unwinders`,
     `failing`, `kind_parts`)."""
 
-    def __init__(self, wheres: list[Where] | None = None, causes: list[FailureCause] | None = None,
+    def __init__(self, wheres: list[Where] | None = None, causes: list[Cause] | None = None,
                  entries: list[Entry] | None = None):
         self.wheres = [] if wheres is None else wheres
         self.causes = [] if causes is None else causes
