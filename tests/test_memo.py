@@ -164,3 +164,50 @@ def test_a_scratch_register_a_rule_reads_is_part_of_what_a_walk_depends_on(monke
     assert verdicts(kept) == verdicts(stepped)
     assert [(entry[3].frame, entry[3].kind) for entry in kept.failure_log] == [(0, "wrong_sp")]
     assert verifiers[0].whole_walks_reused > 0
+
+
+def _leaf_under_main(name: str, body: list[str], rows_of_inner) -> Program:
+    """main calls `inner` (`body`, its code), which returns 5; CFI rows for
+    both, inner's made by rows_of_inner(inner's address)."""
+    lines = ["main: push {r7, lr}", "bl inner", "movs r0, #5", "pop {r7, pc}", "inner: " + body[0], *body[1:]]
+    code = assemble(lines, BASE)
+    inner = BASE + len(assemble([*lines[:4], "inner: nop"], BASE)) - 2  # main's code, then inner's
+    end = BASE + len(code)
+    info = (FunctionInfo("main", BASE, inner, BASE, (), frozenset()),
+            FunctionInfo("inner", inner, end, inner, (), frozenset()))
+    rows = (FunctionCfi("main", BASE, inner, (CfiRow(BASE), CfiRow(BASE + 2, cfa_offset=8, saved=((7, -8), (14, -4))))),
+            FunctionCfi("inner", inner, end, rows_of_inner(inner)))
+    return Program(name, ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows}, expected_result=5)
+
+
+def test_a_walk_is_taken_whole_where_only_registers_its_rule_loads_changed(monkeypatch, verifiers):
+    """`inner` saves r4 and lr, then writes r4 three times: the step from
+    inner loads r4 from the stack, so the value in r4 is none of what it
+    depends on, and every stop after the first of inner's body takes the
+    walk whole."""
+    saved = ((4, -8), (14, -4))
+    program = _leaf_under_main("r4-written", ["push {r4, lr}", "movs r4, #1", "movs r4, #2", "movs r4, #3",
+                                              "pop {r4, pc}"],
+                               lambda inner: (CfiRow(inner), CfiRow(inner + 2, cfa_offset=8, saved=saved)))
+    kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["dwarf"])))
+    assert (kept.fault, kept.result, kept.failure_tally) == (None, 5, {})
+    assert verdicts(kept) == verdicts(stepped)
+    assert verifiers[0].whole_walks_reused >= 3  # at each movs r4 but the first, and at the pop
+
+
+def test_an_outer_walk_holds_while_the_innermost_sp_moves(monkeypatch, verifiers):
+    """`inner` moves sp down twice and back up in its body: the stack's low
+    end moves at each, yet its caller's records, which the walk from frame
+    1 on reads, lie above every position of it: the outer walk is taken
+    from the stop before at each stop after a move."""
+    saved = ((4, -8), (14, -4))
+    program = _leaf_under_main("sp-moving", ["push {r4, lr}", "sub sp, #8", "nop", "sub sp, #8", "nop", "add sp, #16",
+                                             "nop", "pop {r4, pc}"],
+                               lambda inner: (CfiRow(inner), CfiRow(inner + 2, cfa_offset=8, saved=saved),
+                                              CfiRow(inner + 4, cfa_offset=16, saved=saved),
+                                              CfiRow(inner + 8, cfa_offset=24, saved=saved),
+                                              CfiRow(inner + 12, cfa_offset=8, saved=saved)))
+    kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["dwarf"])))
+    assert (kept.fault, kept.result, kept.failure_tally) == (None, 5, {})
+    assert verdicts(kept) == verdicts(stepped)
+    assert verifiers[0].outer_walks_reused >= 3  # after each sub sp and the add sp

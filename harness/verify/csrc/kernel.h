@@ -94,8 +94,10 @@ int may_start_epilogue(const uint8_t *code, Py_ssize_t n);
 typedef struct { int64_t low, high; } Span;
 /* `pc_read`: an innermost step compared its caller's pc with the frame's
  * (check_caller, where the caller keeps its sp): its answer may change
- * with the pc alone. */
-typedef struct { Span spans[TRACK_SPANS]; int count, pc_read; } Track;
+ * with the pc alone. `regs`: the registers the steps took an address from
+ * (a rule's base and index; bit = register). `lowest`: the lowest address
+ * they compared with the stack's low end (the innermost frame's sp). */
+typedef struct { Span spans[TRACK_SPANS]; int count, pc_read; uint32_t regs; int64_t lowest; } Track;
 
 static inline void track_read(Track *t, int64_t low, int64_t high) {
     for (int i = t->count - 1; i >= 0; i--) {  /* a walk reads up the stack: mostly the last span grows */
@@ -154,13 +156,14 @@ typedef struct {
 typedef struct {
     int valid, in_it;
     KFrame caller;       /* the frame the innermost step gave */
-    int64_t low;
+    uint32_t caller_inputs;  /* the registers of it the walk from frame 1 on depends on (memo_keep) */
+    int64_t low, lowest; /* the stack's low end, and the lowest address compared with it (Track) */
     Snapshot outer;      /* the bytes the walk from frame 1 on read */
     Answer answer;
     MethodCounts counted;  /* a chain's, from frame 1 on */
     int whole, whole_needs_outer;
     PyObject *rule;      /* borrowed: a Verifier keeps every rule it was given */
-    uint32_t scratch;    /* the scratch registers (r0-r3, r12) its step reads (memo.c: scratch_read) */
+    uint32_t inputs;     /* the registers r0-r12 its step reads (memo.c: inputs_read) */
     KFrame innermost;
     int it;
     Expected top;        /* the innermost frame's caller's shadow frame */
@@ -189,8 +192,9 @@ void memo_free(WalkMemo *m);
 void memo_begin(WalkMemo *m, const uint8_t *memory, int64_t base, const Expected *expected, Py_ssize_t frames);
 /* The kept outer walk that holds for this caller of the innermost frame, or NULL. */
 const OuterWalk *memo_find(const WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it, int64_t low);
-void memo_keep(WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it, int64_t low, const Track *track,
-               const Answer *answer, const MethodCounts *counted, const uint8_t *memory, int64_t base);
+void memo_keep(WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, uint32_t compared, int in_it, int64_t low,
+               const Track *track, const Answer *answer, const MethodCounts *counted, const uint8_t *memory,
+               int64_t base);
 /* The whole walk kept for an innermost frame with this rule, registers (its
  * pc aside), IT state and caller shadow frame, or NULL. */
 const OuterWalk *memo_find_whole(const WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,

@@ -3,14 +3,18 @@
  *
  * Between two consecutive stops one instruction runs; the innermost frame
  * changes, its callers rarely do. A walk's steps from frame 1 on depend on
- * nothing but: the frame its innermost step gave (every register of it),
- * whether the stop is inside an IT block (an OUTSIDE_IT rule), the shadow
- * frames they are compared with, the stack bytes they read, the stack's low
- * end (the innermost sp: guards and reads compare addresses with it), and
- * the rules for their pcs, which never change once made. So where all of
- * those are as they were when the outer walk was made, its answer and its
- * chain counts are the walk's again, and the kernel takes them without
- * stepping.
+ * nothing but: the registers of the frame its innermost step gave that
+ * they read (sp, lr and pc, a rule's base and index) or compare (those the
+ * unwinder restores), whether the stop is inside an IT block (an
+ * OUTSIDE_IT rule), the shadow frames they are compared with, the stack
+ * bytes they read, the addresses they compared with the stack's low end
+ * (the innermost sp, which moves with every push: only where it passes one
+ * of them does it matter), and the rules for their pcs, which never change
+ * once made. So where all of those are as they were when the outer walk
+ * was made, its answer and its chain counts are the walk's again, and the
+ * kernel takes them without stepping. The whole walk, innermost step too,
+ * holds where besides the innermost rule and its IT state nothing its step
+ * reads changed: not the registers it loads from the stack (inputs_read).
  *
  * The stack bytes: each kept walk records the spans it read (Track) and
  * what they held. At each stop a kept walk whose bytes differ is dropped:
@@ -63,6 +67,13 @@ static inline int same_bytes(const void *a, const void *b, size_t n) {
         memcpy(&u, x, 8);
         memcpy(&v, y, 8);
         differ |= u ^ v;
+    }
+    if (n >= 4) {  /* spans are of whole words: most end here */
+        uint32_t u, v;
+        memcpy(&u, x, 4);
+        memcpy(&v, y, 4);
+        differ |= u ^ v;
+        n -= 4, x += 4, y += 4;
     }
     for (; n; n--) differ |= (uint64_t)(*x++ ^ *y++);
     return !differ;
@@ -130,43 +141,64 @@ void memo_begin(WalkMemo *m, const uint8_t *memory, int64_t base, const Expected
 const OuterWalk *memo_find(const WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it, int64_t low) {
     const OuterWalk *w = &m->walks[unwinder];
     if (!m->active || !w->valid || w->in_it != in_it) return NULL;
-    if (w->low != low) return NULL;  /* a guard or read compares addresses with it */
-    if (!same_bytes(caller->r, w->caller.r, sizeof caller->r) || caller->d_known != w->caller.d_known ||
-        !same_bytes(caller->d, w->caller.d, sizeof caller->d))
+    /* Guards and reads compare addresses with the stack's low end: where it moved, the walk holds if every
+     * address it compared lay at or above both ends, and it reported neither (a guard's failure does). */
+    if (w->low != low && (w->answer.kind == ANSWER_GUARD_FAILS || w->lowest < (low > w->low ? low : w->low)))
         return NULL;
+    if (caller->d_known != w->caller.d_known || !same_bytes(caller->d, w->caller.d, sizeof caller->d)) return NULL;
+    for (uint32_t regs = w->caller_inputs; regs; regs &= regs - 1) {
+        const int reg = __builtin_ctz(regs);
+        if (caller->r[reg] != w->caller.r[reg]) return NULL;
+    }
     return w;
 }
 
-void memo_keep(WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it, int64_t low, const Track *track,
-               const Answer *answer, const MethodCounts *counted, const uint8_t *memory, int64_t base) {
+void memo_keep(WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, uint32_t compared, int in_it, int64_t low,
+               const Track *track, const Answer *answer, const MethodCounts *counted, const uint8_t *memory,
+               int64_t base) {
     if (!m->active) return;
     OuterWalk *w = &m->walks[unwinder];
     w->valid = w->whole = 0;
     if (snapshot(&w->outer, track, memory, base)) return;
     w->valid = 1;
     w->caller = *caller;
+    w->caller_inputs = compared;
     w->in_it = in_it;
     w->low = low;
+    w->lowest = track->lowest;
     w->answer = *answer;
     w->counted.any = 0;
     counts_add(&w->counted, counted);
 }
 
-/* The scratch registers (r0-r3, r12: they pass to the caller, where the
- * walk clears them) that a rule's step reads, as the base or index of its
- * addresses, or of a chain's methods'; the step reads every other register
- * it depends on (r4-r11, sp and lr) whatever the rule. */
-static uint32_t scratch_read(const uint8_t *rule, Py_ssize_t size) {
-    const uint32_t scratch = 0x100F;
+/* The registers r0-r12 whose values at the stop a rule's step reads, as
+ * the base or index of its addresses, or passes to the caller unchanged
+ * (r4-r11 it does not load from the stack: the scratch ones, r0-r3 and r12,
+ * the walk clears); a chain's are its methods'. A register the step loads
+ * is never read first, but where a rule may end before its loads (a leaf
+ * unless a record) or passes every register on (a scan). A failing rule
+ * reads none. */
+static uint32_t inputs_read(const uint8_t *rule, Py_ssize_t size) {
+    const uint32_t every = 0x1FFF, callee_saved = 0x0FF0;
     RuleHeader h;
-    if (size < (Py_ssize_t)sizeof h) return scratch;
+    if (size < (Py_ssize_t)sizeof h) return every;
     memcpy(&h, rule, sizeof h);
-    if (h.flags & SCAN) return 0;
+    if (h.flags & FAILS) return 0;
+    if (h.flags & SCAN) return callee_saved;
     if (!(h.flags & CHAIN)) {
-        uint32_t used = 0;
+        uint32_t used = callee_saved;
+        const Py_ssize_t loads = (Py_ssize_t)h.pre_loads + h.loads;
+        if (!(h.flags & LEAF_UNLESS_RECORD) && loads >= 0 &&
+            (Py_ssize_t)sizeof h + loads * (Py_ssize_t)sizeof(Load) <= size) {
+            for (Py_ssize_t i = 0; i < loads; i++) {
+                Load l;
+                memcpy(&l, rule + sizeof h + i * sizeof l, sizeof l);
+                if (l.reg >= 0 && l.reg < 16) used &= ~(1u << l.reg);
+            }
+        }
         if (h.base >= 0 && h.base < 16) used |= 1u << h.base;
         if (h.index >= 0 && h.index < 16) used |= 1u << h.index;
-        return used & scratch;
+        return used & every;
     }
     uint32_t used = 0;
     const uint8_t *at = rule + sizeof h, *end = rule + size;
@@ -174,20 +206,20 @@ static uint32_t scratch_read(const uint8_t *rule, Py_ssize_t size) {
         int32_t length;
         memcpy(&length, at, sizeof length);
         at += sizeof length;
-        if (length < 0 || at + length > end) return scratch;
-        used |= scratch_read(at, length);
+        if (length < 0 || at + length > end) return every;
+        used |= inputs_read(at, length);
         at += length;
     }
     return used;
 }
 
-/* Do two frames hold the same r4-r11, sp and lr, d8-d15, and scratch registers `scratch`? */
-static int same_inputs(const KFrame *a, const KFrame *b, uint32_t scratch) {
-    if (!same_bytes(&a->r[4], &b->r[4], 8 * sizeof a->r[0]) || a->r[SP] != b->r[SP] || a->r[LR] != b->r[LR] ||
-        a->d_known != b->d_known || !same_bytes(a->d, b->d, sizeof a->d))
+/* Do two frames hold the same sp and lr, d8-d15, and r0-r12 `inputs`? */
+static int same_inputs(const KFrame *a, const KFrame *b, uint32_t inputs) {
+    if (a->r[SP] != b->r[SP] || a->r[LR] != b->r[LR] || a->d_known != b->d_known ||
+        !same_bytes(a->d, b->d, sizeof a->d))
         return 0;
-    for (int reg = 0; scratch >> reg; reg++)
-        if ((scratch >> reg & 1) && a->r[reg] != b->r[reg]) return 0;
+    for (int reg = 0; inputs >> reg; reg++)
+        if ((inputs >> reg & 1) && a->r[reg] != b->r[reg]) return 0;
     return 1;
 }
 
@@ -195,7 +227,7 @@ const OuterWalk *memo_find_whole(const WalkMemo *m, Py_ssize_t unwinder, PyObjec
                                  int it, const Expected *top) {
     const OuterWalk *w = &m->walks[unwinder];
     if (!m->active || !w->whole || w->rule != rule || w->it != it) return NULL;
-    if (!same_inputs(innermost, &w->innermost, w->scratch) || !same_bytes(top, &w->top, sizeof *top)) return NULL;
+    if (!same_inputs(innermost, &w->innermost, w->inputs) || !same_bytes(top, &w->top, sizeof *top)) return NULL;
     return w;
 }
 
@@ -209,7 +241,7 @@ void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFr
     w->whole = 1;
     w->whole_needs_outer = needs_outer;
     w->rule = rule;
-    w->scratch = rule == Py_None ? 0 : scratch_read((const uint8_t *)PyBytes_AS_STRING(rule), PyBytes_GET_SIZE(rule));
+    w->inputs = rule == Py_None ? 0 : inputs_read((const uint8_t *)PyBytes_AS_STRING(rule), PyBytes_GET_SIZE(rule));
     w->innermost = *innermost;
     w->it = it;
     w->top = *top;

@@ -20,9 +20,17 @@ typedef struct {
     Track *track;           /* what the walk has looked at, for the memo */
 } KStack;
 
-static inline int contains(const KStack *s, int64_t a) { return s->low <= a && a <= s->high; }
+static inline void probe(const KStack *s, int64_t a) {
+    if (a < s->track->lowest) s->track->lowest = a;
+}
+
+static inline int contains(const KStack *s, int64_t a) {
+    probe(s, a);
+    return s->low <= a && a <= s->high;
+}
 
 static inline int readable(const KStack *s, int64_t a, int64_t size) {
+    probe(s, a);
     if (a < s->low || a < s->base || a + size > s->high) return 0;
     track_read(s->track, a, a + size);
     return 1;
@@ -150,6 +158,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
     if (h.flags & CHAIN) return chain_step(rule + sizeof h, h.highest, f, innermost, s, cpsr, base_out, method_out);
     if (h.flags & SCAN) return scan_step(&h, f, innermost, s, base_out);
     if (h.base < 0 || h.base > 15 || h.index < -1 || h.index > 15) return STEP_DEFER;
+    s->track->regs |= 1u << h.base | (h.index >= 0 ? 1u << h.index : 0);
     const int64_t callee_sp = f->r[SP], callee_pc = f->r[PC];
     const Load *loads = (const Load *)(rule + sizeof h);
     int pc_loaded = 0;
@@ -425,6 +434,8 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
      * memset a walk, and a walk reads no span or count past them. */
     Track track;
     track.count = track.pc_read = 0;
+    track.regs = 0;
+    track.lowest = INT64_MAX;
     const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high, self->site_tables, &track };
     MethodCounts counted;  /* committed unless the walk defers */
     counted.any = 0;
@@ -465,9 +476,15 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
             MethodCounts walked;
             walked.any = 0;
             track.count = 0;
+            track.regs = 0;
+            track.lowest = INT64_MAX;
             if (walk_frames(self, unwinder, &frame, 1, frames, &s, cpsr, expected, frames, out, &walked, NULL, -1))
                 return -1;
-            memo_keep(&self->memo, unwinder, &caller, in_it, low, &track, out, &walked, s.memory, self->base);
+            /* The caller's registers the outer frames read: those an address was taken from, those they compare
+             * (restored or passed on unchanged), and sp, lr and pc, which every step may read. */
+            const uint32_t compared = track.regs | self->core_mask[unwinder] | 1u << SP | 1u << LR | 1u << PC;
+            memo_keep(&self->memo, unwinder, &caller, compared, in_it, low, &track, out, &walked, s.memory,
+                      self->base);
             counts_add(&counted, &walked);
         }
     }
