@@ -211,3 +211,28 @@ def test_an_outer_walk_holds_while_the_innermost_sp_moves(monkeypatch, verifiers
     assert (kept.fault, kept.result, kept.failure_tally) == (None, 5, {})
     assert verdicts(kept) == verdicts(stepped)
     assert verifiers[0].outer_walks_reused >= 3  # after each sub sp and the add sp
+
+
+def test_the_walks_after_a_call_and_a_return_take_the_frames_walked_before_it(monkeypatch, verifiers):
+    """main calls middle, which calls leaf three times. At the first stop
+    in leaf, the walk from middle's return address on is middle's walk
+    from before the call, but one frame deeper; at the first stop back in
+    middle, its callers' part is the one walked before the call: each is
+    taken from an earlier stop (the memo keeps parts by the shadow frames
+    they compare), six more than a memo that forgets at every call and
+    return would take."""
+    lines = ["main: push {r4, lr}", "bl middle", "movs r0, #5", "pop {r4, pc}",
+             "middle: push {r4, lr}", "bl leaf", "bl leaf", "bl leaf", "pop {r4, pc}",
+             "leaf: push {r4, lr}", "nop", "pop {r4, pc}"]
+    code = assemble(lines, BASE)
+    assert len(code) == 32
+    spans = (("main", BASE, BASE + 10), ("middle", BASE + 10, BASE + 26), ("leaf", BASE + 26, BASE + 32))
+    info = tuple(FunctionInfo(name, low, high, low, (), frozenset()) for name, low, high in spans)
+    rows = tuple(FunctionCfi(name, low, high, (CfiRow(low), CfiRow(low + 2, cfa_offset=8, saved=((4, -8), (14, -4)))))
+                 for name, low, high in spans)
+    program = Program("calls", ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows},
+                      expected_result=5)
+    kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["dwarf"])))
+    assert (kept.fault, kept.result, kept.failure_tally) == (None, 5, {})
+    assert verdicts(kept) == verdicts(stepped)
+    assert verifiers[0].outer_walks_reused >= 10  # 4 between calls, and the 6 after each call and return

@@ -150,60 +150,76 @@ typedef struct {
     size_t capacity;
 } Snapshot;
 
-/* One unwinder's walk as made at an earlier stop (memo.c): from frame 1 on
- * (`valid`), and whole (`whole`): the innermost frame's rule, registers
- * but pc, IT state and caller shadow frame, and what its step read. */
+/* Part of a walk made at an earlier stop (memo.c): its steps from a frame
+ * on, which compared the shadow frames expected[0, level). */
 typedef struct {
     int valid, in_it;
-    KFrame caller;       /* the frame the innermost step gave */
-    uint32_t caller_inputs;  /* the registers of it the walk from frame 1 on depends on (memo_keep) */
+    Py_ssize_t level, from;  /* `from`: the frame it stepped first in its walk (answer.frame counts from 0) */
+    KFrame start;        /* that frame */
+    uint32_t inputs;     /* the registers of `start` it depends on (bit = register) */
     int64_t low, lowest; /* the stack's low end, and the lowest address compared with it (Track) */
-    Snapshot outer;      /* the bytes the walk from frame 1 on read */
+    Snapshot read;       /* the bytes it read */
     Answer answer;
-    MethodCounts counted;  /* a chain's, from frame 1 on */
-    int whole, whole_needs_outer;
+    MethodCounts counted;  /* a chain's */
+} KeptPart;
+
+/* A whole walk made at an earlier stop: the innermost frame's rule,
+ * registers but pc, IT state and caller shadow frame, what its step read,
+ * and whether its outer part is the one kept at level frames - 1. */
+typedef struct {
+    int valid, needs_outer;
     PyObject *rule;      /* borrowed: a Verifier keeps every rule it was given */
     uint32_t inputs;     /* the registers r0-r12 its step reads (memo.c: inputs_read) */
     KFrame innermost;
     int it;
     Expected top;        /* the innermost frame's caller's shadow frame */
     Snapshot first;      /* the bytes the innermost step read */
-    Answer whole_answer;
-    MethodCounts whole_counted;
-} OuterWalk;
+    Answer answer;
+    MethodCounts counted;
+} KeptWhole;
 
-/* The outer walks of every unwinder, and the shadow frames they were
- * compared with. */
+/* Parts of walks kept per level, the last made at each of MEMO_LEVELS
+ * levels (a ring: deeper recursion keeps the innermost levels). */
+#define MEMO_LEVELS 32
+typedef struct {
+    KeptWhole whole;
+    KeptPart *parts;     /* MEMO_LEVELS of them, made at the first part kept */
+} UnwinderMemo;
+
+/* The kept walks of every unwinder, and the shadow frames of the last stop. */
 typedef struct {
     int enabled;           /* Verifier.memo */
     int active;            /* between memo_begin and memo_end */
-    OuterWalk *walks;
+    UnwinderMemo *walks;
     Py_ssize_t count;
     Expected *expected;
     Py_ssize_t frames;
     size_t expected_capacity;
-    uint64_t reused;       /* walks whose outer frames were taken from the last stop */
+    uint64_t reused;       /* walks whose outer frames were taken from an earlier stop */
     uint64_t reused_whole; /* walks taken whole from the last stop */
 } WalkMemo;
 
 int memo_init(WalkMemo *m, Py_ssize_t unwinders);
 void memo_free(WalkMemo *m);
-/* A stop begins: drop the walks whose shadow frames or stack bytes changed. */
-void memo_begin(WalkMemo *m, const uint8_t *memory, int64_t base, const Expected *expected, Py_ssize_t frames);
-/* The kept outer walk that holds for this caller of the innermost frame, or NULL. */
-const OuterWalk *memo_find(const WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it, int64_t low);
-void memo_keep(WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, uint32_t compared, int in_it, int64_t low,
-               const Track *track, const Answer *answer, const MethodCounts *counted, const uint8_t *memory,
-               int64_t base);
+/* A stop begins: drop the parts whose shadow frames changed. */
+void memo_begin(WalkMemo *m, const Expected *expected, Py_ssize_t frames);
+/* The kept part of a walk from frame `start`, comparing expected[0, level), that holds now, or NULL. */
+const KeptPart *memo_find(const WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, const KFrame *start, int in_it,
+                          int64_t low, const uint8_t *memory, int64_t base);
+/* Keep the part of a walk from frame `from` (`start`) comparing expected[0, level) (`inputs`: the
+ * registers of start it read or compared); it read `track`. */
+void memo_keep(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, Py_ssize_t from, const KFrame *start,
+               uint32_t inputs, int in_it, int64_t low, const Track *track, const Answer *answer,
+               const MethodCounts *counted, const uint8_t *memory, int64_t base);
 /* The whole walk kept for an innermost frame with this rule, registers (its
  * pc aside), IT state and caller shadow frame, or NULL. */
-const OuterWalk *memo_find_whole(const WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
-                                 int it, const Expected *top);
+const KeptWhole *memo_find_whole(const WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
+                                 int it, const Expected *top, Py_ssize_t frames, const uint8_t *memory, int64_t base);
 /* Keep the whole walk (`first`: the innermost step's reads): its outer part,
- * if it has one (`needs_outer`), is the one kept now. */
+ * if it has one (`needs_outer`), is the one kept at level frames - 1. */
 void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost, int it,
-                     const Expected *top, const Track *first, int needs_outer, const Answer *answer,
-                     const MethodCounts *counted, const uint8_t *memory, int64_t base);
+                     const Expected *top, Py_ssize_t frames, const Track *first, int needs_outer,
+                     const Answer *answer, const MethodCounts *counted, const uint8_t *memory, int64_t base);
 /* The stop ends. */
 void memo_end(WalkMemo *m);
 

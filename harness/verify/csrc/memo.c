@@ -1,27 +1,36 @@
-/* WalkMemo: the outer part of each unwinder's walk, kept from one stop to
- * the next (a run that stops at every instruction).
+/* WalkMemo: the parts of each unwinder's walks kept from one stop to the
+ * next (a run that stops at every instruction).
  *
  * Between two consecutive stops one instruction runs; the innermost frame
- * changes, its callers rarely do. A walk's steps from frame 1 on depend on
- * nothing but: the registers of the frame its innermost step gave that
- * they read (sp, lr and pc, a rule's base and index) or compare (those the
- * unwinder restores), whether the stop is inside an IT block (an
- * OUTSIDE_IT rule), the shadow frames they are compared with, the stack
- * bytes they read, the addresses they compared with the stack's low end
- * (the innermost sp, which moves with every push: only where it passes one
- * of them does it matter), and the rules for their pcs, which never change
- * once made. So where all of those are as they were when the outer walk
- * was made, its answer and its chain counts are the walk's again, and the
- * kernel takes them without stepping. The whole walk, innermost step too,
- * holds where besides the innermost rule and its IT state nothing its step
- * reads changed: not the registers it loads from the stack (inputs_read).
+ * changes, its callers rarely do. A walk's steps from a frame on depend on
+ * nothing but: the registers of that frame they read (sp, lr and pc, a
+ * rule's base and index) or compare (those the unwinder restores), whether
+ * the stop is inside an IT block (an OUTSIDE_IT rule), the shadow frames
+ * they are compared with, the stack bytes they read, the addresses they
+ * compared with the stack's low end (the innermost sp, which moves with
+ * every push: only where it passes one of them does it matter), and the
+ * rules for their pcs, which never change once made. So where all of those
+ * are as they were when that part of a walk was made, its answer and its
+ * chain counts are the walk's again, and the kernel takes them without
+ * stepping.
  *
- * The stack bytes: each kept walk records the spans it read (Track) and
- * what they held. At each stop a kept walk whose bytes differ is dropped:
- * one that survives a stop held at every stop since it was made. Comparing
- * only what was read keeps the cost to the few words each frame's rules
- * load, whatever lies between them (a 64 KiB frame's locals, say, which the
- * stops of its function write to while its callers' records stay).
+ * A part is kept by its level: the shadow frames it compared, the outermost
+ * `level` of them. Each walk's part from frame 1 on is kept, and a walk
+ * looks for a kept part at every frame it reaches, so that a call (whose
+ * caller's callers were walked from frame 1 at the stops before it) and a
+ * return (to a frame whose callers were walked before the call) find the
+ * parts made before them, as long as the shadow frames up to their level
+ * stayed as they were at every stop since (memo_begin drops the others).
+ * The whole walk, innermost step too, holds where besides the innermost
+ * rule and its IT state nothing its step reads changed: not the registers
+ * it loads from the stack (inputs_read).
+ *
+ * The stack bytes: each kept part records the spans it read (Track) and
+ * what they held, compared where it is found: the answer depends on what
+ * the bytes hold now. Comparing only what was read keeps the cost to the
+ * few words each frame's rules load, whatever lies between them (a 64 KiB
+ * frame's locals, say, which the stops of its function write to while its
+ * callers' records stay).
  */
 #include "kernel.h"
 
@@ -34,7 +43,7 @@
 int memo_init(WalkMemo *m, Py_ssize_t unwinders) {
     memset(m, 0, sizeof *m);
     m->enabled = 1;
-    m->walks = PyMem_Calloc(unwinders + 1, sizeof(OuterWalk));
+    m->walks = PyMem_Calloc(unwinders + 1, sizeof(UnwinderMemo));
     if (!m->walks) { PyErr_NoMemory(); return -1; }
     m->count = unwinders;
     return 0;
@@ -42,16 +51,14 @@ int memo_init(WalkMemo *m, Py_ssize_t unwinders) {
 
 void memo_free(WalkMemo *m) {
     for (Py_ssize_t i = 0; i < m->count; i++) {
-        PyMem_Free(m->walks[i].outer.bytes);
-        PyMem_Free(m->walks[i].first.bytes);
+        UnwinderMemo *u = &m->walks[i];
+        for (int level = 0; u->parts && level < MEMO_LEVELS; level++) PyMem_Free(u->parts[level].read.bytes);
+        PyMem_Free(u->parts);
+        PyMem_Free(u->whole.first.bytes);
     }
     PyMem_Free(m->walks);
     PyMem_Free(m->expected);
     memset(m, 0, sizeof *m);
-}
-
-static void forget_all(WalkMemo *m) {
-    for (Py_ssize_t i = 0; i < m->count; i++) m->walks[i].valid = m->walks[i].whole = 0;
 }
 
 /* Whether the n bytes at a and b are equal. The walks' compares are small
@@ -112,57 +119,72 @@ static int snapshot(Snapshot *into, const Track *reads, const uint8_t *memory, i
     return 0;
 }
 
-void memo_begin(WalkMemo *m, const uint8_t *memory, int64_t base, const Expected *expected, Py_ssize_t frames) {
-    m->active = m->enabled;
-    if (!m->active) return;
-    /* The outer steps compare with every shadow frame but the innermost one's caller. */
-    const Py_ssize_t outer = frames > 1 ? frames - 1 : 0;
-    const int same = frames == m->frames &&
-                     (!outer || same_bytes(expected, m->expected, (size_t)outer * sizeof(Expected)));
-    if (!same) {
-        forget_all(m);
-        if ((size_t)outer > m->expected_capacity) {
-            Expected *grown = PyMem_Realloc(m->expected, (size_t)outer * sizeof(Expected));
-            if (!grown) { m->frames = -1; m->active = 0; return; }
-            m->expected = grown;
-            m->expected_capacity = (size_t)outer;
-        }
-        memcpy(m->expected, expected, (size_t)outer * sizeof(Expected));
-        m->frames = frames;
-        return;
-    }
+/* Drop the parts above level `kept` (their shadow frames changed), and with `wholes`, every whole walk. */
+static void forget_above(WalkMemo *m, Py_ssize_t kept, int wholes) {
     for (Py_ssize_t i = 0; i < m->count; i++) {
-        OuterWalk *w = &m->walks[i];
-        if (w->valid && !still_holds(&w->outer, memory, base)) w->valid = 0;
-        if (w->whole && ((w->whole_needs_outer && !w->valid) || !still_holds(&w->first, memory, base))) w->whole = 0;
+        UnwinderMemo *u = &m->walks[i];
+        if (wholes) u->whole.valid = 0;
+        for (int slot = 0; u->parts && slot < MEMO_LEVELS; slot++)
+            if (u->parts[slot].level > kept) u->parts[slot].valid = 0;
     }
 }
 
-const OuterWalk *memo_find(const WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, int in_it, int64_t low) {
-    const OuterWalk *w = &m->walks[unwinder];
-    if (!m->active || !w->valid || w->in_it != in_it) return NULL;
+void memo_begin(WalkMemo *m, const Expected *expected, Py_ssize_t frames) {
+    m->active = m->enabled && m->frames >= 0;  /* out of memory once: nothing kept since */
+    if (!m->active) return;
+    /* The shadow frames that stayed as they were: their count, from the outermost. */
+    const Py_ssize_t shared = frames < m->frames ? frames : m->frames;
+    Py_ssize_t same = 0;
+    if (shared && same_bytes(expected, m->expected, (size_t)shared * sizeof(Expected)))
+        same = shared;
+    else
+        while (same < shared && same_bytes(&expected[same], &m->expected[same], sizeof(Expected))) same++;
+    if (same == frames && frames == m->frames) return;
+    /* A whole walk's outer part compares every frame but the innermost one's caller, which it compares apart
+     * (memo_find_whole). */
+    forget_above(m, same, frames != m->frames || same < frames - 1);
+    if ((size_t)frames > m->expected_capacity) {
+        Expected *grown = PyMem_Realloc(m->expected, (size_t)frames * sizeof(Expected));
+        if (!grown) { forget_above(m, -1, 1); m->frames = -1; m->active = 0; return; }
+        m->expected = grown;
+        m->expected_capacity = (size_t)frames;
+    }
+    memcpy(m->expected + same, expected + same, (size_t)(frames - same) * sizeof(Expected));
+    m->frames = frames;
+}
+
+const KeptPart *memo_find(const WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, const KFrame *start, int in_it,
+                          int64_t low, const uint8_t *memory, int64_t base) {
+    const KeptPart *parts = m->walks[unwinder].parts;
+    if (!m->active || !parts) return NULL;
+    const KeptPart *w = &parts[level % MEMO_LEVELS];
+    if (!w->valid || w->level != level || w->in_it != in_it) return NULL;
     /* Guards and reads compare addresses with the stack's low end: where it moved, the walk holds if every
      * address it compared lay at or above both ends, and it reported neither (a guard's failure does). */
     if (w->low != low && (w->answer.kind == ANSWER_GUARD_FAILS || w->lowest < (low > w->low ? low : w->low)))
         return NULL;
-    if (caller->d_known != w->caller.d_known || !same_bytes(caller->d, w->caller.d, sizeof caller->d)) return NULL;
-    for (uint32_t regs = w->caller_inputs; regs; regs &= regs - 1) {
+    if (start->d_known != w->start.d_known || !same_bytes(start->d, w->start.d, sizeof start->d)) return NULL;
+    for (uint32_t regs = w->inputs; regs; regs &= regs - 1) {
         const int reg = __builtin_ctz(regs);
-        if (caller->r[reg] != w->caller.r[reg]) return NULL;
+        if (start->r[reg] != w->start.r[reg]) return NULL;
     }
-    return w;
+    return still_holds(&w->read, memory, base) ? w : NULL;
 }
 
-void memo_keep(WalkMemo *m, Py_ssize_t unwinder, const KFrame *caller, uint32_t compared, int in_it, int64_t low,
-               const Track *track, const Answer *answer, const MethodCounts *counted, const uint8_t *memory,
-               int64_t base) {
+void memo_keep(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, Py_ssize_t from, const KFrame *start,
+               uint32_t inputs, int in_it, int64_t low, const Track *track, const Answer *answer,
+               const MethodCounts *counted, const uint8_t *memory, int64_t base) {
     if (!m->active) return;
-    OuterWalk *w = &m->walks[unwinder];
-    w->valid = w->whole = 0;
-    if (snapshot(&w->outer, track, memory, base)) return;
+    UnwinderMemo *u = &m->walks[unwinder];
+    if (!u->parts && !(u->parts = PyMem_Calloc(MEMO_LEVELS, sizeof(KeptPart)))) return;  /* not kept */
+    KeptPart *w = &u->parts[level % MEMO_LEVELS];
+    w->valid = 0;
+    if (snapshot(&w->read, track, memory, base)) return;
     w->valid = 1;
-    w->caller = *caller;
-    w->caller_inputs = compared;
+    w->level = level;
+    w->from = from;
+    w->start = *start;
+    w->inputs = inputs;
     w->in_it = in_it;
     w->low = low;
     w->lowest = track->lowest;
@@ -223,31 +245,43 @@ static int same_inputs(const KFrame *a, const KFrame *b, uint32_t inputs) {
     return 1;
 }
 
-const OuterWalk *memo_find_whole(const WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
-                                 int it, const Expected *top) {
-    const OuterWalk *w = &m->walks[unwinder];
-    if (!m->active || !w->whole || w->rule != rule || w->it != it) return NULL;
+const KeptWhole *memo_find_whole(const WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
+                                 int it, const Expected *top, Py_ssize_t frames, const uint8_t *memory, int64_t base) {
+    const KeptWhole *w = &m->walks[unwinder].whole;
+    if (!m->active || !w->valid || w->rule != rule || w->it != it) return NULL;
     if (!same_inputs(innermost, &w->innermost, w->inputs) || !same_bytes(top, &w->top, sizeof *top)) return NULL;
+    if (!still_holds(&w->first, memory, base)) return NULL;
+    if (w->needs_outer) {  /* the outer part it was made with, unless another walk of this unwinder replaced it */
+        const KeptPart *parts = m->walks[unwinder].parts;
+        const KeptPart *outer = parts ? &parts[(frames - 1) % MEMO_LEVELS] : NULL;
+        if (!outer || !outer->valid || outer->level != frames - 1 || !still_holds(&outer->read, memory, base))
+            return NULL;
+    }
     return w;
 }
 
 void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost, int it,
-                     const Expected *top, const Track *first, int needs_outer, const Answer *answer,
-                     const MethodCounts *counted, const uint8_t *memory, int64_t base) {
-    OuterWalk *w = &m->walks[unwinder];
-    w->whole = 0;
-    if (!m->active || first->pc_read || (needs_outer && !w->valid) || snapshot(&w->first, first, memory, base))
-        return;
-    w->whole = 1;
-    w->whole_needs_outer = needs_outer;
+                     const Expected *top, Py_ssize_t frames, const Track *first, int needs_outer,
+                     const Answer *answer, const MethodCounts *counted, const uint8_t *memory, int64_t base) {
+    UnwinderMemo *u = &m->walks[unwinder];
+    KeptWhole *w = &u->whole;
+    w->valid = 0;
+    if (!m->active || first->pc_read) return;
+    if (needs_outer) {  /* the walk's outer part must be the one kept at its level */
+        const KeptPart *outer = u->parts ? &u->parts[(frames - 1) % MEMO_LEVELS] : NULL;
+        if (!outer || !outer->valid || outer->level != frames - 1) return;
+    }
+    if (snapshot(&w->first, first, memory, base)) return;
+    w->valid = 1;
+    w->needs_outer = needs_outer;
     w->rule = rule;
     w->inputs = rule == Py_None ? 0 : inputs_read((const uint8_t *)PyBytes_AS_STRING(rule), PyBytes_GET_SIZE(rule));
     w->innermost = *innermost;
     w->it = it;
     w->top = *top;
-    w->whole_answer = *answer;
-    w->whole_counted.any = 0;
-    counts_add(&w->whole_counted, counted);
+    w->answer = *answer;
+    w->counted.any = 0;
+    counts_add(&w->counted, counted);
 }
 
 void memo_end(WalkMemo *m) { m->active = 0; }

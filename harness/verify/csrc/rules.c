@@ -372,9 +372,25 @@ static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, i
  * in `counted` (see verifier_walk). */
 static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ssize_t from, Py_ssize_t to,
                        const KStack *s, uint32_t cpsr, const Expected *expected, Py_ssize_t frames, Answer *out,
-                       MethodCounts *counted, PyObject *first_rule, Py_ssize_t first_id) {
+                       MethodCounts *counted, PyObject *first_rule, Py_ssize_t first_id, Py_ssize_t *taken_at) {
+    const int in_it = it_state(cpsr) != 0;
     for (Py_ssize_t index = from; index < to && out->kind == ANSWER_PASS; index++) {
         const int innermost = index == 0;
+        if (!innermost && self->memo.active) {  /* the rest of the walk, as an earlier stop's walk made it? */
+            const KeptPart *kept = memo_find(&self->memo, unwinder, frames - index, frame, in_it, s->low, s->memory,
+                                             self->base);
+            if (kept) {
+                *out = kept->answer;
+                out->frame += index - kept->from;  /* its frames counted in this walk */
+                counts_add(counted, &kept->counted);
+                for (int i = 0; i < kept->read.reads.count; i++)  /* what this walk's part depends on, with it */
+                    track_read(s->track, kept->read.reads.spans[i].low, kept->read.reads.spans[i].high);
+                s->track->regs |= kept->inputs;
+                if (kept->lowest < s->track->lowest) s->track->lowest = kept->lowest;
+                *taken_at = index;
+                return 0;
+            }
+        }
         Py_ssize_t rule_id = first_id;
         out->frame = index;
         out->pc = frame->r[PC];  /* of the frame being unwound */
@@ -447,55 +463,53 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
     if (whole) {
         rule = sources_rule(&self->sources, unwinder, innermost_frame->r[PC], 1, &rule_id);
         if (!rule) return -1;
-        const OuterWalk *kept = memo_find_whole(&self->memo, unwinder, rule, innermost_frame, it, &expected[frames - 1]);
+        const KeptWhole *kept = memo_find_whole(&self->memo, unwinder, rule, innermost_frame, it, &expected[frames - 1],
+                                                frames, s.memory, self->base);
         if (kept) {
-            *out = kept->whole_answer;
+            *out = kept->answer;
             if (out->frame == 0) out->pc = innermost_frame->r[PC];  /* the innermost frame's failure: at this pc */
             self->memo.reused_whole++;
-            counts_add(&counted, &kept->whole_counted);
+            counts_add(&counted, &kept->counted);
             return commit_counts(self, unwinder, out, &counted);
         }
     }
     KFrame frame = *innermost_frame;
     out->kind = ANSWER_PASS;
     out->merged = 0;
+    Py_ssize_t taken_at = -1;  /* where the walk took the rest of its frames from a kept part */
     if (walk_frames(self, unwinder, &frame, 0, frames < 1 ? frames : 1, &s, cpsr, expected, frames, out, &counted,
-                    rule, rule_id))
+                    rule, rule_id, &taken_at))
         return -1;
     const Track first = track;
     const int needs_outer = out->kind == ANSWER_PASS && frames > 1;
     if (needs_outer) {
-        const int in_it = it_state(cpsr) != 0;
-        const OuterWalk *kept = memo_find(&self->memo, unwinder, &frame, in_it, low);
-        if (kept) {
-            *out = kept->answer;
-            self->memo.reused++;
-            counts_add(&counted, &kept->counted);
-        } else {
-            const KFrame caller = frame;
-            MethodCounts walked;
-            walked.any = 0;
-            track.count = 0;
-            track.regs = 0;
-            track.lowest = INT64_MAX;
-            if (walk_frames(self, unwinder, &frame, 1, frames, &s, cpsr, expected, frames, out, &walked, NULL, -1))
-                return -1;
+        const KFrame caller = frame;
+        MethodCounts walked;
+        walked.any = 0;
+        track.count = 0;
+        track.regs = 0;
+        track.lowest = INT64_MAX;
+        if (walk_frames(self, unwinder, &frame, 1, frames, &s, cpsr, expected, frames, out, &walked, NULL, -1,
+                        &taken_at))
+            return -1;
+        if (taken_at >= 0) self->memo.reused++;
+        if (taken_at != 1) {  /* keep the part from frame 1 on, unless it is the kept one */
             /* The caller's registers the outer frames read: those an address was taken from, those they compare
              * (restored or passed on unchanged), and sp, lr and pc, which every step may read. */
-            const uint32_t compared = track.regs | self->core_mask[unwinder] | 1u << SP | 1u << LR | 1u << PC;
-            memo_keep(&self->memo, unwinder, &caller, compared, in_it, low, &track, out, &walked, s.memory,
-                      self->base);
-            counts_add(&counted, &walked);
+            const uint32_t inputs = track.regs | self->core_mask[unwinder] | 1u << SP | 1u << LR | 1u << PC;
+            memo_keep(&self->memo, unwinder, frames - 1, 1, &caller, inputs, it != 0, low, &track, out, &walked,
+                      s.memory, self->base);
         }
+        counts_add(&counted, &walked);
     }
     if (whole)
-        memo_keep_whole(&self->memo, unwinder, rule, innermost_frame, it, &expected[frames - 1], &first, needs_outer,
-                        out, &counted, s.memory, self->base);
+        memo_keep_whole(&self->memo, unwinder, rule, innermost_frame, it, &expected[frames - 1], frames, &first,
+                        needs_outer, out, &counted, s.memory, self->base);
     return commit_counts(self, unwinder, out, &counted);
 }
 
 void verifier_begin_stop(Verifier *self, const Expected *expected, Py_ssize_t frames) {
-    memo_begin(&self->memo, (const uint8_t *)self->memory.buf, self->base, expected, frames);
+    memo_begin(&self->memo, expected, frames);
 }
 
 void verifier_end_stop(Verifier *self) {
