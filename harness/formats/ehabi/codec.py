@@ -178,8 +178,7 @@ class _Reader:
         return self.data[self.pos - 1]
 
     def op(self) -> tuple[Op, int]:
-        handler = next(handler for low, high, handler in _HANDLERS if low <= self.byte <= high)
-        return handler(self), self.pos
+        return _BY_FIRST_BYTE[self.byte](self), self.pos
 
     def spare(self, what: str) -> SpareEncoding:
         return SpareEncoding(what, self.start)
@@ -294,3 +293,5 @@ _HANDLERS: tuple[tuple[int, int, Callable[[_Reader], Op]], ...] = (
     (0xC0, 0xC7, _11000nnn), (0xC8, 0xC9, _1100100x_sssscccc), (0xD0, 0xD7, _11010nnn),
     (0x00, 0xFF, _spare),
 )
+# The handler of each first byte: the first of _HANDLERS whose range holds it.
+_BY_FIRST_BYTE = tuple(next(handler for low, high, handler in _HANDLERS if low <= byte <= high) for byte in range(256))
