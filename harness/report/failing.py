@@ -66,13 +66,17 @@ def digest(tally: Tally, log: FailureLog) -> dict[str, dict[GroupKey, Group]]:
         counted[unwinder] = counted.get(unwinder, 0) + count
     complete = {unwinder for (unwinder,), total in totals.items() if counted.get(unwinder) == total <= PCS_PER_UNWINDER}
     out: dict[str, dict[GroupKey, Group]] = {}
-    for group in sorted(stops):
+    group_of = tuple.__new__  # a Group without the call of its Python __new__: hundreds a program
+    for group, count in stops.items():  # in the tally's order: what a report writes of a digest is sorted
         unwinder = group[0]
         groups = out.get(unwinder)
         if groups is None:
             groups = out[unwinder] = {}
-        found = logged.get(group)
-        groups[group[1:]] = Group(stops[group], (() if found is None else found[1]) if unwinder in complete else None)
+        if unwinder in complete:
+            found = logged.get(group)
+            groups[group[1:]] = group_of(Group, (count, () if found is None else found[1]))
+        else:
+            groups[group[1:]] = group_of(Group, (count, None))
     return out
 
 

@@ -115,8 +115,13 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
                           [() if where[0] in with_cfi else None for where in tally.wheres])
         summary.without_cfi.update({unwinder: stops - both.get((unwinder,), 0) for (unwinder,), stops in every.items()
                                     if stops > both.get((unwinder,), 0)})
-    # a cause fails in many places: its stops added up first
-    for (cause,), stops in tally.sums([(cause,) for cause in tally.causes]).items():
+    # a cause fails in many places: its stops added up first, by its id
+    stops_of = [0] * len(tally.causes)
+    for _, number, walks in tally.entries:
+        stops_of[number] += walks
+    for cause, stops in zip(tally.causes, stops_of):
+        if not stops:
+            continue
         if cause.register:
             registers = summary.wrong_registers.get(cause.unwinder) or \
                 summary.wrong_registers.setdefault(cause.unwinder, Counter())
