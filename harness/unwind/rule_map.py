@@ -91,6 +91,11 @@ class RuleMap(NamedTuple):
         """What names the rule of `row`, whichever table holds it."""
         return (itself, self.nothing) if row == NO_ROW else (self.rule_of_value, self.values[row])
 
+    def keys_of_rows(self) -> list[Hashable]:
+        """key_of_row of every row, in order (without a call per row)."""
+        make = self.rule_of_value
+        return [(make, value) for value in self.values]
+
     def rule_at(self, pc: int) -> RuleRange:
         row, low, high = self.partition.find(pc - self.shift)
         return RuleRange(self.rule_of_row(row), low + self.shift, high + self.shift)

@@ -63,10 +63,21 @@ class RuleBook:
         values = rule_map.values
         known = None if numbered is None else numbered.get(id(values))
         if known is None or known[0] is not values:
-            known = values, array("q", (self.number_of(rule_map.key_of_row(row), own) for row in range(len(values))))
+            known = values, self._numbers_of_rows(rule_map, own)
             if numbered is not None:
                 numbered[id(values)] = known
         return array("q", [self.number_of(rule_map.key_of_row(NO_ROW), own)]) + known[1]
+
+    def _numbers_of_rows(self, rule_map: RuleMap, own: list[int] | None) -> array:
+        """The number of each row's rule: a table has hundreds of rows, most
+        named before (in this table or another), found without a call each."""
+        keys = rule_map.keys_of_rows()
+        if rule_map.rule_of_value is itself:  # a rule itself names it: a scan's is its kernel's own
+            return array("q", [self.number_of(key, own) for key in keys])
+        found = array("q", [self.numbers.get(key, -1) for key in keys])
+        for row in [row for row, number in enumerate(found) if number < 0]:
+            found[row] = self.number(keys[row])
+        return found
 
     def number_of(self, key: tuple, own: list[int] | None = None) -> int:
         """The number of the rule (make, value) names: shared, but for a
