@@ -49,10 +49,15 @@ static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
                           &heads, &PyList_Type, &middles, &PyList_Type, &tails))
         return NULL;
     for (Py_ssize_t n = 0; n < PyList_GET_SIZE(entries); n++) {
-        Py_ssize_t where, cause;
-        PyObject *walks;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(entries, n), "nnO:a tally entry", &where, &cause, &walks))
+        PyObject *entry = PyList_GET_ITEM(entries, n);  /* unpacked by hand: PyArg_ParseTuple cost a third */
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
+            PyErr_SetString(PyExc_TypeError, "a tally entry must be a tuple (where id, cause id, walks)");
             return NULL;
+        }
+        const Py_ssize_t where = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 0));
+        const Py_ssize_t cause = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
+        PyObject *walks = PyTuple_GET_ITEM(entry, 2);
+        if ((where == -1 || cause == -1) && PyErr_Occurred()) return NULL;
         PyObject *key = key_of_parts(heads, middles, tails, where, cause);
         if (!key) return NULL;
         if (key == Py_None) { Py_DECREF(key); continue; }

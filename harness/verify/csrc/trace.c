@@ -119,6 +119,7 @@ typedef struct {
     int64_t got;
     uint64_t want;
     int64_t low;
+    int64_t tallied;  /* its (where, cause) entry in the tally */
 } Logged;
 
 typedef struct {
@@ -624,18 +625,18 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
     if (reserve(&t->log, &t->log_capacity, t->logged + 1, sizeof(Logged))) return -1;
     if (key.kind == MERGED_GUARD) {
         t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, GUARD_VALUES, a->base,
-                                        (uint64_t)a->sp, a->low };
+                                        (uint64_t)a->sp, a->low, last->tallied };
         return 0;
     }
     if (a->kind == ANSWER_CALLER_FAILS) {
         t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, CALLER_VALUES, a->got,
-                                        (uint64_t)a->sp, 0 };
+                                        (uint64_t)a->sp, 0, last->tallied };
         return 0;
     }
     int values = a->kind == ANSWER_FAILS ? FAILS_VALUES : a->kind != ANSWER_MISMATCH ? NO_VALUES
                : a->reg > PC ? VFP_VALUES : CORE_VALUES;
     t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, values,
-                                    a->kind == ANSWER_FAILS ? a->pc : a->got, a->want, 0 };
+                                    a->kind == ANSWER_FAILS ? a->pc : a->got, a->want, 0, last->tallied };
     return 0;
 }
 
@@ -1568,17 +1569,8 @@ static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
     if (number_groups(self, heads, middles, tails, group_of_entry, keys)) goto error;
     const size_t groups = (size_t)PyList_GET_SIZE(keys);
     if (!(first = PyMem_Calloc(groups + 1, sizeof(size_t)))) { PyErr_NoMemory(); goto error; }
-    for (size_t i = 0; i < count; i++) {  /* every logged answer was tallied: its key is there */
-        int added;
-        const TallyKey key = { self->log[i].where, self->log[i].cause };
-        const int64_t entry = intern(&self->tally, &key, &added);
-        if (entry < 0) goto error;
-        if (added) {
-            PyErr_SetString(PyExc_RuntimeError, "a logged failure is not in the tally");
-            goto error;
-        }
-        if ((group_of[i] = group_of_entry[entry]) >= 0) first[group_of[i] + 1]++;
-    }
+    for (size_t i = 0; i < count; i++)  /* every logged answer was tallied, under its entry */
+        if ((group_of[i] = group_of_entry[self->log[i].tallied]) >= 0) first[group_of[i] + 1]++;
     for (size_t g = 0; g < groups; g++) first[g + 1] += first[g];
     for (size_t i = 0; i < count; i++)  /* each group's end, now */
         if (group_of[i] >= 0) pcs[first[group_of[i]]++] = self->log[i].pc;
