@@ -154,6 +154,7 @@ typedef struct {
  * on, which compared the shadow frames expected[0, level). */
 typedef struct {
     int valid, in_it;
+    uint64_t held_at;    /* the memo's epoch when its bytes were last seen to hold */
     Py_ssize_t level, from;  /* `from`: the frame it stepped first in its walk (answer.frame counts from 0) */
     KFrame start;        /* that frame */
     uint32_t inputs;     /* the registers of `start` it depends on (bit = register) */
@@ -168,6 +169,7 @@ typedef struct {
  * and whether its outer part is the one kept at level frames - 1. */
 typedef struct {
     int valid, needs_outer;
+    uint64_t held_at;    /* as a part's */
     PyObject *rule;      /* borrowed: a Verifier keeps every rule it was given */
     uint32_t inputs;     /* the registers r0-r12 its step reads (memo.c: inputs_read) */
     KFrame innermost;
@@ -195,16 +197,17 @@ typedef struct {
     Expected *expected;
     Py_ssize_t frames;
     size_t expected_capacity;
+    uint64_t epoch;        /* counts the stops after which memory may have changed */
     uint64_t reused;       /* walks whose outer frames were taken from an earlier stop */
     uint64_t reused_whole; /* walks taken whole from the last stop */
 } WalkMemo;
 
 int memo_init(WalkMemo *m, Py_ssize_t unwinders);
 void memo_free(WalkMemo *m);
-/* A stop begins: drop the parts whose shadow frames changed. */
-void memo_begin(WalkMemo *m, const Expected *expected, Py_ssize_t frames);
+/* A stop begins: drop the parts whose shadow frames changed; `dirty`: memory may have changed since the last. */
+void memo_begin(WalkMemo *m, const Expected *expected, Py_ssize_t frames, int dirty);
 /* The kept part of a walk from frame `start`, comparing expected[0, level), that holds now, or NULL. */
-const KeptPart *memo_find(const WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, const KFrame *start, int in_it,
+const KeptPart *memo_find(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, const KFrame *start, int in_it,
                           int64_t low, const uint8_t *memory, int64_t base);
 /* Keep the part of a walk from frame `from` (`start`) comparing expected[0, level) (`inputs`: the
  * registers of start it read or compared); it read `track`. */
@@ -213,7 +216,7 @@ void memo_keep(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, Py_ssize_t fr
                const MethodCounts *counted, const uint8_t *memory, int64_t base);
 /* The whole walk kept for an innermost frame with this rule, registers (its
  * pc aside), IT state and caller shadow frame, or NULL. */
-const KeptWhole *memo_find_whole(const WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
+const KeptWhole *memo_find_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
                                  int it, const Expected *top, Py_ssize_t frames, const uint8_t *memory, int64_t base);
 /* Keep the whole walk (`first`: the innermost step's reads): its outer part,
  * if it has one (`needs_outer`), is the one kept at level frames - 1. */
@@ -233,8 +236,9 @@ int verifier_walk(Verifier *v, Py_ssize_t unwinder, const KFrame *innermost, int
                   const Expected *expected, Py_ssize_t frames, Answer *out);
 int verifier_count_pass(Verifier *v, Py_ssize_t stop_class, Py_ssize_t unwinder);
 /* Around the walks of one stop of a run that stops at every instruction:
- * the walks may take their outer frames from the last stop's (memo.c). */
-void verifier_begin_stop(Verifier *v, const Expected *expected, Py_ssize_t frames);
+ * the walks may take their outer frames from the last stop's (memo.c);
+ * `dirty`: an instruction since the last stop may have written memory. */
+void verifier_begin_stop(Verifier *v, const Expected *expected, Py_ssize_t frames, int dirty);
 void verifier_end_stop(Verifier *v);
 /* A failing answer as a tuple in the field order of its record in
  * harness/verify/abi.py (FailingRule, Mismatch, GuardFailure); False for DEFER. */

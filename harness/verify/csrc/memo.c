@@ -97,6 +97,15 @@ static int still_holds(const Snapshot *kept, const uint8_t *memory, int64_t base
     return 1;
 }
 
+/* Do the bytes of `kept`, which held at epoch *held_at, hold now? Not compared where no instruction since
+ * could have written memory (the tracer's `dirty`). */
+static int holds(const WalkMemo *m, uint64_t *held_at, const Snapshot *kept, const uint8_t *memory, int64_t base) {
+    if (*held_at == m->epoch) return 1;
+    if (!still_holds(kept, memory, base)) return 0;
+    *held_at = m->epoch;
+    return 1;
+}
+
 /* Copy what `reads` spans hold into `into`; 0, or -1 if they are too many
  * bytes to keep (or no memory). */
 static int snapshot(Snapshot *into, const Track *reads, const uint8_t *memory, int64_t base) {
@@ -129,9 +138,10 @@ static void forget_above(WalkMemo *m, Py_ssize_t kept, int wholes) {
     }
 }
 
-void memo_begin(WalkMemo *m, const Expected *expected, Py_ssize_t frames) {
+void memo_begin(WalkMemo *m, const Expected *expected, Py_ssize_t frames, int dirty) {
     m->active = m->enabled && m->frames >= 0;  /* out of memory once: nothing kept since */
     if (!m->active) return;
+    m->epoch += dirty != 0;
     /* The shadow frames that stayed as they were: their count, from the outermost. */
     const Py_ssize_t shared = frames < m->frames ? frames : m->frames;
     Py_ssize_t same = 0;
@@ -153,11 +163,11 @@ void memo_begin(WalkMemo *m, const Expected *expected, Py_ssize_t frames) {
     m->frames = frames;
 }
 
-const KeptPart *memo_find(const WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, const KFrame *start, int in_it,
+const KeptPart *memo_find(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, const KFrame *start, int in_it,
                           int64_t low, const uint8_t *memory, int64_t base) {
-    const KeptPart *parts = m->walks[unwinder].parts;
+    KeptPart *parts = m->walks[unwinder].parts;
     if (!m->active || !parts) return NULL;
-    const KeptPart *w = &parts[level % MEMO_LEVELS];
+    KeptPart *w = &parts[level % MEMO_LEVELS];
     if (!w->valid || w->level != level || w->in_it != in_it) return NULL;
     /* Guards and reads compare addresses with the stack's low end: where it moved, the walk holds if every
      * address it compared lay at or above both ends, and it reported neither (a guard's failure does). */
@@ -168,7 +178,7 @@ const KeptPart *memo_find(const WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t lev
         const int reg = __builtin_ctz(regs);
         if (start->r[reg] != w->start.r[reg]) return NULL;
     }
-    return still_holds(&w->read, memory, base) ? w : NULL;
+    return holds(m, &w->held_at, &w->read, memory, base) ? w : NULL;
 }
 
 void memo_keep(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, Py_ssize_t from, const KFrame *start,
@@ -181,6 +191,7 @@ void memo_keep(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, Py_ssize_t fr
     w->valid = 0;
     if (snapshot(&w->read, track, memory, base)) return;
     w->valid = 1;
+    w->held_at = m->epoch;
     w->level = level;
     w->from = from;
     w->start = *start;
@@ -245,16 +256,17 @@ static int same_inputs(const KFrame *a, const KFrame *b, uint32_t inputs) {
     return 1;
 }
 
-const KeptWhole *memo_find_whole(const WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
+const KeptWhole *memo_find_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
                                  int it, const Expected *top, Py_ssize_t frames, const uint8_t *memory, int64_t base) {
-    const KeptWhole *w = &m->walks[unwinder].whole;
+    KeptWhole *w = &m->walks[unwinder].whole;
     if (!m->active || !w->valid || w->rule != rule || w->it != it) return NULL;
     if (!same_inputs(innermost, &w->innermost, w->inputs) || !same_bytes(top, &w->top, sizeof *top)) return NULL;
-    if (!still_holds(&w->first, memory, base)) return NULL;
+    if (!holds(m, &w->held_at, &w->first, memory, base)) return NULL;
     if (w->needs_outer) {  /* the outer part it was made with, unless another walk of this unwinder replaced it */
-        const KeptPart *parts = m->walks[unwinder].parts;
-        const KeptPart *outer = parts ? &parts[(frames - 1) % MEMO_LEVELS] : NULL;
-        if (!outer || !outer->valid || outer->level != frames - 1 || !still_holds(&outer->read, memory, base))
+        KeptPart *parts = m->walks[unwinder].parts;
+        KeptPart *outer = parts ? &parts[(frames - 1) % MEMO_LEVELS] : NULL;
+        if (!outer || !outer->valid || outer->level != frames - 1 ||
+            !holds(m, &outer->held_at, &outer->read, memory, base))
             return NULL;
     }
     return w;
@@ -273,6 +285,7 @@ void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFr
     }
     if (snapshot(&w->first, first, memory, base)) return;
     w->valid = 1;
+    w->held_at = m->epoch;
     w->needs_outer = needs_outer;
     w->rule = rule;
     w->inputs = rule == Py_None ? 0 : inputs_read((const uint8_t *)PyBytes_AS_STRING(rule), PyBytes_GET_SIZE(rule));

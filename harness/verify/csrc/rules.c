@@ -508,8 +508,8 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
     return commit_counts(self, unwinder, out, &counted);
 }
 
-void verifier_begin_stop(Verifier *self, const Expected *expected, Py_ssize_t frames) {
-    memo_begin(&self->memo, expected, frames);
+void verifier_begin_stop(Verifier *self, const Expected *expected, Py_ssize_t frames, int dirty) {
+    memo_begin(&self->memo, expected, frames, dirty);
 }
 
 void verifier_end_stop(Verifier *self) {

@@ -59,6 +59,7 @@ typedef struct {
 typedef struct {
     uint64_t key;        /* pc << 1 | Thumb */
     uint8_t used, call_length, it_length, returns;
+    uint8_t may_store;   /* it may write memory, or trap to the system, which may (thumb_may_store) */
     uint16_t first;      /* its first half-word */
     uint8_t cond;        /* an ARM instruction's condition; 0xE (always) in Thumb, where IT decides */
 } PcInfo;
@@ -213,6 +214,7 @@ typedef struct {
     int split_requested;     /* stopped before a block to run up to split_until first */
     uint32_t split_until, split_low, split_high;
     int ran, halted;
+    int dirty;  /* an instruction run since the last verified stop may have written memory (memo.c) */
     PyObject *error_type, *error_value, *error_traceback;  /* raised in a callback */
 } Tracer;
 
@@ -289,6 +291,37 @@ static void decode_arm(PcInfo *info, uint32_t word) {
 /* The decoded instruction at pc in the state `thumb` says: harness.thumb.encoding's
  * call_length, it_block_length and return_kind (or their ARM twins);
  * memory the engine cannot read counts as zeros. */
+/* Whether a 32-bit Thumb instruction may write memory or trap: 0 only for
+ * the classes of the ARM ARM's Thumb-2 tables that surely do not. */
+static int thumb32_may_store(uint16_t first, uint16_t second) {
+    if ((first & 0xFE40) == 0xE800) return !(first & 0x10);  /* stm, push.w, srs; ldm, pop.w, rfe */
+    if ((first & 0xFE40) == 0xE840) return !(first & 0x10);  /* strex*, strd; ldrex*, ldrd, tbb, tbh */
+    if ((first & 0xFE00) == 0xEA00) return 0;                /* data processing (shifted register) */
+    if ((first & 0xF800) == 0xF000)                          /* data processing (immediate), branches, */
+        return (second & 0x8000) && (first & 0xFFF0) == 0xF7F0;  /* hints; but smc and udf.w trap */
+    if ((first & 0xFE00) == 0xF800) return !(first & 0x10);  /* str, strb, strh, simd element stores; loads, pld */
+    if ((first & 0xFE00) == 0xFA00) return 0;                /* data processing (register), multiply, divide */
+    if ((first & 0xEE00) == 0xEC00) return !(first & 0x10);  /* stc, vstr, vstm, vpush, mcrr; their loads */
+    if ((first & 0xEE00) == 0xEE00) return 0;                /* cdp, mcr, mrc, vfp and simd data processing */
+    return 1;
+}
+
+/* Whether a Thumb instruction may write memory, or trap to the system (a
+ * system call's answer writes memory too): 0 only where it surely does
+ * not, so that a kept walk's bytes need no comparing after it (memo.c). */
+static int thumb_may_store(uint16_t first, uint16_t second) {
+    if (first >= 0xE800) return thumb32_may_store(first, second);
+    if (first < 0x5000) return 0;                     /* shift, add, sub, mov, cmp, data processing, bx, ldr literal */
+    if (first < 0x5600) return 1;                     /* str, strh, strb (register) */
+    if (first < 0x6000) return 0;                     /* ldrsb, ldr, ldrh, ldrb, ldrsh (register) */
+    if (first < 0xA000) return !(first & 0x0800);     /* str, strb, strh, str sp-relative (immediate); their loads */
+    if (first < 0xB000) return 0;                     /* adr, add sp */
+    if (first < 0xC000) return (first & 0xFE00) == 0xB400 || (first & 0xFF00) == 0xBE00;  /* push; bkpt traps */
+    if (first < 0xD000) return !(first & 0x0800);     /* stm; ldm */
+    if (first < 0xE000) return (first & 0x0F00) >= 0x0E00;  /* b<cond>; udf and svc trap */
+    return 0;                                         /* b */
+}
+
 static PcInfo *decoded(Tracer *t, uint32_t pc, int thumb) {
     if (2 * (t->table_used + 1) > t->table_size) {
         size_t size = t->table_size ? 2 * t->table_size : 4096;
@@ -315,8 +348,8 @@ static PcInfo *decoded(Tracer *t, uint32_t pc, int thumb) {
     if (t->engine.mem_read(t->engine.handle, pc, code, 4)) t->engine.mem_read(t->engine.handle, pc, code, 2);
     uint16_t first = code[0] | code[1] << 8, second = code[2] | code[3] << 8;
     unsigned mask_bits = first & 0xF;
-    if (!thumb) {
-        *info = (PcInfo){ .key = key, .used = 1, .first = first };
+    if (!thumb) {  /* an ARM instruction may store, for all the memo knows */
+        *info = (PcInfo){ .key = key, .used = 1, .first = first, .may_store = 1 };
         decode_arm(info, (uint32_t)first | (uint32_t)second << 16);
         return info;
     }
@@ -328,6 +361,7 @@ static PcInfo *decoded(Tracer *t, uint32_t pc, int thumb) {
         .it_length = (first & 0xFF00) == 0xBF00 && mask_bits ? 4 - __builtin_ctz(mask_bits) : 0,
         .returns = first == 0x4770 || first == 0x46F7 || (first & 0xFF00) == 0xBD00
                 || (first == 0xE8BD && (second & 0x8000)) || (first == 0xF85D && second == 0xFB04),
+        .may_store = (uint8_t)thumb_may_store(first, second),
     };
     return info;
 }
@@ -688,7 +722,8 @@ static int verify_at(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr) {
         /* Stops one instruction apart (or a shard's of them): the outer frames of a walk mostly repeat. */
         const int consecutive = t->every == 1;
         const size_t skip = !t->compare_bottom;
-        if (consecutive) verifier_begin_stop(t->verifier, t->frames + skip, (Py_ssize_t)(t->depth - skip));
+        if (consecutive) verifier_begin_stop(t->verifier, t->frames + skip, (Py_ssize_t)(t->depth - skip), t->dirty);
+        t->dirty = 0;
         const int failed = walk_unwinders(t, number, &frame, cpsr, stop_class, where, deferred, &deferrals);
         if (consecutive) verifier_end_stop(t->verifier);
         if (failed) return -1;
@@ -791,6 +826,7 @@ static int stop_at(Tracer *t, uint32_t pc) {
         t->pending_serial = t->serial;
     }
     if (info->it_length && entered(t, pc, info->first, info->it_length)) return -1;
+    t->dirty |= info->may_store;  /* the stack may differ at the next stop */
     return 0;
 }
 
@@ -973,6 +1009,7 @@ static int take_sample(Tracer *t, uint32_t pc, uint32_t cpsr) {
     t->next_sample += next_stride(t);
     if (sample % t->shard_count != t->shard_index) return 0;
     if (complete_registers(t, pc)) return -1;
+    t->dirty = 1;  /* block hooks see no instruction apart: any may have stored */
     return verify_at(t, number, pc, cpsr);
 }
 
@@ -1251,6 +1288,7 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     self->entry_ids[1] = e.ids[CPSR];
     self->values = self->banks[0];
     self->last_pc = UINT64_MAX;  /* no stop before the first */
+    self->dirty = 1;
     self->engine = e;
     self->verifier = verifier == Py_None ? NULL : (Verifier *)verifier;
     Py_XINCREF(self->verifier);
