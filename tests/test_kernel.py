@@ -178,7 +178,8 @@ def test_guard_failures_of_one_kind_are_one_cause_per_function_each_worded_with_
 
 
 def test_the_kernel_answers_most_walks_itself(monkeypatch):
-    """Deferring is for odd states only: most answers come from the kernel."""
+    """Deferring is for odd states only: most answers come from the kernel
+    (in this program, every one: its epilogues inside IT blocks too)."""
     deferred = []
     real = Verification.walk
 
@@ -191,7 +192,7 @@ def test_the_kernel_answers_most_walks_itself(monkeypatch):
     unwinders = build_unwinders(program)
     result = verify_program(program, unwinders, compiled=True)
     walks = result.stops * len(unwinders)
-    assert 0 < len(deferred) < 0.1 * walks
+    assert len(deferred) < 0.01 * walks
     assert len(result.failure_log) + len(deferred) < walks
 
 
@@ -372,7 +373,8 @@ def stop_states(draw, moved_base: bool = False):
     data = b"".join(word().to_bytes(4, "little") for _ in range(SIZE // 4))
     regs = [word() for _ in range(13)] + [sp, rng.choice(code), pc]
     vfp = tuple(rng.getrandbits(64) for _ in range(8)) if draw(st.booleans()) else None
-    cpsr = draw(st.sampled_from([0, 0x0000_0400 | 0x0200_0000, 0x0600_0000, 0x6000_0000]))
+    # cpsr: outside IT blocks; inside, not at the last instruction; at the last one of an `it eq`, Z set and clear
+    cpsr = draw(st.sampled_from([0, 0x0000_0400 | 0x0200_0000, 0x0600_0000, 0x6000_0000, 0x4000_0800, 0x0000_0800]))
     name = "v2+epilogue" if moved_base else draw(st.sampled_from(UNWINDER_NAMES))
     return which_program, name, regs, vfp, cpsr, data, draw(st.integers(0, 6)), draw(st.integers(0, 10))
 

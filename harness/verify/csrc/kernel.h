@@ -75,6 +75,9 @@ void sources_release(Sources *s);
 /* The rule (borrowed bytes, or Py_None to defer) for a frame at pc, its id in
  * *id; NULL on a Python error. */
 PyObject *sources_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t *id);
+/* An epilogue source's innermost rule where no epilogue is simulated at pc
+ * (its tables'); Py_None for any other source; NULL on a Python error. */
+PyObject *sources_fallback_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, Py_ssize_t *id);
 int sources_set_map(Sources *s, PyObject *args);
 int sources_set_chain(Sources *s, PyObject *args);
 int sources_set_epilogue(Sources *s, PyObject *args);
@@ -94,10 +97,27 @@ int may_start_epilogue(const uint8_t *code, Py_ssize_t n);
 typedef struct { int64_t low, high; } Span;
 /* `pc_read`: an innermost step compared its caller's pc with the frame's
  * (check_caller, where the caller keeps its sp): its answer may change
- * with the pc alone. `regs`: the registers the steps took an address from
+ * with the pc alone; `flags_read`: it chose its rule by the condition flags. `regs`: the registers the steps took an address from
  * (a rule's base and index; bit = register). `lowest`: the lowest address
  * they compared with the stack's low end (the innermost frame's sp). */
-typedef struct { Span spans[TRACK_SPANS]; int count, pc_read; uint32_t regs; int64_t lowest; } Track;
+typedef struct { Span spans[TRACK_SPANS]; int count, pc_read, flags_read; uint32_t regs; int64_t lowest; } Track;
+
+/* harness.thumb.encoding.condition_holds */
+static inline int condition_holds(unsigned cond, uint32_t cpsr) {
+    const int n = cpsr >> 31 & 1, z = cpsr >> 30 & 1, c = cpsr >> 29 & 1, v = cpsr >> 28 & 1;
+    int base;
+    switch (cond >> 1) {
+    case 0: base = z; break;
+    case 1: base = c; break;
+    case 2: base = n; break;
+    case 3: base = v; break;
+    case 4: base = c && !z; break;
+    case 5: base = n == v; break;
+    case 6: base = !z && n == v; break;
+    default: return 1;
+    }
+    return (cond & 1) ? !base : base;
+}
 
 static inline void track_read(Track *t, int64_t low, int64_t high) {
     for (int i = t->count - 1; i >= 0; i--) {  /* a walk reads up the stack: mostly the last span grows */

@@ -278,7 +278,7 @@ void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFr
     UnwinderMemo *u = &m->walks[unwinder];
     KeptWhole *w = &u->whole;
     w->valid = 0;
-    if (!m->active || first->pc_read) return;
+    if (!m->active || first->pc_read || first->flags_read) return;
     if (needs_outer) {  /* the walk's outer part must be the one kept at its level */
         const KeptPart *outer = u->parts ? &u->parts[(frames - 1) % MEMO_LEVELS] : NULL;
         if (!outer || !outer->valid || outer->level != frames - 1) return;

@@ -398,11 +398,26 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
         PyObject *rule = innermost && first_rule ? first_rule
                        : sources_rule(&self->sources, unwinder, out->pc, innermost, &rule_id);
         if (!rule) return -1;
+        uint32_t step_cpsr = cpsr;
+        if (innermost && rule != Py_None && (((const RuleHeader *)PyBytes_AS_STRING(rule))->flags & OUTSIDE_IT) &&
+            it_state(cpsr)) {
+            /* An epilogue ahead, inside an IT block: simulated only from its last instruction, where its condition
+             * holds (EpilogueFirst.step), else the tables' rule holds. */
+            const int state = it_state(cpsr);
+            s->track->flags_read = 1;
+            if ((state & 7) || !condition_holds((unsigned)state >> 4, cpsr)) {
+                PyObject *tables = sources_fallback_rule(&self->sources, unwinder, out->pc, &rule_id);
+                if (!tables) return -1;
+                if (tables != Py_None) rule = tables;
+            } else {
+                step_cpsr = cpsr & ~0x0600FC00u;  /* as outside the block: the epilogue runs */
+            }
+        }
         out->rule_id = rule_id;
         if (rule == Py_None) { out->kind = ANSWER_DEFER; return 0; }
         out->rule_flags = ((const RuleHeader *)PyBytes_AS_STRING(rule))->flags;
         int method;
-        const int result = step((const uint8_t *)PyBytes_AS_STRING(rule), frame, innermost, s, cpsr, &out->base,
+        const int result = step((const uint8_t *)PyBytes_AS_STRING(rule), frame, innermost, s, step_cpsr, &out->base,
                                 &method);
         switch (result) {
         case STEP_DEFER: out->kind = ANSWER_DEFER; return 0;
@@ -449,7 +464,7 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
     /* Only the counts are set: a zeroed Track and MethodCounts (some 140 bytes each) were a
      * memset a walk, and a walk reads no span or count past them. */
     Track track;
-    track.count = track.pc_read = 0;
+    track.count = track.pc_read = track.flags_read = 0;
     track.regs = 0;
     track.lowest = INT64_MAX;
     const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high, self->site_tables, &track };

@@ -437,6 +437,13 @@ PyObject *sources_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, int innermos
     }
 }
 
+PyObject *sources_fallback_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, Py_ssize_t *id) {
+    Source *src = &s->items[2 * unwinder + 1];
+    int64_t low, high;
+    const int64_t row = src->kind == FROM_EPILOGUE ? row_at(&src->map, pc, &low, &high) : -2;
+    return row == -2 ? Py_None : kept_rule(s, &src->kept, row, id);
+}
+
 /* ------------------------------------------------------------ set up from Python */
 
 static Source *source_at(Sources *s, Py_ssize_t unwinder, int innermost) {

@@ -528,23 +528,6 @@ static int entered(Tracer *t, uint32_t pc, uint16_t it_instruction, int block) {
     return 0;
 }
 
-/* harness.thumb.encoding.condition_holds */
-static int condition_holds(unsigned cond, uint32_t cpsr) {
-    const int n = cpsr >> 31 & 1, z = cpsr >> 30 & 1, c = cpsr >> 29 & 1, v = cpsr >> 28 & 1;
-    int base;
-    switch (cond >> 1) {
-    case 0: base = z; break;
-    case 1: base = c; break;
-    case 2: base = n; break;
-    case 3: base = v; break;
-    case 4: base = c && !z; break;
-    case 5: base = n == v; break;
-    case 6: base = !z && n == v; break;
-    default: return 1;
-    }
-    return (cond & 1) ? !base : base;
-}
-
 /* harness.thumb.encoding.executes */
 static int executes(unsigned cond, uint32_t cpsr) {
     const int state = ((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3);
