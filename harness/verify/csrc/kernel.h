@@ -97,7 +97,8 @@ int may_start_epilogue(const uint8_t *code, Py_ssize_t n);
 typedef struct { int64_t low, high; } Span;
 /* `pc_read`: an innermost step compared its caller's pc with the frame's
  * (check_caller, where the caller keeps its sp): its answer may change
- * with the pc alone; `flags_read`: it chose its rule by the condition flags. `regs`: the registers the steps took an address from
+ * with the pc alone; `flags_read`: it chose its rule by the condition flags.
+ * `regs`: the registers the steps took an address from
  * (a rule's base and index; bit = register). `lowest`: the lowest address
  * they compared with the stack's low end (the innermost frame's sp). */
 typedef struct { Span spans[TRACK_SPANS]; int count, pc_read, flags_read; uint32_t regs; int64_t lowest; } Track;
@@ -185,16 +186,17 @@ typedef struct {
 } KeptPart;
 
 /* A whole walk made at an earlier stop: the innermost frame's rule,
- * registers but pc, IT state and caller shadow frame, what its step read,
- * and whether its outer part is the one kept at level frames - 1. */
+ * registers but pc, IT state, what its step read, and whether its outer
+ * part is the one kept at level frames - 1 (it holds while no shadow
+ * frame changed: memo_begin). */
 typedef struct {
     int valid, needs_outer;
     uint64_t held_at;    /* as a part's */
     PyObject *rule;      /* borrowed: a Verifier keeps every rule it was given */
     uint32_t inputs;     /* the registers r0-r12 its step reads (memo.c: inputs_read) */
+    PyObject *inputs_of; /* the rule `inputs` were read from */
     KFrame innermost;
     int it;
-    Expected top;        /* the innermost frame's caller's shadow frame */
     Snapshot first;      /* the bytes the innermost step read */
     Answer answer;
     MethodCounts counted;
@@ -235,13 +237,13 @@ void memo_keep(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, Py_ssize_t fr
                uint32_t inputs, int in_it, int64_t low, const Track *track, const Answer *answer,
                const MethodCounts *counted, const uint8_t *memory, int64_t base);
 /* The whole walk kept for an innermost frame with this rule, registers (its
- * pc aside), IT state and caller shadow frame, or NULL. */
+ * pc aside) and IT state, or NULL. */
 const KeptWhole *memo_find_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
-                                 int it, const Expected *top, Py_ssize_t frames, const uint8_t *memory, int64_t base);
+                                 int it, Py_ssize_t frames, const uint8_t *memory, int64_t base);
 /* Keep the whole walk (`first`: the innermost step's reads): its outer part,
  * if it has one (`needs_outer`), is the one kept at level frames - 1. */
 void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost, int it,
-                     const Expected *top, Py_ssize_t frames, const Track *first, int needs_outer,
+                     Py_ssize_t frames, const Track *first, int needs_outer,
                      const Answer *answer, const MethodCounts *counted, const uint8_t *memory, int64_t base);
 /* The stop ends. */
 void memo_end(WalkMemo *m);

@@ -150,9 +150,7 @@ void memo_begin(WalkMemo *m, const Expected *expected, Py_ssize_t frames, int di
     else
         while (same < shared && same_bytes(&expected[same], &m->expected[same], sizeof(Expected))) same++;
     if (same == frames && frames == m->frames) return;
-    /* A whole walk's outer part compares every frame but the innermost one's caller, which it compares apart
-     * (memo_find_whole). */
-    forget_above(m, same, frames != m->frames || same < frames - 1);
+    forget_above(m, same, 1);  /* a whole walk compares every frame */
     if ((size_t)frames > m->expected_capacity) {
         Expected *grown = PyMem_Realloc(m->expected, (size_t)frames * sizeof(Expected));
         if (!grown) { forget_above(m, -1, 1); m->frames = -1; m->active = 0; return; }
@@ -173,7 +171,8 @@ const KeptPart *memo_find(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, co
      * address it compared lay at or above both ends, and it reported neither (a guard's failure does). */
     if (w->low != low && (w->answer.kind == ANSWER_GUARD_FAILS || w->lowest < (low > w->low ? low : w->low)))
         return NULL;
-    if (start->d_known != w->start.d_known || !same_bytes(start->d, w->start.d, sizeof start->d)) return NULL;
+    if (start->d_known != w->start.d_known || (start->d_known && !same_bytes(start->d, w->start.d, sizeof start->d)))
+        return NULL;
     for (uint32_t regs = w->inputs; regs; regs &= regs - 1) {
         const int reg = __builtin_ctz(regs);
         if (start->r[reg] != w->start.r[reg]) return NULL;
@@ -249,18 +248,18 @@ static uint32_t inputs_read(const uint8_t *rule, Py_ssize_t size) {
 /* Do two frames hold the same sp and lr, d8-d15, and r0-r12 `inputs`? */
 static int same_inputs(const KFrame *a, const KFrame *b, uint32_t inputs) {
     if (a->r[SP] != b->r[SP] || a->r[LR] != b->r[LR] || a->d_known != b->d_known ||
-        !same_bytes(a->d, b->d, sizeof a->d))
+        (a->d_known && !same_bytes(a->d, b->d, sizeof a->d)))
         return 0;
-    for (int reg = 0; inputs >> reg; reg++)
-        if ((inputs >> reg & 1) && a->r[reg] != b->r[reg]) return 0;
+    for (; inputs; inputs &= inputs - 1)
+        if (a->r[__builtin_ctz(inputs)] != b->r[__builtin_ctz(inputs)]) return 0;
     return 1;
 }
 
 const KeptWhole *memo_find_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
-                                 int it, const Expected *top, Py_ssize_t frames, const uint8_t *memory, int64_t base) {
+                                 int it, Py_ssize_t frames, const uint8_t *memory, int64_t base) {
     KeptWhole *w = &m->walks[unwinder].whole;
     if (!m->active || !w->valid || w->rule != rule || w->it != it) return NULL;
-    if (!same_inputs(innermost, &w->innermost, w->inputs) || !same_bytes(top, &w->top, sizeof *top)) return NULL;
+    if (!same_inputs(innermost, &w->innermost, w->inputs)) return NULL;
     if (!holds(m, &w->held_at, &w->first, memory, base)) return NULL;
     if (w->needs_outer) {  /* the outer part it was made with, unless another walk of this unwinder replaced it */
         KeptPart *parts = m->walks[unwinder].parts;
@@ -273,7 +272,7 @@ const KeptWhole *memo_find_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rul
 }
 
 void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost, int it,
-                     const Expected *top, Py_ssize_t frames, const Track *first, int needs_outer,
+                     Py_ssize_t frames, const Track *first, int needs_outer,
                      const Answer *answer, const MethodCounts *counted, const uint8_t *memory, int64_t base) {
     UnwinderMemo *u = &m->walks[unwinder];
     KeptWhole *w = &u->whole;
@@ -288,10 +287,12 @@ void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFr
     w->held_at = m->epoch;
     w->needs_outer = needs_outer;
     w->rule = rule;
-    w->inputs = rule == Py_None ? 0 : inputs_read((const uint8_t *)PyBytes_AS_STRING(rule), PyBytes_GET_SIZE(rule));
+    if (w->inputs_of != rule) {  /* mostly the rule of the stop before, whose inputs are known */
+        w->inputs_of = rule;
+        w->inputs = rule == Py_None ? 0 : inputs_read((const uint8_t *)PyBytes_AS_STRING(rule), PyBytes_GET_SIZE(rule));
+    }
     w->innermost = *innermost;
     w->it = it;
-    w->top = *top;
     w->answer = *answer;
     w->counted.any = 0;
     counts_add(&w->counted, counted);

@@ -478,8 +478,8 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
     if (whole) {
         rule = sources_rule(&self->sources, unwinder, innermost_frame->r[PC], 1, &rule_id);
         if (!rule) return -1;
-        const KeptWhole *kept = memo_find_whole(&self->memo, unwinder, rule, innermost_frame, it, &expected[frames - 1],
-                                                frames, s.memory, self->base);
+        const KeptWhole *kept = memo_find_whole(&self->memo, unwinder, rule, innermost_frame, it, frames, s.memory,
+                                                self->base);
         if (kept) {
             *out = kept->answer;
             if (out->frame == 0) out->pc = innermost_frame->r[PC];  /* the innermost frame's failure: at this pc */
@@ -518,8 +518,8 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
         counts_add(&counted, &walked);
     }
     if (whole)
-        memo_keep_whole(&self->memo, unwinder, rule, innermost_frame, it, &expected[frames - 1], frames, &first,
-                        needs_outer, out, &counted, s.memory, self->base);
+        memo_keep_whole(&self->memo, unwinder, rule, innermost_frame, it, frames, &first, needs_outer, out, &counted,
+                        s.memory, self->base);
     return commit_counts(self, unwinder, out, &counted);
 }
 
