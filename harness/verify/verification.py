@@ -75,22 +75,30 @@ class Verification:
         culprit, culprit_traits, _ = self.classify(frame_pc if frame_index == 0 else frame_pc - 1)
         return FailureCause(unwinder, kind, frame_index, culprit, register, detail, culprit_traits)
 
-    def kernel_cause(self, stop_kernel: kernel.StopKernel, index: int, answer: abi.Answer, culprit: int) -> FailureCause:
-        """The cause of the kernel's failing `answer` for unwinder `index`; a
+    def kernel_causes(self, stop_kernel: kernel.StopKernel, found) -> list[FailureCause]:
+        """The causes of the kernel's failing answers, by cause id (`found`:
+        Tracer.causes(), (unwinder index, answer values, culprit) each). A
         mismatch's, a failure rule's, a guard failure's of a rule whose
         failures are all of one kind, a rejected caller's and a chain's
         refusal in a library, is shared wherever the wrong frame is in the
         same function (`culprit`, a where id), its values given apart (each
-        log entry's)."""
-        if isinstance(answer, abi.Mismatch):
-            function, traits, _ = self.wheres[culprit]
-            kind, register_name = mismatch_of(answer.register)
-            return FailureCause(self.names[index], kind, answer.frame, function, register_name, "", traits)
-        if culprit >= 0:  # each worded where the log is read (a guard failure here: one the tracer merged)
-            function, traits, _ = self.wheres[culprit]
-            return FailureCause(self.names[index], stop_kernel.kind_of(answer), answer.frame, function, None, "",
-                                traits)
-        return self.failure_cause(self.names[index], stop_kernel.outcome(answer), answer.pc)
+        log entry's, worded where the log is read); a mismatch's, most of
+        them, is made without a record of its answer."""
+        causes, names, wheres, new = [], self.names, self.wheres, tuple.__new__
+        for index, values, culprit in found:
+            if values[1] == abi.MISMATCH_ANSWER:
+                function, traits, _ = wheres[culprit]
+                kind, register_name = mismatch_of(values[2])
+                causes.append(new(FailureCause, (names[index], kind, values[0], function, register_name, "", traits)))
+                continue
+            answer = abi.answer(values)
+            if culprit >= 0:  # a guard failure here: one the tracer merged
+                function, traits, _ = wheres[culprit]
+                causes.append(FailureCause(names[index], stop_kernel.kind_of(answer), answer.frame, function, None, "",
+                                           traits))
+            else:
+                causes.append(self.failure_cause(names[index], stop_kernel.outcome(answer), answer.pc))
+        return causes
 
     def walk(self, number: int, pc: int, indices, frame: Frame, stack, expected: Sequence[ShadowFrame],
              in_flight: bool = False) -> None:
