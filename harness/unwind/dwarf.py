@@ -74,9 +74,11 @@ class DwarfUnwinder:
 
     @cached_property
     def rule_maps(self) -> tuple[RuleMap, RuleMap]:
-        """(callers', innermost) rules: each row's."""
-        partition, rows = partition_of(self.segments())
-        return rule_maps(partition, [_content(row) for row in rows], _rule_of_content, "no CFI covers pc {pc:#x}")
+        """(callers', innermost) rules: each row's, by what it depends on
+        (neighbouring rows alike hold as one; a tuple hashes in C, a row,
+        a dataclass, in Python)."""
+        contents = ((start, None if row is None else _content(row)) for start, row in self.segments())
+        return rule_maps(*partition_of(contents), _rule_of_content, "no CFI covers pc {pc:#x}")
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         return self.rule_maps[innermost].rule_at(pc)
