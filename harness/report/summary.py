@@ -115,24 +115,27 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
                           [() if where[0] in with_cfi else None for where in tally.wheres])
         summary.without_cfi.update({unwinder: stops - both.get((unwinder,), 0) for (unwinder,), stops in every.items()
                                     if stops > both.get((unwinder,), 0)})
-    # a cause fails in many places: its stops added up first, by its id
+    # a cause fails in many places: its stops added up first, by its id, then
+    # by what the summary keeps of it (causes of one function share most)
     stops_of = [0] * len(tally.causes)
     for _, number, walks in tally.entries:
         stops_of[number] += walks
+    blamed: dict[tuple, int] = {}
     for cause, stops in zip(tally.causes, stops_of):
-        if not stops:
-            continue
-        if cause.register:
-            registers = summary.wrong_registers.get(cause.unwinder) or \
-                summary.wrong_registers.setdefault(cause.unwinder, Counter())
-            registers[cause.register] = registers.get(cause.register, 0) + stops
-        blame = summary.culprits.get(cause.unwinder) or summary.culprits.setdefault(cause.unwinder, Culprits())
-        if cause.frame == 0:
+        if stops:
+            key = (cause.unwinder, cause.register, cause.frame == 0, cause.culprit_traits)
+            blamed[key] = blamed.get(key, 0) + stops
+    for (unwinder, register, innermost, culprit_traits), stops in blamed.items():
+        if register:
+            registers = summary.wrong_registers.get(unwinder) or summary.wrong_registers.setdefault(unwinder, Counter())
+            registers[register] = registers.get(register, 0) + stops
+        blame = summary.culprits.get(unwinder) or summary.culprits.setdefault(unwinder, Culprits())
+        if innermost:
             blame.innermost += stops
         else:
             blame.deeper += stops
         traits = blame.traits
-        for trait in cause.culprit_traits:
+        for trait in culprit_traits:
             traits[trait] = traits.get(trait, 0) + stops
     return summary
 
