@@ -5,9 +5,11 @@ verdicts must be exactly those of walks that step every frame."""
 
 from __future__ import annotations
 
+import random
 from functools import partial
 
 import pytest
+from capstone import CS_ARCH_ARM, CS_MODE_THUMB, Cs
 from test_kernel import elf_program
 from test_linux_process import build, sysroot
 
@@ -246,3 +248,32 @@ def test_the_walks_after_a_call_and_a_return_take_the_frames_walked_before_it(mo
     assert (kept.fault, kept.result, kept.failure_tally) == (None, 5, {})
     assert verdicts(kept) == verdicts(stepped)
     assert verifiers[0].outer_walks_reused >= 10  # 4 between calls, and the 6 after each call and return
+
+
+def test_the_instructions_the_memo_calls_storeless_write_no_memory():
+    """After an instruction that cannot write memory, the memo takes kept
+    parts without comparing their bytes (trace.c's thumb_may_store): every
+    Thumb instruction the disassembler reads as a store or a trap must be
+    called one (each 16-bit encoding; each first half-word of a 32-bit one
+    with 16 seeded second half-words), and the common storeless classes
+    must not be, or the memo would compare for nothing."""
+    from harness.verify._kernel import may_store
+    disassembler = Cs(CS_ARCH_ARM, CS_MODE_THUMB)
+    writes = ("st", "push", "vst", "vpush", "srs", "svc", "bkpt", "udf", "trap", "smc", "hvc")
+    storeless = {"ldr", "ldrb", "ldrh", "ldrd", "ldm", "ldmdb", "pop", "vldr", "vpop", "add", "adds", "sub", "subs",
+                 "mov", "movs", "movw", "movt", "cmp", "cmn", "tst", "b", "bl", "blx", "bx", "cbz", "cbnz", "it", "nop",
+                 "mul", "muls", "sdiv", "lsl", "lsls", "and", "ands", "orr", "orrs", "eor", "eors"}
+    rng = random.Random(0)
+    missed, called_stores, seen = [], [], set()
+    for first in range(0x10000):
+        for second in [rng.randrange(0x10000) for _ in range(16)] if first >= 0xE800 else [0]:
+            code = first.to_bytes(2, "little") + second.to_bytes(2, "little")
+            for insn in disassembler.disasm(code, 0x1000, 1):
+                mnemonic = insn.mnemonic.split(".")[0]
+                seen.add(mnemonic)
+                if mnemonic.startswith(writes) and not may_store(first, second):
+                    missed.append(f"{first:04x} {second:04x} {insn.mnemonic} {insn.op_str}")
+                if mnemonic in storeless and may_store(first, second):
+                    called_stores.append(f"{first:04x} {second:04x} {insn.mnemonic} {insn.op_str}")
+    assert not missed and not called_stores
+    assert {"str", "strd", "stm", "push", "vstr", "vpush", "strex", "svc"} <= seen and storeless <= seen

@@ -86,6 +86,9 @@ int sources_set_epilogue(Sources *s, PyObject *args);
  * IndexError or TypeError for an id past its list or a part that is no tuple (module.c). */
 PyObject *key_of_parts(PyObject *heads, PyObject *middles, PyObject *tails, Py_ssize_t where, Py_ssize_t cause);
 
+/* Whether the Thumb instruction of these half-words may write memory or
+ * trap to the system: 0 only where it surely does not (trace.c). */
+int thumb_may_store(uint16_t first, uint16_t second);
 /* harness.thumb.encoding.may_start_epilogue over the n bytes at `code`. */
 int may_start_epilogue(const uint8_t *code, Py_ssize_t n);
 

@@ -1,4 +1,4 @@
-/* The module harness.verify._kernel: the types of rules.c and trace.c, and two twins of Python's. */
+/* The module harness.verify._kernel: the types of rules.c and trace.c, two twins of Python's, and trace.c's store classes (for tests). */
 #include "kernel.h"
 
 /* may_start_epilogue(code: bytes) -> bool: sources.c's twin of harness.thumb.encoding's. */
@@ -8,6 +8,17 @@ static PyObject *kernel_may_start_epilogue(PyObject *module, PyObject *code) {
     const int may = may_start_epilogue(view.buf, view.len);
     PyBuffer_Release(&view);
     return PyBool_FromLong(may);
+}
+
+/* may_store(first, second) -> bool: trace.c's thumb_may_store, for tests to hold to a disassembler. */
+static PyObject *kernel_may_store(PyObject *module, PyObject *args) {
+    unsigned int first, second;
+    if (!PyArg_ParseTuple(args, "II:may_store", &first, &second)) return NULL;
+    if (first > 0xFFFF || second > 0xFFFF) {
+        PyErr_SetString(PyExc_ValueError, "half-words are 16-bit");
+        return NULL;
+    }
+    return PyBool_FromLong(thumb_may_store((uint16_t)first, (uint16_t)second));
 }
 
 /* The part of a key at `id` of `parts`, borrowed; NULL with IndexError past its end. */
@@ -73,6 +84,7 @@ static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
 
 static PyMethodDef kernel_functions[] = {
     {"may_start_epilogue", kernel_may_start_epilogue, METH_O, "May these bytes start an epilogue?"},
+    {"may_store", kernel_may_store, METH_VARARGS, "May the Thumb instruction of these half-words write memory?"},
     {"sum_by", kernel_sum_by, METH_VARARGS, "Tally entries added up by keys made of their where's and cause's parts."},
     {NULL}
 };

@@ -298,7 +298,7 @@ static int thumb32_may_store(uint16_t first, uint16_t second) {
     if ((first & 0xFE40) == 0xE840) return !(first & 0x10);  /* strex*, strd; ldrex*, ldrd, tbb, tbh */
     if ((first & 0xFE00) == 0xEA00) return 0;                /* data processing (shifted register) */
     if ((first & 0xF800) == 0xF000)                          /* data processing (immediate), branches, */
-        return (second & 0x8000) && (first & 0xFFF0) == 0xF7F0;  /* hints; but smc and udf.w trap */
+        return (first & 0xFFE0) == 0xF7E0 && (second & 0xD000) == 0x8000;  /* hints; but hvc, smc, udf.w trap */
     if ((first & 0xFE00) == 0xF800) return !(first & 0x10);  /* str, strb, strh, simd element stores; loads, pld */
     if ((first & 0xFE00) == 0xFA00) return 0;                /* data processing (register), multiply, divide */
     if ((first & 0xEE00) == 0xEC00) return !(first & 0x10);  /* stc, vstr, vstm, vpush, mcrr; their loads */
@@ -309,7 +309,7 @@ static int thumb32_may_store(uint16_t first, uint16_t second) {
 /* Whether a Thumb instruction may write memory, or trap to the system (a
  * system call's answer writes memory too): 0 only where it surely does
  * not, so that a kept walk's bytes need no comparing after it (memo.c). */
-static int thumb_may_store(uint16_t first, uint16_t second) {
+int thumb_may_store(uint16_t first, uint16_t second) {
     if (first >= 0xE800) return thumb32_may_store(first, second);
     if (first < 0x5000) return 0;                     /* shift, add, sub, mov, cmp, data processing, bx, ldr literal */
     if (first < 0x5600) return 1;                     /* str, strh, strb (register) */
