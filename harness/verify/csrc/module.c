@@ -1,4 +1,5 @@
-/* The module harness.verify._kernel: the types of rules.c and trace.c, two twins of Python's, and trace.c's store classes (for tests). */
+/* The module harness.verify._kernel: the types of rules.c and trace.c, two twins of Python's, and
+ * trace.c's store classes (for tests). */
 #include "kernel.h"
 
 /* may_start_epilogue(code: bytes) -> bool: sources.c's twin of harness.thumb.encoding's. */
