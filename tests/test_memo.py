@@ -277,3 +277,25 @@ def test_the_instructions_the_memo_calls_storeless_write_no_memory():
                     called_stores.append(f"{first:04x} {second:04x} {insn.mnemonic} {insn.op_str}")
     assert not missed and not called_stores
     assert {"str", "strd", "stm", "push", "vstr", "vpush", "strex", "svc"} <= seen and storeless <= seen
+
+
+def test_a_recursion_deeper_than_the_memos_levels_concludes_the_same(monkeypatch, verifiers):
+    """`rec` calls itself 70 deep: the memo keeps parts of walks by level in a
+    ring of csrc/kernel.h's MEMO_LEVELS (32), so levels 32 apart share a slot
+    and the deeper calls and returns overwrite the parts of the shallower
+    ones; every unwinder still concludes as it does stepping every frame."""
+    lines = ["main: push {r4, lr}", "movs r0, #70", "bl rec", "movs r0, #5", "pop {r4, pc}",
+             "rec: push {r4, lr}", "movs r4, r0", "subs r0, #1", "beq done", "bl rec", "done: adds r0, r4, #0",
+             "pop {r4, pc}"]
+    code = assemble(lines, BASE)
+    main_end = BASE + len(assemble([*lines[:5], "rec: nop"], BASE)) - 2
+    spans = (("main", BASE, main_end), ("rec", main_end, BASE + len(code)))
+    info = tuple(FunctionInfo(name, low, high, low, (), frozenset()) for name, low, high in spans)
+    rows = tuple(FunctionCfi(name, low, high, (CfiRow(low), CfiRow(low + 2, cfa_offset=8, saved=((4, -8), (14, -4)))))
+                 for name, low, high in spans)
+    program = Program("deep", ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows},
+                      expected_result=5)
+    kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program)))
+    assert (kept.fault, kept.result) == (None, 5) and kept.stops > 400
+    assert verdicts(kept) == verdicts(stepped) and kept.failure_tally
+    assert reused(verifiers[0]) > kept.stops
