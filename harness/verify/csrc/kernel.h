@@ -81,6 +81,14 @@ PyObject *sources_fallback_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, Py_
 int sources_set_map(Sources *s, PyObject *args);
 int sources_set_chain(Sources *s, PyObject *args);
 int sources_set_epilogue(Sources *s, PyObject *args);
+/* Leave a new tuple out of the cycle collector where none of its items is in it (strings, numbers, such
+ * tuples): the collector would itself at its first pass over it, after walking it (a summary's keys and
+ * ranges, thousands a program, outlive the collector's pause over a run). */
+static inline void untrack_if_flat(PyObject *tuple) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++)
+        if (PyObject_GC_IsTracked(PyTuple_GET_ITEM(tuple, i))) return;
+    if (PyObject_GC_IsTracked(tuple)) PyObject_GC_UnTrack(tuple);
+}
 /* heads[cause] + middles[where] + tails[cause] (lists of tuples or None), the key of a tally entry
  * (harness.verify.tally.KeyParts): a new reference, Py_None where its head or middle is None, NULL with
  * IndexError or TypeError for an id past its list or a part that is no tuple (module.c). */

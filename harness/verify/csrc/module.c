@@ -49,6 +49,7 @@ PyObject *key_of_parts(PyObject *heads, PyObject *middles, PyObject *tails, Py_s
     for (Py_ssize_t p = 0, at = 0; key && p < 3; p++)
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parts[p]); i++)
             PyTuple_SET_ITEM(key, at++, Py_NewRef(PyTuple_GET_ITEM(parts[p], i)));
+    if (key) untrack_if_flat(key);
     return key;
 }
 

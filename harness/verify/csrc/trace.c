@@ -1520,6 +1520,7 @@ static PyObject *ranges_of(const uint32_t *pcs, size_t count, long gap) {
         size_t end = i + 1;
         while (end < count && pcs[end] <= pcs[end - 1] + (uint64_t)gap) end++;
         PyObject *range = Py_BuildValue("(kk)", (unsigned long)pcs[i], (unsigned long)pcs[end - 1]);
+        if (range) untrack_if_flat(range);
         if (!range || PyList_Append(out, range)) { Py_XDECREF(range); Py_CLEAR(out); }
         Py_XDECREF(range);
         i = end;
@@ -1527,6 +1528,7 @@ static PyObject *ranges_of(const uint32_t *pcs, size_t count, long gap) {
     if (!out) return NULL;
     PyObject *tuple = PyList_AsTuple(out);
     Py_DECREF(out);
+    if (tuple) untrack_if_flat(tuple);
     return tuple;
 }
 
