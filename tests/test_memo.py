@@ -225,6 +225,20 @@ def test_an_outer_walk_holds_while_the_innermost_sp_moves(monkeypatch, verifiers
     assert verifiers[0].outer_walks_reused >= 3  # after each sub sp and the add sp
 
 
+def _saving_r4_and_lr(name: str, functions: list[str], lines: list[str]) -> Program:
+    """A program of `functions` (main first, each a label of `lines`), each of
+    which begins `push {r4, lr}`, as its CFI says; main returns 5."""
+    code = assemble(lines, BASE)
+    where = assemble([*lines, ".align 2", *(f".word {function}" for function in functions)], BASE)[-4 * len(functions):]
+    starts = [int.from_bytes(where[at : at + 4], "little") for at in range(0, len(where), 4)]
+    spans = list(zip(functions, starts, [*starts[1:], BASE + len(code)]))
+    info = tuple(FunctionInfo(function, low, high, low, (), frozenset()) for function, low, high in spans)
+    saved = ((4, -8), (14, -4))
+    rows = tuple(FunctionCfi(function, low, high, (CfiRow(low), CfiRow(low + 2, cfa_offset=8, saved=saved)))
+                 for function, low, high in spans)
+    return Program(name, ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows}, expected_result=5)
+
+
 def test_the_walks_after_a_call_and_a_return_take_the_frames_walked_before_it(monkeypatch, verifiers):
     """main calls middle, which calls leaf three times. At the first stop
     in leaf, the walk from middle's return address on is middle's walk
@@ -236,14 +250,7 @@ def test_the_walks_after_a_call_and_a_return_take_the_frames_walked_before_it(mo
     lines = ["main: push {r4, lr}", "bl middle", "movs r0, #5", "pop {r4, pc}",
              "middle: push {r4, lr}", "bl leaf", "bl leaf", "bl leaf", "pop {r4, pc}",
              "leaf: push {r4, lr}", "nop", "pop {r4, pc}"]
-    code = assemble(lines, BASE)
-    assert len(code) == 32
-    spans = (("main", BASE, BASE + 10), ("middle", BASE + 10, BASE + 26), ("leaf", BASE + 26, BASE + 32))
-    info = tuple(FunctionInfo(name, low, high, low, (), frozenset()) for name, low, high in spans)
-    rows = tuple(FunctionCfi(name, low, high, (CfiRow(low), CfiRow(low + 2, cfa_offset=8, saved=((4, -8), (14, -4)))))
-                 for name, low, high in spans)
-    program = Program("calls", ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows},
-                      expected_result=5)
+    program = _saving_r4_and_lr("calls", ["main", "middle", "leaf"], lines)
     kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["dwarf"])))
     assert (kept.fault, kept.result, kept.failure_tally) == (None, 5, {})
     assert verdicts(kept) == verdicts(stepped)
@@ -287,14 +294,7 @@ def test_a_recursion_deeper_than_the_memos_levels_concludes_the_same(monkeypatch
     lines = ["main: push {r4, lr}", "movs r0, #70", "bl rec", "movs r0, #5", "pop {r4, pc}",
              "rec: push {r4, lr}", "movs r4, r0", "subs r0, #1", "beq done", "bl rec", "done: adds r0, r4, #0",
              "pop {r4, pc}"]
-    code = assemble(lines, BASE)
-    main_end = BASE + len(assemble([*lines[:5], "rec: nop"], BASE)) - 2
-    spans = (("main", BASE, main_end), ("rec", main_end, BASE + len(code)))
-    info = tuple(FunctionInfo(name, low, high, low, (), frozenset()) for name, low, high in spans)
-    rows = tuple(FunctionCfi(name, low, high, (CfiRow(low), CfiRow(low + 2, cfa_offset=8, saved=((4, -8), (14, -4)))))
-                 for name, low, high in spans)
-    program = Program("deep", ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows},
-                      expected_result=5)
+    program = _saving_r4_and_lr("deep", ["main", "rec"], lines)
     kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program)))
     assert (kept.fault, kept.result) == (None, 5) and kept.stops > 400
     assert verdicts(kept) == verdicts(stepped) and kept.failure_tally

@@ -114,6 +114,19 @@ typedef struct { int64_t low, high; } Span;
  * they compared with the stack's low end (the innermost frame's sp). */
 typedef struct { Span spans[TRACK_SPANS]; int count, pc_read, flags_read; uint32_t regs; int64_t lowest; } Track;
 
+/* Reset a walk's Track: no span read, nothing compared. */
+static inline void track_reset(Track *t) {
+    t->count = t->pc_read = t->flags_read = 0;
+    t->regs = 0;
+    t->lowest = INT64_MAX;
+}
+
+/* The IT state's bits of cpsr (ITSTATE[1:0] at 26:25, ITSTATE[7:2] at 15:10). */
+#define CPSR_IT_BITS 0x0600FC00u
+
+/* harness.thumb.encoding.it_state */
+static inline int it_state(uint32_t cpsr) { return ((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3); }
+
 /* harness.thumb.encoding.condition_holds */
 static inline int condition_holds(unsigned cond, uint32_t cpsr) {
     const int n = cpsr >> 31 & 1, z = cpsr >> 30 & 1, c = cpsr >> 29 & 1, v = cpsr >> 28 & 1;

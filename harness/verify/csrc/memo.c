@@ -128,11 +128,12 @@ static int snapshot(Snapshot *into, const Track *reads, const uint8_t *memory, i
     return 0;
 }
 
-/* Drop the parts above level `kept` (their shadow frames changed), and with `wholes`, every whole walk. */
-static void forget_above(WalkMemo *m, Py_ssize_t kept, int wholes) {
+/* Drop every whole walk (it compares every shadow frame), and the parts above level `kept`, whose shadow
+ * frames changed. */
+static void forget_above(WalkMemo *m, Py_ssize_t kept) {
     for (Py_ssize_t i = 0; i < m->count; i++) {
         UnwinderMemo *u = &m->walks[i];
-        if (wholes) u->whole.valid = 0;
+        u->whole.valid = 0;
         for (int slot = 0; u->parts && slot < MEMO_LEVELS; slot++)
             if (u->parts[slot].level > kept) u->parts[slot].valid = 0;
     }
@@ -150,10 +151,10 @@ void memo_begin(WalkMemo *m, const Expected *expected, Py_ssize_t frames, int di
     else
         while (same < shared && same_bytes(&expected[same], &m->expected[same], sizeof(Expected))) same++;
     if (same == frames && frames == m->frames) return;
-    forget_above(m, same, 1);  /* a whole walk compares every frame */
+    forget_above(m, same);
     if ((size_t)frames > m->expected_capacity) {
         Expected *grown = PyMem_Realloc(m->expected, (size_t)frames * sizeof(Expected));
-        if (!grown) { forget_above(m, -1, 1); m->frames = -1; m->active = 0; return; }
+        if (!grown) { forget_above(m, -1); m->frames = -1; m->active = 0; return; }
         m->expected = grown;
         m->expected_capacity = (size_t)frames;
     }
@@ -161,22 +162,29 @@ void memo_begin(WalkMemo *m, const Expected *expected, Py_ssize_t frames, int di
     m->frames = frames;
 }
 
+/* The valid part kept at `level`, or NULL. */
+static inline KeptPart *part_at(const UnwinderMemo *u, Py_ssize_t level) {
+    KeptPart *part = u->parts ? &u->parts[level % MEMO_LEVELS] : NULL;
+    return part && part->valid && part->level == level ? part : NULL;
+}
+
+/* Do two frames hold the same d8-d15 and registers `regs` (bit = register)? */
+static inline int same_registers(const KFrame *a, const KFrame *b, uint32_t regs) {
+    if (a->d_known != b->d_known || (a->d_known && !same_bytes(a->d, b->d, sizeof a->d))) return 0;
+    for (; regs; regs &= regs - 1)
+        if (a->r[__builtin_ctz(regs)] != b->r[__builtin_ctz(regs)]) return 0;
+    return 1;
+}
+
 const KeptPart *memo_find(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, const KFrame *start, int in_it,
                           int64_t low, const uint8_t *memory, int64_t base) {
-    KeptPart *parts = m->walks[unwinder].parts;
-    if (!m->active || !parts) return NULL;
-    KeptPart *w = &parts[level % MEMO_LEVELS];
-    if (!w->valid || w->level != level || w->in_it != in_it) return NULL;
+    KeptPart *w = m->active ? part_at(&m->walks[unwinder], level) : NULL;
+    if (!w || w->in_it != in_it) return NULL;
     /* Guards and reads compare addresses with the stack's low end: where it moved, the walk holds if every
      * address it compared lay at or above both ends, and it reported neither (a guard's failure does). */
     if (w->low != low && (w->answer.kind == ANSWER_GUARD_FAILS || w->lowest < (low > w->low ? low : w->low)))
         return NULL;
-    if (start->d_known != w->start.d_known || (start->d_known && !same_bytes(start->d, w->start.d, sizeof start->d)))
-        return NULL;
-    for (uint32_t regs = w->inputs; regs; regs &= regs - 1) {
-        const int reg = __builtin_ctz(regs);
-        if (start->r[reg] != w->start.r[reg]) return NULL;
-    }
+    if (!same_registers(start, &w->start, w->inputs)) return NULL;
     return holds(m, &w->held_at, &w->read, memory, base) ? w : NULL;
 }
 
@@ -245,28 +253,18 @@ static uint32_t inputs_read(const uint8_t *rule, Py_ssize_t size) {
     return used;
 }
 
-/* Do two frames hold the same sp and lr, d8-d15, and r0-r12 `inputs`? */
-static int same_inputs(const KFrame *a, const KFrame *b, uint32_t inputs) {
-    if (a->r[SP] != b->r[SP] || a->r[LR] != b->r[LR] || a->d_known != b->d_known ||
-        (a->d_known && !same_bytes(a->d, b->d, sizeof a->d)))
-        return 0;
-    for (; inputs; inputs &= inputs - 1)
-        if (a->r[__builtin_ctz(inputs)] != b->r[__builtin_ctz(inputs)]) return 0;
-    return 1;
-}
-
 const KeptWhole *memo_find_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
                                  int it, Py_ssize_t frames, const uint8_t *memory, int64_t base) {
     KeptWhole *w = &m->walks[unwinder].whole;
     if (!m->active || !w->valid || w->rule != rule || w->it != it) return NULL;
-    if (!same_inputs(innermost, &w->innermost, w->inputs)) return NULL;
+    /* sp and lr first (every step may read them; most walks not taken whole differ there), then the rule's */
+    if (innermost->r[SP] != w->innermost.r[SP] || innermost->r[LR] != w->innermost.r[LR] ||
+        !same_registers(innermost, &w->innermost, w->inputs))
+        return NULL;
     if (!holds(m, &w->held_at, &w->first, memory, base)) return NULL;
     if (w->needs_outer) {  /* the outer part it was made with, unless another walk of this unwinder replaced it */
-        KeptPart *parts = m->walks[unwinder].parts;
-        KeptPart *outer = parts ? &parts[(frames - 1) % MEMO_LEVELS] : NULL;
-        if (!outer || !outer->valid || outer->level != frames - 1 ||
-            !holds(m, &outer->held_at, &outer->read, memory, base))
-            return NULL;
+        KeptPart *outer = part_at(&m->walks[unwinder], frames - 1);
+        if (!outer || !holds(m, &outer->held_at, &outer->read, memory, base)) return NULL;
     }
     return w;
 }
@@ -278,10 +276,7 @@ void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFr
     KeptWhole *w = &u->whole;
     w->valid = 0;
     if (!m->active || first->pc_read || first->flags_read) return;
-    if (needs_outer) {  /* the walk's outer part must be the one kept at its level */
-        const KeptPart *outer = u->parts ? &u->parts[(frames - 1) % MEMO_LEVELS] : NULL;
-        if (!outer || !outer->valid || outer->level != frames - 1) return;
-    }
+    if (needs_outer && !part_at(u, frames - 1)) return;  /* the walk's outer part must be the one kept there */
     if (snapshot(&w->first, first, memory, base)) return;
     w->valid = 1;
     w->held_at = m->epoch;

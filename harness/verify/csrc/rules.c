@@ -50,8 +50,6 @@ static inline int read64(const KStack *s, int64_t a, uint64_t *out) {
     return 1;
 }
 
-/* harness.thumb.encoding.it_state */
-static inline int it_state(uint32_t cpsr) { return ((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3); }
 
 /* harness.unwind.walk.check_caller: STEP_OK, or STEP_CALLER_FAILS where it
  * would raise (noting in the walk's Track when it compared the pcs). */
@@ -367,6 +365,23 @@ static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, i
     return -1;
 }
 
+/* An innermost rule that simulates an epilogue ahead (OUTSIDE_IT), at a stop
+ * inside an IT block: as EpilogueFirst.step, the epilogue runs only from the
+ * block's last instruction where its condition holds (*step_cpsr then as
+ * outside the block), else the tables' rule holds (the walk's answer then
+ * depends on the flags: `flags_read`). NULL on a Python error. */
+static PyObject *rule_in_it_block(Verifier *self, Py_ssize_t unwinder, PyObject *rule, int64_t pc, uint32_t cpsr,
+                                  const KStack *s, Py_ssize_t *rule_id, uint32_t *step_cpsr) {
+    const int state = it_state(cpsr);
+    s->track->flags_read = 1;
+    if ((state & 7) == 0 && condition_holds((unsigned)state >> 4, cpsr)) {
+        *step_cpsr = cpsr & ~CPSR_IT_BITS;
+        return rule;
+    }
+    PyObject *tables = sources_fallback_rule(&self->sources, unwinder, pc, rule_id);
+    return tables == Py_None ? rule : tables;
+}
+
 /* Frames [from, to) of a walk, each stepped by its rule and compared with
  * its shadow frame, until one does not pass; a chain's frames are counted
  * in `counted` (see verifier_walk). */
@@ -400,19 +415,8 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
         if (!rule) return -1;
         uint32_t step_cpsr = cpsr;
         if (innermost && rule != Py_None && (((const RuleHeader *)PyBytes_AS_STRING(rule))->flags & OUTSIDE_IT) &&
-            it_state(cpsr)) {
-            /* An epilogue ahead, inside an IT block: simulated only from its last instruction, where its condition
-             * holds (EpilogueFirst.step), else the tables' rule holds. */
-            const int state = it_state(cpsr);
-            s->track->flags_read = 1;
-            if ((state & 7) || !condition_holds((unsigned)state >> 4, cpsr)) {
-                PyObject *tables = sources_fallback_rule(&self->sources, unwinder, out->pc, &rule_id);
-                if (!tables) return -1;
-                if (tables != Py_None) rule = tables;
-            } else {
-                step_cpsr = cpsr & ~0x0600FC00u;  /* as outside the block: the epilogue runs */
-            }
-        }
+            it_state(cpsr) && !(rule = rule_in_it_block(self, unwinder, rule, out->pc, cpsr, s, &rule_id, &step_cpsr)))
+            return -1;
         out->rule_id = rule_id;
         if (rule == Py_None) { out->kind = ANSWER_DEFER; return 0; }
         out->rule_flags = ((const RuleHeader *)PyBytes_AS_STRING(rule))->flags;
@@ -464,9 +468,7 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
     /* Only the counts are set: a zeroed Track and MethodCounts (some 140 bytes each) were a
      * memset a walk, and a walk reads no span or count past them. */
     Track track;
-    track.count = track.pc_read = track.flags_read = 0;
-    track.regs = 0;
-    track.lowest = INT64_MAX;
+    track_reset(&track);
     const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high, self->site_tables, &track };
     MethodCounts counted;  /* committed unless the walk defers */
     counted.any = 0;
@@ -501,9 +503,7 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
         const KFrame caller = frame;
         MethodCounts walked;
         walked.any = 0;
-        track.count = 0;
-        track.regs = 0;
-        track.lowest = INT64_MAX;
+        track_reset(&track);
         if (walk_frames(self, unwinder, &frame, 1, frames, &s, cpsr, expected, frames, out, &walked, NULL, -1,
                         &taken_at))
             return -1;

@@ -530,14 +530,14 @@ static int entered(Tracer *t, uint32_t pc, uint16_t it_instruction, int block) {
 
 /* harness.thumb.encoding.executes */
 static int executes(unsigned cond, uint32_t cpsr) {
-    const int state = ((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3);
+    const int state = it_state(cpsr);
     if (state) cond = (unsigned)state >> 4;
     return condition_holds(cond, cpsr);
 }
 
 /* harness.thumb.encoding.with_it_state */
 static uint32_t with_it_state(uint32_t cpsr, uint8_t state) {
-    return (cpsr & ~0x0600FC00u) | ((uint32_t)(state & 0x3) << 25) | ((uint32_t)(state >> 2) << 10);
+    return (cpsr & ~CPSR_IT_BITS) | ((uint32_t)(state & 0x3) << 25) | ((uint32_t)(state >> 2) << 10);
 }
 
 /* ------------------------------------------------------------ one stop */
@@ -900,7 +900,6 @@ static uint64_t next_stride(Tracer *t) {
     return 1 + z % (2 * t->every - 1);
 }
 
-static inline uint8_t it_state_of(uint32_t cpsr) { return (uint8_t)(((cpsr >> 8) & 0xFC) | ((cpsr >> 25) & 0x3)); }
 
 /* harness.thumb.encoding.it_advance */
 static inline uint8_t it_advance(uint8_t state) {
@@ -930,7 +929,7 @@ static int decode_block(Tracer *t, BlockInfo *b) {
 
 /* The block entered at address (in the state cpsr says), decoded once. */
 static const BlockInfo *block_of(Tracer *t, uint32_t address, uint32_t size, uint32_t cpsr) {
-    const uint8_t thumb = (cpsr & 0x20) != 0, state = thumb ? it_state_of(cpsr) : 0;
+    const uint8_t thumb = (cpsr & 0x20) != 0, state = thumb ? (uint8_t)it_state(cpsr) : 0;
     if (2 * (t->blocks_used + 1) > t->blocks_size) {
         size_t grown = t->blocks_size ? 2 * t->blocks_size : 4096;
         BlockInfo *table = PyMem_Calloc(grown, sizeof(BlockInfo));
