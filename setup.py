@@ -1,4 +1,5 @@
-"""Only the compiled verification kernel; everything else is in pyproject.toml.
+"""Only the compiled parts (the verification kernel, and the twin of
+harness.unwind.rule_map.partition_of); everything else is in pyproject.toml.
 
 The kernel's view of the Python/C boundary, csrc/abi.h, is written here from
 harness/verify/abi.py (run by path: the package is not installed yet)."""
@@ -13,9 +14,12 @@ header = runpy.run_path(str(CSRC.parent / "abi.py"))["header"]()
 if not (CSRC / "abi.h").exists() or (CSRC / "abi.h").read_text() != header:
     (CSRC / "abi.h").write_text(header)
 
-setup(ext_modules=[Extension(
-    "harness.verify._kernel",
-    [f"harness/verify/csrc/{name}.c" for name in ("module", "rules", "sources", "memo", "trace")],
-    depends=["harness/verify/csrc/kernel.h", "harness/verify/csrc/abi.h"],
-    extra_compile_args=["-O2"],
-)])
+setup(ext_modules=[
+    Extension(
+        "harness.verify._kernel",
+        [f"harness/verify/csrc/{name}.c" for name in ("module", "rules", "sources", "memo", "trace")],
+        depends=["harness/verify/csrc/kernel.h", "harness/verify/csrc/abi.h"],
+        extra_compile_args=["-O2"],
+    ),
+    Extension("harness.unwind._rule_map", ["harness/unwind/csrc/rule_map.c"], extra_compile_args=["-O2"]),
+])

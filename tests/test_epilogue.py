@@ -79,6 +79,25 @@ def test_each_epilogue_form_is_simulated_from_each_offset(name):
     assert taken
 
 
+def test_a_plan_made_as_the_rest_of_an_earlier_one_is_the_plan_made_from_its_pc():
+    """A plan from pc also leaves the plans from its later steps (they are
+    its rest): each is what a simulator that never planned before finds
+    there, a tail call's (planned from its own pc) included."""
+    shared = 0
+    for program in [generate_program(0, number) for number in range(6)] + [form_program("tail_call")]:
+        simulator = build_unwinders(program, ["v2+epilogue"])[0].simulator
+        fresh = lambda: EpilogueSimulator(program.code, simulator._same_function, program.segments)
+        for function in program.functions:
+            for start, end in function.epilogues:
+                simulator.plan(start)
+                for pc in range(start + 2, end, 2):
+                    left = simulator._plans.get(pc)
+                    if left is not None:
+                        assert left == fresh().plan(pc), (program.name, hex(pc))
+                        shared += 1
+    assert shared > 50
+
+
 def simulator_for(lines, flags=0, itstate=0):
     code = assemble(lines, BASE)
     same = lambda pc, target: BASE <= target < BASE + len(code)  # one function

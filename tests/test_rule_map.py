@@ -14,12 +14,12 @@ from harness.elf_program import program_from_elf
 from harness.errors import UnwindFailure
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.thumb.encoding import may_start_epilogue
-from harness.unwind import build_unwinders
+from harness.unwind import build_unwinders, rule_map
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder
 from harness.unwind.qut import QutUnwinder
 from harness.unwind.rule import EVERYWHERE, NOWHERE
-from harness.unwind.rule_map import NO_ROW, partition_of
+from harness.unwind.rule_map import NO_ROW, partition_in_python, partition_of
 from harness.unwind.v1 import V1Unwinder
 from harness.unwind.v2 import V2Unwinder, v2_partition
 from harness.unwind.v2_chrome import ChromeV2Unwinder
@@ -57,6 +57,47 @@ def test_a_later_segment_at_the_same_start_replaces_the_earlier_and_equal_neighb
     assert segments(only_none) == [(NOWHERE, NO_ROW)]
 
 
+needs_twin = pytest.mark.skipif(rule_map._compiled_partition_of is None, reason="csrc/rule_map.c is not built")
+
+
+@needs_twin
+def test_the_compiled_partition_is_the_python_one():
+    """Random segments (repeated starts, None, values alike and not, a value
+    met again later, starts moved by a base) and every table's of a
+    generated program and a compiled one: both loops give the same starts,
+    rows and values."""
+    rng = random.Random(5)
+    cases = []
+    for _ in range(2000):
+        start, segments = rng.randrange(-8, 8), []
+        for _ in range(rng.randrange(0, 12)):
+            start += rng.choice((0, 0, 2, 4, 1 << 33))
+            segments.append((start, rng.choice((None, "a", "b", ("c", 1), 7, 7.0))))
+        cases.append(segments)
+    cases += [table_segments(unwinder) for program in list(programs())[1:3] for unwinder in table_unwinders(program)]
+    assert sum(map(len, cases)) > 10_000
+    for segments in cases:
+        base = rng.choice((0, 0x7000_0000, -6))
+        (partition, values), (expected, expected_values) = partition_of(segments, base), \
+            partition_in_python(segments, base)
+        assert (partition.starts, partition.rows, values) == (expected.starts, expected.rows, expected_values)
+        assert partition.starts.typecode == partition.rows.typecode == "q"
+
+
+@needs_twin
+def test_the_compiled_partition_refuses_what_is_no_segment():
+    with pytest.raises(ValueError, match="a segment must be a .start, value. pair"):
+        partition_of([(1, "a", 2)])
+    with pytest.raises(TypeError):
+        partition_of([("one", "a")])
+    with pytest.raises(OverflowError):
+        partition_of([(1 << 70, "a")])
+    with pytest.raises(OverflowError):
+        partition_of([(1, "a")], (1 << 63) - 1)
+    with pytest.raises(TypeError):
+        partition_of([(1, ["a list, unhashable"])])
+
+
 # ------------------------------------------------------------ partitions against the lookups
 
 
@@ -86,9 +127,16 @@ def partition_values(unwinder):
     """The partition of the unwinder's table and the value of each row."""
     if isinstance(unwinder, (V2Unwinder, ChromeV2Unwinder)):
         return v2_partition(unwinder.reader, unwinder.text_base)
+    return partition_of(table_segments(unwinder))
+
+
+def table_segments(unwinder) -> list:
+    """The (start, value) segments of the unwinder's table."""
+    if isinstance(unwinder, (V2Unwinder, ChromeV2Unwinder)):
+        return [(unwinder.text_base + offset, index) for offset, index in unwinder.reader.segments()]
     if isinstance(unwinder, (DwarfUnwinder, ExidxUnwinder)):
-        return partition_of(unwinder.segments())
-    return partition_of((unwinder.text_base + offset, value) for offset, value in unwinder.table.segments())
+        return list(unwinder.segments())
+    return [(unwinder.text_base + offset, value) for offset, value in unwinder.table.segments()]
 
 
 def pcs_to_check(program, partition, rng: random.Random) -> list[int]:

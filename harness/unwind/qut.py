@@ -67,8 +67,7 @@ class QutUnwinder:
     @cached_property
     def rule_maps(self) -> tuple[RuleMap, RuleMap]:
         """(callers', innermost) rules: each entry's."""
-        segments = ((self.text_base + offset, ops) for offset, ops in self.table.segments())
-        return rule_maps(*partition_of(segments), rule_of_ops, self._nothing)
+        return rule_maps(*partition_of(self.table.segments(), self.text_base), rule_of_ops, self._nothing)
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         return self.rule_maps[innermost].rule_at(pc)

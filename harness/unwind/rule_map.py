@@ -25,6 +25,11 @@ from typing import NamedTuple
 from harness.errors import UnwindFailure
 from harness.unwind.rule import EVERYWHERE, LEAF, NOWHERE, PcWording, Rule, RuleRange, failing
 
+try:
+    from harness.unwind._rule_map import partition_of as _compiled_partition_of
+except ImportError:  # not built: partitions are made in Python
+    _compiled_partition_of = None
+
 NO_ROW = -1  # the table has nothing for the pcs of a segment
 
 
@@ -43,15 +48,31 @@ class Partition(NamedTuple):
         return self.rows[index], self.starts[index], high
 
 
-def partition_of(segments: Iterable[tuple[int, Hashable | None]]) -> tuple[Partition, list]:
+def partition_of(segments: Iterable[tuple[int, Hashable | None]], base: int = 0) -> tuple[Partition, list]:
     """The partition of (start, value) pairs in increasing start order, each
-    value holding from its start up to the next start (a later pair at the
+    value holding from base + start up to the next one (a later pair at the
     same start replaces the earlier; None: no row), and the distinct values
-    by row number. Before the first start there is no row."""
+    by row number. Before the first start there is no row. Looped in C where
+    the twin is built (csrc/rule_map.c)."""
+    if _compiled_partition_of is None:
+        return partition_in_python(segments, base)
+    starts, rows, values = _compiled_partition_of(segments, base, NOWHERE, NO_ROW)
+    return Partition(_int64s(starts), _int64s(rows)), values
+
+
+def _int64s(packed: bytes) -> array:
+    out = array("q")
+    out.frombytes(packed)
+    return out
+
+
+def partition_in_python(segments: Iterable[tuple[int, Hashable | None]], base: int = 0) -> tuple[Partition, list]:
+    """partition_of, in Python: the reference of its compiled twin."""
     starts, rows = [NOWHERE], [NO_ROW]
     values: list = []
     numbers: dict = {}
-    for start, value in segments:
+    for offset, value in segments:
+        start = base + offset
         if value is None:
             row = NO_ROW
         else:

@@ -56,8 +56,8 @@ class V1Unwinder:
     def rule_maps(self) -> tuple[RuleMap, RuleMap]:
         """(callers', innermost) rules, a caller's pc looked up as it is;
         where the table has nothing, the innermost frame takes pc from lr."""
-        segments = ((self.text_base + offset, found) for offset, found in self.table.segments())
-        return rule_maps(*partition_of(segments), _rule_of_row, "v1 has no row for pc {pc:#x}", caller_shift=0,
+        return rule_maps(*partition_of(self.table.segments(), self.text_base), _rule_of_row,
+                         "v1 has no row for pc {pc:#x}", caller_shift=0,
                          innermost_nothing=LEAF)
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:

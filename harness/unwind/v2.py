@@ -110,4 +110,4 @@ class V2Unwinder:
 def v2_partition(reader: V2Reader, text_base: int):
     """The Partition of the pcs a v2 table covers, and the instruction index
     of each row (rule_map.partition_of)."""
-    return partition_of((text_base + offset, index) for offset, index in reader.segments())
+    return partition_of(reader.segments(), text_base)

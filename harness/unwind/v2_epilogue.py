@@ -83,6 +83,7 @@ class EpilogueSimulator:
     def _plan(self, pc: int) -> tuple[Step, ...] | str:
         steps: list[Step] = []
         address = pc
+        starts = []  # of the steps after the first
         for _ in range(LIMIT):  # one at a time: most stops decline at the first
             try:
                 decoded = self._step_at(address)
@@ -100,8 +101,18 @@ class EpilogueSimulator:
                 return "a branch within the function"
             steps.append(step)
             if ends_frame(step):
+                if not isinstance(step, Branch) or step.target is None:  # the plan from pc's alone
+                    self._plan_the_rest(starts, steps)
                 return tuple(steps)
+            starts.append(address)
         return "no return within reach"
+
+    def _plan_the_rest(self, starts: list[int], steps: list[Step]) -> None:
+        """The plans from the steps after the first, which are the rest of
+        this one: the same instructions, decoded alike, to the same return
+        (a tail call's depends on the pc it is planned from: not this way)."""
+        for number, address in enumerate(starts, 1):
+            self._plans.setdefault(address, tuple(steps[number:]))
 
     def declines_from(self, pc: int, limit: int = 256) -> int:
         """The end of the halfword-aligned pcs from pc on, at most `limit`

@@ -46,8 +46,8 @@ class VmkunwindUnwinder:
     @cached_property
     def rule_maps(self) -> tuple[RuleMap, RuleMap]:
         """(callers', innermost) rules: each row's."""
-        segments = ((self.text_base + offset, row) for offset, row in self.table.segments())
-        return rule_maps(*partition_of(segments), _rule_of_row, "vmkunwind has no row for pc {pc:#x}")
+        return rule_maps(*partition_of(self.table.segments(), self.text_base), _rule_of_row,
+                         "vmkunwind has no row for pc {pc:#x}")
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         return self.rule_maps[innermost].rule_at(pc)

@@ -57,6 +57,10 @@ RULE_HEADER = Layout("RuleHeader", tuple(Field(name, "int32_t") for name in (
     "flags", "base", "index", "offset", "end", "lowest", "highest", "loads", "vfp_loads",
     "pre_loads", "pre_lowest", "pre_highest")))
 LOAD = Layout("Load", (Field("reg", "int32_t"), Field("offset", "int32_t")))
+# The fields of a Rule, in order (the kernel packs plain ones itself: module.c's pack_plain).
+RULE_FIELDS = ("base", "offset", "index", "loads", "vfp_loads", "end", "bounds", "pc_from_lr", "aligned", "above_sp",
+               "leaf_unless_record", "outside_it", "caller_aligned8", "failure", "guard_failure", "guard_kind",
+               "scan_window", "scan_sites", "alternatives", "pre_loads", "pre_bounds")
 # One shadow frame (harness.verify.groundtruth.ShadowFrame): r = r4-r11, d = d8-d15.
 EXPECTED = Layout("Expected", (Field("pc", "uint32_t"), Field("sp", "uint32_t"), Field("r", "uint32_t", 8),
                                Field("state", "uint32_t"), Field("d", "uint64_t", 8)))
@@ -233,6 +237,8 @@ def header() -> str:
         "#ifndef HARNESS_ABI_H", "#define HARNESS_ABI_H", "#include <stdint.h>", "",
         _enum(FLAGS, (1 << bit for bit in range(len(FLAGS)))),
         RULE_HEADER.c(), LOAD.c(), EXPECTED.c(),
+        _enum(tuple(f"RULE_{name.upper()}" for name in RULE_FIELDS) + ("RULE_FIELD_COUNT",),
+              range(len(RULE_FIELDS) + 1)),
         _enum(EXPECTED_STATES, (1 << bit for bit in range(len(EXPECTED_STATES)))), "",
         _enum(("CPSR", "FIRST_VFP", "MAX_REGISTERS"), (CPSR_SLOT, FIRST_VFP_SLOT, len(SLOTS))),
         _enum(tuple(f"ENGINE_{name.upper()}" for name in Engine._fields) + ("ENGINE_FIELDS",),

@@ -136,13 +136,15 @@ def merged(spans: Iterable[tuple[int, int]]) -> Ranges:
 
 def logged_pcs(failures: Iterable[tuple[Hashable | None, int]], grouped: LoggedPcs | None = None) -> LoggedPcs:
     """LoggedPcs of (key, pc) failures (those of key None left out), and of
-    those `grouped` already."""
+    those `grouped` already (that dict itself where there are no failures)."""
     found: dict = {}
     for key, pc in failures:
         if key is not None:
             count, pcs = found.get(key) or (0, set())
             pcs.add(pc)
             found[key] = (count + 1, pcs)
+    if not found and grouped is not None:
+        return grouped  # the kernel's alone, as it grouped them (most runs defer no failing walk to Python)
     out = dict(grouped or {})
     for key, (count, pcs) in found.items():
         held, ranges = out.get(key), ranges_of(pcs)

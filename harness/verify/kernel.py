@@ -29,9 +29,9 @@ from harness.verify import abi, rule_book
 from harness.verify.failures import Outcome
 
 try:
-    from harness.verify._kernel import Tracer, Verifier, may_start_epilogue
+    from harness.verify._kernel import Tracer, Verifier, may_start_epilogue, pack_plain
 except ImportError:  # not built: the verifier runs in Python alone
-    Tracer = Verifier = may_start_epilogue = None
+    Tracer = Verifier = may_start_epilogue = pack_plain = None
 
 AVAILABLE = Verifier is not None
 DEFER = False  # the kernel's answer where the unwinder's own step must run
@@ -71,8 +71,17 @@ assert _HEADER.format == "<" + "1i" * len(abi.RULE_HEADER.fields) and _LOAD.form
 INT32_LOW, INT32_HIGH = -(1 << 31), (1 << 31) - 1
 
 
-@lru_cache(maxsize=1 << 16)  # rules repeat by value across ranges and programs
+assert Rule._fields == abi.RULE_FIELDS  # the order the kernel's pack_plain reads them in
+
+
+@lru_cache(maxsize=1 << 16)  # rules repeat by value across ranges and programs (and share one packing)
 def _pack_plain(rule: Rule) -> bytes | None:
+    return pack_plain_in_python(rule) if pack_plain is None else pack_plain(rule)
+
+
+def pack_plain_in_python(rule: Rule) -> bytes | None:
+    """A rule without alternatives or a scan, packed: the reference of the
+    kernel's twin (csrc/module.c)."""
     failure, guard_kind = rule.failure, rule.guard_kind
     flags = ((abi.BOUNDS if rule.bounds is not None else 0) | (abi.PC_FROM_LR if rule.pc_from_lr else 0)
              | (abi.ALIGNED if rule.aligned else 0) | (abi.ABOVE_SP if rule.above_sp else 0)

@@ -34,7 +34,7 @@ class RuleBook:
     at_most = 1 << 18  # rules a book holds before a process starts another (`current`)
 
     def __init__(self) -> None:
-        self.numbers: dict[Hashable, int] = {}
+        self.numbers: dict[Callable, dict[Hashable, int]] = {}  # make -> value -> number (a table's rows share make)
         self.keys: list[Hashable] = []
         self.rules: list[Rule | None] = []
         self.packed: list = []
@@ -44,14 +44,18 @@ class RuleBook:
 
     def number(self, key: Hashable, shared: bool = True) -> int:
         """The number of the rule `key` names (a new one unless `shared`)."""
-        number = self.numbers.get(key) if shared else None
+        make, value = key
+        numbers = self.numbers.get(make)
+        if numbers is None:
+            numbers = self.numbers[make] = {}
+        number = numbers.get(value) if shared else None
         if number is None:
             number = len(self.keys)
             self.keys.append(key)
             self.rules.append(None)
             self.packed.append(UNMADE)
             if shared:
-                self.numbers[key] = number
+                numbers[value] = number
         return number
 
     def numbers_of(self, rule_map: RuleMap, numbered: dict[int, tuple] | None = None,
@@ -70,13 +74,15 @@ class RuleBook:
 
     def _numbers_of_rows(self, rule_map: RuleMap, own: list[int] | None) -> array:
         """The number of each row's rule: a table has hundreds of rows, most
-        named before (in this table or another), found without a call each."""
-        keys = rule_map.keys_of_rows()
-        if rule_map.rule_of_value is itself:  # a rule itself names it: a scan's is its kernel's own
-            return array("q", [self.number_of(key, own) for key in keys])
-        found = array("q", [self.numbers.get(key, -1) for key in keys])
+        named before (in this table or another), found without a call each
+        (and without a key each: by value, among its make's)."""
+        make, values = rule_map.rule_of_value, rule_map.values
+        if make is itself:  # a rule itself names it: a scan's is its kernel's own
+            return array("q", [self.number_of(key, own) for key in rule_map.keys_of_rows()])
+        known = self.numbers.get(make, {})
+        found = array("q", [known.get(value, -1) for value in values])
         for row in [row for row, number in enumerate(found) if number < 0]:
-            found[row] = self.number(keys[row])
+            found[row] = self.number((make, values[row]))
         return found
 
     def number_of(self, key: tuple, own: list[int] | None = None) -> int:

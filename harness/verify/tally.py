@@ -140,4 +140,5 @@ class Tally:
     def logged(self) -> int:
         """How many failing walks a run logs, its cap aside: all but the
         stops in a library (no_info refusals there)."""
-        return sum(self.sums([None if failing is None else () for failing in self.failing]).values())
+        failing = self.failing
+        return sum([walks for _, cause, walks in self.entries if failing[cause] is not None])

@@ -1,4 +1,4 @@
-/* The module harness.verify._kernel: the types of rules.c and trace.c, two twins of Python's, and
+/* The module harness.verify._kernel: the types of rules.c and trace.c, three twins of Python's, and
  * trace.c's store classes (for tests). */
 #include "kernel.h"
 
@@ -84,7 +84,114 @@ static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
     return Py_NewRef(target);
 }
 
+/* ------------------------------------------------------------ packing a plain rule */
+
+typedef struct {
+    int32_t *items;
+    Py_ssize_t count;
+    int fits;  /* every value in int32 */
+} Packing;
+
+static void pack_value(Packing *p, long long value) {
+    if (value < INT32_MIN || value > INT32_MAX) p->fits = 0;
+    p->items[p->count++] = (int32_t)value;
+}
+
+/* An int field of the rule, or `none` where it is None; 0 with *ok cleared where it is no int in 64 bits. */
+static long long int_field(PyObject *value, long long none, int *ok) {
+    if (value == Py_None) return none;
+    int overflow;
+    const long long out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow || (out == -1 && PyErr_Occurred())) *ok = 0;
+    return out;
+}
+
+/* The (lowest, highest) pair of a field, (0, 0) where it is None. */
+static void pair_field(PyObject *pair, long long out[2], int *ok) {
+    out[0] = out[1] = 0;
+    if (pair == Py_None) return;
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) { *ok = 0; return; }
+    out[0] = int_field(PyTuple_GET_ITEM(pair, 0), 0, ok);
+    out[1] = int_field(PyTuple_GET_ITEM(pair, 1), 0, ok);
+}
+
+static int is_text(PyObject *value, const char *text) {
+    return PyUnicode_Check(value) && PyUnicode_CompareWithASCIIString(value, text) == 0;
+}
+
+/* pack_plain(rule) -> bytes or None: harness.verify.kernel._pack_plain's twin, a rule with neither
+ * alternatives nor a scan as rules.c reads it (abi.RULE_HEADER, then its pre_loads, loads and
+ * vfp_loads as (register, offset) pairs); None where a value is beyond int32 (`step` runs there). */
+static PyObject *kernel_pack_plain(PyObject *module, PyObject *rule) {
+    if (!PyTuple_Check(rule) || PyTuple_GET_SIZE(rule) != RULE_FIELD_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "pack_plain takes a Rule");
+        return NULL;
+    }
+#define FIELD(name) PyTuple_GET_ITEM(rule, RULE_##name)
+    PyObject *lists[3] = { FIELD(PRE_LOADS), FIELD(LOADS), FIELD(VFP_LOADS) };
+    for (int l = 0; l < 3; l++)
+        if (!PyTuple_Check(lists[l])) {
+            PyErr_SetString(PyExc_TypeError, "a rule's loads are tuples of (register, offset) pairs");
+            return NULL;
+        }
+    static const struct { int field, flag; } truths[] = {
+        { RULE_PC_FROM_LR, PC_FROM_LR }, { RULE_ALIGNED, ALIGNED }, { RULE_ABOVE_SP, ABOVE_SP },
+        { RULE_LEAF_UNLESS_RECORD, LEAF_UNLESS_RECORD }, { RULE_OUTSIDE_IT, OUTSIDE_IT },
+        { RULE_CALLER_ALIGNED8, CALLER_ALIGNED8 },
+    };
+    long long flags = FIELD(BOUNDS) != Py_None ? BOUNDS : 0;
+    for (size_t i = 0; i < sizeof truths / sizeof *truths; i++) {
+        const int truth = PyObject_IsTrue(PyTuple_GET_ITEM(rule, truths[i].field));
+        if (truth < 0) return NULL;
+        if (truth) flags |= truths[i].flag;
+    }
+    PyObject *failure = FIELD(FAILURE), *guard_kind = FIELD(GUARD_KIND);
+    if (failure != Py_None) {
+        flags |= FAILS;
+        if (PyTuple_Check(failure) && PyTuple_GET_SIZE(failure) > 0 && is_text(PyTuple_GET_ITEM(failure, 0), "no_info"))
+            flags |= NO_INFO;
+    }
+    if (FIELD(GUARD_FAILURE) != Py_None) flags |= GUARD_FAILS;
+    if (guard_kind != Py_None) {
+        flags |= GUARD_KIND_FIXED;
+        if (is_text(guard_kind, "no_info")) flags |= NO_INFO;
+    }
+    const Py_ssize_t pairs = PyTuple_GET_SIZE(lists[0]) + PyTuple_GET_SIZE(lists[1]) + PyTuple_GET_SIZE(lists[2]);
+    const Py_ssize_t count = (Py_ssize_t)(sizeof(RuleHeader) / sizeof(int32_t)) + 2 * pairs;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int32_t));
+    if (!out) return NULL;
+    Packing p = { (int32_t *)PyBytes_AS_STRING(out), 0, 1 };
+    int ok = 1;
+    long long bounds[2], pre_bounds[2];
+    pair_field(FIELD(BOUNDS), bounds, &ok);
+    pair_field(FIELD(PRE_BOUNDS), pre_bounds, &ok);
+    const long long header[] = {
+        flags, int_field(FIELD(BASE), 0, &ok), int_field(FIELD(INDEX), -1, &ok), int_field(FIELD(OFFSET), 0, &ok),
+        int_field(FIELD(END), 0, &ok), bounds[0], bounds[1], PyTuple_GET_SIZE(lists[1]), PyTuple_GET_SIZE(lists[2]),
+        PyTuple_GET_SIZE(lists[0]), pre_bounds[0], pre_bounds[1],
+    };
+#undef FIELD
+    for (size_t i = 0; i < sizeof header / sizeof *header; i++) pack_value(&p, header[i]);
+    for (int l = 0; l < 3; l++)
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(lists[l]); i++) {
+            long long pair[2];
+            pair_field(PyTuple_GET_ITEM(lists[l], i), pair, &ok);
+            pack_value(&p, pair[0]);
+            pack_value(&p, pair[1]);
+        }
+    if (!ok && PyErr_Occurred()) {  /* not an int at all: the rule is malformed */
+        Py_DECREF(out);
+        return NULL;
+    }
+    if (!ok || !p.fits) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
 static PyMethodDef kernel_functions[] = {
+    {"pack_plain", kernel_pack_plain, METH_O, "A rule without alternatives or a scan, as rules.c reads it."},
     {"may_start_epilogue", kernel_may_start_epilogue, METH_O, "May these bytes start an epilogue?"},
     {"may_store", kernel_may_store, METH_VARARGS, "May the Thumb instruction of these half-words write memory?"},
     {"sum_by", kernel_sum_by, METH_VARARGS, "Tally entries added up by keys made of their where's and cause's parts."},
