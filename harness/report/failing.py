@@ -59,12 +59,14 @@ def digest(tally: Tally, log: FailureLog) -> dict[str, dict[GroupKey, Group]]:
     those its failure `log` holds."""
     key = group_key(tally)
     stops = tally.sums(key.heads, key.middles, key.tails)  # group_key -> failing walks
-    totals = tally.sums(tally.failing)  # (unwinder,) -> failing walks
     logged = log.logged_pcs(key)  # group_key -> (logged, ranges): every logged failure is tallied
+    totals: dict[str, int] = {}  # failing walks per unwinder
+    for group, count in stops.items():
+        totals[group[0]] = totals.get(group[0], 0) + count
     counted: dict[str, int] = {}  # logged failing walks per unwinder
-    for (unwinder, *_), (count, _) in logged.items():
-        counted[unwinder] = counted.get(unwinder, 0) + count
-    complete = {unwinder for (unwinder,), total in totals.items() if counted.get(unwinder) == total <= PCS_PER_UNWINDER}
+    for group, (count, _) in logged.items():
+        counted[group[0]] = counted.get(group[0], 0) + count
+    complete = {unwinder for unwinder, total in totals.items() if counted.get(unwinder) == total <= PCS_PER_UNWINDER}
     out: dict[str, dict[GroupKey, Group]] = {}
     group_of = tuple.__new__  # a Group without the call of its Python __new__: hundreds a program
     for group, count in stops.items():  # in the tally's order: what a report writes of a digest is sorted
