@@ -1,50 +1,55 @@
-"""EHABI compact unwind instructions as data: one dataclass per kind, and
-the text `dump` and error messages show for them."""
+"""EHABI compact unwind instructions as data: one tuple type per kind, and
+the text `dump` and error messages show for them.
+
+Each kind is a NamedTuple, so that a run of them hashes and compares in C:
+every table's rows are runs, and a process numbers them by value (the
+rule book). Its last field, `kind`, is the kind's own constant, so that
+instructions of two kinds never compare equal (`VspAdd(4)` and
+`SetVsp(4)` would as bare tuples)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Union
+from typing import Iterable, NamedTuple, Union
 
 
-@dataclass(frozen=True)
-class VspAdd:
+class VspAdd(NamedTuple):
     """vsp = vsp + amount (amount a multiple of 4, may be negative)."""
 
     amount: int
+    kind: str = "vsp_add"
 
     def __str__(self) -> str:
         sign = "+" if self.amount >= 0 else "-"
         return f"vsp = vsp {sign} {abs(self.amount)}"
 
 
-@dataclass(frozen=True)
-class SetVsp:
+class SetVsp(NamedTuple):
     """vsp = r[reg] (reg is neither 13 nor 15)."""
 
     reg: int
+    kind: str = "set_vsp"
 
     def __str__(self) -> str:
         return f"vsp = r{self.reg}"
 
 
-@dataclass(frozen=True)
-class Pop:
+class Pop(NamedTuple):
     """Pop core registers, lowest-numbered from the lowest address."""
 
     regs: tuple[int, ...]
+    kind: str = "pop"
 
     def __str__(self) -> str:
         return f"pop {{{_ranges('r', self.regs)}}}"
 
 
-@dataclass(frozen=True)
-class PopVfp:
+class PopVfp(NamedTuple):
     """Pop d[first]..d[first+count-1]; `fstmfdx` frames carry one extra word."""
 
     first: int
     count: int
     fstmfdx: bool = False
+    kind: str = "pop_vfp"
 
     def __str__(self) -> str:
         regs = tuple(range(self.first, self.first + self.count))
@@ -52,8 +57,7 @@ class PopVfp:
         return f"pop {{{_ranges('d', regs)}}}{suffix}"
 
 
-@dataclass(frozen=True)
-class PopWmmx:
+class PopWmmx(NamedTuple):
     """Pop Intel Wireless MMX registers: data registers wR (8 bytes each)
     or, with `control`, the control registers wCGR0-3 (4 bytes each). No
     register this tool models holds them: running it moves vsp past them,
@@ -61,6 +65,7 @@ class PopWmmx:
 
     regs: tuple[int, ...]
     control: bool = False
+    kind: str = "pop_wmmx"
 
     @property
     def size(self) -> int:
@@ -70,15 +75,17 @@ class PopWmmx:
         return f"pop {{{_ranges('wCGR' if self.control else 'wR', self.regs)}}}"
 
 
-@dataclass(frozen=True)
-class Finish:
+class Finish(NamedTuple):
+    kind: str = "finish"
+
     def __str__(self) -> str:
         return "finish"
 
 
-@dataclass(frozen=True)
-class Refuse:
+class Refuse(NamedTuple):
     """0x80 0x00: the region must not be unwound."""
+
+    kind: str = "refuse"
 
     def __str__(self) -> str:
         return "refuse to unwind"
