@@ -745,3 +745,16 @@ def test_plain_runs_flatten_and_odd_ones_do_not():
     assert ehabi.flatten((Pop((4, SP)), FINISH)) is None  # a popped sp replaces vsp
     assert ehabi.flatten((Pop((4,)), SetVsp(7), FINISH)) is None  # vsp = r7 after a pop of r7?
     assert ehabi.flatten((REFUSE,)) is None and ehabi.flatten((Pop((4,)),)) is None
+
+
+def test_instructions_of_two_kinds_never_compare_equal():
+    """Instructions are tuples (hashed in C), each kind's last field its own
+    constant: runs that differ only in an instruction's kind stay apart as
+    keys (the rule book numbers rows by them)."""
+    alike = [ehabi.VspAdd(4), ehabi.SetVsp(4), ehabi.Pop((4,)), ehabi.PopWmmx((4,)), ehabi.PopVfp(4, 1),
+             ehabi.Finish(), ehabi.Refuse()]
+    runs = {(op, ehabi.FINISH): number for number, op in enumerate(alike)}
+    assert len(runs) == len(alike)
+    assert len({op.kind for op in alike}) == len(alike)
+    assert ehabi.VspAdd(4) == ehabi.VspAdd(4, "vsp_add") and hash(ehabi.Pop((4, 14))) == hash(ehabi.Pop((4, 14)))
+
