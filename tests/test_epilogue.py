@@ -10,6 +10,7 @@ from generators.corpus import DEFAULT_PROGRAMS, generate_program
 from generators.functions import Call, Plan
 from generators.layout import build_program
 from harness.formats.chrome_v2.synthesize import synthesize_epilogues
+from harness.thumb import epilogue
 from harness.thumb.disasm import decode_one
 from harness.thumb.encoding import condition_holds, it_state, may_start_epilogue
 from harness.thumb.epilogue import Branch, Restore, classify, find_epilogues
@@ -288,3 +289,14 @@ def test_steps_are_kept_by_their_bytes_only_where_they_decode_alike_anywhere():
     assert simulator._code_at(BASE, 4) == simulator._code_at(BASE + 4, 4)  # the same bytes
     assert (first, second) == (Branch(0x100200), Branch(0x100204))
     assert simulator._step_at(BASE + 8)[1] == simulator._step_at(BASE + 10)[1] == Restore((4, 15))
+
+
+def test_steps_of_two_kinds_never_compare_equal():
+    """Steps are tuples (hashed in C: plans are cached by them), each kind's
+    last field its own constant: plans that differ only in a step's kind
+    stay apart."""
+    alike = [epilogue.RestoreVfp(8, 2), epilogue.AdjustFramePointer(8, 2), Restore((8,)), Branch(8),
+             epilogue.Release(8), epilogue.ReturnToLr()]
+    assert len({(step,) for step in alike}) == len(alike)
+    assert epilogue.Release(amount=8) == epilogue.Release(8, None, None, 0) and Restore((4, 15)) == Restore((4, 15))
+

@@ -11,8 +11,7 @@ compiled code (harness.classify) all build on them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Union
+from typing import NamedTuple, Union
 
 from harness.registers import DWARF_D0, LR, PC, SP
 from harness.thumb.disasm import Instruction, decode_one, sweep
@@ -21,49 +20,55 @@ from harness.thumb.encoding import FRAME_POINTERS
 LIMIT = 16  # instructions scanned for a return
 
 
-@dataclass(frozen=True)
-class Release:
+# Each step is a NamedTuple, hashed and compared in C (plans are cached by
+# their steps); its last field, `kind`, is its class's own constant, so that
+# steps of two classes never compare equal as bare tuples would.
+
+
+class Release(NamedTuple):
     """sp += amount, sp += r[reg], or sp = r[frame_pointer] - below."""
 
     amount: int = 0
     reg: int | None = None
     frame_pointer: int | None = None
     below: int = 0
+    kind: str = "release"
 
 
-@dataclass(frozen=True)
-class AdjustFramePointer:
+class AdjustFramePointer(NamedTuple):
     """r7 += amount, as GCC does before `mov sp, r7` when a frame is large."""
 
     reg: int
     amount: int
+    kind: str = "adjust_frame_pointer"
 
 
-@dataclass(frozen=True)
-class Restore:
+class Restore(NamedTuple):
     """pop / ldr rX, [sp], #4 / ldm sp!: core registers from the stack (pc: a return)."""
 
     regs: tuple[int, ...]
+    kind: str = "restore"
 
 
-@dataclass(frozen=True)
-class RestoreVfp:
+class RestoreVfp(NamedTuple):
     first: int  # d register number
     count: int
+    kind: str = "restore_vfp"
 
 
-@dataclass(frozen=True)
-class ReturnToLr:
+class ReturnToLr(NamedTuple):
     """bx lr."""
 
+    kind: str = "return_to_lr"
 
-@dataclass(frozen=True)
-class Branch:
+
+class Branch(NamedTuple):
     """b / b.w: a tail call when it leaves the function; bx rN (not lr), a
     tail call through a register (target None), as clang ends
     `ldm sp!, {..., lr}; bx r1`."""
 
     target: int | None
+    kind: str = "branch"
 
 
 Step = Union[Release, AdjustFramePointer, Restore, RestoreVfp, ReturnToLr, Branch]
