@@ -99,6 +99,7 @@ static void pack_value(Packing *p, long long value) {
 
 /* An int field of the rule, or `none` where it is None; 0 with *ok cleared where it is no int in 64 bits. */
 static long long int_field(PyObject *value, long long none, int *ok) {
+    if (PyErr_Occurred()) return 0;  /* an earlier field was no int: the rule is refused as it is */
     if (value == Py_None) return none;
     int overflow;
     const long long out = PyLong_AsLongLongAndOverflow(value, &overflow);
@@ -148,8 +149,8 @@ static PyObject *kernel_pack_plain(PyObject *module, PyObject *rule) {
     PyObject *failure = FIELD(FAILURE), *guard_kind = FIELD(GUARD_KIND);
     if (failure != Py_None) {
         flags |= FAILS;
-        if (PyTuple_Check(failure) && PyTuple_GET_SIZE(failure) > 0 && is_text(PyTuple_GET_ITEM(failure, 0), "no_info"))
-            flags |= NO_INFO;
+        PyObject *kind = PyTuple_Check(failure) && PyTuple_GET_SIZE(failure) > 0 ? PyTuple_GET_ITEM(failure, 0) : NULL;
+        if (kind && is_text(kind, "no_info")) flags |= NO_INFO;
     }
     if (FIELD(GUARD_FAILURE) != Py_None) flags |= GUARD_FAILS;
     if (guard_kind != Py_None) {
