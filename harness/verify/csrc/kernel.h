@@ -218,7 +218,6 @@ typedef struct {
     uint64_t held_at;    /* as a part's */
     PyObject *rule;      /* borrowed: a Verifier keeps every rule it was given */
     uint32_t inputs;     /* the registers r0-r12 its step reads (memo.c: inputs_read) */
-    PyObject *inputs_of; /* the rule `inputs` were read from */
     KFrame innermost;
     int it;
     Snapshot first;      /* the bytes the innermost step read */

@@ -281,11 +281,11 @@ void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFr
     w->valid = 1;
     w->held_at = m->epoch;
     w->needs_outer = needs_outer;
-    w->rule = rule;
-    if (w->inputs_of != rule) {  /* mostly the rule of the stop before, whose inputs are known */
-        w->inputs_of = rule;
+    /* mostly the rule of the stop before, whose inputs are known (a walk not kept leaves rule and inputs
+     * as they were) */
+    if (w->rule != rule)
         w->inputs = rule == Py_None ? 0 : inputs_read((const uint8_t *)PyBytes_AS_STRING(rule), PyBytes_GET_SIZE(rule));
-    }
+    w->rule = rule;
     w->innermost = *innermost;
     w->it = it;
     w->answer = *answer;

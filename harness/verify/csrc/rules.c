@@ -414,8 +414,9 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
                        : sources_rule(&self->sources, unwinder, out->pc, innermost, &rule_id);
         if (!rule) return -1;
         uint32_t step_cpsr = cpsr;
-        if (innermost && rule != Py_None && (((const RuleHeader *)PyBytes_AS_STRING(rule))->flags & OUTSIDE_IT) &&
-            it_state(cpsr) && !(rule = rule_in_it_block(self, unwinder, rule, out->pc, cpsr, s, &rule_id, &step_cpsr)))
+        if (innermost && in_it && rule != Py_None &&
+            (((const RuleHeader *)PyBytes_AS_STRING(rule))->flags & OUTSIDE_IT) &&
+            !(rule = rule_in_it_block(self, unwinder, rule, out->pc, cpsr, s, &rule_id, &step_cpsr)))
             return -1;
         out->rule_id = rule_id;
         if (rule == Py_None) { out->kind = ANSWER_DEFER; return 0; }

@@ -116,11 +116,11 @@ enum { NO_VALUES, CORE_VALUES, VFP_VALUES, GUARD_VALUES, FAILS_VALUES, CALLER_VA
 typedef struct {
     uint64_t number;
     uint32_t pc;
-    int32_t unwinder, where, cause, values;
+    int32_t unwinder, values;
     int64_t got;
     uint64_t want;
     int64_t low;
-    int64_t tallied;  /* its (where, cause) entry in the tally */
+    int64_t tallied;  /* its (where, cause) entry in the tally (tally_key) */
 } Logged;
 
 typedef struct {
@@ -641,18 +641,18 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
         return 0;
     if (reserve(&t->log, &t->log_capacity, t->logged + 1, sizeof(Logged))) return -1;
     if (key.kind == MERGED_GUARD) {
-        t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, GUARD_VALUES, a->base,
+        t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, GUARD_VALUES, a->base,
                                         (uint64_t)a->sp, a->low, last->tallied };
         return 0;
     }
     if (a->kind == ANSWER_CALLER_FAILS) {
-        t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, CALLER_VALUES, a->got,
+        t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, CALLER_VALUES, a->got,
                                         (uint64_t)a->sp, 0, last->tallied };
         return 0;
     }
     int values = a->kind == ANSWER_FAILS ? FAILS_VALUES : a->kind != ANSWER_MISMATCH ? NO_VALUES
                : a->reg > PC ? VFP_VALUES : CORE_VALUES;
-    t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, where, (int32_t)cause, values,
+    t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, values,
                                     a->kind == ANSWER_FAILS ? a->pc : a->got, a->want, 0, last->tallied };
     return 0;
 }
@@ -1361,12 +1361,17 @@ static PyObject *Tracer_causes(Tracer *self, PyObject *unused) {
     return out;
 }
 
+/* The (where, cause) of tally entry `id`. */
+static inline const TallyKey *tally_key(const Tracer *t, int64_t id) {
+    return (const TallyKey *)(t->tally.keys + id * sizeof(TallyKey));
+}
+
 /* tally() -> [(where id, cause id, stops)] */
 static PyObject *Tracer_tally(Tracer *self, PyObject *unused) {
     PyObject *out = PyList_New((Py_ssize_t)self->tally.count);
     if (!out) return NULL;
     for (size_t id = 0; id < self->tally.count; id++) {
-        const TallyKey *key = (const TallyKey *)(self->tally.keys + id * sizeof(TallyKey));
+        const TallyKey *key = tally_key(self, (int64_t)id);
         PyObject *item = Py_BuildValue("(LLK)", (long long)key->where, (long long)key->cause,
                                        (unsigned long long)self->tally_counts[id]);
         if (!item) { Py_DECREF(out); return NULL; }
@@ -1380,23 +1385,24 @@ static PyObject *Tracer_tally(Tracer *self, PyObject *unused) {
  * failure's ("guard", rule id, base, sp, low), a rejected caller's
  * ("caller", caller sp, callee sp), worded in Python. */
 static PyObject *log_entry(const Tracer *self, const Logged *entry, PyObject *wheres, PyObject *causes) {
-    if (entry->where >= PyList_GET_SIZE(wheres) || entry->cause >= PyList_GET_SIZE(causes)) {
+    const TallyKey *ids = tally_key(self, entry->tallied);
+    if (ids->where >= PyList_GET_SIZE(wheres) || ids->cause >= PyList_GET_SIZE(causes)) {
         PyErr_SetString(PyExc_IndexError, "a failure's where or cause id is past the lists given");
         return NULL;
     }
-    PyObject *where = PyList_GET_ITEM(wheres, entry->where), *cause = PyList_GET_ITEM(causes, entry->cause);
+    PyObject *where = PyList_GET_ITEM(wheres, ids->where), *cause = PyList_GET_ITEM(causes, ids->cause);
     unsigned long long number = entry->number, want = entry->want;
     unsigned long pc = entry->pc;
+    const Py_ssize_t rule_id = self->cause_answers[ids->cause].rule_id;
     switch (entry->values) {
     case CORE_VALUES: return Py_BuildValue("(KkOO(LK))", number, pc, where, cause, (long long)entry->got, want);
     case VFP_VALUES:
         return Py_BuildValue("(KkOO(KK))", number, pc, where, cause, (unsigned long long)entry->got, want);
     case GUARD_VALUES:
-        return Py_BuildValue("(KkOO(snLLL))", number, pc, where, cause, "guard", self->cause_answers[entry->cause].rule_id,
-                             (long long)entry->got, (long long)entry->want, (long long)entry->low);
+        return Py_BuildValue("(KkOO(snLLL))", number, pc, where, cause, "guard", rule_id, (long long)entry->got,
+                             (long long)entry->want, (long long)entry->low);
     case FAILS_VALUES:
-        return Py_BuildValue("(KkOO(snL))", number, pc, where, cause, "fails", self->cause_answers[entry->cause].rule_id,
-                             (long long)entry->got);
+        return Py_BuildValue("(KkOO(snL))", number, pc, where, cause, "fails", rule_id, (long long)entry->got);
     case CALLER_VALUES:
         return Py_BuildValue("(KkOO(sLK))", number, pc, where, cause, "caller", (long long)entry->got, want);
     }
@@ -1537,7 +1543,7 @@ static int number_groups(const Tracer *self, PyObject *heads, PyObject *middles,
     PyObject *numbers = PyDict_New();
     if (!numbers) return -1;
     for (size_t g = 0; g < self->tally.count; g++) {
-        const TallyKey *entry = (const TallyKey *)(self->tally.keys + g * sizeof(TallyKey));
+        const TallyKey *entry = tally_key(self, (int64_t)g);
         PyObject *key = key_of_parts(heads, middles, tails, entry->where, entry->cause);
         if (!key) goto error;
         if (key == Py_None) {
