@@ -27,7 +27,7 @@ from harness.unwind.v2_chrome import ChromeV2Unwinder, chrome_rule
 from harness.unwind.walk import ALL_CALLEE_SAVED, walk
 from harness.verify import abi, kernel, stops
 from harness.verify.emulator import SENTINEL, Emulator
-from harness.verify.failures import FailureLog, difference, failure_of, logged_pcs
+from harness.verify.failures import FailureCause, FailureLog, difference, failure_of, logged_pcs
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.verify.kernel import pack_rule
 from harness.verify.stops import DEFAULT_BUDGET, verify_program
@@ -441,6 +441,48 @@ def test_rules_pack_to_what_the_kernel_reads():
 
 
 @pytest.mark.skipif(kernel.pack_plain is None, reason="the compiled kernel is not built")
+def test_the_kernels_mismatch_causes_are_pythons(monkeypatch):
+    """Tracer.causes, given the parts, makes each mismatch's cause as
+    Verification.kernel_causes makes it from the answer's record: the same
+    causes in the same order (wrong pc, sp and callee-saved registers:
+    generated programs and clang -O2 with a frame pointer), most of them
+    made in C; a part it cannot read leaves that cause to Python."""
+    tracers, made_in_c = [], []
+    real_tracer, real_causes = kernel.Tracer, Verification.kernel_causes
+
+    def tracer(*args):
+        tracers.append(real_tracer(*args))
+        return tracers[-1]
+
+    def kernel_causes(self, stop_kernel, found):
+        made_in_c.append(sum(type(item) is FailureCause for item in found))
+        return real_causes(self, stop_kernel, found)
+
+    monkeypatch.setattr(kernel, "Tracer", tracer)
+    monkeypatch.setattr(Verification, "kernel_causes", kernel_causes)
+    elf = next(build for build in elf_builds() if build["file"] == "clang-O2-fp.elf")
+    programs = [generate_program(0, number) for number in range(3)]
+    programs.append(program_from_elf(str(ELF_CORPUS / elf["file"]), elf["entry"], elf["expected_checksum"]))
+    kinds = set()
+    for program in programs:
+        unwinders = build_unwinders(program)
+        in_c = verify_program(program, unwinders)
+        with monkeypatch.context() as python_only:
+            python_only.setattr(Verification, "cause_parts", lambda self: ())
+            in_python = verify_program(program, unwinders)
+        assert made_in_c[-1] == 0 and made_in_c[-2] > len(in_c.tally.causes) // 3
+        assert in_c.tally.causes == in_python.tally.causes
+        assert all(type(cause) is FailureCause for cause in in_c.tally.causes)
+        kinds.update(cause.kind for cause in in_c.tally.causes)
+        found = tracers[-1].causes()
+        assert found and all(type(item) is tuple for item in found)
+        names = [unwinder.name for unwinder in unwinders]  # no register's kind below: every cause left to Python
+        assert tracers[-1].causes(names, list(in_c.tally.wheres), {}, FailureCause) == found
+    assert {"wrong_pc", "wrong_sp", "wrong_register"} <= kinds
+    with pytest.raises(TypeError):
+        tracers[-1].causes([], [], {})
+
+
 def test_the_kernels_packing_is_pythons():
     """Every plain rule a run of generated and compiled programs makes,
     and rules at the edges (values past int32, each flag alone, no_info

@@ -17,8 +17,13 @@ from __future__ import annotations
 from typing import Iterable, NamedTuple, Sequence
 
 from harness.classify import Where
-from harness.verify.failures import FailureCause, FailureLog, Ranges, merged
+from harness.verify.failures import FailureCause, FailureLog, LoggedPcs, Ranges, merged
 from harness.verify.tally import STOPPED_PREFIX, KeyParts, Tally, counted_kind
+
+try:
+    from harness.verify._kernel import digest_groups as _compiled_digest_groups
+except ImportError:  # not built
+    _compiled_digest_groups = None
 
 PCS_PER_UNWINDER = 100_000
 GroupKey = tuple[str, str, str]  # (function, position, kind)
@@ -60,25 +65,28 @@ def digest(tally: Tally, log: FailureLog) -> dict[str, dict[GroupKey, Group]]:
     key = group_key(tally)
     stops = tally.sums(key.heads, key.middles, key.tails)  # group_key -> failing walks
     logged = log.logged_pcs(key)  # group_key -> (logged, ranges): every logged failure is tallied
+    return (_compiled_digest_groups or digest_groups)(stops, logged, PCS_PER_UNWINDER, Group)
+
+
+def digest_groups(stops: dict[tuple, int], logged: LoggedPcs, cap: int = PCS_PER_UNWINDER,
+                  group_of: type = Group) -> dict[str, dict[GroupKey, Group]]:
+    """unwinder -> (function, position, kind) -> Group, of the failing walks
+    by (unwinder, function, position, kind) and those logged: each group's
+    pcs where every failing walk of its unwinder was logged, and they are at
+    most `cap`; else None. In the order of `stops` (what a report writes of a
+    digest is sorted). C twin: csrc/module.c."""
     totals: dict[str, int] = {}  # failing walks per unwinder
     for group, count in stops.items():
         totals[group[0]] = totals.get(group[0], 0) + count
     counted: dict[str, int] = {}  # logged failing walks per unwinder
     for group, (count, _) in logged.items():
         counted[group[0]] = counted.get(group[0], 0) + count
-    complete = {unwinder for unwinder, total in totals.items() if counted.get(unwinder) == total <= PCS_PER_UNWINDER}
+    complete = {unwinder for unwinder, total in totals.items() if counted.get(unwinder) == total <= cap}
     out: dict[str, dict[GroupKey, Group]] = {}
-    group_of = tuple.__new__  # a Group without the call of its Python __new__: hundreds a program
-    for group, count in stops.items():  # in the tally's order: what a report writes of a digest is sorted
-        unwinder = group[0]
-        groups = out.get(unwinder)
-        if groups is None:
-            groups = out[unwinder] = {}
-        if unwinder in complete:
-            found = logged.get(group)
-            groups[group[1:]] = group_of(Group, (count, () if found is None else found[1]))
-        else:
-            groups[group[1:]] = group_of(Group, (count, None))
+    for group, count in stops.items():
+        found = logged.get(group) if group[0] in complete else None
+        pcs = (() if found is None else found[1]) if group[0] in complete else None
+        out.setdefault(group[0], {})[group[1:]] = group_of(count, pcs)
     return out
 
 

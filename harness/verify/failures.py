@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable, Iterator, NamedTuple
 
 from harness.classify import OWN, Where
-from harness.registers import PC, SP, reg_name
+from harness.registers import DWARF_D0, PC, SP, reg_name
 from harness.verify.tally import KeyParts, Tally
 
 Outcome = tuple[int, str, "str | None", str]  # a failing walk: (frame index, kind, register name or None, detail)
@@ -316,6 +316,10 @@ def mismatch_of(register: int) -> tuple[str, str | None]:
     if register == SP:
         return "wrong_sp", None
     return "wrong_register", reg_name(register)
+
+
+MISMATCHES = {register: mismatch_of(register) for register in (*range(16), *range(DWARF_D0, DWARF_D0 + 32))}
+"""mismatch_of each register, made once (the kernel reads it: Tracer.causes)."""
 
 
 def worded(kind: str, name: str | None, got: int, want: int) -> str:

@@ -30,7 +30,7 @@ from harness.verify.emulator import EmulationFault, Emulator, as_limits, guard_c
 from harness.verify.failures import RANGE_GAP, FailureLog, LoggedPcs, ProgramResult, quiet_ranges
 from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, has_bit, raise_entries, unpacked
 from harness.verify.sampling import chooser
-from harness.verify.tally import KeyParts, Tally
+from harness.verify.tally import KeyParts, Tally, add_up
 from harness.verify.verification import Verification
 
 DEFAULT_LIMITS = abi.Limits()  # how far a program may run before it counts as runaway
@@ -240,18 +240,15 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap, program.code_spans())
     finally:  # the stops before a fault count too
         result.stops, result.instructions = tracer.stops, tracer.seen
-        causes = run.kernel_causes(stop_kernel, tracer.causes())
+        causes = run.kernel_causes(stop_kernel, tracer.causes(*run.cause_parts()))
         # the kernel's walks by its ids (its wheres are the run's), and then those in Python
         result.tally = tally = Tally(list(run.wheres), list(causes), tracer.tally())
         tally.add(run.tally())
         result.failure_log = _merged_log(tracer, run, stop_kernel, causes, tally.logged() > cap)
         if stop_kernel is not None:
-            classes = {number: key for key, number in run.stop_classes.items()}
-            counts = result.counts
-            for stop_class, index, passes in stop_kernel.passes():
-                traits, position = classes[stop_class]
-                key = (unwinders[index].name, traits, position, None)
-                counts[key] = counts.get(key, 0) + passes
+            # walks that matched, (stop class, unwinder index, walks), under (unwinder, traits, position, None)
+            add_up(result.counts, stop_kernel.passes(), [(unwinder.name,) for unwinder in unwinders],
+                   list(run.stop_classes), [(None,)] * len(unwinders))  # stop classes are numbered in order
             result.methods.update(stop_kernel.chain_frames())
             stop_kernel.release()  # no cycle through its providers, its own rules out of the process's book
     return tracer.resumed(), tracer.questioned()

@@ -73,6 +73,9 @@ def sum_by(target: dict, entries: Sequence[Entry], heads: Sequence[Part], middle
     return target
 
 
+add_up = _compiled_sum_by or sum_by  # sum_by, in C where the kernel is built
+
+
 class Tally:
     """(where, cause) -> failing walks, by ids: `wheres` and `causes` may
     hold equal values under several ids (sums add them up alike). The parts
@@ -104,7 +107,7 @@ class Tally:
     @cached_property
     def kinds(self) -> list[str]:
         """The kind each cause is counted under, by cause id (`counted_kind`)."""
-        return [counted_kind(cause) for cause in self.causes]
+        return [cause.kind if cause.kind != "no_info" else counted_kind(cause) for cause in self.causes]
 
     @cached_property
     def unwinders(self) -> list[tuple]:
@@ -129,8 +132,7 @@ class Tally:
         middles, no tails: empty parts)."""
         middles = [()] * len(self.wheres) if middles is None else middles
         tails = [()] * len(self.causes) if tails is None else tails
-        return (_compiled_sum_by or sum_by)({} if into is None else into, self.entries, list(heads), list(middles),
-                                            list(tails))
+        return add_up({} if into is None else into, self.entries, list(heads), list(middles), list(tails))
 
     def counter(self) -> Counter:
         """(where, cause) -> walks."""

@@ -15,6 +15,7 @@ from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
 from harness.verify.failures import (
+    MISMATCHES,
     FailureCause,
     LoggedPcs,
     Outcome,
@@ -85,7 +86,11 @@ class Verification:
         log entry's, worded where the log is read); a mismatch's, most of
         them, is made without a record of its answer."""
         causes, names, wheres, new = [], self.names, self.wheres, tuple.__new__
-        for index, values, culprit in found:
+        for item in found:
+            if type(item) is FailureCause:  # a mismatch's, made by the kernel (`cause_parts`)
+                causes.append(item)
+                continue
+            index, values, culprit = item
             if values[1] == abi.MISMATCH_ANSWER:
                 function, traits, _ = wheres[culprit]
                 kind, register_name = mismatch_of(values[2])
@@ -99,6 +104,10 @@ class Verification:
             else:
                 causes.append(self.failure_cause(names[index], stop_kernel.outcome(answer), answer.pc))
         return causes
+
+    def cause_parts(self) -> tuple:
+        """What Tracer.causes makes a mismatch's cause of, as kernel_causes does."""
+        return self.names, self.wheres, MISMATCHES, FailureCause
 
     def walk(self, number: int, pc: int, indices, frame: Frame, stack, expected: Sequence[ShadowFrame],
              in_flight: bool = False) -> None:

@@ -1,4 +1,4 @@
-/* The module harness.verify._kernel: the types of rules.c and trace.c, three twins of Python's, and
+/* The module harness.verify._kernel: the types of rules.c and trace.c, four twins of Python's, and
  * trace.c's store classes (for tests). */
 #include "kernel.h"
 
@@ -82,6 +82,99 @@ static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
         if (failed) return NULL;
     }
     return Py_NewRef(target);
+}
+
+/* ------------------------------------------------------------ a digest's groups */
+
+/* sums[key[0]] += count (counts ints); -1 with an exception where the key is no tuple. */
+static int add_to_first(PyObject *sums, PyObject *key, PyObject *count) {
+    if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) < 1) {
+        PyErr_SetString(PyExc_TypeError, "a digest's group is a tuple (unwinder, ...)");
+        return -1;
+    }
+    PyObject *first = PyTuple_GET_ITEM(key, 0), *held = PyDict_GetItemWithError(sums, first);
+    if (!held && PyErr_Occurred()) return -1;
+    PyObject *sum = held ? PyNumber_Add(held, count) : Py_NewRef(count);
+    const int failed = !sum || PyDict_SetItem(sums, first, sum);
+    Py_XDECREF(sum);
+    return failed ? -1 : 0;
+}
+
+/* The unwinders whose failing walks were all logged, at most `cap` (counted[u] == totals[u] <= cap). */
+static PyObject *complete_unwinders(PyObject *totals, PyObject *counted, Py_ssize_t cap) {
+    PyObject *complete = PySet_New(NULL), *limit = PyLong_FromSsize_t(cap), *unwinder, *total;
+    Py_ssize_t at = 0;
+    while (complete && limit && PyDict_Next(totals, &at, &unwinder, &total)) {
+        PyObject *logged = PyDict_GetItemWithError(counted, unwinder);
+        const int equal = logged ? PyObject_RichCompareBool(logged, total, Py_EQ) : PyErr_Occurred() ? -1 : 0;
+        const int within = equal > 0 ? PyObject_RichCompareBool(total, limit, Py_LE) : equal;
+        if (within < 0 || (within > 0 && PySet_Add(complete, unwinder))) Py_CLEAR(complete);
+    }
+    Py_XDECREF(limit);
+    return complete;
+}
+
+/* A Group (type) of `count` stops and `pcs`, borrowed both. */
+static PyObject *group_of(PyTypeObject *type, PyObject *count, PyObject *pcs) {
+    PyObject *group = type->tp_alloc(type, 2);
+    if (!group) return NULL;
+    PyTuple_SET_ITEM(group, 0, Py_NewRef(count));
+    PyTuple_SET_ITEM(group, 1, Py_NewRef(pcs));
+    return group;
+}
+
+/* digest_groups(stops, logged, cap, Group) -> {unwinder: {rest of key: Group}}: the twin of
+ * harness.report.failing.digest_groups (see there); in Python its loops over a run's hundreds of
+ * groups were a fifth of its summary. */
+static PyObject *kernel_digest_groups(PyObject *module, PyObject *args) {
+    PyObject *stops, *logged, *key, *value;
+    Py_ssize_t cap, at = 0;
+    PyTypeObject *type;
+    if (!PyArg_ParseTuple(args, "O!O!nO!:digest_groups", &PyDict_Type, &stops, &PyDict_Type, &logged, &cap,
+                          &PyType_Type, &type))
+        return NULL;
+    if (!PyType_IsSubtype(type, &PyTuple_Type))
+        return PyErr_Format(PyExc_TypeError, "digest_groups makes its groups of a tuple type");
+    PyObject *totals = PyDict_New(), *counted = PyDict_New(), *complete = NULL, *out = NULL, *empty = PyTuple_New(0);
+    if (!totals || !counted || !empty) goto done;
+    while (PyDict_Next(stops, &at, &key, &value))
+        if (add_to_first(totals, key, value)) goto done;
+    for (at = 0; PyDict_Next(logged, &at, &key, &value);) {
+        if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a group's logged pcs are (failures logged, ranges)");
+            goto done;
+        }
+        if (add_to_first(counted, key, PyTuple_GET_ITEM(value, 0))) goto done;
+    }
+    if (!(complete = complete_unwinders(totals, counted, cap)) || !(out = PyDict_New())) goto done;
+    for (at = 0; PyDict_Next(stops, &at, &key, &value);) {  /* every key a tuple: add_to_first saw them */
+        PyObject *unwinder = PyTuple_GET_ITEM(key, 0), *groups = PyDict_GetItemWithError(out, unwinder);
+        if (!groups) {
+            if (PyErr_Occurred() || !(groups = PyDict_New())) goto failed;
+            const int stored = PyDict_SetItem(out, unwinder, groups);
+            Py_DECREF(groups);  /* `out` holds it */
+            if (stored) goto failed;
+        }
+        const int whole = PySet_Contains(complete, unwinder);
+        PyObject *found = whole > 0 ? PyDict_GetItemWithError(logged, key) : NULL;  /* a (logged, ranges) pair */
+        if (whole < 0 || PyErr_Occurred()) goto failed;
+        PyObject *pcs = !whole ? Py_None : found ? PyTuple_GET_ITEM(found, 1) : empty;
+        PyObject *rest = PyTuple_GetSlice(key, 1, PyTuple_GET_SIZE(key));
+        PyObject *group = rest ? group_of(type, value, pcs) : NULL;
+        const int set = group ? PyDict_SetItem(groups, rest, group) : -1;
+        Py_XDECREF(rest);
+        Py_XDECREF(group);
+        if (set) goto failed;
+    }
+    goto done;
+failed:
+    Py_CLEAR(out);
+done:
+    Py_XDECREF(totals);
+    Py_XDECREF(counted);
+    Py_XDECREF(complete);
+    Py_XDECREF(empty);
+    return out;
 }
 
 /* ------------------------------------------------------------ packing a plain rule */
@@ -196,6 +289,7 @@ static PyMethodDef kernel_functions[] = {
     {"may_start_epilogue", kernel_may_start_epilogue, METH_O, "May these bytes start an epilogue?"},
     {"may_store", kernel_may_store, METH_VARARGS, "May the Thumb instruction of these half-words write memory?"},
     {"sum_by", kernel_sum_by, METH_VARARGS, "Tally entries added up by keys made of their where's and cause's parts."},
+    {"digest_groups", kernel_digest_groups, METH_VARARGS, "A digest's groups by unwinder, of its sums and logged pcs."},
     {NULL}
 };
 

@@ -1345,16 +1345,65 @@ static PyObject *Tracer_run(Tracer *self, PyObject *args) {
     return Py_BuildValue("(iik)", status, self->guard, (unsigned long)self->guard_pc);
 }
 
-/* causes() -> [(unwinder, answer, culprit where id or -1)] by cause id: the
- * first answer of each (see answer_object). */
-static PyObject *Tracer_causes(Tracer *self, PyObject *unused) {
+/* A mismatch's cause, made as Python's Verification.kernel_causes makes it:
+ * type(unwinder name, kind, frame, culprit function, register name, "",
+ * culprit traits), (kind, register name) = mismatches[register] and
+ * (function, traits, ...) = wheres[culprit]; NULL without an exception
+ * where a part is not what it should be (Python then makes it). */
+static PyObject *mismatch_cause(const CauseKey *key, const Answer *a, PyObject *names, PyObject *wheres,
+                                PyObject *mismatches, PyTypeObject *type) {
+    if (key->unwinder < 0 || key->unwinder >= PyList_GET_SIZE(names) || key->culprit < 0 ||
+        key->culprit >= PyList_GET_SIZE(wheres))
+        return NULL;
+    PyObject *where = PyList_GET_ITEM(wheres, key->culprit);
+    PyObject *reg = PyLong_FromLong(a->reg);
+    if (!reg) return NULL;
+    PyObject *kinds = PyDict_GetItemWithError(mismatches, reg);  /* borrowed */
+    Py_DECREF(reg);
+    if (!kinds || !PyTuple_Check(kinds) || PyTuple_GET_SIZE(kinds) != 2 || !PyTuple_Check(where) ||
+        PyTuple_GET_SIZE(where) < 2)
+        return NULL;
+    PyObject *frame = PyLong_FromSsize_t(a->frame), *empty = PyUnicode_FromStringAndSize("", 0);
+    PyObject *cause = frame && empty ? type->tp_alloc(type, 7) : NULL;
+    if (!cause) {
+        Py_XDECREF(frame);
+        Py_XDECREF(empty);
+        return NULL;
+    }
+    PyObject *parts[7] = { PyList_GET_ITEM(names, key->unwinder), PyTuple_GET_ITEM(kinds, 0), frame,
+                           PyTuple_GET_ITEM(where, 0), PyTuple_GET_ITEM(kinds, 1), empty, PyTuple_GET_ITEM(where, 1) };
+    for (int i = 0; i < 7; i++)
+        PyTuple_SET_ITEM(cause, i, parts[i] == frame || parts[i] == empty ? parts[i] : Py_NewRef(parts[i]));
+    return cause;
+}
+
+/* causes([names, wheres, mismatches, type]) -> by cause id, the first answer
+ * of each as (unwinder, answer, culprit where id or -1) (see answer_object);
+ * given the parts, a mismatch's as its cause (mismatch_cause), which is most
+ * of them: Python made each from its record, a fifth of a program's work after its run. */
+static PyObject *Tracer_causes(Tracer *self, PyObject *args) {
+    PyObject *names = NULL, *wheres = NULL, *mismatches = NULL;
+    PyTypeObject *type = NULL;
+    if (!PyArg_ParseTuple(args, "|O!O!O!O!:causes", &PyList_Type, &names, &PyList_Type, &wheres, &PyDict_Type,
+                          &mismatches, &PyType_Type, &type))
+        return NULL;
+    if (names && !(type && PyType_IsSubtype(type, &PyTuple_Type)))
+        return PyErr_Format(PyExc_TypeError, "causes: names, wheres, mismatches and a tuple type, or nothing");
     PyObject *out = PyList_New((Py_ssize_t)self->causes.count);
     if (!out) return NULL;
     for (size_t id = 0; id < self->causes.count; id++) {
         const CauseKey *key = (const CauseKey *)(self->causes.keys + id * sizeof(CauseKey));
-        const int culprit = key->kind != ANSWER_GUARD_FAILS;
-        PyObject *item = Py_BuildValue("(LNL)", (long long)key->unwinder, answer_object(&self->cause_answers[id]),
-                                       (long long)(culprit ? key->culprit : -1));
+        const Answer *answer = &self->cause_answers[id];
+        PyObject *item = NULL;
+        if (names && answer->kind == ANSWER_MISMATCH) {
+            item = mismatch_cause(key, answer, names, wheres, mismatches, type);
+            if (!item && PyErr_Occurred()) { Py_DECREF(out); return NULL; }
+        }
+        if (!item) {
+            const int culprit = key->kind != ANSWER_GUARD_FAILS;
+            item = Py_BuildValue("(LNL)", (long long)key->unwinder, answer_object(answer),
+                                 (long long)(culprit ? key->culprit : -1));
+        }
         if (!item) { Py_DECREF(out); return NULL; }
         PyList_SET_ITEM(out, (Py_ssize_t)id, item);
     }
@@ -1517,24 +1566,40 @@ static void sort_pcs(uint32_t *pcs, size_t count) {
     }
 }
 
+/* The end of the range of sorted distinct pcs that starts at `i`: pcs at most `gap` bytes apart. */
+static size_t range_end(const uint32_t *pcs, size_t count, size_t i, long gap) {
+    size_t end = i + 1;
+    while (end < count && pcs[end] <= pcs[end - 1] + (uint64_t)gap) end++;
+    return end;
+}
+
 /* The ranges of the `count` sorted distinct pcs: ((low, high), ...), pcs at
- * most `gap` bytes apart in one (harness.verify.failures.ranges_of). */
+ * most `gap` bytes apart in one (harness.verify.failures.ranges_of). Made
+ * without Py_BuildValue or a list: a run has hundreds, which cost most of
+ * the digest's grouping that way. */
 static PyObject *ranges_of(const uint32_t *pcs, size_t count, long gap) {
-    PyObject *out = PyList_New(0);
-    for (size_t i = 0; out && i < count;) {
-        size_t end = i + 1;
-        while (end < count && pcs[end] <= pcs[end - 1] + (uint64_t)gap) end++;
-        PyObject *range = Py_BuildValue("(kk)", (unsigned long)pcs[i], (unsigned long)pcs[end - 1]);
-        if (range) untrack_if_flat(range);
-        if (!range || PyList_Append(out, range)) { Py_XDECREF(range); Py_CLEAR(out); }
-        Py_XDECREF(range);
-        i = end;
+    Py_ssize_t ranges = 0;
+    for (size_t i = 0; i < count; i = range_end(pcs, count, i, gap)) ranges++;
+    PyObject *out = PyTuple_New(ranges);
+    Py_ssize_t at = 0;
+    for (size_t i = 0, end; out && i < count; i = end) {
+        end = range_end(pcs, count, i, gap);
+        PyObject *range = PyTuple_New(2);
+        PyObject *low = range ? PyLong_FromUnsignedLong(pcs[i]) : NULL;
+        PyObject *high = low ? PyLong_FromUnsignedLong(pcs[end - 1]) : NULL;
+        if (!high) {
+            Py_XDECREF(low);
+            Py_XDECREF(range);
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(range, 0, low);
+        PyTuple_SET_ITEM(range, 1, high);
+        PyObject_GC_UnTrack(range);  /* two ints: in no cycle */
+        PyTuple_SET_ITEM(out, at++, range);
     }
-    if (!out) return NULL;
-    PyObject *tuple = PyList_AsTuple(out);
-    Py_DECREF(out);
-    if (tuple) untrack_if_flat(tuple);
-    return tuple;
+    if (out) PyObject_GC_UnTrack(out);
+    return out;
 }
 
 /* Number each tally entry's group in *group_of (-1: left out), the groups' keys in `keys`, in their order. */
@@ -1610,12 +1675,18 @@ static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
         size_t distinct = 1;
         for (size_t i = 1; i < end - begin; i++)
             if (mine[i] != mine[distinct - 1]) mine[distinct++] = mine[i];
-        PyObject *item = Py_BuildValue("(nN)", (Py_ssize_t)(end - begin), ranges_of(mine, distinct, gap));
-        if (!item || PyDict_SetItem(out, PyList_GET_ITEM(keys, (Py_ssize_t)g), item)) {
+        PyObject *item = PyTuple_New(2), *logged = item ? PyLong_FromSize_t(end - begin) : NULL;
+        PyObject *ranges = logged ? ranges_of(mine, distinct, gap) : NULL;
+        if (!ranges) {
+            Py_XDECREF(logged);
             Py_XDECREF(item);
             goto error;
         }
+        PyTuple_SET_ITEM(item, 0, logged);
+        PyTuple_SET_ITEM(item, 1, ranges);
+        const int failed = PyDict_SetItem(out, PyList_GET_ITEM(keys, (Py_ssize_t)g), item);
         Py_DECREF(item);
+        if (failed) goto error;
     }
     PyMem_Free(group_of_entry);
     PyMem_Free(group_of);
@@ -1652,7 +1723,8 @@ static PyObject *Tracer_resumed(Tracer *self, PyObject *unused) {
 
 static PyMethodDef Tracer_methods[] = {
     {"run", (PyCFunction)Tracer_run, METH_VARARGS, "Run the engine from begin to until, verifying every stop."},
-    {"causes", (PyCFunction)Tracer_causes, METH_NOARGS, "The first failing answer of each cause, by cause id."},
+    {"causes", (PyCFunction)Tracer_causes, METH_VARARGS,
+     "The first failing answer of each cause, by cause id (a mismatch's as its cause, given its parts)."},
     {"tally", (PyCFunction)Tracer_tally, METH_NOARGS, "Failing stops per (where id, cause id)."},
     {"failure_log", (PyCFunction)Tracer_failure_log, METH_VARARGS, "Every failing answer, merged with others."},
     {"logged_pcs", (PyCFunction)Tracer_logged_pcs, METH_VARARGS,
