@@ -240,7 +240,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap, program.code_spans())
     finally:  # the stops before a fault count too
         result.stops, result.instructions = tracer.stops, tracer.seen
-        causes = run.kernel_causes(stop_kernel, tracer.causes(*run.cause_parts()))
+        causes = run.kernel_causes(stop_kernel, tracer.causes(*run.cause_parts(stop_kernel)))
         # the kernel's walks by its ids (its wheres are the run's), and then those in Python
         result.tally = tally = Tally(list(run.wheres), list(causes), tracer.tally())
         tally.add(run.tally())

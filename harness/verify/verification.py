@@ -78,16 +78,17 @@ class Verification:
 
     def kernel_causes(self, stop_kernel: kernel.StopKernel, found) -> list[FailureCause]:
         """The causes of the kernel's failing answers, by cause id (`found`:
-        Tracer.causes(), (unwinder index, answer values, culprit) each). A
-        mismatch's, a failure rule's, a guard failure's of a rule whose
-        failures are all of one kind, a rejected caller's and a chain's
-        refusal in a library, is shared wherever the wrong frame is in the
-        same function (`culprit`, a where id), its values given apart (each
-        log entry's, worded where the log is read); a mismatch's, most of
-        them, is made without a record of its answer."""
+        Tracer.causes(), (unwinder index, answer values, culprit) each, or
+        the cause the kernel made of those parts: the reference of its C,
+        held to it by test). A mismatch's, a failure rule's, a guard
+        failure's of a rule whose failures are all of one kind, a rejected
+        caller's and a chain's refusal in a library, is shared wherever the
+        wrong frame is in the same function (`culprit`, a where id), its
+        values given apart (each log entry's, worded where the log is read);
+        a mismatch's is made without a record of its answer."""
         causes, names, wheres, new = [], self.names, self.wheres, tuple.__new__
         for item in found:
-            if type(item) is FailureCause:  # a mismatch's, made by the kernel (`cause_parts`)
+            if type(item) is FailureCause:  # made by the kernel (`cause_parts`)
                 causes.append(item)
                 continue
             index, values, culprit = item
@@ -97,7 +98,7 @@ class Verification:
                 causes.append(new(FailureCause, (names[index], kind, values[0], function, register_name, "", traits)))
                 continue
             answer = abi.answer(values)
-            if culprit >= 0:  # a guard failure here: one the tracer merged
+            if culprit >= 0:  # any but a guard failure the tracer did not merge
                 function, traits, _ = wheres[culprit]
                 causes.append(FailureCause(names[index], stop_kernel.kind_of(answer), answer.frame, function, None, "",
                                            traits))
@@ -105,9 +106,10 @@ class Verification:
                 causes.append(self.failure_cause(names[index], stop_kernel.outcome(answer), answer.pc))
         return causes
 
-    def cause_parts(self) -> tuple:
-        """What Tracer.causes makes a mismatch's cause of, as kernel_causes does."""
-        return self.names, self.wheres, MISMATCHES, FailureCause
+    def cause_parts(self, stop_kernel: kernel.StopKernel | None) -> tuple:
+        """What Tracer.causes makes most causes of, as kernel_causes does:
+        a mismatch's, a failure rule's and a merged guard failure's."""
+        return self.names, self.wheres, MISMATCHES, FailureCause, [] if stop_kernel is None else stop_kernel.book.rules
 
     def walk(self, number: int, pc: int, indices, frame: Frame, stack, expected: Sequence[ShadowFrame],
              in_flight: bool = False) -> None:

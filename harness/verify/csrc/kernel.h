@@ -89,6 +89,21 @@ static inline void untrack_if_flat(PyObject *tuple) {
         if (PyObject_GC_IsTracked(PyTuple_GET_ITEM(tuple, i))) return;
     if (PyObject_GC_IsTracked(tuple)) PyObject_GC_UnTrack(tuple);
 }
+/* (a, b, c), three ints: a new reference, untracked (ints make no cycle), or NULL; a run makes
+ * hundreds (its tally, its passes), and Py_BuildValue parsed its format for each. */
+static inline PyObject *int_triple(long long a, long long b, unsigned long long c) {
+    PyObject *triple = PyTuple_New(3);
+    PyObject *items[3] = { triple ? PyLong_FromLongLong(a) : NULL, triple ? PyLong_FromLongLong(b) : NULL,
+                           triple ? PyLong_FromUnsignedLongLong(c) : NULL };
+    if (!items[0] || !items[1] || !items[2]) {
+        for (int i = 0; i < 3; i++) Py_XDECREF(items[i]);
+        Py_XDECREF(triple);
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++) PyTuple_SET_ITEM(triple, i, items[i]);
+    PyObject_GC_UnTrack(triple);
+    return triple;
+}
 /* heads[cause] + middles[where] + tails[cause] (lists of tuples or None), the key of a tally entry
  * (harness.verify.tally.KeyParts): a new reference, Py_None where its head or middle is None, NULL with
  * IndexError or TypeError for an id past its list or a part that is no tuple (module.c). */

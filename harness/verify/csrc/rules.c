@@ -643,7 +643,7 @@ static PyObject *Verifier_passes(Verifier *self, PyObject *unused) {
         for (Py_ssize_t u = 0; u < self->count; u++) {
             uint64_t n = self->passes[c * self->count + u];
             if (!n) continue;
-            PyObject *item = Py_BuildValue("(nnK)", c, u, (unsigned long long)n);
+            PyObject *item = int_triple(c, u, n);
             if (!item || PyList_Append(out, item)) { Py_XDECREF(item); Py_DECREF(out); return NULL; }
             Py_DECREF(item);
         }

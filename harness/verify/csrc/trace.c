@@ -1345,60 +1345,98 @@ static PyObject *Tracer_run(Tracer *self, PyObject *args) {
     return Py_BuildValue("(iik)", status, self->guard, (unsigned long)self->guard_pc);
 }
 
-/* A mismatch's cause, made as Python's Verification.kernel_causes makes it:
- * type(unwinder name, kind, frame, culprit function, register name, "",
- * culprit traits), (kind, register name) = mismatches[register] and
- * (function, traits, ...) = wheres[culprit]; NULL without an exception
- * where a part is not what it should be (Python then makes it). */
-static PyObject *mismatch_cause(const CauseKey *key, const Answer *a, PyObject *names, PyObject *wheres,
-                                PyObject *mismatches, PyTypeObject *type) {
-    if (key->unwinder < 0 || key->unwinder >= PyList_GET_SIZE(names) || key->culprit < 0 ||
-        key->culprit >= PyList_GET_SIZE(wheres))
+/* Where Tracer.causes finds what a cause is made of (Verification.cause_parts): the unwinders'
+ * names, the run's wheres, (kind, register name) by mismatched register, the cause's type and the
+ * kernel's book's rules by id. */
+typedef struct {
+    PyObject *names, *wheres, *mismatches, *rules;
+    PyTypeObject *type;
+} CauseParts;
+
+/* The rule `id` of the book (borrowed), or NULL where it is none there. */
+static PyObject *book_rule(const CauseParts *parts, Py_ssize_t id) {
+    if (id < 0 || id >= PyList_GET_SIZE(parts->rules)) return NULL;
+    PyObject *rule = PyList_GET_ITEM(parts->rules, id);
+    return PyTuple_Check(rule) && PyTuple_GET_SIZE(rule) == RULE_FIELD_COUNT ? rule : NULL;
+}
+
+/* The kind and register name (borrowed both) of a cause Python words as StopKernel.kind_of does: a
+ * mismatch's by its register, a failure rule's the kind of its failure, a merged guard failure's its
+ * rule's guard kind (bad_read where none); 0, or -1 where it cannot tell (Python then makes the cause). */
+static int kind_and_register(const CauseKey *key, const Answer *a, const CauseParts *parts, PyObject **kind,
+                             PyObject **name) {
+    static PyObject *bad_read;
+    if (!bad_read && !(bad_read = PyUnicode_InternFromString("bad_read"))) return -1;
+    *name = Py_None;
+    if (a->kind == ANSWER_MISMATCH) {
+        PyObject *reg = PyLong_FromLong(a->reg);
+        PyObject *pair = reg ? PyDict_GetItemWithError(parts->mismatches, reg) : NULL;  /* borrowed */
+        Py_XDECREF(reg);
+        if (!pair || !PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) return -1;
+        *kind = PyTuple_GET_ITEM(pair, 0);
+        *name = PyTuple_GET_ITEM(pair, 1);
+        return 0;
+    }
+    PyObject *rule = a->kind == ANSWER_FAILS || key->kind == MERGED_GUARD ? book_rule(parts, a->rule_id) : NULL;
+    if (!rule) return -1;
+    if (a->kind == ANSWER_FAILS) {
+        PyObject *failure = PyTuple_GET_ITEM(rule, RULE_FAILURE);
+        if (!PyTuple_Check(failure) || PyTuple_GET_SIZE(failure) < 1) return -1;
+        *kind = PyTuple_GET_ITEM(failure, 0);
+        return 0;
+    }
+    PyObject *guard_kind = PyTuple_GET_ITEM(rule, RULE_GUARD_KIND);
+    const int some = PyObject_IsTrue(guard_kind);
+    if (some < 0) return -1;
+    *kind = some ? guard_kind : bad_read;
+    return 0;
+}
+
+/* A cause made as Python's Verification.kernel_causes makes it of a mismatch, a failure rule's
+ * answer or a merged guard failure (most of a run's): type(unwinder name, kind, frame, culprit
+ * function, register name, "", culprit traits), (function, traits, ...) = wheres[culprit]; NULL
+ * without an exception where a part is not what it should be (Python then makes it). */
+static PyObject *cause_in_c(const CauseKey *key, const Answer *a, const CauseParts *parts) {
+    if (key->unwinder < 0 || key->unwinder >= PyList_GET_SIZE(parts->names) || key->culprit < 0 ||
+        key->culprit >= PyList_GET_SIZE(parts->wheres) || key->kind == ANSWER_GUARD_FAILS)
         return NULL;
-    PyObject *where = PyList_GET_ITEM(wheres, key->culprit);
-    PyObject *reg = PyLong_FromLong(a->reg);
-    if (!reg) return NULL;
-    PyObject *kinds = PyDict_GetItemWithError(mismatches, reg);  /* borrowed */
-    Py_DECREF(reg);
-    if (!kinds || !PyTuple_Check(kinds) || PyTuple_GET_SIZE(kinds) != 2 || !PyTuple_Check(where) ||
-        PyTuple_GET_SIZE(where) < 2)
+    PyObject *where = PyList_GET_ITEM(parts->wheres, key->culprit), *kind, *name;
+    if (!PyTuple_Check(where) || PyTuple_GET_SIZE(where) < 2 || kind_and_register(key, a, parts, &kind, &name)) {
+        PyErr_Clear();  /* unreadable: Python's to make, and to say what is wrong */
         return NULL;
+    }
     PyObject *frame = PyLong_FromSsize_t(a->frame), *empty = PyUnicode_FromStringAndSize("", 0);
-    PyObject *cause = frame && empty ? type->tp_alloc(type, 7) : NULL;
+    PyObject *cause = frame && empty ? parts->type->tp_alloc(parts->type, 7) : NULL;
     if (!cause) {
         Py_XDECREF(frame);
         Py_XDECREF(empty);
         return NULL;
     }
-    PyObject *parts[7] = { PyList_GET_ITEM(names, key->unwinder), PyTuple_GET_ITEM(kinds, 0), frame,
-                           PyTuple_GET_ITEM(where, 0), PyTuple_GET_ITEM(kinds, 1), empty, PyTuple_GET_ITEM(where, 1) };
+    PyObject *borrowed[7] = { PyList_GET_ITEM(parts->names, key->unwinder), kind, NULL, PyTuple_GET_ITEM(where, 0),
+                              name, NULL, PyTuple_GET_ITEM(where, 1) };
     for (int i = 0; i < 7; i++)
-        PyTuple_SET_ITEM(cause, i, parts[i] == frame || parts[i] == empty ? parts[i] : Py_NewRef(parts[i]));
+        PyTuple_SET_ITEM(cause, i, i == 2 ? frame : i == 5 ? empty : Py_NewRef(borrowed[i]));
     return cause;
 }
 
-/* causes([names, wheres, mismatches, type]) -> by cause id, the first answer
- * of each as (unwinder, answer, culprit where id or -1) (see answer_object);
- * given the parts, a mismatch's as its cause (mismatch_cause), which is most
- * of them: Python made each from its record, a fifth of a program's work after its run. */
+/* causes([names, wheres, mismatches, type, rules]) -> by cause id, the first answer of each as
+ * (unwinder, answer, culprit where id or -1) (see answer_object); given the parts, a mismatch's, a
+ * failure rule's and a merged guard failure's as its cause (cause_in_c): Python made each from its
+ * record, a fifth of a program's work after its run. */
 static PyObject *Tracer_causes(Tracer *self, PyObject *args) {
-    PyObject *names = NULL, *wheres = NULL, *mismatches = NULL;
-    PyTypeObject *type = NULL;
-    if (!PyArg_ParseTuple(args, "|O!O!O!O!:causes", &PyList_Type, &names, &PyList_Type, &wheres, &PyDict_Type,
-                          &mismatches, &PyType_Type, &type))
+    CauseParts parts = { NULL, NULL, NULL, NULL, NULL };
+    if (!PyArg_ParseTuple(args, "|O!O!O!O!O!:causes", &PyList_Type, &parts.names, &PyList_Type, &parts.wheres,
+                          &PyDict_Type, &parts.mismatches, &PyType_Type, &parts.type, &PyList_Type, &parts.rules))
         return NULL;
-    if (names && !(type && PyType_IsSubtype(type, &PyTuple_Type)))
-        return PyErr_Format(PyExc_TypeError, "causes: names, wheres, mismatches and a tuple type, or nothing");
+    if (parts.names && !(parts.rules && PyType_IsSubtype(parts.type, &PyTuple_Type)))
+        return PyErr_Format(PyExc_TypeError, "causes: names, wheres, mismatches, a tuple type and rules, or nothing");
     PyObject *out = PyList_New((Py_ssize_t)self->causes.count);
     if (!out) return NULL;
     for (size_t id = 0; id < self->causes.count; id++) {
         const CauseKey *key = (const CauseKey *)(self->causes.keys + id * sizeof(CauseKey));
         const Answer *answer = &self->cause_answers[id];
-        PyObject *item = NULL;
-        if (names && answer->kind == ANSWER_MISMATCH) {
-            item = mismatch_cause(key, answer, names, wheres, mismatches, type);
-            if (!item && PyErr_Occurred()) { Py_DECREF(out); return NULL; }
-        }
+        PyObject *item = parts.names ? cause_in_c(key, answer, &parts) : NULL;
+        if (!item && PyErr_Occurred()) { Py_DECREF(out); return NULL; }
         if (!item) {
             const int culprit = key->kind != ANSWER_GUARD_FAILS;
             item = Py_BuildValue("(LNL)", (long long)key->unwinder, answer_object(answer),
@@ -1421,8 +1459,7 @@ static PyObject *Tracer_tally(Tracer *self, PyObject *unused) {
     if (!out) return NULL;
     for (size_t id = 0; id < self->tally.count; id++) {
         const TallyKey *key = tally_key(self, (int64_t)id);
-        PyObject *item = Py_BuildValue("(LLK)", (long long)key->where, (long long)key->cause,
-                                       (unsigned long long)self->tally_counts[id]);
+        PyObject *item = int_triple(key->where, key->cause, self->tally_counts[id]);
         if (!item) { Py_DECREF(out); return NULL; }
         PyList_SET_ITEM(out, (Py_ssize_t)id, item);
     }
@@ -1724,7 +1761,7 @@ static PyObject *Tracer_resumed(Tracer *self, PyObject *unused) {
 static PyMethodDef Tracer_methods[] = {
     {"run", (PyCFunction)Tracer_run, METH_VARARGS, "Run the engine from begin to until, verifying every stop."},
     {"causes", (PyCFunction)Tracer_causes, METH_VARARGS,
-     "The first failing answer of each cause, by cause id (a mismatch's as its cause, given its parts)."},
+     "The first failing answer of each cause, by cause id (most as their causes, given their parts)."},
     {"tally", (PyCFunction)Tracer_tally, METH_NOARGS, "Failing stops per (where id, cause id)."},
     {"failure_log", (PyCFunction)Tracer_failure_log, METH_VARARGS, "Every failing answer, merged with others."},
     {"logged_pcs", (PyCFunction)Tracer_logged_pcs, METH_VARARGS,
