@@ -19,7 +19,7 @@ from harness.report.failing import combined, digest
 from harness.report.failing import from_json as failing_from_json
 from harness.report.failing import to_json as failing_json
 from harness.unwind import CHAIN
-from harness.verify.failures import Failure, ProgramResult, failure_of
+from harness.verify.failures import ProgramResult, detail_of
 
 SAMPLES_PER_UNWINDER = 10
 CountKey = tuple[str, frozenset, str, "str | None"]  # (unwinder, traits, position, failure kind)
@@ -78,11 +78,13 @@ class ProgramSummary:
         return f"returned {got}, expected {self.expected:#x}"
 
 
-def sample(failure: Failure, program: str) -> dict:
+def sample(entry: tuple, program: str) -> dict:
+    """A failure log entry (stop, pc, where, cause, values) as a summary
+    keeps it (without a Failure record between: a run keeps tens)."""
+    stop, pc, where, cause, values = entry
     return {
-        "program": program, "stop": failure.stop, "pc": f"{failure.pc:#x}", "function": failure.function,
-        "position": failure.position, "kind": failure.kind, "frame": failure.frame,
-        "culprit": failure.culprit, "detail": failure.detail,
+        "program": program, "stop": stop, "pc": f"{pc:#x}", "function": where[0], "position": where[2],
+        "kind": cause.kind, "frame": cause.frame, "culprit": cause.culprit, "detail": detail_of(cause, values),
     }
 
 
@@ -105,7 +107,7 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
                              result.expected, result.fault, stdout_sha256=result.stdout_sha256,
                              expected_stdout_sha256=result.expected_stdout_sha256, methods=Counter(result.methods))
     for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):  # walks stopped in a library are not logged
-        summary.samples.setdefault(entry[3].unwinder, []).append(sample(failure_of(*entry), result.program))
+        summary.samples.setdefault(entry[3].unwinder, []).append(sample(entry, result.program))
     tally = result.tally
     summary.failing = digest(tally, result.failure_log)
     if with_cfi is not None:  # failing walks where the stop's function or the culprit has no CFI

@@ -286,12 +286,16 @@ class ProgramResult:
 
 def failure_of(stop: int, pc: int, where: Where, cause: FailureCause, values: tuple[int, int] | str | None) -> Failure:
     """The full record of one entry of a failure log."""
-    if isinstance(values, str):  # a walk in Python: its wording, the cause's with the numbers in
-        detail = values
-    else:
-        detail = cause.detail if values is None else worded(cause.kind, cause.register, *values)
     return Failure(cause.unwinder, stop, pc, where[0], where[2], cause.kind, cause.frame, cause.culprit,
-                   cause.register, detail, cause.culprit_traits)
+                   cause.register, detail_of(cause, values), cause.culprit_traits)
+
+
+def detail_of(cause: FailureCause, values: tuple[int, int] | str | None) -> str:
+    """The detail of a failure log entry: a walk in Python's wording (the
+    cause's with the numbers in), or the cause's, worded with the values."""
+    if isinstance(values, str):
+        return values
+    return cause.detail if values is None else worded(cause.kind, cause.register, *values)
 
 
 MISMATCH_KINDS = ("wrong_pc", "wrong_sp", "wrong_register")  # beside the UnwindFailure kinds (errors.FAILURE_KINDS)
