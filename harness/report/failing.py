@@ -84,8 +84,10 @@ def digest_groups(stops: dict[tuple, int], logged: LoggedPcs, cap: int = PCS_PER
     complete = {unwinder for unwinder, total in totals.items() if counted.get(unwinder) == total <= cap}
     out: dict[str, dict[GroupKey, Group]] = {}
     for group, count in stops.items():
-        found = logged.get(group) if group[0] in complete else None
-        pcs = (() if found is None else found[1]) if group[0] in complete else None
+        pcs = None
+        if group[0] in complete:
+            found = logged.get(group)
+            pcs = () if found is None else found[1]
         out.setdefault(group[0], {})[group[1:]] = group_of(count, pcs)
     return out
 

@@ -107,7 +107,8 @@ class Tally:
     @cached_property
     def kinds(self) -> list[str]:
         """The kind each cause is counted under, by cause id (`counted_kind`)."""
-        return [cause.kind if cause.kind != "no_info" else counted_kind(cause) for cause in self.causes]
+        return [cause.kind if cause.kind != "no_info" else counted_kind(cause)  # (its call for the few only)
+                for cause in self.causes]
 
     @cached_property
     def unwinders(self) -> list[tuple]:
