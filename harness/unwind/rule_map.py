@@ -57,13 +57,7 @@ def partition_of(segments: Iterable[tuple[int, Hashable | None]], base: int = 0)
     if _compiled_partition_of is None:
         return partition_in_python(segments, base)
     starts, rows, values = _compiled_partition_of(segments, base, NOWHERE, NO_ROW)
-    return Partition(_int64s(starts), _int64s(rows)), values
-
-
-def _int64s(packed: bytes) -> array:
-    out = array("q")
-    out.frombytes(packed)
-    return out
+    return Partition(array("q", starts), array("q", rows)), values  # bytes: read as the array's own
 
 
 def partition_in_python(segments: Iterable[tuple[int, Hashable | None]], base: int = 0) -> tuple[Partition, list]:

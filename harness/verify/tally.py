@@ -107,8 +107,7 @@ class Tally:
     @cached_property
     def kinds(self) -> list[str]:
         """The kind each cause is counted under, by cause id (`counted_kind`)."""
-        return [cause.kind if cause.kind != "no_info" else counted_kind(cause)  # (its call for the few only)
-                for cause in self.causes]
+        return [counted_kind(cause) for cause in self.causes]
 
     @cached_property
     def unwinders(self) -> list[tuple]:

@@ -89,19 +89,24 @@ static inline void untrack_if_flat(PyObject *tuple) {
         if (PyObject_GC_IsTracked(PyTuple_GET_ITEM(tuple, i))) return;
     if (PyObject_GC_IsTracked(tuple)) PyObject_GC_UnTrack(tuple);
 }
+/* A new tuple of `type` (NULL: a plain tuple) of the `n` items, which it takes; NULL, the items
+ * released, where one is NULL (its making failed) or the tuple cannot be made. */
+static inline PyObject *tuple_taking(PyTypeObject *type, Py_ssize_t n, PyObject *const *items) {
+    int made = 1;
+    for (Py_ssize_t i = 0; i < n; i++) made = made && items[i];
+    PyObject *tuple = !made ? NULL : type ? type->tp_alloc(type, n) : PyTuple_New(n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (tuple) PyTuple_SET_ITEM(tuple, i, items[i]);
+        else Py_XDECREF(items[i]);
+    }
+    return tuple;
+}
 /* (a, b, c), three ints: a new reference, untracked (ints make no cycle), or NULL; a run makes
  * hundreds (its tally, its passes), and Py_BuildValue parsed its format for each. */
 static inline PyObject *int_triple(long long a, long long b, unsigned long long c) {
-    PyObject *triple = PyTuple_New(3);
-    PyObject *items[3] = { triple ? PyLong_FromLongLong(a) : NULL, triple ? PyLong_FromLongLong(b) : NULL,
-                           triple ? PyLong_FromUnsignedLongLong(c) : NULL };
-    if (!items[0] || !items[1] || !items[2]) {
-        for (int i = 0; i < 3; i++) Py_XDECREF(items[i]);
-        Py_XDECREF(triple);
-        return NULL;
-    }
-    for (int i = 0; i < 3; i++) PyTuple_SET_ITEM(triple, i, items[i]);
-    PyObject_GC_UnTrack(triple);
+    PyObject *triple = tuple_taking(NULL, 3, (PyObject *[]){ PyLong_FromLongLong(a), PyLong_FromLongLong(b),
+                                                             PyLong_FromUnsignedLongLong(c) });
+    if (triple) PyObject_GC_UnTrack(triple);
     return triple;
 }
 /* heads[cause] + middles[where] + tails[cause] (lists of tuples or None), the key of a tally entry

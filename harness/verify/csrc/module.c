@@ -53,6 +53,15 @@ PyObject *key_of_parts(PyObject *heads, PyObject *middles, PyObject *tails, Py_s
     return key;
 }
 
+/* sums[key] += count (a new key starts at count); -1 with an exception. */
+static int add_count(PyObject *sums, PyObject *key, PyObject *count) {
+    PyObject *held = PyDict_GetItemWithError(sums, key);
+    PyObject *sum = held ? PyNumber_Add(held, count) : PyErr_Occurred() ? NULL : Py_NewRef(count);
+    const int failed = !sum || PyDict_SetItem(sums, key, sum);
+    Py_XDECREF(sum);
+    return failed ? -1 : 0;
+}
+
 /* sum_by(target, entries, heads, middles, tails) -> target: harness.verify.tally.sum_by's twin, each
  * entry (where id, cause id, walks) added to target[key_of_parts(...)], but for entries without a key
  * (lists of tuples or None; entries a list of tuples of ints). */
@@ -74,11 +83,8 @@ static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
         PyObject *key = key_of_parts(heads, middles, tails, where, cause);
         if (!key) return NULL;
         if (key == Py_None) { Py_DECREF(key); continue; }
-        PyObject *held = PyDict_GetItemWithError(target, key);
-        PyObject *sum = held ? PyNumber_Add(held, walks) : PyErr_Occurred() ? NULL : Py_NewRef(walks);
-        const int failed = !sum || PyDict_SetItem(target, key, sum);
+        const int failed = add_count(target, key, walks);
         Py_DECREF(key);
-        Py_XDECREF(sum);
         if (failed) return NULL;
     }
     return Py_NewRef(target);
@@ -92,12 +98,7 @@ static int add_to_first(PyObject *sums, PyObject *key, PyObject *count) {
         PyErr_SetString(PyExc_TypeError, "a digest's group is a tuple (unwinder, ...)");
         return -1;
     }
-    PyObject *first = PyTuple_GET_ITEM(key, 0), *held = PyDict_GetItemWithError(sums, first);
-    if (!held && PyErr_Occurred()) return -1;
-    PyObject *sum = held ? PyNumber_Add(held, count) : Py_NewRef(count);
-    const int failed = !sum || PyDict_SetItem(sums, first, sum);
-    Py_XDECREF(sum);
-    return failed ? -1 : 0;
+    return add_count(sums, PyTuple_GET_ITEM(key, 0), count);
 }
 
 /* The unwinders whose failing walks were all logged, at most `cap` (counted[u] == totals[u] <= cap). */
@@ -112,15 +113,6 @@ static PyObject *complete_unwinders(PyObject *totals, PyObject *counted, Py_ssiz
     }
     Py_XDECREF(limit);
     return complete;
-}
-
-/* A Group (type) of `count` stops and `pcs`, borrowed both. */
-static PyObject *group_of(PyTypeObject *type, PyObject *count, PyObject *pcs) {
-    PyObject *group = type->tp_alloc(type, 2);
-    if (!group) return NULL;
-    PyTuple_SET_ITEM(group, 0, Py_NewRef(count));
-    PyTuple_SET_ITEM(group, 1, Py_NewRef(pcs));
-    return group;
 }
 
 /* digest_groups(stops, logged, cap, Group) -> {unwinder: {rest of key: Group}}: the twin of
@@ -160,7 +152,7 @@ static PyObject *kernel_digest_groups(PyObject *module, PyObject *args) {
         if (whole < 0 || PyErr_Occurred()) goto failed;
         PyObject *pcs = !whole ? Py_None : found ? PyTuple_GET_ITEM(found, 1) : empty;
         PyObject *rest = PyTuple_GetSlice(key, 1, PyTuple_GET_SIZE(key));
-        PyObject *group = rest ? group_of(type, value, pcs) : NULL;
+        PyObject *group = rest ? tuple_taking(type, 2, (PyObject *[]){ Py_NewRef(value), Py_NewRef(pcs) }) : NULL;
         const int set = group ? PyDict_SetItem(groups, rest, group) : -1;
         Py_XDECREF(rest);
         Py_XDECREF(group);

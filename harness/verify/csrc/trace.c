@@ -1405,18 +1405,10 @@ static PyObject *cause_in_c(const CauseKey *key, const Answer *a, const CausePar
         PyErr_Clear();  /* unreadable: Python's to make, and to say what is wrong */
         return NULL;
     }
-    PyObject *frame = PyLong_FromSsize_t(a->frame), *empty = PyUnicode_FromStringAndSize("", 0);
-    PyObject *cause = frame && empty ? parts->type->tp_alloc(parts->type, 7) : NULL;
-    if (!cause) {
-        Py_XDECREF(frame);
-        Py_XDECREF(empty);
-        return NULL;
-    }
-    PyObject *borrowed[7] = { PyList_GET_ITEM(parts->names, key->unwinder), kind, NULL, PyTuple_GET_ITEM(where, 0),
-                              name, NULL, PyTuple_GET_ITEM(where, 1) };
-    for (int i = 0; i < 7; i++)
-        PyTuple_SET_ITEM(cause, i, i == 2 ? frame : i == 5 ? empty : Py_NewRef(borrowed[i]));
-    return cause;
+    return tuple_taking(parts->type, 7, (PyObject *[]){
+        Py_NewRef(PyList_GET_ITEM(parts->names, key->unwinder)), Py_NewRef(kind), PyLong_FromSsize_t(a->frame),
+        Py_NewRef(PyTuple_GET_ITEM(where, 0)), Py_NewRef(name), PyUnicode_FromStringAndSize("", 0),
+        Py_NewRef(PyTuple_GET_ITEM(where, 1)) });
 }
 
 /* causes([names, wheres, mismatches, type, rules]) -> by cause id, the first answer of each as
@@ -1621,17 +1613,12 @@ static PyObject *ranges_of(const uint32_t *pcs, size_t count, long gap) {
     Py_ssize_t at = 0;
     for (size_t i = 0, end; out && i < count; i = end) {
         end = range_end(pcs, count, i, gap);
-        PyObject *range = PyTuple_New(2);
-        PyObject *low = range ? PyLong_FromUnsignedLong(pcs[i]) : NULL;
-        PyObject *high = low ? PyLong_FromUnsignedLong(pcs[end - 1]) : NULL;
-        if (!high) {
-            Py_XDECREF(low);
-            Py_XDECREF(range);
+        PyObject *range = tuple_taking(NULL, 2, (PyObject *[]){ PyLong_FromUnsignedLong(pcs[i]),
+                                                                PyLong_FromUnsignedLong(pcs[end - 1]) });
+        if (!range) {
             Py_CLEAR(out);
             break;
         }
-        PyTuple_SET_ITEM(range, 0, low);
-        PyTuple_SET_ITEM(range, 1, high);
         PyObject_GC_UnTrack(range);  /* two ints: in no cycle */
         PyTuple_SET_ITEM(out, at++, range);
     }
@@ -1712,15 +1699,9 @@ static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
         size_t distinct = 1;
         for (size_t i = 1; i < end - begin; i++)
             if (mine[i] != mine[distinct - 1]) mine[distinct++] = mine[i];
-        PyObject *item = PyTuple_New(2), *logged = item ? PyLong_FromSize_t(end - begin) : NULL;
-        PyObject *ranges = logged ? ranges_of(mine, distinct, gap) : NULL;
-        if (!ranges) {
-            Py_XDECREF(logged);
-            Py_XDECREF(item);
-            goto error;
-        }
-        PyTuple_SET_ITEM(item, 0, logged);
-        PyTuple_SET_ITEM(item, 1, ranges);
+        PyObject *item = tuple_taking(NULL, 2, (PyObject *[]){ PyLong_FromSize_t(end - begin),
+                                                               ranges_of(mine, distinct, gap) });
+        if (!item) goto error;
         const int failed = PyDict_SetItem(out, PyList_GET_ITEM(keys, (Py_ssize_t)g), item);
         Py_DECREF(item);
         if (failed) goto error;
