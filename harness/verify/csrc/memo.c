@@ -97,13 +97,19 @@ static int still_holds(const Snapshot *kept, const uint8_t *memory, int64_t base
     return 1;
 }
 
-/* Do the bytes of `kept`, which held at epoch *held_at, hold now? Not compared where no instruction since
- * could have written memory (the tracer's `dirty`). */
-static int holds(const WalkMemo *m, uint64_t *held_at, const Snapshot *kept, const uint8_t *memory, int64_t base) {
-    if (*held_at == m->epoch) return 1;
+/* holds, where memory may have changed since: the bytes compared. */
+static int holds_still(const WalkMemo *m, uint64_t *held_at, const Snapshot *kept, const uint8_t *memory,
+                       int64_t base) {
     if (!still_holds(kept, memory, base)) return 0;
     *held_at = m->epoch;
     return 1;
+}
+
+/* Do the bytes of `kept`, which held at epoch *held_at, hold now? Not compared where no instruction since
+ * could have written memory (the tracer's `dirty`): most stops, checked inline. */
+static inline int holds(const WalkMemo *m, uint64_t *held_at, const Snapshot *kept, const uint8_t *memory,
+                        int64_t base) {
+    return *held_at == m->epoch || holds_still(m, held_at, kept, memory, base);
 }
 
 /* Copy what `reads` spans hold into `into`; 0, or -1 if they are too many
@@ -188,12 +194,25 @@ const KeptPart *memo_find(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, co
     return holds(m, &w->held_at, &w->read, memory, base) ? w : NULL;
 }
 
+/* An unwinder's MEMO_LEVELS parts, none valid. Not zeroed whole: a walk uses the few levels of its program's
+ * calls, and zeroing every level of every unwinder (some 290 KB a run) wrote what no walk reads. */
+static KeptPart *new_parts(void) {
+    KeptPart *parts = PyMem_Malloc(MEMO_LEVELS * sizeof(KeptPart));
+    for (int level = 0; parts && level < MEMO_LEVELS; level++) {
+        parts[level].valid = 0;
+        parts[level].level = -1;
+        parts[level].read.bytes = NULL;  /* memo_free frees it, snapshot grows it */
+        parts[level].read.capacity = 0;
+    }
+    return parts;
+}
+
 void memo_keep(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, Py_ssize_t from, const KFrame *start,
                uint32_t inputs, int in_it, int64_t low, const Track *track, const Answer *answer,
                const MethodCounts *counted, const uint8_t *memory, int64_t base) {
     if (!m->active) return;
     UnwinderMemo *u = &m->walks[unwinder];
-    if (!u->parts && !(u->parts = PyMem_Calloc(MEMO_LEVELS, sizeof(KeptPart)))) return;  /* not kept */
+    if (!u->parts && !(u->parts = new_parts())) return;  /* not kept */
     KeptPart *w = &u->parts[level % MEMO_LEVELS];
     w->valid = 0;
     if (snapshot(&w->read, track, memory, base)) return;

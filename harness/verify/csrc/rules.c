@@ -466,14 +466,8 @@ static int commit_counts(Verifier *self, Py_ssize_t unwinder, const Answer *out,
  * one's are taken from the last stop's walk where that still holds (memo.c). */
 int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_frame, int64_t low, uint32_t cpsr,
                   const Expected *expected, Py_ssize_t frames, Answer *out) {
-    /* Only the counts are set: a zeroed Track and MethodCounts (some 140 bytes each) were a
-     * memset a walk, and a walk reads no span or count past them. */
-    Track track;
-    track_reset(&track);
-    const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high, self->site_tables, &track };
-    MethodCounts counted;  /* committed unless the walk defers */
-    counted.any = 0;
-    /* The whole walk of the last stop holds where nothing it depends on changed but the pc (memo.c). */
+    /* The whole walk of the last stop holds where nothing it depends on changed but the pc (memo.c): most
+     * walks, taken before anything of a walk is set up. */
     const int whole = self->memo.active && frames > 0;
     const int it = it_state(cpsr);
     PyObject *rule = NULL;  /* the innermost frame's, looked up once where the memo needs it */
@@ -481,16 +475,22 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
     if (whole) {
         rule = sources_rule(&self->sources, unwinder, innermost_frame->r[PC], 1, &rule_id);
         if (!rule) return -1;
-        const KeptWhole *kept = memo_find_whole(&self->memo, unwinder, rule, innermost_frame, it, frames, s.memory,
-                                                self->base);
+        const KeptWhole *kept = memo_find_whole(&self->memo, unwinder, rule, innermost_frame, it, frames,
+                                                (const uint8_t *)self->memory.buf, self->base);
         if (kept) {
             *out = kept->answer;
             if (out->frame == 0) out->pc = innermost_frame->r[PC];  /* the innermost frame's failure: at this pc */
             self->memo.reused_whole++;
-            counts_add(&counted, &kept->counted);
-            return commit_counts(self, unwinder, out, &counted);
+            return commit_counts(self, unwinder, out, &kept->counted);
         }
     }
+    /* Only the counts are set: a zeroed Track and MethodCounts (some 140 bytes each) were a
+     * memset a walk, and a walk reads no span or count past them. */
+    Track track;
+    track_reset(&track);
+    const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high, self->site_tables, &track };
+    MethodCounts counted;  /* committed unless the walk defers */
+    counted.any = 0;
     KFrame frame = *innermost_frame;
     out->kind = ANSWER_PASS;
     out->merged = 0;

@@ -64,6 +64,11 @@ struct Source {
     CodeSegment *code;              /* EPILOGUE */
     Py_ssize_t code_count;
     Ranges ranges;                  /* rules of the ranges made (every kind but MAP) */
+    /* The rule found last and the pcs [hit_low, hit_high) that find it too (empty at first): a frame's
+     * pc mostly stays in one segment from stop to stop, and a rule once found never changes. */
+    int64_t hit_low, hit_high;
+    PyObject *hit_rule;             /* borrowed from `kept` or `ranges` */
+    Py_ssize_t hit_id;
 };
 
 static void partition_release(Partition *p) {
@@ -417,18 +422,31 @@ static PyObject *epilogue_rule(Sources *s, Source *src, Py_ssize_t unwinder, int
 
 /* ------------------------------------------------------------ the rule at a pc */
 
+/* Remember `rule` (id `id`) as the one every pc in [low, high) of `src` finds; the rule. */
+static inline PyObject *hit(Source *src, int64_t low, int64_t high, PyObject *rule, Py_ssize_t id) {
+    src->hit_low = low, src->hit_high = high, src->hit_rule = rule, src->hit_id = id;
+    return rule;
+}
+
 PyObject *sources_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, int innermost, Py_ssize_t *id) {
     Source *src = &s->items[2 * unwinder + innermost];
+    if (src->hit_low <= pc && pc < src->hit_high) {
+        *id = src->hit_id;
+        return src->hit_rule;
+    }
     if (src->kind == FROM_MAP) {
         int64_t low, high;
         const int64_t row = row_at(&src->map, pc, &low, &high);
-        if (row != -2) return kept_rule(s, &src->kept, row, id);
+        if (row != -2) {
+            PyObject *rule = kept_rule(s, &src->kept, row, id);
+            return rule ? hit(src, low, high, rule, *id) : NULL;
+        }
     }
     Py_ssize_t slot;
     const Range *found = ranges_find(&src->ranges, pc, &slot);
     if (found) {
         *id = found->id;
-        return found->value;
+        return hit(src, found->low, found->high, found->value, found->id);
     }
     switch (src->kind) {
     case FROM_CHAIN: return chain_rule(s, src, unwinder, pc, innermost, slot, id);
