@@ -53,11 +53,32 @@ PyObject *key_of_parts(PyObject *heads, PyObject *middles, PyObject *tails, Py_s
     return key;
 }
 
+/* A dict's item under a key hashed once for a lookup and the store that may follow (*hash: the key's
+ * hash, for dict_store): a new tuple key does not keep its hash, and a lookup then a store rehashed it
+ * (about a seventh of sum_by's instructions). Borrowed, or NULL (an error set where one occurred). */
+static PyObject *dict_lookup(PyObject *dict, PyObject *key, Py_hash_t *hash) {
+    if ((*hash = PyObject_Hash(key)) == -1) return NULL;
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_GetItem_KnownHash(dict, key, *hash);
+#else
+    return PyDict_GetItemWithError(dict, key);
+#endif
+}
+static int dict_store(PyObject *dict, PyObject *key, PyObject *value, Py_hash_t hash) {
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_SetItem_KnownHash(dict, key, value, hash);
+#else
+    (void)hash;
+    return PyDict_SetItem(dict, key, value);
+#endif
+}
+
 /* sums[key] += count (a new key starts at count); -1 with an exception. */
 static int add_count(PyObject *sums, PyObject *key, PyObject *count) {
-    PyObject *held = PyDict_GetItemWithError(sums, key);
+    Py_hash_t hash;
+    PyObject *held = dict_lookup(sums, key, &hash);
     PyObject *sum = held ? PyNumber_Add(held, count) : PyErr_Occurred() ? NULL : Py_NewRef(count);
-    const int failed = !sum || PyDict_SetItem(sums, key, sum);
+    const int failed = !sum || dict_store(sums, key, sum, hash);
     Py_XDECREF(sum);
     return failed ? -1 : 0;
 }
@@ -88,6 +109,104 @@ static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
         if (failed) return NULL;
     }
     return Py_NewRef(target);
+}
+
+/* ------------------------------------------------------------ a summary's blame */
+
+/* A FailureCause's fields (harness.verify.failures), by position. */
+enum { CAUSE_UNWINDER = 0, CAUSE_FRAME = 2, CAUSE_REGISTER = 4, CAUSE_TRAITS = 6, CAUSE_FIELDS = 7 };
+
+/* d[key] (a new dict where there is none yet): borrowed, or NULL with an exception. */
+static PyObject *dict_in(PyObject *d, PyObject *key) {
+    PyObject *inner = PyDict_GetItemWithError(d, key);
+    if (inner || PyErr_Occurred()) return inner;
+    if (!(inner = PyDict_New())) return NULL;
+    const int failed = PyDict_SetItem(d, key, inner);
+    Py_DECREF(inner);
+    return failed ? NULL : inner;
+}
+
+/* [stops whose innermost frame went wrong, stops where a caller did, {trait: stops}] of an unwinder in
+ * `blamed` (made where there is none yet): borrowed, or NULL with an exception. */
+static PyObject *blame_in(PyObject *blamed, PyObject *unwinder) {
+    PyObject *blame = PyDict_GetItemWithError(blamed, unwinder);
+    if (blame || PyErr_Occurred()) return blame;
+    if (!(blame = Py_BuildValue("[iiN]", 0, 0, PyDict_New()))) return NULL;
+    const int failed = PyDict_SetItem(blamed, unwinder, blame);
+    Py_DECREF(blame);
+    return failed ? NULL : blame;
+}
+
+/* Add `stops` to a list item (an int). */
+static int add_to_item(PyObject *list, Py_ssize_t at, PyObject *stops) {
+    PyObject *sum = PyNumber_Add(PyList_GET_ITEM(list, at), stops);
+    return sum ? PyList_SetItem(list, at, sum) : -1;
+}
+
+/* A cause's stops, where it has any, to its unwinder's counts in `registers` and `blamed`. */
+static int blame_cause(PyObject *registers, PyObject *blamed, PyObject *cause, PyObject *stops) {
+    if (!PyTuple_Check(cause) || PyTuple_GET_SIZE(cause) < CAUSE_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "a cause must be a FailureCause");
+        return -1;
+    }
+    PyObject *unwinder = PyTuple_GET_ITEM(cause, CAUSE_UNWINDER), *reg = PyTuple_GET_ITEM(cause, CAUSE_REGISTER);
+    const int named = PyObject_IsTrue(reg);
+    if (named < 0) return -1;
+    PyObject *counts = named ? dict_in(registers, unwinder) : NULL;
+    if (named && (!counts || add_count(counts, reg, stops))) return -1;
+    PyObject *blame = blame_in(blamed, unwinder);
+    if (!blame) return -1;
+    const Py_ssize_t frame = PyLong_AsSsize_t(PyTuple_GET_ITEM(cause, CAUSE_FRAME));
+    if ((frame == -1 && PyErr_Occurred()) || add_to_item(blame, frame == 0 ? 0 : 1, stops)) return -1;
+    PyObject *traits = PyList_GET_ITEM(blame, 2), *iterator = PyObject_GetIter(PyTuple_GET_ITEM(cause, CAUSE_TRAITS));
+    if (!iterator) return -1;
+    PyObject *trait;
+    while ((trait = PyIter_Next(iterator))) {
+        const int failed = add_count(traits, trait, stops);
+        Py_DECREF(trait);
+        if (failed) break;
+    }
+    Py_DECREF(iterator);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* blame(entries, causes) -> (registers, blamed): the twin of harness.report.summary.blame (see there). */
+static PyObject *kernel_blame(PyObject *module, PyObject *args) {
+    PyObject *entries, *causes;
+    if (!PyArg_ParseTuple(args, "O!O!:blame", &PyList_Type, &entries, &PyList_Type, &causes)) return NULL;
+    const Py_ssize_t count = PyList_GET_SIZE(causes);
+    PyObject **stops_of = PyMem_Calloc((size_t)count + 1, sizeof(PyObject *));
+    PyObject *registers = PyDict_New(), *blamed = PyDict_New(), *out = NULL;
+    if (!stops_of || !registers || !blamed) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t n = 0; n < PyList_GET_SIZE(entries); n++) {
+        PyObject *entry = PyList_GET_ITEM(entries, n);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
+            PyErr_SetString(PyExc_TypeError, "a tally entry must be a tuple (where id, cause id, walks)");
+            goto done;
+        }
+        const Py_ssize_t cause = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
+        if (cause == -1 && PyErr_Occurred()) goto done;
+        if (cause < 0 || cause >= count) {
+            PyErr_Format(PyExc_IndexError, "cause id %zd past the tally's %zd causes", cause, count);
+            goto done;
+        }
+        PyObject *walks = PyTuple_GET_ITEM(entry, 2);
+        PyObject *sum = stops_of[cause] ? PyNumber_Add(stops_of[cause], walks) : Py_NewRef(walks);
+        if (!sum) goto done;
+        Py_XSETREF(stops_of[cause], sum);
+    }
+    for (Py_ssize_t cause = 0; cause < count; cause++) {
+        const int any = stops_of[cause] ? PyObject_IsTrue(stops_of[cause]) : 0;
+        if (any < 0 || (any && blame_cause(registers, blamed, PyList_GET_ITEM(causes, cause), stops_of[cause])))
+            goto done;
+    }
+    out = PyTuple_Pack(2, registers, blamed);
+done:
+    for (Py_ssize_t cause = 0; stops_of && cause < count; cause++) Py_XDECREF(stops_of[cause]);
+    PyMem_Free(stops_of);
+    Py_XDECREF(registers);
+    Py_XDECREF(blamed);
+    return out;
 }
 
 /* ------------------------------------------------------------ a digest's groups */
@@ -282,6 +401,7 @@ static PyMethodDef kernel_functions[] = {
     {"may_store", kernel_may_store, METH_VARARGS, "May the Thumb instruction of these half-words write memory?"},
     {"sum_by", kernel_sum_by, METH_VARARGS, "Tally entries added up by keys made of their where's and cause's parts."},
     {"digest_groups", kernel_digest_groups, METH_VARARGS, "A digest's groups by unwinder, of its sums and logged pcs."},
+    {"blame", kernel_blame, METH_VARARGS, "A run's failing stops by unwinder: wrong registers, culprit frames and traits."},
     {NULL}
 };
 
