@@ -300,3 +300,74 @@ def test_steps_of_two_kinds_never_compare_equal():
     assert len({(step,) for step in alike}) == len(alike)
     assert epilogue.Release(amount=8) == epilogue.Release(8, None, None, 0) and Restore((4, 15)) == Restore((4, 15))
 
+
+
+def _python_plan(code: bytes, base: int = 0x10000):
+    """EpilogueSimulator's plan of the epilogue `code` starts with (the reference of epilogue.c)."""
+    def code_at(address: int, size: int) -> bytes:
+        if not base <= address <= base + len(code) - size:
+            raise KeyError(address)
+        return code[address - base:address - base + size]
+    return EpilogueSimulator(code_at, lambda low, high: False).plan(base)
+
+
+def _compiled_plan():
+    from harness.verify import _kernel
+    return _kernel.epilogue_plan
+
+
+def _holds(made, code: bytes) -> bool:
+    """epilogue.c's (steps, packed rule) for `code` are Python's: its plan,
+    and the rule rule_of makes of it, packed as the kernel reads it."""
+    from harness.unwind.v2_epilogue import rule_of
+    from harness.verify.kernel import pack_rule
+    steps, packed = made
+    plan = _python_plan(code)
+    rule = None if isinstance(plan, str) else rule_of(plan)
+    return steps == plan and packed == (None if rule is None else pack_rule(rule))
+
+
+def test_the_kernels_epilogue_steps_are_pythons_for_every_encoding_it_knows():
+    """epilogue.c plans an epilogue only where each instruction is one it
+    knows: for every 16-bit encoding, and every second half-word of the
+    32-bit encodings it takes, followed by `bx lr`, its plan (where it makes
+    one) is Python's over capstone, step for step, and so is the rule it
+    packs; where it makes none, Python plans (the reference decides). It
+    knows every instruction of the generated corpus's epilogues but its
+    branches."""
+    plan_in_c = _compiled_plan()
+    bx_lr = struct.pack("<H", 0x4770) + b"\0\0"
+    known = 0
+    firsts = [0xE8BD, 0xF85D, 0xECBD, 0xECFD, 0xEA4F] + [
+        prefix | i << 10 for prefix in (0xF10D, 0xF20D, 0xF1A7, 0xF2A7, 0xF1AB, 0xF2AB) for i in (0, 1)]
+    encodings = [struct.pack("<H", half) for half in range(0x10000) if half >> 11 not in (0x1D, 0x1E, 0x1F)]
+    encodings += [struct.pack("<HH", first, second) for first in firsts for second in range(0x10000)]
+    for code in encodings:
+        made = plan_in_c(code + bx_lr)
+        if made is not None:
+            assert _holds(made, code + bx_lr), code.hex()
+            known += 1
+    assert known > 40_000
+    for name in ("pop {r4, pc}", "add sp, #8", "vpop {d8-d9}", "addw sp, sp, #1028", "sub.w sp, r7, #8",
+                 "mov sp, r7", "ldr r4, [sp], #4", "pop.w {r4-r11, pc}", "bx r3"):
+        assert plan_in_c(assemble([name], 0x10000) + bx_lr) is not None, name
+    assert plan_in_c(assemble(["b.w 0x12000"], 0x10000) + bx_lr) is None  # a branch: Python places its target
+
+
+def test_the_kernels_epilogue_plans_are_pythons_at_every_pc_of_the_corpus():
+    """At every pc of generated programs, the plan epilogue.c makes, where
+    it makes one, is Python's, and so is its rule (with its base moved
+    first, or none)."""
+    plan_in_c = _compiled_plan()
+    made = moved = 0
+    for number in range(DEFAULT_PROGRAMS):
+        program = generate_program(0, number)
+        for function in program.functions:
+            code = program.code(function.start, function.end - function.start)
+            for offset in range(0, len(code) - 2, 2):
+                plan = plan_in_c(code[offset:])
+                if plan is not None:
+                    assert _holds(plan, code[offset:]), (program.name, hex(function.start + offset))
+                    made += 1
+                    moved += plan[0][0][-1] == "release" and plan[0][0][1:3] != (None, None)
+    assert made > 100 and moved

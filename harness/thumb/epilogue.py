@@ -75,7 +75,8 @@ Step = Union[Release, AdjustFramePointer, Restore, RestoreVfp, ReturnToLr, Branc
 
 
 def classify(insn: Instruction) -> Step | None:
-    """What `insn` does as an epilogue instruction, or None if it is none."""
+    """What `insn` does as an epilogue instruction, or None if it is none.
+    C twin, for the encodings compilers end functions with: csrc/epilogue.c."""
     op, regs = insn.op, insn.regs
     if op == "add" and regs[:1] == (SP,):
         sources = regs[1:] if regs[1:2] != (SP,) else regs[2:]

@@ -118,7 +118,7 @@ def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[U
             verifier.set_map(index, innermost, *_partition_of(maps[innermost]),
                              book.numbers_of(maps[innermost], numbered, own), book.packed)
         if simulator is not None and simulator.segments:
-            verifier.set_epilogue(index, tuple(simulator.segments))
+            verifier.set_epilogue(index, tuple(simulator.segments), book.plans)
     elif hasattr(unwinder, "step_by") and all(hasattr(m, "rule_maps") for m in methods) \
             and 0 < len(methods) <= abi.CHAIN_METHODS:
         walked = {id(u): number for number, u in enumerate(unwinders[:index])

@@ -38,6 +38,10 @@ class RuleBook:
         self.keys: list[Hashable] = []
         self.rules: list[Rule | None] = []
         self.packed: list = []
+        self.plans: dict[bytes, bytes | None] = {}
+        """Epilogues planned in C (csrc/epilogue.c): each rule packed, by the plan's steps as the
+        kernel writes them (a rule is a pure function of its steps). Not numbered: such a rule never
+        fails, so nothing words it by its number."""
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -8,6 +8,7 @@
  *          where the rules do not answer (Tracer).
  * memo.c   the outer part of each walk, kept from one stop to the next.
  * sources.c where each unwinder's rule at a pc comes from: its table's rows, or Python.
+ * epilogue.c the plans of the epilogues compilers write, and their rules (v2+epilogue).
  * module.c the module itself, and the key of a tally entry's parts (sum_by).
  *
  * Python's definitions stay the reference: harness.verify.groundtruth for the
@@ -55,6 +56,25 @@ const Range *ranges_find(Ranges *set, int64_t pc, Py_ssize_t *slot);
 /* Insert `range` at `slot`, clipped to the gap between its neighbours; -1 with MemoryError. */
 int ranges_insert(Ranges *set, Py_ssize_t slot, Range range);
 void ranges_clear(Ranges *set);
+
+#define EPILOGUE_LIMIT 16  /* harness.thumb.epilogue.LIMIT: instructions scanned for a return */
+/* One step of an epilogue's plan (epilogue.c), as harness.thumb.epilogue's Step: what it does to the frame. */
+enum { STEP_RELEASE = 1, STEP_RELEASE_REG, STEP_RELEASE_FP, STEP_RESTORE, STEP_RESTORE_VFP, STEP_RETURN_TO_LR,
+       STEP_BRANCH_REG };
+typedef struct {
+    int32_t kind;   /* STEP_* */
+    int32_t a, b;   /* RELEASE: amount; RELEASE_REG: reg; RELEASE_FP: frame pointer, below; RESTORE_VFP: first, count */
+    uint32_t regs;  /* RESTORE: bit = core register */
+} PlanStep;
+/* The plan of the epilogue at code (bytes of it readable), at most EPILOGUE_LIMIT steps into `steps`: their count,
+ * or -1 where Python must plan (an instruction epilogue.c does not know, or no return within reach). */
+int epilogue_plan(const uint8_t *code, int64_t bytes, PlanStep *steps);
+/* The rule of a plan's `count` steps, packed (harness.unwind.v2_epilogue.rule_of, then kernel.pack_rule),
+ * or Py_None where there is none (a new reference; NULL with MemoryError). */
+PyObject *epilogue_packed_rule(const PlanStep *steps, int count);
+/* (the plan as a tuple of tuples equal to Python's Step NamedTuples, its rule packed), or None where
+ * Python must plan (a new reference). */
+PyObject *epilogue_plan_object(const uint8_t *code, Py_ssize_t bytes);
 
 /* Where each unwinder's rules come from (sources.c): per (unwinder,
  * innermost), its table's partition, a chain's, an epilogue scan, or

@@ -111,6 +111,15 @@ static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
     return Py_NewRef(target);
 }
 
+/* epilogue_plan(code: bytes) -> steps or None: epilogue.c's plan of the epilogue the bytes start with. */
+static PyObject *kernel_epilogue_plan(PyObject *module, PyObject *code) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(code, &view, PyBUF_SIMPLE)) return NULL;
+    PyObject *plan = epilogue_plan_object(view.buf, view.len);
+    PyBuffer_Release(&view);
+    return plan;
+}
+
 /* ------------------------------------------------------------ a summary's blame */
 
 /* A FailureCause's fields (harness.verify.failures), by position. */
@@ -401,6 +410,7 @@ static PyMethodDef kernel_functions[] = {
     {"may_store", kernel_may_store, METH_VARARGS, "May the Thumb instruction of these half-words write memory?"},
     {"sum_by", kernel_sum_by, METH_VARARGS, "Tally entries added up by keys made of their where's and cause's parts."},
     {"digest_groups", kernel_digest_groups, METH_VARARGS, "A digest's groups by unwinder, of its sums and logged pcs."},
+    {"epilogue_plan", kernel_epilogue_plan, METH_O, "The plan of the epilogue these bytes start with, or None."},
     {"blame", kernel_blame, METH_VARARGS, "A run's failing stops by unwinder: wrong registers, culprit frames and traits."},
     {NULL}
 };

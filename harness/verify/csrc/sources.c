@@ -14,8 +14,9 @@
  *           of the method where the Verifier walks it too.
  * EPILOGUE  v2+epilogue's innermost frame: its fallback's partition, except
  *           at a pc whose code may start an epilogue (the C twin of
- *           harness.thumb.encoding.may_start_epilogue), where Python plans
- *           the epilogue (provide_plan) and the pc alone takes its rule, or
+ *           harness.thumb.encoding.may_start_epilogue), where the epilogue
+ *           is planned (in C where epilogue.c knows its instructions, else
+ *           by Python's provide_plan) and the pc alone takes its rule, or
  *           the tables' where there is no epilogue to simulate.
  * PROVIDE   any other unwinder: Python's rule_at for each range of pcs.
  * Every kind but MAP keeps the rules of the ranges it made in Ranges.
@@ -63,6 +64,7 @@ struct Source {
     int method_count;
     CodeSegment *code;              /* EPILOGUE */
     Py_ssize_t code_count;
+    PyObject *plans;                /* EPILOGUE: the book's {steps (epilogue.c): packed rule or None} */
     Ranges ranges;                  /* rules of the ranges made (every kind but MAP) */
     /* The rule found last and the pcs [hit_low, hit_high) that find it too (empty at first): a frame's
      * pc mostly stays in one segment from stop to stop, and a rule once found never changes. */
@@ -132,6 +134,7 @@ static void source_clear(Source *s) {
     PyMem_Free(s->methods);
     for (Py_ssize_t i = 0; i < s->code_count; i++) PyBuffer_Release(&s->code[i].data);
     PyMem_Free(s->code);
+    Py_XDECREF(s->plans);
     ranges_clear(&s->ranges);
     memset(s, 0, sizeof *s);
 }
@@ -412,6 +415,28 @@ static PyObject *epilogue_rule(Sources *s, Source *src, Py_ssize_t unwinder, int
         PyObject *rule = kept_rule(s, &src->kept, row, id);
         return rule ? keep_range(src, slot, pc, pc + end, rule, *id) : NULL;
     }
+    /* An epilogue of instructions epilogue.c knows is planned here, its rule packed here too and kept by
+     * its steps (one met before, in this program or another, is packed once): not numbered in the book,
+     * as a chain composed here is not (id -1; such a rule never fails, so nothing words it by its id).
+     * Any other epilogue is Python's to plan. */
+    PlanStep steps[EPILOGUE_LIMIT];
+    const int count = epilogue_plan(code, segment->start + segment->data.len - pc, steps);
+    if (count > 0) {
+        PyObject *key = PyBytes_FromStringAndSize((const char *)steps, count * (Py_ssize_t)sizeof *steps);
+        PyObject *rule = key ? PyDict_GetItemWithError(src->plans, key) : NULL;
+        if (rule) {
+            Py_INCREF(rule);
+        } else if (key && !PyErr_Occurred() && (rule = epilogue_packed_rule(steps, count)) &&
+                   PyDict_SetItem(src->plans, key, rule)) {
+            Py_CLEAR(rule);
+        }
+        Py_XDECREF(key);
+        if (!rule) return NULL;
+        *id = -1;
+        PyObject *kept = keep_range(src, slot, pc, pc + 1, rule, -1);
+        Py_DECREF(rule);
+        return kept;
+    }
     PyObject *reply = asked(s->provide_plan, "(nL)", unwinder, (long long)pc), *rule;
     if (take_reply(reply, id, &rule)) { Py_XDECREF(reply); return NULL; }
     if (*id == DECLINES) rule = kept_rule(s, &src->kept, row, id);
@@ -547,8 +572,8 @@ int sources_set_chain(Sources *s, PyObject *args) {
  * unwinder whose rules are set_map's, but where its code may start an epilogue. */
 int sources_set_epilogue(Sources *s, PyObject *args) {
     Py_ssize_t unwinder;
-    PyObject *segments;
-    if (!PyArg_ParseTuple(args, "nO!", &unwinder, &PyTuple_Type, &segments)) return -1;
+    PyObject *segments, *plans;
+    if (!PyArg_ParseTuple(args, "nO!O!", &unwinder, &PyTuple_Type, &segments, &PyDict_Type, &plans)) return -1;
     if (unwinder < 0 || unwinder >= s->count || s->items[2 * unwinder + 1].kind != FROM_MAP) {
         PyErr_Format(PyExc_ValueError, "unwinder %zd has no partition for its innermost frame", unwinder);
         return -1;
@@ -566,6 +591,8 @@ int sources_set_epilogue(Sources *s, PyObject *args) {
         src->code[i].start = start;
         src->code_count = i + 1;
     }
+    Py_INCREF(plans);
+    src->plans = plans;
     src->kind = FROM_EPILOGUE;
     return 0;
 }
