@@ -1,5 +1,6 @@
 """Epilogue simulation (v2+epilogue) and encode-time synthesis (v2-synth)."""
 
+import bisect
 import random
 import struct
 
@@ -302,27 +303,34 @@ def test_steps_of_two_kinds_never_compare_equal():
 
 
 
-def _python_plan(code: bytes, base: int = 0x10000):
-    """EpilogueSimulator's plan of the epilogue `code` starts with (the reference of epilogue.c)."""
+def _python_plan(code: bytes, base: int = 0x10000, functions=None):
+    """EpilogueSimulator's plan of the epilogue `code` starts with, at
+    `base` (the reference of epilogue.c); `functions` as the simulator's,
+    which `same_function` bisects."""
     def code_at(address: int, size: int) -> bytes:
         if not base <= address <= base + len(code) - size:
             raise KeyError(address)
         return code[address - base:address - base + size]
-    return EpilogueSimulator(code_at, lambda low, high: False).plan(base)
+
+    def same_function(pc: int, target: int) -> bool:
+        if functions is None:
+            return False
+        starts, end = functions
+        inside = [starts[0] <= address < end for address in (pc, target)]
+        return all(inside) and bisect.bisect_right(starts, pc) == bisect.bisect_right(starts, target)
+    return EpilogueSimulator(code_at, same_function).plan(base)
 
 
-def _compiled_plan():
-    from harness.verify import _kernel
-    return _kernel.epilogue_plan
-
-
-def _holds(made, code: bytes) -> bool:
-    """epilogue.c's (steps, packed rule) for `code` are Python's: its plan,
-    and the rule rule_of makes of it, packed as the kernel reads it."""
+def _holds(made, code: bytes, base: int = 0x10000, functions=None) -> bool:
+    """epilogue.c's (steps, packed rule) for `code` at `base` are Python's:
+    its plan, and the rule rule_of makes of it, packed as the kernel reads
+    it (False: it declines, as Python does for a branch within the function)."""
     from harness.unwind.v2_epilogue import rule_of
     from harness.verify.kernel import pack_rule
+    plan = _python_plan(code, base, functions)
+    if made is False:
+        return plan == "a branch within the function"
     steps, packed = made
-    plan = _python_plan(code)
     rule = None if isinstance(plan, str) else rule_of(plan)
     return steps == plan and packed == (None if rule is None else pack_rule(rule))
 
@@ -332,42 +340,83 @@ def test_the_kernels_epilogue_steps_are_pythons_for_every_encoding_it_knows():
     knows: for every 16-bit encoding, and every second half-word of the
     32-bit encodings it takes, followed by `bx lr`, its plan (where it makes
     one) is Python's over capstone, step for step, and so is the rule it
-    packs; where it makes none, Python plans (the reference decides). It
-    knows every instruction of the generated corpus's epilogues but its
-    branches."""
-    plan_in_c = _compiled_plan()
+    packs; where it makes none, Python plans (the reference decides). A
+    branch is a tail call where it leaves the function, else the plan
+    declines; with no functions given, it is Python's."""
+    from harness.verify._kernel import epilogue_plan
+    base, functions = 0x10000, ((0x8000, 0x10000, 0x10040), 0x18000)  # the plan's function: [0x10000, 0x10040)
     bx_lr = struct.pack("<H", 0x4770) + b"\0\0"
-    known = 0
+    known = branches = declines = 0
     firsts = [0xE8BD, 0xF85D, 0xECBD, 0xECFD, 0xEA4F] + [
         prefix | i << 10 for prefix in (0xF10D, 0xF20D, 0xF1A7, 0xF2A7, 0xF1AB, 0xF2AB) for i in (0, 1)]
     encodings = [struct.pack("<H", half) for half in range(0x10000) if half >> 11 not in (0x1D, 0x1E, 0x1F)]
     encodings += [struct.pack("<HH", first, second) for first in firsts for second in range(0x10000)]
+    rng = random.Random(5)
+    encodings += [struct.pack("<HH", rng.randrange(0xF000, 0xF800), rng.randrange(0x10000) | 0x9000)
+                  for _ in range(20_000)]  # b.w, and bl where bit 14 is set too (not an epilogue's)
     for code in encodings:
-        made = plan_in_c(code + bx_lr)
+        made = epilogue_plan(code + bx_lr, base, functions)
         if made is not None:
-            assert _holds(made, code + bx_lr), code.hex()
+            assert _holds(made, code + bx_lr, base, functions), code.hex()
             known += 1
-    assert known > 40_000
+            branches += made is not False and made[0][-1][-1] == "branch"
+            declines += made is False
+        if code[1] >> 3 == 0x1C or (len(code) == 4 and code[1] >> 3 == 0x1E and code[3] & 0xD0 == 0x90):
+            assert epilogue_plan(code + bx_lr, base, None) is None  # a branch, and no functions to place it
+    assert known > 40_000 and branches > 1000 and declines > 10
     for name in ("pop {r4, pc}", "add sp, #8", "vpop {d8-d9}", "addw sp, sp, #1028", "sub.w sp, r7, #8",
-                 "mov sp, r7", "ldr r4, [sp], #4", "pop.w {r4-r11, pc}", "bx r3"):
-        assert plan_in_c(assemble([name], 0x10000) + bx_lr) is not None, name
-    assert plan_in_c(assemble(["b.w 0x12000"], 0x10000) + bx_lr) is None  # a branch: Python places its target
+                 "mov sp, r7", "ldr r4, [sp], #4", "pop.w {r4-r11, pc}", "bx r3", "b.w 0x12000"):
+        assert epilogue_plan(assemble([name], base) + bx_lr, base, functions) is not None, name
+    assert epilogue_plan(assemble(["b.w 0x10020"], base) + bx_lr, base, functions) is False  # within
 
 
 def test_the_kernels_epilogue_plans_are_pythons_at_every_pc_of_the_corpus():
     """At every pc of generated programs, the plan epilogue.c makes, where
-    it makes one, is Python's, and so is its rule (with its base moved
-    first, or none)."""
-    plan_in_c = _compiled_plan()
-    made = moved = 0
+    it makes one, is v2+epilogue's own (its tables placing tail calls), and
+    so is its rule (with its base moved first, or none)."""
+    from harness.unwind.v2_epilogue import rule_of
+    from harness.verify._kernel import epilogue_plan
+    from harness.verify.kernel import pack_rule
+    made = moved = tail_calls = 0
     for number in range(DEFAULT_PROGRAMS):
         program = generate_program(0, number)
+        simulator = next(u for u in build_unwinders(program) if u.name == "v2+epilogue").simulator
         for function in program.functions:
-            code = program.code(function.start, function.end - function.start)
-            for offset in range(0, len(code) - 2, 2):
-                plan = plan_in_c(code[offset:])
-                if plan is not None:
-                    assert _holds(plan, code[offset:]), (program.name, hex(function.start + offset))
-                    made += 1
-                    moved += plan[0][0][-1] == "release" and plan[0][0][1:3] != (None, None)
-    assert made > 100 and moved
+            for pc in range(function.start, function.end, 2):
+                plan = epilogue_plan(program.code(pc, 1 << 20), pc, simulator.functions)
+                if plan is None:
+                    continue
+                python = simulator.plan(pc)
+                if plan is False:
+                    assert python == "a branch within the function", (program.name, hex(pc))
+                    continue
+                rule = None if isinstance(python, str) else rule_of(python)
+                assert plan == (python, None if rule is None else pack_rule(rule)), (program.name, hex(pc))
+                made += 1
+                moved += plan[0][0][-1] == "release" and plan[0][0][1:3] != (None, None)
+                tail_calls += plan[0][-1][-1] == "branch"
+    assert made > 100 and moved and tail_calls
+
+
+def test_the_functions_a_tail_call_is_placed_by_are_the_tables_own():
+    """v2+epilogue's functions (first pcs and end, which epilogue.c
+    bisects) put two pcs in one function exactly where its tables' lookup
+    does: pcs near every function's edges and at random in generated
+    programs, against the edges of every function, and outside the pages."""
+    rng = random.Random(7)
+    for number in range(4):
+        program = generate_program(0, number)
+        simulator = next(u for u in build_unwinders(program) if u.name == "v2+epilogue").simulator
+        starts, end = simulator.functions
+
+        def bisected(pc: int, target: int) -> bool:
+            return starts[0] <= pc < end and starts[0] <= target < end and \
+                bisect.bisect_right(starts, pc) == bisect.bisect_right(starts, target)
+        low, high = program.functions[0].start - 16, program.functions[-1].end + 16
+        edges = sorted({edge + delta for f in program.functions for edge in (f.start, f.end) for delta in (-2, 0)}
+                       | {low, high, end - 2, end})
+        pcs = {edge + delta for edge in edges for delta in (-4, -2, 0, 2, 4)} | {rng.randrange(low, high) & ~1
+                                                                              for _ in range(300)}
+        for pc in sorted(pcs):
+            for target in edges:
+                assert bisected(pc, target) == simulator._same_function(pc, target), (hex(pc), hex(target))

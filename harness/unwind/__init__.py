@@ -77,7 +77,11 @@ def _v2_epilogue(program: Program, tables: Unwinder | None = None) -> Unwinder:
         there = tables.reader.lookup(target - program.text_base)
         return here is not None and there is not None and here.function_index == there.function_index
 
-    return EpilogueFirst(EpilogueSimulator(program.code, same_function, program.segments), tables, "v2+epilogue")
+    reader = getattr(tables, "reader", None)  # none where the program has no tables
+    starts, end = reader.function_starts() if reader is not None else ([], 0)
+    functions = (tuple(program.text_base + start for start in starts), program.text_base + end) if starts else None
+    return EpilogueFirst(EpilogueSimulator(program.code, same_function, program.segments, functions), tables,
+                         "v2+epilogue")
 
 
 def _v2_chrome(program: Program) -> Unwinder:

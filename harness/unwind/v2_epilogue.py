@@ -46,12 +46,16 @@ class EpilogueSimulator:
     """Recognises and executes the epilogue ahead of a stop, or declines."""
 
     def __init__(self, code_at: Callable[[int, int], bytes], same_function: Callable[[int, int], bool],
-                 segments: tuple[tuple[int, bytes], ...] = ()):
+                 segments: tuple[tuple[int, bytes], ...] = (), functions: tuple[tuple[int, ...], int] | None = None):
         """`segments`: the (address, bytes) `code_at` reads, where the
-        kernel looks for pcs that may start an epilogue itself."""
+        kernel looks for pcs that may start an epilogue itself; `functions`:
+        (the sorted first pcs of the functions, the end of the last), where
+        `same_function` tells whether two pcs lie in one of them (as
+        bisecting them does: csrc/epilogue.c plans tail calls by them)."""
         self._code_at = code_at
         self._same_function = same_function
         self.segments = segments
+        self.functions = functions
         self.outcomes: Counter = Counter()  # "simulated" or the reason for declining
         self._plans: dict[int, tuple[Step, ...] | str] = {}  # by pc (not an lru_cache of a bound
         # method, which would hold the simulator in a reference cycle, its program's code and

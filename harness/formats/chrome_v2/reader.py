@@ -186,6 +186,13 @@ class V2Reader:
             larger = offset
         raise AssertionError("validated offset lists end at offset 0")
 
+    def function_starts(self) -> tuple[list[int], int]:
+        """Each entry's first pc offset, in increasing order, and the end of
+        the pages: `lookup` finds the entry of the last start at or below an
+        offset in [0, end), and nothing past it (as `segments`)."""
+        starts = [(page * PAGE_HALFWORDS + offset) << 1 for page, offset in zip(self.entry_page, self.page_offsets)]
+        return starts, len(self.tables.page_table) * PAGE_HALFWORDS << 1
+
     def segments(self) -> Iterator[tuple[int, int | None]]:
         """What `lookup` finds, offset by offset: (first pc offset, instruction
         index or None) in increasing order, each holding up to the next one

@@ -4,10 +4,11 @@
  * (harness.unwind.v2_epilogue), for the encodings below alone.
  *
  * A plan is made here where every instruction from pc to the return is
- * one of them; anything else (another instruction, a branch whose target
- * Python must place, no return within EPILOGUE_LIMIT, too few bytes) is left to
- * Python, which stays the reference: tests hold every step and plan made
- * here to Python's (tests/test_epilogue.py). Its rule is made here too
+ * one of them (a branch: a tail call where it leaves the function, as the
+ * v2 tables place functions; the plan declines where it does not); anything
+ * else (another instruction, no return within EPILOGUE_LIMIT, too few
+ * bytes) is left to Python, which stays the reference: tests hold every
+ * step and plan made here to Python's (tests/test_epilogue.py). Its rule is made here too
  * (the twin of harness.unwind.v2_epilogue.rule_of, packed as
  * harness.verify.kernel.pack_rule packs it) and kept by the plan's steps,
  * as bytes, in the process's book (harness.verify.rule_book.RuleBook.plans):
@@ -39,12 +40,24 @@ static int64_t expanded_immediate(uint16_t first, uint16_t second) {
     return value < 0x10000 ? (int64_t)value : -1;
 }
 
-/* One instruction's step; its size in *size; 0, or -1 where this twin does not know it. */
-static int step_of(const uint8_t *code, PlanStep *step, int *size) {
+/* A branch's step to address + 4 + offset (capstone's target), where that is an address; -1 otherwise. */
+static int branch(PlanStep *step, int64_t address, int64_t offset) {
+    const int64_t target = address + 4 + offset;
+    if (target < 0 || target > UINT32_MAX) return -1;
+    step->kind = STEP_BRANCH;
+    step->regs = (uint32_t)target;
+    return 0;
+}
+
+/* One instruction's step, the instruction at `address`; its size in *size; 0, or -1 where this twin does not
+ * know it. */
+static int step_of(const uint8_t *code, int64_t address, PlanStep *step, int *size) {
     const uint16_t first = (uint16_t)(code[0] | code[1] << 8), second = (uint16_t)(code[2] | code[3] << 8);
     memset(step, 0, sizeof *step);
     *size = 2;
     if (first >> 11 != 0x1D && first >> 11 != 0x1E && first >> 11 != 0x1F) {  /* 16-bit */
+        if ((first & 0xF800) == 0xE000)  /* B T2: 11100 imm11, offset SignExtend(imm11:0) */
+            return branch(step, address, (int64_t)((int32_t)((uint32_t)(first & 0x7FF) << 21) >> 20));
         if ((first & 0xFE00) == 0xBC00 && (first & 0x1FF)) {  /* POP T1: 1011 110 P list8 */
             step->kind = STEP_RESTORE;
             step->regs = (first & 0xFF) | (first & 0x100 ? 1u << PC : 0);
@@ -73,6 +86,12 @@ static int step_of(const uint8_t *code, PlanStep *step, int *size) {
         return -1;
     }
     *size = 4;
+    if ((first & 0xF800) == 0xF000 && (second & 0xD000) == 0x9000) {
+        /* B T4: 11110 S imm10 | 10 J1 1 J2 imm11, offset SignExtend(S:I1:I2:imm10:imm11:0), Ix = NOT(Jx XOR S) */
+        const uint32_t s = first >> 10 & 1, i1 = !((second >> 13 & 1) ^ s), i2 = !((second >> 11 & 1) ^ s);
+        const uint32_t imm = s << 24 | i1 << 23 | i2 << 22 | (uint32_t)(first & 0x3FF) << 12 | (uint32_t)(second & 0x7FF) << 1;
+        return branch(step, address, (int64_t)((int32_t)(imm << 7) >> 7));
+    }
     if (first == 0xE8BD && !(second & 0x2000) && (second & 0xDFFF) && (second & 0xC000) != 0xC000) {
         /* LDM T2 (pop.w; ldm.w sp! of one register): 1110 1000 1011 1101 | P M 0 list13 */
         step->kind = STEP_RESTORE;
@@ -126,16 +145,33 @@ static int step_of(const uint8_t *code, PlanStep *step, int *size) {
 
 /* harness.thumb.epilogue.ends_frame */
 static int ends_frame(const PlanStep *step) {
-    return step->kind == STEP_RETURN_TO_LR || step->kind == STEP_BRANCH_REG ||
+    return step->kind == STEP_RETURN_TO_LR || step->kind == STEP_BRANCH_REG || step->kind == STEP_BRANCH ||
            (step->kind == STEP_RESTORE && step->regs >> PC & 1);
 }
 
-int epilogue_plan(const uint8_t *code, int64_t bytes, PlanStep *steps) {
+/* The function holding pc (its index in `functions`), or -1 where none does. */
+static Py_ssize_t function_of(const FunctionStarts *functions, int64_t pc) {
+    if (!functions->count || pc < functions->starts[0] || pc >= functions->end) return -1;
+    Py_ssize_t lo = 0, hi = functions->count;
+    while (lo < hi) {  /* the first start above pc */
+        const Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (functions->starts[mid] <= pc) lo = mid + 1; else hi = mid;
+    }
+    return lo - 1;
+}
+
+int epilogue_plan(const uint8_t *code, int64_t bytes, int64_t address, const FunctionStarts *functions,
+                  PlanStep *steps) {
     int64_t at = 0;
     for (int count = 0; count < EPILOGUE_LIMIT; count++) {
         int size;
-        if (bytes - at < 4 || step_of(code + at, &steps[count], &size)) return -1;  /* Python's to plan */
+        if (bytes - at < 4 || step_of(code + at, address + at, &steps[count], &size)) return -1;  /* Python's */
         at += size;
+        if (steps[count].kind == STEP_BRANCH) {  /* a tail call, where it leaves the function */
+            if (!functions) return -1;
+            const Py_ssize_t here = function_of(functions, address);
+            if (here >= 0 && here == function_of(functions, steps[count].regs)) return PLAN_DECLINES;
+        }
         if (ends_frame(&steps[count])) return count + 1;
     }
     return -1;  /* no return within reach: Python declines */
@@ -150,6 +186,7 @@ static PyObject *step_object(const PlanStep *step) {
     case STEP_RESTORE_VFP: return Py_BuildValue("(iis)", step->a, step->b, "restore_vfp");
     case STEP_RETURN_TO_LR: return Py_BuildValue("(s)", "return_to_lr");
     case STEP_BRANCH_REG: return Py_BuildValue("(Os)", Py_None, "branch");
+    case STEP_BRANCH: return Py_BuildValue("(ks)", (unsigned long)step->regs, "branch");
     default: break;
     }
     PyObject *regs = PyTuple_New(__builtin_popcount(step->regs));
@@ -207,9 +244,11 @@ PyObject *epilogue_packed_rule(const PlanStep *steps, int count) {
     return out;
 }
 
-PyObject *epilogue_plan_object(const uint8_t *code, Py_ssize_t bytes) {
+PyObject *epilogue_plan_object(const uint8_t *code, Py_ssize_t bytes, int64_t address,
+                               const FunctionStarts *functions) {
     PlanStep steps[EPILOGUE_LIMIT];
-    const int count = epilogue_plan(code, bytes, steps);
+    const int count = epilogue_plan(code, bytes, address, functions, steps);
+    if (count == PLAN_DECLINES) Py_RETURN_FALSE;
     if (count < 0) Py_RETURN_NONE;
     PyObject *plan = PyTuple_New(count);
     for (int i = 0; plan && i < count; i++) {

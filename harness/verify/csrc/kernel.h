@@ -60,21 +60,27 @@ void ranges_clear(Ranges *set);
 #define EPILOGUE_LIMIT 16  /* harness.thumb.epilogue.LIMIT: instructions scanned for a return */
 /* One step of an epilogue's plan (epilogue.c), as harness.thumb.epilogue's Step: what it does to the frame. */
 enum { STEP_RELEASE = 1, STEP_RELEASE_REG, STEP_RELEASE_FP, STEP_RESTORE, STEP_RESTORE_VFP, STEP_RETURN_TO_LR,
-       STEP_BRANCH_REG };
+       STEP_BRANCH_REG, STEP_BRANCH };
 typedef struct {
     int32_t kind;   /* STEP_* */
     int32_t a, b;   /* RELEASE: amount; RELEASE_REG: reg; RELEASE_FP: frame pointer, below; RESTORE_VFP: first, count */
-    uint32_t regs;  /* RESTORE: bit = core register */
+    uint32_t regs;  /* RESTORE: bit = core register; BRANCH: its target */
 } PlanStep;
-/* The plan of the epilogue at code (bytes of it readable), at most EPILOGUE_LIMIT steps into `steps`: their count,
- * or -1 where Python must plan (an instruction epilogue.c does not know, or no return within reach). */
-int epilogue_plan(const uint8_t *code, int64_t bytes, PlanStep *steps);
+/* The functions a tail call leaves (EpilogueSimulator.functions): sorted first pcs, and the end of the last. */
+typedef struct { const int64_t *starts; Py_ssize_t count; int64_t end; } FunctionStarts;
+#define PLAN_DECLINES (-2)  /* epilogue_plan: a branch within the function, which the simulation declines */
+/* The plan of the epilogue at `address` (`code`, bytes of it readable), at most EPILOGUE_LIMIT steps into `steps`:
+ * their count; PLAN_DECLINES; or -1 where Python must plan (an instruction epilogue.c does not know, a branch
+ * where `functions` is NULL, no return within reach). */
+int epilogue_plan(const uint8_t *code, int64_t bytes, int64_t address, const FunctionStarts *functions,
+                  PlanStep *steps);
 /* The rule of a plan's `count` steps, packed (harness.unwind.v2_epilogue.rule_of, then kernel.pack_rule),
  * or Py_None where there is none (a new reference; NULL with MemoryError). */
 PyObject *epilogue_packed_rule(const PlanStep *steps, int count);
-/* (the plan as a tuple of tuples equal to Python's Step NamedTuples, its rule packed), or None where
- * Python must plan (a new reference). */
-PyObject *epilogue_plan_object(const uint8_t *code, Py_ssize_t bytes);
+/* (the plan as a tuple of tuples equal to Python's Step NamedTuples, its rule packed), False where it
+ * declines, or None where Python must plan (a new reference). */
+PyObject *epilogue_plan_object(const uint8_t *code, Py_ssize_t bytes, int64_t address,
+                               const FunctionStarts *functions);
 
 /* Where each unwinder's rules come from (sources.c): per (unwinder,
  * innermost), its table's partition, a chain's, an epilogue scan, or

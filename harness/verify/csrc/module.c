@@ -111,11 +111,24 @@ static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
     return Py_NewRef(target);
 }
 
-/* epilogue_plan(code: bytes) -> steps or None: epilogue.c's plan of the epilogue the bytes start with. */
-static PyObject *kernel_epilogue_plan(PyObject *module, PyObject *code) {
+/* epilogue_plan(code, address, functions) -> (steps, packed rule), False (declines) or None (Python's to
+ * plan): epilogue.c's plan of the epilogue the bytes at `address` start with; `functions`: None, or (the
+ * sorted first pcs of the functions, the end of the last), as EpilogueSimulator.functions. */
+static PyObject *kernel_epilogue_plan(PyObject *module, PyObject *args) {
     Py_buffer view;
-    if (PyObject_GetBuffer(code, &view, PyBUF_SIMPLE)) return NULL;
-    PyObject *plan = epilogue_plan_object(view.buf, view.len);
+    long long address;
+    PyObject *spans, *starts = NULL, *plan = NULL;
+    long long end = 0;
+    if (!PyArg_ParseTuple(args, "y*LO:epilogue_plan", &view, &address, &spans)) return NULL;
+    if (spans != Py_None && !PyArg_ParseTuple(spans, "O!L", &PyTuple_Type, &starts, &end)) goto done;
+    const Py_ssize_t count = starts ? PyTuple_GET_SIZE(starts) : 0;
+    int64_t *firsts = PyMem_Malloc((size_t)count * sizeof(int64_t) + 1);
+    if (!firsts) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < count && !PyErr_Occurred(); i++) firsts[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(starts, i));
+    const FunctionStarts functions = { firsts, count, end };
+    if (!PyErr_Occurred()) plan = epilogue_plan_object(view.buf, view.len, address, starts ? &functions : NULL);
+    PyMem_Free(firsts);
+done:
     PyBuffer_Release(&view);
     return plan;
 }
@@ -410,7 +423,7 @@ static PyMethodDef kernel_functions[] = {
     {"may_store", kernel_may_store, METH_VARARGS, "May the Thumb instruction of these half-words write memory?"},
     {"sum_by", kernel_sum_by, METH_VARARGS, "Tally entries added up by keys made of their where's and cause's parts."},
     {"digest_groups", kernel_digest_groups, METH_VARARGS, "A digest's groups by unwinder, of its sums and logged pcs."},
-    {"epilogue_plan", kernel_epilogue_plan, METH_O, "The plan of the epilogue these bytes start with, or None."},
+    {"epilogue_plan", kernel_epilogue_plan, METH_VARARGS, "The plan of the epilogue at an address, or None."},
     {"blame", kernel_blame, METH_VARARGS, "A run's failing stops by unwinder: wrong registers, culprit frames and traits."},
     {NULL}
 };

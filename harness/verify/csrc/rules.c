@@ -730,8 +730,9 @@ static PyMethodDef Verifier_methods[] = {
     {"set_chain", (PyCFunction)Verifier_set_chain, METH_VARARGS,
      "set_chain(unwinder, innermost, ((starts, rows, shift, unwinder, numbers), ...), book): a chain's rules."},
     {"set_epilogue", (PyCFunction)Verifier_set_epilogue, METH_VARARGS,
-     "set_epilogue(unwinder, ((address, code), ...), plans): the innermost frame's rules, but where an epilogue may "
-     "start; plans: the book's rules of epilogues by their steps."},
+     "set_epilogue(unwinder, ((address, code), ...), plans, functions): the innermost frame's rules, but where an "
+     "epilogue may start; plans: the book's rules of epilogues by their steps; functions: None or (their first "
+     "pcs, an int64 array, and the end of the last)."},
     {NULL}
 };
 

@@ -65,6 +65,8 @@ struct Source {
     CodeSegment *code;              /* EPILOGUE */
     Py_ssize_t code_count;
     PyObject *plans;                /* EPILOGUE: the book's {steps (epilogue.c): packed rule or None} */
+    Py_buffer function_starts;      /* EPILOGUE: int64, the functions' first pcs (none: tail calls are Python's) */
+    int64_t functions_end;
     Ranges ranges;                  /* rules of the ranges made (every kind but MAP) */
     /* The rule found last and the pcs [hit_low, hit_high) that find it too (empty at first): a frame's
      * pc mostly stays in one segment from stop to stop, and a rule once found never changes. */
@@ -135,6 +137,7 @@ static void source_clear(Source *s) {
     for (Py_ssize_t i = 0; i < s->code_count; i++) PyBuffer_Release(&s->code[i].data);
     PyMem_Free(s->code);
     Py_XDECREF(s->plans);
+    if (s->function_starts.obj) PyBuffer_Release(&s->function_starts);
     ranges_clear(&s->ranges);
     memset(s, 0, sizeof *s);
 }
@@ -417,10 +420,17 @@ static PyObject *epilogue_rule(Sources *s, Source *src, Py_ssize_t unwinder, int
     }
     /* An epilogue of instructions epilogue.c knows is planned here, its rule packed here too and kept by
      * its steps (one met before, in this program or another, is packed once): not numbered in the book,
-     * as a chain composed here is not (id -1; such a rule never fails, so nothing words it by its id).
-     * Any other epilogue is Python's to plan. */
+     * as a chain composed here is not (id -1; such a rule never fails, so nothing words it by its id);
+     * where the plan declines (a branch within the function), the tables' rule holds. Any other epilogue
+     * is Python's to plan. */
     PlanStep steps[EPILOGUE_LIMIT];
-    const int count = epilogue_plan(code, segment->start + segment->data.len - pc, steps);
+    const FunctionStarts functions = { src->function_starts.buf, src->function_starts.len / 8, src->functions_end };
+    const int count = epilogue_plan(code, segment->start + segment->data.len - pc, pc,
+                                    src->function_starts.obj ? &functions : NULL, steps);
+    if (count == PLAN_DECLINES) {
+        PyObject *rule = kept_rule(s, &src->kept, row, id);
+        return rule ? keep_range(src, slot, pc, pc + 1, rule, *id) : NULL;
+    }
     if (count > 0) {
         PyObject *key = PyBytes_FromStringAndSize((const char *)steps, count * (Py_ssize_t)sizeof *steps);
         PyObject *rule = key ? PyDict_GetItemWithError(src->plans, key) : NULL;
@@ -572,8 +582,9 @@ int sources_set_chain(Sources *s, PyObject *args) {
  * unwinder whose rules are set_map's, but where its code may start an epilogue. */
 int sources_set_epilogue(Sources *s, PyObject *args) {
     Py_ssize_t unwinder;
-    PyObject *segments, *plans;
-    if (!PyArg_ParseTuple(args, "nO!O!", &unwinder, &PyTuple_Type, &segments, &PyDict_Type, &plans)) return -1;
+    PyObject *segments, *plans, *functions;
+    if (!PyArg_ParseTuple(args, "nO!O!O", &unwinder, &PyTuple_Type, &segments, &PyDict_Type, &plans, &functions))
+        return -1;
     if (unwinder < 0 || unwinder >= s->count || s->items[2 * unwinder + 1].kind != FROM_MAP) {
         PyErr_Format(PyExc_ValueError, "unwinder %zd has no partition for its innermost frame", unwinder);
         return -1;
@@ -593,6 +604,18 @@ int sources_set_epilogue(Sources *s, PyObject *args) {
     }
     Py_INCREF(plans);
     src->plans = plans;
+    if (functions != Py_None) {
+        PyObject *starts;
+        long long end;
+        if (!PyArg_ParseTuple(functions, "OL", &starts, &end) ||
+            PyObject_GetBuffer(starts, &src->function_starts, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS))
+            return -1;
+        if (src->function_starts.itemsize != 8 || strcmp(src->function_starts.format, "q")) {
+            PyErr_SetString(PyExc_ValueError, "the functions' first pcs are an int64 array (\"q\")");
+            return -1;
+        }
+        src->functions_end = end;
+    }
     src->kind = FROM_EPILOGUE;
     return 0;
 }
