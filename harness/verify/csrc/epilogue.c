@@ -20,10 +20,14 @@
  * `second` are the instruction's half-words. */
 #include "kernel.h"
 
+/* i:imm3:imm8 of a 32-bit data-processing (immediate) instruction: addw's and subw's value as it is. */
+static uint32_t imm12_of(uint16_t first, uint16_t second) {
+    return (uint32_t)(first >> 10 & 1) << 11 | (uint32_t)(second >> 12 & 7) << 8 | (second & 0xFF);
+}
+
 /* ThumbExpandImm(i:imm3:imm8) where it is a plain value below 2^16 (stack adjustments); -1 otherwise. */
 static int64_t expanded_immediate(uint16_t first, uint16_t second) {
-    const uint32_t imm12 = (uint32_t)(first >> 10 & 1) << 11 | (uint32_t)(second >> 12 & 7) << 8 | (second & 0xFF);
-    const uint32_t imm8 = imm12 & 0xFF;
+    const uint32_t imm12 = imm12_of(first, second), imm8 = imm12 & 0xFF;
     uint32_t value;
     if (!(imm12 >> 10)) {
         switch (imm12 >> 8 & 3) {
@@ -89,7 +93,8 @@ static int step_of(const uint8_t *code, int64_t address, PlanStep *step, int *si
     if ((first & 0xF800) == 0xF000 && (second & 0xD000) == 0x9000) {
         /* B T4: 11110 S imm10 | 10 J1 1 J2 imm11, offset SignExtend(S:I1:I2:imm10:imm11:0), Ix = NOT(Jx XOR S) */
         const uint32_t s = first >> 10 & 1, i1 = !((second >> 13 & 1) ^ s), i2 = !((second >> 11 & 1) ^ s);
-        const uint32_t imm = s << 24 | i1 << 23 | i2 << 22 | (uint32_t)(first & 0x3FF) << 12 | (uint32_t)(second & 0x7FF) << 1;
+        const uint32_t imm = s << 24 | i1 << 23 | i2 << 22 | (uint32_t)(first & 0x3FF) << 12 |
+                             (uint32_t)(second & 0x7FF) << 1;
         return branch(step, address, (int64_t)((int32_t)(imm << 7) >> 7));
     }
     if (first == 0xE8BD && !(second & 0x2000) && (second & 0xDFFF) && (second & 0xC000) != 0xC000) {
@@ -118,7 +123,7 @@ static int step_of(const uint8_t *code, int64_t address, PlanStep *step, int *si
         if ((first & 0xFBFF) == 0xF10D || (first & 0xFBFF) == 0xF20D) {
             /* ADD (SP plus immediate) T3 (add.w, S = 0) and T4 (addw): sp = sp + imm */
             const int64_t imm = (first & 0xFBF0) == 0xF100 ? expanded_immediate(first, second)
-                              : (int64_t)((first >> 10 & 1) << 11 | (second >> 12 & 7) << 8 | (second & 0xFF));
+                                                            : (int64_t)imm12_of(first, second);
             if (imm < 0) return -1;
             step->kind = STEP_RELEASE;
             step->a = (int32_t)imm;
@@ -127,7 +132,7 @@ static int step_of(const uint8_t *code, int64_t address, PlanStep *step, int *si
         if (((first & 0xFBF0) == 0xF1A0 || (first & 0xFBF0) == 0xF2A0) && (rn == 7 || rn == 11)) {
             /* SUB (immediate) T3 (sub.w, S = 0) and T4 (subw): sp = r7 / r11 - imm */
             const int64_t imm = (first & 0xFBF0) == 0xF1A0 ? expanded_immediate(first, second)
-                              : (int64_t)((first >> 10 & 1) << 11 | (second >> 12 & 7) << 8 | (second & 0xFF));
+                                                            : (int64_t)imm12_of(first, second);
             if (imm < 0) return -1;
             step->kind = STEP_RELEASE_FP;
             step->a = rn;

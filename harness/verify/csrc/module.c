@@ -124,7 +124,8 @@ static PyObject *kernel_epilogue_plan(PyObject *module, PyObject *args) {
     const Py_ssize_t count = starts ? PyTuple_GET_SIZE(starts) : 0;
     int64_t *firsts = PyMem_Malloc((size_t)count * sizeof(int64_t) + 1);
     if (!firsts) { PyErr_NoMemory(); goto done; }
-    for (Py_ssize_t i = 0; i < count && !PyErr_Occurred(); i++) firsts[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(starts, i));
+    for (Py_ssize_t i = 0; i < count && !PyErr_Occurred(); i++)
+        firsts[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(starts, i));
     const FunctionStarts functions = { firsts, count, end };
     if (!PyErr_Occurred()) plan = epilogue_plan_object(view.buf, view.len, address, starts ? &functions : NULL);
     PyMem_Free(firsts);
@@ -424,7 +425,7 @@ static PyMethodDef kernel_functions[] = {
     {"sum_by", kernel_sum_by, METH_VARARGS, "Tally entries added up by keys made of their where's and cause's parts."},
     {"digest_groups", kernel_digest_groups, METH_VARARGS, "A digest's groups by unwinder, of its sums and logged pcs."},
     {"epilogue_plan", kernel_epilogue_plan, METH_VARARGS, "The plan of the epilogue at an address, or None."},
-    {"blame", kernel_blame, METH_VARARGS, "A run's failing stops by unwinder: wrong registers, culprit frames and traits."},
+    {"blame", kernel_blame, METH_VARARGS, "A run's failing stops by unwinder: wrong registers, culprits, traits."},
     {NULL}
 };
 
