@@ -429,9 +429,8 @@ def test_no_chrome_layout_blob_holds_an_opcode_chromes_runtime_lacks():
         blobs.append(chrome_v2.encode_as_chrome(rows, base).blob())
         for blob in blobs:
             reader = chrome_v2.V2Reader.from_blob(blob, "chrome")
-            table = reader.tables.unwind_instruction_table
             for index in reader.runs:
-                outside = set(ehabi.first_bytes(table, index, run=True)) - ehabi.CHROME_RUNTIME_FIRST_BYTES
+                outside = set(reader.first_bytes[index]) - ehabi.CHROME_RUNTIME_FIRST_BYTES
                 assert not outside, f"{name}: run at {index} holds {sorted(outside)}"
                 scanned += 1
     assert scanned > 1000

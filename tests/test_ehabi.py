@@ -758,3 +758,13 @@ def test_instructions_of_two_kinds_never_compare_equal():
     assert len({op.kind for op in alike}) == len(alike)
     assert ehabi.VspAdd(4) == ehabi.VspAdd(4, "vsp_add") and hash(ehabi.Pop((4, 14))) == hash(ehabi.Pop((4, 14)))
 
+
+
+def test_decode_gives_each_instructions_first_byte_where_asked():
+    """A run's first bytes, operands skipped (what Chrome's runtime check
+    reads): vsp += 0x204 + (0x7F << 2) (0xB2 and its ULEB128 0x7F), pop
+    {r4, r5} (0x80 0x03), refuse (0x80 0x00) ends the run; the finish
+    after it is not read."""
+    first: list[int] = []
+    ops = ehabi.decode(bytes([0xB2, 0x7F, 0x80, 0x03, 0x80, 0x00, 0xB0]), run=True, first_bytes=first)
+    assert ops == [VspAdd(1024), Pop((4, 5)), REFUSE] and first == [0xB2, 0x80, 0x80]

@@ -59,9 +59,7 @@ class ChromeV2Unwinder:
     def _unsupported(self, index: int) -> str | None:
         """Why Chrome's runtime does not execute run `index` ("{pc}" left
         for the pc), or None where it does."""
-        table = self.reader.tables.unwind_instruction_table
-        outside = [byte for byte in ehabi.first_bytes(table, index, run=True)
-                   if byte not in ehabi.CHROME_RUNTIME_FIRST_BYTES]
+        outside = [byte for byte in self.reader.first_bytes[index] if byte not in ehabi.CHROME_RUNTIME_FIRST_BYTES]
         return f"at pc {{pc:#x}}: instruction {outside[0]:#04x} is not one Chrome's runtime executes" \
             if outside else None
 

@@ -43,6 +43,8 @@ class V2Reader:
         self.page_offsets = [e.page_offset for e in tables.function_table]
         self.offset_lists: dict[int, tuple[tuple[int, int], ...]] = {}
         self.runs: dict[int, tuple[ehabi.Op, ...]] = {}
+        self.first_bytes: dict[int, tuple[int, ...]] = {}
+        """Each run's instructions' first bytes, by its index (read as it is decoded)."""
         for entry_index, entry in enumerate(tables.function_table):
             self._load_offset_list(entry_index, entry.offset_table_index)
 
@@ -141,8 +143,10 @@ class V2Reader:
                 f"instruction index {index} is past the {len(table)}-byte unwind instruction table",
                 referenced_at,
             )
+        first_bytes: list[int] = []
         try:
-            self.runs[index] = tuple(ehabi.decode(table, index, run=True))
+            self.runs[index] = tuple(ehabi.decode(table, index, run=True, first_bytes=first_bytes))
+            self.first_bytes[index] = tuple(first_bytes)
         except EhabiError as error:
             raise CorruptTable("unwind instruction table", str(error), error.offset) from None
 

@@ -132,35 +132,27 @@ def _encode_pop_vfp(op: PopVfp) -> bytes:
 
 
 def decode(data: bytes | memoryview, pos: int = 0, end: int | None = None,
-           run: bool = False) -> list[Op]:
+           run: bool = False, first_bytes: list[int] | None = None) -> list[Op]:
     """Decode instructions from data[pos:end].
 
     With `run=True`, stop after the first `finish` or refuse-to-unwind, and raise
     TruncatedSequence if `end` comes first (a table run must be terminated).
+    With `first_bytes`, each instruction's first byte is appended to it
+    (which instructions a runtime executes is decided by those: Chrome's).
     """
     stop = len(data) if end is None else end
     ops: list[Op] = []
     while pos < stop:
-        op, pos = _Reader(data, pos, stop).op()
+        reader = _Reader(data, pos, stop)
+        op, pos = reader.op()
         ops.append(op)
+        if first_bytes is not None:
+            first_bytes.append(reader.byte)
         if run and isinstance(op, (Finish, Refuse)):
             return ops
     if run:
         raise TruncatedSequence("sequence ends without finish", pos)
     return ops
-
-
-def first_bytes(data: bytes, pos: int = 0, run: bool = False) -> tuple[int, ...]:
-    """The first byte of each instruction of data[pos:] (operands skipped);
-    with `run`, up to the first finish or refuse-to-unwind."""
-    found = []
-    while pos < len(data):
-        reader = _Reader(data, pos, len(data))
-        op, pos = reader.op()
-        found.append(reader.byte)
-        if run and isinstance(op, (Finish, Refuse)):
-            break
-    return tuple(found)
 
 
 class _Reader:
