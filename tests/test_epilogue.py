@@ -3,6 +3,7 @@
 import bisect
 import random
 import struct
+from array import array
 
 import pytest
 
@@ -344,7 +345,7 @@ def test_the_kernels_epilogue_steps_are_pythons_for_every_encoding_it_knows():
     branch is a tail call where it leaves the function, else the plan
     declines; with no functions given, it is Python's."""
     from harness.verify._kernel import epilogue_plan
-    base, functions = 0x10000, ((0x8000, 0x10000, 0x10040), 0x18000)  # the plan's function: [0x10000, 0x10040)
+    base, functions = 0x10000, (array("q", (0x8000, 0x10000, 0x10040)), 0x18000)  # the plan's: [0x10000, 0x10040)
     bx_lr = struct.pack("<H", 0x4770) + b"\0\0"
     known = branches = declines = 0
     firsts = [0xE8BD, 0xF85D, 0xECBD, 0xECFD, 0xEA4F] + [

@@ -8,6 +8,7 @@ share (ehabi_run)."""
 
 from __future__ import annotations
 
+from array import array
 from typing import Callable
 
 from harness import table_cache
@@ -79,7 +80,8 @@ def _v2_epilogue(program: Program, tables: Unwinder | None = None) -> Unwinder:
 
     reader = getattr(tables, "reader", None)  # none where the program has no tables
     starts, end = reader.function_starts() if reader is not None else ([], 0)
-    functions = (tuple(program.text_base + start for start in starts), program.text_base + end) if starts else None
+    functions = (array("q", [program.text_base + start for start in starts]), program.text_base + end) if starts \
+        else None
     return EpilogueFirst(EpilogueSimulator(program.code, same_function, program.segments, functions), tables,
                          "v2+epilogue")
 

@@ -12,6 +12,7 @@ unwinder falls back to the tables unchanged.
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from functools import lru_cache
 from typing import Callable
@@ -46,10 +47,11 @@ class EpilogueSimulator:
     """Recognises and executes the epilogue ahead of a stop, or declines."""
 
     def __init__(self, code_at: Callable[[int, int], bytes], same_function: Callable[[int, int], bool],
-                 segments: tuple[tuple[int, bytes], ...] = (), functions: tuple[tuple[int, ...], int] | None = None):
+                 segments: tuple[tuple[int, bytes], ...] = (), functions: tuple[array, int] | None = None):
         """`segments`: the (address, bytes) `code_at` reads, where the
         kernel looks for pcs that may start an epilogue itself; `functions`:
-        (the sorted first pcs of the functions, the end of the last), where
+        (the sorted first pcs of the functions, an int64 array as the kernel
+        reads it, and the end of the last), where
         `same_function` tells whether two pcs lie in one of them (as
         bisecting them does: csrc/epilogue.c plans tail calls by them)."""
         self._code_at = code_at

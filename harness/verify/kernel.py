@@ -17,7 +17,6 @@ stop, so the kernel only ever repeats what `step` would say, faster.
 from __future__ import annotations
 
 import struct
-from array import array
 from collections import Counter
 from functools import lru_cache
 from typing import Callable, Sequence
@@ -119,8 +118,7 @@ def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[U
             verifier.set_map(index, innermost, *_partition_of(maps[innermost]),
                              book.numbers_of(maps[innermost], numbered, own), book.packed)
         if simulator is not None and simulator.segments:
-            functions = simulator.functions and (array("q", simulator.functions[0]), simulator.functions[1])
-            verifier.set_epilogue(index, tuple(simulator.segments), book.plans, functions)
+            verifier.set_epilogue(index, tuple(simulator.segments), book.plans, simulator.functions)
     elif hasattr(unwinder, "step_by") and all(hasattr(m, "rule_maps") for m in methods) \
             and 0 < len(methods) <= abi.CHAIN_METHODS:
         walked = {id(u): number for number, u in enumerate(unwinders[:index])

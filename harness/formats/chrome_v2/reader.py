@@ -203,17 +203,16 @@ class V2Reader:
         (the last None past the pages). An entry holds from its function's
         start to the next entry's: a page that continues no function has an
         entry at its first half-word (validated: `continuation_bits`)."""
-        starts = [page * PAGE_HALFWORDS + offset for page, offset in zip(self.entry_page, self.page_offsets)]
-        pages_end = len(self.tables.page_table) * PAGE_HALFWORDS
+        starts, pages_end = self.function_starts()
         yield 0, None
         for index, entry in enumerate(self.tables.function_table):
             start = starts[index]
             end = starts[index + 1] if index + 1 < len(starts) else pages_end
-            for offset, run_index in reversed(self.offset_lists[entry.offset_table_index]):
-                if start + offset >= end:
+            for offset, run_index in reversed(self.offset_lists[entry.offset_table_index]):  # in half-words
+                if start + (offset << 1) >= end:
                     break
-                yield (start + offset) << 1, run_index
-        yield pages_end << 1, None
+                yield start + (offset << 1), run_index
+        yield pages_end, None
 
     def run(self, instruction_index: int) -> tuple[ehabi.Op, ...]:
         return self.runs[instruction_index]

@@ -154,6 +154,22 @@ static int ends_frame(const PlanStep *step) {
            (step->kind == STEP_RESTORE && step->regs >> PC & 1);
 }
 
+int functions_of(PyObject *functions, Py_buffer *view, FunctionStarts *out) {
+    if (functions == Py_None) return 0;
+    PyObject *starts;
+    long long end;
+    if (!PyArg_ParseTuple(functions, "OL", &starts, &end) ||
+        PyObject_GetBuffer(starts, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS))
+        return -1;
+    if (view->itemsize != 8 || strcmp(view->format, "q")) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "the functions' first pcs are an int64 array (\"q\")");
+        return -1;
+    }
+    *out = (FunctionStarts){ view->buf, view->len / 8, end };
+    return 1;
+}
+
 /* The function holding pc (its index in `functions`), or -1 where none does. */
 static Py_ssize_t function_of(const FunctionStarts *functions, int64_t pc) {
     if (!functions->count || pc < functions->starts[0] || pc >= functions->end) return -1;

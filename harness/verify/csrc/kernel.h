@@ -68,6 +68,10 @@ typedef struct {
 } PlanStep;
 /* The functions a tail call leaves (EpilogueSimulator.functions): sorted first pcs, and the end of the last. */
 typedef struct { const int64_t *starts; Py_ssize_t count; int64_t end; } FunctionStarts;
+/* `functions`, None or (an int64 array ("q") of first pcs, the end of the last), as
+ * EpilogueSimulator.functions: 1 with *out reading `view` (released by the caller), 0 for None, -1 with
+ * an exception. */
+int functions_of(PyObject *functions, Py_buffer *view, FunctionStarts *out);
 #define PLAN_DECLINES (-2)  /* epilogue_plan: a branch within the function, which the simulation declines */
 /* The plan of the epilogue at `address` (`code`, bytes of it readable), at most EPILOGUE_LIMIT steps into `steps`:
  * their count; PLAN_DECLINES; or -1 where Python must plan (an instruction epilogue.c does not know, a branch

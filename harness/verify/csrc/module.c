@@ -83,6 +83,16 @@ static int add_count(PyObject *sums, PyObject *key, PyObject *count) {
     return failed ? -1 : 0;
 }
 
+/* d[key] (a new dict where there is none yet): borrowed, or NULL with an exception. */
+static PyObject *dict_in(PyObject *d, PyObject *key) {
+    PyObject *inner = PyDict_GetItemWithError(d, key);
+    if (inner || PyErr_Occurred()) return inner;
+    if (!(inner = PyDict_New())) return NULL;
+    const int failed = PyDict_SetItem(d, key, inner);
+    Py_DECREF(inner);
+    return failed ? NULL : inner;
+}
+
 /* sum_by(target, entries, heads, middles, tails) -> target: harness.verify.tally.sum_by's twin, each
  * entry (where id, cause id, walks) added to target[key_of_parts(...)], but for entries without a key
  * (lists of tuples or None; entries a list of tuples of ints). */
@@ -112,25 +122,18 @@ static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
 }
 
 /* epilogue_plan(code, address, functions) -> (steps, packed rule), False (declines) or None (Python's to
- * plan): epilogue.c's plan of the epilogue the bytes at `address` start with; `functions`: None, or (the
- * sorted first pcs of the functions, the end of the last), as EpilogueSimulator.functions. */
+ * plan): epilogue.c's plan of the epilogue the bytes at `address` start with; `functions` as
+ * EpilogueSimulator.functions (functions_of). */
 static PyObject *kernel_epilogue_plan(PyObject *module, PyObject *args) {
-    Py_buffer view;
+    Py_buffer code, starts;
     long long address;
-    PyObject *spans, *starts = NULL, *plan = NULL;
-    long long end = 0;
-    if (!PyArg_ParseTuple(args, "y*LO:epilogue_plan", &view, &address, &spans)) return NULL;
-    if (spans != Py_None && !PyArg_ParseTuple(spans, "O!L", &PyTuple_Type, &starts, &end)) goto done;
-    const Py_ssize_t count = starts ? PyTuple_GET_SIZE(starts) : 0;
-    int64_t *firsts = PyMem_Malloc((size_t)count * sizeof(int64_t) + 1);
-    if (!firsts) { PyErr_NoMemory(); goto done; }
-    for (Py_ssize_t i = 0; i < count && !PyErr_Occurred(); i++)
-        firsts[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(starts, i));
-    const FunctionStarts functions = { firsts, count, end };
-    if (!PyErr_Occurred()) plan = epilogue_plan_object(view.buf, view.len, address, starts ? &functions : NULL);
-    PyMem_Free(firsts);
-done:
-    PyBuffer_Release(&view);
+    PyObject *functions;
+    FunctionStarts found;
+    if (!PyArg_ParseTuple(args, "y*LO:epilogue_plan", &code, &address, &functions)) return NULL;
+    const int given = functions_of(functions, &starts, &found);
+    PyObject *plan = given < 0 ? NULL : epilogue_plan_object(code.buf, code.len, address, given ? &found : NULL);
+    if (given > 0) PyBuffer_Release(&starts);
+    PyBuffer_Release(&code);
     return plan;
 }
 
@@ -138,16 +141,6 @@ done:
 
 /* A FailureCause's fields (harness.verify.failures), by position. */
 enum { CAUSE_UNWINDER = 0, CAUSE_FRAME = 2, CAUSE_REGISTER = 4, CAUSE_TRAITS = 6, CAUSE_FIELDS = 7 };
-
-/* d[key] (a new dict where there is none yet): borrowed, or NULL with an exception. */
-static PyObject *dict_in(PyObject *d, PyObject *key) {
-    PyObject *inner = PyDict_GetItemWithError(d, key);
-    if (inner || PyErr_Occurred()) return inner;
-    if (!(inner = PyDict_New())) return NULL;
-    const int failed = PyDict_SetItem(d, key, inner);
-    Py_DECREF(inner);
-    return failed ? NULL : inner;
-}
 
 /* [stops whose innermost frame went wrong, stops where a caller did, {trait: stops}] of an unwinder in
  * `blamed` (made where there is none yet): borrowed, or NULL with an exception. */
@@ -282,13 +275,8 @@ static PyObject *kernel_digest_groups(PyObject *module, PyObject *args) {
     }
     if (!(complete = complete_unwinders(totals, counted, cap)) || !(out = PyDict_New())) goto done;
     for (at = 0; PyDict_Next(stops, &at, &key, &value);) {  /* every key a tuple: add_to_first saw them */
-        PyObject *unwinder = PyTuple_GET_ITEM(key, 0), *groups = PyDict_GetItemWithError(out, unwinder);
-        if (!groups) {
-            if (PyErr_Occurred() || !(groups = PyDict_New())) goto failed;
-            const int stored = PyDict_SetItem(out, unwinder, groups);
-            Py_DECREF(groups);  /* `out` holds it */
-            if (stored) goto failed;
-        }
+        PyObject *unwinder = PyTuple_GET_ITEM(key, 0), *groups = dict_in(out, unwinder);
+        if (!groups) goto failed;
         const int whole = PySet_Contains(complete, unwinder);
         PyObject *found = whole > 0 ? PyDict_GetItemWithError(logged, key) : NULL;  /* a (logged, ranges) pair */
         if (whole < 0 || PyErr_Occurred()) goto failed;

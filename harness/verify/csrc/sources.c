@@ -65,8 +65,8 @@ struct Source {
     CodeSegment *code;              /* EPILOGUE */
     Py_ssize_t code_count;
     PyObject *plans;                /* EPILOGUE: the book's {steps (epilogue.c): packed rule or None} */
-    Py_buffer function_starts;      /* EPILOGUE: int64, the functions' first pcs (none: tail calls are Python's) */
-    int64_t functions_end;
+    Py_buffer function_starts;      /* EPILOGUE: what `functions` reads (no obj: tail calls are Python's) */
+    FunctionStarts functions;
     Ranges ranges;                  /* rules of the ranges made (every kind but MAP) */
     /* The rule found last and the pcs [hit_low, hit_high) that find it too (empty at first): a frame's
      * pc mostly stays in one segment from stop to stop, and a rule once found never changes. */
@@ -394,6 +394,13 @@ int may_start_epilogue(const uint8_t *code, Py_ssize_t n) {
            (!(second & 0x8000) && data_processing_teardown(first, (second >> 8) & 0xF));
 }
 
+/* The fallback's rule of `row`, kept for [low, high) (clipped to the gap at `slot`). */
+static PyObject *tables_rule(Sources *s, Source *src, int64_t row, Py_ssize_t slot, int64_t low, int64_t high,
+                             Py_ssize_t *id) {
+    PyObject *rule = kept_rule(s, &src->kept, row, id);
+    return rule ? keep_range(src, slot, low, high, rule, *id) : NULL;
+}
+
 /* As EpilogueFirst.rule_at: from pc on, the halfword-aligned pcs (at most
  * EPILOGUE_REACH bytes, and within the fallback's range) whose code cannot
  * start an epilogue take the fallback's rule; a pc that may start one takes
@@ -414,23 +421,16 @@ static PyObject *epilogue_rule(Sources *s, Source *src, Py_ssize_t unwinder, int
     int64_t end = 0;
     while (end < limit && bytes - end >= 4 && !may_start_epilogue(code + end, 4)) end += 2;
     if (end > limit) end = limit;
-    if (end) {
-        PyObject *rule = kept_rule(s, &src->kept, row, id);
-        return rule ? keep_range(src, slot, pc, pc + end, rule, *id) : NULL;
-    }
+    if (end) return tables_rule(s, src, row, slot, pc, pc + end, id);
     /* An epilogue of instructions epilogue.c knows is planned here, its rule packed here too and kept by
      * its steps (one met before, in this program or another, is packed once): not numbered in the book,
      * as a chain composed here is not (id -1; such a rule never fails, so nothing words it by its id);
      * where the plan declines (a branch within the function), the tables' rule holds. Any other epilogue
      * is Python's to plan. */
     PlanStep steps[EPILOGUE_LIMIT];
-    const FunctionStarts functions = { src->function_starts.buf, src->function_starts.len / 8, src->functions_end };
     const int count = epilogue_plan(code, segment->start + segment->data.len - pc, pc,
-                                    src->function_starts.obj ? &functions : NULL, steps);
-    if (count == PLAN_DECLINES) {
-        PyObject *rule = kept_rule(s, &src->kept, row, id);
-        return rule ? keep_range(src, slot, pc, pc + 1, rule, *id) : NULL;
-    }
+                                    src->function_starts.obj ? &src->functions : NULL, steps);
+    if (count == PLAN_DECLINES) return tables_rule(s, src, row, slot, pc, pc + 1, id);
     if (count > 0) {
         PyObject *key = PyBytes_FromStringAndSize((const char *)steps, count * (Py_ssize_t)sizeof *steps);
         PyObject *rule = key ? PyDict_GetItemWithError(src->plans, key) : NULL;
@@ -604,18 +604,7 @@ int sources_set_epilogue(Sources *s, PyObject *args) {
     }
     Py_INCREF(plans);
     src->plans = plans;
-    if (functions != Py_None) {
-        PyObject *starts;
-        long long end;
-        if (!PyArg_ParseTuple(functions, "OL", &starts, &end) ||
-            PyObject_GetBuffer(starts, &src->function_starts, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS))
-            return -1;
-        if (src->function_starts.itemsize != 8 || strcmp(src->function_starts.format, "q")) {
-            PyErr_SetString(PyExc_ValueError, "the functions' first pcs are an int64 array (\"q\")");
-            return -1;
-        }
-        src->functions_end = end;
-    }
+    if (functions_of(functions, &src->function_starts, &src->functions) < 0) return -1;
     src->kind = FROM_EPILOGUE;
     return 0;
 }
