@@ -5,9 +5,10 @@ A verified run is timed as `run` makes one, summary included, with its
 unwinders built outside the timing (table building is not per-stop work),
 and so is a bare run: the same program under a no-op Python hook before
 every instruction (the physical limit of stepping in Python), and with no
-hook at all. The emulator's set-up (mapping the program and the stack) and
-closing are left out of both, stepping alone (the overhead ratio, the
-target's measure), and kept in the whole-run ratio.
+hook at all. The emulator's set-up (taking an engine, kept from the run
+before: harness.verify.engine_pool; mapping the program) and closing (the
+engine given back, reset) are left out of both, stepping alone (the
+overhead ratio, the target's measure), and kept in the whole-run ratio.
 
 Each side is the least of PASSES runs of each program. A pass runs in a
 fresh process, program after program, as one of `run`'s workers does: the
@@ -51,7 +52,7 @@ def emulation_alone(program: Program) -> tuple[int, float, float, float]:
     built = time.perf_counter()
     emulator.call(program.entry, None, DEFAULT_BUDGET, program.args)
     ran = time.perf_counter()
-    del emulator  # closing the engine: a verified run's ends inside its timing
+    del emulator  # giving the engine back: a verified run gives its own back inside its timing
     closed = time.perf_counter()
     emulator = Emulator(program.segments)
     started_hooked = time.perf_counter()

@@ -707,11 +707,11 @@ def test_the_kernel_takes_the_register_after_the_loads_from_sp(chrome, sp_word, 
 
 def test_a_verified_run_is_freed_without_the_cycle_collector(monkeypatch):
     """Nothing of a verified run sits in a reference cycle: its kernel, its
-    emulator's engine and its unwinders, with their tables, go as soon as
-    the result and the unwinders do, the collector off (a cycle waited for
-    it, and its walks over them all were a tenth of a generated program's
-    verification; an engine it closed, a millisecond or two, landed in
-    whatever run came next)."""
+    emulators (which give their engines back as they go) and its unwinders,
+    with their tables, go as soon as the result and the unwinders do, the
+    collector off (a cycle waited for it, and its walks over them all were
+    a tenth of a generated program's verification; an engine it closed, a
+    millisecond or two, landed in whatever run came next)."""
     import gc
     import weakref
 
@@ -719,7 +719,7 @@ def test_a_verified_run_is_freed_without_the_cycle_collector(monkeypatch):
     for owner in (kernel.StopKernel, Emulator):
         def init(self, *args, real=owner.__init__, **kwargs):
             real(self, *args, **kwargs)
-            watched.append(weakref.ref(getattr(self, "_uc", self)))  # an emulator's engine (the binding's Uc)
+            watched.append(weakref.ref(self))
         monkeypatch.setattr(owner, "__init__", init)
     program = generate_program(0, 1)
     unwinders = build_unwinders(program)

@@ -5,7 +5,6 @@ compiled and Linux programs."""
 
 from __future__ import annotations
 
-import gc
 import itertools
 import weakref
 from functools import partial
@@ -22,7 +21,7 @@ from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
 from harness.runner import LINUX_LIMITS
 from harness.unwind import build_unwinders
-from harness.verify import kernel
+from harness.verify import engine_pool, kernel
 from harness.verify.emulator import Emulator
 from harness.verify.failures import ProgramResult
 from harness.verify.sampling import chooser, sampled_stops, strides
@@ -144,14 +143,15 @@ def test_an_engine_is_freed_once_its_run_is_over_though_its_result_lives():
     but not the emulator: the tracer's Python callback, which holds it, is
     dropped when the run ends, and the run's engine hooks are removed, so
     that a process verifying many programs does not hold their translated
-    code (a few hundred MB in the test suite)."""
+    code (a few hundred MB in the test suite): the emulator goes, and its
+    engine is given back, reset (harness.verify.engine_pool)."""
     program = generate_program(0, 1)
     emulator = Emulator(program.segments)
     result = ProgramResult(program.name)
     _run_compiled(program, build_unwinders(program, ["v2", "framepointer"]), emulator,
                   Verification(program, build_unwinders(program, ["v2", "framepointer"]), True, result), result,
                   DEFAULT_LIMITS, None, 7, (0, 1), by_blocks=True)
-    engine = weakref.ref(emulator._uc)
+    gone, engine = weakref.ref(emulator), emulator._engine
     del emulator
-    gc.collect()
-    assert result.stops and result.failure_log.first(1) and engine() is None
+    assert result.stops and result.failure_log.first(1) and gone() is None
+    assert engine_pool._kept[-1] is engine

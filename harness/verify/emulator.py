@@ -1,7 +1,9 @@
-"""The only module that touches Unicorn.
+"""The only module that runs Unicorn (harness.verify.engine_pool makes its
+engines, and keeps them between runs).
 
-Loads a program's segments, maps a stack, calls the entry in Thumb state with
-lr = a sentinel address, and calls back before every instruction. Faults
+Loads a program's segments on an engine with its stack mapped, calls the
+entry in Thumb state with lr = a sentinel address, and calls back before
+every instruction. Faults
 (unmapped access, undefined instruction, a run past one of its limits,
 harness.verify.abi.Limits) end the run with an `EmulationFault` naming the
 pc and the cause.
@@ -19,12 +21,10 @@ from functools import lru_cache
 from typing import Callable, Iterable
 
 from unicorn import (
-    UC_ARCH_ARM,
     UC_HOOK_BLOCK,
     UC_HOOK_CODE,
     UC_HOOK_INTR,
     UC_HOOK_MEM_FETCH_UNMAPPED,
-    UC_MODE_THUMB,
     UC_PROT_ALL,
     Uc,
     UcError,
@@ -35,14 +35,13 @@ from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost
 
 from harness.errors import HarnessError
 from harness.linux.machine import BadAddress
-from harness.verify import abi
+from harness.verify import abi, engine_pool
 from harness.verify.livestack import LiveStack
 from harness.verify.placement import DEFAULT, PAGE, Placement, pages_of, place
 
 # uc_ctl's control word for "drop the code translated from [begin, end)": UC_CTL_WRITE(type, 2 arguments).
 REMOVE_CACHE = unicorn_const.UC_CTL_TB_REMOVE_CACHE | 2 << 26 | unicorn_const.UC_CTL_IO_WRITE << 30
 
-TRANSLATED_CODE_BYTES = 128 << 20
 SENTINEL, STACK_TOP = DEFAULT.sentinel, DEFAULT.stack_top  # where ordinary programs get them
 SLOT_IDS = [getattr(arm, f"UC_ARM_REG_{name.upper()}") for name in abi.SLOTS]  # abi.SLOTS as engine ids
 STATUS_REGS = SLOT_IDS[: abi.FIRST_VFP_SLOT]  # r0-r15, cpsr
@@ -201,27 +200,18 @@ class Emulator:
         segments = [(address, bytes(data)) for address, data in segments]
         self.placement: Placement = placement or place(segments)
         """Where the stack and the return sentinel are (harness.verify.placement)."""
-        uc = Uc(UC_ARCH_ARM, UC_MODE_THUMB)
-        # The engine's buffer of translated code (1 GiB by default) fills as a
-        # sampled run cuts blocks at its samples (csrc/trace.c) and, once its
-        # pages are touched, counts in the resident size the memory guard
-        # checks; full, it is flushed and code is translated anew.
-        uc.ctl_set_tcg_buffer_size(TRANSLATED_CODE_BYTES)
-        # VFP needs an ARMv7-A model, cp10/cp11 access in CPACR, and FPEXC.EN.
-        uc.ctl_set_cpu_model(arm.UC_CPU_ARM_CORTEX_A15)
-        uc.reg_write(arm.UC_ARM_REG_C1_C0_2, uc.reg_read(arm.UC_ARM_REG_C1_C0_2) | (0xF << 20))
-        uc.reg_write(arm.UC_ARM_REG_FPEXC, 0x40000000)
+        self.system = system
+        self._ends_well = True  # every run made ended well: a bare-metal program's engine may be given back
+        where = self.placement
+        # A bare-metal program's engine is one kept from an earlier run, reset (engine_pool).
+        self._engine = engine_pool.taken(where) if system is None else engine_pool.made(where)
+        self._stack_memory = self._engine.stack
+        uc = self._engine.uc
         for start, end in pages_of(segments):
             uc.mem_map(start, end - start, UC_PROT_ALL)
         for address, data in segments:
             uc.mem_write(address, data[: len(data.rstrip(b"\0"))])  # mapped memory is zeros: .bss costs nothing
-        where = self.placement
         uc.mem_map(where.sentinel, PAGE, UC_PROT_ALL)
-        # The stack lives in memory the harness owns, so that the compiled
-        # kernel reads it in place (harness/verify/csrc/rules.c).
-        self._stack_memory = mmap.mmap(-1, where.stack_size)
-        stack_address = ctypes.addressof(ctypes.c_char.from_buffer(self._stack_memory))
-        uc.mem_map_ptr(where.stack_bottom, where.stack_size, UC_PROT_ALL, stack_address)
         self._uc = uc
         self.instructions = 0
         self.registers = _BatchReader(uc, STATUS_REGS, ctypes.c_uint32)
@@ -229,12 +219,16 @@ class Emulator:
         self.registers_and_vfp = _BatchReader(uc, SLOT_IDS, ctypes.c_uint64)
         """r0-r15, cpsr and d8-d15 (25 values) in one call: 32-bit registers
         fill the low half of their 64-bit slot, whose high half stays 0."""
-        self.system = system
         self._fault: EmulationFault | None = None  # raised by the system-call hook, reported after the run
         self._start_sp, self._start_lr = where.stack_top, where.sentinel | 1
         if system is not None:
             self._start_sp = system.attach(_Machine(uc), where)
             self._start_lr = 0  # the outermost frame: no caller (Linux starts a process with lr = 0)
+
+    def __del__(self) -> None:
+        engine = self.__dict__.get("_engine")  # none where set-up failed before
+        if engine is not None and self.system is None and self._ends_well:
+            engine_pool.give_back(engine)
 
     def _interrupt(self, uc: Uc, number: int, user_data) -> None:
         """A system call (SVC) of the program, answered by the system; any
@@ -257,8 +251,7 @@ class Emulator:
             uc.emu_stop()
 
     def stack(self, sp: int) -> LiveStack:
-        uc = self._uc
-        return LiveStack(lambda address, size: _read(uc, address, size), sp, self.placement.stack_top)
+        return LiveStack(self.read, sp, self.placement.stack_top)  # which keeps this emulator, and its engine
 
     @property
     def stack_memory(self) -> tuple[mmap.mmap, int, int]:
@@ -376,6 +369,7 @@ class Emulator:
 
     def _start(self, args: tuple[int, ...]) -> Uc:
         uc = self._uc
+        self._ends_well = False  # until the run returns (`_returned`)
         for index, value in enumerate(args):
             uc.reg_write(arm.UC_ARM_REG_R0 + index, value)
         uc.reg_write(arm.UC_ARM_REG_SP, self._start_sp)
@@ -397,4 +391,5 @@ class Emulator:
             return self.system.exit_status
         if pc != self.placement.sentinel:
             raise EmulationFault(pc, "stopped before returning to the sentinel")
+        self._ends_well = True
         return self._uc.reg_read(arm.UC_ARM_REG_R0)
