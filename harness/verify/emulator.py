@@ -3,10 +3,9 @@ engines, and keeps them between runs).
 
 Loads a program's segments on an engine with its stack mapped, calls the
 entry in Thumb state with lr = a sentinel address, and calls back before
-every instruction. Faults
-(unmapped access, undefined instruction, a run past one of its limits,
-harness.verify.abi.Limits) end the run with an `EmulationFault` naming the
-pc and the cause.
+every instruction. Faults (unmapped access, undefined instruction, a run
+past one of its limits, harness.verify.abi.Limits) end the run with an
+`EmulationFault` naming the pc and the cause.
 """
 
 from __future__ import annotations
@@ -226,6 +225,7 @@ class Emulator:
             self._start_lr = 0  # the outermost frame: no caller (Linux starts a process with lr = 0)
 
     def __del__(self) -> None:
+        """The engine given back, to be kept (engine_pool), where that may be."""
         engine = self.__dict__.get("_engine")  # none where set-up failed before
         if engine is not None and self.system is None and self._ends_well:
             engine_pool.give_back(engine)
