@@ -128,13 +128,14 @@ def pair_key(tally: Tally) -> KeyParts:
                     [(cause,) for cause in tally.causes], lambda where, cause: (where, cause))
 
 
+@pytest.mark.parametrize("number", [1, 3])
 @pytest.mark.parametrize("key", [pair_key, group_key])
-def test_the_pcs_a_digest_reads_from_the_tracer_are_those_of_the_whole_log(key):
+def test_the_pcs_a_digest_reads_from_the_tracer_are_those_of_the_whole_log(key, number):
     """The tracer groups its log by the key of each failure's tally entry
     (its where and cause, or the digest's group), with the walks deferred
     to Python merged in: the same failures counted, at the same pcs, as the
     log's entries one by one give."""
-    program = generate_program(0, 3)
+    program = generate_program(0, number)
     result = verify_program(program, build_unwinders(program), compiled=True)
     key = key(result.tally)
     grouped = result.failure_log.logged_pcs(key)  # before the entries are built: the tracer's grouping
@@ -144,6 +145,7 @@ def test_the_pcs_a_digest_reads_from_the_tracer_are_those_of_the_whole_log(key):
     distinct = {group: len({pc for _, pc, where, cause, _ in log if key.of(where, cause) == group})
                 for group in grouped}
     assert any(count > distinct[group] for group, (count, _) in grouped.items())  # a pc failing alike twice: twice
+    assert any(count > 64 for count, _ in grouped.values())  # a group's pcs sorted by their bytes (trace.c: sort_pcs)
 
 
 @pytest.mark.parametrize("cap", [1, 300, 700])

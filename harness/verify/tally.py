@@ -101,29 +101,42 @@ class Tally:
             self.entries.append((len(self.wheres), len(self.causes), walks))
             self.wheres.append(where)
             self.causes.append(cause)
-        for made in ("kinds", "unwinders", "failing", "kind_parts"):  # made from the causes before
-            self.__dict__.pop(made, None)
+        self.__dict__.pop("_parts", None)  # made from the causes before
 
     @cached_property
+    def _parts(self) -> tuple[list[str], list[tuple], list[Part], list[tuple]]:
+        """`kinds`, `unwinders`, `failing` and `kind_parts`, made in one
+        pass over the causes (a run has hundreds), each distinct part once."""
+        kinds, unwinders, failing, kind_parts = [], [], [], []
+        made: dict[str, tuple] = {}
+        for cause in self.causes:
+            kind = counted_kind(cause)
+            unwinder = made.get(cause.unwinder) or made.setdefault(cause.unwinder, (cause.unwinder,))
+            kinds.append(kind)
+            unwinders.append(unwinder)
+            failing.append(None if kind.startswith(STOPPED_PREFIX) else unwinder)
+            kind_parts.append(made.get(kind) or made.setdefault(kind, (kind,)))
+        return kinds, unwinders, failing, kind_parts
+
+    @property
     def kinds(self) -> list[str]:
         """The kind each cause is counted under, by cause id (`counted_kind`)."""
-        return [counted_kind(cause) for cause in self.causes]
+        return self._parts[0]
 
-    @cached_property
+    @property
     def unwinders(self) -> list[tuple]:
         """(unwinder,) by cause id."""
-        return [(cause.unwinder,) for cause in self.causes]
+        return self._parts[1]
 
-    @cached_property
+    @property
     def failing(self) -> list[Part]:
         """(unwinder,) by cause id, None for a stop in a library (not a failure)."""
-        return [None if kind.startswith(STOPPED_PREFIX) else unwinder
-                for unwinder, kind in zip(self.unwinders, self.kinds)]
+        return self._parts[2]
 
-    @cached_property
+    @property
     def kind_parts(self) -> list[tuple]:
         """(counted kind,) by cause id."""
-        return [(kind,) for kind in self.kinds]
+        return self._parts[3]
 
     def sums(self, heads: Sequence[Part], middles: Sequence[Part] | None = None,
              tails: Sequence[tuple] | None = None, into: dict | None = None) -> dict:

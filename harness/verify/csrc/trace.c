@@ -1579,20 +1579,41 @@ static PyObject *Tracer_log_split(Tracer *self, PyObject *args) {
     return Py_BuildValue("(nn)", (Py_ssize_t)merged.mine, merged.theirs);
 }
 
-static int by_pc(const void *a, const void *b) {
-    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sort `count` pcs: a group's are few and mostly in order already (a loop's stops come round again). */
-static void sort_pcs(uint32_t *pcs, size_t count) {
-    if (count > 64) { qsort(pcs, count, sizeof *pcs, by_pc); return; }
-    for (size_t i = 1; i < count; i++) {
-        const uint32_t pc = pcs[i];
-        size_t j = i;
-        for (; j && pcs[j - 1] > pc; j--) pcs[j] = pcs[j - 1];
-        pcs[j] = pc;
+/* Sort `count` pcs (`spare`: room for as many). A group's are mostly few and in order already (a loop's stops come
+ * round again): by insertion. Those of an unwinder failing all over hold thousands: by their bytes, the lowest
+ * first, passing over the bytes every pc shares (a program's pcs share their highest), where qsort was a fifth of
+ * the grouping. */
+static void sort_pcs(uint32_t *pcs, uint32_t *spare, size_t count) {
+    if (count <= 64) {
+        for (size_t i = 1; i < count; i++) {
+            const uint32_t pc = pcs[i];
+            size_t j = i;
+            for (; j && pcs[j - 1] > pc; j--) pcs[j] = pcs[j - 1];
+            pcs[j] = pc;
+        }
+        return;
     }
+    uint32_t any = 0, every = UINT32_MAX;
+    for (size_t i = 0; i < count; i++) {
+        any |= pcs[i];
+        every &= pcs[i];
+    }
+    uint32_t *from = pcs, *to = spare;
+    for (int shift = 0; shift < 32; shift += 8) {
+        if (!(((any ^ every) >> shift) & 0xFF)) continue;  /* the same byte in every pc */
+        size_t at[256] = { 0 };
+        for (size_t i = 0; i < count; i++) at[(from[i] >> shift) & 0xFF]++;
+        for (size_t byte = 0, first = 0; byte < 256; byte++) {
+            const size_t n = at[byte];
+            at[byte] = first;
+            first += n;
+        }
+        for (size_t i = 0; i < count; i++) to[at[(from[i] >> shift) & 0xFF]++] = from[i];
+        uint32_t *sorted = to;
+        to = from;
+        from = sorted;
+    }
+    if (from != pcs) memcpy(pcs, from, count * sizeof *pcs);
 }
 
 /* The end of the range of sorted distinct pcs that starts at `i`: pcs at most `gap` bytes apart. */
@@ -1677,9 +1698,10 @@ static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
     int64_t *group_of_entry = PyMem_Malloc((self->tally.count ? self->tally.count : 1) * sizeof(int64_t));
     int64_t *group_of = PyMem_Malloc((count ? count : 1) * sizeof(int64_t));
     uint32_t *pcs = PyMem_Malloc((count ? count : 1) * sizeof(uint32_t));
+    uint32_t *spare = PyMem_Malloc((count ? count : 1) * sizeof(uint32_t));  /* sort_pcs's */
     size_t *first = NULL;
     PyObject *keys = PyList_New(0), *out = PyDict_New();
-    if (!group_of_entry || !group_of || !pcs || !keys || !out) {
+    if (!group_of_entry || !group_of || !pcs || !spare || !keys || !out) {
         PyErr_NoMemory();
         goto error;
     }
@@ -1695,7 +1717,7 @@ static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
         const size_t begin = g ? first[g - 1] : 0, end = first[g];
         if (begin == end) continue;
         uint32_t *mine = pcs + begin;
-        sort_pcs(mine, end - begin);
+        sort_pcs(mine, spare, end - begin);
         size_t distinct = 1;
         for (size_t i = 1; i < end - begin; i++)
             if (mine[i] != mine[distinct - 1]) mine[distinct++] = mine[i];
@@ -1709,6 +1731,7 @@ static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
     PyMem_Free(group_of_entry);
     PyMem_Free(group_of);
     PyMem_Free(pcs);
+    PyMem_Free(spare);
     PyMem_Free(first);
     Py_DECREF(keys);
     return out;
@@ -1716,6 +1739,7 @@ error:
     PyMem_Free(group_of_entry);
     PyMem_Free(group_of);
     PyMem_Free(pcs);
+    PyMem_Free(spare);
     PyMem_Free(first);
     Py_XDECREF(keys);
     Py_XDECREF(out);
