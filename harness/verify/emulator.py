@@ -204,14 +204,12 @@ class Emulator:
         where = self.placement
         # A bare-metal program's engine is one kept from an earlier run, reset (engine_pool).
         self._engine = engine_pool.taken(where) if system is None else engine_pool.made(where)
-        self._stack_memory = self._engine.stack
         uc = self._engine.uc
         for start, end in pages_of(segments):
             uc.mem_map(start, end - start, UC_PROT_ALL)
         for address, data in segments:
             uc.mem_write(address, data[: len(data.rstrip(b"\0"))])  # mapped memory is zeros: .bss costs nothing
         uc.mem_map(where.sentinel, PAGE, UC_PROT_ALL)
-        self._uc = uc
         self.instructions = 0
         self.registers = _BatchReader(uc, STATUS_REGS, ctypes.c_uint32)
         """r0-r15 and cpsr (17 values)."""
@@ -223,6 +221,10 @@ class Emulator:
         if system is not None:
             self._start_sp = system.attach(_Machine(uc), where)
             self._start_lr = 0  # the outermost frame: no caller (Linux starts a process with lr = 0)
+
+    @property
+    def _uc(self) -> Uc:
+        return self._engine.uc
 
     def __del__(self) -> None:
         """The engine given back, to be kept (engine_pool), where that may be."""
@@ -256,7 +258,7 @@ class Emulator:
     @property
     def stack_memory(self) -> tuple[mmap.mmap, int, int]:
         """(the stack's bytes, the address of the first, the stack top)."""
-        return self._stack_memory, self.placement.stack_bottom, self.placement.stack_top
+        return self._engine.stack, self.placement.stack_bottom, self.placement.stack_top
 
     def read(self, address: int, size: int) -> bytes:
         return _read(self._uc, address, size)

@@ -83,11 +83,11 @@ static int add_count(PyObject *sums, PyObject *key, PyObject *count) {
     return failed ? -1 : 0;
 }
 
-/* d[key] (a new dict where there is none yet): borrowed, or NULL with an exception. */
-static PyObject *dict_in(PyObject *d, PyObject *key) {
+/* d[key], made by `make` where there is none yet: borrowed, or NULL with an exception. */
+static PyObject *item_in(PyObject *d, PyObject *key, PyObject *(*make)(void)) {
     PyObject *inner = PyDict_GetItemWithError(d, key);
     if (inner || PyErr_Occurred()) return inner;
-    if (!(inner = PyDict_New())) return NULL;
+    if (!(inner = make())) return NULL;
     const int failed = PyDict_SetItem(d, key, inner);
     Py_DECREF(inner);
     return failed ? NULL : inner;
@@ -142,16 +142,9 @@ static PyObject *kernel_epilogue_plan(PyObject *module, PyObject *args) {
 /* A FailureCause's fields (harness.verify.failures), by position. */
 enum { CAUSE_UNWINDER = 0, CAUSE_FRAME = 2, CAUSE_REGISTER = 4, CAUSE_TRAITS = 6, CAUSE_FIELDS = 7 };
 
-/* [stops whose innermost frame went wrong, stops where a caller did, {trait: stops}] of an unwinder in
- * `blamed` (made where there is none yet): borrowed, or NULL with an exception. */
-static PyObject *blame_in(PyObject *blamed, PyObject *unwinder) {
-    PyObject *blame = PyDict_GetItemWithError(blamed, unwinder);
-    if (blame || PyErr_Occurred()) return blame;
-    if (!(blame = Py_BuildValue("[iiN]", 0, 0, PyDict_New()))) return NULL;
-    const int failed = PyDict_SetItem(blamed, unwinder, blame);
-    Py_DECREF(blame);
-    return failed ? NULL : blame;
-}
+/* An unwinder's blame as it starts: [stops whose innermost frame went wrong, stops where a caller did,
+ * {trait: stops}]. */
+static PyObject *new_blame(void) { return Py_BuildValue("[iiN]", 0, 0, PyDict_New()); }
 
 /* Add `stops` to a list item (an int). */
 static int add_to_item(PyObject *list, Py_ssize_t at, PyObject *stops) {
@@ -168,9 +161,9 @@ static int blame_cause(PyObject *registers, PyObject *blamed, PyObject *cause, P
     PyObject *unwinder = PyTuple_GET_ITEM(cause, CAUSE_UNWINDER), *reg = PyTuple_GET_ITEM(cause, CAUSE_REGISTER);
     const int named = PyObject_IsTrue(reg);
     if (named < 0) return -1;
-    PyObject *counts = named ? dict_in(registers, unwinder) : NULL;
+    PyObject *counts = named ? item_in(registers, unwinder, PyDict_New) : NULL;
     if (named && (!counts || add_count(counts, reg, stops))) return -1;
-    PyObject *blame = blame_in(blamed, unwinder);
+    PyObject *blame = item_in(blamed, unwinder, new_blame);
     if (!blame) return -1;
     const Py_ssize_t frame = PyLong_AsSsize_t(PyTuple_GET_ITEM(cause, CAUSE_FRAME));
     if ((frame == -1 && PyErr_Occurred()) || add_to_item(blame, frame == 0 ? 0 : 1, stops)) return -1;
@@ -275,7 +268,7 @@ static PyObject *kernel_digest_groups(PyObject *module, PyObject *args) {
     }
     if (!(complete = complete_unwinders(totals, counted, cap)) || !(out = PyDict_New())) goto done;
     for (at = 0; PyDict_Next(stops, &at, &key, &value);) {  /* every key a tuple: add_to_first saw them */
-        PyObject *unwinder = PyTuple_GET_ITEM(key, 0), *groups = dict_in(out, unwinder);
+        PyObject *unwinder = PyTuple_GET_ITEM(key, 0), *groups = item_in(out, unwinder, PyDict_New);
         if (!groups) goto failed;
         const int whole = PySet_Contains(complete, unwinder);
         PyObject *found = whole > 0 ? PyDict_GetItemWithError(logged, key) : NULL;  /* a (logged, ranges) pair */
