@@ -42,7 +42,7 @@ def test_the_kernels_digest_groups_are_pythons():
     runs of generated programs and clang -O2, and for an unwinder whose
     walks were not all logged (no pcs), one past the cap (no pcs), a
     complete one with a group none of whose walks was logged (none), and
-    keys it cannot read (TypeError)."""
+    groups it cannot read (TypeError, ValueError)."""
     import pytest
 
     from generators.corpus import generate_program
@@ -53,8 +53,10 @@ def test_the_kernels_digest_groups_are_pythons():
     from harness.verify.stops import verify_program
 
     def both(stops, logged, cap=PCS_PER_UNWINDER):
-        made = _compiled_digest_groups(stops, logged, cap, Group)
-        assert made == digest_groups(stops, logged, cap) and list(made) == list(digest_groups(stops, logged, cap))
+        keys, walks, logged = list(stops), list(stops.values()), [logged.get(key) for key in stops]
+        made = _compiled_digest_groups(keys, walks, logged, cap, Group)
+        assert made == digest_groups(keys, walks, logged, cap) and list(made) == list(
+            digest_groups(keys, walks, logged, cap))
         return made
 
     elf = next(build for build in elf_builds() if build["file"] == "clang-O2-fp.elf")
@@ -63,7 +65,9 @@ def test_the_kernels_digest_groups_are_pythons():
     for program in programs:
         result = verify_program(program, build_unwinders(program))
         key = group_key(result.tally)
-        made = both(result.tally.sums(key.heads, key.middles, key.tails), result.failure_log.logged_pcs(key))
+        groups = result.tally.grouped(key)
+        logged = result.failure_log.logged_pcs(key, groups)
+        made = both(dict(zip(groups.keys, groups.walks)), {k: v for k, v in zip(groups.keys, logged) if v})
         assert any(group.pcs for groups in made.values() for group in groups.values())
     stops = {("v2", "f", "body", "bad_read"): 3, ("v2", "g", "body", "limit"): 1, ("exidx", "f", "body", "limit"): 2}
     logged = {("v2", "f", "body", "bad_read"): (3, ((0x100, 0x102),)), ("exidx", "f", "body", "limit"): (1, ())}
@@ -76,11 +80,13 @@ def test_the_kernels_digest_groups_are_pythons():
     logged[("v2", "f", "body", "bad_read")] = (5, ((0x100, 0x102),))
     assert both(stops, logged)["v2"] == {("f", "body", "bad_read"): Group(4, ((0x100, 0x102),)),
                                          ("g", "body", "limit"): Group(1, ())}
-    for bad in ({"v2": 1}, {(): 1}):
+    for bad in (["v2"], [()]):
         with pytest.raises(TypeError):
-            _compiled_digest_groups(bad, {}, 1, Group)
+            _compiled_digest_groups(bad, [1], [None], 1, Group)
     with pytest.raises(TypeError):
-        _compiled_digest_groups(stops, {("v2", "f", "body", "bad_read"): 5}, 1, Group)
+        _compiled_digest_groups([("v2", "f", "body", "bad_read")], [5], [5], 1, Group)
+    with pytest.raises(ValueError):
+        _compiled_digest_groups([("v2", "f", "body", "bad_read")], [5], [], 1, Group)
 
 
 def test_shards_combine_into_the_digest_of_the_whole():

@@ -1,17 +1,19 @@
-"""A run's tally by ids (harness.verify.tally): sums by keys made of the
-where's and the cause's parts, the kernel's C twin of `sum_by` held to the
-reference, and the (where, cause) counter a tally stands for."""
+"""A run's tally by ids (harness.verify.tally): sums and groups by keys made
+of the where's and the cause's parts, the kernel's C twins of `sum_by` and
+`group_by` held to the references, and the (where, cause) counter a tally
+stands for."""
 
 from __future__ import annotations
 
 import random
+from array import array
 from collections import Counter
 
 import pytest
 
 from harness.verify import kernel
 from harness.verify.failures import FailureCause
-from harness.verify.tally import Tally, counted_kind, sum_by
+from harness.verify.tally import Grouping, KeyParts, Tally, counted_kind, group_by, sum_by
 
 BODY, LEAF = ("f", frozenset(), "body"), ("g", frozenset({"leaf"}), "epilogue")
 BAD_READ = FailureCause("v2", "bad_read", 0, "f", None, "", frozenset())
@@ -33,6 +35,19 @@ def test_sums_add_up_entries_by_their_key_and_leave_out_a_none_part():
     assert tally.logged() == 9  # all but the stop in libc
 
 
+def test_groups_number_each_key_once_in_the_order_of_its_first_entry():
+    """Alike causes under two ids share their group and add up; an entry
+    whose head or middle is None has none (-1)."""
+    tally = Tally([BODY, LEAF], [BAD_READ, WRONG_R4, BAD_READ, IN_LIBC],
+                  [(1, 1, 2), (0, 0, 3), (1, 3, 7), (0, 2, 4)])
+    key = KeyParts(tally.failing, [(where[0],) for where in tally.wheres], tally.kind_parts, None)
+    assert tally.grouped(key) == Grouping([("exidx", "g", "wrong_register"), ("v2", "f", "bad_read")], [2, 7],
+                                          array("q", [0, 1, -1, 1]).tobytes())
+    assert tally.grouped(key) == group_by(tally.entries, *key[:3])
+    assert tally.grouped(KeyParts([()] * 4, [None, ()], [()] * 4, None)) == Grouping(
+        [()], [9], array("q", [0, -1, 0, -1]).tobytes())
+
+
 def test_a_tally_stands_for_its_counter():
     counted = Counter({(BODY, BAD_READ): 3, (LEAF, WRONG_R4): 2, (LEAF, IN_LIBC): 7})
     tally = Tally.of(counted)
@@ -42,18 +57,22 @@ def test_a_tally_stands_for_its_counter():
     assert tally.kinds == [counted_kind(cause) for cause in tally.causes] and tally.logged() == 6
 
 
+def random_tallies(seed: int):
+    """200 random tallies' (entries, heads, middles, tails), parts None or tuples."""
+    rng = random.Random(seed)
+    parts = [None, (), ("a",), ("b", 1), (2,)]
+    for _ in range(200):
+        wheres, causes = rng.randrange(1, 6), rng.randrange(1, 6)
+        yield ([(rng.randrange(wheres), rng.randrange(causes), rng.randrange(1, 1 << 40)) for _ in range(20)],
+               [rng.choice(parts) for _ in range(causes)], [rng.choice(parts) for _ in range(wheres)],
+               [rng.choice(parts[1:]) for _ in range(causes)])
+
+
 @needs_kernel
 def test_the_kernels_sum_by_is_the_references():
     from harness.verify._kernel import sum_by as compiled
 
-    rng = random.Random(21)
-    for _ in range(200):
-        wheres, causes = rng.randrange(1, 6), rng.randrange(1, 6)
-        parts = [None, (), ("a",), ("b", 1), (2,)]
-        heads = [rng.choice(parts) for _ in range(causes)]
-        middles = [rng.choice(parts) for _ in range(wheres)]
-        tails = [rng.choice(parts[1:]) for _ in range(causes)]
-        entries = [(rng.randrange(wheres), rng.randrange(causes), rng.randrange(1, 1 << 40)) for _ in range(20)]
+    for entries, heads, middles, tails in random_tallies(21):
         start = {("a", "a"): 5}
         assert compiled(dict(start), entries, heads, middles, tails) == sum_by(dict(start), entries, heads, middles,
                                                                                tails)
@@ -67,3 +86,15 @@ def test_the_kernels_sum_by_names_a_bad_entry():
         compiled({}, [(3, 0, 1)], [()], [()], [()])
     with pytest.raises(TypeError, match="tuples"):
         compiled({}, [(0, 0, 1)], [["a"]], [()], [()])
+
+
+@needs_kernel
+def test_the_kernels_group_by_is_the_references():
+    from harness.verify._kernel import group_by as compiled
+
+    for entries, heads, middles, tails in random_tallies(27):
+        assert Grouping(*compiled(entries, heads, middles, tails)) == group_by(entries, heads, middles, tails)
+    with pytest.raises(IndexError, match="cause id 2 is past the 1 causes given"):
+        compiled([(0, 2, 1)], [()], [()], [()])
+    with pytest.raises(TypeError, match="a tally entry must be a tuple"):
+        compiled([(0, 0)], [()], [()], [()])

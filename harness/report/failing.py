@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Iterable, NamedTuple, Sequence
 
 from harness.classify import Where
-from harness.verify.failures import FailureCause, FailureLog, LoggedPcs, Ranges, merged
+from harness.verify.failures import FailureCause, FailureLog, Ranges, merged
 from harness.verify.tally import STOPPED_PREFIX, KeyParts, Tally, counted_kind
 
 try:
@@ -61,34 +61,34 @@ def group_key(tally: Tally) -> KeyParts:
 
 def digest(tally: Tally, log: FailureLog) -> dict[str, dict[GroupKey, Group]]:
     """The digest of one run: its `tally` of failing walks, and the pcs of
-    those its failure `log` holds."""
+    those its failure `log` holds (every logged failure is tallied)."""
     key = group_key(tally)
-    stops = tally.sums(key.heads, key.middles, key.tails)  # group_key -> failing walks
-    logged = log.logged_pcs(key)  # group_key -> (logged, ranges): every logged failure is tallied
-    return (_compiled_digest_groups or digest_groups)(stops, logged, PCS_PER_UNWINDER, Group)
+    groups = tally.grouped(key)
+    return (_compiled_digest_groups or digest_groups)(groups.keys, groups.walks, log.logged_pcs(key, groups),
+                                                      PCS_PER_UNWINDER, Group)
 
 
-def digest_groups(stops: dict[tuple, int], logged: LoggedPcs, cap: int = PCS_PER_UNWINDER,
-                  group_of: type = Group) -> dict[str, dict[GroupKey, Group]]:
+def digest_groups(keys: Sequence[tuple], walks: Sequence[int], logged: Sequence[tuple | None],
+                  cap: int = PCS_PER_UNWINDER, group_of: type = Group) -> dict[str, dict[GroupKey, Group]]:
     """unwinder -> (function, position, kind) -> Group, of the failing walks
-    by (unwinder, function, position, kind) and those logged: each group's
-    pcs where every failing walk of its unwinder was logged, and they are at
-    most `cap`; else None. In the order of `stops` (what a report writes of a
-    digest is sorted). C twin: csrc/module.c."""
+    by group, keys[g] (unwinder, function, position, kind), and those logged
+    (logged[g]: (failures, ranges), or None): each group's pcs where every
+    failing walk of its unwinder was logged, and they are at most `cap`;
+    else None. In the order of `keys` (what a report writes of a digest is
+    sorted). C twin: csrc/module.c."""
     totals: dict[str, int] = {}  # failing walks per unwinder
-    for group, count in stops.items():
-        totals[group[0]] = totals.get(group[0], 0) + count
     counted: dict[str, int] = {}  # logged failing walks per unwinder
-    for group, (count, _) in logged.items():
-        counted[group[0]] = counted.get(group[0], 0) + count
+    for key, count, found in zip(keys, walks, logged):
+        totals[key[0]] = totals.get(key[0], 0) + count
+        if found is not None:
+            counted[key[0]] = counted.get(key[0], 0) + found[0]
     complete = {unwinder for unwinder, total in totals.items() if counted.get(unwinder) == total <= cap}
     out: dict[str, dict[GroupKey, Group]] = {}
-    for group, count in stops.items():
+    for key, count, found in zip(keys, walks, logged):
         pcs = None
-        if group[0] in complete:
-            found = logged.get(group)
+        if key[0] in complete:
             pcs = () if found is None else found[1]
-        out.setdefault(group[0], {})[group[1:]] = group_of(count, pcs)
+        out.setdefault(key[0], {})[key[1:]] = group_of(count, pcs)
     return out
 
 

@@ -12,7 +12,7 @@ from typing import Callable, Hashable, Iterable, Iterator, NamedTuple
 
 from harness.classify import OWN, Where
 from harness.registers import DWARF_D0, PC, SP, reg_name
-from harness.verify.tally import KeyParts, Tally
+from harness.verify.tally import Grouping, KeyParts, Tally
 
 Outcome = tuple[int, str, "str | None", str]  # a failing walk: (frame index, kind, register name or None, detail)
 
@@ -62,21 +62,21 @@ class FailureLog:
     and a process meets millions of them."""
 
     def __init__(self, build: Callable[[int], list] | None = None, entries: list | None = None,
-                 truncated: bool = False, pcs: Callable[[KeyParts], "LoggedPcs"] | None = None):
+                 truncated: bool = False, pcs: Callable[[KeyParts, Grouping], "LoggedPcs"] | None = None):
         self._build = build  # build(at most this many per unwinder, 0: all) -> entries
         self._entries = entries
-        self._pcs = pcs  # logged_pcs(key) without building the entries
+        self._pcs = pcs  # logged_pcs(key, groups) without building the entries
         self.truncated = truncated
         """Whether failing answers past the cap were tallied but left out."""
 
-    def logged_pcs(self, key: KeyParts) -> "LoggedPcs":
-        """key -> (failures logged, the ranges of their pcs), the failures
-        grouped by the key their where and cause make (over the run's
-        tally's ids, or `key.of`): what a digest of the log needs
+    def logged_pcs(self, key: KeyParts, groups: Grouping) -> "LoggedPcs":
+        """The failures logged by group of `groups` (the run's tally's
+        Grouping by `key`, whose `of` makes it of a where and cause), and
+        the ranges of their pcs: what a digest of the log needs
         (harness.report.failing)."""
         if self._pcs is not None and self._entries is None:
-            return self._pcs(key)
-        return logged_pcs((key.of(where, cause), pc) for _, pc, where, cause, _ in self.entries())
+            return self._pcs(key, groups)
+        return logged_pcs(((key.of(where, cause), pc) for _, pc, where, cause, _ in self.entries()), groups)
 
     def entries(self) -> list:
         if self._entries is None:
@@ -104,7 +104,7 @@ class FailureLog:
 
 RANGE_GAP = 4  # pcs this many bytes apart or nearer (a Thumb-2 instruction) share a range
 Ranges = tuple[tuple[int, int], ...]  # sorted, disjoint, inclusive [low, high]
-LoggedPcs = dict  # key -> (failures logged, the ranges of their pcs)
+LoggedPcs = list  # by group of a tally's Grouping: (failures logged, the ranges of their pcs), or None
 
 
 def ranges_of(pcs: Iterable[int]) -> Ranges:
@@ -134,9 +134,11 @@ def merged(spans: Iterable[tuple[int, int]]) -> Ranges:
     return tuple((low, high) for low, high in out)
 
 
-def logged_pcs(failures: Iterable[tuple[Hashable | None, int]], grouped: LoggedPcs | None = None) -> LoggedPcs:
-    """LoggedPcs of (key, pc) failures (those of key None left out), and of
-    those `grouped` already (that dict itself where there are no failures)."""
+def logged_pcs(failures: Iterable[tuple[Hashable | None, int]], groups: Grouping,
+               grouped: LoggedPcs | None = None) -> LoggedPcs:
+    """LoggedPcs of (key, pc) failures (those of key None left out; every
+    other key is one of `groups`), and of those `grouped` already (that
+    list itself where there are no failures)."""
     found: dict = {}
     for key, pc in failures:
         if key is not None:
@@ -145,10 +147,12 @@ def logged_pcs(failures: Iterable[tuple[Hashable | None, int]], grouped: LoggedP
             found[key] = (count + 1, pcs)
     if not found and grouped is not None:
         return grouped  # the kernel's alone, as it grouped them (most runs defer no failing walk to Python)
-    out = dict(grouped or {})
+    out = [None] * len(groups.keys) if grouped is None else list(grouped)
+    number_of = {key: number for number, key in enumerate(groups.keys)}
     for key, (count, pcs) in found.items():
-        held, ranges = out.get(key), ranges_of(pcs)
-        out[key] = (count, ranges) if held is None else (held[0] + count, merged((*held[1], *ranges)))
+        number = number_of[key]
+        held, ranges = out[number], ranges_of(pcs)
+        out[number] = (count, ranges) if held is None else (held[0] + count, merged((*held[1], *ranges)))
     return out
 
 

@@ -30,7 +30,7 @@ from harness.verify.emulator import EmulationFault, Emulator, as_limits, guard_c
 from harness.verify.failures import RANGE_GAP, FailureLog, LoggedPcs, ProgramResult, quiet_ranges
 from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, has_bit, raise_entries, unpacked
 from harness.verify.sampling import chooser
-from harness.verify.tally import KeyParts, Tally, add_up
+from harness.verify.tally import Grouping, KeyParts, Tally, add_up
 from harness.verify.verification import Verification
 
 DEFAULT_LIMITS = abi.Limits()  # how far a program may run before it counts as runaway
@@ -261,9 +261,10 @@ def _merged_log(tracer, run: Verification, stop_kernel, causes: list, truncated:
     cap = run.log_cap
     worded = stop_kernel.worded if stop_kernel else list  # without unwinders, nothing is logged
 
-    def logged_pcs(key: KeyParts) -> LoggedPcs:  # the kernel's ids are the first of the run's tally
+    def logged_pcs(key: KeyParts, groups: Grouping) -> LoggedPcs:  # the kernel's ids are the run's tally's first
         mine, theirs = tracer.log_split(run.log.entries(), cap) if truncated else (-1, None)
-        return run.logged_pcs(key, tracer.logged_pcs(mine, RANGE_GAP, key.heads, key.middles, key.tails), theirs)
+        return run.logged_pcs(key, groups, tracer.logged_pcs(mine, RANGE_GAP, groups.of_entry, len(groups.keys)),
+                              theirs)
     return FailureLog(lambda count: worded(tracer.failure_log(run.wheres, causes, run.log.entries(), count, cap)),
                       truncated=truncated, pcs=logged_pcs)
 

@@ -11,6 +11,7 @@ kernel is built (`sum_by` here is its twin, the reference).
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from functools import cached_property
@@ -19,9 +20,10 @@ from typing import NamedTuple, Optional
 from harness.classify import MODULES, OWN, Where
 
 try:
+    from harness.verify._kernel import group_by as _compiled_group_by
     from harness.verify._kernel import sum_by as _compiled_sum_by
 except ImportError:  # not built
-    _compiled_sum_by = None
+    _compiled_group_by = _compiled_sum_by = None
 
 # A walk that refused (no_info) at a frame in a module other than the
 # program's own, every frame before it right: an honest stop, counted
@@ -74,6 +76,42 @@ def sum_by(target: dict, entries: Sequence[Entry], heads: Sequence[Part], middle
 
 
 add_up = _compiled_sum_by or sum_by  # sum_by, in C where the kernel is built
+
+
+class Grouping(NamedTuple):
+    """A tally's entries grouped by the key their parts make (KeyParts):
+    the distinct keys in the order of their first entry, the walks of each,
+    and each entry's group (-1: it has no key) as int64s."""
+
+    keys: list
+    walks: list[int]
+    of_entry: bytes
+
+
+def group_by(entries: Sequence[Entry], heads: Sequence[Part], middles: Sequence[Part],
+             tails: Sequence[tuple]) -> Grouping:
+    """The Grouping of `entries` by heads[cause] + middles[where] +
+    tails[cause] (none where the head or middle is None). C twin:
+    csrc/module.c (a digest groups every entry of its run: numbered once,
+    for its counts and its logged pcs both)."""
+    numbers: dict[tuple, int] = {}
+    keys: list[tuple] = []
+    walks: list[int] = []
+    of_entry = array("q")
+    for where, cause, count in entries:
+        head, middle = heads[cause], middles[where]
+        if head is None or middle is None:
+            of_entry.append(-1)
+            continue
+        key = head + middle + tails[cause]
+        group = numbers.get(key)
+        if group is None:
+            group = numbers[key] = len(keys)
+            keys.append(key)
+            walks.append(0)
+        walks[group] += count
+        of_entry.append(group)
+    return Grouping(keys, walks, of_entry.tobytes())
 
 
 class Tally:
@@ -146,6 +184,13 @@ class Tally:
         middles = [()] * len(self.wheres) if middles is None else middles
         tails = [()] * len(self.causes) if tails is None else tails
         return add_up({} if into is None else into, self.entries, list(heads), list(middles), list(tails))
+
+    def grouped(self, key: KeyParts) -> Grouping:
+        """The entries grouped by `key` (`group_by`)."""
+        parts = list(key.heads), list(key.middles), list(key.tails)
+        if _compiled_group_by is None:
+            return group_by(self.entries, *parts)
+        return Grouping(*_compiled_group_by(self.entries, *parts))
 
     def counter(self) -> Counter:
         """(where, cause) -> walks."""

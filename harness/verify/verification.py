@@ -26,7 +26,7 @@ from harness.verify.failures import (
     mismatch_of,
 )
 from harness.verify.groundtruth import ShadowFrame
-from harness.verify.tally import KeyParts, is_stop
+from harness.verify.tally import Grouping, KeyParts, is_stop
 from harness.verify.walks import MemoizedWalk, chain_frames, first_difference
 
 
@@ -143,11 +143,13 @@ class Verification:
         key = cause if wording is None else cause._replace(detail=shared)
         return self._causes.setdefault(key, key), wording
 
-    def logged_pcs(self, key: KeyParts, kernel_logged: LoggedPcs, first: int | None = None) -> LoggedPcs:
-        """LoggedPcs by `key` of the walks logged in Python (the `first` of
-        them, or all) and of the kernel's (`kernel_logged`, grouped alike)."""
+    def logged_pcs(self, key: KeyParts, groups: Grouping, kernel_logged: LoggedPcs,
+                   first: int | None = None) -> LoggedPcs:
+        """LoggedPcs by `groups` (the tally's Grouping by `key`) of the walks
+        logged in Python (the `first` of them, or all) and of the kernel's
+        (`kernel_logged`, grouped alike)."""
         return logged_pcs(((key.of(where, cause), pc) for where, cause, pc in islice(self.log.failures(), first)),
-                          kernel_logged)
+                          groups, kernel_logged)
 
     def tally(self) -> Counter:
         """(where, cause) -> stops, of the walks in Python, logged or not."""

@@ -93,24 +93,31 @@ static PyObject *item_in(PyObject *d, PyObject *key, PyObject *(*make)(void)) {
     return failed ? NULL : inner;
 }
 
+/* Tally entry n (where id, cause id, walks), unpacked by hand (PyArg_ParseTuple cost a third): 0, or -1 with
+ * an exception. */
+static int entry_at(PyObject *entries, Py_ssize_t n, Py_ssize_t *where, Py_ssize_t *cause, PyObject **walks) {
+    PyObject *entry = PyList_GET_ITEM(entries, n);
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
+        PyErr_SetString(PyExc_TypeError, "a tally entry must be a tuple (where id, cause id, walks)");
+        return -1;
+    }
+    *where = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 0));
+    *cause = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
+    *walks = PyTuple_GET_ITEM(entry, 2);
+    return (*where == -1 || *cause == -1) && PyErr_Occurred() ? -1 : 0;
+}
+
 /* sum_by(target, entries, heads, middles, tails) -> target: harness.verify.tally.sum_by's twin, each
  * entry (where id, cause id, walks) added to target[key_of_parts(...)], but for entries without a key
  * (lists of tuples or None; entries a list of tuples of ints). */
 static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
-    PyObject *target, *entries, *heads, *middles, *tails;
+    PyObject *target, *entries, *heads, *middles, *tails, *walks;
     if (!PyArg_ParseTuple(args, "O!O!O!O!O!:sum_by", &PyDict_Type, &target, &PyList_Type, &entries, &PyList_Type,
                           &heads, &PyList_Type, &middles, &PyList_Type, &tails))
         return NULL;
     for (Py_ssize_t n = 0; n < PyList_GET_SIZE(entries); n++) {
-        PyObject *entry = PyList_GET_ITEM(entries, n);  /* unpacked by hand: PyArg_ParseTuple cost a third */
-        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
-            PyErr_SetString(PyExc_TypeError, "a tally entry must be a tuple (where id, cause id, walks)");
-            return NULL;
-        }
-        const Py_ssize_t where = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 0));
-        const Py_ssize_t cause = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
-        PyObject *walks = PyTuple_GET_ITEM(entry, 2);
-        if ((where == -1 || cause == -1) && PyErr_Occurred()) return NULL;
+        Py_ssize_t where, cause;
+        if (entry_at(entries, n, &where, &cause, &walks)) return NULL;
         PyObject *key = key_of_parts(heads, middles, tails, where, cause);
         if (!key) return NULL;
         if (key == Py_None) { Py_DECREF(key); continue; }
@@ -119,6 +126,59 @@ static PyObject *kernel_sum_by(PyObject *module, PyObject *args) {
         if (failed) return NULL;
     }
     return Py_NewRef(target);
+}
+
+/* The group of key `key` in `numbers` (key -> group, `keys` by group), numbered now where it is new; -1 on error. */
+static Py_ssize_t group_of(PyObject *numbers, PyObject *keys, PyObject *key) {
+    Py_hash_t hash;
+    PyObject *number = dict_lookup(numbers, key, &hash);
+    if (number) return PyLong_AsSsize_t(number);
+    if (PyErr_Occurred()) return -1;
+    const Py_ssize_t group = PyList_GET_SIZE(keys);
+    number = PyLong_FromSsize_t(group);
+    const int failed = !number || dict_store(numbers, key, number, hash) || PyList_Append(keys, key);
+    Py_XDECREF(number);
+    return failed ? -1 : group;
+}
+
+/* group_by(entries, heads, middles, tails) -> (keys, walks, of_entry): harness.verify.tally.group_by's twin
+ * (see there), the walks of a group added up as int64s. */
+static PyObject *kernel_group_by(PyObject *module, PyObject *args) {
+    PyObject *entries, *heads, *middles, *tails, *walks;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!:group_by", &PyList_Type, &entries, &PyList_Type, &heads, &PyList_Type,
+                          &middles, &PyList_Type, &tails))
+        return NULL;
+    const Py_ssize_t count = PyList_GET_SIZE(entries);
+    PyObject *numbers = _PyDict_NewPresized(count), *keys = PyList_New(0), *sums = NULL, *out = NULL;
+    PyObject *of_entry = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
+    int64_t *walked = PyMem_Calloc((size_t)count + 1, sizeof(int64_t));
+    if (!numbers || !keys || !of_entry || !walked) { if (!PyErr_Occurred()) PyErr_NoMemory(); goto done; }
+    int64_t *group = (int64_t *)PyBytes_AS_STRING(of_entry);
+    for (Py_ssize_t n = 0; n < count; n++) {
+        Py_ssize_t where, cause;
+        if (entry_at(entries, n, &where, &cause, &walks)) goto done;
+        const long long adding = PyLong_AsLongLong(walks);
+        PyObject *key = adding == -1 && PyErr_Occurred() ? NULL : key_of_parts(heads, middles, tails, where, cause);
+        if (!key) goto done;
+        group[n] = key == Py_None ? -1 : group_of(numbers, keys, key);
+        Py_DECREF(key);
+        if (group[n] >= 0) walked[group[n]] += adding;
+        else if (PyErr_Occurred()) goto done;
+    }
+    if (!(sums = PyList_New(PyList_GET_SIZE(keys)))) goto done;
+    for (Py_ssize_t g = 0; g < PyList_GET_SIZE(keys); g++) {
+        PyObject *sum = PyLong_FromLongLong(walked[g]);
+        if (!sum) goto done;
+        PyList_SET_ITEM(sums, g, sum);
+    }
+    out = PyTuple_Pack(3, keys, sums, of_entry);
+done:
+    PyMem_Free(walked);
+    Py_XDECREF(numbers);
+    Py_XDECREF(keys);
+    Py_XDECREF(sums);
+    Py_XDECREF(of_entry);
+    return out;
 }
 
 /* epilogue_plan(code, address, functions) -> (steps, packed rule), False (declines) or None (Python's to
@@ -188,18 +248,13 @@ static PyObject *kernel_blame(PyObject *module, PyObject *args) {
     PyObject *registers = PyDict_New(), *blamed = PyDict_New(), *out = NULL;
     if (!stops_of || !registers || !blamed) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t n = 0; n < PyList_GET_SIZE(entries); n++) {
-        PyObject *entry = PyList_GET_ITEM(entries, n);
-        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
-            PyErr_SetString(PyExc_TypeError, "a tally entry must be a tuple (where id, cause id, walks)");
-            goto done;
-        }
-        const Py_ssize_t cause = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
-        if (cause == -1 && PyErr_Occurred()) goto done;
+        Py_ssize_t where, cause;
+        PyObject *walks;
+        if (entry_at(entries, n, &where, &cause, &walks)) goto done;
         if (cause < 0 || cause >= count) {
             PyErr_Format(PyExc_IndexError, "cause id %zd past the tally's %zd causes", cause, count);
             goto done;
         }
-        PyObject *walks = PyTuple_GET_ITEM(entry, 2);
         PyObject *sum = stops_of[cause] ? PyNumber_Add(stops_of[cause], walks) : Py_NewRef(walks);
         if (!sum) goto done;
         Py_XSETREF(stops_of[cause], sum);
@@ -220,63 +275,83 @@ done:
 
 /* ------------------------------------------------------------ a digest's groups */
 
-/* sums[key[0]] += count (counts ints); -1 with an exception where the key is no tuple. */
-static int add_to_first(PyObject *sums, PyObject *key, PyObject *count) {
-    if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) < 1) {
-        PyErr_SetString(PyExc_TypeError, "a digest's group is a tuple (unwinder, ...)");
-        return -1;
+/* An unwinder's failing walks in a digest, and those logged (`logged`: any was). */
+typedef struct {
+    PyObject *name;  /* borrowed: the groups' keys hold it */
+    long long total, counted;
+    int logged;
+    PyObject *groups;  /* its (rest of key) -> Group, once made */
+} DigestUnwinder;
+
+/* The place of unwinder `name` in `u` (`*count` of them so far), added where new; -1 on error. A run has some
+ * fourteen, mostly the same object for each group: compared by identity first. */
+static Py_ssize_t unwinder_at(DigestUnwinder *u, Py_ssize_t *count, PyObject *name) {
+    for (Py_ssize_t i = 0; i < *count; i++)
+        if (u[i].name == name) return i;
+    for (Py_ssize_t i = 0; i < *count; i++) {
+        const int equal = PyObject_RichCompareBool(u[i].name, name, Py_EQ);
+        if (equal) return equal < 0 ? -1 : i;
     }
-    return add_count(sums, PyTuple_GET_ITEM(key, 0), count);
+    u[*count] = (DigestUnwinder){ name, 0, 0, 0, NULL };
+    return (*count)++;
 }
 
-/* The unwinders whose failing walks were all logged, at most `cap` (counted[u] == totals[u] <= cap). */
-static PyObject *complete_unwinders(PyObject *totals, PyObject *counted, Py_ssize_t cap) {
-    PyObject *complete = PySet_New(NULL), *limit = PyLong_FromSsize_t(cap), *unwinder, *total;
-    Py_ssize_t at = 0;
-    while (complete && limit && PyDict_Next(totals, &at, &unwinder, &total)) {
-        PyObject *logged = PyDict_GetItemWithError(counted, unwinder);
-        const int equal = logged ? PyObject_RichCompareBool(logged, total, Py_EQ) : PyErr_Occurred() ? -1 : 0;
-        const int within = equal > 0 ? PyObject_RichCompareBool(total, limit, Py_LE) : equal;
-        if (within < 0 || (within > 0 && PySet_Add(complete, unwinder))) Py_CLEAR(complete);
+/* Each group's unwinder in `of_group`, its walks and those logged added up in `u`; -1 on error. */
+static int tally_unwinders(PyObject *keys, PyObject *walks, PyObject *logged, DigestUnwinder *u, Py_ssize_t *count,
+                           Py_ssize_t *of_group) {
+    for (Py_ssize_t g = 0; g < PyList_GET_SIZE(keys); g++) {
+        PyObject *key = PyList_GET_ITEM(keys, g), *found = PyList_GET_ITEM(logged, g);
+        if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) < 1) {
+            PyErr_SetString(PyExc_TypeError, "a digest's group is a tuple (unwinder, ...)");
+            return -1;
+        }
+        if (found != Py_None && (!PyTuple_Check(found) || PyTuple_GET_SIZE(found) != 2)) {
+            PyErr_SetString(PyExc_TypeError, "a group's logged pcs are (failures logged, ranges) or None");
+            return -1;
+        }
+        const Py_ssize_t at = of_group[g] = unwinder_at(u, count, PyTuple_GET_ITEM(key, 0));
+        if (at < 0) return -1;
+        u[at].total += PyLong_AsLongLong(PyList_GET_ITEM(walks, g));
+        if (found != Py_None) {
+            u[at].counted += PyLong_AsLongLong(PyTuple_GET_ITEM(found, 0));
+            u[at].logged = 1;
+        }
+        if (PyErr_Occurred()) return -1;
     }
-    Py_XDECREF(limit);
-    return complete;
+    return 0;
 }
 
-/* digest_groups(stops, logged, cap, Group) -> {unwinder: {rest of key: Group}}: the twin of
+/* digest_groups(keys, walks, logged, cap, Group) -> {unwinder: {rest of key: Group}}: the twin of
  * harness.report.failing.digest_groups (see there); in Python its loops over a run's hundreds of
  * groups were a fifth of its summary. */
 static PyObject *kernel_digest_groups(PyObject *module, PyObject *args) {
-    PyObject *stops, *logged, *key, *value;
-    Py_ssize_t cap, at = 0;
+    PyObject *keys, *walks, *logged;
+    Py_ssize_t cap, unwinders = 0;
     PyTypeObject *type;
-    if (!PyArg_ParseTuple(args, "O!O!nO!:digest_groups", &PyDict_Type, &stops, &PyDict_Type, &logged, &cap,
-                          &PyType_Type, &type))
+    if (!PyArg_ParseTuple(args, "O!O!O!nO!:digest_groups", &PyList_Type, &keys, &PyList_Type, &walks, &PyList_Type,
+                          &logged, &cap, &PyType_Type, &type))
         return NULL;
     if (!PyType_IsSubtype(type, &PyTuple_Type))
         return PyErr_Format(PyExc_TypeError, "digest_groups makes its groups of a tuple type");
-    PyObject *totals = PyDict_New(), *counted = PyDict_New(), *complete = NULL, *out = NULL, *empty = PyTuple_New(0);
-    if (!totals || !counted || !empty) goto done;
-    while (PyDict_Next(stops, &at, &key, &value))
-        if (add_to_first(totals, key, value)) goto done;
-    for (at = 0; PyDict_Next(logged, &at, &key, &value);) {
-        if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2) {
-            PyErr_SetString(PyExc_TypeError, "a group's logged pcs are (failures logged, ranges)");
-            goto done;
-        }
-        if (add_to_first(counted, key, PyTuple_GET_ITEM(value, 0))) goto done;
-    }
-    if (!(complete = complete_unwinders(totals, counted, cap)) || !(out = PyDict_New())) goto done;
-    for (at = 0; PyDict_Next(stops, &at, &key, &value);) {  /* every key a tuple: add_to_first saw them */
-        PyObject *unwinder = PyTuple_GET_ITEM(key, 0), *groups = item_in(out, unwinder, PyDict_New);
-        if (!groups) goto failed;
-        const int whole = PySet_Contains(complete, unwinder);
-        PyObject *found = whole > 0 ? PyDict_GetItemWithError(logged, key) : NULL;  /* a (logged, ranges) pair */
-        if (whole < 0 || PyErr_Occurred()) goto failed;
-        PyObject *pcs = !whole ? Py_None : found ? PyTuple_GET_ITEM(found, 1) : empty;
+    const Py_ssize_t groups = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(walks) != groups || PyList_GET_SIZE(logged) != groups)
+        return PyErr_Format(PyExc_ValueError, "digest_groups takes walks and logged pcs for each of %zd groups", groups);
+    DigestUnwinder *u = PyMem_Calloc((size_t)groups + 1, sizeof *u);
+    Py_ssize_t *of_group = PyMem_Calloc((size_t)groups + 1, sizeof *of_group);
+    PyObject *out = PyDict_New(), *empty = PyTuple_New(0);
+    if (!u || !of_group || !out || !empty) { if (!PyErr_Occurred()) PyErr_NoMemory(); goto failed; }
+    if (tally_unwinders(keys, walks, logged, u, &unwinders, of_group)) goto failed;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        DigestUnwinder *mine = &u[of_group[g]];
+        if (!mine->groups && (!(mine->groups = PyDict_New()) || PyDict_SetItem(out, mine->name, mine->groups)))
+            goto failed;
+        const int complete = mine->logged && mine->counted == mine->total && mine->total <= cap;
+        PyObject *key = PyList_GET_ITEM(keys, g), *found = PyList_GET_ITEM(logged, g);
+        PyObject *pcs = !complete ? Py_None : found == Py_None ? empty : PyTuple_GET_ITEM(found, 1);
         PyObject *rest = PyTuple_GetSlice(key, 1, PyTuple_GET_SIZE(key));
-        PyObject *group = rest ? tuple_taking(type, 2, (PyObject *[]){ Py_NewRef(value), Py_NewRef(pcs) }) : NULL;
-        const int set = group ? PyDict_SetItem(groups, rest, group) : -1;
+        PyObject *group = rest ? tuple_taking(type, 2, (PyObject *[]){ Py_NewRef(PyList_GET_ITEM(walks, g)),
+                                                                        Py_NewRef(pcs) }) : NULL;
+        const int set = group ? PyDict_SetItem(mine->groups, rest, group) : -1;
         Py_XDECREF(rest);
         Py_XDECREF(group);
         if (set) goto failed;
@@ -285,9 +360,9 @@ static PyObject *kernel_digest_groups(PyObject *module, PyObject *args) {
 failed:
     Py_CLEAR(out);
 done:
-    Py_XDECREF(totals);
-    Py_XDECREF(counted);
-    Py_XDECREF(complete);
+    for (Py_ssize_t i = 0; u && i < unwinders; i++) Py_XDECREF(u[i].groups);
+    PyMem_Free(u);
+    PyMem_Free(of_group);
     Py_XDECREF(empty);
     return out;
 }
@@ -404,6 +479,7 @@ static PyMethodDef kernel_functions[] = {
     {"may_start_epilogue", kernel_may_start_epilogue, METH_O, "May these bytes start an epilogue?"},
     {"may_store", kernel_may_store, METH_VARARGS, "May the Thumb instruction of these half-words write memory?"},
     {"sum_by", kernel_sum_by, METH_VARARGS, "Tally entries added up by keys made of their where's and cause's parts."},
+    {"group_by", kernel_group_by, METH_VARARGS, "Tally entries grouped by keys made of their where's and cause's parts."},
     {"digest_groups", kernel_digest_groups, METH_VARARGS, "A digest's groups by unwinder, of its sums and logged pcs."},
     {"epilogue_plan", kernel_epilogue_plan, METH_VARARGS, "The plan of the epilogue at an address, or None."},
     {"blame", kernel_blame, METH_VARARGS, "A run's failing stops by unwinder: wrong registers, culprits, traits."},

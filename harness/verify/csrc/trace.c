@@ -1647,75 +1647,52 @@ static PyObject *ranges_of(const uint32_t *pcs, size_t count, long gap) {
     return out;
 }
 
-/* Number each tally entry's group in *group_of (-1: left out), the groups' keys in `keys`, in their order. */
-static int number_groups(const Tracer *self, PyObject *heads, PyObject *middles, PyObject *tails, int64_t *group_of,
-                         PyObject *keys) {
-    PyObject *numbers = PyDict_New();
-    if (!numbers) return -1;
-    for (size_t g = 0; g < self->tally.count; g++) {
-        const TallyKey *entry = tally_key(self, (int64_t)g);
-        PyObject *key = key_of_parts(heads, middles, tails, entry->where, entry->cause);
-        if (!key) goto error;
-        if (key == Py_None) {
-            Py_DECREF(key);
-            group_of[g] = -1;
-            continue;
-        }
-        PyObject *number = PyDict_GetItemWithError(numbers, key);
-        if (number) {
-            group_of[g] = PyLong_AsLongLong(number);
-        } else if (PyErr_Occurred() || !(number = PyLong_FromSsize_t(PyList_GET_SIZE(keys))) ||
-                   PyDict_SetItem(numbers, key, number) || PyList_Append(keys, key)) {
-            Py_XDECREF(number);
-            Py_DECREF(key);
-            goto error;
-        } else {
-            group_of[g] = PyLong_AsLongLong(number);
-            Py_DECREF(number);
-        }
-        Py_DECREF(key);
-    }
-    Py_DECREF(numbers);
-    return 0;
-error:
-    Py_DECREF(numbers);
-    return -1;
-}
-
-/* logged_pcs(count, gap, heads, middles, tails) -> {key: (failures, ranges)}: the first `count` log entries
- * (every one where count < 0) grouped by the key their tally entry makes (key_of_parts; those without one left
- * out), each group's distinct pcs as ranges of pcs at most `gap` bytes apart: what the digest of a run needs
- * (harness.report.failing), without an object per logged failure. Entries are put in their group's place by
- * one count of each group's. */
+/* logged_pcs(count, gap, of_entry, groups) -> [(failures, ranges) or None] by group: the first `count` log
+ * entries (every one where count < 0) by the group of their tally entry (`of_entry`: the int64 group of each
+ * entry of the run's tally, whose first ones are the kernel's; -1: left out), each group's distinct pcs as ranges
+ * of pcs at most `gap` bytes apart: what the digest of a run needs (harness.report.failing), without an object
+ * per logged failure. Entries are put in their group's place by one count of each group's. */
 static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
-    Py_ssize_t wanted;
+    Py_ssize_t wanted, groups;
     long gap;
-    PyObject *heads, *middles, *tails;
-    if (!PyArg_ParseTuple(args, "nlO!O!O!", &wanted, &gap, &PyList_Type, &heads, &PyList_Type, &middles,
-                          &PyList_Type, &tails))
+    Py_buffer of_entry;
+    if (!PyArg_ParseTuple(args, "nly*n", &wanted, &gap, &of_entry, &groups)) return NULL;
+    if (groups < 0 || of_entry.len % sizeof(int64_t)) {
+        PyBuffer_Release(&of_entry);
+        PyErr_SetString(PyExc_ValueError, "logged_pcs takes each tally entry's group as int64s, and groups >= 0");
         return NULL;
+    }
     const size_t count = wanted < 0 || (size_t)wanted > self->logged ? self->logged : (size_t)wanted;
-    int64_t *group_of_entry = PyMem_Malloc((self->tally.count ? self->tally.count : 1) * sizeof(int64_t));
+    const int64_t *group_of_entry = of_entry.buf;
+    const size_t entries = (size_t)of_entry.len / sizeof(int64_t);
     int64_t *group_of = PyMem_Malloc((count ? count : 1) * sizeof(int64_t));
     uint32_t *pcs = PyMem_Malloc((count ? count : 1) * sizeof(uint32_t));
     uint32_t *spare = PyMem_Malloc((count ? count : 1) * sizeof(uint32_t));  /* sort_pcs's */
-    size_t *first = NULL;
-    PyObject *keys = PyList_New(0), *out = PyDict_New();
-    if (!group_of_entry || !group_of || !pcs || !spare || !keys || !out) {
-        PyErr_NoMemory();
+    size_t *first = PyMem_Calloc((size_t)groups + 1, sizeof(size_t));
+    PyObject *out = PyList_New(groups);
+    if (!group_of || !pcs || !spare || !first || !out) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
         goto error;
     }
-    if (number_groups(self, heads, middles, tails, group_of_entry, keys)) goto error;
-    const size_t groups = (size_t)PyList_GET_SIZE(keys);
-    if (!(first = PyMem_Calloc(groups + 1, sizeof(size_t)))) { PyErr_NoMemory(); goto error; }
-    for (size_t i = 0; i < count; i++)  /* every logged answer was tallied, under its entry */
-        if ((group_of[i] = group_of_entry[self->log[i].tallied]) >= 0) first[group_of[i] + 1]++;
-    for (size_t g = 0; g < groups; g++) first[g + 1] += first[g];
+    for (size_t i = 0; i < count; i++) {  /* every logged answer was tallied, under its entry */
+        const size_t tallied = (size_t)self->log[i].tallied;
+        group_of[i] = tallied < entries ? group_of_entry[tallied] : groups;
+        if (group_of[i] >= groups || group_of[i] < -1) {
+            PyErr_Format(PyExc_ValueError, "logged failure %zu's tally entry %zu has no group of the %zd given", i,
+                         tallied, groups);
+            goto error;
+        }
+        if (group_of[i] >= 0) first[group_of[i] + 1]++;
+    }
+    for (Py_ssize_t g = 0; g < groups; g++) first[g + 1] += first[g];
     for (size_t i = 0; i < count; i++)  /* each group's end, now */
         if (group_of[i] >= 0) pcs[first[group_of[i]]++] = self->log[i].pc;
-    for (size_t g = 0; g < groups; g++) {
+    for (Py_ssize_t g = 0; g < groups; g++) {
         const size_t begin = g ? first[g - 1] : 0, end = first[g];
-        if (begin == end) continue;
+        if (begin == end) {
+            PyList_SET_ITEM(out, g, Py_NewRef(Py_None));
+            continue;
+        }
         uint32_t *mine = pcs + begin;
         sort_pcs(mine, spare, end - begin);
         size_t distinct = 1;
@@ -1724,24 +1701,20 @@ static PyObject *Tracer_logged_pcs(Tracer *self, PyObject *args) {
         PyObject *item = tuple_taking(NULL, 2, (PyObject *[]){ PyLong_FromSize_t(end - begin),
                                                                ranges_of(mine, distinct, gap) });
         if (!item) goto error;
-        const int failed = PyDict_SetItem(out, PyList_GET_ITEM(keys, (Py_ssize_t)g), item);
-        Py_DECREF(item);
-        if (failed) goto error;
+        PyList_SET_ITEM(out, g, item);
     }
-    PyMem_Free(group_of_entry);
+    PyBuffer_Release(&of_entry);
     PyMem_Free(group_of);
     PyMem_Free(pcs);
     PyMem_Free(spare);
     PyMem_Free(first);
-    Py_DECREF(keys);
     return out;
 error:
-    PyMem_Free(group_of_entry);
+    PyBuffer_Release(&of_entry);
     PyMem_Free(group_of);
     PyMem_Free(pcs);
     PyMem_Free(spare);
     PyMem_Free(first);
-    Py_XDECREF(keys);
     Py_XDECREF(out);
     return NULL;
 }
@@ -1770,7 +1743,7 @@ static PyMethodDef Tracer_methods[] = {
     {"tally", (PyCFunction)Tracer_tally, METH_NOARGS, "Failing stops per (where id, cause id)."},
     {"failure_log", (PyCFunction)Tracer_failure_log, METH_VARARGS, "Every failing answer, merged with others."},
     {"logged_pcs", (PyCFunction)Tracer_logged_pcs, METH_VARARGS,
-     "The failures logged and the ranges of their pcs, by the key of their tally entry's parts."},
+     "The failures logged and the ranges of their pcs, by the group of their tally entry."},
     {"log_split", (PyCFunction)Tracer_log_split, METH_VARARGS,
      "How many entries of the log and of others the first total of their merge hold."},
     {"resumed", (PyCFunction)Tracer_resumed, METH_NOARGS, "The frames that resumed, a bit per serial (bytes)."},
