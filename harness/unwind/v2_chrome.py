@@ -140,36 +140,41 @@ def chrome_rule(run: Run) -> Rule | None:
         return None
     vsp, from_register, lowest, highest = 0, False, 0, 0
     for op in run:
-        if isinstance(op, ehabi.SetVsp):
+        kind = type(op)  # the ops are NamedTuples, none subclassed
+        if kind is ehabi.SetVsp:
             if not from_register:  # from here on, vsp is the register's value plus vsp
                 lowest = highest = 0
             vsp, from_register = 0, True
-        elif isinstance(op, ehabi.VspAdd):
+        elif kind is ehabi.VspAdd:
             vsp += op.amount
-        elif isinstance(op, ehabi.Pop):
+        elif kind is ehabi.Pop:
             if SP in op.regs:
                 return None
             vsp += 4 * len(op.regs)
-        lowest, highest = min(lowest, vsp), max(highest, vsp)
-        if vsp < 0 and not from_register:
-            return failing("limit", "vsp went below the frame's sp")
+        if vsp < lowest:
+            lowest = vsp
+            if not from_register:
+                return failing("limit", "vsp went below the frame's sp")
+        elif vsp > highest:
+            highest = vsp
+    bounds, moved = rule.bounds, {}
     if from_register:  # every vsp lies in the stack: base + lowest to base + highest
-        rule = rule._replace(bounds=(min(rule.bounds[0], lowest), max(rule.bounds[1], highest)))
+        bounds = (min(bounds[0], lowest), max(bounds[1], highest))
     if lowest:  # from a register: every vsp is at or above base + lowest
-        rule = rule._replace(offset=rule.offset + lowest, end=rule.end - lowest,
-                             loads=tuple((reg, offset - lowest) for reg, offset in rule.loads),
-                             vfp_loads=tuple((reg, offset - lowest) for reg, offset in rule.vfp_loads),
-                             bounds=(rule.bounds[0] - lowest, rule.bounds[1] - lowest))
+        bounds = (bounds[0] - lowest, bounds[1] - lowest)
+        moved = {"offset": rule.offset + lowest, "end": rule.end - lowest,
+                 "loads": tuple((reg, offset - lowest) for reg, offset in rule.loads),
+                 "vfp_loads": tuple((reg, offset - lowest) for reg, offset in rule.vfp_loads)}
     # Chrome checks vsp's alignment after each instruction: from sp too, where sp is not aligned
     checked = bool(run) and not isinstance(run[0], ehabi.Finish)
-    return rule._replace(above_sp=from_register, aligned=from_register or checked, caller_aligned8=True,
+    return rule._replace(bounds=bounds, above_sp=from_register, aligned=from_register or checked, caller_aligned8=True,
                          # where its guards fail, the first of Chrome's checks the step fails (the register vsp
                          # is set from holds base - offset; the values read do not matter to a run `_replayable`)
-                         guard_failure=replayed_failure(partial(_replayed, run, rule.offset), "a Chrome rule")
-                         if _replayable(run) else None,
+                         guard_failure=replayed_failure(partial(_replayed, run, moved.get("offset", rule.offset)),
+                                                        "a Chrome rule") if _replayable(run) else None,
                          # Chrome's checks fail as bad_read, or as limit where vsp goes below the frame's sp,
                          # which only a run from a register can (from sp, that is a failure rule above)
-                         guard_kind=None if from_register else "bad_read")
+                         guard_kind=None if from_register else "bad_read", **moved)
 
 
 def _replayable(run: Run) -> bool:

@@ -104,17 +104,20 @@ def flatten_two(ops: Sequence[Op]) -> tuple[Flat, Flat] | None:
 def flatten(ops: Sequence[Op]) -> Flat | None:
     """The flat form of a run, or None where only `execute` will do (a
     popped sp, a later `vsp = rN`, refuse-to-unwind, no finish)."""
-    base, offset, loads, vfp_loads, seen = SP, 0, [], [], [0]
+    base, offset, lowest, highest, loads, vfp_loads, pc_popped = SP, 0, 0, 0, [], [], False
     for number, op in enumerate(ops):
         kind = type(op)
-        if kind is SetVsp and number == 0:
-            base = op.reg
-        elif kind is VspAdd:
-            offset += op.amount
-        elif kind is Pop and SP not in op.regs:
+        if kind is Pop and SP not in op.regs:
             for reg in op.regs:
                 loads.append((reg, offset))
                 offset += 4
+            pc_popped = pc_popped or PC in op.regs
+        elif kind is VspAdd:
+            offset += op.amount
+        elif kind is Finish:
+            return Flat(base, tuple(loads), tuple(vfp_loads), offset, lowest, highest, pc_popped)
+        elif kind is SetVsp and number == 0:
+            base = op.reg
         elif kind is PopVfp:
             for reg in range(op.first, op.first + op.count):
                 vfp_loads.append((reg, offset))
@@ -122,10 +125,10 @@ def flatten(ops: Sequence[Op]) -> Flat | None:
             offset += 4 if op.fstmfdx else 0
         elif kind is PopWmmx:
             offset += op.size
-        elif kind is Finish:
-            pc_popped = any(reg == PC for reg, _ in loads)
-            return Flat(base, tuple(loads), tuple(vfp_loads), offset, min(seen), max(seen), pc_popped)
         else:
             return None
-        seen.append(offset)
+        if offset < lowest:
+            lowest = offset
+        elif offset > highest:
+            highest = offset
     return None
