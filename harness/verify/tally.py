@@ -143,18 +143,16 @@ class Tally:
 
     @cached_property
     def _parts(self) -> tuple[list[str], list[tuple], list[Part], list[tuple]]:
-        """`kinds`, `unwinders`, `failing` and `kind_parts`, made in one
-        pass over the causes (a run has hundreds), each distinct part once."""
-        kinds, unwinders, failing, kind_parts = [], [], [], []
-        made: dict[str, tuple] = {}
-        for cause in self.causes:
-            kind = counted_kind(cause)
-            unwinder = made.get(cause.unwinder) or made.setdefault(cause.unwinder, (cause.unwinder,))
-            kinds.append(kind)
-            unwinders.append(unwinder)
-            failing.append(None if kind.startswith(STOPPED_PREFIX) else unwinder)
-            kind_parts.append(made.get(kind) or made.setdefault(kind, (kind,)))
-        return kinds, unwinders, failing, kind_parts
+        """`kinds`, `unwinders`, `failing` and `kind_parts`, each distinct
+        one-part tuple made once (a run has hundreds of causes, most of few
+        unwinders and kinds, and only a no_info refusal's kind differs from
+        its cause's)."""
+        kinds = [cause.kind if cause.kind != "no_info" else counted_kind(cause) for cause in self.causes]
+        made: dict[str, tuple] = {}  # an unwinder's name and a kind as one-part tuples
+        unwinders = [made.get(cause.unwinder) or made.setdefault(cause.unwinder, (cause.unwinder,))
+                     for cause in self.causes]
+        failing = [None if kind.startswith(STOPPED_PREFIX) else unwinder for kind, unwinder in zip(kinds, unwinders)]
+        return kinds, unwinders, failing, [made.get(kind) or made.setdefault(kind, (kind,)) for kind in kinds]
 
     @property
     def kinds(self) -> list[str]:
