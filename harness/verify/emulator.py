@@ -62,6 +62,12 @@ class EmulationFault(HarnessError):
         self.cause = cause
 
 
+# The addresses of the functions the compiled tracer calls (abi.Engine's), cast once a process.
+_ENGINE_FUNCTIONS = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (
+    uclib.uc_reg_read_batch, uclib.uc_mem_read, uclib.uc_emu_start, uclib.uc_emu_stop, uclib.uc_hook_add,
+    uclib.uc_hook_del, uclib.uc_ctl))
+
+
 def as_limits(limits: abi.Limits | int) -> abi.Limits:
     """`limits`, or for a number the default limits with that instruction
     budget; each at most 2**64 - 1 (as trace.c reads them); ValueError
@@ -277,10 +283,7 @@ class Emulator:
         """The engine as the compiled tracer (harness/verify/csrc/trace.c)
         drives it; its registers: the slots up to cpsr, and d8-d15 when
         `uses_vfp`."""
-        functions = (uclib.uc_reg_read_batch, uclib.uc_mem_read, uclib.uc_emu_start, uclib.uc_emu_stop,
-                     uclib.uc_hook_add, uclib.uc_hook_del, uclib.uc_ctl)
-        addresses = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in functions)
-        return abi.Engine(self._uc._uch.value, *addresses, UC_HOOK_CODE, UC_HOOK_BLOCK, REMOVE_CACHE,
+        return abi.Engine(self._uc._uch.value, *_ENGINE_FUNCTIONS, UC_HOOK_CODE, UC_HOOK_BLOCK, REMOVE_CACHE,
                           tuple(SLOT_IDS if uses_vfp else STATUS_REGS))
 
     def call(self, entry: int, on_stop: Callable[[int], None] | None, limits: abi.Limits | int,
