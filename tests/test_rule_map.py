@@ -99,6 +99,28 @@ def test_the_compiled_partition_refuses_what_is_no_segment():
         partition_of([(1, ["a list, unhashable"])])
 
 
+@needs_twin
+def test_the_compiled_v2_partition_is_that_of_the_readers_segments():
+    """v2_partition's loop in C gives what partition_of gives over the
+    reader's segments (its reference), for every v2 table of generated
+    programs (one crossing a page among them) and compiled ones, at bases
+    0 and the text's; and refuses an offset list it cannot read."""
+    from harness.unwind._rule_map import v2_partition_of
+
+    readers = [(u.reader, u.text_base) for program in [*programs(), generate_program(0, 27)]
+               for u in build_unwinders(program) if isinstance(u, (V2Unwinder, ChromeV2Unwinder))]
+    assert len(readers) > 15 and any(len(reader.tables.page_table) > 1 for reader, _ in readers)
+    for reader, text_base in readers:
+        for base in (0, text_base):
+            partition, values = v2_partition(reader, base)
+            expected, expected_values = partition_in_python(reader.segments(), base)
+            assert (partition.starts, partition.rows, values) == (expected.starts, expected.rows, expected_values)
+    with pytest.raises(TypeError, match="offset list"):
+        v2_partition_of([0], 8, [[(0, 1)]], 0, NOWHERE, NO_ROW)
+    with pytest.raises(ValueError, match="an offset list for each of 2 entries"):
+        v2_partition_of([0, 4], 8, [((0, 1),)], 0, NOWHERE, NO_ROW)
+
+
 # ------------------------------------------------------------ partitions against the lookups
 
 

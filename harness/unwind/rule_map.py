@@ -56,7 +56,11 @@ def partition_of(segments: Iterable[tuple[int, Hashable | None]], base: int = 0)
     the twin is built (csrc/rule_map.c)."""
     if _compiled_partition_of is None:
         return partition_in_python(segments, base)
-    starts, rows, values = _compiled_partition_of(segments, base, NOWHERE, NO_ROW)
+    return partition_made(*_compiled_partition_of(segments, base, NOWHERE, NO_ROW))
+
+
+def partition_made(starts: bytes, rows: bytes, values: list) -> tuple[Partition, list]:
+    """A partition the compiled twin made, its starts and rows as native int64 bytes."""
     return Partition(array("q", starts), array("q", rows)), values  # bytes: read as the array's own
 
 

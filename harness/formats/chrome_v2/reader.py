@@ -197,6 +197,12 @@ class V2Reader:
         starts = [(page * PAGE_HALFWORDS + offset) << 1 for page, offset in zip(self.entry_page, self.page_offsets)]
         return starts, len(self.tables.page_table) * PAGE_HALFWORDS << 1
 
+    def entry_offset_lists(self) -> list[tuple[tuple[int, int], ...]]:
+        """Each entry's offset list, (offset in half-words, instruction
+        index) pairs from the largest offset down, in entry order."""
+        lists = self.offset_lists
+        return [lists[entry.offset_table_index] for entry in self.tables.function_table]
+
     def segments(self) -> Iterator[tuple[int, int | None]]:
         """What `lookup` finds, offset by offset: (first pc offset, instruction
         index or None) in increasing order, each holding up to the next one
@@ -205,10 +211,10 @@ class V2Reader:
         entry at its first half-word (validated: `continuation_bits`)."""
         starts, pages_end = self.function_starts()
         yield 0, None
-        for index, entry in enumerate(self.tables.function_table):
+        for index, pairs in enumerate(self.entry_offset_lists()):
             start = starts[index]
             end = starts[index + 1] if index + 1 < len(starts) else pages_end
-            for offset, run_index in reversed(self.offset_lists[entry.offset_table_index]):  # in half-words
+            for offset, run_index in reversed(pairs):  # in half-words
                 if start + (offset << 1) >= end:
                     break
                 yield start + (offset << 1), run_index
