@@ -6,7 +6,8 @@ wheres and causes, as the kernel counts them (csrc/trace.c). Every sum a
 report makes of a run (its counts, its digest, its culprits) adds entries up
 under keys made of parts of the where and the cause: `Tally.sums` makes each
 part once per where and per cause, and adds up the entries in C where the
-kernel is built (`sum_by` here is its twin, the reference).
+kernel is built (`sum_by` here is its twin, the reference); `Tally.grouped`
+numbers the keys too, so that a digest reads each entry's group (`group_by`).
 """
 
 from __future__ import annotations
