@@ -207,6 +207,23 @@ def test_a_walk_is_taken_whole_where_only_registers_its_rule_loads_changed(monke
     assert verifiers[0].whole_walks_reused >= 3  # at each movs r4 but the first, and at the pop
 
 
+def test_a_frameless_walk_is_taken_whole_at_any_pc_but_the_one_its_caller_is_found_at(monkeypatch, verifiers):
+    """`inner` keeps no frame: its caller is at lr and at its own sp, and
+    check_caller compares the caller's pc with the frame's. The walk is
+    taken whole from one nop to the next (another pc, the same answer);
+    then `inner` points lr two instructions ahead and steps there, where
+    the frame's pc is the caller's and check_caller refuses it: that walk
+    is not the one before it taken whole."""
+    program = _leaf_under_main("lr-ahead", ["mov r12, lr", "nop", "nop", "nop", "mov r3, pc", "adds r3, #4",
+                                            "mov lr, r3", "nop", "nop", "bx r12"],
+                               lambda inner: (CfiRow(inner),))
+    kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["dwarf"])))
+    assert (kept.fault, kept.result) == (None, 5)
+    assert verdicts(kept) == verdicts(stepped)
+    assert {cause.kind for _, cause in kept.failure_tally} == {"wrong_pc", "limit"}  # lr ahead, then lr here
+    assert verifiers[0].whole_walks_reused >= 3  # at the second and third nop, and at the nop lr points past
+
+
 def test_an_outer_walk_holds_while_the_innermost_sp_moves(monkeypatch, verifiers):
     """`inner` moves sp down twice and back up in its body: the stack's low
     end moves at each, yet its caller's records, which the walk from frame

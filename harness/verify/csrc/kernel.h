@@ -156,16 +156,25 @@ int may_start_epilogue(const uint8_t *code, Py_ssize_t n);
  * miss one that was. */
 #define TRACK_SPANS 8
 typedef struct { int64_t low, high; } Span;
-/* `pc_read`: an innermost step compared its caller's pc with the frame's
- * (check_caller, where the caller keeps its sp): its answer may change
- * with the pc alone; `flags_read`: it chose its rule by the condition flags.
+/* `pc_read`: the walk's answer may change with the innermost frame's pc
+ * alone (its caller keeps the frame's pc, or check_caller found the caller
+ * at the frame's pc and sp); `differs_from`: check_caller found the caller
+ * at the frame's sp (it keeps its sp) and at this pc, not the frame's: the
+ * answer holds at any other pc but this (-1: no such check).
+ * `flags_read`: it chose its rule by the condition flags.
  * `regs`: the registers the steps took an address from
  * (a rule's base and index; bit = register). `lowest`: the lowest address
  * they compared with the stack's low end (the innermost frame's sp). */
-typedef struct { Span spans[TRACK_SPANS]; int count, pc_read, flags_read; uint32_t regs; int64_t lowest; } Track;
+typedef struct {
+    Span spans[TRACK_SPANS];
+    int count, pc_read, flags_read;
+    uint32_t regs;
+    int64_t lowest, differs_from;
+} Track;
 
 /* Reset a walk's Track: no span read, nothing compared. */
 static inline void track_reset(Track *t) {
+    t->differs_from = -1;
     t->count = t->pc_read = t->flags_read = 0;
     t->regs = 0;
     t->lowest = INT64_MAX;
@@ -260,7 +269,7 @@ typedef struct {
 } KeptPart;
 
 /* A whole walk made at an earlier stop: the innermost frame's rule,
- * registers but pc, IT state, what its step read, and whether its outer
+ * registers but pc (any other pc but `differs_from`), IT state, what its step read, and whether its outer
  * part is the one kept at level frames - 1 (it holds while no shadow
  * frame changed: memo_begin). */
 typedef struct {
@@ -270,6 +279,7 @@ typedef struct {
     uint32_t inputs;     /* the registers r0-r12 its step reads (memo.c: inputs_read) */
     KFrame innermost;
     int it;
+    int64_t differs_from;  /* the pc at which check_caller would judge otherwise (Track), or -1 */
     Snapshot first;      /* the bytes the innermost step read */
     Answer answer;
     MethodCounts counted;

@@ -275,7 +275,7 @@ static uint32_t inputs_read(const uint8_t *rule, Py_ssize_t size) {
 const KeptWhole *memo_find_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
                                  int it, Py_ssize_t frames, const uint8_t *memory, int64_t base) {
     KeptWhole *w = &m->walks[unwinder].whole;
-    if (!m->active || !w->valid || w->rule != rule || w->it != it) return NULL;
+    if (!m->active || !w->valid || w->rule != rule || w->it != it || innermost->r[PC] == w->differs_from) return NULL;
     /* sp and lr first (every step may read them; most walks not taken whole differ there), then the rule's */
     if (innermost->r[SP] != w->innermost.r[SP] || innermost->r[LR] != w->innermost.r[LR] ||
         !same_registers(innermost, &w->innermost, w->inputs))
@@ -307,6 +307,7 @@ void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFr
     w->rule = rule;
     w->innermost = *innermost;
     w->it = it;
+    w->differs_from = first->differs_from;
     w->answer = *answer;
     w->counted.any = 0;
     counts_add(&w->counted, counted);

@@ -58,8 +58,12 @@ static inline int caller_ok(int64_t callee_sp, int64_t callee_pc, const KFrame *
     if (caller->r[SP] & 3) return STEP_CALLER_FAILS;
     if (caller->r[SP] > callee_sp) return STEP_OK;
     if (!innermost || caller->r[SP] != callee_sp) return STEP_CALLER_FAILS;
-    s->track->pc_read = 1;
-    return caller->r[PC] != callee_pc ? STEP_OK : STEP_CALLER_FAILS;
+    if (caller->r[PC] == callee_pc) {
+        s->track->pc_read = 1;
+        return STEP_CALLER_FAILS;
+    }
+    s->track->differs_from = caller->r[PC];  /* the same answer at any frame pc but the caller's */
+    return STEP_OK;
 }
 
 /* Is `word` one of the `count` sorted uint32 at `sites`? Most words of a
