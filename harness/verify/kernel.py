@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
-from functools import lru_cache
 from typing import Callable, Sequence
 
 from harness.registers import CALLEE_SAVED, SP
@@ -74,11 +73,6 @@ INT32_LOW, INT32_HIGH = -(1 << 31), (1 << 31) - 1
 assert Rule._fields == abi.RULE_FIELDS  # the order the kernel's pack_plain reads them in
 
 
-@lru_cache(maxsize=1 << 16)  # rules repeat by value across ranges and programs (and share one packing)
-def _pack_plain(rule: Rule) -> bytes | None:
-    return pack_plain_in_python(rule) if pack_plain is None else pack_plain(rule)
-
-
 def pack_plain_in_python(rule: Rule) -> bytes | None:
     """A rule without alternatives or a scan, packed: the reference of the
     kernel's twin (csrc/module.c)."""
@@ -100,6 +94,10 @@ def pack_plain_in_python(rule: Rule) -> bytes | None:
     if min(values) < INT32_LOW or max(values) > INT32_HIGH:
         return None
     return struct.pack(f"<{len(values)}i", *values)
+
+
+# A plain rule packed in C where the kernel is built (packing a rule costs less than hashing it: nothing is kept).
+_pack_plain = pack_plain_in_python if pack_plain is None else pack_plain
 
 
 def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[Unwinder], book: rule_book.RuleBook,

@@ -403,7 +403,7 @@ static int is_text(PyObject *value, const char *text) {
     return PyUnicode_Check(value) && PyUnicode_CompareWithASCIIString(value, text) == 0;
 }
 
-/* pack_plain(rule) -> bytes or None: harness.verify.kernel._pack_plain's twin, a rule with neither
+/* pack_plain(rule) -> bytes or None: harness.verify.kernel.pack_plain_in_python's twin, a rule with neither
  * alternatives nor a scan as rules.c reads it (abi.RULE_HEADER, then its pre_loads, loads and
  * vfp_loads as (register, offset) pairs); None where a value is beyond int32 (`step` runs there). */
 static PyObject *kernel_pack_plain(PyObject *module, PyObject *rule) {
