@@ -157,24 +157,23 @@ def chrome_rule(run: Run) -> Rule | None:
                 return failing("limit", "vsp went below the frame's sp")
         elif vsp > highest:
             highest = vsp
-    bounds, moved = rule.bounds, {}
+    bounds, offset, moved = rule.bounds, rule.offset + lowest, {}
     if from_register:  # every vsp lies in the stack: base + lowest to base + highest
         bounds = (min(bounds[0], lowest), max(bounds[1], highest))
     if lowest:  # from a register: every vsp is at or above base + lowest
         bounds = (bounds[0] - lowest, bounds[1] - lowest)
-        moved = {"offset": rule.offset + lowest, "end": rule.end - lowest,
-                 "loads": tuple((reg, offset - lowest) for reg, offset in rule.loads),
-                 "vfp_loads": tuple((reg, offset - lowest) for reg, offset in rule.vfp_loads)}
+        moved = {"end": rule.end - lowest, "loads": tuple((reg, at - lowest) for reg, at in rule.loads),
+                 "vfp_loads": tuple((reg, at - lowest) for reg, at in rule.vfp_loads)}
     # Chrome checks vsp's alignment after each instruction: from sp too, where sp is not aligned
     checked = bool(run) and not isinstance(run[0], ehabi.Finish)
     return rule._replace(bounds=bounds, above_sp=from_register, aligned=from_register or checked, caller_aligned8=True,
                          # where its guards fail, the first of Chrome's checks the step fails (the register vsp
                          # is set from holds base - offset; the values read do not matter to a run `_replayable`)
-                         guard_failure=replayed_failure(partial(_replayed, run, moved.get("offset", rule.offset)),
-                                                        "a Chrome rule") if _replayable(run) else None,
+                         guard_failure=replayed_failure(partial(_replayed, run, offset), "a Chrome rule")
+                         if _replayable(run) else None,
                          # Chrome's checks fail as bad_read, or as limit where vsp goes below the frame's sp,
                          # which only a run from a register can (from sp, that is a failure rule above)
-                         guard_kind=None if from_register else "bad_read", **moved)
+                         guard_kind=None if from_register else "bad_read", offset=offset, **moved)
 
 
 def _replayable(run: Run) -> bool:

@@ -146,9 +146,8 @@ class Tally:
     def _parts(self) -> tuple[list[str], list[tuple], list[Part], list[tuple]]:
         """`kinds`, `unwinders`, `failing` and `kind_parts`, each distinct
         one-part tuple made once (a run has hundreds of causes, most of few
-        unwinders and kinds, and only a no_info refusal's kind differs from
-        its cause's)."""
-        kinds = [cause.kind if cause.kind != "no_info" else counted_kind(cause) for cause in self.causes]
+        unwinders and kinds)."""
+        kinds = [counted_kind(cause) for cause in self.causes]
         made: dict[str, tuple] = {}  # an unwinder's name and a kind as one-part tuples
         unwinders = [made.get(cause.unwinder) or made.setdefault(cause.unwinder, (cause.unwinder,))
                      for cause in self.causes]

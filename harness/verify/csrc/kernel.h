@@ -139,10 +139,6 @@ static inline PyObject *int_triple(long long a, long long b, unsigned long long 
     if (triple) PyObject_GC_UnTrack(triple);
     return triple;
 }
-/* heads[cause] + middles[where] + tails[cause] (lists of tuples or None), the key of a tally entry
- * (harness.verify.tally.KeyParts): a new reference, Py_None where its head or middle is None, NULL with
- * IndexError or TypeError for an id past its list or a part that is no tuple (module.c). */
-PyObject *key_of_parts(PyObject *heads, PyObject *middles, PyObject *tails, Py_ssize_t where, Py_ssize_t cause);
 
 /* Whether the Thumb instruction of these half-words may write memory or
  * trap to the system: 0 only where it surely does not (trace.c). */
@@ -269,9 +265,9 @@ typedef struct {
 } KeptPart;
 
 /* A whole walk made at an earlier stop: the innermost frame's rule,
- * registers but pc (any other pc but `differs_from`), IT state, what its step read, and whether its outer
- * part is the one kept at level frames - 1 (it holds while no shadow
- * frame changed: memo_begin). */
+ * registers but pc (it holds at any pc but `differs_from`), IT state,
+ * what its step read, and whether its outer part is the one kept at level
+ * frames - 1 (it holds while no shadow frame changed: memo_begin). */
 typedef struct {
     int valid, needs_outer;
     uint64_t held_at;    /* as a part's */

@@ -32,7 +32,11 @@ static PyObject *part_at(PyObject *parts, Py_ssize_t id, const char *what) {
     return PyList_GET_ITEM(parts, id);
 }
 
-PyObject *key_of_parts(PyObject *heads, PyObject *middles, PyObject *tails, Py_ssize_t where, Py_ssize_t cause) {
+/* heads[cause] + middles[where] + tails[cause] (lists of tuples or None), the key of a tally entry
+ * (harness.verify.tally.KeyParts): a new reference, Py_None where its head or middle is None, NULL with
+ * IndexError or TypeError for an id past its list or a part that is no tuple. */
+static PyObject *key_of_parts(PyObject *heads, PyObject *middles, PyObject *tails, Py_ssize_t where,
+                              Py_ssize_t cause) {
     PyObject *parts[3] = { part_at(heads, cause, "cause"), part_at(middles, where, "where"),
                            part_at(tails, cause, "cause") };
     if (!parts[0] || !parts[1] || !parts[2]) return NULL;
@@ -335,7 +339,8 @@ static PyObject *kernel_digest_groups(PyObject *module, PyObject *args) {
         return PyErr_Format(PyExc_TypeError, "digest_groups makes its groups of a tuple type");
     const Py_ssize_t groups = PyList_GET_SIZE(keys);
     if (PyList_GET_SIZE(walks) != groups || PyList_GET_SIZE(logged) != groups)
-        return PyErr_Format(PyExc_ValueError, "digest_groups takes walks and logged pcs for each of %zd groups", groups);
+        return PyErr_Format(PyExc_ValueError, "digest_groups takes walks and logged pcs for each of %zd groups",
+                            groups);
     DigestUnwinder *u = PyMem_Calloc((size_t)groups + 1, sizeof *u);
     Py_ssize_t *of_group = PyMem_Calloc((size_t)groups + 1, sizeof *of_group);
     PyObject *out = PyDict_New(), *empty = PyTuple_New(0);
@@ -479,7 +484,7 @@ static PyMethodDef kernel_functions[] = {
     {"may_start_epilogue", kernel_may_start_epilogue, METH_O, "May these bytes start an epilogue?"},
     {"may_store", kernel_may_store, METH_VARARGS, "May the Thumb instruction of these half-words write memory?"},
     {"sum_by", kernel_sum_by, METH_VARARGS, "Tally entries added up by keys made of their where's and cause's parts."},
-    {"group_by", kernel_group_by, METH_VARARGS, "Tally entries grouped by keys made of their where's and cause's parts."},
+    {"group_by", kernel_group_by, METH_VARARGS, "Tally entries grouped by keys of their where's and cause's parts."},
     {"digest_groups", kernel_digest_groups, METH_VARARGS, "A digest's groups by unwinder, of its sums and logged pcs."},
     {"epilogue_plan", kernel_epilogue_plan, METH_VARARGS, "The plan of the epilogue at an address, or None."},
     {"blame", kernel_blame, METH_VARARGS, "A run's failing stops by unwinder: wrong registers, culprits, traits."},
