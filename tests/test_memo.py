@@ -207,6 +207,48 @@ def test_a_walk_is_taken_whole_where_only_registers_its_rule_loads_changed(monke
     assert verifiers[0].whole_walks_reused >= 3  # at each movs r4 but the first, and at the pop
 
 
+def test_a_register_passed_to_the_caller_and_compared_there_is_part_of_what_a_walk_depends_on(monkeypatch, verifiers):
+    """`inner` keeps no frame and writes r5, which it never saved (breaking
+    the ABI): its step passes r5 on to main's frame unchanged, where the
+    walk compares it. The stops from the write on find r5 wrong, though
+    nothing the step itself reads changed; the walks before it are taken
+    whole from one nop to the next."""
+    program = _leaf_under_main("r5-clobbered", ["nop", "nop", "movs r5, #1", "nop", "nop", "bx lr"],
+                               lambda inner: (CfiRow(inner),))
+    kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["dwarf"])))
+    assert (kept.fault, kept.result) == (None, 5)
+    assert verdicts(kept) == verdicts(stepped)
+    assert [(entry[3].kind, entry[3].register) for entry in kept.failure_log] == [("wrong_register", "r5")] * 5
+    assert verifiers[0].whole_walks_reused > 0
+
+
+def test_a_register_passed_to_the_caller_and_read_by_its_step_is_part_of_what_a_walk_depends_on(monkeypatch,
+                                                                                                  verifiers):
+    """main keeps its frame in r6 (its CFA, as its v2 entry says: vsp = r6);
+    the chain compares no register but pc and sp, so r6 matters to a walk
+    only through main's step. `inner` keeps no frame, and moves r6 up
+    (breaking the ABI): from there main's v2 step reads the wrong words and
+    the chain takes main's caller from a later method. A walk taken whole
+    from before the move would count v2's."""
+    lines = ["main: push {r6, lr}", "mov r6, sp", "bl inner", "movs r0, #5", "pop {r6, pc}",
+             "inner: nop", "nop", "adds r6, #8", "nop", "nop", "bx lr"]
+    code = assemble(lines, BASE)
+    inner, end = BASE + len(assemble([*lines[:5], "inner: nop"], BASE)) - 2, BASE + len(code)
+    info = (FunctionInfo("main", BASE, inner, BASE, (), frozenset()),
+            FunctionInfo("inner", inner, end, inner, (), frozenset()))
+    saved = ((6, -8), (14, -4))
+    rows = (FunctionCfi("main", BASE, inner, (CfiRow(BASE), CfiRow(BASE + 2, cfa_offset=8, saved=saved),
+                                              CfiRow(BASE + 4, cfa_reg=6, cfa_offset=8, saved=saved))),
+            FunctionCfi("inner", inner, end, (CfiRow(inner),)))
+    program = Program("cfa-in-r6", ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows},
+                      expected_result=5)
+    kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["chain"])))
+    assert (kept.fault, kept.result) == (None, 5)
+    assert verdicts(kept) == verdicts(stepped)
+    assert kept.methods[("chain", "scan", True)] >= 3  # main's caller, at each stop from the move to the return
+    assert verifiers[0].whole_walks_reused > 0
+
+
 def test_a_frameless_walk_is_taken_whole_at_any_pc_but_the_one_its_caller_is_found_at(monkeypatch, verifiers):
     """`inner` keeps no frame: its caller is at lr and at its own sp, and
     check_caller compares the caller's pc with the frame's. The walk is

@@ -264,6 +264,11 @@ typedef struct {
     MethodCounts counted;  /* a chain's */
 } KeptPart;
 
+/* The registers r0-r12 (bit = register) a rule's step reads, and those it passes to the caller unchanged. */
+typedef struct {
+    uint32_t reads, passes;
+} RegisterUse;
+
 /* A whole walk made at an earlier stop: the innermost frame's rule,
  * registers but pc (it holds at any pc but `differs_from`), IT state,
  * what its step read, and whether its outer part is the one kept at level
@@ -272,7 +277,8 @@ typedef struct {
     int valid, needs_outer;
     uint64_t held_at;    /* as a part's */
     PyObject *rule;      /* borrowed: a Verifier keeps every rule it was given */
-    uint32_t inputs;     /* the registers r0-r12 its step reads (memo.c: inputs_read) */
+    RegisterUse use;     /* the rule's (memo.c: register_use) */
+    uint32_t inputs;     /* the registers r0-r12 of the innermost frame the walk depends on */
     KFrame innermost;
     int it;
     int64_t differs_from;  /* the pc at which check_caller would judge otherwise (Track), or -1 */
@@ -320,9 +326,11 @@ void memo_keep(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, Py_ssize_t fr
 const KeptWhole *memo_find_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
                                  int it, Py_ssize_t frames, const uint8_t *memory, int64_t base);
 /* Keep the whole walk (`first`: the innermost step's reads): its outer part,
- * if it has one (`needs_outer`), is the one kept at level frames - 1. */
+ * if it has one (`needs_outer`), is the one kept at level frames - 1;
+ * `callers_read`: the caller's registers the walk after its first step
+ * reads or compares. */
 void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost, int it,
-                     Py_ssize_t frames, const Track *first, int needs_outer,
+                     Py_ssize_t frames, const Track *first, int needs_outer, uint32_t callers_read,
                      const Answer *answer, const MethodCounts *counted, const uint8_t *memory, int64_t base);
 /* The stop ends. */
 void memo_end(WalkMemo *m);

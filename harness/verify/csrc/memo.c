@@ -23,7 +23,8 @@
  * stayed as they were at every stop since (memo_begin drops the others).
  * The whole walk, innermost step too, holds where besides the innermost
  * rule and its IT state nothing its step reads changed: not the registers
- * it loads from the stack (inputs_read).
+ * it loads from the stack, nor those it passes on that no later step reads
+ * or compares (register_use).
  *
  * The stack bytes: each kept part records the spans it read (Track) and
  * what they held, compared where it is found: the answer depends on what
@@ -231,45 +232,48 @@ void memo_keep(WalkMemo *m, Py_ssize_t unwinder, Py_ssize_t level, Py_ssize_t fr
 }
 
 /* The registers r0-r12 whose values at the stop a rule's step reads, as
- * the base or index of its addresses, or passes to the caller unchanged
- * (r4-r11 it does not load from the stack: the scratch ones, r0-r3 and r12,
- * the walk clears); a chain's are its methods'. A register the step loads
- * is never read first, but where a rule may end before its loads (a leaf
- * unless a record) or passes every register on (a scan). A failing rule
- * reads none. */
-static uint32_t inputs_read(const uint8_t *rule, Py_ssize_t size) {
+ * the base or index of its addresses, and those it passes to the caller
+ * unchanged (r4-r11 it does not load from the stack: the scratch ones,
+ * r0-r3 and r12, the walk clears); a chain's are its methods'. A register
+ * the step loads is never passed on, but where a rule may end before its
+ * loads (a leaf unless a record) or passes every register on (a scan). A
+ * failing rule reads and passes none. */
+static RegisterUse register_use(const uint8_t *rule, Py_ssize_t size) {
     const uint32_t every = 0x1FFF, callee_saved = 0x0FF0;
     RuleHeader h;
-    if (size < (Py_ssize_t)sizeof h) return every;
+    if (size < (Py_ssize_t)sizeof h) return (RegisterUse){every, every};
     memcpy(&h, rule, sizeof h);
-    if (h.flags & FAILS) return 0;
-    if (h.flags & SCAN) return callee_saved;
+    if (h.flags & FAILS) return (RegisterUse){0, 0};
+    if (h.flags & SCAN) return (RegisterUse){0, callee_saved};
     if (!(h.flags & CHAIN)) {
-        uint32_t used = callee_saved;
+        RegisterUse use = {0, callee_saved};
         const Py_ssize_t loads = (Py_ssize_t)h.pre_loads + h.loads;
         if (!(h.flags & LEAF_UNLESS_RECORD) && loads >= 0 &&
             (Py_ssize_t)sizeof h + loads * (Py_ssize_t)sizeof(Load) <= size) {
             for (Py_ssize_t i = 0; i < loads; i++) {
                 Load l;
                 memcpy(&l, rule + sizeof h + i * sizeof l, sizeof l);
-                if (l.reg >= 0 && l.reg < 16) used &= ~(1u << l.reg);
+                if (l.reg >= 0 && l.reg < 16) use.passes &= ~(1u << l.reg);
             }
         }
-        if (h.base >= 0 && h.base < 16) used |= 1u << h.base;
-        if (h.index >= 0 && h.index < 16) used |= 1u << h.index;
-        return used & every;
+        if (h.base >= 0 && h.base < 16) use.reads |= 1u << h.base;
+        if (h.index >= 0 && h.index < 16) use.reads |= 1u << h.index;
+        use.reads &= every;
+        return use;
     }
-    uint32_t used = 0;
+    RegisterUse use = {0, 0};
     const uint8_t *at = rule + sizeof h, *end = rule + size;
     for (int m = 0; m < h.highest && at + 4 <= end; m++) {
         int32_t length;
         memcpy(&length, at, sizeof length);
         at += sizeof length;
-        if (length < 0 || at + length > end) return every;
-        used |= inputs_read(at, length);
+        if (length < 0 || at + length > end) return (RegisterUse){every, every};
+        const RegisterUse method = register_use(at, length);
+        use.reads |= method.reads;
+        use.passes |= method.passes;
         at += length;
     }
-    return used;
+    return use;
 }
 
 const KeptWhole *memo_find_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost,
@@ -289,7 +293,7 @@ const KeptWhole *memo_find_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rul
 }
 
 void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFrame *innermost, int it,
-                     Py_ssize_t frames, const Track *first, int needs_outer,
+                     Py_ssize_t frames, const Track *first, int needs_outer, uint32_t callers_read,
                      const Answer *answer, const MethodCounts *counted, const uint8_t *memory, int64_t base) {
     UnwinderMemo *u = &m->walks[unwinder];
     KeptWhole *w = &u->whole;
@@ -300,10 +304,13 @@ void memo_keep_whole(WalkMemo *m, Py_ssize_t unwinder, PyObject *rule, const KFr
     w->valid = 1;
     w->held_at = m->epoch;
     w->needs_outer = needs_outer;
-    /* mostly the rule of the stop before, whose inputs are known (a walk not kept leaves rule and inputs
-     * as they were) */
+    /* mostly the rule of the stop before, whose use is known (a walk not kept leaves rule and use as they
+     * were) */
     if (w->rule != rule)
-        w->inputs = rule == Py_None ? 0 : inputs_read((const uint8_t *)PyBytes_AS_STRING(rule), PyBytes_GET_SIZE(rule));
+        w->use = rule == Py_None ? (RegisterUse){0, 0}
+                                 : register_use((const uint8_t *)PyBytes_AS_STRING(rule), PyBytes_GET_SIZE(rule));
+    /* a register passed on matters only where the rest of the walk reads or compares it in the caller */
+    w->inputs = w->use.reads | (w->use.passes & callers_read);
     w->rule = rule;
     w->innermost = *innermost;
     w->it = it;

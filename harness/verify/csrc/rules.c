@@ -504,6 +504,7 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
         return -1;
     const Track first = track;
     const int needs_outer = out->kind == ANSWER_PASS && frames > 1;
+    uint32_t callers_read = self->core_mask[unwinder];  /* the caller's registers compared, and read after */
     if (needs_outer) {
         const KFrame caller = frame;
         MethodCounts walked;
@@ -521,10 +522,11 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
                       s.memory, self->base);
         }
         counts_add(&counted, &walked);
+        callers_read |= track.regs;
     }
     if (whole)
-        memo_keep_whole(&self->memo, unwinder, rule, innermost_frame, it, frames, &first, needs_outer, out, &counted,
-                        s.memory, self->base);
+        memo_keep_whole(&self->memo, unwinder, rule, innermost_frame, it, frames, &first, needs_outer, callers_read,
+                        out, &counted, s.memory, self->base);
     return commit_counts(self, unwinder, out, &counted);
 }
 
