@@ -284,6 +284,34 @@ def test_an_outer_walk_holds_while_the_innermost_sp_moves(monkeypatch, verifiers
     assert verifiers[0].outer_walks_reused >= 3  # after each sub sp and the add sp
 
 
+def test_a_return_address_passed_to_a_caller_that_takes_its_pc_from_lr_is_part_of_what_an_outer_walk_depends_on(
+        monkeypatch, verifiers):
+    """main calls middle, which calls inner. vmkunwind takes inner's pc
+    from its stack slot and passes lr on; middle's table says it saved r4
+    alone, so middle's step takes its pc from that lr, which is inner's
+    return address at first: wrong. Then inner loads middle's saved lr into
+    lr, and middle's step is right: only lr changed in middle's frame, and
+    an outer walk kept from before would still find it wrong."""
+    lines = ["main: push {r7, lr}", "bl middle", "movs r0, #5", "pop {r7, pc}",
+             "middle: push {r4, lr}", "bl inner", "pop {r4, pc}",
+             "inner: push {r4, lr}", "nop", "ldr r4, [sp, #12]", "mov lr, r4", "nop", "nop", "pop {r4, pc}"]
+    code = assemble(lines, BASE)
+    middle, inner = (BASE + len(assemble([*lines[:count], f"{name}: nop"], BASE)) - 2
+                     for count, name in ((4, "middle"), (7, "inner")))
+    spans = (("main", BASE, middle), ("middle", middle, inner), ("inner", inner, BASE + len(code)))
+    info = tuple(FunctionInfo(name, low, high, low, (), frozenset()) for name, low, high in spans)
+    saved = {"main": ((7, -8), (14, -4)), "middle": ((4, -8),), "inner": ((4, -8), (14, -4))}
+    rows = tuple(FunctionCfi(name, low, high, (CfiRow(low), CfiRow(low + 2, cfa_offset=8, saved=saved[name])))
+                 for name, low, high in spans)
+    program = Program("lr-passed-on", ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows},
+                      expected_result=5)
+    kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["vmkunwind"])))
+    assert (kept.fault, kept.result) == (None, 5)
+    assert verdicts(kept) == verdicts(stepped)
+    assert [(entry[3].frame, entry[3].kind) for entry in kept.failure_log] == [(1, "wrong_pc")] * 4  # until mov lr
+    assert verifiers[0].outer_walks_reused > 0
+
+
 def _saving_r4_and_lr(name: str, functions: list[str], lines: list[str]) -> Program:
     """A program of `functions` (main first, each a label of `lines`), each of
     which begins `push {r4, lr}`, as its CFI says; main returns 5."""

@@ -158,8 +158,8 @@ typedef struct { int64_t low, high; } Span;
  * at the frame's sp (it keeps its sp) and at this pc, not the frame's: the
  * answer holds at any other pc but this (-1: no such check).
  * `flags_read`: it chose its rule by the condition flags.
- * `regs`: the registers the steps took an address from
- * (a rule's base and index; bit = register). `lowest`: the lowest address
+ * `regs`: the registers the steps took an address or a pc from
+ * (a rule's base and index, lr; bit = register). `lowest`: the lowest address
  * they compared with the stack's low end (the innermost frame's sp). */
 typedef struct {
     Span spans[TRACK_SPANS];

@@ -185,6 +185,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
         int64_t saved = 0;
         int record = guarded && read32(s, base, &saved) && (saved == 0 || saved > base);
         if (!record) {
+            s->track->regs |= 1u << LR;
             f->r[PC] = f->r[LR] & ~(int64_t)1;
             return caller_ok(callee_sp, callee_pc, f, innermost, s);
         }
@@ -209,6 +210,7 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
         }
     }
     if (!(h.flags & PC_FROM_LR) && !pc_loaded) s->track->pc_read = 1;  /* the caller keeps the frame's pc */
+    if (h.flags & PC_FROM_LR) s->track->regs |= 1u << LR;
     f->r[PC] = ((h.flags & PC_FROM_LR) ? f->r[LR] : f->r[PC]) & ~(int64_t)1;
     f->r[SP] = base + h.end;
     if ((h.flags & CALLER_ALIGNED8) && (f->r[SP] & 7)) return STEP_ALIGNED8_FAILS;  /* Chrome's check fails the step */
@@ -515,9 +517,9 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
             return -1;
         if (taken_at >= 0) self->memo.reused++;
         if (taken_at != 1) {  /* keep the part from frame 1 on, unless it is the kept one */
-            /* The caller's registers the outer frames read: those an address was taken from, those they compare
-             * (restored or passed on unchanged), and sp, lr and pc, which every step may read. */
-            const uint32_t inputs = track.regs | self->core_mask[unwinder] | 1u << SP | 1u << LR | 1u << PC;
+            /* The caller's registers the outer frames read: those an address was taken from or a pc (lr), those
+             * they compare (restored or passed on unchanged), and sp and pc, which every step reads. */
+            const uint32_t inputs = track.regs | self->core_mask[unwinder] | 1u << SP | 1u << PC;
             memo_keep(&self->memo, unwinder, frames - 1, 1, &caller, inputs, it != 0, low, &track, out, &walked,
                       s.memory, self->base);
         }
