@@ -26,6 +26,8 @@ from harness.verify.stops import verify_program
 
 pytestmark = pytest.mark.skipif(not kernel.AVAILABLE, reason="the memo is the compiled kernel's")
 BASE = 0x100000
+R4_LR = ((4, -8), (14, -4))  # what `push {r4, lr}` saves: (register, offset from the CFA)
+R7_LR = ((7, -8), (14, -4))
 
 
 @pytest.fixture
@@ -139,14 +141,7 @@ def test_a_store_into_the_innermost_frames_record_is_seen_by_the_next_walk(monke
     lines = ["main: push {r7, lr}", "mov r7, sp", "bl inner", "movs r0, #5", "pop {r7, pc}",
              "inner: push {r4, lr}", "ldr r1, [sp, #4]", "movs r2, #0", "str r2, [sp, #4]", "nop", "nop",
              "str r1, [sp, #4]", "pop {r4, pc}"]
-    code = assemble(lines, BASE)
-    inner, end = BASE + code.index(bytes.fromhex("10b5")), BASE + len(code)  # push {r4, lr}
-    info = (FunctionInfo("main", BASE, inner, BASE, (), frozenset()),
-            FunctionInfo("inner", inner, end, inner, (), frozenset()))
-    rows = (FunctionCfi("main", BASE, inner, (CfiRow(BASE), CfiRow(BASE + 2, cfa_offset=8, saved=((7, -8), (14, -4))))),
-            FunctionCfi("inner", inner, end, (CfiRow(inner), CfiRow(inner + 2, cfa_offset=8, saved=((4, -8), (14, -4))))))
-    program = Program("clobber-own", ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows},
-                      expected_result=5)
+    program = _pushing_eight("clobber-own", {"main": R7_LR, "inner": R4_LR}, lines)
     kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["dwarf"])))
     assert (kept.fault, kept.result) == (None, 5)
     assert verdicts(kept) == verdicts(stepped)
@@ -187,7 +182,7 @@ def _leaf_under_main(name: str, body: list[str], rows_of_inner) -> Program:
     end = BASE + len(code)
     info = (FunctionInfo("main", BASE, inner, BASE, (), frozenset()),
             FunctionInfo("inner", inner, end, inner, (), frozenset()))
-    rows = (FunctionCfi("main", BASE, inner, (CfiRow(BASE), CfiRow(BASE + 2, cfa_offset=8, saved=((7, -8), (14, -4))))),
+    rows = (FunctionCfi("main", BASE, inner, (CfiRow(BASE), CfiRow(BASE + 2, cfa_offset=8, saved=R7_LR))),
             FunctionCfi("inner", inner, end, rows_of_inner(inner)))
     return Program(name, ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows}, expected_result=5)
 
@@ -197,10 +192,9 @@ def test_a_walk_is_taken_whole_where_only_registers_its_rule_loads_changed(monke
     inner loads r4 from the stack, so the value in r4 is none of what it
     depends on, and every stop after the first of inner's body takes the
     walk whole."""
-    saved = ((4, -8), (14, -4))
     program = _leaf_under_main("r4-written", ["push {r4, lr}", "movs r4, #1", "movs r4, #2", "movs r4, #3",
                                               "pop {r4, pc}"],
-                               lambda inner: (CfiRow(inner), CfiRow(inner + 2, cfa_offset=8, saved=saved)))
+                               lambda inner: (CfiRow(inner), CfiRow(inner + 2, cfa_offset=8, saved=R4_LR)))
     kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["dwarf"])))
     assert (kept.fault, kept.result, kept.failure_tally) == (None, 5, {})
     assert verdicts(kept) == verdicts(stepped)
@@ -271,17 +265,31 @@ def test_an_outer_walk_holds_while_the_innermost_sp_moves(monkeypatch, verifiers
     end moves at each, yet its caller's records, which the walk from frame
     1 on reads, lie above every position of it: the outer walk is taken
     from the stop before at each stop after a move."""
-    saved = ((4, -8), (14, -4))
     program = _leaf_under_main("sp-moving", ["push {r4, lr}", "sub sp, #8", "nop", "sub sp, #8", "nop", "add sp, #16",
                                              "nop", "pop {r4, pc}"],
-                               lambda inner: (CfiRow(inner), CfiRow(inner + 2, cfa_offset=8, saved=saved),
-                                              CfiRow(inner + 4, cfa_offset=16, saved=saved),
-                                              CfiRow(inner + 8, cfa_offset=24, saved=saved),
-                                              CfiRow(inner + 12, cfa_offset=8, saved=saved)))
+                               lambda inner: (CfiRow(inner), CfiRow(inner + 2, cfa_offset=8, saved=R4_LR),
+                                              CfiRow(inner + 4, cfa_offset=16, saved=R4_LR),
+                                              CfiRow(inner + 8, cfa_offset=24, saved=R4_LR),
+                                              CfiRow(inner + 12, cfa_offset=8, saved=R4_LR)))
     kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["dwarf"])))
     assert (kept.fault, kept.result, kept.failure_tally) == (None, 5, {})
     assert verdicts(kept) == verdicts(stepped)
     assert verifiers[0].outer_walks_reused >= 3  # after each sub sp and the add sp
+
+
+def _pushing_eight(name: str, saved: dict[str, tuple], lines: list[str]) -> Program:
+    """A program of the functions `saved` names (main first, each a label of
+    `lines`), each of which begins by pushing 8 bytes, saving what its CFI
+    says: saved[function]; main returns 5."""
+    functions = list(saved)
+    code = assemble(lines, BASE)
+    where = assemble([*lines, ".align 2", *(f".word {function}" for function in functions)], BASE)[-4 * len(functions):]
+    starts = [int.from_bytes(where[at : at + 4], "little") for at in range(0, len(where), 4)]
+    spans = list(zip(functions, starts, [*starts[1:], BASE + len(code)]))
+    info = tuple(FunctionInfo(function, low, high, low, (), frozenset()) for function, low, high in spans)
+    rows = tuple(FunctionCfi(function, low, high, (CfiRow(low), CfiRow(low + 2, cfa_offset=8, saved=saved[function])))
+                 for function, low, high in spans)
+    return Program(name, ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows}, expected_result=5)
 
 
 def test_a_return_address_passed_to_a_caller_that_takes_its_pc_from_lr_is_part_of_what_an_outer_walk_depends_on(
@@ -295,35 +303,12 @@ def test_a_return_address_passed_to_a_caller_that_takes_its_pc_from_lr_is_part_o
     lines = ["main: push {r7, lr}", "bl middle", "movs r0, #5", "pop {r7, pc}",
              "middle: push {r4, lr}", "bl inner", "pop {r4, pc}",
              "inner: push {r4, lr}", "nop", "ldr r4, [sp, #12]", "mov lr, r4", "nop", "nop", "pop {r4, pc}"]
-    code = assemble(lines, BASE)
-    middle, inner = (BASE + len(assemble([*lines[:count], f"{name}: nop"], BASE)) - 2
-                     for count, name in ((4, "middle"), (7, "inner")))
-    spans = (("main", BASE, middle), ("middle", middle, inner), ("inner", inner, BASE + len(code)))
-    info = tuple(FunctionInfo(name, low, high, low, (), frozenset()) for name, low, high in spans)
-    saved = {"main": ((7, -8), (14, -4)), "middle": ((4, -8),), "inner": ((4, -8), (14, -4))}
-    rows = tuple(FunctionCfi(name, low, high, (CfiRow(low), CfiRow(low + 2, cfa_offset=8, saved=saved[name])))
-                 for name, low, high in spans)
-    program = Program("lr-passed-on", ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows},
-                      expected_result=5)
+    program = _pushing_eight("lr-passed-on", {"main": R7_LR, "middle": ((4, -8),), "inner": R4_LR}, lines)
     kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["vmkunwind"])))
     assert (kept.fault, kept.result) == (None, 5)
     assert verdicts(kept) == verdicts(stepped)
     assert [(entry[3].frame, entry[3].kind) for entry in kept.failure_log] == [(1, "wrong_pc")] * 4  # until mov lr
     assert verifiers[0].outer_walks_reused > 0
-
-
-def _saving_r4_and_lr(name: str, functions: list[str], lines: list[str]) -> Program:
-    """A program of `functions` (main first, each a label of `lines`), each of
-    which begins `push {r4, lr}`, as its CFI says; main returns 5."""
-    code = assemble(lines, BASE)
-    where = assemble([*lines, ".align 2", *(f".word {function}" for function in functions)], BASE)[-4 * len(functions):]
-    starts = [int.from_bytes(where[at : at + 4], "little") for at in range(0, len(where), 4)]
-    spans = list(zip(functions, starts, [*starts[1:], BASE + len(code)]))
-    info = tuple(FunctionInfo(function, low, high, low, (), frozenset()) for function, low, high in spans)
-    saved = ((4, -8), (14, -4))
-    rows = tuple(FunctionCfi(function, low, high, (CfiRow(low), CfiRow(low + 2, cfa_offset=8, saved=saved)))
-                 for function, low, high in spans)
-    return Program(name, ((BASE, code),), BASE, BASE, info, {"tables": rows, "reference": rows}, expected_result=5)
 
 
 def test_the_walks_after_a_call_and_a_return_take_the_frames_walked_before_it(monkeypatch, verifiers):
@@ -337,7 +322,7 @@ def test_the_walks_after_a_call_and_a_return_take_the_frames_walked_before_it(mo
     lines = ["main: push {r4, lr}", "bl middle", "movs r0, #5", "pop {r4, pc}",
              "middle: push {r4, lr}", "bl leaf", "bl leaf", "bl leaf", "pop {r4, pc}",
              "leaf: push {r4, lr}", "nop", "pop {r4, pc}"]
-    program = _saving_r4_and_lr("calls", ["main", "middle", "leaf"], lines)
+    program = _pushing_eight("calls", dict.fromkeys(["main", "middle", "leaf"], R4_LR), lines)
     kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program, ["dwarf"])))
     assert (kept.fault, kept.result, kept.failure_tally) == (None, 5, {})
     assert verdicts(kept) == verdicts(stepped)
@@ -381,7 +366,7 @@ def test_a_recursion_deeper_than_the_memos_levels_concludes_the_same(monkeypatch
     lines = ["main: push {r4, lr}", "movs r0, #70", "bl rec", "movs r0, #5", "pop {r4, pc}",
              "rec: push {r4, lr}", "movs r4, r0", "subs r0, #1", "beq done", "bl rec", "done: adds r0, r4, #0",
              "pop {r4, pc}"]
-    program = _saving_r4_and_lr("deep", ["main", "rec"], lines)
+    program = _pushing_eight("deep", dict.fromkeys(["main", "rec"], R4_LR), lines)
     kept, stepped = both_ways(monkeypatch, lambda: verify_program(program, build_unwinders(program)))
     assert (kept.fault, kept.result) == (None, 5) and kept.stops > 400
     assert verdicts(kept) == verdicts(stepped) and kept.failure_tally
