@@ -331,10 +331,13 @@ def test_a_pipe_carries_bytes_and_poll_sees_them(kernel):
     assert call(kernel, "poll", SCRATCH + 0x100, 2, 0) == 2
     assert call(kernel, "read", read_end, SCRATCH + 0x300, 16) == 4
     assert kernel.machine.read(SCRATCH + 0x300, 4) == b"ping"
-    assert call(kernel, "read", read_end, SCRATCH + 0x300, 16) == 0  # drained
+    with pytest.raises(SystemCallFault, match="empty pipe .* wait forever"):  # drained, and a writer open
+        call(kernel, "read", read_end, SCRATCH + 0x300, 16)
     kernel.machine.write(SCRATCH + 0x100, struct.pack("<ihh", read_end, 1, 0))
     with pytest.raises(SystemCallFault, match="wait forever"):
         call(kernel, "poll", SCRATCH + 0x100, 1, (-1) & 0xFFFFFFFF)
+    assert call(kernel, "close", write_end) == 0
+    assert call(kernel, "read", read_end, SCRATCH + 0x300, 16) == 0  # no writer left: the end of the file
 
 
 def test_sockets_are_refused(kernel):

@@ -10,17 +10,20 @@ import errno
 import stat
 import struct
 
-from harness.linux.files import GuestError, Node, OpenFile
-from harness.linux.machine import read_c_string
-from harness.linux.table import handles, signed
+from harness.linux.files import MAX_FDS, MAX_FILE_SIZE, GuestError, Node, OpenFile, as_bytes
+from harness.linux.machine import BadAddress, read_c_string
+from harness.linux.table import SystemCallFault, handles, signed
 
 AT_FDCWD = -100
 AT_SYMLINK_NOFOLLOW = 0x100
 AT_EMPTY_PATH = 0x1000
 O_ACCMODE, O_WRONLY, O_RDWR = 3, 1, 2
 O_CREAT, O_EXCL, O_TRUNC, O_APPEND = 0o100, 0o200, 0o1000, 0o2000
+O_NONBLOCK = 0o4000
 O_DIRECTORY, O_NOFOLLOW = 0o40000, 0o100000  # ARM's values
-MAX_TRANSFER = 16 << 20  # bytes one read or write moves at most (a hostile count reads no more)
+MAX_TRANSFER = 16 << 20  # bytes one read or write call moves at most, all its buffers together (then a short count)
+PATH_MAX = 4096  # bytes in a path with its NUL (ENAMETOOLONG past it)
+PIPE_CAPACITY = 1 << 16  # bytes a pipe holds (Linux's default)
 FILE_TIME = 1_600_000_000  # every file's times, so that no host time reaches the program
 BLOCK_SIZE = 4096
 # struct stat64 of ARM EABI (asm/stat.h): dev, pad, ino32, mode, nlink, uid,
@@ -31,7 +34,12 @@ STATX_BASIC = 0x7FF
 
 
 def _path(kernel, address: int) -> str:
-    return read_c_string(kernel.machine, address).decode("utf-8", "surrogateescape")
+    """The path at `address`, as text that keeps any bytes (files.as_bytes)."""
+    try:
+        return read_c_string(kernel.machine, address, PATH_MAX).decode("utf-8", "surrogateescape")
+    except BadAddress:
+        kernel.machine.read(address, 1)  # unmapped: EFAULT; mapped, with no NUL in PATH_MAX bytes:
+        raise GuestError(errno.ENAMETOOLONG) from None
 
 
 def _at(kernel, dirfd: int, address: int) -> str:
@@ -62,9 +70,10 @@ def _open(kernel, path: str, flags: int) -> int:
         raise GuestError(errno.ENOTDIR)
     if stat.S_ISDIR(node.mode) and access != 0:
         raise GuestError(errno.EISDIR)
-    if access in (O_WRONLY, O_RDWR):
-        node = Node(node.mode, bytearray() if flags & O_TRUNC else bytearray(node.data), inode=node.inode)
-        kernel.files.keep(guest, node)  # the copy in memory; the host file stays as it was
+    if access in (O_WRONLY, O_RDWR) and stat.S_ISREG(node.mode):
+        if flags & O_TRUNC:
+            node.data.truncate(0)
+        kernel.files.keep(guest, node)  # written in memory, over the host's bytes, which stay as they were
     opened = OpenFile(node, guest, readable=access != O_WRONLY, writable=access != 0,
                       append=bool(flags & O_APPEND), flags=flags)
     return kernel.new_fd(opened)
@@ -87,36 +96,62 @@ def sys_close(kernel, fd):
     return 0
 
 
+def _has_writer(kernel, pipe: Node) -> bool:
+    return any(opened.node is pipe and opened.writable for opened in kernel.fds.values())
+
+
 def _read_into(kernel, opened, buffer: int, count: int, offset: int | None = None) -> int:
+    """read(2) of at most `count` bytes (and MAX_TRANSFER) into `buffer`; at
+    `offset` without moving the position (pread64) when given."""
     if not opened.readable:
         raise GuestError(errno.EBADF)
-    if stat.S_ISDIR(opened.node.mode):
+    node = opened.node
+    count = min(count, MAX_TRANSFER)
+    if stat.S_ISDIR(node.mode):
         raise GuestError(errno.EISDIR)
-    if stat.S_ISFIFO(opened.node.mode):  # a pipe: reading drains it
-        data = bytes(opened.node.data[: min(count, MAX_TRANSFER)])
-        kernel.machine.write(buffer, data)
-        del opened.node.data[: len(data)]
-        return len(data)
-    start = opened.position if offset is None else offset
-    data = bytes(opened.node.data[start : start + min(count, MAX_TRANSFER)])
+    if node.device is not None:
+        data = node.device.read(kernel, count)
+    elif stat.S_ISFIFO(node.mode):  # a pipe: reading drains it
+        if offset is not None:
+            raise GuestError(errno.ESPIPE)
+        if not node.data and count and node not in (kernel.stdout, kernel.stderr) and _has_writer(kernel, node):
+            if opened.flags & O_NONBLOCK:
+                raise GuestError(errno.EAGAIN)
+            raise SystemCallFault("read from an empty pipe that no other thread can fill: it would wait forever")
+        data = bytes(node.data[:count])
+        del node.data[: len(data)]
+    else:
+        start = opened.position if offset is None else offset
+        data = node.data.read(start, count)
+        if offset is None:
+            opened.position += len(data)
     kernel.machine.write(buffer, data)
-    if offset is None:
-        opened.position += len(data)
     return len(data)
 
 
 def _write_from(kernel, opened, buffer: int, count: int, offset: int | None = None) -> int:
+    """write(2) of at most `count` bytes (and MAX_TRANSFER) from `buffer`; at
+    `offset` without moving the position (pwrite64) when given."""
     if not opened.writable:
         raise GuestError(errno.EBADF)
-    data = kernel.machine.read(buffer, min(count, MAX_TRANSFER)) if count else b""
     node = opened.node
+    data = kernel.machine.read(buffer, min(count, MAX_TRANSFER)) if count else b""
     if node is kernel.stdout or node is kernel.stderr:
         kernel.output(node, data)
         return len(data)
-    start = len(node.data) if opened.append or stat.S_ISFIFO(node.mode) else opened.position if offset is None else offset
-    if start > len(node.data):
-        node.data += bytes(start - len(node.data))
-    node.data[start : start + len(data)] = data
+    if node.device is not None:
+        return node.device.write(kernel, data)
+    if stat.S_ISFIFO(node.mode):
+        room = PIPE_CAPACITY - len(node.data)
+        if data and not room:
+            if opened.flags & O_NONBLOCK:
+                raise GuestError(errno.EAGAIN)
+            raise SystemCallFault(f"write to a full pipe ({PIPE_CAPACITY} bytes buffered) that no other thread "
+                                  "can drain: it would wait forever")
+        node.data += data[:room]
+        return min(len(data), room)
+    start = len(node.data) if opened.append else opened.position if offset is None else offset
+    node.data.write(start, data)
     if offset is None:
         opened.position = start + len(data)
     return len(data)
@@ -132,9 +167,22 @@ def sys_write(kernel, fd, buffer, count):
     return _write_from(kernel, kernel.file(fd), buffer, count)
 
 
+def _offset(low: int, high: int) -> int:
+    """A 64-bit file offset from two registers: EINVAL when negative."""
+    offset = high << 32 | low
+    if offset >> 63:
+        raise GuestError(errno.EINVAL)
+    return offset
+
+
 @handles(180, "pread64")
 def sys_pread64(kernel, fd, buffer, count, _pad, low, high):
-    return _read_into(kernel, kernel.file(fd), buffer, count, high << 32 | low)
+    return _read_into(kernel, kernel.file(fd), buffer, count, _offset(low, high))
+
+
+@handles(181, "pwrite64")
+def sys_pwrite64(kernel, fd, buffer, count, _pad, low, high):
+    return _write_from(kernel, kernel.file(fd), buffer, count, _offset(low, high))
 
 
 def _vector(kernel, vector: int, count: int) -> list[tuple[int, int]]:
@@ -144,28 +192,37 @@ def _vector(kernel, vector: int, count: int) -> list[tuple[int, int]]:
     return [struct.unpack_from("<II", raw, 8 * i) for i in range(count)]
 
 
-@handles(145, "readv")
-def sys_readv(kernel, fd, vector, count):
+def _each_buffer(kernel, fd: int, vector: int, count: int, move) -> int:
+    """readv/writev: `move(opened, base, length)` over the buffers in turn,
+    MAX_TRANSFER bytes at most in all, up to the first short one."""
     opened, total = kernel.file(fd), 0
     for base, length in _vector(kernel, vector, count):
-        got = _read_into(kernel, opened, base, length)
-        total += got
-        if got < length:
+        length = min(length, MAX_TRANSFER - total)
+        moved = move(kernel, opened, base, length) if length else 0
+        total += moved
+        if moved < length or total >= MAX_TRANSFER:
             break
     return total
 
 
+@handles(145, "readv")
+def sys_readv(kernel, fd, vector, count):
+    return _each_buffer(kernel, fd, vector, count, _read_into)
+
+
 @handles(146, "writev")
 def sys_writev(kernel, fd, vector, count):
-    opened = kernel.file(fd)
-    return sum(_write_from(kernel, opened, base, length) for base, length in _vector(kernel, vector, count))
+    return _each_buffer(kernel, fd, vector, count, _write_from)
 
 
 def _seek(opened, offset: int, whence: int) -> int:
-    if stat.S_ISFIFO(opened.node.mode) or stat.S_ISCHR(opened.node.mode):
+    """The new position; as Linux, EINVAL outside [0, MAX_FILE_SIZE]."""
+    if stat.S_ISFIFO(opened.node.mode):
         raise GuestError(errno.ESPIPE)
+    if stat.S_ISCHR(opened.node.mode):
+        return 0  # /dev/null and /dev/zero stay at 0 whatever is asked
     base = {0: 0, 1: opened.position, 2: len(opened.node.data)}.get(whence)
-    if base is None or base + offset < 0:
+    if base is None or not 0 <= base + offset <= MAX_FILE_SIZE:
         raise GuestError(errno.EINVAL)
     opened.position = base + offset
     return opened.position
@@ -240,7 +297,7 @@ def sys_statx(kernel, dirfd, path, flags, mask, buffer):
 
 def _readlink(kernel, guest: str, buffer: int, size: int) -> int:
     if guest == "/proc/self/exe":
-        target = kernel.executable.encode()
+        target = as_bytes(kernel.executable)
     else:
         node = kernel.files.lookup(guest, follow_last=False)[1]
         if not stat.S_ISLNK(node.mode):
@@ -297,10 +354,16 @@ def sys_ioctl(kernel, fd, request, argument):
 def sys_fcntl64(kernel, fd, command, argument):
     opened = kernel.file(fd)
     if command in (0, 1030):  # F_DUPFD, F_DUPFD_CLOEXEC
+        if argument >= MAX_FDS:
+            raise GuestError(errno.EINVAL)
         return kernel.new_fd(opened, argument)
     if command == 3:  # F_GETFL
         return opened.flags
-    if command in (1, 2, 4):  # F_GETFD, F_SETFD, F_SETFL
+    if command == 4:  # F_SETFL: the status flags a program may change
+        opened.flags = opened.flags & ~(O_APPEND | O_NONBLOCK) | argument & (O_APPEND | O_NONBLOCK)
+        opened.append = bool(opened.flags & O_APPEND)
+        return 0
+    if command in (1, 2):  # F_GETFD, F_SETFD
         return 0
     raise GuestError(errno.EINVAL)
 
@@ -312,7 +375,10 @@ def sys_dup(kernel, fd):
 
 @handles(63, "dup2")
 def sys_dup2(kernel, fd, target):
-    kernel.fds[target] = kernel.file(fd)
+    opened = kernel.file(fd)
+    if target >= MAX_FDS:
+        raise GuestError(errno.EBADF)  # as Linux past RLIMIT_NOFILE
+    kernel.fds[target] = opened
     return target
 
 
@@ -343,7 +409,7 @@ def sys_getdents64(kernel, fd, buffer, size):
     out = bytearray()
     names = (".", "..") + opened.node.entries
     while opened.position < len(names):
-        name = names[opened.position].encode() + b"\0"
+        name = as_bytes(names[opened.position]) + b"\0"
         length = (19 + len(name) + 7) & ~7
         if len(out) + length > size:
             break

@@ -9,9 +9,10 @@ and a mapping is placed only where the address space is free
 from __future__ import annotations
 
 import errno
+import stat
 
 from harness.linux.files import GuestError
-from harness.linux.memory import MAX_MAPPED, page_up
+from harness.linux.memory import MAX_MAPPED, MAX_MAPPINGS, page_up
 from harness.linux.table import handles
 from harness.verify.placement import PAGE
 
@@ -22,9 +23,10 @@ MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
 
 def _map_fresh(kernel, start: int, size: int) -> None:
     """Map [start, start + size) (free in the address space), zeroed."""
-    if kernel.space.mapped + size > MAX_MAPPED:
+    if kernel.space.mapped + size > MAX_MAPPED or kernel.space.regions >= MAX_MAPPINGS:
         raise GuestError(errno.ENOMEM)
     kernel.space.take(start, start + size)
+    kernel.space.add_region(start, start + size)
     kernel.space.mapped += size
     kernel.machine.map(start, size)
 
@@ -32,7 +34,8 @@ def _map_fresh(kernel, start: int, size: int) -> None:
 def _unmap(kernel, start: int, end: int) -> None:
     if not kernel.space.may_release(start, end):
         raise GuestError(errno.EINVAL)  # the harness's own pages: the stack, the helper page
-    for low, high in kernel.space.release(start, end):
+    freed = kernel.space.release(start, end)
+    for low, high in freed:
         kernel.machine.unmap(low, high - low)
         kernel.space.mapped = max(0, kernel.space.mapped - (high - low))
 
@@ -76,8 +79,10 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
     contents = b""
     if not flags & MAP_ANONYMOUS:
         opened = kernel.file(fd)
+        if not stat.S_ISREG(opened.node.mode):
+            raise GuestError(errno.ENODEV)
         offset = page_offset * PAGE
-        contents = bytes(opened.node.data[offset : offset + length])
+        contents = opened.node.data.read(offset, length)
         kernel.file_mappings.append((start, start + size, opened.path, offset))
     _map_fresh(kernel, start, size)
     if contents:

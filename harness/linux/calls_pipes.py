@@ -1,6 +1,7 @@
 """Pipes and poll (harness.linux.table). One thread: a pipe is a buffer
-the program both fills and drains, and a poll that finds nothing ready
-would wait forever, so it ends the run as a fault instead."""
+the program both fills and drains (harness.linux.calls_files reads and
+writes it, PIPE_CAPACITY bytes at most), and a poll that finds nothing
+ready would wait forever, so it ends the run as a fault instead."""
 
 from __future__ import annotations
 
@@ -8,18 +9,28 @@ import errno
 import stat
 import struct
 
+from harness.linux.calls_files import PIPE_CAPACITY
 from harness.linux.files import GuestError, Node, OpenFile
 from harness.linux.table import SystemCallFault, handles, signed
 
 POLLIN, POLLOUT, POLLNVAL = 0x1, 0x4, 0x20
+O_NONBLOCK, O_CLOEXEC, O_DIRECT = 0o4000, 0o2000000, 0o200000  # ARM's values
 MAX_POLLED = 1024
 
 
 @handles(359, "pipe2")
 def sys_pipe2(kernel, fds, flags):
+    if flags & ~(O_NONBLOCK | O_CLOEXEC | O_DIRECT):
+        raise GuestError(errno.EINVAL)
+    kernel.machine.read(fds, 8)  # EFAULT before any descriptor is taken
     pipe = Node(stat.S_IFIFO | 0o600, inode=len(kernel.fds) + 1000)
-    ends = (kernel.new_fd(OpenFile(pipe, "pipe:", readable=True, writable=False)),)
-    ends += (kernel.new_fd(OpenFile(pipe, "pipe:", readable=False, writable=True, flags=1)),)
+    status = flags & O_NONBLOCK
+    ends = (kernel.new_fd(OpenFile(pipe, "pipe:", readable=True, writable=False, flags=status)),)
+    try:
+        ends += (kernel.new_fd(OpenFile(pipe, "pipe:", readable=False, writable=True, flags=status | 1)),)
+    except GuestError:
+        del kernel.fds[ends[0]]
+        raise
     kernel.machine.write(fds, struct.pack("<ii", *ends))
     return 0
 
@@ -31,7 +42,7 @@ def _ready(kernel, fd: int, events: int) -> int:
     node, ready = opened.node, 0
     if events & POLLIN and opened.readable and (not stat.S_ISFIFO(node.mode) or node.data):
         ready |= POLLIN  # files and stdin never block; a pipe when it holds bytes
-    if events & POLLOUT and opened.writable:
+    if events & POLLOUT and opened.writable and (not stat.S_ISFIFO(node.mode) or len(node.data) < PIPE_CAPACITY):
         ready |= POLLOUT
     return ready
 

@@ -8,9 +8,13 @@ root (`..` above it, a symlink pointing outside) is refused with ENOENT:
 the host file is never opened. An absolute symlink inside the sysroot
 means what it would mean on the device, a path from the sysroot's root.
 
-Files are read whole on open and never written back: writes go to a copy
-in memory that later opens of the same path see, so a program can create
-and reread its own files while the host stays as it was.
+Files are read whole on first open (once a run: every later open shares
+the bytes) and never written back: writes go to pages in memory over them
+(Contents) that later opens of the same path see, so a program can create
+and reread its own files while the host stays as it was. Those pages are
+the guest's to fill, and a guest is untrusted: FileStore caps what all of
+them hold together, and a write past a file's end stores only what it
+writes (a hole reads as zeros), as tmpfs does.
 """
 
 from __future__ import annotations
@@ -26,12 +30,25 @@ from harness.filesystem import read_input
 
 WORKDIR = "/work"  # the working directory as the guest sees it
 MAX_SYMLINKS = 40  # as Linux (ELOOP past it)
+MAX_FDS = 1024  # open descriptors a process may have (RLIMIT_NOFILE's soft limit: EMFILE past it)
+NAME_MAX = 255  # bytes in one path component (ENAMETOOLONG past it)
+PAGE = 0x1000
+STORE_CAP = 256 << 20  # bytes the guest's files may hold in memory together (then ENOSPC, as a full tmpfs)
+# The largest file offset on 32-bit Linux (MAX_LFS_FILESIZE: ULONG_MAX pages): EFBIG past it.
+MAX_FILE_SIZE = (0xFFFFFFFF << 12) - 1
+
+
+def as_bytes(path: str) -> bytes:
+    """A guest path's bytes. Guest paths are text decoded with
+    surrogateescape (harness.linux.calls_files), so any bytes a program
+    names, valid UTF-8 or not, come back unchanged."""
+    return path.encode("utf-8", "surrogateescape")
 
 
 def inode_of(guest: str) -> int:
     """The inode number the guest sees for a path: the same on every run and
     machine (never the host's, which would make reports differ)."""
-    return zlib.crc32(guest.encode()) | 1
+    return zlib.crc32(as_bytes(guest)) | 1
 
 
 class GuestError(HarnessError):
@@ -42,15 +59,131 @@ class GuestError(HarnessError):
         self.code = code
 
 
+class FileStore:
+    """The bytes all of a run's in-memory files hold (Contents' private
+    pages), against STORE_CAP."""
+
+    def __init__(self, cap: int = STORE_CAP):
+        self.cap = cap
+        self.held = 0
+
+    def charge(self, count: int) -> None:
+        if self.held + count > self.cap:
+            raise GuestError(errno.ENOSPC)
+        self.held += count
+
+
+class Contents:
+    """A regular file's bytes: those it was read with (`base`, shared, never
+    changed) under the pages written since (private, charged to the store),
+    and its size; a page neither holds reads as zeros (a hole)."""
+
+    def __init__(self, base: bytes = b"", store: FileStore | None = None):
+        self._base = bytes(base)
+        self._pages: dict[int, bytearray] = {}
+        self._store = store or FileStore()
+        self.size = len(self._base)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return self.read(0, self.size)
+
+    def __del__(self) -> None:
+        store = self.__dict__.get("_store")
+        if store is not None:  # a file gone (unlinked and closed, or replaced): its pages free again
+            store.held -= PAGE * len(self._pages)
+
+    def read(self, offset: int, count: int) -> bytes:
+        """Up to `count` bytes from `offset` (fewer at the end of the file)."""
+        end = min(self.size, offset + count)
+        if offset >= end:
+            return b""
+        if not self._pages:
+            return self._base[offset:end].ljust(end - offset, b"\0")
+        out = bytearray()
+        position = offset
+        while position < end:
+            page, within = divmod(position, PAGE)
+            step = min(end - position, PAGE - within)
+            held = self._pages.get(page)
+            if held is not None:
+                out += held[within : within + step]
+            else:
+                out += self._base[position : position + step].ljust(step, b"\0")
+            position += step
+        return bytes(out)
+
+    def write(self, offset: int, data: bytes) -> None:
+        """`data` at `offset`: ENOSPC where the store cannot hold the pages
+        it needs, EFBIG past MAX_FILE_SIZE; nothing written then."""
+        if offset + len(data) > MAX_FILE_SIZE:
+            raise GuestError(errno.EFBIG)
+        if not data:
+            return
+        first, last = offset // PAGE, (offset + len(data) - 1) // PAGE
+        self._store.charge(PAGE * sum(1 for page in range(first, last + 1) if page not in self._pages))
+        position = offset
+        for page in range(first, last + 1):
+            held = self._pages.get(page)
+            if held is None:
+                held = self._pages[page] = bytearray(self._base[page * PAGE : (page + 1) * PAGE].ljust(PAGE, b"\0"))
+            within = position - page * PAGE
+            step = min(PAGE - within, offset + len(data) - position)
+            held[within : within + step] = data[position - offset : position - offset + step]
+            position += step
+        self.size = max(self.size, offset + len(data))
+
+    def truncate(self, size: int) -> None:
+        if size > MAX_FILE_SIZE:
+            raise GuestError(errno.EFBIG)
+        if size < self.size:
+            keep = (size + PAGE - 1) // PAGE
+            dropped = [page for page in self._pages if page >= keep]
+            for page in dropped:
+                del self._pages[page]
+            self._store.held -= PAGE * len(dropped)
+            if size % PAGE and keep - 1 in self._pages:
+                self._pages[keep - 1][size % PAGE :] = bytes(PAGE - size % PAGE)
+            self._base = self._base[:size]
+        self.size = size
+
+    def copy(self) -> "Contents":
+        """The same bytes, to be written apart (the base shared, the pages copied)."""
+        twin = Contents(self._base, self._store)
+        self._store.charge(PAGE * len(self._pages))
+        twin._pages = {page: bytearray(held) for page, held in self._pages.items()}
+        twin.size = self.size
+        return twin
+
+
+class Device:
+    """A character device's behaviour (/dev/null, /dev/zero...): what a read
+    of `count` bytes gives and what a write takes. Subclasses override."""
+
+    def read(self, kernel, count: int) -> bytes:
+        raise GuestError(errno.EINVAL)
+
+    def write(self, kernel, data: bytes) -> int:
+        raise GuestError(errno.EINVAL)
+
+
 @dataclass
 class Node:
-    """A file as the guest sees it: contents (for a regular file), or the
-    names in it (for a directory)."""
+    """A file as the guest sees it: contents (a regular file's, a symlink's
+    target), bytes buffered (a pipe's, stdout's), the names in it (a
+    directory), or a device that answers reads and writes."""
 
     mode: int
-    data: bytearray = field(default_factory=bytearray)
+    data: Contents | bytearray = field(default_factory=bytearray)
     entries: tuple[str, ...] = ()
     inode: int = 0
+    device: Device | None = None
+
+    def __post_init__(self) -> None:
+        if (stat.S_ISREG(self.mode) or stat.S_ISLNK(self.mode)) and not isinstance(self.data, Contents):
+            self.data = Contents(self.data)
 
 
 @dataclass
@@ -73,6 +206,12 @@ class GuestFiles:
         self._roots = {"/": os.path.realpath(sysroot) if sysroot else None, WORKDIR: os.path.realpath(workdir)}
         self._written: dict[str, Node] = {}  # guest path -> contents written by the program
         self._removed: set[str] = set()
+        self._read: dict[str, bytes] = {}  # guest path -> the host file's bytes, read once a run
+        self.store = FileStore()
+
+    def contents(self, data: bytes = b"") -> Contents:
+        """A new file's contents, held against this run's store."""
+        return Contents(data, self.store)
 
     def guest_path(self, path: str, cwd: str = WORKDIR) -> str:
         """`path` made absolute and normalised (no `.`, `..` kept for the
@@ -98,6 +237,8 @@ class GuestFiles:
         hops = 0
         while parts:
             part = parts.pop(0)
+            if len(as_bytes(part)) > NAME_MAX:
+                raise GuestError(errno.ENAMETOOLONG)
             if part == ".":
                 continue
             if part == "..":
@@ -145,14 +286,16 @@ class GuestFiles:
         if stat.S_ISDIR(info.st_mode):
             return guest, Node(stat.S_IFDIR | 0o755, entries=tuple(sorted(os.listdir(host))), inode=inode)
         if stat.S_ISLNK(info.st_mode):
-            return guest, Node(stat.S_IFLNK | 0o777, bytearray(os.readlink(host).encode()), inode=inode)
+            return guest, Node(stat.S_IFLNK | 0o777, Contents(os.fsencode(os.readlink(host))), inode=inode)
         if not stat.S_ISREG(info.st_mode):
             raise GuestError(errno.EACCES)  # devices, FIFOs and sockets of the host stay closed
-        try:
-            data = read_input(host, "guest file")
-        except InputError:
-            raise GuestError(errno.EACCES) from None
-        return guest, Node(stat.S_IFREG | (info.st_mode & 0o777), bytearray(data), inode=inode)
+        data = self._read.get(guest)
+        if data is None:
+            try:
+                data = self._read[guest] = read_input(host, "guest file")
+            except InputError:
+                raise GuestError(errno.EACCES) from None
+        return guest, Node(stat.S_IFREG | (info.st_mode & 0o777), self.contents(data), inode=inode)
 
     def _plain(self, path: str) -> str:
         """`path` normalised without touching the host (for files the program made)."""
@@ -174,7 +317,7 @@ class GuestFiles:
             raise GuestError(errno.ENOTDIR)
         if self._root_of(plain)[1] is None:
             raise GuestError(errno.ENOENT)
-        node = Node(stat.S_IFREG | 0o644, inode=inode_of(plain))
+        node = Node(stat.S_IFREG | 0o644, self.contents(), inode=inode_of(plain))
         self._written[plain] = node
         self._removed.discard(plain)
         return plain, node

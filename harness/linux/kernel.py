@@ -15,7 +15,7 @@ import hashlib
 import stat
 
 from harness.linux import calls_files, calls_memory, calls_pipes, calls_process  # noqa: F401  (they register the handlers)
-from harness.linux.files import WORKDIR, GuestError, GuestFiles, Node, OpenFile, inode_of
+from harness.linux.files import MAX_FDS, WORKDIR, GuestError, GuestFiles, Node, OpenFile, inode_of
 from harness.linux.machine import BadAddress, Machine
 from harness.linux.memory import AddressSpace
 from harness.linux.table import CALLS, SystemCallFault
@@ -83,7 +83,7 @@ class LinuxKernel:
         fd = lowest
         while fd in self.fds:
             fd += 1
-        if fd >= 1024:
+        if fd >= MAX_FDS:
             raise GuestError(errno.EMFILE)
         self.fds[fd] = opened
         return fd
