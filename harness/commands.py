@@ -18,7 +18,8 @@ from harness.formats import chrome_v2
 from harness.linux.corpus import linux_entries
 from harness.linux.modules import own_tables
 from harness.linux.process import LinuxRun, LinuxSystem, is_linux_program
-from harness.linux.verify import Expected, process_program, verify_process_part
+from harness.linux.modules import process_program
+from harness.linux.verify import Expected, verify_process_part
 from harness.manifest import elf_builds, expected_checksum
 from harness.report.baseline import RunIdentity, comparable_baseline, failing_unwinders, gate_outcome, identity_of
 from harness.report.ci import junit_xml, summary_markdown

@@ -97,7 +97,7 @@ def judge_process(found: Comparison, run: LinuxRun, limits: Limits = JUDGE_LIMIT
     """As `judge`, for an executable run as a Linux process: both rule sets
     are moved to where it is loaded; verdicts stay by link-time address.
     (The stops judged, the run's fault or None.)"""
-    executable = next(m for m in discover(run, limits) if m.label == OWN)
+    executable = next(m for m in discover(run, limits).modules if m.label == OWN)
     program = module_program(executable)
     observe, judged = _observer(found, DwarfUnwinder(program.cfi["reference"]),
                                 DwarfUnwinder(code_cfi(program)), executable.base)

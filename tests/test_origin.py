@@ -92,7 +92,7 @@ def test_an_executable_without_compile_units_is_its_own_throughout(tmp_path):
 
 def test_a_static_linux_program_counts_its_c_library_as_libc():
     run = LinuxRun(build("calls.c", "-static"), (), sysroot())
-    modules = discover(run, Limits())
+    modules = discover(run, Limits()).modules
     assert [m.label for m in modules] == [OWN]  # one ELF: the origins are inside it
     exported = runtime_exports(LinuxSystem(run), modules)
     assert exported["memcpy"] == "libc" and exported["_Unwind_RaiseException"] == "libgcc"

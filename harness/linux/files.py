@@ -169,6 +169,16 @@ class Device:
         raise GuestError(errno.EINVAL)
 
 
+class Null(Device):
+    """/dev/null: reads find the end of the file, writes vanish."""
+
+    def read(self, kernel, count: int) -> bytes:
+        return b""
+
+    def write(self, kernel, data: bytes) -> int:
+        return len(data)
+
+
 @dataclass
 class Node:
     """A file as the guest sees it: contents (a regular file's, a symlink's

@@ -3,9 +3,10 @@ library the dynamic linker maps, each where it was loaded, with its code,
 symbols and unwind tables (harness.program.Program, relocated).
 
 Where the libraries go is decided by the run itself (ld.so's mmap calls),
-and a run is deterministic: a first run without any hook, at full
-emulation speed, finds them; the verified run then meets the same layout
-with every module's tables ready before its first stop.
+and a run is deterministic: a first run, of ground truth alone (from block
+entries) and under every guard the verified run has, finds them and which
+frames resume; the verified run then meets the same layout with every
+module's tables ready before its first stop.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 
 from harness.classify import OWN
 from harness.elf_program import program_from_image
-from harness.errors import ElfError, HarnessError
+from harness.errors import ElfError
 from harness.formats.elf import PARSE_ERRORS, open_elf
 from harness.linux.files import GuestError
 from harness.linux.loader import ET_DYN, KUSER_PAGE
@@ -29,8 +30,10 @@ from harness.unwind import BUILDERS, CHAIN, call_site_addresses
 from harness.unwind.modules import Covered, PerModule
 from harness.unwind.scan import ChainUnwinder, ScanUnwinder
 from harness.unwind.walk import Unwinder
-from harness.verify.abi import Limits
-from harness.verify.emulator import Emulator
+from harness.verify import kernel
+from harness.verify.abi import GUARD_MEMORY, GUARD_SECONDS, Limits
+from harness.verify.emulator import EmulationFault
+from harness.verify.stops import ground_truth_alone
 
 CFI_STRATEGIES = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf", "v1", "vmkunwind")  # built from a module's CFI
 TABLE_STRATEGIES = (*CFI_STRATEGIES, "exidx", "v2-code", "qut")  # built per module, from what it ships or its code
@@ -101,15 +104,33 @@ def modules_of(system: LinuxSystem) -> tuple[LoadedModule, ...]:
     return tuple(sorted(found, key=lambda m: m.start))
 
 
-def discover(run: LinuxRun, limits: Limits) -> tuple[LoadedModule, ...]:
-    """The modules `run` loads, from one run without any hook (a fault ends
-    it early: the verified run meets it again and reports it)."""
+@dataclass(frozen=True)
+class FirstRun:
+    """What a first run of a process tells the verified run: the modules it
+    loaded, and the frames that resume (None where it faulted: the verified
+    run meets the fault again, and its stops before it count)."""
+
+    modules: tuple[LoadedModule, ...]
+    resumes: bytes | None
+
+
+def process_program(system: LinuxSystem) -> Program:
+    """The executable's code and unwind tables, where the loader put them."""
+    return module_program(executable_module(system))
+
+
+def discover(run: LinuxRun, limits: Limits) -> FirstRun:
+    """The first run of `run`: ground truth alone, under `limits`. A run past
+    the clock or the memory limit raises its EmulationFault: nothing after
+    it could go on (the verified run would only pass the limit again)."""
     system = LinuxSystem(run)
     try:
-        Emulator(system.segments, system, system.placement).call(0, None, limits)
-    except HarnessError:
-        pass
-    return modules_of(system)
+        resumes = ground_truth_alone(process_program(system), system, kernel.AVAILABLE, limits)
+    except EmulationFault as fault:
+        if fault.guard in (GUARD_SECONDS, GUARD_MEMORY):
+            raise
+        resumes = None
+    return FirstRun(modules_of(system), resumes)
 
 
 @lru_cache(maxsize=8)  # a process's runs load the same libraries at the same bases

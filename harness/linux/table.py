@@ -45,5 +45,6 @@ def handles(number: int, name: str):
 
 
 def signed(value: int) -> int:
-    """A 32-bit register as a signed number."""
+    """A 32-bit register (or a number already signed) as a signed number."""
+    value &= 0xFFFFFFFF
     return value - (1 << 32) if value & 0x80000000 else value

@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from harness.linux.modules import (
+    FirstRun,
     discover,
-    executable_module,
     module_program,
     modules_of,
     process_image,
+    process_program,
     process_unwinders,
     runtime_exports,
 )
@@ -20,6 +22,7 @@ from harness.program import Program
 from harness.report.summary import summary_of, to_json
 from harness.unwind.walk import Unwinder
 from harness.verify.abi import Limits
+from harness.verify.emulator import EmulationFault
 from harness.verify.failures import ProgramResult
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
@@ -33,22 +36,19 @@ class Expected:
     stdout_sha256: str | None = None
 
 
-def process_program(system: LinuxSystem) -> Program:
-    """The executable's code and unwind tables, where the loader put them."""
-    return module_program(executable_module(system))
-
-
 def prepared_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
                      limits: Limits = DEFAULT_LIMITS,
-                     system: LinuxSystem | None = None) -> tuple[list, Program, list[Unwinder]]:
-    """What verifying `run` needs before it runs: the modules a first run
-    loads, the image standing for the process (harness.linux.modules; the
-    library exports read through `system`, the run's own when given) and
-    the unwinders `names` over its modules."""
-    modules = discover(run, limits)
-    programs = [module_program(module) for module in modules]
-    unwinders = process_unwinders(names, modules, programs, own_unwinders)
-    return modules, process_image(modules, programs, runtime_exports(system or LinuxSystem(run), modules)), unwinders
+                     system: LinuxSystem | None = None) -> tuple[FirstRun, Program, list[Unwinder]]:
+    """What verifying `run` needs before it runs: a first run (its modules,
+    which frames resume), the image standing for the process
+    (harness.linux.modules; the library exports read through `system`, the
+    run's own when given) and the unwinders `names` over its modules.
+    Raises EmulationFault where the first run passed the clock or memory."""
+    first = discover(run, limits)
+    programs = [module_program(module) for module in first.modules]
+    unwinders = process_unwinders(names, first.modules, programs, own_unwinders)
+    exports = runtime_exports(system or LinuxSystem(run), first.modules)
+    return first, process_image(first.modules, programs, exports), unwinders
 
 
 def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
@@ -58,13 +58,21 @@ def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[
     """Run `run` as a process, verifying the unwinders `names` at its stops
     (samples of mean stride `every`, shard (I, N)), each over every module that has its
     tables (the executable's built by `own_unwinders`); the ProgramResult,
-    its self-check against `expected`. `hooks`: as verify_program's."""
+    its self-check against `expected`. `hooks`: as verify_program's.
+    `limits.seconds` bounds the first run and the verified one together."""
+    started = time.monotonic()
     system = LinuxSystem(run)
-    modules, image, unwinders = prepared_process(run, names, own_unwinders, limits, system)
-    result = verify_program(image, unwinders, every=every, shard=shard, limits=limits,
-                            system=system, compiled=compiled, observe=observe, observe_at=observe_at, hooks=hooks)
-    if result.fault is None and modules_of(system) != modules:
-        result.fault = "the libraries were loaded elsewhere than in the first run: the emulation is not deterministic"
+    try:
+        first, image, unwinders = prepared_process(run, names, own_unwinders, limits, system)
+    except EmulationFault as fault:
+        result = ProgramResult(process_program(system).name, fault=str(fault))
+    else:
+        left = limits._replace(seconds=max(limits.seconds - (time.monotonic() - started), 1e-3))
+        result = verify_program(image, unwinders, every=every, shard=shard, limits=left, system=system,
+                                compiled=compiled, observe=observe, observe_at=observe_at, hooks=hooks,
+                                resumes=first.resumes)
+        if result.fault is None and modules_of(system) != first.modules:
+            result.fault = "the libraries were loaded elsewhere than in the first run: the emulation is not deterministic"
     result.expected = expected.exit_status
     result.expected_stdout_sha256 = expected.stdout_sha256
     return result

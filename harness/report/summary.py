@@ -10,6 +10,7 @@ of the whole, and round-trip through JSON, so that `--jobs`, `--shard` and
 
 from __future__ import annotations
 
+import signal
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -19,7 +20,7 @@ from harness.report.failing import combined, digest
 from harness.report.failing import from_json as failing_from_json
 from harness.report.failing import to_json as failing_json
 from harness.unwind import CHAIN
-from harness.verify.failures import FailureCause, ProgramResult, detail_of
+from harness.verify.failures import FailureCause, ProgramResult, detail_of, killed, self_check_ok
 
 try:
     from harness.verify._kernel import blame as _compiled_blame
@@ -65,8 +66,7 @@ class ProgramSummary:
 
     @property
     def self_check_ok(self) -> bool:
-        return (self.fault is None and (self.expected is None or self.result == self.expected)
-                and (self.expected_stdout_sha256 is None or self.stdout_sha256 == self.expected_stdout_sha256))
+        return self_check_ok(self)
 
     @property
     def self_check(self) -> str:
@@ -75,12 +75,22 @@ class ProgramSummary:
             return "ok"
         if self.fault:
             return self.fault
+        if killed(self.result):
+            ended = f"killed by signal {-self.result} ({signal_name(-self.result)})"
+            return ended if self.expected is None else f"{ended}, expected status {self.expected}"
         if self.expected is None or self.result == self.expected:
             return f"wrote stdout of sha256 {self.stdout_sha256}, expected {self.expected_stdout_sha256}"
         if self.stdout_sha256 is not None:  # a process
             return f"exited with status {self.result}, expected {self.expected}"
         got = "nothing" if self.result is None else f"{self.result:#x}"
         return f"returned {got}, expected {self.expected:#x}"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "no such signal"
 
 
 def sample(entry: tuple, program: str) -> dict:

@@ -143,8 +143,14 @@ GUARDS = ("NONE", "INSTRUCTIONS", "SELF_LOOP", "SECONDS", "MEMORY", "DEPTH")
 GUARD_NONE, GUARD_INSTRUCTIONS, GUARD_SELF_LOOP, GUARD_SECONDS, GUARD_MEMORY, GUARD_DEPTH = range(len(GUARDS))
 # Failing answers logged one by one per run, at most (beyond, tallied only).
 FAILURE_LOG_CAP = 1_000_000
-# Instructions between two checks of the clock and of memory in csrc/trace.c.
-CHECK_EVERY = 1 << 16
+# Instructions between two checks of the clock and of memory in csrc/trace.c
+# (and after every system call): a few thousand, so that a guest touching a
+# page an instruction grows by 16 MiB at most between checks.
+CHECK_EVERY = 1 << 12
+# What the process may grow by between two checks of its resident size: one
+# system call (a 16 MiB read copied through the host: 32 MiB) and one check
+# interval of stores (16 MiB). The memory guard fires this far below the limit.
+MEMORY_RESERVE = 48 << 20
 
 # ------------------------------------------------------------ answers
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import resource
 import sys
 import time
@@ -54,12 +55,27 @@ _PAGE_SIZE = resource.getpagesize()
 
 
 class EmulationFault(HarnessError):
-    """The emulated program stopped abnormally."""
+    """The emulated program stopped abnormally; `guard`: the guard
+    (abi.GUARDS) that stopped it, GUARD_NONE for any other cause."""
 
-    def __init__(self, pc: int, cause: str):
+    def __init__(self, pc: int, cause: str, guard: int = abi.GUARD_NONE):
         super().__init__(f"emulation fault at pc {pc:#x}: {cause}")
         self.pc = pc
         self.cause = cause
+        self.guard = guard
+
+
+# What a Linux kernel makes of each engine error in user code: the signal it
+# sends. The emulation delivers no signal yet, so the run ends there, named.
+SIGNAL_OF_ENGINE_ERROR = {
+    unicorn_const.UC_ERR_READ_UNMAPPED: "SIGSEGV", unicorn_const.UC_ERR_WRITE_UNMAPPED: "SIGSEGV",
+    unicorn_const.UC_ERR_FETCH_UNMAPPED: "SIGSEGV", unicorn_const.UC_ERR_READ_PROT: "SIGSEGV",
+    unicorn_const.UC_ERR_WRITE_PROT: "SIGSEGV", unicorn_const.UC_ERR_FETCH_PROT: "SIGSEGV",
+    unicorn_const.UC_ERR_READ_UNALIGNED: "SIGBUS", unicorn_const.UC_ERR_WRITE_UNALIGNED: "SIGBUS",
+    unicorn_const.UC_ERR_FETCH_UNALIGNED: "SIGBUS", unicorn_const.UC_ERR_INSN_INVALID: "SIGILL",
+}
+SIGNAL_OF_EXCEPTION = {1: "SIGILL", 3: "SIGSEGV", 4: "SIGSEGV", 7: "SIGTRAP"}  # QEMU's EXCP_UDEF, aborts, BKPT
+USER_MODE = 0x10  # CPSR.M of a Linux process: privileged instructions are undefined there, as on a device
 
 
 # The addresses of the functions the compiled tracer calls (abi.Engine's), cast once a process.
@@ -79,7 +95,10 @@ def as_limits(limits: abi.Limits | int) -> abi.Limits:
 
 
 def _size(count: int) -> str:
-    return f"{count >> 20} MiB" if count and not count % (1 << 20) else f"{count} bytes"
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if count and not count % (1 << shift):
+            return f"{count >> shift} {unit}"
+    return f"{count} bytes"
 
 
 def guard_cause(guard: int, limits: abi.Limits) -> str:
@@ -91,10 +110,18 @@ def guard_cause(guard: int, limits: abi.Limits) -> str:
     if guard == abi.GUARD_SECONDS:
         return f"more than {limits.seconds:g} seconds of emulation (the time limit; runaway loop?)"
     if guard == abi.GUARD_MEMORY:
-        return f"the process's resident size passed {_size(limits.memory_bytes)} (the memory limit)"
+        return (f"the process's resident size passed {_size(memory_threshold(limits))} (the memory limit, "
+                f"{_size(limits.memory_bytes)}, less what one system call or check interval may add)")
     if guard == abi.GUARD_DEPTH:
         return f"more than {limits.depth} nested calls: endless recursion?"
     raise ValueError(f"no guard {guard}")
+
+
+def memory_threshold(limits: abi.Limits) -> int:
+    """The resident size the memory guard fires past: the limit less the
+    most the process can grow between two checks (abi.MEMORY_RESERVE; a
+    quarter of a small limit), so that it never holds more than the limit."""
+    return limits.memory_bytes - min(abi.MEMORY_RESERVE, limits.memory_bytes // 4)
 
 
 def exhausted(limits: abi.Limits, started: float) -> int:
@@ -102,18 +129,25 @@ def exhausted(limits: abi.Limits, started: float) -> int:
     (time.monotonic) that is past that limit, else GUARD_NONE."""
     if time.monotonic() - started > limits.seconds:
         return abi.GUARD_SECONDS
-    if resident_bytes() > limits.memory_bytes:
+    if resident_bytes() > memory_threshold(limits):
         return abi.GUARD_MEMORY
     return abi.GUARD_NONE
 
 
+_statm_of: dict[int, int] = {}  # pid -> its open /proc/self/statm (a worker opens its own)
+
+
 def resident_bytes() -> int:
-    """The process's resident size now (Linux: /proc/self/statm), or its
-    peak where there is no such file. Now, not the peak: a pool worker
-    that once held much for one program must not fault every later one."""
+    """The process's resident size now (Linux: /proc/self/statm, kept open:
+    it is read after every system call), or its peak where there is no
+    such file. Now, not the peak: a pool worker that once held much for
+    one program must not fault every later one."""
     try:
-        with open(_STATM, "rb") as statm:
-            return int(statm.read().split()[1]) * _PAGE_SIZE
+        pid = os.getpid()
+        statm = _statm_of.get(pid)
+        if statm is None:
+            statm = _statm_of[pid] = os.open(_STATM, os.O_RDONLY | os.O_CLOEXEC)
+        return int(os.pread(statm, 64, 0).split()[1]) * _PAGE_SIZE
     except (OSError, ValueError, IndexError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * MAXRSS_UNIT
 
@@ -224,9 +258,11 @@ class Emulator:
         fill the low half of their 64-bit slot, whose high half stays 0."""
         self._fault: EmulationFault | None = None  # raised by the system-call hook, reported after the run
         self._start_sp, self._start_lr = where.stack_top, where.sentinel | 1
+        self._limits, self._started = abi.Limits(), 0.0  # the run under way's, for the system-call hook's guards
         if system is not None:
             self._start_sp = system.attach(_Machine(uc), where)
             self._start_lr = 0  # the outermost frame: no caller (Linux starts a process with lr = 0)
+            uc.reg_write(arm.UC_ARM_REG_CPSR, uc.reg_read(arm.UC_ARM_REG_CPSR) & ~0x1F | USER_MODE)
 
     @property
     def _uc(self) -> Uc:
@@ -244,13 +280,20 @@ class Emulator:
         pc = uc.reg_read(arm.UC_ARM_REG_PC)
         try:
             if number != EXCP_SWI:
-                raise EmulationFault(pc, f"processor exception {number} (undefined instruction or abort)")
+                signal = SIGNAL_OF_EXCEPTION.get(number, "a signal")
+                raise EmulationFault(pc, f"processor exception {number}: a kernel sends {signal}; signals are not "
+                                         "delivered to the program: the run ends here")
             thumb = uc.reg_read(arm.UC_ARM_REG_CPSR) & 0x20
             call_pc = pc - (2 if thumb else 4)
             arguments = tuple(uc.reg_read(register) for register in SVC_ARGUMENTS)
             result = self.system.system_call(uc.reg_read(arm.UC_ARM_REG_R7), arguments, call_pc)
             if self.system.exit_status is None:
                 uc.reg_write(arm.UC_ARM_REG_R0, result)
+            # One call can take long or grow the process (a read of 16 MiB): the
+            # clock and memory are checked after each, whatever the hook.
+            guard = exhausted(self._limits, self._started)
+            if guard:
+                raise EmulationFault(call_pc, guard_cause(guard, self._limits), guard)
         except HarnessError as error:
             self._fault = error if isinstance(error, EmulationFault) else EmulationFault(pc, str(error))
             uc.emu_stop()
@@ -300,9 +343,9 @@ class Emulator:
         """
         limits = as_limits(limits)
         budget = limits.instructions
-        uc = self._start(args)
+        uc = self._start(args, limits)
         stopped: list[EmulationFault] = []
-        started = time.monotonic()
+        started = self._started
 
         def hook(uc_, address, size, user_data):
             if stopped:
@@ -313,7 +356,7 @@ class Emulator:
                 guard = exhausted(limits, started)
             try:
                 if guard:
-                    raise EmulationFault(address, guard_cause(guard, limits))
+                    raise EmulationFault(address, guard_cause(guard, limits), guard)
                 on_stop(address)
             except EmulationFault as fault:
                 stopped.append(fault)
@@ -323,7 +366,7 @@ class Emulator:
             with self._hooks(() if on_stop is None else ((UC_HOOK_CODE, hook, 1, 0),)):
                 uc.emu_start(self._entry(entry), self.placement.sentinel, count=budget if on_stop is None else 0)
         except UcError as error:
-            raise EmulationFault(uc.reg_read(arm.UC_ARM_REG_PC), str(error)) from None
+            raise self._engine_fault(error.errno) from None
         if stopped:
             raise stopped[0]
         return self._returned(abi.GUARD_NONE, 0, limits)
@@ -335,7 +378,7 @@ class Emulator:
         answers one by one. `code`: the spans [start, end) the program's
         code lies in, where a sampled run translates blocks again and again."""
         limits = as_limits(limits)
-        self._start(args)
+        self._start(args, limits)
         # The engine scans its whole TLB each time it translates a block (to
         # catch writes to code), unless a memory hook covers the block: a
         # sampled run translates anew at every sample, and the scans were a
@@ -343,10 +386,23 @@ class Emulator:
         # code are still caught (a page with a memory hook never takes the
         # engine's fast path for writes).
         with self._hooks((UC_HOOK_MEM_FETCH_UNMAPPED, _unmapped, start, end - 1) for start, end in code):
-            status, guard, pc = tracer.run(self._entry(entry), self.placement.sentinel, limits, log_cap)
+            status, guard, pc = tracer.run(self._entry(entry), self.placement.sentinel,
+                                           limits._replace(memory_bytes=memory_threshold(limits)), log_cap)
         if status:
-            raise EmulationFault(self._uc.reg_read(arm.UC_ARM_REG_PC), str(UcError(status)))
+            raise self._engine_fault(status)
         return self._returned(guard, pc, limits)
+
+    def _engine_fault(self, status: int) -> EmulationFault:
+        """The fault for an engine error: for a process, named by the signal a
+        kernel would send (SIGNAL_OF_ENGINE_ERROR); a fault the system-call
+        hook raised first stands."""
+        if self._fault is not None:
+            return self._fault
+        pc, cause = self._uc.reg_read(arm.UC_ARM_REG_PC), str(UcError(status))
+        signal = SIGNAL_OF_ENGINE_ERROR.get(status) if self.system is not None else None
+        if signal is not None:
+            cause = f"{signal} ({cause}); signals are not delivered to the program: the run ends here"
+        return EmulationFault(pc, cause)
 
     @contextmanager
     def _hooks(self, hooks: Iterable[tuple[int, Callable, int, int]]):
@@ -372,9 +428,10 @@ class Emulator:
         its bit 0 says); a bare-metal `entry`, always Thumb."""
         return self.system.entry if self.system is not None else entry | 1
 
-    def _start(self, args: tuple[int, ...]) -> Uc:
+    def _start(self, args: tuple[int, ...], limits: abi.Limits) -> Uc:
         uc = self._uc
         self._ends_well = False  # until the run returns (`_returned`)
+        self._limits, self._started = limits, time.monotonic()
         for index, value in enumerate(args):
             uc.reg_write(arm.UC_ARM_REG_R0 + index, value)
         uc.reg_write(arm.UC_ARM_REG_SP, self._start_sp)
@@ -388,7 +445,7 @@ class Emulator:
         if self._fault is not None:
             raise self._fault
         if guard != abi.GUARD_NONE:
-            raise EmulationFault(pc, guard_cause(guard, limits))
+            raise EmulationFault(pc, guard_cause(guard, limits), guard)
         pc = self._uc.reg_read(arm.UC_ARM_REG_PC)
         if self.system is not None:
             if self.system.exit_status is None:

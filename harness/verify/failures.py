@@ -284,8 +284,21 @@ class ProgramResult:
 
     @property
     def self_check_ok(self) -> bool:
-        return (self.fault is None and (self.expected is None or self.result == self.expected)
-                and (self.expected_stdout_sha256 is None or self.stdout_sha256 == self.expected_stdout_sha256))
+        return self_check_ok(self)
+
+
+def self_check_ok(run) -> bool:
+    """Did a run (a ProgramResult, or its summary) end as it must: no fault,
+    the result expected, or where none is, not killed by a signal (a
+    process's negative status), and the stdout expected?"""
+    return (run.fault is None
+            and (run.result == run.expected if run.expected is not None else not killed(run.result))
+            and (run.expected_stdout_sha256 is None or run.stdout_sha256 == run.expected_stdout_sha256))
+
+
+def killed(result: int | None) -> bool:
+    """Was this a process killed by a signal (its status is minus the signal)?"""
+    return result is not None and result < 0
 
 
 def failure_of(stop: int, pc: int, where: Where, cause: FailureCause, values: tuple[int, int] | str | None) -> Failure:

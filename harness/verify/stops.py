@@ -33,6 +33,7 @@ from harness.verify.sampling import chooser
 from harness.verify.tally import Grouping, KeyParts, Tally, add_up
 from harness.verify.verification import Verification
 
+LEARN = object()  # verify_program's `resumes`: learn them from a first run
 DEFAULT_LIMITS = abi.Limits()  # how far a program may run before it counts as runaway
 DEFAULT_BUDGET = DEFAULT_LIMITS.instructions
 HOOKS = ("auto", "instruction", "block")  # verify_program's `hooks`
@@ -61,7 +62,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
                    every: int = 1, shard: tuple[int, int] = (0, 1),
                    compiled: bool | None = None, limits: abi.Limits = DEFAULT_LIMITS,
                    system=None, observe_at: Collection[int] | None = None,
-                   hooks: str = "auto") -> ProgramResult:
+                   hooks: str = "auto", resumes: bytes | None | object = LEARN) -> ProgramResult:
     """Run `program`, verifying every unwinder at every stop (with `every`
     N > 1, at samples of mean stride N: harness.verify.sampling). With
     `shard` (I, N), only the I-th of every N of those stops is verified, so
@@ -84,7 +85,10 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     exits (its status is the result), and its first frame has no caller to
     compare. `memoize=False` (Python hook only) re-walks every frame at every
     stop; `observe` sees each verified stop, or with `observe_at` those at
-    these pcs only (the others cost no Python work beyond a set lookup)."""
+    these pcs only (the others cost no Python work beyond a set lookup).
+    `resumes`: which frames resume, where a first run of the same program
+    told (ground_truth_alone; None: that run faulted); by default a process's
+    verification learns them from a run of its own first."""
     compiled, by_blocks = _hooks_of(compiled, memoize, hooks, every)
     limits = as_limits(limits if budget is None else limits._replace(instructions=budget))
     emulator = Emulator(program.segments) if system is None else Emulator(system.segments, system, system.placement)
@@ -100,7 +104,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
                                                   shard, by_blocks)
             else:
                 _run_after_ground_truth(program, unwinders, system, emulator, run, result, limits, observe, observe_at,
-                                        every, shard, compiled, by_blocks)
+                                        every, shard, compiled, by_blocks, resumes)
         except EmulationFault as fault:
             result.fault = str(fault)
         tally = result.tally  # (unwinder, traits, position, kind) -> failing walks
@@ -139,11 +143,13 @@ def _only_at(observe, wanted: frozenset[int] | None):
 
 def _run_after_ground_truth(program: Program, unwinders: Sequence[Unwinder], system, emulator: Emulator,
                             run: Verification, result: ProgramResult, limits: abi.Limits, observe, observe_at,
-                            every: int, shard: tuple[int, int], compiled: bool, by_blocks: bool) -> None:
+                            every: int, shard: tuple[int, int], compiled: bool, by_blocks: bool,
+                            resumes: bytes | None | object) -> None:
     """The verified run after a first of ground truth alone, which tells the
     frames that never resume (for the walks, and for an observer, which
-    judges frames alike)."""
-    resumes = _resuming_frames(program, system, compiled, limits) if unwinders or observe else None
+    judges frames alike): `resumes`, or learnt here."""
+    if resumes is LEARN:
+        resumes = _resuming_frames(program, system, compiled, limits) if unwinders or observe else None
     wanted = None if observe_at is None else frozenset(observe_at)
     if compiled:
         _run_compiled(program, unwinders, emulator, run, result, limits, observe, every, shard, resumes, wanted,
@@ -184,20 +190,26 @@ def judged_differently(questioned: bytes, questioned_in_python: set[int], resume
 
 
 def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limits) -> bytes | None:
-    """A first run, of ground truth alone: the frames that resume, a bit per
-    serial (harness.verify.groundtruth); None where it faults (the verified
-    run then faults alike, comparing every frame's registers up to there)."""
-    twin = None if system is None else system.rerun()
-    emulator = Emulator(program.segments) if twin is None else Emulator(twin.segments, twin, twin.placement)
-    result = ProgramResult(program.name)
-    run = Verification(program, [], True, result)
+    """ground_truth_alone on a twin of `system`; None where it faults (the
+    verified run then faults alike, comparing every frame's registers up
+    to there)."""
     try:
-        if compiled:
-            # From block entries: the same shadow stack, at a fraction of the cost (tests/test_sampling.py).
-            return _run_compiled(program, [], emulator, run, result, limits, None, 1, (0, 1), by_blocks=True)[0]
-        return _run_in_python(program, emulator, run, result, limits, None, 1, (0, 1))
+        return ground_truth_alone(program, None if system is None else system.rerun(), compiled, limits)
     except EmulationFault:
         return None
+
+
+def ground_truth_alone(program: Program, system, compiled: bool, limits: abi.Limits) -> bytes:
+    """A run of ground truth alone, under every guard of `limits`: the frames
+    that resume, a bit per serial (harness.verify.groundtruth). With `system`,
+    that process (used up by the run). Raises EmulationFault."""
+    emulator = Emulator(program.segments) if system is None else Emulator(system.segments, system, system.placement)
+    result = ProgramResult(program.name)
+    run = Verification(program, [], True, result)
+    if compiled:
+        # From block entries: the same shadow stack, at a fraction of the cost (tests/test_sampling.py).
+        return _run_compiled(program, [], emulator, run, result, limits, None, 1, (0, 1), by_blocks=True)[0]
+    return _run_in_python(program, emulator, run, result, limits, None, 1, (0, 1))
 
 
 def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emulator, run: Verification,

@@ -22,6 +22,7 @@
  */
 #include "kernel.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -746,15 +747,26 @@ static void guard_stop(Tracer *t, int guard, uint32_t pc) {
     halt(t);
 }
 
-/* The process's resident size now (Linux: /proc/self/statm), or its peak
- * where there is no such file. Now, not the peak: a pool worker that once
- * held much for one program must not fault every later one. */
+/* The process's resident size now (Linux: /proc/self/statm, kept open: it
+ * is read every CHECK_EVERY instructions; a forked worker opens its own), or
+ * its peak where there is no such file. Now, not the peak: a pool worker that
+ * once held much for one program must not fault every later one. */
 static uint64_t resident_bytes(void) {
-    FILE *statm = fopen("/proc/self/statm", "r");
+    static int statm = -1;
+    static pid_t opened_by = 0;
+    const pid_t pid = getpid();
+    if (statm < 0 || opened_by != pid) {
+        if (statm >= 0 && opened_by != pid) statm = -1;  /* the parent's: not ours to close */
+        statm = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+        opened_by = pid;
+    }
+    char text[96];
+    const ssize_t got = statm >= 0 ? pread(statm, text, sizeof text - 1, 0) : -1;
     unsigned long size = 0, resident = 0;
-    int read = statm ? fscanf(statm, "%lu %lu", &size, &resident) : 0;
-    if (statm) fclose(statm);
-    if (read == 2) return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+    if (got > 0) {
+        text[got] = 0;
+        if (sscanf(text, "%lu %lu", &size, &resident) == 2) return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+    }
     struct rusage usage;
 #ifdef __APPLE__
     const uint64_t unit = 1;     /* ru_maxrss in bytes */
