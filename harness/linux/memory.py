@@ -17,8 +17,8 @@ from harness.verify.placement import ADDRESS_SPACE, PAGE, RESERVED
 MAX_MAPPED = 1 << 30  # bytes of anonymous and file mappings a program may hold (then ENOMEM)
 # Mappings a program may hold at once (then ENOMEM, as Linux past vm.max_map_count,
 # 65530 there): the engine's mapping calls slow down faster than linearly with
-# their number (4,000 one-page maps take 5 s, 8,000 take 36 s).
-MAX_MAPPINGS = 4096
+# their number (one-page maps in a verified process: 2,048 take 2.4 s, 4,096 18 s).
+MAX_MAPPINGS = 2048
 
 
 def page_down(address: int) -> int:
