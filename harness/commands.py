@@ -16,9 +16,8 @@ from harness.errors import InputError
 from harness.filesystem import check_output, read_input, write_output
 from harness.formats import chrome_v2
 from harness.linux.corpus import linux_entries
-from harness.linux.modules import own_tables
+from harness.linux.modules import own_tables, process_program
 from harness.linux.process import LinuxRun, LinuxSystem, is_linux_program
-from harness.linux.modules import process_program
 from harness.linux.verify import Expected, verify_process_part
 from harness.manifest import elf_builds, expected_checksum
 from harness.report.baseline import RunIdentity, comparable_baseline, failing_unwinders, gate_outcome, identity_of

@@ -13,25 +13,27 @@ import struct
 import time
 
 import pytest
+from test_linux_syscalls import SCRATCH, PageMachine, call, made_kernel, made_roots, open_path, put_string
 
-from harness.linux import calls_files, files, memory
+from harness.linux import calls_io, files, memory
 from harness.linux.files import MAX_FILE_SIZE, PAGE, GuestFiles
 from harness.linux.kernel import LinuxKernel
 from harness.linux.memory import AddressSpace
 from harness.linux.table import CALLS, SystemCallFault
-from test_linux_syscalls import (  # noqa: F401  (kernel and roots are fixtures)
-    SCRATCH,
-    PageMachine,
-    call,
-    kernel,
-    open_path,
-    put_string,
-    roots,
-)
 
 O_WRONLY_CREAT = 0o1 | 0o100
 O_NONBLOCK = 0o4000
 BUFFER = SCRATCH + 0x800
+
+
+@pytest.fixture
+def roots(tmp_path):
+    return made_roots(tmp_path)
+
+
+@pytest.fixture
+def kernel(roots):
+    return made_kernel(roots)
 
 
 def _new_file(kernel, name: str = "new.bin") -> int:
@@ -97,7 +99,7 @@ def test_opening_for_writing_copies_nothing(kernel):
 
 
 def test_one_call_moves_at_most_max_transfer_bytes_all_its_buffers_together(kernel, monkeypatch):
-    monkeypatch.setattr(calls_files, "MAX_TRANSFER", 3000)
+    monkeypatch.setattr(calls_io, "MAX_TRANSFER", 3000)
     fd = _new_file(kernel)
     vector = b"".join(struct.pack("<II", SCRATCH, 2000) for _ in range(3))
     kernel.machine.write(BUFFER, vector)
@@ -112,10 +114,10 @@ def test_a_pipe_holds_64_kib(kernel):
     total = 0
     while (wrote := call(kernel, "write", write_end, SCRATCH, 4 * PAGE)) > 0:
         total += wrote
-    assert (total, wrote) == (calls_files.PIPE_CAPACITY, -errno.EAGAIN)
+    assert (total, wrote) == (calls_io.PIPE_CAPACITY, -errno.EAGAIN)
     assert call(kernel, "pipe2", SCRATCH + 8, 0) == 0
     _, blocking = struct.unpack("<ii", kernel.machine.read(SCRATCH + 8, 8))
-    for _ in range(calls_files.PIPE_CAPACITY // (4 * PAGE)):
+    for _ in range(calls_io.PIPE_CAPACITY // (4 * PAGE)):
         assert call(kernel, "write", blocking, SCRATCH, 4 * PAGE) == 4 * PAGE
     with pytest.raises(SystemCallFault, match="full pipe"):
         call(kernel, "write", blocking, SCRATCH, 1)

@@ -13,14 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
+from test_linux_process import build
 
 from harness.linux.modules import discover, process_program
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.verify import verify_process
 from harness.verify import abi
-from harness.verify.emulator import EmulationFault, resident_bytes
+from harness.verify.emulator import EmulationFault
+from harness.verify.guards import resident_bytes
 from harness.verify.stops import verify_program
-from test_linux_process import build
 
 ROOT = Path(__file__).resolve().parent.parent
 SECONDS = 2.0

@@ -65,6 +65,16 @@ NUMBERS = {handler.name: number for number, handler in CALLS.items()}
 
 @pytest.fixture
 def roots(tmp_path):
+    return made_roots(tmp_path)
+
+
+@pytest.fixture
+def kernel(roots):
+    return made_kernel(roots)
+
+
+def made_roots(tmp_path):
+    """A sysroot, a working directory and a folder outside both, with a few files."""
     sysroot, work, outside = tmp_path / "sysroot", tmp_path / "work", tmp_path / "outside"
     for directory in (sysroot / "lib", work / "sub", outside):
         directory.mkdir(parents=True)
@@ -77,8 +87,8 @@ def roots(tmp_path):
     return sysroot, work, outside
 
 
-@pytest.fixture
-def kernel(roots):
+def made_kernel(roots) -> LinuxKernel:
+    """A process over a PageMachine with four scratch pages mapped at SCRATCH."""
     sysroot, work, _ = roots
     machine = PageMachine()
     machine.map(SCRATCH, 4 * PAGE)

@@ -22,7 +22,7 @@ from harness.formats.elf import open_elf, symbol_address
 from harness.program import CfiRow, FunctionCfi, Program
 from harness.registers import LR, SP
 from harness.unwind import build_unwinders
-from harness.verify import abi, emulator
+from harness.verify import abi, guards
 from harness.verify.sampling import sampled_stops
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
@@ -138,8 +138,8 @@ def test_the_memory_limit_is_on_the_size_now_not_the_peak(compiled):
     held = bytearray(256 << 20)
     held[::4096] = b"\x01" * len(range(0, len(held), 4096))  # make every page resident
     del held
-    limit = emulator.resident_bytes() + (64 << 20)
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * emulator.MAXRSS_UNIT > limit
+    limit = guards.resident_bytes() + (64 << 20)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * guards.MAXRSS_UNIT > limit
     turns = ["movw r0, #50000", "subs r0, #1", "bne #0x100006"]  # past CHECK_EVERY instructions
     result, _ = run(program("countdown", turns), compiled, limits=abi.Limits(memory_bytes=limit))
     assert result.fault is None and result.stops > abi.CHECK_EVERY

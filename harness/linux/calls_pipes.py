@@ -9,7 +9,7 @@ import errno
 import stat
 import struct
 
-from harness.linux.calls_files import PIPE_CAPACITY
+from harness.linux.calls_io import PIPE_CAPACITY
 from harness.linux.files import GuestError, Node, OpenFile
 from harness.linux.table import SystemCallFault, handles, signed
 

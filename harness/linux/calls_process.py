@@ -1,20 +1,18 @@
-"""System calls on the process: exit, ids, time, randomness, signals,
-limits, TLS. One thread, no signal is ever delivered: handlers are
-recorded and never run; a fatal signal sent to itself (abort) ends the
-run with that signal."""
+"""System calls on the process: exit, ids, time, randomness, signals
+(harness.linux.signals delivers them), limits, TLS. One thread."""
 
 from __future__ import annotations
 
 import errno
 import struct
 
+from harness.linux import signals
 from harness.linux.files import GuestError
-from harness.linux.table import ARM_PRIVATE, SystemCallFault, handles
+from harness.linux.table import ARM_PRIVATE, SystemCallFault, handles, signed
 
 UTS_FIELDS = (b"Linux", b"unwind-harness", b"6.1.0", b"#1 SMP", b"armv7l", b"(none)")  # struct utsname
 RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
 RLIM_INFINITY = (1 << 64) - 1
-FATAL_SIGNALS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 14, 15, 24, 25, 26, 27, 31})  # default: terminate
 NSEC = 1_000_000_000
 PID = 4242  # the process's pid and tid, whatever the host's
 
@@ -33,20 +31,40 @@ def sys_exit_group(kernel, status):
 
 @handles(37, "kill")
 def sys_kill(kernel, pid, signal):
-    return _signal_self(kernel, signal)
+    return _send(kernel, signed(pid), signal, signals.SI_USER)
 
 
 @handles(268, "tgkill")
 def sys_tgkill(kernel, group, tid, signal):
-    return _signal_self(kernel, signal)
+    return _send(kernel, signed(tid), signal, signals.SI_TKILL)
 
 
-def _signal_self(kernel, signal: int) -> int:
-    """abort() and raise(): a fatal signal whose action is the default ends
-    the process (status -signal, as subprocess reports a death by signal)."""
-    if signal in FATAL_SIGNALS and kernel.signal_actions.get(signal, bytes(4))[:4] == bytes(4):
-        kernel.end(-signal)
+@handles(238, "tkill")
+def sys_tkill(kernel, tid, signal):
+    return _send(kernel, signed(tid), signal, signals.SI_TKILL)
+
+
+def _send(kernel, target: int, signal: int, code: int) -> int:
+    """kill/tgkill/tkill: to this process (its pid, 0 or -1: every process
+    it may signal, itself alone here) it is pending, delivered when the call
+    returns; any other process does not exist (ESRCH)."""
+    if not 0 <= signal <= 64:
+        raise GuestError(errno.EINVAL)
+    if target not in (PID, 0, -1, -PID):
+        raise GuestError(errno.ESRCH)
+    if signal:  # signal 0 only asks whether the target exists
+        kernel.signals.send(signal, code)
     return 0
+
+
+@handles(173, "rt_sigreturn")
+def sys_rt_sigreturn(kernel):
+    return signals.sigreturn(kernel, rt=True)
+
+
+@handles(119, "sigreturn")
+def sys_sigreturn(kernel):
+    return signals.sigreturn(kernel, rt=False)
 
 
 for _number, _name, _value in ((20, "getpid", "pid"), (224, "gettid", "pid"), (64, "getppid", "parent"),
@@ -155,26 +173,55 @@ def sys_times(kernel, buffer):
 
 @handles(174, "rt_sigaction")
 def sys_rt_sigaction(kernel, signal, action, old_action, set_size):
-    if not 1 <= signal <= 64 or signal in (9, 19):
+    if not 1 <= signal <= 64 or set_size != 8 or (action and signal in (signals.SIGKILL, signals.SIGSTOP)):
         raise GuestError(errno.EINVAL)
+    new = signals.Action.of(kernel.machine.read(action, 20)) if action else None
     if old_action:
-        kernel.machine.write(old_action, kernel.signal_actions.get(signal, bytes(20)))
-    if action:
-        kernel.signal_actions[signal] = kernel.machine.read(action, 20)
+        kernel.machine.write(old_action, kernel.signals.action(signal).packed())
+    if new is not None:
+        kernel.signals.actions[signal] = new
     return 0
 
 
 @handles(175, "rt_sigprocmask")
 def sys_rt_sigprocmask(kernel, how, new_set, old_set, set_size):
+    if set_size != 8:
+        raise GuestError(errno.EINVAL)
+    state = kernel.signals
+    change = struct.unpack("<Q", kernel.machine.read(new_set, 8))[0] if new_set else None
+    if change is not None and how not in (0, 1, 2):  # SIG_BLOCK, SIG_UNBLOCK, SIG_SETMASK
+        raise GuestError(errno.EINVAL)
     if old_set:
-        kernel.machine.write(old_set, bytes(min(set_size, 128)))
+        kernel.machine.write(old_set, struct.pack("<Q", state.blocked))
+    if change is not None:
+        blocked = (state.blocked | change, state.blocked & ~change, change)[how]
+        state.blocked = blocked & ~signals.UNBLOCKABLE
+    return 0
+
+
+@handles(176, "rt_sigpending")
+def sys_rt_sigpending(kernel, address, set_size):
+    if set_size != 8:
+        raise GuestError(errno.EINVAL)
+    pending = 0
+    for signal, _ in kernel.signals.pending:
+        pending |= 1 << (signal - 1)
+    kernel.machine.write(address, struct.pack("<Q", pending & kernel.signals.blocked))
     return 0
 
 
 @handles(186, "sigaltstack")
 def sys_sigaltstack(kernel, new_stack, old_stack):
+    state = kernel.signals
     if old_stack:
-        kernel.machine.write(old_stack, struct.pack("<IiI", 0, 2, 0))  # SS_DISABLE
+        kernel.machine.write(old_stack, struct.pack("<IiI", *state.altstack))
+    if new_stack:
+        stack_sp, flags, size = struct.unpack("<IiI", kernel.machine.read(new_stack, 12))
+        if flags & ~signals.SS_DISABLE:
+            raise GuestError(errno.EINVAL)
+        if not flags & signals.SS_DISABLE and size < signals.MINSIGSTKSZ:
+            raise GuestError(errno.ENOMEM)
+        state.altstack = (0, signals.SS_DISABLE, 0) if flags & signals.SS_DISABLE else (stack_sp, 0, size)
     return 0
 
 

@@ -14,10 +14,12 @@ import errno
 import hashlib
 import stat
 
-from harness.linux import calls_files, calls_memory, calls_pipes, calls_process  # noqa: F401  (they register the handlers)
+from harness.linux import calls_files, calls_io, calls_memory, calls_pipes, calls_process  # noqa: F401  (they register the handlers)
+from harness.linux.calls_process import PID
 from harness.linux.files import MAX_FDS, WORKDIR, GuestError, GuestFiles, Node, Null, OpenFile, inode_of
 from harness.linux.machine import BadAddress, Machine
 from harness.linux.memory import AddressSpace
+from harness.linux.signals import Signals
 from harness.linux.table import CALLS, SystemCallFault
 
 FIXED_TIME = 1_700_000_000  # seconds since the epoch the clock starts at (2023-11-14)
@@ -51,7 +53,8 @@ class LinuxKernel:
         self.exit_status: int | None = None  # set by exit, exit_group or a fatal signal
         self.ticks = 0  # clock reads so far
         self._random_blocks = 0
-        self.signal_actions: dict[int, bytes] = {}
+        self.signals = Signals()
+        self.pid = PID
         self.calls: dict[str, int] = {}  # name -> times called, for the report
         # (start, end, guest path, file offset) of every file mapping: where ld.so put the libraries
         self.file_mappings: list[tuple[int, int, str, int]] = []

@@ -21,6 +21,12 @@ ENVIRONMENT = ("PATH=/usr/bin:/bin", "HOME=/", "LANG=C")  # the fixed environmen
 PLATFORM = b"v7l"
 RANDOM = bytes(range(0x41, 0x51))  # AT_RANDOM's 16 bytes: fixed, so that runs repeat
 KUSER_PAGE = 0xFFFF0000
+# Where the kernel's signal return trampolines go in that page (old kernels'
+# KERN_SIGRETURN_CODE): `mov r7, #119; svc 0` (sigreturn) in ARM, then in
+# Thumb, then the same for #173 (rt_sigreturn), 8 bytes each.
+TRAMPOLINE_OFFSET = 0x500
+TRAMPOLINE_CODE = (struct.pack("<II", 0xE3A07077, 0xEF000000) + struct.pack("<HHI", 0x2777, 0xDF00, 0)
+                   + struct.pack("<II", 0xE3A070AD, 0xEF000000) + struct.pack("<HHI", 0x27AD, 0xDF00, 0))
 # AT_HWCAP: what a Cortex-A15 (the emulated CPU) reports: half, thumb,
 # fast_mult, vfp, edsp, neon, vfpv3, tls, vfpv4, idiva, idivt, vfpd32, lpae.
 HWCAP = (1 << 1 | 1 << 2 | 1 << 4 | 1 << 6 | 1 << 7 | 1 << 12 | 1 << 13 | 1 << 15 | 1 << 16 | 1 << 17
@@ -150,7 +156,7 @@ def kuser_page() -> bytes:
     """The 4 KiB at KUSER_PAGE with the helpers at their fixed addresses
     (Linux's Documentation/arm/kernel_user_helpers), in ARM state:
     0xffff0fa0 memory barrier, 0xffff0fc0 cmpxchg, 0xffff0fe0 get_tls, and
-    the helper count at 0xffff0ffc."""
+    the helper count at 0xffff0ffc; and the signal return trampolines."""
     page = bytearray(0x1000)
     bx_lr = 0xE12FFF1E
     helpers = {
@@ -162,4 +168,5 @@ def kuser_page() -> bytes:
     }
     for offset, words in helpers.items():
         page[offset : offset + 4 * len(words)] = struct.pack(f"<{len(words)}I", *words)
+    page[TRAMPOLINE_OFFSET : TRAMPOLINE_OFFSET + len(TRAMPOLINE_CODE)] = TRAMPOLINE_CODE
     return bytes(page)

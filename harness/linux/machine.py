@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from harness.errors import HarnessError
+from harness.linux.signals import Context
 
 
 class BadAddress(HarnessError):
@@ -32,6 +33,12 @@ class Machine(Protocol):
 
     def stop(self) -> None:
         """End the run after the current instruction (the process exited)."""
+
+    def context(self) -> Context:
+        """The user registers now (harness.linux.signals.Context)."""
+
+    def resume(self, context: Context) -> None:
+        """Go on from `context`: every register it holds, the pc in the state its cpsr says."""
 
 
 def read_c_string(machine: Machine, address: int, limit: int = 4096) -> bytes:

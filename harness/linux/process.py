@@ -28,6 +28,7 @@ from harness.linux.loader import (
 )
 from harness.linux.machine import Machine
 from harness.linux.memory import AddressSpace, page_up
+from harness.linux.signals import Context, deliver_pending
 from harness.verify.placement import PAGE, Placement, pages_of, place
 
 KUSER_SIZE = 0x10000  # the top 64 KiB: the helper page and what surrounds it on a device
@@ -129,6 +130,10 @@ class LinuxSystem:
 
     def system_call(self, number: int, args: tuple[int, ...], pc: int) -> int:
         return self.kernel.system_call(number, args, pc)
+
+    def deliver_pending(self) -> Context | None:
+        """After a system call: a pending signal delivered (signals.deliver_pending)."""
+        return deliver_pending(self.kernel)
 
     @property
     def exit_status(self) -> int | None:

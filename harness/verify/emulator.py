@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-import os
-import resource
-import sys
 import time
 from contextlib import contextmanager
 from functools import lru_cache
@@ -35,7 +32,9 @@ from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost
 
 from harness.errors import HarnessError
 from harness.linux.machine import BadAddress
+from harness.linux.signals import Context
 from harness.verify import abi, engine_pool
+from harness.verify.guards import as_limits, exhausted, guard_cause, memory_threshold
 from harness.verify.livestack import LiveStack
 from harness.verify.placement import DEFAULT, PAGE, Placement, pages_of, place
 
@@ -49,9 +48,6 @@ STATUS_REGS = SLOT_IDS[: abi.FIRST_VFP_SLOT]  # r0-r15, cpsr
 # stop there walks the whole stack in Python, tens of milliseconds deep in a
 # recursion, and a check costs a microsecond (trace.c: abi.CHECK_EVERY).
 CHECK_EVERY = 1 << 6
-MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # bytes in getrusage's ru_maxrss unit
-_STATM = "/proc/self/statm"
-_PAGE_SIZE = resource.getpagesize()
 
 
 class EmulationFault(HarnessError):
@@ -82,74 +78,6 @@ USER_MODE = 0x10  # CPSR.M of a Linux process: privileged instructions are undef
 _ENGINE_FUNCTIONS = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (
     uclib.uc_reg_read_batch, uclib.uc_mem_read, uclib.uc_emu_start, uclib.uc_emu_stop, uclib.uc_hook_add,
     uclib.uc_hook_del, uclib.uc_ctl))
-
-
-def as_limits(limits: abi.Limits | int) -> abi.Limits:
-    """`limits`, or for a number the default limits with that instruction
-    budget; each at most 2**64 - 1 (as trace.c reads them); ValueError
-    unless each is positive."""
-    limits = abi.Limits(instructions=limits) if isinstance(limits, int) else abi.Limits(*limits)
-    if not all(value > 0 for value in limits):
-        raise ValueError(f"limits must be positive: {limits}")
-    return abi.Limits(*(min(value, (1 << 64) - 1) for value in limits))
-
-
-def _size(count: int) -> str:
-    for unit, shift in (("MiB", 20), ("KiB", 10)):
-        if count and not count % (1 << shift):
-            return f"{count >> shift} {unit}"
-    return f"{count} bytes"
-
-
-def guard_cause(guard: int, limits: abi.Limits) -> str:
-    """The cause of a fault by one of the guards (abi.GUARDS): the guard and its limit."""
-    if guard == abi.GUARD_INSTRUCTIONS:
-        return f"more than {limits.instructions} instructions (runaway loop?)"
-    if guard == abi.GUARD_SELF_LOOP:
-        return "branches to itself without changing any register: an endless loop"
-    if guard == abi.GUARD_SECONDS:
-        return f"more than {limits.seconds:g} seconds of emulation (the time limit; runaway loop?)"
-    if guard == abi.GUARD_MEMORY:
-        return (f"the process's resident size passed {_size(memory_threshold(limits))} (the memory limit, "
-                f"{_size(limits.memory_bytes)}, less what one system call or check interval may add)")
-    if guard == abi.GUARD_DEPTH:
-        return f"more than {limits.depth} nested calls: endless recursion?"
-    raise ValueError(f"no guard {guard}")
-
-
-def memory_threshold(limits: abi.Limits) -> int:
-    """The resident size the memory guard fires past: the limit less the
-    most the process can grow between two checks (abi.MEMORY_RESERVE; a
-    quarter of a small limit), so that it never holds more than the limit."""
-    return limits.memory_bytes - min(abi.MEMORY_RESERVE, limits.memory_bytes // 4)
-
-
-def exhausted(limits: abi.Limits, started: float) -> int:
-    """abi.GUARD_SECONDS or GUARD_MEMORY for a run started at `started`
-    (time.monotonic) that is past that limit, else GUARD_NONE."""
-    if time.monotonic() - started > limits.seconds:
-        return abi.GUARD_SECONDS
-    if resident_bytes() > memory_threshold(limits):
-        return abi.GUARD_MEMORY
-    return abi.GUARD_NONE
-
-
-_statm_of: dict[int, int] = {}  # pid -> its open /proc/self/statm (a worker opens its own)
-
-
-def resident_bytes() -> int:
-    """The process's resident size now (Linux: /proc/self/statm, kept open:
-    it is read after every system call), or its peak where there is no
-    such file. Now, not the peak: a pool worker that once held much for
-    one program must not fault every later one."""
-    try:
-        pid = os.getpid()
-        statm = _statm_of.get(pid)
-        if statm is None:
-            statm = _statm_of[pid] = os.open(_STATM, os.O_RDONLY | os.O_CLOEXEC)
-        return int(os.pread(statm, 64, 0).split()[1]) * _PAGE_SIZE
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * MAXRSS_UNIT
 
 
 class _BatchReader:
@@ -192,6 +120,8 @@ def _read(uc: Uc, address: int, size: int) -> bytes:
 
 EXCP_SWI = 2  # Unicorn's interrupt number for SVC
 SVC_ARGUMENTS = [getattr(arm, f"UC_ARM_REG_R{n}") for n in range(6)]
+CORE_REGS = SLOT_IDS[:16]  # r0-r15
+D_REGS = [getattr(arm, f"UC_ARM_REG_D{n}") for n in range(32)]
 
 
 class _Machine:
@@ -223,6 +153,21 @@ class _Machine:
 
     def stop(self) -> None:
         self._uc.emu_stop()
+
+    def context(self) -> Context:
+        uc = self._uc
+        return Context(tuple(uc.reg_read(register) for register in CORE_REGS), uc.reg_read(arm.UC_ARM_REG_CPSR),
+                       tuple(uc.reg_read(register) for register in D_REGS), uc.reg_read(arm.UC_ARM_REG_FPSCR))
+
+    def resume(self, context: Context) -> None:
+        uc = self._uc
+        uc.reg_write(arm.UC_ARM_REG_CPSR, context.cpsr)
+        for register, value in zip(CORE_REGS[:15], context.r):
+            uc.reg_write(register, value)
+        for register, value in zip(D_REGS, context.d):
+            uc.reg_write(register, value)
+        uc.reg_write(arm.UC_ARM_REG_FPSCR, context.fpscr)
+        uc.reg_write(arm.UC_ARM_REG_PC, context.r[15] | (1 if context.cpsr & 0x20 else 0))  # the engine's state follows
 
 
 def _unmapped(uc: Uc, access: int, address: int, size: int, value: int, user_data) -> bool:
@@ -259,6 +204,9 @@ class Emulator:
         self._fault: EmulationFault | None = None  # raised by the system-call hook, reported after the run
         self._start_sp, self._start_lr = where.stack_top, where.sentinel | 1
         self._limits, self._started = abi.Limits(), 0.0  # the run under way's, for the system-call hook's guards
+        self.on_signal: Callable[[Context], None] | None = None
+        """Told the context a signal handler interrupts, as it starts to run
+        (the hook's shadow stack takes it for the handler's caller)."""
         if system is not None:
             self._start_sp = system.attach(_Machine(uc), where)
             self._start_lr = 0  # the outermost frame: no caller (Linux starts a process with lr = 0)
@@ -289,6 +237,9 @@ class Emulator:
             result = self.system.system_call(uc.reg_read(arm.UC_ARM_REG_R7), arguments, call_pc)
             if self.system.exit_status is None:
                 uc.reg_write(arm.UC_ARM_REG_R0, result)
+                interrupted = self.system.deliver_pending()  # on the way back to user mode
+                if interrupted is not None and self.on_signal is not None:
+                    self.on_signal(interrupted)
             # One call can take long or grow the process (a read of 16 MiB): the
             # clock and memory are checked after each, whatever the hook.
             guard = exhausted(self._limits, self._started)

@@ -19,6 +19,11 @@ execution alone (ARCHITECTURE.md, "Ground truth").
   sp of the frame they land in).
 - A process's first frame (harness.linux) has no caller: its bottom
   frame stands for that and is never compared.
+- SIGNAL_FRAME: a signal handler is entered with no call; its caller is the
+  context the signal interrupted, at that pc exactly (not a return address)
+  with its sp and registers, pushed as the handler starts. The handler
+  returns to a trampoline, whose sigreturn restores that pc and sp and so
+  pops it; a siglongjmp out of the handler drops it as longjmp drops frames.
 - A frame that never resumes (its callee exits the process, or a longjmp
   or an exception unwinds past it: it is never popped by a return) has
   no use for its callee-saved registers: nothing reads them again, and a
@@ -182,6 +187,13 @@ class ShadowStack:
     def before_return(self, pc: int, length: int) -> None:
         """The instruction at pc is a return-kind instruction of `length` bytes about to execute."""
         self._return_fall_through = pc + length
+
+    def interrupted(self, pc: int, sp: int, callee_saved: tuple[int, ...], vfp) -> None:
+        """A signal handler starts, entered with no call: its caller is the
+        context it interrupted, at that exact pc (SIGNAL_FRAME); sigreturn,
+        restoring that pc and sp, pops it as a return would."""
+        self._serial += 1
+        self._pending = ShadowFrame(pc, sp, callee_saved, vfp, self._serial)
 
     def before(self, pc: int, length: int, regs, vfp) -> None:
         """The instruction at pc is a call of `length` bytes about to execute

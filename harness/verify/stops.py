@@ -26,9 +26,10 @@ from harness.thumb.encoding import (
 from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
-from harness.verify.emulator import EmulationFault, Emulator, as_limits, guard_cause
+from harness.verify.emulator import EmulationFault, Emulator
 from harness.verify.failures import RANGE_GAP, FailureLog, LoggedPcs, ProgramResult, quiet_ranges
 from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, has_bit, raise_entries, unpacked
+from harness.verify.guards import as_limits, guard_cause
 from harness.verify.sampling import chooser
 from harness.verify.tally import Grouping, KeyParts, Tally, add_up
 from harness.verify.verification import Verification
@@ -248,6 +249,12 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
                            observe_all, compare_bottom, raise_entries(program), quiet_ranges(program),
                            resumes, tuple(sorted(wanted or ())), by_blocks)
     cap = run.log_cap
+
+    def on_signal(interrupted) -> None:
+        vfp = tuple(interrupted.d[8:16]) if program.uses_vfp else None
+        tracer.interrupted(interrupted.r[15], interrupted.r[13], tuple(interrupted.r[4:12]), vfp)
+
+    emulator.on_signal = on_signal
     try:
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap, program.code_spans())
     finally:  # the stops before a fault count too
@@ -363,6 +370,11 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         if decoded[1]:
             it_blocks.entered(pc, int.from_bytes(decoded[4], "little"), decoded[1])
 
+    def on_signal(interrupted) -> None:
+        vfp = tuple(interrupted.d[8:16]) if uses_vfp else None
+        shadow.interrupted(interrupted.r[15], interrupted.r[13], tuple(interrupted.r[4:12]), vfp)
+
+    emulator.on_signal = on_signal
     try:
         result.result = emulator.call(program.entry, on_stop, limits, program.args)
     finally:

@@ -1748,8 +1748,38 @@ static PyObject *Tracer_resumed(Tracer *self, PyObject *unused) {
     return PyBytes_FromStringAndSize((const char *)self->resumed, (Py_ssize_t)self->resumed_capacity);
 }
 
+/* ShadowStack.interrupted: a signal handler starts, entered with no call;
+ * its caller is the context it interrupted (pc, sp, r4-r11, and d8-d15 or
+ * None), pushed at the next stop as a call's frame is. */
+static PyObject *Tracer_interrupted(Tracer *self, PyObject *args) {
+    unsigned long pc, sp;
+    PyObject *callee_saved, *vfp;
+    if (!PyArg_ParseTuple(args, "kkO!O", &pc, &sp, &PyTuple_Type, &callee_saved, &vfp)) return NULL;
+    if (PyTuple_GET_SIZE(callee_saved) != 8 || (vfp != Py_None && (!PyTuple_Check(vfp) || PyTuple_GET_SIZE(vfp) != 8))) {
+        PyErr_SetString(PyExc_ValueError, "interrupted: r4-r11 and d8-d15 (or None) as tuples of eight");
+        return NULL;
+    }
+    Expected frame;
+    memset(&frame, 0, sizeof frame);
+    frame.pc = (uint32_t)pc;
+    frame.sp = (uint32_t)sp;
+    for (int i = 0; i < 8; i++) {
+        frame.r[i] = (uint32_t)PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(callee_saved, i));
+        if (vfp != Py_None) frame.d[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(vfp, i));
+    }
+    if (PyErr_Occurred()) return NULL;
+    frame.state = self->uses_vfp ? VFP_KNOWN : 0;
+    self->serial++;
+    self->call_pending = 1;
+    self->pending_frame = frame;
+    self->pending_serial = self->serial;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Tracer_methods[] = {
     {"run", (PyCFunction)Tracer_run, METH_VARARGS, "Run the engine from begin to until, verifying every stop."},
+    {"interrupted", (PyCFunction)Tracer_interrupted, METH_VARARGS,
+     "A signal handler starts: the context it interrupted is its caller's frame."},
     {"causes", (PyCFunction)Tracer_causes, METH_VARARGS,
      "The first failing answer of each cause, by cause id (most as their causes, given their parts)."},
     {"tally", (PyCFunction)Tracer_tally, METH_NOARGS, "Failing stops per (where id, cause id)."},

@@ -1,0 +1,191 @@
+"""Signals as ARM Linux delivers them to a process of one thread
+(arch/arm/kernel/signal.c): each signal's action (rt_sigaction), the
+blocked mask, what is pending, the alternate stack, and the frame a
+handler runs on.
+
+A signal sent by the process to itself (kill, tgkill, tkill: raise and
+abort) is pending until the system call that sent it returns, and is then
+delivered, as a kernel delivers on its way back to user mode: its handler
+runs on a frame that holds the interrupted context (`rt_sigframe` with
+SA_SIGINFO, `sigframe` without), returning through `sa_restorer` (glibc's)
+or the kernel's own trampoline (TRAMPOLINES, in the vectors page), whose
+`sigreturn` restores that context. A signal whose action is the default
+ends the process, or is dropped where the default is to ignore it; a stop
+signal, with no job control to resume it, ends the run as a fault.
+Nothing else raises a signal yet: an engine error and a timer end the run
+as a fault naming the signal (harness.verify.emulator, the call table).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from harness.linux.loader import KUSER_PAGE, TRAMPOLINE_OFFSET
+from harness.linux.table import SystemCallFault
+
+SA_SIGINFO, SA_ONSTACK, SA_RESTART = 0x4, 0x08000000, 0x10000000
+SA_NODEFER, SA_RESETHAND, SA_RESTORER = 0x40000000, 0x80000000, 0x04000000
+SIG_DFL, SIG_IGN = 0, 1
+SIGKILL, SIGSTOP = 9, 19
+IGNORED_BY_DEFAULT = frozenset({17, 18, 23, 28})  # SIGCHLD, SIGCONT, SIGURG, SIGWINCH
+STOPPING = frozenset({19, 20, 21, 22})  # SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU
+UNBLOCKABLE = 1 << (SIGKILL - 1) | 1 << (SIGSTOP - 1)
+SI_USER, SI_TKILL = 0, -6
+SS_ONSTACK, SS_DISABLE = 1, 2
+MINSIGSTKSZ = 2048
+
+# The kernel's return trampolines for a handler without sa_restorer (in the
+# vectors page: harness.linux.loader.kuser_page), sigreturn's and then
+# rt_sigreturn's, each in ARM and 8 bytes on in Thumb.
+TRAMPOLINES = {False: KUSER_PAGE + TRAMPOLINE_OFFSET, True: KUSER_PAGE + TRAMPOLINE_OFFSET + 0x10}  # rt or not
+
+# The frame (arch/arm/include/asm/ucontext.h): siginfo (128 bytes, rt only),
+# then the ucontext: flags, link, stack_t, sigcontext (trap_no, error_code,
+# oldmask, r0-r15, cpsr, fault_address), the 8-byte mask, padding to 232,
+# and uc_regspace: a VFP record (magic, size, d0-d31, fpscr, fpexc, fpinst,
+# fpinst2) and a zero word ending it; then retcode (4 words, unused: the
+# trampolines are in the vectors page).
+SIGINFO_SIZE = 128
+UCONTEXT_SIZE = 232 + 512
+FRAME_SIZE = {True: SIGINFO_SIZE + UCONTEXT_SIZE + 16, False: UCONTEXT_SIZE + 16}
+SIGCONTEXT = struct.Struct("<3I16I2I")  # at 20 in the ucontext
+MCONTEXT_AT, MASK_AT, REGSPACE_AT = 20, 104, 232
+VFP_MAGIC, VFP_SIZE = 0x56465001, 288
+VFP = struct.Struct("<II32QI4xIII4x")
+STATUS_USER_BITS = 0xF80F0200 | 0x20  # NZCVQ, GE, E and T: what sigreturn takes from the frame (the mode stays USR)
+IT_BITS = 0x0600FC00
+
+
+class Action(NamedTuple):
+    """struct sigaction as ARM's rt_sigaction passes it (20 bytes)."""
+
+    handler: int
+    flags: int
+    restorer: int
+    mask: int
+
+    LAYOUT = struct.Struct("<IIIQ")
+
+    @classmethod
+    def of(cls, data: bytes) -> "Action":
+        return cls(*cls.LAYOUT.unpack(data))
+
+    def packed(self) -> bytes:
+        return self.LAYOUT.pack(*self)
+
+
+DEFAULT = Action(SIG_DFL, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Context:
+    """The user registers a signal interrupts and sigreturn restores."""
+
+    r: tuple[int, ...]  # r0-r15, r15 the pc (without a Thumb bit: cpsr's T says)
+    cpsr: int
+    d: tuple[int, ...]  # d0-d31
+    fpscr: int
+
+
+@dataclass
+class Signals:
+    """One process's signal state."""
+
+    actions: dict[int, Action] = field(default_factory=dict)
+    blocked: int = 0  # bit (signal - 1)
+    pending: list[tuple[int, int]] = field(default_factory=list)  # (signal, si_code), in the order sent
+    altstack: tuple[int, int, int] = (0, SS_DISABLE, 0)  # ss_sp, ss_flags, ss_size
+
+    def action(self, signal: int) -> Action:
+        return self.actions.get(signal, DEFAULT)
+
+    def send(self, signal: int, code: int) -> None:
+        """`signal` sent to the process; a standard signal already pending is not queued twice."""
+        if signal < 32 and any(pending == signal for pending, _ in self.pending):
+            return
+        self.pending.append((signal, code))
+
+    def next_deliverable(self) -> tuple[int, int] | None:
+        """The first pending signal not blocked, taken off the list."""
+        for index, (signal, code) in enumerate(self.pending):
+            if not self.blocked >> (signal - 1) & 1:
+                return self.pending.pop(index)
+        return None
+
+
+def deliver_pending(kernel) -> Context | None:
+    """Deliver the first pending signal that is not blocked, as a kernel on
+    its way back to user mode: the context it interrupts (for the shadow
+    stack: the handler's caller) where a handler now runs, else None."""
+    taken = kernel.signals.next_deliverable()
+    if taken is None:
+        return None
+    signal, code = taken
+    action = kernel.signals.action(signal)
+    if action.handler == SIG_IGN or (action.handler == SIG_DFL and signal in IGNORED_BY_DEFAULT):
+        return None
+    if action.handler == SIG_DFL:
+        if signal in STOPPING:
+            raise SystemCallFault(f"signal {signal} would stop the process, and nothing could continue it")
+        kernel.end(-signal)
+        return None
+    return _run_handler(kernel, signal, code, action)
+
+
+def _run_handler(kernel, signal: int, code: int, action: Action) -> Context:
+    machine, signals = kernel.machine, kernel.signals
+    interrupted = machine.context()
+    rt = bool(action.flags & SA_SIGINFO)
+    sp = interrupted.r[13]
+    ss_sp, ss_flags, ss_size = signals.altstack
+    on_altstack = ss_sp < sp <= ss_sp + ss_size
+    if action.flags & SA_ONSTACK and not ss_flags & SS_DISABLE and not on_altstack:
+        sp = ss_sp + ss_size
+    frame = (sp - FRAME_SIZE[rt]) & ~7
+    ucontext = frame + SIGINFO_SIZE if rt else frame
+    image = bytearray(FRAME_SIZE[rt])
+    if rt:
+        struct.pack_into("<iiiiI", image, 0, signal, 0, code, kernel.pid, 0)  # si_signo, si_errno, si_code, si_pid, si_uid
+    at = ucontext - frame
+    stack_flags = SS_ONSTACK if on_altstack else ss_flags
+    struct.pack_into("<IIIiI", image, at, 0, 0, ss_sp, stack_flags, ss_size)
+    SIGCONTEXT.pack_into(image, at + MCONTEXT_AT, 0, 0, signals.blocked & 0xFFFFFFFF, *interrupted.r,
+                         interrupted.cpsr, 0)
+    struct.pack_into("<Q", image, at + MASK_AT, signals.blocked)
+    VFP.pack_into(image, at + REGSPACE_AT, VFP_MAGIC, VFP_SIZE, *interrupted.d, interrupted.fpscr, 0x40000000, 0, 0)
+    machine.write(frame, bytes(image))
+    thumb = action.handler & 1
+    returns_to = action.restorer if action.flags & SA_RESTORER else TRAMPOLINES[rt] + (8 if thumb else 0) | thumb
+    registers = list(interrupted.r)
+    registers[0:3] = [signal, frame if rt else 0, ucontext if rt else 0]
+    registers[13], registers[14], registers[15] = frame, returns_to, action.handler & ~1
+    cpsr = interrupted.cpsr & ~(IT_BITS | 0x20) | (0x20 if thumb else 0)
+    machine.resume(Context(tuple(registers), cpsr, interrupted.d, interrupted.fpscr))
+    signals.blocked |= action.mask | (0 if action.flags & SA_NODEFER else 1 << (signal - 1))
+    signals.blocked &= ~UNBLOCKABLE
+    if action.flags & SA_RESETHAND:
+        signals.actions.pop(signal, None)
+    return interrupted
+
+
+def sigreturn(kernel, rt: bool) -> int:
+    """Restore the context the frame at sp holds (the handler's return, through
+    its trampoline); r0 as restored."""
+    machine = kernel.machine
+    frame = machine.context().r[13]
+    ucontext = frame + SIGINFO_SIZE if rt else frame
+    if frame & 7:
+        raise SystemCallFault(f"sigreturn with a frame at {frame:#x}, not 8-byte aligned: a kernel sends SIGSEGV; "
+                              "signals are not delivered for faults: the run ends here")
+    saved = SIGCONTEXT.unpack(machine.read(ucontext + MCONTEXT_AT, SIGCONTEXT.size))
+    registers, cpsr = saved[3:19], saved[19]
+    mask = struct.unpack("<Q", machine.read(ucontext + MASK_AT, 8))[0]
+    current = machine.context()
+    vfp = VFP.unpack(machine.read(ucontext + REGSPACE_AT, VFP.size))
+    d, fpscr = (vfp[2:34], vfp[34]) if vfp[:2] == (VFP_MAGIC, VFP_SIZE) else (current.d, current.fpscr)
+    cpsr = current.cpsr & ~STATUS_USER_BITS | cpsr & STATUS_USER_BITS
+    machine.resume(Context(tuple(registers), cpsr, tuple(d), fpscr))
+    kernel.signals.blocked = mask & ~UNBLOCKABLE
+    return registers[0]

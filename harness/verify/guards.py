@@ -1,0 +1,84 @@
+"""The guards of a run (abi.Limits): what each limit's fault says, and the
+checks of the clock and of memory that the Python hook and the system-call
+hook make (csrc/trace.c makes the same in C)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+
+from harness.verify import abi
+
+MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # bytes in getrusage's ru_maxrss unit
+_STATM = "/proc/self/statm"
+_PAGE_SIZE = resource.getpagesize()
+
+
+def as_limits(limits: abi.Limits | int) -> abi.Limits:
+    """`limits`, or for a number the default limits with that instruction
+    budget; each at most 2**64 - 1 (as trace.c reads them); ValueError
+    unless each is positive."""
+    limits = abi.Limits(instructions=limits) if isinstance(limits, int) else abi.Limits(*limits)
+    if not all(value > 0 for value in limits):
+        raise ValueError(f"limits must be positive: {limits}")
+    return abi.Limits(*(min(value, (1 << 64) - 1) for value in limits))
+
+
+def _size(count: int) -> str:
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if count and not count % (1 << shift):
+            return f"{count >> shift} {unit}"
+    return f"{count} bytes"
+
+
+def guard_cause(guard: int, limits: abi.Limits) -> str:
+    """The cause of a fault by one of the guards (abi.GUARDS): the guard and its limit."""
+    if guard == abi.GUARD_INSTRUCTIONS:
+        return f"more than {limits.instructions} instructions (runaway loop?)"
+    if guard == abi.GUARD_SELF_LOOP:
+        return "branches to itself without changing any register: an endless loop"
+    if guard == abi.GUARD_SECONDS:
+        return f"more than {limits.seconds:g} seconds of emulation (the time limit; runaway loop?)"
+    if guard == abi.GUARD_MEMORY:
+        return (f"the process's resident size passed {_size(memory_threshold(limits))} (the memory limit, "
+                f"{_size(limits.memory_bytes)}, less what one system call or check interval may add)")
+    if guard == abi.GUARD_DEPTH:
+        return f"more than {limits.depth} nested calls: endless recursion?"
+    raise ValueError(f"no guard {guard}")
+
+
+def memory_threshold(limits: abi.Limits) -> int:
+    """The resident size the memory guard fires past: the limit less the
+    most the process can grow between two checks (abi.MEMORY_RESERVE; a
+    quarter of a small limit), so that it never holds more than the limit."""
+    return limits.memory_bytes - min(abi.MEMORY_RESERVE, limits.memory_bytes // 4)
+
+
+def exhausted(limits: abi.Limits, started: float) -> int:
+    """abi.GUARD_SECONDS or GUARD_MEMORY for a run started at `started`
+    (time.monotonic) that is past that limit, else GUARD_NONE."""
+    if time.monotonic() - started > limits.seconds:
+        return abi.GUARD_SECONDS
+    if resident_bytes() > memory_threshold(limits):
+        return abi.GUARD_MEMORY
+    return abi.GUARD_NONE
+
+
+_statm_of: dict[int, int] = {}  # pid -> its open /proc/self/statm (a worker opens its own)
+
+
+def resident_bytes() -> int:
+    """The process's resident size now (Linux: /proc/self/statm, kept open:
+    it is read after every system call), or its peak where there is no
+    such file. Now, not the peak: a pool worker that once held much for
+    one program must not fault every later one."""
+    try:
+        pid = os.getpid()
+        statm = _statm_of.get(pid)
+        if statm is None:
+            statm = _statm_of[pid] = os.open(_STATM, os.O_RDONLY | os.O_CLOEXEC)
+        return int(os.pread(statm, 64, 0).split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * MAXRSS_UNIT

@@ -1,0 +1,195 @@
+"""Signals delivered as ARM Linux delivers them (harness.linux.signals), and
+ground truth across their frames: a handler's caller is the context it
+interrupted, at that exact pc, until sigreturn restores it; a siglongjmp
+out of a handler drops it. tests/linux_src/signals.c runs each kind; the
+frame's layout and each default action are checked call by call on a
+plain machine."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import struct
+
+import pytest
+from test_linux_process import Names, build, qemu
+from test_linux_syscalls import SCRATCH, call, made_kernel, made_roots
+
+from harness.cli import main
+from harness.linux import signals
+from harness.linux.modules import process_program
+from harness.linux.process import LinuxRun, LinuxSystem
+from harness.linux.signals import Action, Context
+from harness.linux.table import SystemCallFault
+from harness.verify.stops import verify_program
+
+EXPECTED_OUTPUT = (b"while blocked: 106\nafter unblock: 107\nreset: 1\nnested: 4\non the alternate stack: 1\n"
+                   b"registers kept: 1\njumped: 7\nhits: 108\n")
+
+
+def program() -> str:
+    return build("signals.c", "-static")
+
+
+def test_the_signal_program_runs_as_under_qemu(tmp_path):
+    report = tmp_path / "report.json"
+    assert main(["verify-elf", program(), "--unwinder", "dwarf", "--jobs", "1", "--json", str(report)]) == 0
+    entry = json.loads(report.read_text())["programs"][0]
+    assert qemu(program()) == (0, EXPECTED_OUTPUT)
+    assert (entry["exit_status"], entry["stdout_sha256"]) == (0, hashlib.sha256(EXPECTED_OUTPUT).hexdigest())
+
+
+def test_a_process_killed_by_its_default_action_is_not_verified(tmp_path, capsys):
+    assert qemu(program(), ["abort"])[0] == -6
+    assert main(["verify-elf", program(), "--unwinder", "dwarf", "--jobs", "1", "--", "abort"]) == 1
+    assert "killed by signal 6 (SIGABRT)" in capsys.readouterr().err
+    assert main(["verify-elf", program(), "--unwinder", "dwarf", "--jobs", "1", "--expect-exit", "-6", "--",
+                 "abort"]) == 0
+
+
+def _stops(compiled: bool) -> tuple[list, Names]:
+    """(pc, registers, expected frames) at every stop of the signal program."""
+    system = LinuxSystem(LinuxRun(program()))
+    names = Names(system)
+    seen = []
+
+    def observe(stop):
+        seen.append((stop.pc, stop.frame.r, tuple((f.pc, f.sp, f.callee_saved) for f in stop.expected)))
+
+    result = verify_program(process_program(system), [], compiled=compiled, observe=observe, system=system)
+    assert result.fault is None and system.outcome().exit_status == 0
+    return seen, names
+
+
+@pytest.fixture(scope="module")
+def stops():
+    return _stops(True)
+
+
+def test_a_handlers_caller_is_the_interrupted_context_until_sigreturn_pops_it(stops):
+    seen, names = stops
+    entries = [i for i, (pc, _, _) in enumerate(seen) if names(pc) == "count" and names(seen[i - 1][0]) != "count"]
+    assert len(entries) == 8  # five raises, one from deep(0), the blocked one on unblock, SIGHUP
+    for i in entries:
+        before_pc, before_regs, before_expected = seen[i - 1]  # the svc that sent it (raise's)
+        pc, regs, expected = seen[i]
+        interrupted = expected[0]
+        assert interrupted[0] == seen[i - 1][0] + 2  # the instruction after the svc: exact, no return address
+        assert interrupted[1] == before_regs[13] and interrupted[2] == tuple(before_regs[4:12])
+        assert expected[1:] == before_expected  # everything below it, as when it was interrupted
+        resumed = next(j for j in range(i + 1, len(seen)) if seen[j][0] == interrupted[0])
+        assert seen[resumed][2] == before_expected  # sigreturn popped it
+        assert seen[resumed][1][13] == before_regs[13]
+
+
+def test_the_handler_of_the_deepest_raise_sees_every_recursive_caller(stops):
+    seen, names = stops
+    deepest = max((expected for pc, _, expected in seen if names(pc) == "count"), key=len)
+    assert sum(1 for frame in deepest if (names(frame[0] - 1) or "").startswith("deep")) == 40  # deep(40)..deep(1): deep(0) tail-calls raise
+
+
+def test_siglongjmp_out_of_a_handler_drops_its_frame(stops):
+    seen, names = stops
+    in_jump = [expected for pc, _, expected in seen if names(pc) == "jump"]
+    after = [expected for pc, _, expected in seen if names(pc) == "main"]
+    # main's callers, then raise's frames from main down, then the signal frame
+    assert in_jump and len(in_jump[0]) > len(after[0]) + 1 and in_jump[0][-len(after[0]):] == after[0]
+    main_depths = {len(expected) for expected in after}
+    assert main_depths == {len(after[0])}  # back in main after the jump: nothing of the handler left
+
+
+def test_both_hooks_agree_across_signal_frames(stops):
+    python_seen, _ = _stops(False)
+    assert python_seen == stops[0]
+
+
+# ------------------------------------------------------------ call by call
+
+
+class RegisterMachine:
+    """A PageMachine (tests/test_linux_syscalls.py) with registers: context and resume."""
+
+    def __init__(self, machine, context: Context):
+        self._machine, self.registers = machine, context
+
+    def __getattr__(self, name):
+        return getattr(self._machine, name)
+
+    def context(self) -> Context:
+        return self.registers
+
+    def resume(self, context: Context) -> None:
+        self.registers = context
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    kernel = made_kernel(made_roots(tmp_path))
+    kernel.machine.map(0x80000, 0x4000)
+    sp = 0x84000 - 0x100
+    interrupted = Context(tuple(range(100, 113)) + (sp, 0x7777, 0x10a00), 0x60000030, tuple(range(1000, 1032)), 0x3000000)
+    kernel.machine = RegisterMachine(kernel.machine, interrupted)
+    return kernel
+
+
+def _install(kernel, signal: int, action: Action) -> None:
+    kernel.machine.write(SCRATCH, action.packed())
+    assert call(kernel, "rt_sigaction", signal, SCRATCH, 0, 8) == 0
+
+
+def test_an_rt_frame_holds_the_interrupted_context_and_sigreturn_restores_it(kernel):
+    interrupted = kernel.machine.registers
+    _install(kernel, 10, Action(0x9001, signals.SA_SIGINFO | signals.SA_RESTORER, 0x8000, 1 << 11))
+    assert call(kernel, "kill", 4242, 10) == 0
+    assert signals.deliver_pending(kernel) == interrupted
+    now = kernel.machine.registers
+    frame = now.r[13]
+    assert frame % 8 == 0 and frame + signals.FRAME_SIZE[True] <= interrupted.r[13]
+    assert now.r[:3] == (10, frame, frame + 128) and now.r[14] == 0x8000 and now.r[15] == 0x9000
+    assert now.cpsr & 0x20 and not now.cpsr & signals.IT_BITS  # Thumb, as the handler's address says
+    assert struct.unpack_from("<iii", kernel.machine.read(frame, 12)) == (10, 0, signals.SI_USER)
+    saved = signals.SIGCONTEXT.unpack(kernel.machine.read(frame + 128 + 20, signals.SIGCONTEXT.size))
+    assert saved[3:19] == interrupted.r and saved[19] == interrupted.cpsr
+    assert kernel.signals.blocked == 1 << 9 | 1 << 11  # itself and its sa_mask, while it runs
+    kernel.machine.registers = Context(tuple(0 for _ in range(13)) + (frame, 0, 0), 0x10, (0,) * 32, 0)
+    assert call(kernel, "rt_sigreturn") == interrupted.r[0]
+    assert kernel.machine.registers == interrupted and kernel.signals.blocked == 0
+
+
+def test_a_frame_without_siginfo_returns_through_the_kernels_trampoline(kernel):
+    _install(kernel, 12, Action(0x9000, 0, 0, 0))  # an ARM handler, no restorer
+    call(kernel, "tgkill", 4242, 4242, 12)
+    signals.deliver_pending(kernel)
+    now = kernel.machine.registers
+    assert now.r[:3] == (12, 0, 0) and now.r[14] == signals.TRAMPOLINES[False] and not now.cpsr & 0x20
+
+
+@pytest.mark.parametrize("signal, action, outcome", [
+    (15, None, -15),                       # the default: terminate
+    (17, None, None),                      # SIGCHLD's default: ignore
+    (15, Action(signals.SIG_IGN, 0, 0, 0), None),
+])
+def test_default_and_ignored_actions(kernel, signal, action, outcome):
+    if action:
+        _install(kernel, signal, action)
+    before = kernel.machine.registers
+    call(kernel, "kill", 0, signal)
+    assert signals.deliver_pending(kernel) is None
+    assert kernel.exit_status == outcome and kernel.machine.registers == before
+
+
+def test_a_stop_signal_would_never_be_continued(kernel):
+    call(kernel, "kill", 4242, 20)  # SIGTSTP
+    with pytest.raises(SystemCallFault, match="would stop the process"):
+        signals.deliver_pending(kernel)
+
+
+def test_signals_to_other_processes_and_bad_arguments(kernel):
+    assert call(kernel, "kill", 4243, 10) == -errno.ESRCH
+    assert call(kernel, "kill", 4242, 65) == -errno.EINVAL
+    assert call(kernel, "rt_sigaction", 9, SCRATCH, 0, 8) == -errno.EINVAL  # SIGKILL's action is not the program's
+    assert call(kernel, "rt_sigaction", 10, SCRATCH, 0, 4) == -errno.EINVAL
+    kernel.machine.write(SCRATCH, struct.pack("<Q", 1 << 8 | 1 << 18))  # SIGKILL and SIGSTOP with others
+    assert call(kernel, "rt_sigprocmask", 0, SCRATCH, 0, 8) == 0
+    assert kernel.signals.blocked == 0  # neither can be blocked
