@@ -13,7 +13,7 @@ import struct
 import time
 
 import pytest
-from test_linux_syscalls import SCRATCH, PageMachine, call, made_kernel, made_roots, open_path, put_string
+from linux_calls import SCRATCH, PageMachine, call, open_path, put_string
 
 from harness.linux import calls_io, files, memory
 from harness.linux.files import MAX_FILE_SIZE, PAGE, GuestFiles
@@ -24,16 +24,6 @@ from harness.linux.table import CALLS, SystemCallFault
 O_WRONLY_CREAT = 0o1 | 0o100
 O_NONBLOCK = 0o4000
 BUFFER = SCRATCH + 0x800
-
-
-@pytest.fixture
-def roots(tmp_path):
-    return made_roots(tmp_path)
-
-
-@pytest.fixture
-def kernel(roots):
-    return made_kernel(roots)
 
 
 def _new_file(kernel, name: str = "new.bin") -> int:

@@ -13,8 +13,8 @@ import json
 import struct
 
 import pytest
+from linux_calls import SCRATCH, call, made_kernel, made_roots
 from test_linux_process import Names, build, qemu
-from test_linux_syscalls import SCRATCH, call, made_kernel, made_roots
 
 from harness.cli import main
 from harness.linux import signals
@@ -107,29 +107,13 @@ def test_both_hooks_agree_across_signal_frames(stops):
 # ------------------------------------------------------------ call by call
 
 
-class RegisterMachine:
-    """A PageMachine (tests/test_linux_syscalls.py) with registers: context and resume."""
-
-    def __init__(self, machine, context: Context):
-        self._machine, self.registers = machine, context
-
-    def __getattr__(self, name):
-        return getattr(self._machine, name)
-
-    def context(self) -> Context:
-        return self.registers
-
-    def resume(self, context: Context) -> None:
-        self.registers = context
-
-
 @pytest.fixture
 def kernel(tmp_path):
     kernel = made_kernel(made_roots(tmp_path))
     kernel.machine.map(0x80000, 0x4000)
     sp = 0x84000 - 0x100
     interrupted = Context(tuple(range(100, 113)) + (sp, 0x7777, 0x10a00), 0x60000030, tuple(range(1000, 1032)), 0x3000000)
-    kernel.machine = RegisterMachine(kernel.machine, interrupted)
+    kernel.machine.registers = interrupted
     return kernel
 
 

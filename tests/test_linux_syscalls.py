@@ -11,105 +11,14 @@ import stat
 import struct
 
 import pytest
+from linux_calls import PAGE, SCRATCH, PageMachine, call, open_path, put_string
 
 from harness.linux.calls_files import STAT64
 from harness.linux.files import WORKDIR, GuestError, GuestFiles
 from harness.linux.kernel import FIXED_TIME, LinuxKernel
-from harness.linux.machine import BadAddress
 from harness.linux.memory import AddressSpace
+from harness.linux.signals import deliver_pending
 from harness.linux.table import CALLS, SystemCallFault
-
-PAGE = 0x1000
-SCRATCH = 0x20000  # a mapped page the tests pass buffers in
-
-
-class PageMachine:
-    """harness.linux.machine.Machine over a dict of pages."""
-
-    def __init__(self):
-        self.pages: dict[int, bytearray] = {}
-        self.tls = None
-        self.stopped = False
-
-    def _page(self, address: int) -> bytearray:
-        page = self.pages.get(address & ~(PAGE - 1))
-        if page is None:
-            raise BadAddress(f"{address:#x} is not mapped")
-        return page
-
-    def read(self, address, size):
-        return bytes(self._page(a)[a & (PAGE - 1)] for a in range(address, address + size))
-
-    def write(self, address, data):
-        for offset, byte in enumerate(data):
-            self._page(address + offset)[(address + offset) & (PAGE - 1)] = byte
-
-    def map(self, address, size):
-        for page in range(address, address + size, PAGE):
-            assert page not in self.pages, f"{page:#x} mapped twice"
-            self.pages[page] = bytearray(PAGE)
-
-    def unmap(self, address, size):
-        for page in range(address, address + size, PAGE):
-            del self.pages[page]
-
-    def set_tls(self, value):
-        self.tls = value
-
-    def stop(self):
-        self.stopped = True
-
-
-NUMBERS = {handler.name: number for number, handler in CALLS.items()}
-
-
-@pytest.fixture
-def roots(tmp_path):
-    return made_roots(tmp_path)
-
-
-@pytest.fixture
-def kernel(roots):
-    return made_kernel(roots)
-
-
-def made_roots(tmp_path):
-    """A sysroot, a working directory and a folder outside both, with a few files."""
-    sysroot, work, outside = tmp_path / "sysroot", tmp_path / "work", tmp_path / "outside"
-    for directory in (sysroot / "lib", work / "sub", outside):
-        directory.mkdir(parents=True)
-    (sysroot / "lib" / "libc.so.6").write_bytes(b"LIBC")
-    (sysroot / "lib" / "abs-link").symlink_to("/lib/libc.so.6")  # absolute: means the sysroot's /lib
-    (sysroot / "lib" / "out-link").symlink_to(str(outside / "secret"))
-    (work / "input.txt").write_bytes(b"hello\nworld\n")
-    (work / "up-link").symlink_to("../outside/secret")
-    (outside / "secret").write_bytes(b"SECRET")
-    return sysroot, work, outside
-
-
-def made_kernel(roots) -> LinuxKernel:
-    """A process over a PageMachine with four scratch pages mapped at SCRATCH."""
-    sysroot, work, _ = roots
-    machine = PageMachine()
-    machine.map(SCRATCH, 4 * PAGE)
-    space = AddressSpace([(SCRATCH, SCRATCH + 4 * PAGE)], ceiling=0x40000000)
-    return LinuxKernel(machine, GuestFiles(str(sysroot), str(work)), space, brk=0x100000, stdin=b"typed in",
-                       executable="/bin/prog")
-
-
-def call(kernel, name, *args):
-    result = kernel.system_call(NUMBERS[name], tuple(args) + (0,) * (6 - len(args)), pc=0x1234)
-    return result - (1 << 32) if result & 0x80000000 else result
-
-
-def put_string(kernel, text: str, address: int = SCRATCH) -> int:
-    kernel.machine.write(address, text.encode() + b"\0")
-    return address
-
-
-def open_path(kernel, path: str, flags: int = 0) -> int:
-    return call(kernel, "openat", (-100) & 0xFFFFFFFF, put_string(kernel, path), flags)
-
 
 # ------------------------------------------------------------- paths
 
@@ -279,8 +188,9 @@ def test_exit_group_ends_the_run(kernel):
 
 
 def test_abort_ends_with_the_signal(kernel):
-    call(kernel, "tgkill", 4242, 4242, 6)
-    assert kernel.exit_status == -6
+    assert call(kernel, "tgkill", 4242, 4242, 6) == 0
+    assert kernel.exit_status is None  # pending until the call returns to user mode
+    assert deliver_pending(kernel) is None and kernel.exit_status == -6
 
 
 def test_tls_clock_and_randomness_are_fixed(kernel):
