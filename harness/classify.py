@@ -23,9 +23,14 @@ TRAITS = (
     "page_crossing",
     "multi_epilogue",
 )
-# A stop's trait, not a function's: an exception is on its way to its
-# landing pad (harness.verify.groundtruth).
+# A stop's traits, not a function's (harness.verify.groundtruth): an
+# exception is on its way to its landing pad; the stop is in a signal
+# handler's own code (its caller is the context the signal interrupted);
+# a signal frame lies anywhere below the stop (a walk must cross it).
 CXX_EXCEPTION = "cxx_exception"
+SIGNAL_HANDLER = "signal_handler"
+THROUGH_SIGNAL_FRAME = "through_signal_frame"
+STATE_TRAITS = (CXX_EXCEPTION, SIGNAL_HANDLER, THROUGH_SIGNAL_FRAME)  # by bit of abi.STOP_STATES
 NO_INFO = "no_info"  # the trait of stops outside every known function
 # Where code comes from, for a process (harness.linux.modules): the
 # program's own, the C and C++ runtimes, the dynamic linker, PLT stubs, any
@@ -102,10 +107,13 @@ def in_order(traits: Iterable[str]) -> list[str]:
 Where = tuple[str, frozenset, str]  # (function, traits, position) of a stop's pc
 
 
-def in_flight_where(where: Where) -> Where:
-    """`where` at a stop while an exception is in flight (harness.verify.groundtruth)."""
+def where_in_state(where: Where, state: int) -> Where:
+    """`where` at a stop in `state` (abi.STOP_STATES bits: the shadow
+    stack's), with the trait of each bit set."""
+    if not state:
+        return where
     function, traits, position = where
-    return function, traits | {CXX_EXCEPTION}, position
+    return function, traits | {trait for bit, trait in enumerate(STATE_TRAITS) if state >> bit & 1}, position
 
 
 class Classifier:

@@ -18,7 +18,7 @@ import sys
 from collections import Counter
 from typing import NamedTuple, Sequence
 
-from harness.classify import CXX_EXCEPTION, MODULES, NO_INFO, POSITIONS, TRAITS
+from harness.classify import MODULES, NO_INFO, POSITIONS, STATE_TRAITS, TRAITS
 from harness.errors import FAILURE_KINDS, InputError
 from harness.filesystem import read_json
 from harness.report.data import ALL, SCHEMA, elf_group
@@ -120,7 +120,7 @@ def _other_run(command: str, config: dict, first_command: str, first_config: dic
 # ------------------------------------------------------------ the format
 
 POSITION = one_of(POSITIONS)
-TRAIT = one_of((*TRAITS, NO_INFO, CXX_EXCEPTION, *MODULES), "a trait")
+TRAIT = one_of((*TRAITS, NO_INFO, *STATE_TRAITS, *MODULES), "a trait")
 KIND = one_of((*FAILURE_KINDS, *MISMATCH_KINDS), "a failure kind")
 COUNTED_KIND = one_of((*FAILURE_KINDS, *MISMATCH_KINDS, *STOPPED_KINDS), "a failure kind, or stopped:MODULE")
 REGISTER = one_of(COMPARED_REGISTERS, "a compared register (r4-r11, d8-d15)")
@@ -154,7 +154,7 @@ CHAIN_METHODS = map_of(one_of(UNWINDER_NAMES, "an unwinder's name"),
                        map_of(one_of(CHAIN, "a method of the chain"), object_of({"frames": COUNT, "right": COUNT})))
 SIZE = object_of({"input": string, "functions": POSITIVE, "addresses": POSITIVE, "v1_refused": COUNT,
                 "epilogues_inside": COUNT, "bytes": object_of({name: optional(COUNT) for name in FORMATS})})
-RESULT_ROW = object_of({"unwinder": string, "category": one_of((ALL, *TRAITS, NO_INFO, CXX_EXCEPTION, *MODULES), "a category"),
+RESULT_ROW = object_of({"unwinder": string, "category": one_of((ALL, *TRAITS, NO_INFO, *STATE_TRAITS, *MODULES), "a category"),
                         "position": one_of((*POSITIONS, ALL)), "stops": COUNT, "failed": COUNT,
                         "failure_kinds": map_of(KIND, COUNT), "stopped": COUNT,
                         "stopped_in": map_of(one_of(MODULES, "a module"), COUNT)})

@@ -66,8 +66,14 @@ EXPECTED = Layout("Expected", (Field("pc", "uint32_t"), Field("sp", "uint32_t"),
                                Field("state", "uint32_t"), Field("d", "uint64_t", 8)))
 # A shadow frame's state bits: d8-d15 known (the program uses VFP); the
 # frame never resumes, so its registers are not compared (groundtruth).
-EXPECTED_STATES = ("VFP_KNOWN", "NEVER_RESUMES")
-VFP_KNOWN, NEVER_RESUMES = (1 << bit for bit in range(len(EXPECTED_STATES)))
+# SIGNAL_FRAME: the context a signal handler interrupted (its caller).
+EXPECTED_STATES = ("VFP_KNOWN", "NEVER_RESUMES", "SIGNAL_FRAME")
+VFP_KNOWN, NEVER_RESUMES, SIGNAL_FRAME = (1 << bit for bit in range(len(EXPECTED_STATES)))
+# A stop's state, as the shadow stack tells it (classify.STATE_TRAITS names
+# each bit's trait): an exception in flight; the top frame is a signal
+# frame (the stop is in a handler's own code); a signal frame is on the stack.
+STOP_STATES = ("IN_FLIGHT", "IN_HANDLER", "ABOVE_SIGNAL_FRAME")
+IN_FLIGHT, IN_HANDLER, ABOVE_SIGNAL_FRAME = (1 << bit for bit in range(len(STOP_STATES)))
 
 # Rule flags: bit i is FLAGS[i] (their meaning: harness.unwind.rule;
 # NO_INFO: a rule that FAILS refuses with no_info, or whose guard failures
@@ -245,7 +251,9 @@ def header() -> str:
         RULE_HEADER.c(), LOAD.c(), EXPECTED.c(),
         _enum(tuple(f"RULE_{name.upper()}" for name in RULE_FIELDS) + ("RULE_FIELD_COUNT",),
               range(len(RULE_FIELDS) + 1)),
-        _enum(EXPECTED_STATES, (1 << bit for bit in range(len(EXPECTED_STATES)))), "",
+        _enum(EXPECTED_STATES, (1 << bit for bit in range(len(EXPECTED_STATES)))),
+        _enum(STOP_STATES + ("STOP_STATE_COUNT",), [1 << bit for bit in range(len(STOP_STATES))] + [1 << len(STOP_STATES)]),
+        "",
         _enum(("CPSR", "FIRST_VFP", "MAX_REGISTERS"), (CPSR_SLOT, FIRST_VFP_SLOT, len(SLOTS))),
         _enum(tuple(f"ENGINE_{name.upper()}" for name in Engine._fields) + ("ENGINE_FIELDS",),
               range(len(Engine._fields) + 1)),

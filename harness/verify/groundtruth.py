@@ -70,6 +70,7 @@ class ShadowFrame:
     vfp: tuple[int, ...] | None  # d8-d15, or None when the program uses no VFP
     serial: int = 0  # unique per push: identifies this frame and everything below it
     resumes: bool = True  # False: the caller never runs again, its registers are not compared
+    signal: bool = False  # the context a signal handler interrupted (SIGNAL_FRAME)
 
 
 class SkippedStops:
@@ -127,7 +128,8 @@ def set_bit(bits: bytearray, serial: int) -> None:
 def packed(frame: ShadowFrame) -> bytes:
     """pc, sp, r4-r11, the state bits (abi.EXPECTED_STATES), d8-d15: abi.EXPECTED."""
     vfp = frame.vfp
-    state = (abi.VFP_KNOWN if vfp is not None else 0) | (0 if frame.resumes else abi.NEVER_RESUMES)
+    state = ((abi.VFP_KNOWN if vfp is not None else 0) | (0 if frame.resumes else abi.NEVER_RESUMES)
+             | (abi.SIGNAL_FRAME if frame.signal else 0))
     return _PACKED.pack(frame.pc, frame.sp, *frame.callee_saved, state, *(vfp or (0,) * 8))
 
 
@@ -136,7 +138,7 @@ def unpacked(data: bytes, index: int, serial: int) -> ShadowFrame:
     pc, sp, *rest = _PACKED.unpack_from(data, index * _PACKED.size)
     callee_saved, state, vfp = tuple(rest[:8]), rest[8], tuple(rest[9:])
     return ShadowFrame(pc, sp, callee_saved, vfp if state & abi.VFP_KNOWN else None, serial,
-                       not state & abi.NEVER_RESUMES)
+                       not state & abi.NEVER_RESUMES, bool(state & abi.SIGNAL_FRAME))
 
 
 class ShadowStack:
@@ -152,12 +154,18 @@ class ShadowStack:
         self._serial = bottom.serial
         self._raises = raises  # RAISE_ENTRIES' addresses
         self._flight = 0  # the depth when an exception was raised; 0: none in flight
+        self._signal_frames = 0  # frames of the stack that are SIGNAL_FRAMEs
 
     @property
     def in_flight(self) -> bool:
         """Is an exception on its way to a landing pad?"""
         return self._flight != 0
 
+    @property
+    def state(self) -> int:
+        """The stop's abi.STOP_STATES bits."""
+        return ((abi.IN_FLIGHT if self._flight else 0) | (abi.IN_HANDLER if self.frames[-1].signal else 0)
+                | (abi.ABOVE_SIGNAL_FRAME if self._signal_frames else 0))
     def observe(self, pc: int, sp: int) -> None:
         """Account for the instruction that ran since the previous stop."""
         self._follow(pc, sp)
@@ -173,16 +181,17 @@ class ShadowStack:
             if self._resumes is not None and not has_bit(self._resumes, frame.serial):
                 frame = replace(frame, resumes=False)
             self.frames.append(frame)
+            self._signal_frames += frame.signal
             return
         returned = self._return_fall_through is not None and pc != self._return_fall_through
         self._return_fall_through = None
         frames = self.frames
         while len(frames) > 1 and frames[-1].sp < sp:  # NON_LOCAL_EXIT: their callees are gone
-            frames.pop()
+            self._signal_frames -= frames.pop().signal
         top = frames[-1]
         if len(frames) > 1 and sp == top.sp and (pc == top.pc or returned):  # the caller resumes
             set_bit(self.resumed, top.serial)
-            frames.pop()
+            self._signal_frames -= frames.pop().signal
 
     def before_return(self, pc: int, length: int) -> None:
         """The instruction at pc is a return-kind instruction of `length` bytes about to execute."""
@@ -193,7 +202,7 @@ class ShadowStack:
         context it interrupted, at that exact pc (SIGNAL_FRAME); sigreturn,
         restoring that pc and sp, pops it as a return would."""
         self._serial += 1
-        self._pending = ShadowFrame(pc, sp, callee_saved, vfp, self._serial)
+        self._pending = ShadowFrame(pc, sp, callee_saved, vfp, self._serial, signal=True)
 
     def before(self, pc: int, length: int, regs, vfp) -> None:
         """The instruction at pc is a call of `length` bytes about to execute

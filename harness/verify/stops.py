@@ -224,7 +224,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
     compare_bottom = emulator.system is None
 
     def slow(number: int, pc: int, regs, cpsr: int, vfp, deferred, packed_shadow: bytes, serials,
-             in_flight: int) -> None:
+             state: int) -> None:
         """A stop where a walk deferred, or one observed."""
         if len(shadow_frames) > 2 * len(serials) + 4096:  # mostly frames returned from: start afresh
             shadow_frames.clear()
@@ -238,7 +238,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
             expected.pop()  # a process's first frame: no caller to compare
         frame, stack = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13])
         if deferred:
-            run.walk(number, pc, deferred, frame, stack, expected, bool(in_flight))
+            run.walk(number, pc, deferred, frame, stack, expected, state)
         if observe is not None and (wanted is None or pc in wanted):
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
@@ -290,14 +290,14 @@ def _merged_log(tracer, run: Verification, stop_kernel, causes: list, truncated:
 
 def _checker(emulator: Emulator, run: Verification, result: ProgramResult, observe, every: int,
              shard: tuple[int, int]) -> Callable:
-    """check(pc, regs, cpsr, vfp, shadow frames, in flight): verify every unwinder at one
+    """check(pc, regs, cpsr, vfp, shadow frames, stop state): verify every unwinder at one
     stop of the Python hook, if it is one of those to verify (regs: r0-r14
     at least)."""
     every_walk = range(len(run.walks))
     seen = 0
     verified = chooser(every, shard)
 
-    def check(pc: int, regs, cpsr: int, vfp, frames: list[ShadowFrame], in_flight: bool) -> None:
+    def check(pc: int, regs, cpsr: int, vfp, frames: list[ShadowFrame], state: int) -> None:
         nonlocal seen
         number = seen
         seen = result.instructions = seen + 1
@@ -308,7 +308,7 @@ def _checker(emulator: Emulator, run: Verification, result: ProgramResult, obser
             return  # ground truth alone
         expected = frames[::-1] if emulator.system is None else frames[:0:-1]  # a process's first frame: no caller
         frame, stack = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13])
-        run.walk(number, pc, every_walk, frame, stack, expected, in_flight)
+        run.walk(number, pc, every_walk, frame, stack, expected, state)
         if observe is not None:
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
@@ -357,8 +357,8 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         if len(shadow.frames) > max_depth:
             raise EmulationFault(pc, guard_cause(abi.GUARD_DEPTH, limits))
         for skipped, state in it_blocks.passed_over(pc):
-            check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames, shadow.in_flight)
-        check(pc, regs, regs[16], vfp, shadow.frames, shadow.in_flight)
+            check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames, shadow.state)
+        check(pc, regs, regs[16], vfp, shadow.frames, shadow.state)
         thumb = bool(regs[16] & 0x20)
         decoded = decoded_at.get((pc, thumb))
         if decoded is None:

@@ -9,7 +9,7 @@ from functools import partial
 from itertools import islice
 from typing import Sequence
 
-from harness.classify import Classifier, Where, in_flight_where
+from harness.classify import Classifier, Where, where_in_state
 from harness.program import Program
 from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
@@ -50,18 +50,16 @@ class Verification:
         self._causes: dict[FailureCause, FailureCause] = {}  # each cause of walks in Python, once
         self.questioned: set[int] = set()  # serials of shadow frames a walk found a wrong register of
 
-    def where(self, pc: int, in_flight: bool) -> Where:
-        """pc's (function, traits, position) at a stop, `in_flight` with
-        an exception on its way to a landing pad (groundtruth.ShadowStack)."""
-        where = self.classify(pc)
-        return in_flight_where(where) if in_flight else where
+    def where(self, pc: int, state: int) -> Where:
+        """pc's (function, traits, position) at a stop in `state` (abi.STOP_STATES
+        bits, as groundtruth.ShadowStack.state tells them)."""
+        return where_in_state(self.classify(pc), state)
 
-    def ids(self, pc: int, in_flight: bool = False) -> tuple[int, int, int, int]:
-        """(stop class, where id) of a stop at pc, for the kernel, and the
-        pcs [low, high) that share them."""
+    def ids(self, pc: int, state: int = 0) -> tuple[int, int, int, int]:
+        """(stop class, where id) of a stop at pc in `state`, for the kernel,
+        and the pcs [low, high) that share them."""
         where, low, high = self.classify.span(pc)
-        if in_flight:
-            where = in_flight_where(where)
+        where = where_in_state(where, state)
         where_id = self._where_ids.get(where)
         if where_id is None:
             where_id = self._where_ids[where] = len(self.wheres)
@@ -112,9 +110,9 @@ class Verification:
         return self.names, self.wheres, MISMATCHES, FailureCause, [] if stop_kernel is None else stop_kernel.book.rules
 
     def walk(self, number: int, pc: int, indices, frame: Frame, stack, expected: Sequence[ShadowFrame],
-             in_flight: bool = False) -> None:
+             state: int = 0) -> None:
         """The unwinders `indices` walk the stop in Python."""
-        where = self.where(pc, in_flight)
+        where = self.where(pc, state)
         for index in indices:
             if index in self.chains:
                 for (method, right), frames in chain_frames(self.chains[index], frame, stack, expected).items():

@@ -132,8 +132,8 @@ typedef struct {
     int uses_vfp, observe_all;
     int compare_bottom;  /* 0: the bottom frame stands for "no caller" (a process's first), never compared */
     uint64_t every, shard_index, shard_count;
-    PyObject *classify;  /* classify(pc, in flight) -> (stop class, where id, low, high) */
-    PyObject *slow;      /* slow(number, pc, regs, cpsr, vfp, deferred, shadow, serials, in flight) */
+    PyObject *classify;  /* classify(pc, stop state) -> (stop class, where id, low, high) */
+    PyObject *slow;      /* slow(number, pc, regs, cpsr, vfp, deferred, shadow, serials, stop state) */
     /* registers of the current stop (`values`: one of two banks, the other
      * holding the previous stop's, at `last_pc`) */
     uint64_t *values;
@@ -168,6 +168,7 @@ typedef struct {
      * the shadow depth at which one was raised (0: none in flight) */
     uint32_t *raises;
     size_t raise_count, flight;
+    size_t signal_frames;  /* frames of the shadow stack that are SIGNAL_FRAMEs */
     /* with observe_all: the pcs slow is called at (sorted; none: every pc) */
     uint32_t *observed;
     size_t observed_count;
@@ -183,8 +184,8 @@ typedef struct {
     PcInfo *table;
     size_t table_size, table_used;
     /* pcs [low, high) of one (function, traits, position): id = stop class << 32 | where id;
-     * the second for stops while an exception is in flight */
-    Ranges classes[2];
+     * one set for each stop state (STOP_STATES bits) */
+    Ranges classes[STOP_STATE_COUNT];
     /* failing answers */
     Logged *log;
     size_t logged, log_capacity;
@@ -367,17 +368,17 @@ static PcInfo *decoded(Tracer *t, uint32_t pc, int thumb) {
     return info;
 }
 
-/* The stop class and where id of pc, with an exception in flight or not
- * (asking `classify` once per span of pcs alike); -1 on a Python error. */
-static int classified(Tracer *t, uint32_t pc, int in_flight, Py_ssize_t *stop_class, int32_t *where) {
+/* The stop class and where id of pc in a stop state (STOP_STATES bits),
+ * asking `classify` once per span of pcs alike; -1 on a Python error. */
+static int classified(Tracer *t, uint32_t pc, int state, Py_ssize_t *stop_class, int32_t *where) {
     Py_ssize_t slot;
-    Ranges *classes = &t->classes[in_flight != 0];
+    Ranges *classes = &t->classes[state];
     const Range *found = ranges_find(classes, pc, &slot);
     Py_ssize_t id;
     if (found) {
         id = found->id;
     } else {
-        PyObject *made = PyObject_CallFunction(t->classify, "ki", (unsigned long)pc, in_flight != 0);
+        PyObject *made = PyObject_CallFunction(t->classify, "ki", (unsigned long)pc, state);
         if (!made) return -1;
         int class_id, where_id;
         long long low, high;
@@ -430,11 +431,23 @@ static int push(Tracer *t, const Expected *frame, uint64_t serial) {
         reserve(&t->serials, &t->serials_capacity, t->depth + 1, sizeof(uint64_t)))
         return -1;
     t->frames[t->depth] = *frame;
+    if (frame->state & SIGNAL_FRAME) t->signal_frames++;
     if (t->has_resumes && t->depth && !bit_of(t->resumes.buf, (size_t)t->resumes.len, serial))
         t->frames[t->depth].state |= NEVER_RESUMES;
     t->serials[t->depth] = serial;
     t->depth++;
     return 0;
+}
+
+static void drop_top(Tracer *t) {
+    t->depth--;
+    if (t->frames[t->depth].state & SIGNAL_FRAME) t->signal_frames--;
+}
+
+/* ShadowStack.state: the stop's STOP_STATES bits. */
+static int stop_state(const Tracer *t) {
+    return (t->flight ? IN_FLIGHT : 0) | (t->depth && (t->frames[t->depth - 1].state & SIGNAL_FRAME) ? IN_HANDLER : 0)
+         | (t->signal_frames ? ABOVE_SIGNAL_FRAME : 0);
 }
 
 /* ShadowStack._follow: the calls, returns and non-local exits. */
@@ -446,11 +459,11 @@ static int follow(Tracer *t, uint32_t pc, uint32_t sp) {
     const int returned = t->return_pending && pc != t->return_fall_through;
     t->return_pending = 0;
     /* NON_LOCAL_EXIT: frames whose caller's sp lies below sp are gone */
-    while (t->depth > 1 && t->frames[t->depth - 1].sp < sp) t->depth--;
+    while (t->depth > 1 && t->frames[t->depth - 1].sp < sp) drop_top(t);
     const Expected *top = &t->frames[t->depth - 1];
     if (t->depth > 1 && sp == top->sp && (pc == top->pc || returned)) {  /* the frame resumes */
         if (set_bit(&t->resumed, &t->resumed_capacity, t->serials[t->depth - 1])) return -1;
-        t->depth--;
+        drop_top(t);
     }
     return 0;
 }
@@ -568,7 +581,7 @@ static int call_slow(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr, con
         PyTuple_SET_ITEM(which, i, index);
     }
     result = PyObject_CallFunction(t->slow, "KkOIOOOOi", (unsigned long long)number, (unsigned long)pc, regs,
-                                   (unsigned int)cpsr, vfp, which, shadow, serials, t->flight != 0);
+                                   (unsigned int)cpsr, vfp, which, shadow, serials, stop_state(t));
 done:
     Py_XDECREF(regs);
     Py_XDECREF(vfp);
@@ -694,7 +707,7 @@ static int verify_at(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr) {
     if (unwinders) {
         Py_ssize_t stop_class;
         int32_t where;
-        if (classified(t, pc, t->flight != 0, &stop_class, &where)) return -1;
+        if (classified(t, pc, stop_state(t), &stop_class, &where)) return -1;
         KFrame frame;
         memset(&frame, 0, sizeof frame);
         for (int i = 0; i < 15; i++) frame.r[i] = (int64_t)t->values[i];
@@ -1144,8 +1157,7 @@ static void Tracer_dealloc(Tracer *self) {
     if (self->has_resumes) PyBuffer_Release(&self->resumes);
     PyMem_Free(self->table);
     PyMem_Free(self->blocks);
-    ranges_clear(&self->classes[0]);
-    ranges_clear(&self->classes[1]);
+    for (int state = 0; state < STOP_STATE_COUNT; state++) ranges_clear(&self->classes[state]);
     PyMem_Free(self->raises);
     PyMem_Free(self->observed);
     PyMem_Free(self->quiet);
@@ -1768,7 +1780,7 @@ static PyObject *Tracer_interrupted(Tracer *self, PyObject *args) {
         if (vfp != Py_None) frame.d[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(vfp, i));
     }
     if (PyErr_Occurred()) return NULL;
-    frame.state = self->uses_vfp ? VFP_KNOWN : 0;
+    frame.state = (self->uses_vfp ? VFP_KNOWN : 0) | SIGNAL_FRAME;
     self->serial++;
     self->call_pending = 1;
     self->pending_frame = frame;
