@@ -18,6 +18,7 @@ from harness.linux import calls_files, calls_memory, calls_pipes, calls_process 
 from harness.linux.files import MAX_FDS, WORKDIR, GuestError, GuestFiles, Node, OpenFile, inode_of
 from harness.linux.machine import BadAddress, Machine
 from harness.linux.memory import AddressSpace
+from harness.linux.names import NAMES
 from harness.linux.table import CALLS, SystemCallFault
 
 FIXED_TIME = 1_700_000_000  # seconds since the epoch the clock starts at (2023-11-14)
@@ -61,7 +62,9 @@ class LinuxKernel:
         SystemCallFault for a call the harness does not emulate."""
         handler = CALLS.get(number)
         if handler is None:
-            raise SystemCallFault(f"unknown system call {number} ({number:#x}) at pc {pc:#x}")
+            name = NAMES.get(number)  # a call Linux has that the harness does not emulate, named
+            which = f"{name} ({number}, {number:#x})" if name else f"{number} ({number:#x})"
+            raise SystemCallFault(f"unknown system call {which} at pc {pc:#x}")
         self.calls[handler.name] = self.calls.get(handler.name, 0) + 1
         try:
             result = handler.run(self, *args[: handler.arity])

@@ -45,5 +45,7 @@ def handles(number: int, name: str):
 
 
 def signed(value: int) -> int:
-    """A 32-bit register as a signed number."""
+    """A 32-bit register as a signed number (a number already negative,
+    such as AT_FDCWD passed on by a handler, stays as it is)."""
+    value &= 0xFFFFFFFF
     return value - (1 << 32) if value & 0x80000000 else value
