@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from harness.errors import HarnessError, InputError
 from harness.filesystem import read_input
+from harness.linux.table import SystemCallFault
 
 WORKDIR = "/work"  # the working directory as the guest sees it
 MAX_SYMLINKS = 40  # as Linux (ELOOP past it)
@@ -160,7 +161,17 @@ class Contents:
 
 class Device:
     """A character device's behaviour (/dev/null, /dev/zero...): what a read
-    of `count` bytes gives and what a write takes. Subclasses override."""
+    of `count` bytes gives and what a write takes, whether it opens, its
+    (major, minor) numbers. Subclasses override."""
+
+    rdev = (0, 0)
+
+    def open(self, kernel) -> None:
+        """Each open of the device: raises GuestError where it cannot be opened."""
+
+    def ready(self) -> tuple[bool, bool]:
+        """(a read would not wait, a write would not wait), for poll."""
+        return True, True
 
     def read(self, kernel, count: int) -> bytes:
         raise GuestError(errno.EINVAL)
@@ -208,6 +219,9 @@ class GuestFiles:
         self._removed: set[str] = set()
         self._read: dict[str, bytes] = {}  # guest path -> the host file's bytes, read once a run
         self.store = FileStore()
+        # (path, follow_last) -> (path, node) of a file the kernel makes (/dev, /proc:
+        # harness.linux.special), None for the others; set by the process's kernel.
+        self.special = None
 
     def contents(self, data: bytes = b"") -> Contents:
         """A new file's contents, held against this run's store."""
@@ -267,15 +281,20 @@ class GuestFiles:
 
     def lookup(self, path: str, follow_last: bool = True) -> tuple[str, Node]:
         """(canonical guest path, node) of an existing file; GuestError otherwise."""
+        made = self.special and self.special(self._plain(path), follow_last or path.endswith("/"))
+        if made:
+            return made
         try:
             guest, host = self.resolve(path, follow_last)
         except GuestError:
-            written = self._written.get(self._plain(path))
-            if written is None:
+            guest = self._plain(path)
+            if guest not in self._written:
                 raise
-            return self._plain(path), written
         if guest in self._written:
-            return guest, self._written[guest]
+            node = self._written[guest]
+            if stat.S_ISDIR(node.mode):  # one the program made: what it holds now
+                node.entries = self._listing(guest, ())
+            return guest, node
         if guest in self._removed:
             raise GuestError(errno.ENOENT)
         try:
@@ -284,7 +303,7 @@ class GuestFiles:
             raise GuestError(errno.ENOENT) from None
         inode = inode_of(guest)
         if stat.S_ISDIR(info.st_mode):
-            return guest, Node(stat.S_IFDIR | 0o755, entries=tuple(sorted(os.listdir(host))), inode=inode)
+            return guest, Node(stat.S_IFDIR | 0o755, entries=self._listing(guest, os.listdir(host)), inode=inode)
         if stat.S_ISLNK(info.st_mode):
             return guest, Node(stat.S_IFLNK | 0o777, Contents(os.fsencode(os.readlink(host))), inode=inode)
         if not stat.S_ISREG(info.st_mode):
@@ -296,6 +315,14 @@ class GuestFiles:
             except InputError:
                 raise GuestError(errno.EACCES) from None
         return guest, Node(stat.S_IFREG | (info.st_mode & 0o777), self.contents(data), inode=inode)
+
+    def _listing(self, guest: str, host_names: list[str] | tuple[()]) -> tuple[str, ...]:
+        """A directory's names: the host's, less those the program removed,
+        with those it made in it."""
+        prefix = guest.rstrip("/") + "/"
+        made = {path[len(prefix):] for path in self._written
+                if path.startswith(prefix) and "/" not in path[len(prefix):]}
+        return tuple(sorted(name for name in set(host_names) | made if prefix + name not in self._removed))
 
     def _plain(self, path: str) -> str:
         """`path` normalised without touching the host (for files the program made)."""
@@ -322,13 +349,52 @@ class GuestFiles:
         self._removed.discard(plain)
         return plain, node
 
+    def made(self, guest: str) -> bool:
+        """Is `guest` a file the program made or changed (held in memory)?"""
+        return guest in self._written
+
     def keep(self, guest: str, node: Node) -> None:
         """Later opens of `guest` see `node` (a file the program wrote to)."""
         self._written[guest] = node
 
-    def remove(self, path: str) -> None:
+    def remove(self, path: str, directory: bool = False) -> None:
+        """unlink (`directory` False) or rmdir a file, as Linux refuses them:
+        EISDIR, ENOTDIR, ENOTEMPTY."""
         guest, node = self.lookup(path, follow_last=False)
-        if stat.S_ISDIR(node.mode):
-            raise GuestError(errno.EISDIR)
+        if stat.S_ISDIR(node.mode) != directory:
+            raise GuestError(errno.ENOTDIR if directory else errno.EISDIR)
+        if directory and node.entries:
+            raise GuestError(errno.ENOTEMPTY)
         self._written.pop(guest, None)
         self._removed.add(guest)
+
+    def make_directory(self, path: str) -> None:
+        """mkdir: an empty directory in memory (EEXIST where a file is)."""
+        try:
+            self.lookup(path, follow_last=False)
+        except GuestError as error:
+            if error.code != errno.ENOENT:
+                raise
+            guest, _ = self.create(path)
+            self._written[guest] = Node(stat.S_IFDIR | 0o755, inode=inode_of(guest))
+            return
+        raise GuestError(errno.EEXIST)
+
+    def rename(self, old: str, new: str) -> None:
+        """rename(2) of a file (not a directory: the files under it would
+        move too, which the harness does not do: SystemCallFault)."""
+        source, node = self.lookup(old, follow_last=False)
+        if stat.S_ISDIR(node.mode):
+            raise SystemCallFault(f"rename of the directory {source}: moving a directory is not emulated")
+        try:
+            target, there = self.lookup(new, follow_last=False)
+        except GuestError as error:
+            if error.code != errno.ENOENT:
+                raise
+            target, there = self.create(new)
+        if stat.S_ISDIR(there.mode):
+            raise GuestError(errno.EISDIR)
+        if target != source:
+            self._written[target] = node
+            self._written.pop(source, None)
+            self._removed.add(source)
