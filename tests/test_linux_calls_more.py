@@ -450,3 +450,26 @@ def test_an_acl_that_is_the_mode_sets_the_mode(kernel):
     assert struct.unpack_from("<I", kernel.machine.read(SCRATCH + 0x400 + 16, 4))[0] == 0o100640
     with pytest.raises(SystemCallFault, match="user.note: extended attributes are not kept"):
         call(kernel, "setxattr", path, put_string(kernel, "user.note", SCRATCH + 0x100), BUFFER, 4, 0)
+
+
+# ------------------------------------------------------------- a program
+
+
+def test_a_program_reads_proc_and_dev_as_under_qemu():
+    """Started by a relative name, the program still finds /proc/self/exe
+    absolute, its own stack on the [stack] line, and an eventfd readable
+    through epoll once written to."""
+    from tests.test_linux_process import build, qemu
+
+    from harness.linux.process import LinuxRun, LinuxSystem
+    from harness.linux.verify import process_program
+    from harness.verify.stops import verify_program
+
+    program = build("special.c", "-static")
+    system = LinuxSystem(LinuxRun(program, (), None, ".", None, argv0="special"))
+    result = verify_program(process_program(system), [], system=system)
+    assert result.fault is None
+    outcome = system.outcome()
+    assert (outcome.exit_status, outcome.stdout) == qemu(program)
+    assert outcome.stdout == (b"exe absolute: 1\nlocal on [stack]: 1\n/dev/null: read 0, write 1\n"
+                              b"/dev/zero: read 8, first 0\nready before: 0\nready after: 1, data 77, counter 5\n")
