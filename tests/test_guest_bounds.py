@@ -16,7 +16,8 @@ import pytest
 from linux_calls import SCRATCH, PageMachine, call, open_path, put_string
 
 from harness.linux import calls_io, files, memory
-from harness.linux.files import MAX_FILE_SIZE, PAGE, GuestFiles
+from harness.linux.contents import MAX_FILE_SIZE, PAGE
+from harness.linux.files import GuestFiles
 from harness.linux.kernel import LinuxKernel
 from harness.linux.memory import AddressSpace
 from harness.linux.table import CALLS, SystemCallFault

@@ -107,8 +107,10 @@ def test_generators_import_nothing_under_test(name):
 @pytest.mark.parametrize("engine, homes", [
     # The corpus build's own check runs each ELF in Unicorn by itself, so
     # that the checksums it records owe nothing to the harness. The harness's
-    # emulator runs the engines its engine pool makes, and keeps between runs.
-    ("unicorn", ["generators.compiled.check", "harness.verify.emulator", "harness.verify.engine_pool"]),
+    # emulator runs the engines its engine pool makes, and keeps between runs;
+    # a process's system calls act on the engine through process_machine.
+    ("unicorn", ["generators.compiled.check", "harness.verify.emulator", "harness.verify.engine_pool",
+                 "harness.verify.process_machine"]),
     ("capstone", ["harness.thumb.disasm"]),
     ("keystone", ["generators.assembler"]),
 ])

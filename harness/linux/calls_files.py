@@ -64,6 +64,8 @@ def _open(kernel, path: str, flags: int) -> int:
         guest, node = kernel.files.create(path)
     if stat.S_ISLNK(node.mode):
         raise GuestError(errno.ELOOP)
+    if node.device is not None:
+        node.device.open(kernel)
     if flags & O_DIRECTORY and not stat.S_ISDIR(node.mode):
         raise GuestError(errno.ENOTDIR)
     if stat.S_ISDIR(node.mode) and access != 0:
@@ -94,10 +96,17 @@ def sys_close(kernel, fd):
     return 0
 
 
+def _rdev(node: Node) -> tuple[int, int]:
+    """A device's (major, minor); (0, 0) for other files."""
+    return node.device.rdev if node.device is not None else (0, 0)
+
+
 def stat64_bytes(node: Node) -> bytes:
     size = len(node.data)
     times = (FILE_TIME, 0) * 3
-    return STAT64.pack(1, node.inode, node.mode, 1, 0, 0, 0, size, BLOCK_SIZE, (size + 511) // 512, *times,
+    major, minor = _rdev(node)
+    rdev = (minor & 0xFF) | major << 8 | (minor & ~0xFF) << 12  # huge_encode_dev, as stat64 gives it
+    return STAT64.pack(1, node.inode, node.mode, 1, 0, 0, rdev, size, BLOCK_SIZE, (size + 511) // 512, *times,
                        node.inode)
 
 
@@ -106,7 +115,7 @@ def statx_bytes(node: Node) -> bytes:
     head = struct.pack("<IIQIIIHxxQQQQ", STATX_BASIC, BLOCK_SIZE, 0, 1, 0, 0, node.mode, node.inode, size,
                        (size + 511) // 512, 0)
     times = struct.pack("<qIi", FILE_TIME, 0, 0) * 4
-    return (head + times + struct.pack("<IIII", 0, 0, 0, 1)).ljust(0x100, b"\0")
+    return (head + times + struct.pack("<IIII", *_rdev(node), 0, 1)).ljust(0x100, b"\0")
 
 
 def _node_at(kernel, dirfd: int, path: int, flags: int) -> Node:
@@ -146,13 +155,10 @@ def sys_statx(kernel, dirfd, path, flags, mask, buffer):
 
 
 def _readlink(kernel, guest: str, buffer: int, size: int) -> int:
-    if guest == "/proc/self/exe":
-        target = as_bytes(kernel.executable)
-    else:
-        node = kernel.files.lookup(guest, follow_last=False)[1]
-        if not stat.S_ISLNK(node.mode):
-            raise GuestError(errno.EINVAL)
-        target = bytes(node.data)
+    node = kernel.files.lookup(guest, follow_last=False)[1]  # /proc/self/exe too (harness.linux.special)
+    if not stat.S_ISLNK(node.mode):
+        raise GuestError(errno.EINVAL)
+    target = bytes(node.data)
     kernel.machine.write(buffer, target[:size])
     return min(len(target), size)
 
@@ -200,24 +206,6 @@ def sys_ioctl(kernel, fd, request, argument):
     raise GuestError(errno.ENOTTY)  # no terminal: stdio buffers fully, as under a pipe
 
 
-@handles(221, "fcntl64")
-def sys_fcntl64(kernel, fd, command, argument):
-    opened = kernel.file(fd)
-    if command in (0, 1030):  # F_DUPFD, F_DUPFD_CLOEXEC
-        if argument >= MAX_FDS:
-            raise GuestError(errno.EINVAL)
-        return kernel.new_fd(opened, argument)
-    if command == 3:  # F_GETFL
-        return opened.flags
-    if command == 4:  # F_SETFL: the status flags a program may change
-        opened.flags = opened.flags & ~(O_APPEND | O_NONBLOCK) | argument & (O_APPEND | O_NONBLOCK)
-        opened.append = bool(opened.flags & O_APPEND)
-        return 0
-    if command in (1, 2):  # F_GETFD, F_SETFD
-        return 0
-    raise GuestError(errno.EINVAL)
-
-
 @handles(41, "dup")
 def sys_dup(kernel, fd):
     return kernel.new_fd(kernel.file(fd))
@@ -242,12 +230,6 @@ def sys_dup3(kernel, fd, target, flags):
 @handles(10, "unlink")
 def sys_unlink(kernel, path):
     kernel.files.remove(kernel.files.guest_path(_path(kernel, path), kernel.cwd))
-    return 0
-
-
-@handles(328, "unlinkat")
-def sys_unlinkat(kernel, dirfd, path, flags):
-    kernel.files.remove(_at(kernel, dirfd, path))
     return 0
 
 

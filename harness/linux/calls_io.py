@@ -15,14 +15,15 @@ import stat
 import struct
 
 from harness.linux.calls_files import O_NONBLOCK
-from harness.linux.files import MAX_FILE_SIZE, GuestError, Node
+from harness.linux.contents import MAX_FILE_SIZE
+from harness.linux.files import GuestError, Node
 from harness.linux.table import SystemCallFault, handles, signed
 
 MAX_TRANSFER = 16 << 20  # bytes one read or write call moves at most
 PIPE_CAPACITY = 1 << 16  # bytes a pipe holds (Linux's default)
 
 
-def _has_writer(kernel, pipe: Node) -> bool:
+def has_writer(kernel, pipe: Node) -> bool:
     return any(opened.node is pipe and opened.writable for opened in kernel.fds.values())
 
 
@@ -40,7 +41,7 @@ def _read_into(kernel, opened, buffer: int, count: int, offset: int | None = Non
     elif stat.S_ISFIFO(node.mode):  # a pipe: reading drains it
         if offset is not None:
             raise GuestError(errno.ESPIPE)
-        if not node.data and count and node not in (kernel.stdout, kernel.stderr) and _has_writer(kernel, node):
+        if not node.data and count and node not in (kernel.stdout, kernel.stderr) and has_writer(kernel, node):
             if opened.flags & O_NONBLOCK:
                 raise GuestError(errno.EAGAIN)
             raise SystemCallFault("read from an empty pipe that no other thread can fill: it would wait forever")

@@ -76,7 +76,7 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
         start = address if hinted else kernel.space.find(size)
         if start is None:
             raise GuestError(errno.ENOMEM)
-    contents = b""
+    contents, source = b"", None
     if not flags & MAP_ANONYMOUS:
         opened = kernel.file(fd)
         if not stat.S_ISREG(opened.node.mode):
@@ -84,7 +84,9 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
         offset = page_offset * PAGE
         contents = opened.node.data.read(offset, length)
         kernel.file_mappings.append((start, start + size, opened.path, offset))
+        source = (opened.path, offset)
     _map_fresh(kernel, start, size)
+    kernel.vmas.mapped(start, start + size, protection, flags, source)  # for /proc/self/maps
     if contents:
         kernel.machine.write(start, contents)
     return start
@@ -112,7 +114,7 @@ def _mapped_pages(kernel, address: int, length: int) -> int:
 
 @handles(125, "mprotect")
 def sys_mprotect(kernel, address, length, protection):
-    _mapped_pages(kernel, address, length)
+    kernel.vmas.protect(address, _mapped_pages(kernel, address, length), protection)  # for /proc/self/maps
     return 0
 
 

@@ -9,11 +9,11 @@ import errno
 import stat
 import struct
 
-from harness.linux.calls_io import PIPE_CAPACITY
+from harness.linux.calls_io import PIPE_CAPACITY, has_writer
 from harness.linux.files import GuestError, Node, OpenFile
 from harness.linux.table import SystemCallFault, handles, signed
 
-POLLIN, POLLOUT, POLLNVAL = 0x1, 0x4, 0x20
+POLLIN, POLLOUT, POLLHUP, POLLNVAL = 0x1, 0x4, 0x10, 0x20
 O_NONBLOCK, O_CLOEXEC, O_DIRECT = 0o4000, 0o2000000, 0o200000  # ARM's values
 MAX_POLLED = 1024
 
@@ -37,13 +37,28 @@ def sys_pipe2(kernel, fds, flags):
 
 def _ready(kernel, fd: int, events: int) -> int:
     opened = kernel.fds.get(fd)
-    if opened is None:
-        return POLLNVAL
+    return POLLNVAL if opened is None else readiness(kernel, opened, events)
+
+
+def readiness(kernel, opened: OpenFile, events: int) -> int:
+    """What poll says of an open file asked for `events`: files, stdin and
+    devices that do not say otherwise never block; a pipe is readable when
+    it holds bytes, writable while it has room (stdout and stderr always);
+    a pipe's read end whose writers are all closed is hung up (POLLHUP,
+    reported whatever was asked)."""
     node, ready = opened.node, 0
-    if events & POLLIN and opened.readable and (not stat.S_ISFIFO(node.mode) or node.data):
-        ready |= POLLIN  # files and stdin never block; a pipe when it holds bytes
-    if events & POLLOUT and opened.writable and (not stat.S_ISFIFO(node.mode) or len(node.data) < PIPE_CAPACITY):
+    if node.device is not None:
+        can_read, can_write = node.device.ready()
+    elif stat.S_ISFIFO(node.mode) and node not in (kernel.stdout, kernel.stderr):
+        can_read, can_write = bool(node.data), len(node.data) < PIPE_CAPACITY
+    else:
+        can_read = can_write = True
+    if events & POLLIN and opened.readable and can_read:
+        ready |= POLLIN
+    if events & POLLOUT and opened.writable and can_write:
         ready |= POLLOUT
+    if stat.S_ISFIFO(node.mode) and opened.readable and not node.data and not has_writer(kernel, node):
+        ready |= POLLHUP
     return ready
 
 

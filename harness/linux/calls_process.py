@@ -293,9 +293,3 @@ def sys_cacheflush(kernel, start, end, flags):
 def sys_set_tls(kernel, value):
     kernel.machine.set_tls(value)
     return 0
-
-
-
-@handles(281, "socket")
-def sys_socket(kernel, family, kind, protocol):
-    raise GuestError(errno.EAFNOSUPPORT)  # no network, not even AF_UNIX: glibc's nscd lookups fall back to files

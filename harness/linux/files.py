@@ -25,17 +25,15 @@ import stat
 import zlib
 from dataclasses import dataclass, field
 
-from harness.errors import HarnessError, InputError
+from harness.errors import InputError
 from harness.filesystem import read_input
+from harness.linux.contents import Contents, FileStore
+from harness.linux.table import GuestError, SystemCallFault
 
 WORKDIR = "/work"  # the working directory as the guest sees it
 MAX_SYMLINKS = 40  # as Linux (ELOOP past it)
 MAX_FDS = 1024  # open descriptors a process may have (RLIMIT_NOFILE's soft limit: EMFILE past it)
 NAME_MAX = 255  # bytes in one path component (ENAMETOOLONG past it)
-PAGE = 0x1000
-STORE_CAP = 256 << 20  # bytes the guest's files may hold in memory together (then ENOSPC, as a full tmpfs)
-# The largest file offset on 32-bit Linux (MAX_LFS_FILESIZE: ULONG_MAX pages): EFBIG past it.
-MAX_FILE_SIZE = (0xFFFFFFFF << 12) - 1
 
 
 def as_bytes(path: str) -> bytes:
@@ -51,132 +49,25 @@ def inode_of(guest: str) -> int:
     return zlib.crc32(as_bytes(guest)) | 1
 
 
-class GuestError(HarnessError):
-    """A system call's error: its errno (returned to the program as -errno)."""
-
-    def __init__(self, code: int):
-        super().__init__(errno.errorcode.get(code, str(code)))
-        self.code = code
-
-
-class FileStore:
-    """The bytes all of a run's in-memory files hold (Contents' private
-    pages), against STORE_CAP."""
-
-    def __init__(self, cap: int = STORE_CAP):
-        self.cap = cap
-        self.held = 0
-
-    def charge(self, count: int) -> None:
-        if self.held + count > self.cap:
-            raise GuestError(errno.ENOSPC)
-        self.held += count
-
-
-class Contents:
-    """A regular file's bytes: those it was read with (`base`, shared, never
-    changed) under the pages written since (private, charged to the store),
-    and its size; a page neither holds reads as zeros (a hole)."""
-
-    def __init__(self, base: bytes = b"", store: FileStore | None = None):
-        self._base = bytes(base)
-        self._pages: dict[int, bytearray] = {}
-        self._store = store or FileStore()
-        self.size = len(self._base)
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __bytes__(self) -> bytes:
-        return self.read(0, self.size)
-
-    def __del__(self) -> None:
-        store = self.__dict__.get("_store")
-        if store is not None:  # a file gone (unlinked and closed, or replaced): its pages free again
-            store.held -= PAGE * len(self._pages)
-
-    def read(self, offset: int, count: int) -> bytes:
-        """Up to `count` bytes from `offset` (fewer at the end of the file)."""
-        end = min(self.size, offset + count)
-        if offset >= end:
-            return b""
-        if not self._pages:
-            return self._base[offset:end].ljust(end - offset, b"\0")
-        out = bytearray()
-        position = offset
-        while position < end:
-            page, within = divmod(position, PAGE)
-            step = min(end - position, PAGE - within)
-            held = self._pages.get(page)
-            if held is not None:
-                out += held[within : within + step]
-            else:
-                out += self._base[position : position + step].ljust(step, b"\0")
-            position += step
-        return bytes(out)
-
-    def write(self, offset: int, data: bytes) -> None:
-        """`data` at `offset`: ENOSPC where the store cannot hold the pages
-        it needs, EFBIG past MAX_FILE_SIZE; nothing written then."""
-        if offset + len(data) > MAX_FILE_SIZE:
-            raise GuestError(errno.EFBIG)
-        if not data:
-            return
-        first, last = offset // PAGE, (offset + len(data) - 1) // PAGE
-        self._store.charge(PAGE * sum(1 for page in range(first, last + 1) if page not in self._pages))
-        position = offset
-        for page in range(first, last + 1):
-            held = self._pages.get(page)
-            if held is None:
-                held = self._pages[page] = bytearray(self._base[page * PAGE : (page + 1) * PAGE].ljust(PAGE, b"\0"))
-            within = position - page * PAGE
-            step = min(PAGE - within, offset + len(data) - position)
-            held[within : within + step] = data[position - offset : position - offset + step]
-            position += step
-        self.size = max(self.size, offset + len(data))
-
-    def truncate(self, size: int) -> None:
-        if size > MAX_FILE_SIZE:
-            raise GuestError(errno.EFBIG)
-        if size < self.size:
-            keep = (size + PAGE - 1) // PAGE
-            dropped = [page for page in self._pages if page >= keep]
-            for page in dropped:
-                del self._pages[page]
-            self._store.held -= PAGE * len(dropped)
-            if size % PAGE and keep - 1 in self._pages:
-                self._pages[keep - 1][size % PAGE :] = bytes(PAGE - size % PAGE)
-            self._base = self._base[:size]
-        self.size = size
-
-    def copy(self) -> "Contents":
-        """The same bytes, to be written apart (the base shared, the pages copied)."""
-        twin = Contents(self._base, self._store)
-        self._store.charge(PAGE * len(self._pages))
-        twin._pages = {page: bytearray(held) for page, held in self._pages.items()}
-        twin.size = self.size
-        return twin
-
-
 class Device:
     """A character device's behaviour (/dev/null, /dev/zero...): what a read
-    of `count` bytes gives and what a write takes. Subclasses override."""
+    of `count` bytes gives and what a write takes, whether it opens, its
+    (major, minor) numbers. Subclasses override."""
+
+    rdev = (0, 0)
+
+    def open(self, kernel) -> None:
+        """Each open of the device: raises GuestError where it cannot be opened."""
+
+    def ready(self) -> tuple[bool, bool]:
+        """(a read would not wait, a write would not wait), for poll."""
+        return True, True
 
     def read(self, kernel, count: int) -> bytes:
         raise GuestError(errno.EINVAL)
 
     def write(self, kernel, data: bytes) -> int:
         raise GuestError(errno.EINVAL)
-
-
-class Null(Device):
-    """/dev/null: reads find the end of the file, writes vanish."""
-
-    def read(self, kernel, count: int) -> bytes:
-        return b""
-
-    def write(self, kernel, data: bytes) -> int:
-        return len(data)
 
 
 @dataclass
@@ -218,6 +109,9 @@ class GuestFiles:
         self._removed: set[str] = set()
         self._read: dict[str, bytes] = {}  # guest path -> the host file's bytes, read once a run
         self.store = FileStore()
+        # (path, follow_last) -> (path, node) of a file the kernel makes (/dev, /proc:
+        # harness.linux.special), None for the others; set by the process's kernel.
+        self.special = None
 
     def contents(self, data: bytes = b"") -> Contents:
         """A new file's contents, held against this run's store."""
@@ -277,15 +171,20 @@ class GuestFiles:
 
     def lookup(self, path: str, follow_last: bool = True) -> tuple[str, Node]:
         """(canonical guest path, node) of an existing file; GuestError otherwise."""
+        made = self.special and self.special(self._plain(path), follow_last or path.endswith("/"))
+        if made:
+            return made
         try:
             guest, host = self.resolve(path, follow_last)
         except GuestError:
-            written = self._written.get(self._plain(path))
-            if written is None:
+            guest = self._plain(path)
+            if guest not in self._written:
                 raise
-            return self._plain(path), written
         if guest in self._written:
-            return guest, self._written[guest]
+            node = self._written[guest]
+            if stat.S_ISDIR(node.mode):  # one the program made: what it holds now
+                node.entries = self._listing(guest, ())
+            return guest, node
         if guest in self._removed:
             raise GuestError(errno.ENOENT)
         try:
@@ -294,7 +193,7 @@ class GuestFiles:
             raise GuestError(errno.ENOENT) from None
         inode = inode_of(guest)
         if stat.S_ISDIR(info.st_mode):
-            return guest, Node(stat.S_IFDIR | 0o755, entries=tuple(sorted(os.listdir(host))), inode=inode)
+            return guest, Node(stat.S_IFDIR | 0o755, entries=self._listing(guest, os.listdir(host)), inode=inode)
         if stat.S_ISLNK(info.st_mode):
             return guest, Node(stat.S_IFLNK | 0o777, Contents(os.fsencode(os.readlink(host))), inode=inode)
         if not stat.S_ISREG(info.st_mode):
@@ -306,6 +205,14 @@ class GuestFiles:
             except InputError:
                 raise GuestError(errno.EACCES) from None
         return guest, Node(stat.S_IFREG | (info.st_mode & 0o777), self.contents(data), inode=inode)
+
+    def _listing(self, guest: str, host_names: list[str] | tuple[()]) -> tuple[str, ...]:
+        """A directory's names: the host's, less those the program removed,
+        with those it made in it."""
+        prefix = guest.rstrip("/") + "/"
+        made = {path[len(prefix):] for path in self._written
+                if path.startswith(prefix) and "/" not in path[len(prefix):]}
+        return tuple(sorted(name for name in set(host_names) | made if prefix + name not in self._removed))
 
     def _plain(self, path: str) -> str:
         """`path` normalised without touching the host (for files the program made)."""
@@ -332,13 +239,52 @@ class GuestFiles:
         self._removed.discard(plain)
         return plain, node
 
+    def made(self, guest: str) -> bool:
+        """Is `guest` a file the program made or changed (held in memory)?"""
+        return guest in self._written
+
     def keep(self, guest: str, node: Node) -> None:
         """Later opens of `guest` see `node` (a file the program wrote to)."""
         self._written[guest] = node
 
-    def remove(self, path: str) -> None:
+    def remove(self, path: str, directory: bool = False) -> None:
+        """unlink (`directory` False) or rmdir a file, as Linux refuses them:
+        EISDIR, ENOTDIR, ENOTEMPTY."""
         guest, node = self.lookup(path, follow_last=False)
-        if stat.S_ISDIR(node.mode):
-            raise GuestError(errno.EISDIR)
+        if stat.S_ISDIR(node.mode) != directory:
+            raise GuestError(errno.ENOTDIR if directory else errno.EISDIR)
+        if directory and node.entries:
+            raise GuestError(errno.ENOTEMPTY)
         self._written.pop(guest, None)
         self._removed.add(guest)
+
+    def make_directory(self, path: str) -> None:
+        """mkdir: an empty directory in memory (EEXIST where a file is)."""
+        try:
+            self.lookup(path, follow_last=False)
+        except GuestError as error:
+            if error.code != errno.ENOENT:
+                raise
+            guest, _ = self.create(path)
+            self._written[guest] = Node(stat.S_IFDIR | 0o755, inode=inode_of(guest))
+            return
+        raise GuestError(errno.EEXIST)
+
+    def rename(self, old: str, new: str) -> None:
+        """rename(2) of a file (not a directory: the files under it would
+        move too, which the harness does not do: SystemCallFault)."""
+        source, node = self.lookup(old, follow_last=False)
+        if stat.S_ISDIR(node.mode):
+            raise SystemCallFault(f"rename of the directory {source}: moving a directory is not emulated")
+        try:
+            target, there = self.lookup(new, follow_last=False)
+        except GuestError as error:
+            if error.code != errno.ENOENT:
+                raise
+            target, there = self.create(new)
+        if stat.S_ISDIR(there.mode):
+            raise GuestError(errno.EISDIR)
+        if target != source:
+            self._written[target] = node
+            self._written.pop(source, None)
+            self._removed.add(source)

@@ -14,12 +14,28 @@ import errno
 import hashlib
 import stat
 
-from harness.linux import calls_files, calls_io, calls_memory, calls_pipes, calls_process  # noqa: F401  (they register the handlers)
+from harness.linux import (  # noqa: F401  (they register the handlers)
+    calls_events,
+    calls_fcntl,
+    calls_files,
+    calls_fs,
+    calls_io,
+    calls_memory,
+    calls_pipes,
+    calls_prctl,
+    calls_process,
+    calls_tasks,
+    calls_xattr,
+)
+from harness.linux.calls_prctl import Settings
 from harness.linux.calls_process import PID
-from harness.linux.files import MAX_FDS, WORKDIR, GuestError, GuestFiles, Node, Null, OpenFile, inode_of
+from harness.linux.files import MAX_FDS, WORKDIR, GuestError, GuestFiles, Node, OpenFile, as_bytes, inode_of
 from harness.linux.machine import BadAddress, Machine
+from harness.linux.maps import Vmas
 from harness.linux.memory import AddressSpace
+from harness.linux.names import NAMES
 from harness.linux.signals import Signals
+from harness.linux.special import DEV_MODE, Image, Null, SpecialFiles
 from harness.linux.table import CALLS, SystemCallFault
 
 FIXED_TIME = 1_700_000_000  # seconds since the epoch the clock starts at (2023-11-14)
@@ -27,26 +43,36 @@ OUTPUT_CAP = 64 << 20  # bytes a program may write to stdout or stderr
 
 
 def _stream(mode: int, name: str, data: bytes = b"") -> Node:
-    return Node(mode, bytearray(data), inode=inode_of(name), device=Null() if stat.S_ISCHR(mode) else None)
+    return Node(mode, bytearray(data), inode=inode_of(name))
 
 
 class LinuxKernel:
     """The state of one process, and `system_call` to run one call."""
 
     def __init__(self, machine: Machine, files: GuestFiles, space: AddressSpace, brk: int,
-                 stdin: bytes | None, executable: str):
+                 stdin: bytes | None, executable: str, image: Image = Image()):
         self.machine = machine
         self.files = files
         self.space = space
         self.brk_start = self.brk = brk
         self.executable = executable  # the guest path /proc/self/exe names
+        self.image = image  # what exec left that /proc shows
+        self.vmas = Vmas()  # the mappings as the program asked for them (/proc/self/maps)
+        for vma in image.vmas:
+            self.vmas.set(vma)
+        # The task's name (comm): its file's name, 15 bytes at most, until prctl(PR_SET_NAME)
+        self.comm = as_bytes(executable.rsplit("/", 1)[-1])[:15].decode("utf-8", "surrogateescape")
+        self.settings = Settings()  # what it set about itself (prctl, personality)
         self.cwd = WORKDIR
-        stdin_node = (_stream(stat.S_IFCHR | 0o666, "/dev/stdin") if stdin is None
-                      else _stream(stat.S_IFREG | 0o644, "/dev/stdin", stdin))
+        files.special = SpecialFiles(self).lookup
+        if stdin is None:  # no input given: stdin is /dev/null, as under a daemon or `< /dev/null`
+            stdin_file = OpenFile(Node(DEV_MODE, inode=inode_of("/dev/null"), device=Null()), "/dev/null")
+        else:
+            stdin_file = OpenFile(_stream(stat.S_IFREG | 0o644, "/dev/stdin", stdin), "/dev/stdin")
         self.stdout = _stream(stat.S_IFIFO | 0o600, "/dev/stdout")
         self.stderr = _stream(stat.S_IFIFO | 0o600, "/dev/stderr")
         self.fds: dict[int, OpenFile] = {
-            0: OpenFile(stdin_node, "/dev/stdin"),
+            0: stdin_file,
             1: OpenFile(self.stdout, "/dev/stdout", readable=False, writable=True, flags=1),
             2: OpenFile(self.stderr, "/dev/stderr", readable=False, writable=True, flags=1),
         }
@@ -64,7 +90,9 @@ class LinuxKernel:
         SystemCallFault for a call the harness does not emulate."""
         handler = CALLS.get(number)
         if handler is None:
-            raise SystemCallFault(f"unknown system call {number} ({number:#x}) at pc {pc:#x}")
+            name = NAMES.get(number)  # a call Linux has that the harness does not emulate, named
+            which = f"{name} ({number}, {number:#x})" if name else f"{number} ({number:#x})"
+            raise SystemCallFault(f"unknown system call {which} at pc {pc:#x}")
         self.calls[handler.name] = self.calls.get(handler.name, 0) + 1
         try:
             result = handler.run(self, *args[: handler.arity])

@@ -10,12 +10,13 @@ LinuxKernel, and the run ends when it exits.
 from __future__ import annotations
 
 import hashlib
+import posixpath
 from dataclasses import dataclass
 
 from harness.errors import InputError
 from harness.filesystem import read_input
 from harness.formats.elf import open_elf
-from harness.linux.files import GuestError, GuestFiles
+from harness.linux.files import WORKDIR, GuestError, GuestFiles
 from harness.linux.kernel import LinuxKernel
 from harness.linux.loader import (
     ENVIRONMENT,
@@ -27,8 +28,10 @@ from harness.linux.loader import (
     place_interpreter,
 )
 from harness.linux.machine import Machine
+from harness.linux.maps import VECTORS, Vma, loaded
 from harness.linux.memory import AddressSpace, page_up
 from harness.linux.signals import Context, deliver_pending
+from harness.linux.special import Image, exec_image
 from harness.verify.placement import PAGE, Placement, pages_of, place
 
 KUSER_SIZE = 0x10000  # the top 64 KiB: the helper page and what surrounds it on a device
@@ -123,10 +126,25 @@ class LinuxSystem:
                                   self.interpreter)
         machine.write(sp, image)
         # /proc/self/exe names what argv[0] names: not the host path, which
-        # differs from machine to machine (static glibc reads it at start-up).
+        # differs from machine to machine (static glibc reads it at start-up),
+        # made absolute as the kernel's is (glibc's _dl_get_origin aborts on a
+        # relative one): a relative argv[0] is a file in the working directory.
+        executable = posixpath.normpath(posixpath.join(WORKDIR, self.argv[0]))
         self.kernel = LinuxKernel(machine, self.files, self.space, page_up(self.executable.end), self.stdin,
-                                  self.argv[0])
+                                  executable, self._image(machine, sp, placement, executable))
         return sp
+
+    def _image(self, machine: Machine, sp: int, placement: Placement, executable: str) -> Image:
+        """What exec left that /proc shows (harness.linux.special.Image)."""
+        program = loaded(self.executable.path, self.executable.base, executable)
+        vmas = program.vmas
+        if self.interpreter is not None:
+            vmas += loaded(self.interpreter.path, self.interpreter.base,
+                           self.files.resolve(self.executable.interpreter)[0]).vmas
+        stack = (placement.stack_bottom, placement.stack_top)
+        vmas += (Vma(*stack, "rw-", name="[stack]"), Vma(*VECTORS, name="[vectors]"))
+        return exec_image(machine, sp, vmas=vmas, live=(stack, VECTORS[:2]), code=program.code, data=program.data,
+                          host_executable=self.run.program)
 
     def system_call(self, number: int, args: tuple[int, ...], pc: int) -> int:
         return self.kernel.system_call(number, args, pc)

@@ -11,11 +11,20 @@ toolchain's asm/unistd-eabi.h where one is installed).
 
 from __future__ import annotations
 
+import errno
 from typing import Callable, NamedTuple
 
 from harness.errors import HarnessError
 
 ARM_PRIVATE = 0x0F0000  # __ARM_NR_BASE: ARM's own calls (cacheflush, set_tls)
+
+
+class GuestError(HarnessError):
+    """A system call's error: its errno (returned to the program as -errno)."""
+
+    def __init__(self, code: int):
+        super().__init__(errno.errorcode.get(code, str(code)))
+        self.code = code
 
 
 class SystemCallFault(HarnessError):
@@ -45,6 +54,7 @@ def handles(number: int, name: str):
 
 
 def signed(value: int) -> int:
-    """A 32-bit register (or a number already signed) as a signed number."""
+    """A 32-bit register as a signed number (a number already negative,
+    such as AT_FDCWD passed on by a handler, stays as it is)."""
     value &= 0xFFFFFFFF
     return value - (1 << 32) if value & 0x80000000 else value

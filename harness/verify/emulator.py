@@ -31,12 +31,12 @@ from unicorn import arm_const as arm
 from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 
 from harness.errors import HarnessError
-from harness.linux.machine import BadAddress
 from harness.linux.signals import Context
 from harness.verify import abi, engine_pool
 from harness.verify.guards import as_limits, exhausted, guard_cause, memory_threshold
 from harness.verify.livestack import LiveStack
 from harness.verify.placement import DEFAULT, PAGE, Placement, pages_of, place
+from harness.verify.process_machine import ProcessMachine, read_memory
 
 # uc_ctl's control word for "drop the code translated from [begin, end)": UC_CTL_WRITE(type, 2 arguments).
 REMOVE_CACHE = unicorn_const.UC_CTL_TB_REMOVE_CACHE | 2 << 26 | unicorn_const.UC_CTL_IO_WRITE << 30
@@ -106,68 +106,9 @@ def _array_type(ctype, count: int):
     return ctype * count
 
 
-def _read(uc: Uc, address: int, size: int) -> bytes:
-    """`size` bytes at `address` (UcError where not all mapped), into a
-    bytearray: the binding's buffer is of a new array type of that size."""
-    if size <= 0:
-        return b""
-    buffer = bytearray(size)
-    status = uclib.uc_mem_read(uc._uch, address, ctypes.byref(ctypes.c_char.from_buffer(buffer)), size)
-    if status:
-        raise UcError(status)
-    return bytes(buffer)
-
-
 EXCP_SWI = 2  # Unicorn's interrupt number for SVC
 SVC_ARGUMENTS = [getattr(arm, f"UC_ARM_REG_R{n}") for n in range(6)]
-CORE_REGS = SLOT_IDS[:16]  # r0-r15
-D_REGS = [getattr(arm, f"UC_ARM_REG_D{n}") for n in range(32)]
 
-
-class _Machine:
-    """What a system-call layer may do to the engine (harness.linux.machine.Machine)."""
-
-    def __init__(self, uc: Uc):
-        self._uc = uc
-
-    def read(self, address: int, size: int) -> bytes:
-        try:
-            return _read(self._uc, address, size)
-        except UcError:
-            raise BadAddress(f"{size} bytes at {address:#x} are not mapped") from None
-
-    def write(self, address: int, data: bytes) -> None:
-        try:
-            self._uc.mem_write(address, data)
-        except UcError:
-            raise BadAddress(f"{len(data)} bytes at {address:#x} are not mapped") from None
-
-    def map(self, address: int, size: int) -> None:
-        self._uc.mem_map(address, size, UC_PROT_ALL)
-
-    def unmap(self, address: int, size: int) -> None:
-        self._uc.mem_unmap(address, size)
-
-    def set_tls(self, value: int) -> None:
-        self._uc.reg_write(arm.UC_ARM_REG_C13_C0_3, value)
-
-    def stop(self) -> None:
-        self._uc.emu_stop()
-
-    def context(self) -> Context:
-        uc = self._uc
-        return Context(tuple(uc.reg_read(register) for register in CORE_REGS), uc.reg_read(arm.UC_ARM_REG_CPSR),
-                       tuple(uc.reg_read(register) for register in D_REGS), uc.reg_read(arm.UC_ARM_REG_FPSCR))
-
-    def resume(self, context: Context) -> None:
-        uc = self._uc
-        uc.reg_write(arm.UC_ARM_REG_CPSR, context.cpsr)
-        for register, value in zip(CORE_REGS[:15], context.r):
-            uc.reg_write(register, value)
-        for register, value in zip(D_REGS, context.d):
-            uc.reg_write(register, value)
-        uc.reg_write(arm.UC_ARM_REG_FPSCR, context.fpscr)
-        uc.reg_write(arm.UC_ARM_REG_PC, context.r[15] | (1 if context.cpsr & 0x20 else 0))  # the engine's state follows
 
 
 def _unmapped(uc: Uc, access: int, address: int, size: int, value: int, user_data) -> bool:
@@ -208,7 +149,7 @@ class Emulator:
         """Told the context a signal handler interrupts, as it starts to run
         (the hook's shadow stack takes it for the handler's caller)."""
         if system is not None:
-            self._start_sp = system.attach(_Machine(uc), where)
+            self._start_sp = system.attach(ProcessMachine(uc), where)
             self._start_lr = 0  # the outermost frame: no caller (Linux starts a process with lr = 0)
             uc.reg_write(arm.UC_ARM_REG_CPSR, uc.reg_read(arm.UC_ARM_REG_CPSR) & ~0x1F | USER_MODE)
 
@@ -261,14 +202,14 @@ class Emulator:
         return self._engine.stack, self.placement.stack_bottom, self.placement.stack_top
 
     def read(self, address: int, size: int) -> bytes:
-        return _read(self._uc, address, size)
+        return read_memory(self._uc, address, size)
 
     def code(self, address: int, size: int) -> bytes:
         """Up to `size` bytes of code at `address`: fewer where the mapping
         ends, none where nothing is mapped."""
         while size:
             try:
-                return _read(self._uc, address, size)
+                return read_memory(self._uc, address, size)
             except UcError:
                 size -= 2
         return b""

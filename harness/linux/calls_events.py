@@ -1,0 +1,323 @@
+"""Waiting for events (harness.linux.table): eventfd, epoll, select, and
+the event sources a sandboxed kernel refuses (inotify, sockets). One
+thread: whatever is ready is ready now, by the rules poll follows
+(harness.linux.calls_pipes.readiness); a wait with nothing ready and no
+end would wait forever, so it ends the run as a fault, and a wait with a
+timeout returns at once having found nothing (the clock is not moved).
+"""
+
+from __future__ import annotations
+
+import errno
+import stat
+import struct
+
+from harness.linux.calls_pipes import POLLHUP, POLLIN, POLLOUT, readiness
+from harness.linux.files import MAX_FDS, Device, GuestError, Node, OpenFile, inode_of
+from harness.linux.table import SystemCallFault, handles, signed
+
+O_RDWR, O_NONBLOCK, O_CLOEXEC = 2, 0o4000, 0o2000000  # ARM's values
+EFD_SEMAPHORE = 1
+COUNTER_MAX = (1 << 64) - 2  # the most an eventfd's counter holds
+EPOLL_CTL_ADD, EPOLL_CTL_DEL, EPOLL_CTL_MOD = 1, 2, 3
+EPOLLERR = 0x8
+EPOLLEXCLUSIVE, EPOLLONESHOT, EPOLLET = 1 << 28, 1 << 30, 1 << 31
+EPOLL_EVENT = struct.Struct("<I4xQ")  # struct epoll_event of ARM EABI: not packed, 16 bytes
+ANON_MODE = 0o600  # an anonymous inode's mode: no file type
+SOCK_MAX, SOCK_TYPE_MASK, NPROTO = 11, 0xF, 46  # socket types and families Linux knows, the type's bits
+
+
+def _anonymous(kernel, kind: str, device: Device, flags: int) -> int:
+    """A descriptor of an anonymous inode (anon_inode:[kind]), read and written through `device`."""
+    node = Node(ANON_MODE, inode=inode_of("anon_inode"), device=device)
+    return kernel.new_fd(OpenFile(node, f"anon_inode:[{kind}]", readable=True, writable=True,
+                                  flags=O_RDWR | flags & O_NONBLOCK))
+
+
+# ---- eventfd
+
+
+class EventCounter(Device):
+    """An eventfd: a 64-bit counter. A read takes it whole (one, with
+    EFD_SEMAPHORE), a write adds to it; a read of 0 or a write that would
+    pass COUNTER_MAX waits, which with one thread is forever (a fault), or
+    fails with EAGAIN under O_NONBLOCK."""
+
+    def __init__(self, value: int, semaphore: bool):
+        self.value, self.semaphore = value, semaphore
+        self.opened: OpenFile | None = None  # the description, for O_NONBLOCK as F_SETFL leaves it
+
+    def _wait(self, what: str) -> None:
+        if self.opened.flags & O_NONBLOCK:
+            raise GuestError(errno.EAGAIN)
+        raise SystemCallFault(f"{what} with one thread: it would wait forever")
+
+    def read(self, kernel, count: int) -> bytes:
+        if count < 8:
+            raise GuestError(errno.EINVAL)
+        if not self.value:
+            self._wait("read of an eventfd whose counter is 0")
+        taken = 1 if self.semaphore else self.value
+        self.value -= taken
+        return struct.pack("<Q", taken)
+
+    def write(self, kernel, data: bytes) -> int:
+        if len(data) < 8:
+            raise GuestError(errno.EINVAL)
+        added = struct.unpack_from("<Q", data)[0]
+        if added > COUNTER_MAX:
+            raise GuestError(errno.EINVAL)
+        if self.value + added > COUNTER_MAX:
+            self._wait("write to an eventfd whose counter is full")
+        self.value += added
+        return 8
+
+    def ready(self) -> tuple[bool, bool]:
+        return self.value > 0, self.value < COUNTER_MAX
+
+
+def _eventfd(kernel, value: int, flags: int) -> int:
+    if flags & ~(EFD_SEMAPHORE | O_NONBLOCK | O_CLOEXEC):
+        raise GuestError(errno.EINVAL)
+    counter = EventCounter(value, bool(flags & EFD_SEMAPHORE))
+    fd = _anonymous(kernel, "eventfd", counter, flags)
+    counter.opened = kernel.fds[fd]
+    return fd
+
+
+@handles(351, "eventfd")
+def sys_eventfd(kernel, value):
+    return _eventfd(kernel, value, 0)
+
+
+@handles(356, "eventfd2")
+def sys_eventfd2(kernel, value, flags):
+    return _eventfd(kernel, value, flags)
+
+
+# ---- epoll
+
+
+class Interest:
+    """One file in an epoll set: the events asked for and the data given back."""
+
+    def __init__(self, opened: OpenFile, events: int, data: int):
+        self.opened, self.events, self.data = opened, events, data
+
+
+class Epoll(Device):
+    """An epoll instance: the files it watches (fd -> Interest), in the
+    order they were added (the order epoll_wait reports them in: Linux's
+    ready list, for a set whose files are all ready from the start)."""
+
+    def __init__(self):
+        self.interests: dict[int, Interest] = {}
+
+
+def _epoll(kernel, fd: int) -> Epoll:
+    device = kernel.file(fd).node.device
+    if not isinstance(device, Epoll):
+        raise GuestError(errno.EINVAL)
+    return device
+
+
+@handles(250, "epoll_create")
+def sys_epoll_create(kernel, size):
+    if signed(size) <= 0:
+        raise GuestError(errno.EINVAL)
+    return _anonymous(kernel, "eventpoll", Epoll(), 0)
+
+
+@handles(357, "epoll_create1")
+def sys_epoll_create1(kernel, flags):
+    if flags & ~O_CLOEXEC:
+        raise GuestError(errno.EINVAL)
+    return _anonymous(kernel, "eventpoll", Epoll(), 0)
+
+
+@handles(251, "epoll_ctl")
+def sys_epoll_ctl(kernel, epfd, operation, fd, event):
+    """Checked in Linux's order: the event (EFAULT), both descriptors
+    (EBADF), a file that cannot be waited for (EPERM: a regular file, a
+    directory), the set itself (EINVAL), then the operation."""
+    events = data = 0
+    if operation != EPOLL_CTL_DEL:
+        events, data = EPOLL_EVENT.unpack(kernel.machine.read(event, EPOLL_EVENT.size))
+    opened, target = kernel.file(epfd), kernel.file(fd)
+    node = target.node
+    if node.device is None and not stat.S_ISFIFO(node.mode):
+        raise GuestError(errno.EPERM)
+    epoll = opened.node.device
+    if target is opened or not isinstance(epoll, Epoll):
+        raise GuestError(errno.EINVAL)
+    if isinstance(node.device, Epoll):
+        raise SystemCallFault("epoll_ctl of an epoll set inside another: nested sets are not emulated")
+    if operation == EPOLL_CTL_MOD and events & EPOLLEXCLUSIVE:
+        raise GuestError(errno.EINVAL)
+    if events & EPOLLET:
+        raise SystemCallFault("epoll_ctl with EPOLLET: edge-triggered events are not emulated")
+    if operation not in (EPOLL_CTL_ADD, EPOLL_CTL_DEL, EPOLL_CTL_MOD):
+        raise GuestError(errno.EINVAL)
+    if (operation == EPOLL_CTL_ADD) == (fd in epoll.interests):
+        raise GuestError(errno.EEXIST if operation == EPOLL_CTL_ADD else errno.ENOENT)
+    if operation == EPOLL_CTL_DEL:
+        del epoll.interests[fd]
+    else:
+        epoll.interests[fd] = Interest(target, events | EPOLLERR | POLLHUP, data)
+    return 0
+
+
+def _epoll_wait(kernel, epfd: int, address: int, most: int, forever: bool) -> int:
+    """What is ready of the set, up to `most` entries written at `address`."""
+    epoll = _epoll(kernel, epfd)
+    if signed(most) <= 0 or most > 0x7FFFFFFF // EPOLL_EVENT.size:
+        raise GuestError(errno.EINVAL)
+    kernel.machine.read(address, EPOLL_EVENT.size)  # EFAULT before anything is taken
+    open_files = list(kernel.fds.values())
+    found = []
+    for fd, interest in list(epoll.interests.items()):
+        if not any(opened is interest.opened for opened in open_files):
+            del epoll.interests[fd]  # its file was closed: Linux drops it from the set
+            continue
+        ready = readiness(kernel, interest.opened, interest.events) & interest.events
+        if ready and len(found) < most:
+            found.append((ready, interest))
+    for index, (ready, interest) in enumerate(found):
+        kernel.machine.write(address + EPOLL_EVENT.size * index, EPOLL_EVENT.pack(ready, interest.data))
+        if interest.events & EPOLLONESHOT:
+            interest.events = 0  # reported once: silent until EPOLL_CTL_MOD
+    if not found and forever:
+        raise SystemCallFault(f"epoll_wait on {len(epoll.interests)} files with nothing ready and one thread: "
+                              "it would wait forever")
+    return len(found)
+
+
+def _sigset(size: int, mask: int) -> None:
+    if mask and size != 8:
+        raise GuestError(errno.EINVAL)
+
+
+@handles(252, "epoll_wait")
+def sys_epoll_wait(kernel, epfd, events, most, timeout):
+    return _epoll_wait(kernel, epfd, events, most, signed(timeout) < 0)
+
+
+@handles(346, "epoll_pwait")
+def sys_epoll_pwait(kernel, epfd, events, most, timeout, mask, size):
+    _sigset(size, mask)
+    return _epoll_wait(kernel, epfd, events, most, signed(timeout) < 0)
+
+
+@handles(441, "epoll_pwait2")
+def sys_epoll_pwait2(kernel, epfd, events, most, timeout, mask, size):
+    _sigset(size, mask)
+    return _epoll_wait(kernel, epfd, events, most, not timeout)
+
+
+# ---- select
+
+
+def _select(kernel, count: int, sets: tuple[int, int, int], forever: bool) -> int:
+    """select over the three fd_sets (read, write, except) of `count` bits:
+    EBADF for a descriptor not open, each set rewritten with the ready ones."""
+    count = signed(count)
+    if count < 0:
+        raise GuestError(errno.EINVAL)
+    count = min(count, MAX_FDS)
+    size = (count + 31) // 32 * 4
+    wanted = [int.from_bytes(kernel.machine.read(address, size), "little") if address and size else 0
+              for address in sets]
+    ready_sets, total = [0, 0, 0], 0
+    for fd in range(count):
+        if not any(bits >> fd & 1 for bits in wanted):
+            continue
+        opened = kernel.fds.get(fd)
+        if opened is None:
+            raise GuestError(errno.EBADF)
+        answer = readiness(kernel, opened, POLLIN | POLLOUT)
+        for which, mask in ((0, POLLIN | POLLHUP), (1, POLLOUT)):  # no file here has exceptions (POLLPRI)
+            if wanted[which] >> fd & 1 and answer & mask:
+                ready_sets[which] |= 1 << fd
+                total += 1
+    if not total and forever:
+        raise SystemCallFault(f"select on {count} descriptors with nothing ready and one thread: "
+                              "it would wait forever")
+    for address, bits in zip(sets, ready_sets):
+        if address and size:
+            kernel.machine.write(address, bits.to_bytes(size, "little"))
+    return total
+
+
+def _timeout(kernel, address: int, layout: struct.Struct, ready: int) -> None:
+    """Linux writes back the time left: none, when nothing was ready."""
+    if address and not ready:
+        kernel.machine.write(address, bytes(layout.size))
+
+
+@handles(142, "_newselect")
+def sys_newselect(kernel, count, reads, writes, errors, timeout):
+    ready = _select(kernel, count, (reads, writes, errors), not timeout)
+    _timeout(kernel, timeout, struct.Struct("<ii"), ready)
+    return ready
+
+
+@handles(335, "pselect6")
+def sys_pselect6(kernel, count, reads, writes, errors, timeout, mask):
+    ready = _select(kernel, count, (reads, writes, errors), not timeout)
+    _timeout(kernel, timeout, struct.Struct("<ii"), ready)
+    return ready
+
+
+@handles(413, "pselect6_time64")
+def sys_pselect6_time64(kernel, count, reads, writes, errors, timeout, mask):
+    ready = _select(kernel, count, (reads, writes, errors), not timeout)
+    _timeout(kernel, timeout, struct.Struct("<qi4x"), ready)
+    return ready
+
+
+# ---- what a sandbox without network or file watches refuses
+
+
+def _socket_arguments(family: int, kind: int) -> None:
+    """socket's checks before it looks for the family, in Linux's order."""
+    if kind & ~(SOCK_TYPE_MASK | O_NONBLOCK | O_CLOEXEC):
+        raise GuestError(errno.EINVAL)
+    if not 0 <= signed(family) < NPROTO:
+        raise GuestError(errno.EAFNOSUPPORT)
+    if kind & SOCK_TYPE_MASK >= SOCK_MAX:
+        raise GuestError(errno.EINVAL)
+
+
+@handles(281, "socket")
+def sys_socket(kernel, family, kind, protocol):
+    """No network, not even AF_UNIX: the kernel has no protocol family to
+    make a socket of, and says so as Linux does for a family it was built
+    without (EAFNOSUPPORT). glibc's nscd and syslog lookups fall back to
+    files or go without."""
+    _socket_arguments(family, kind)
+    raise GuestError(errno.EAFNOSUPPORT)
+
+
+@handles(288, "socketpair")
+def sys_socketpair(kernel, family, kind, protocol, pair):
+    """As socket: no family to make the pair of (EAFNOSUPPORT)."""
+    _socket_arguments(family, kind)
+    raise GuestError(errno.EAFNOSUPPORT)
+
+
+def _inotify(flags: int) -> int:
+    """No file watches: the sandbox allows none (fs.inotify.max_user_instances
+    = 0), and Linux then says EMFILE; programs fall back to polling files."""
+    if flags & ~(O_NONBLOCK | O_CLOEXEC):
+        raise GuestError(errno.EINVAL)
+    raise GuestError(errno.EMFILE)
+
+
+@handles(316, "inotify_init")
+def sys_inotify_init(kernel):
+    return _inotify(0)
+
+
+@handles(360, "inotify_init1")
+def sys_inotify_init1(kernel, flags):
+    return _inotify(flags)
