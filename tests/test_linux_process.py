@@ -38,10 +38,11 @@ QEMU_ENVIRONMENT = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C"}
 
 
 @cache
-def build(source: str, *extra: str) -> str:
-    """`source` (in tests/linux_src) built for armhf with FLAGS + extra, cached by content."""
-    path = SOURCES / source
-    compiler = "arm-linux-gnueabihf-g++" if source.endswith(".cc") else "arm-linux-gnueabihf-gcc"
+def build(source: str | Path, *extra: str) -> str:
+    """`source` (a name in tests/linux_src, or a path) built for armhf with
+    FLAGS + extra, cached by content."""
+    path = source if isinstance(source, Path) else SOURCES / source
+    compiler = "arm-linux-gnueabihf-g++" if path.suffix == ".cc" else "arm-linux-gnueabihf-gcc"
     key = hashlib.sha256(path.read_bytes() + " ".join((compiler,) + FLAGS + extra).encode()).hexdigest()[:12]
     output = CACHE / "tests" / f"{path.stem}-{key}"
     if not output.exists():

@@ -1,9 +1,9 @@
 """Signals delivered as ARM Linux delivers them (harness.linux.signals), and
 ground truth across their frames: a handler's caller is the context it
 interrupted, at that exact pc, until sigreturn restores it; a siglongjmp
-out of a handler drops it. tests/linux_src/signals.c runs each kind; the
-frame's layout and each default action are checked call by call on a
-plain machine."""
+out of a handler drops it. The Linux corpus's csig (corpus/linux/src)
+runs each kind; the frame's layout and each default action are checked
+call by call on a plain machine."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import errno
 import hashlib
 import json
 import struct
+from pathlib import Path
 
 import pytest
 from linux_calls import SCRATCH, call, made_kernel, made_roots
@@ -28,8 +29,11 @@ EXPECTED_OUTPUT = (b"while blocked: 106\nafter unblock: 107\nreset: 1\nnested: 4
                    b"registers kept: 1\njumped: 7\nhits: 108\n")
 
 
+SOURCE = Path(__file__).resolve().parent.parent / "corpus" / "linux" / "src" / "csig.c"
+
+
 def program() -> str:
-    return build("signals.c", "-static")
+    return build(SOURCE, "-static")
 
 
 def test_the_signal_program_runs_as_under_qemu(tmp_path):

@@ -1,4 +1,4 @@
-/* Signals delivered to their handlers (tests/test_linux_signals.py): raise
+/* Signals delivered to their handlers (the Linux corpus; tests/test_linux_signals.py): raise
  * from deep recursion, SA_SIGINFO, a blocked signal delivered on unblock,
  * SA_RESETHAND, SA_NODEFER, an alternate stack, siglongjmp out of a
  * handler, registers (core and VFP) clobbered by a handler and restored
@@ -14,7 +14,7 @@ static volatile int hits, nested, on_alt;
 static sigjmp_buf back;
 static char alt_stack[16384];
 
-static void count(int signal) { hits++; }
+static void count(int signal) { (void)signal; hits++; }
 static void with_info(int signal, siginfo_t *info, void *context) {
     ucontext_t *uc = context;
     if (info->si_signo == signal && uc->uc_mcontext.arm_sp > (unsigned long)&info) hits += 100;
@@ -24,10 +24,12 @@ static void again(int signal) {  /* SA_NODEFER: the same signal may arrive insid
 }
 static void where(int signal) {
     char here;
+    (void)signal;
     on_alt = &here >= alt_stack && &here < alt_stack + sizeof alt_stack;
 }
-static void jump(int signal) { siglongjmp(back, 7); }
+static void jump(int signal) { (void)signal; siglongjmp(back, 7); }
 static void clobber(int signal) {  /* what a handler may clobber, the interrupted code must get back */
+    (void)signal;
     __asm__ volatile("mov r4, #1\n mov r5, #2\n mov r6, #3\n mov r8, #4\n mov r10, #5\n"
                      "vmov.f64 d8, #1.0\n vmov.f64 d9, #2.0\n vmov.f64 d15, #3.0" ::: "r4", "r5", "r6", "r8", "r10",
                      "d8", "d9", "d15");
