@@ -24,6 +24,7 @@ class PageMachine:
         self.tls = None
         self.stopped = False
         self.registers = Context((0,) * 16, 0x10, (0,) * 32, 0)  # what a signal interrupts
+        self.executed = 0  # instructions "run" so far: tests move the clock with it
 
     def _page(self, address: int) -> bytearray:
         page = self.pages.get(address & ~(PAGE - 1))
@@ -52,6 +53,9 @@ class PageMachine:
 
     def stop(self):
         self.stopped = True
+
+    def instructions(self):
+        return self.executed
 
     def context(self):
         return self.registers

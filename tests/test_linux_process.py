@@ -297,3 +297,20 @@ def test_the_data_points_at_the_labels_of_a_computed_goto_and_at_functions():
     start, end = spans["interpret"]
     assert len({word & ~1 for word in pointers if start <= word < end}) == 4
     assert {spans["frame_dummy"][0] | 1, spans["__do_global_dtors_aux"][0] | 1} <= set(pointers)
+
+
+def test_the_clock_moves_with_the_instructions_alike_in_every_kind_of_run(tmp_path):
+    """A clock loop, a busy loop and a sleep print what they print under
+    qemu-user, and the program's runs (every stop, samples, the Python
+    hook) see the same clock: it counts the instructions run."""
+    program = build("clock.c", "-static")
+    expected = b"waited yes, busy loop took time yes, slept at least 250 ms yes\n"
+    assert qemu(program) == (0, expected)
+    outputs = set()
+    for every, compiled in ((1, True), (1000, True), (1, False)):
+        system = LinuxSystem(LinuxRun(program))
+        built = process_program(system)
+        result = verify_program(built, [], compiled=compiled, system=system, every=every)
+        assert result.fault is None
+        outputs.add((system.outcome().stdout, result.instructions))
+    assert len(outputs) == 1 and next(iter(outputs))[0] == expected  # the same output after as many instructions

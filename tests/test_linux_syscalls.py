@@ -193,15 +193,34 @@ def test_abort_ends_with_the_signal(kernel):
     assert deliver_pending(kernel) is None and kernel.exit_status == -6
 
 
+def _now(kernel) -> tuple[int, int]:
+    call(kernel, "clock_gettime64", 0, SCRATCH)
+    return struct.unpack("<qI", kernel.machine.read(SCRATCH, 12))
+
+
 def test_tls_clock_and_randomness_are_fixed(kernel):
     assert call(kernel, "set_tls", 0xABCD0) == 0 and kernel.machine.tls == 0xABCD0
-    call(kernel, "clock_gettime64", 0, SCRATCH)
-    seconds, nanoseconds = struct.unpack("<qI", kernel.machine.read(SCRATCH, 12))
-    assert seconds == FIXED_TIME and nanoseconds == 1_000_000
+    assert _now(kernel) == _now(kernel) == (FIXED_TIME, 0)  # reading the clock takes no time of its own
     call(kernel, "getrandom", SCRATCH, 16, 0)
     first = kernel.machine.read(SCRATCH, 16)
     again = LinuxKernel(PageMachine(), kernel.files, kernel.space, 0, None, "")
     assert again.random_bytes(16) == first  # the same on every run
+
+
+def test_the_clock_moves_with_the_instructions_run_and_with_sleep(kernel):
+    """A nanosecond an instruction, so that a busy loop that reads no clock
+    sees time pass as on a device; nanosleep moves it by what it asks."""
+    kernel.machine.executed = 2_500_000_123
+    assert _now(kernel) == (FIXED_TIME + 2, 500_000_123)
+    kernel.machine.write(SCRATCH + 0x100, struct.pack("<iI", 1, 600_000_000))
+    assert call(kernel, "nanosleep", SCRATCH + 0x100, 0) == 0
+    assert _now(kernel) == (FIXED_TIME + 4, 100_000_123)
+    kernel.machine.write(SCRATCH + 0x100, struct.pack("<qI4x", FIXED_TIME + 10, 0))  # until an absolute time
+    assert call(kernel, "clock_nanosleep_time64", 0, 1, SCRATCH + 0x100, 0) == 0
+    assert _now(kernel) == (FIXED_TIME + 10, 0)
+    kernel.machine.write(SCRATCH + 0x100, struct.pack("<iI", 0, 1_000_000_000))
+    assert call(kernel, "nanosleep", SCRATCH + 0x100, 0) == -errno.EINVAL
+    assert call(kernel, "times", 0) == 250  # CPU time in ticks of 10 ms: the instructions, not the sleeps
 
 
 def test_uname_says_armv7l(kernel):

@@ -14,6 +14,7 @@ UTS_FIELDS = (b"Linux", b"unwind-harness", b"6.1.0", b"#1 SMP", b"armv7l", b"(no
 RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
 RLIM_INFINITY = (1 << 64) - 1
 NSEC = 1_000_000_000
+TIMER_ABSTIME = 1
 PID = 4242  # the process's pid and tid, whatever the host's
 
 
@@ -155,11 +156,34 @@ def sys_clock_getres_time64(kernel, clock, address):
 
 @handles(162, "nanosleep")
 def sys_nanosleep(kernel, request, remaining):
-    return 0
+    seconds, nanoseconds = struct.unpack("<iI", kernel.machine.read(request, 8))
+    return _sleep(kernel, seconds, nanoseconds)
+
+
+@handles(265, "clock_nanosleep")
+def sys_clock_nanosleep(kernel, clock, flags, request, remaining):
+    return _sleep_until(kernel, flags, *struct.unpack("<iI", kernel.machine.read(request, 8)))
 
 
 @handles(407, "clock_nanosleep_time64")
 def sys_clock_nanosleep_time64(kernel, clock, flags, request, remaining):
+    return _sleep_until(kernel, flags, *struct.unpack("<qI4x", kernel.machine.read(request, 16)))
+
+
+def _sleep_until(kernel, flags: int, seconds: int, nanoseconds: int) -> int:
+    if flags & TIMER_ABSTIME:  # until that time: as long as is left of it
+        if not 0 <= nanoseconds < NSEC:
+            raise GuestError(errno.EINVAL)
+        left = max(0, seconds * NSEC + nanoseconds - kernel.now_ns())
+        seconds, nanoseconds = divmod(left, NSEC)
+    return _sleep(kernel, seconds, nanoseconds)
+
+
+def _sleep(kernel, seconds: int, nanoseconds: int) -> int:
+    """The clock moves on by the time asked (no other thread runs meanwhile)."""
+    if seconds < 0 or not 0 <= nanoseconds < NSEC:
+        raise GuestError(errno.EINVAL)
+    kernel.slept_ns += seconds * NSEC + nanoseconds
     return 0
 
 

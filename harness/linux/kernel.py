@@ -3,7 +3,7 @@ captured output, clock and exit status, and the dispatch of its system
 calls (the handlers are in calls_files, calls_memory and calls_process).
 
 Everything the program can observe is fixed by its inputs: the clock
-starts at FIXED_TIME and advances a millisecond per call that reads it,
+starts at FIXED_TIME and advances with the instructions run (now_ns),
 random bytes come from a hash of a fixed seed and the count of calls, pids and ids
 are constants. The same program and inputs give the same run.
 """
@@ -39,6 +39,7 @@ from harness.linux.special import DEV_MODE, Image, Null, SpecialFiles
 from harness.linux.table import CALLS, SystemCallFault
 
 FIXED_TIME = 1_700_000_000  # seconds since the epoch the clock starts at (2023-11-14)
+NS_PER_INSTRUCTION = 1
 OUTPUT_CAP = 64 << 20  # bytes a program may write to stdout or stderr
 
 
@@ -77,7 +78,7 @@ class LinuxKernel:
             2: OpenFile(self.stderr, "/dev/stderr", readable=False, writable=True, flags=1),
         }
         self.exit_status: int | None = None  # set by exit, exit_group or a fatal signal
-        self.ticks = 0  # clock reads so far
+        self.slept_ns = 0  # how far nanosleep and the like moved the clock on
         self._random_blocks = 0
         self.signals = Signals()
         self.pid = PID
@@ -125,9 +126,17 @@ class LinuxKernel:
         node.data += data
 
     def now_ns(self) -> int:
-        """The clock: FIXED_TIME plus a millisecond per read."""
-        self.ticks += 1
-        return FIXED_TIME * 1_000_000_000 + self.ticks * 1_000_000
+        """The clock: FIXED_TIME, plus a nanosecond an instruction the process
+        has run (a 1 GHz core retiring one a cycle: the same every run, and
+        moving in a loop that makes no system call, as on a device), plus
+        what it slept."""
+        return FIXED_TIME * 1_000_000_000 + self.machine.instructions() * NS_PER_INSTRUCTION + self.slept_ns
+
+    @property
+    def ticks(self) -> int:
+        """The process's CPU time in clock ticks (USER_HZ, 100 a second): all
+        of its time but what it slept."""
+        return self.machine.instructions() * NS_PER_INSTRUCTION // 10_000_000
 
     def random_bytes(self, count: int) -> bytes:
         """The next `count` bytes of the run's random stream: each call's from

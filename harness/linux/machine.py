@@ -34,6 +34,10 @@ class Machine(Protocol):
     def stop(self) -> None:
         """End the run after the current instruction (the process exited)."""
 
+    def instructions(self) -> int:
+        """The instructions the process has run so far (those an IT block
+        skips included: the same count whatever hook follows the run)."""
+
     def context(self) -> Context:
         """The user registers now (harness.linux.signals.Context)."""
 

@@ -145,11 +145,14 @@ class Emulator:
         self._fault: EmulationFault | None = None  # raised by the system-call hook, reported after the run
         self._start_sp, self._start_lr = where.stack_top, where.sentinel | 1
         self._limits, self._started = abi.Limits(), 0.0  # the run under way's, for the system-call hook's guards
+        self.instructions_run: Callable[[], int] = lambda: 0
+        """The instructions the run has made so far, as its hook counts them
+        (for a process's clock: the same count in every run of it)."""
         self.on_signal: Callable[[Context], None] | None = None
         """Told the context a signal handler interrupts, as it starts to run
         (the hook's shadow stack takes it for the handler's caller)."""
         if system is not None:
-            self._start_sp = system.attach(ProcessMachine(uc), where)
+            self._start_sp = system.attach(ProcessMachine(uc, lambda: self.instructions_run()), where)
             self._start_lr = 0  # the outermost frame: no caller (Linux starts a process with lr = 0)
             uc.reg_write(arm.UC_ARM_REG_CPSR, uc.reg_read(arm.UC_ARM_REG_CPSR) & ~0x1F | USER_MODE)
 

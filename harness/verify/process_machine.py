@@ -5,6 +5,7 @@ user registers, and a way to end the run."""
 from __future__ import annotations
 
 import ctypes
+from typing import Callable
 
 from unicorn import UC_PROT_ALL, Uc, UcError
 from unicorn import arm_const as arm
@@ -33,8 +34,9 @@ def read_memory(uc: Uc, address: int, size: int) -> bytes:
 class ProcessMachine:
     """What a system-call layer may do to the engine (harness.linux.machine.Machine)."""
 
-    def __init__(self, uc: Uc):
+    def __init__(self, uc: Uc, instructions: Callable[[], int]):
         self._uc = uc
+        self.instructions = instructions  # the run's count, from whichever hook follows it
 
     def read(self, address: int, size: int) -> bytes:
         try:

@@ -255,6 +255,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         tracer.interrupted(interrupted.r[15], interrupted.r[13], tuple(interrupted.r[4:12]), vfp)
 
     emulator.on_signal = on_signal
+    emulator.instructions_run = lambda: tracer.seen
     try:
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap, program.code_spans())
     finally:  # the stops before a fault count too
@@ -375,6 +376,7 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         shadow.interrupted(interrupted.r[15], interrupted.r[13], tuple(interrupted.r[4:12]), vfp)
 
     emulator.on_signal = on_signal
+    emulator.instructions_run = lambda: result.instructions
     try:
         result.result = emulator.call(program.entry, on_stop, limits, program.args)
     finally:
