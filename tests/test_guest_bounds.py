@@ -52,14 +52,19 @@ def test_a_write_far_past_the_end_stores_one_page_and_reads_back_a_hole(kernel):
     assert node.data.read(12345, 4) == bytes(4)
 
 
-def test_writes_past_the_largest_offset_fail_with_efbig_and_seeks_with_einval(kernel):
+def test_writes_stop_at_the_largest_file_and_seeks_past_it_fail(kernel):
+    """32-bit Linux's largest file is 2^44 - 4096 bytes: a seek may reach
+    it, a write there gets EFBIG and one across it a short count."""
     fd = _new_file(kernel)
-    kernel.machine.write(SCRATCH, b"y")
+    kernel.machine.write(SCRATCH, b"yz")
     assert _llseek(kernel, fd, 1 << 62) == -errno.EINVAL  # past MAX_LFS_FILESIZE: Linux refuses the seek
-    assert call(kernel, "pwrite64", fd, SCRATCH, 1, 0, MAX_FILE_SIZE & 0xFFFFFFFF, MAX_FILE_SIZE >> 32) \
-        == -errno.EFBIG
+    assert _llseek(kernel, fd, MAX_FILE_SIZE) == 0
+    assert call(kernel, "write", fd, SCRATCH, 2) == -errno.EFBIG
+    low, high = (MAX_FILE_SIZE - 1) & 0xFFFFFFFF, (MAX_FILE_SIZE - 1) >> 32
+    assert call(kernel, "pwrite64", fd, SCRATCH, 2, 0, low, high) == 1
     assert call(kernel, "pwrite64", fd, SCRATCH, 1, 0, 0, 1 << 31) == -errno.EINVAL  # a negative offset
-    assert kernel.files.store.held == 0
+    assert call(kernel, "pread64", fd, SCRATCH, 16, 0, 0xFFFFFFF8, 0x7FFFFFFF) == -errno.EINVAL  # past 2^63 - 1
+    assert kernel.files.store.held == PAGE
 
 
 def test_the_files_together_hold_at_most_the_store_cap_then_enospc(kernel, monkeypatch):
@@ -95,8 +100,9 @@ def test_one_call_moves_at_most_max_transfer_bytes_all_its_buffers_together(kern
     vector = b"".join(struct.pack("<II", SCRATCH, 2000) for _ in range(3))
     kernel.machine.write(BUFFER, vector)
     assert call(kernel, "writev", fd, BUFFER, 3) == 3000  # a short count, as Linux past MAX_RW_COUNT
-    assert call(kernel, "write", fd, SCRATCH, 0xFFFFFFFF) == 3000  # cut before the buffer is read
+    assert call(kernel, "write", fd, SCRATCH, 3500) == 3000  # cut before the buffer is read
     assert len(kernel.fds[fd].node.data) == 6000
+    assert call(kernel, "write", fd, SCRATCH, 0xFFFFFFFF) == -errno.EFAULT  # past user memory: Linux's access_ok
 
 
 def test_a_pipe_holds_64_kib(kernel):

@@ -125,11 +125,11 @@ class Sealed(Contents):
         super().__init__(b"", store)
         self.seals = seals
 
-    def write(self, offset: int, data: bytes) -> None:
+    def write(self, offset: int, data: bytes) -> int:
         if data and (self.seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)
                      or self.seals & F_SEAL_GROW and offset + len(data) > self.size):
             raise GuestError(errno.EPERM)
-        super().write(offset, data)
+        return super().write(offset, data)
 
     def truncate(self, size: int) -> None:
         if size > self.size and self.seals & F_SEAL_GROW or size < self.size and self.seals & F_SEAL_SHRINK:

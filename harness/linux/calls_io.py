@@ -17,14 +17,23 @@ import struct
 from harness.linux.calls_files import O_NONBLOCK
 from harness.linux.contents import MAX_FILE_SIZE
 from harness.linux.files import GuestError, Node
+from harness.linux.loader import KUSER_PAGE
 from harness.linux.table import SystemCallFault, handles, signed
 
 MAX_TRANSFER = 16 << 20  # bytes one read or write call moves at most
 PIPE_CAPACITY = 1 << 16  # bytes a pipe holds (Linux's default)
+USER_TOP = KUSER_PAGE  # where user memory ends: above it, the vectors page and the kernel's
 
 
 def has_writer(kernel, pipe: Node) -> bool:
     return any(opened.node is pipe and opened.writable for opened in kernel.fds.values())
+
+
+def _user_range(buffer: int, count: int) -> None:
+    """EFAULT for a buffer that runs past user memory (Linux's access_ok,
+    on the count asked, before any cut)."""
+    if buffer + count > USER_TOP:
+        raise GuestError(errno.EFAULT)
 
 
 def _read_into(kernel, opened, buffer: int, count: int, offset: int | None = None) -> int:
@@ -32,6 +41,7 @@ def _read_into(kernel, opened, buffer: int, count: int, offset: int | None = Non
     `offset` without moving the position (pread64) when given."""
     if not opened.readable:
         raise GuestError(errno.EBADF)
+    _user_range(buffer, count)
     node = opened.node
     count = min(count, MAX_TRANSFER)
     if stat.S_ISDIR(node.mode):
@@ -61,6 +71,7 @@ def _write_from(kernel, opened, buffer: int, count: int, offset: int | None = No
     `offset` without moving the position (pwrite64) when given."""
     if not opened.writable:
         raise GuestError(errno.EBADF)
+    _user_range(buffer, count)
     node = opened.node
     data = kernel.machine.read(buffer, min(count, MAX_TRANSFER)) if count else b""
     if node is kernel.stdout or node is kernel.stderr:
@@ -78,10 +89,10 @@ def _write_from(kernel, opened, buffer: int, count: int, offset: int | None = No
         node.data += data[:room]
         return min(len(data), room)
     start = len(node.data) if opened.append else opened.position if offset is None else offset
-    node.data.write(start, data)
+    written = node.data.write(start, data)
     if offset is None:
-        opened.position = start + len(data)
-    return len(data)
+        opened.position = start + written
+    return written
 
 
 @handles(3, "read")
@@ -94,29 +105,33 @@ def sys_write(kernel, fd, buffer, count):
     return _write_from(kernel, kernel.file(fd), buffer, count)
 
 
-def _offset(low: int, high: int) -> int:
-    """A 64-bit file offset from two registers: EINVAL when negative."""
+def _offset(low: int, high: int, count: int) -> int:
+    """A 64-bit file offset from two registers: EINVAL when negative or when
+    `count` bytes from it would pass the largest offset (rw_verify_area)."""
     offset = high << 32 | low
-    if offset >> 63:
+    if offset + count >= 1 << 63:
         raise GuestError(errno.EINVAL)
     return offset
 
 
 @handles(180, "pread64")
 def sys_pread64(kernel, fd, buffer, count, _pad, low, high):
-    return _read_into(kernel, kernel.file(fd), buffer, count, _offset(low, high))
+    return _read_into(kernel, kernel.file(fd), buffer, count, _offset(low, high, count))
 
 
 @handles(181, "pwrite64")
 def sys_pwrite64(kernel, fd, buffer, count, _pad, low, high):
-    return _write_from(kernel, kernel.file(fd), buffer, count, _offset(low, high))
+    return _write_from(kernel, kernel.file(fd), buffer, count, _offset(low, high, count))
 
 
 def _vector(kernel, vector: int, count: int) -> list[tuple[int, int]]:
     if count > 1024:
         raise GuestError(errno.EINVAL)
     raw = kernel.machine.read(vector, 8 * count)
-    return [struct.unpack_from("<II", raw, 8 * i) for i in range(count)]
+    buffers = [struct.unpack_from("<II", raw, 8 * i) for i in range(count)]
+    if any(length >> 31 for _, length in buffers):  # negative as a ssize_t
+        raise GuestError(errno.EINVAL)
+    return buffers
 
 
 def _each_buffer(kernel, fd: int, vector: int, count: int, move) -> int:

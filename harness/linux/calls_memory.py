@@ -12,6 +12,7 @@ import errno
 import stat
 
 from harness.linux.files import GuestError
+from harness.linux.loader import KUSER_PAGE
 from harness.linux.memory import MAX_MAPPED, MAX_MAPPINGS, page_up
 from harness.linux.table import handles
 from harness.verify.placement import PAGE
@@ -66,8 +67,10 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
         raise GuestError(errno.EINVAL if length <= MAX_MAPPED else errno.ENOMEM)
     size = page_up(length)
     if flags & (MAP_FIXED | MAP_FIXED_NOREPLACE):
-        if not kernel.space.is_free(address, address + size) or address + size > 1 << 32:
-            if flags & MAP_FIXED_NOREPLACE or address + size > 1 << 32 or address == 0:
+        if address + size > KUSER_PAGE:
+            raise GuestError(errno.ENOMEM)  # past user memory (Linux: past TASK_SIZE)
+        if not kernel.space.is_free(address, address + size):
+            if flags & MAP_FIXED_NOREPLACE or address == 0:
                 raise GuestError(errno.EEXIST if flags & MAP_FIXED_NOREPLACE else errno.EINVAL)
             _unmap(kernel, address, address + size)
         start = address

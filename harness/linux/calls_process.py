@@ -15,6 +15,8 @@ RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
 RLIM_INFINITY = (1 << 64) - 1
 NSEC = 1_000_000_000
 TIMER_ABSTIME = 1
+GRND_RANDOM, GRND_INSECURE = 0x2, 0x4
+GRND_FLAGS = 0x1 | GRND_RANDOM | GRND_INSECURE  # GRND_NONBLOCK too
 PID = 4242  # the process's pid and tid, whatever the host's
 
 
@@ -113,6 +115,8 @@ def sys_uname(kernel, buffer):
 
 @handles(384, "getrandom")
 def sys_getrandom(kernel, buffer, length, flags):
+    if flags & ~GRND_FLAGS or flags & GRND_INSECURE and flags & GRND_RANDOM:
+        raise GuestError(errno.EINVAL)
     length = min(length, 1 << 20)
     kernel.machine.write(buffer, kernel.random_bytes(length))
     return length

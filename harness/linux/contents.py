@@ -13,8 +13,9 @@ from harness.linux.table import GuestError
 
 PAGE = 0x1000
 STORE_CAP = 256 << 20  # bytes the guest's files may hold in memory together (then ENOSPC, as a full tmpfs)
-# The largest file offset on 32-bit Linux (MAX_LFS_FILESIZE: ULONG_MAX pages): EFBIG past it.
-MAX_FILE_SIZE = (0xFFFFFFFF << 12) - 1
+# A file's largest size on 32-bit Linux (MAX_LFS_FILESIZE, ULONG_MAX pages):
+# a seek may reach it, a write stops there (EFBIG where nothing fits).
+MAX_FILE_SIZE = 0xFFFFFFFF << 12
 
 
 class FileStore:
@@ -73,13 +74,15 @@ class Contents:
             position += step
         return bytes(out)
 
-    def write(self, offset: int, data: bytes) -> None:
-        """`data` at `offset`: ENOSPC where the store cannot hold the pages
-        it needs, EFBIG past MAX_FILE_SIZE; nothing written then."""
-        if offset + len(data) > MAX_FILE_SIZE:
-            raise GuestError(errno.EFBIG)
+    def write(self, offset: int, data: bytes) -> int:
+        """`data` at `offset`, as much of it as fits below MAX_FILE_SIZE: the
+        bytes written. EFBIG where none fits, ENOSPC where the store cannot
+        hold the pages it needs; nothing written then."""
         if not data:
-            return
+            return 0
+        if offset >= MAX_FILE_SIZE:
+            raise GuestError(errno.EFBIG)
+        data = data[: MAX_FILE_SIZE - offset]
         first, last = offset // PAGE, (offset + len(data) - 1) // PAGE
         self._store.charge(PAGE * sum(1 for page in range(first, last + 1) if page not in self._pages))
         position = offset
@@ -92,6 +95,7 @@ class Contents:
             held[within : within + step] = data[position - offset : position - offset + step]
             position += step
         self.size = max(self.size, offset + len(data))
+        return len(data)
 
     def truncate(self, size: int) -> None:
         if size > MAX_FILE_SIZE:
