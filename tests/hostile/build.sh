@@ -23,15 +23,19 @@ command -v arm-linux-gnueabihf-gcc >/dev/null 2>&1 || bash "$REPO/corpus/toolcha
 # -g and unwind tables as the corpus programs have them: the verifier
 # checks its unwinders at the programs' stops, and wants their CFI.
 FLAGS=(-static -O1 -g -fasynchronous-unwind-tables -mthumb -march=armv7-a -mfpu=vfpv3-d16 -mfloat-abi=hard
-       -Wall -Wextra "-ffile-prefix-map=$REPO/=")
+       -Wall -Wextra)
+# Relative paths in the debug info: the output does not depend on where the
+# repository is checked out, and neither does the stamp, so checkouts that
+# share the cache do not rebuild each other's programs.
+PREFIX_MAP="-ffile-prefix-map=$REPO/="
 
 mkdir -p "$OUT" "$STAMPS"
 built=0 total=0
 for source in "$HERE"/*.c; do
     name=$(basename "$source" .c)
     total=$((total + 1))
-    command=(arm-linux-gnueabihf-gcc "${FLAGS[@]}" -o "$OUT/$name.tmp" "$source")
-    stamp="$(printf '%q ' "${command[@]}")
+    command=(arm-linux-gnueabihf-gcc "${FLAGS[@]}" "$PREFIX_MAP" -o "$OUT/$name.tmp" "$source")
+    stamp="$(printf '%q ' arm-linux-gnueabihf-gcc "${FLAGS[@]}") $name.c
 $(sha256sum <"$source")"
     if [ -f "$OUT/$name" ] && [ -f "$STAMPS/$name" ] && [ "$(cat "$STAMPS/$name")" = "$stamp" ]; then
         continue
