@@ -43,8 +43,8 @@ MEMORY_MIB = 400  # --max-memory-mb
 # Wall time allowed past SECONDS (the `allowance` fixture): three times
 # what verify-elf costs for a program that exits at once, measured when the
 # module starts, and at least MIN_ALLOWANCE. That cost is the harness's own,
-# whatever the guest does: Python's imports, loading the ELF and building
-# its tables, forking the workers, the report (0.55 s on an idle 2-core
+# whatever the guest does: Python's imports, loading the ELF and reading
+# its tables (built beforehand: `programs`), forking the workers, the report (0.55 s on an idle 2-core
 # machine, 0.27 s of it the imports; six times that with four other test
 # suites running). Once for the start, as much again for a guard that fires
 # late (the clock is read between instructions, and one system call runs
@@ -56,7 +56,7 @@ BACKSTOP_SECONDS = 20
 ADDRESS_SPACE = 4 << 30  # each process's RLIMIT_AS: a healthy run maps about 700 MiB (1.6 GiB for touch_memory)
 LIMITS = ["--max-seconds", str(SECONDS), "--max-memory-mb", str(MEMORY_MIB)]
 INPUT = b"hostile guests read this file, sixteen bytes and more\n"
-QEMU_CPU = "cortex-a15"  # an ARMv7 core: qemu's default `max` lets user mode read MIDR (arm64 Linux emulates it there)
+QEMU_CPU = "cortex-a15"  # an ARMv7 core: qemu's default CPU, `max`, lets user mode read MIDR; ARMv7 cores do not
 QEMU_ENVIRONMENT = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C"}
 BROKEN_LAYER = "system call layer failed"
 
