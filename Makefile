@@ -45,9 +45,16 @@ linux-corpus: toolchains linux-sysroot
 linux-sampled: setup linux-corpus
 	$(VENV)/bin/unwind-harness run --programs 1 --no-elf --linux all --linux-every 1000 --json reports/linux-sampled.json
 
+# The hostile guest programs (tests/hostile: one class of attack on the
+# host each, static armhf) built into the cache for
+# tests/test_hostile_guests.py; up-to-date outputs are kept.
+.PHONY: hostile
+hostile: toolchains
+	bash tests/hostile/build.sh
+
 # The test suite, then the main job checked against the committed baseline
 # (CI runs exactly this).
-test: setup toolchains linux-slice
+test: setup toolchains linux-slice hostile
 	$(VENV)/bin/python -m pytest
 	$(VENV)/bin/unwind-harness run --linux slice --check-baseline
 
@@ -66,7 +73,7 @@ corpus: setup
 # The long fuzz run: the fuzz properties with 5,000 examples each (hypothesis
 # profile `fuzz`), then the mutation check on 10 programs x 30 mutants.
 .PHONY: fuzz
-fuzz: setup
+fuzz: setup hostile
 	$(VENV)/bin/python -m pytest tests/test_fuzz.py --hypothesis-profile=fuzz --hypothesis-show-statistics -q
 	$(VENV)/bin/unwind-harness mutants --programs 10 --per-program 30
 
