@@ -39,7 +39,10 @@ PROGRAMS = CACHE / "hostile"
 PYTHON = sys.executable
 
 SECONDS = 5  # --max-seconds
-MEMORY_MIB = 400  # --max-memory-mb
+# --max-memory-mb: above what the in-memory files' cap (256 MiB) and the
+# harness hold together (writev_huge peaks at 345 MiB), so that the class
+# meets the cap (ENOSPC) rather than the guard; touch_memory still meets it.
+MEMORY_MIB = 600
 # Wall time allowed past SECONDS (the `allowance` fixture): three times
 # what verify-elf costs for a program that exits at once, measured when the
 # module starts, and at least MIN_ALLOWANCE. That cost is the harness's own,
@@ -289,6 +292,7 @@ FAULTS = {
     "getrandom_loop": Faults("getrandom_loop", (), "seconds"),
     "syscall_loop": Faults("syscall_loop", (), "seconds"),
     "read_loop": Faults("read_loop", ("input.txt",), "seconds"),
+    "spin_loop": Faults("spin_loop", (), "more than 20000000 instructions"),  # the default budget, first
     **{f"privileged_{which}": Faults("privileged", (which,), "SIGILL") for which in ("midr", "vbar", "sctlr")},
 }
 ANSWERS = {
@@ -348,7 +352,7 @@ def test_mappings_are_refused_past_the_cap(sandbox, allowance):
     more than any program of the corpus makes."""
     stdout = answered("many_maps", sandbox, allowance)
     found = re.fullmatch(r"maps=(\d+) errno=ENOMEM\n", stdout)
-    assert found and 1000 <= int(found[1]) <= 4096, stdout
+    assert found and 1000 <= int(found[1]) <= 1024, stdout  # harness.linux.memory.MAX_MAPPINGS, less what the loader mapped
 
 
 def _lines(stdout: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import stat
+import weakref
 
 from harness.linux import (  # noqa: F401  (they register the handlers)
     calls_events,
@@ -65,7 +66,9 @@ class LinuxKernel:
         self.comm = as_bytes(executable.rsplit("/", 1)[-1])[:15].decode("utf-8", "surrogateescape")
         self.settings = Settings()  # what it set about itself (prctl, personality)
         self.cwd = WORKDIR
-        files.special = SpecialFiles(self).lookup
+        # A proxy: the files would otherwise hold the kernel that holds them,
+        # a cycle that outlives the run while the collector is paused.
+        files.special = SpecialFiles(weakref.proxy(self)).lookup
         if stdin is None:  # no input given: stdin is /dev/null, as under a daemon or `< /dev/null`
             stdin_file = OpenFile(Node(DEV_MODE, inode=inode_of("/dev/null"), device=Null()), "/dev/null")
         else:

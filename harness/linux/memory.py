@@ -17,8 +17,9 @@ from harness.verify.placement import ADDRESS_SPACE, PAGE, RESERVED
 MAX_MAPPED = 1 << 30  # bytes of anonymous and file mappings a program may hold (then ENOMEM)
 # Mappings a program may hold at once (then ENOMEM, as Linux past vm.max_map_count,
 # 65530 there): the engine's mapping calls slow down faster than linearly with
-# their number (one-page maps in a verified process: 2,048 take 2.4 s, 4,096 18 s).
-MAX_MAPPINGS = 2048
+# their number (one-page maps in a process verified at samples, both of its
+# runs: 1,024 take 1.3 s, 2,048 5 s, 4,096 36 s).
+MAX_MAPPINGS = 1024
 
 
 def page_down(address: int) -> int:

@@ -145,14 +145,11 @@ class Emulator:
         self._fault: EmulationFault | None = None  # raised by the system-call hook, reported after the run
         self._start_sp, self._start_lr = where.stack_top, where.sentinel | 1
         self._limits, self._started = abi.Limits(), 0.0  # the run under way's, for the system-call hook's guards
-        self.instructions_run: Callable[[], int] = lambda: 0
-        """The instructions the run has made so far, as its hook counts them
-        (for a process's clock: the same count in every run of it)."""
-        self.on_signal: Callable[[Context], None] | None = None
-        """Told the context a signal handler interrupts, as it starts to run
-        (the hook's shadow stack takes it for the handler's caller)."""
+        self._machine: ProcessMachine | None = None  # a process's, as its system calls see the engine
+        self._on_signal: Callable[[Context], None] | None = None
         if system is not None:
-            self._start_sp = system.attach(ProcessMachine(uc, lambda: self.instructions_run()), where)
+            self._machine = ProcessMachine(uc)
+            self._start_sp = system.attach(self._machine, where)
             self._start_lr = 0  # the outermost frame: no caller (Linux starts a process with lr = 0)
             uc.reg_write(arm.UC_ARM_REG_CPSR, uc.reg_read(arm.UC_ARM_REG_CPSR) & ~0x1F | USER_MODE)
 
@@ -182,8 +179,8 @@ class Emulator:
             if self.system.exit_status is None:
                 uc.reg_write(arm.UC_ARM_REG_R0, result)
                 interrupted = self.system.deliver_pending()  # on the way back to user mode
-                if interrupted is not None and self.on_signal is not None:
-                    self.on_signal(interrupted)
+                if interrupted is not None and self._on_signal is not None:
+                    self._on_signal(interrupted)
             # One call can take long or grow the process (a read of 16 MiB): the
             # clock and memory are checked after each, whatever the hook.
             guard = exhausted(self._limits, self._started)
@@ -195,6 +192,17 @@ class Emulator:
         except Exception as error:  # a bug here must still end the run as a fault, not vanish in the engine
             self._fault = EmulationFault(pc, f"system call layer failed: {type(error).__name__}: {error}")
             uc.emu_stop()
+
+    def follow(self, instructions: Callable[[], int], on_signal: Callable[[Context], None]) -> None:
+        """What the run's hook tells a process: the instructions run so far,
+        as it counts them (the clock: the same count in every run of the
+        process), and `on_signal`, told the context a signal handler
+        interrupts as it starts (the hook's shadow stack takes it for the
+        handler's caller). Neither may hold the emulator: the process would
+        then outlive the run, in a cycle the paused collector leaves."""
+        if self._machine is not None:
+            self._machine.instructions = instructions
+        self._on_signal = on_signal
 
     def stack(self, sp: int) -> LiveStack:
         return LiveStack(self.read, sp, self.placement.stack_top)  # which keeps this emulator, and its engine

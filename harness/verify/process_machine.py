@@ -34,9 +34,9 @@ def read_memory(uc: Uc, address: int, size: int) -> bytes:
 class ProcessMachine:
     """What a system-call layer may do to the engine (harness.linux.machine.Machine)."""
 
-    def __init__(self, uc: Uc, instructions: Callable[[], int]):
+    def __init__(self, uc: Uc):
         self._uc = uc
-        self.instructions = instructions  # the run's count, from whichever hook follows it
+        self.instructions: Callable[[], int] = lambda: 0  # the run's count, from its hook (Emulator.follow)
 
     def read(self, address: int, size: int) -> bytes:
         try:

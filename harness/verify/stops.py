@@ -254,8 +254,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         vfp = tuple(interrupted.d[8:16]) if program.uses_vfp else None
         tracer.interrupted(interrupted.r[15], interrupted.r[13], tuple(interrupted.r[4:12]), vfp)
 
-    emulator.on_signal = on_signal
-    emulator.instructions_run = lambda: tracer.seen
+    emulator.follow(lambda: tracer.seen, on_signal)
     try:
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap, program.code_spans())
     finally:  # the stops before a fault count too
@@ -375,8 +374,7 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         vfp = tuple(interrupted.d[8:16]) if uses_vfp else None
         shadow.interrupted(interrupted.r[15], interrupted.r[13], tuple(interrupted.r[4:12]), vfp)
 
-    emulator.on_signal = on_signal
-    emulator.instructions_run = lambda: result.instructions
+    emulator.follow(lambda: result.instructions, on_signal)
     try:
         result.result = emulator.call(program.entry, on_stop, limits, program.args)
     finally:
