@@ -18,7 +18,7 @@ from harness.linux.modules import discover, process_program
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.verify import verify_process
 from harness.verify import abi
-from harness.verify.emulator import EmulationFault
+from harness.verify.emulator import EmulationFault, Emulator
 from harness.verify.guards import resident_bytes
 from harness.verify.stops import verify_program
 
@@ -84,3 +84,29 @@ def test_the_instruction_budget_ends_the_verified_run_after_a_first_run_that_met
     assert first.resumes is None and first.modules  # faulted, and still knows the program
     result = verify_process(the_run("spin_loop", tmp_path), ["framepointer"], lambda program: [], limits=limits)
     assert "more than 20000 instructions" in result.fault and result.stops > 0
+
+
+@pytest.mark.parametrize("limits, guard", [(abi.Limits(instructions=200_000), "instructions"),
+                                           (abi.Limits(seconds=0.5, instructions=1 << 40), "seconds")])
+def test_emulation_alone_stops_at_the_budget_and_the_clock(tmp_path, limits, guard):
+    """The bench's bare runs (no hook at all) are bounded too, and say by what."""
+    system = LinuxSystem(the_run("spin_loop", tmp_path))
+    started = time.monotonic()
+    with pytest.raises(EmulationFault, match=f"more than .*{guard}") as raised:
+        Emulator(system.segments, system, system.placement).call(0, None, limits)
+    assert raised.value.guard == getattr(abi, f"GUARD_{guard.upper()}")
+    assert time.monotonic() - started < 0.5 + SLACK
+
+
+@pytest.mark.parametrize("name, cause", [("deep_recursion", "nested calls: endless recursion"),
+                                         ("branch_to_itself", "branches to itself"),
+                                         ("spin_loop", "more than 100000 instructions")])
+def test_the_depth_self_loop_and_budget_guards_hold_in_both_runs(tmp_path, name, cause):
+    """Guards other than the clock and memory: the first run meets the
+    guard (and tells no frames), the verified run meets it again, where
+    its stops before count."""
+    limits = abi.Limits(instructions=100_000, depth=1_000)
+    first = discover(the_run(name, tmp_path), limits)
+    assert first.resumes is None and first.modules
+    result = verify_process(the_run(name, tmp_path), ["framepointer"], lambda program: [], limits=limits)
+    assert cause in result.fault and result.stops > 0

@@ -242,7 +242,9 @@ class Emulator:
         instructions, and, checked every CHECK_EVERY of them, more seconds
         or memory (the guards that need the registers or the shadow stack
         are `on_stop`'s, which raises the EmulationFault itself). Once
-        stopped, the hook calls `on_stop` no more.
+        stopped, the hook calls `on_stop` no more. Emulation alone (the
+        bench's bare runs) stops itself at the budget and at the clock
+        (the engine's count and timeout), and checks memory at system calls.
         """
         limits = as_limits(limits)
         budget = limits.instructions
@@ -265,14 +267,29 @@ class Emulator:
                 stopped.append(fault)
                 uc_.emu_stop()
 
+        bare = on_stop is None
         try:
-            with self._hooks(() if on_stop is None else ((UC_HOOK_CODE, hook, 1, 0),)):
-                uc.emu_start(self._entry(entry), self.placement.sentinel, count=budget if on_stop is None else 0)
+            with self._hooks(() if bare else ((UC_HOOK_CODE, hook, 1, 0),)):
+                uc.emu_start(self._entry(entry), self.placement.sentinel, count=budget if bare else 0,
+                             timeout=int(limits.seconds * 1_000_000) if bare else 0)
         except UcError as error:
             raise self._engine_fault(error.errno) from None
         if stopped:
             raise stopped[0]
+        if bare and not self._ended():  # the engine stopped itself: at the budget, or at the clock
+            late = time.monotonic() - started >= limits.seconds
+            return self._returned(abi.GUARD_SECONDS if late else abi.GUARD_INSTRUCTIONS,
+                                  uc.reg_read(arm.UC_ARM_REG_PC), limits)
         return self._returned(abi.GUARD_NONE, 0, limits)
+
+    def _ended(self) -> bool:
+        """Did the run end as a program ends: a process exited, a bare-metal
+        entry returned to the sentinel (or a system call faulted)?"""
+        if self._fault is not None:
+            return True
+        if self.system is not None:
+            return self.system.exit_status is not None
+        return self._uc.reg_read(arm.UC_ARM_REG_PC) == self.placement.sentinel
 
     def call_traced(self, entry: int, tracer, limits: abi.Limits | int, args: tuple[int, ...] = (),
                     log_cap: int = abi.FAILURE_LOG_CAP, code: Iterable[tuple[int, int]] = ()) -> int:
