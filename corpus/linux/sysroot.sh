@@ -19,15 +19,30 @@ SYSROOT=$CACHE/sysroot
 
 # Runtime libraries: the C/C++ runtime for our own programs, and what the
 # Debian-built corpus programs (corpus/linux/debian*) link against.  Add a
-# package here when a program needs one more shared library.
+# package here when a program needs one more shared library.  The Debian
+# command-line tools (debian.sh's SHIPPED) need, by `readelf -d`:
+#   sed, tar, find, ls: libselinux1 (which needs libpcre2-8-0), sed and tar
+#   libacl1; grep libpcre2-8-0; gawk libsigsegv2, libmpfr6, libgmp10 (and
+#   libreadline8); bc libreadline8; factor libgmp10; python3.11 libexpat1,
+#   zlib1g, and its standard library (/usr/lib/python3.11, the modules of
+#   libpython3.11-minimal; its _hashlib and _ssl would need libssl3, which
+#   nothing here imports).  libacl1 2.3 no longer links libattr1.
 PACKAGES=(
+    libacl1
     libbz2-1.0
     libc6
+    libexpat1
     libgcc-s1
+    libgmp10
     liblua5.4-0
     liblzma5
+    libmpfr6
     libncursesw6
+    libpcre2-8-0
+    libpython3.11-minimal
     libreadline8
+    libselinux1
+    libsigsegv2
     libsqlite3-0
     libstdc++6
     libtinfo6
@@ -36,7 +51,7 @@ PACKAGES=(
 
 # Bump when this script changes what it puts in the sysroot, so that a
 # sysroot made by an older version is rebuilt.
-LAYOUT=2
+LAYOUT=3
 
 log() { echo "sysroot.sh: $*" >&2; }
 

@@ -1,0 +1,4 @@
+#ifndef UTIL_H
+#define UTIL_H
+unsigned long factorial(int n);
+#endif
