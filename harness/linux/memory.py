@@ -72,18 +72,9 @@ class AddressSpace:
 
     def release(self, start: int, end: int) -> list[tuple[int, int]]:
         """Free [start, end); the parts of it that were taken (to unmap)."""
+        freed = self.taken_parts(start, end)
+        self._ranges = _cut(self._ranges, start, end)
         self._regions = _cut(self._regions, start, end)
-        kept, freed = [], []
-        for low, high in self._ranges:
-            if high <= start or end <= low:
-                kept.append((low, high))
-                continue
-            if low < start:
-                kept.append((low, start))
-            if end < high:
-                kept.append((end, high))
-            freed.append((max(low, start), min(high, end)))
-        self._ranges = kept
         return freed
 
     def taken_parts(self, start: int, end: int) -> list[tuple[int, int]]:
