@@ -203,6 +203,9 @@ def _add_verify_elf(subparsers) -> None:
                              "every stop)")
     verify.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
                         help="verify only these (repeatable; default: all that apply)")
+    verify.add_argument("--signal-frames", action="store_true",
+                        help="Linux: the table-driven unwinders cross signal frames by their sigreturn trampolines, "
+                             "as libunwindstack does (their walks then run in Python)")
     verify.add_argument("--v2-table", help="use this v2 blob for v2 and v2+epilogue (a chrome-layout one for "
                                            "v2-chrome too) instead of encoding the CFI")
     verify.add_argument("--layout", choices=("auto", *chrome_v2.LAYOUTS), default="auto", help="layout of --v2-table")

@@ -166,12 +166,13 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
         own_unwinders = bind(elf_unwinders, names=names, v2_table=args.v2_table, layout=args.layout)
         own_tables(program, own_unwinders)  # bad tables fail here, before any work
         expected = Expected(args.expect_exit, args.expect_stdout_sha256)
-        return [(verify_process_part, (run, names, own_unwinders, args.every, part, limits, expected))
-                for part in parts], \
-            names, {"args": list(args.args), "sysroot": args.sysroot, "cwd": args.cwd, "stdin": args.stdin}
-    if args.args or args.sysroot or args.stdin or args.cwd:
-        raise InputError("verify-elf --entry runs a bare-metal function: program arguments, --sysroot, --cwd and "
-                         "--stdin are for Linux programs (run without --entry)")
+        return [(verify_process_part, (run, names, own_unwinders, args.every, part, limits, expected,
+                                       args.signal_frames)) for part in parts], \
+            names, {"args": list(args.args), "sysroot": args.sysroot, "cwd": args.cwd, "stdin": args.stdin,
+                    "signal_frames": args.signal_frames}
+    if args.args or args.sysroot or args.stdin or args.cwd or args.signal_frames:
+        raise InputError("verify-elf --entry runs a bare-metal function: program arguments, --sysroot, --cwd, "
+                         "--stdin and --signal-frames are for Linux programs (run without --entry)")
     expected = args.expect if args.expect is not None else expected_checksum(args.elf, args.entry)
     program = program_from_elf(args.elf, args.entry, expected, args.text_start)
     names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)

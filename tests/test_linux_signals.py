@@ -11,6 +11,7 @@ import errno
 import hashlib
 import json
 import struct
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,10 @@ from harness.linux.modules import process_program
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.signals import Action, Context
 from harness.linux.table import SystemCallFault
+from harness.linux.verify import verify_process
+from harness.unwind import build_unwinders
+from harness.unwind.frame import Frame, Stack
+from harness.unwind.sigframes import SignalFrames, trampolines_in
 from harness.verify.stops import verify_program
 
 EXPECTED_OUTPUT = (b"while blocked: 106\nafter unblock: 107\nreset: 1\nnested: 4\non the alternate stack: 1\n"
@@ -181,3 +186,78 @@ def test_signals_to_other_processes_and_bad_arguments(kernel):
     kernel.machine.write(SCRATCH, struct.pack("<Q", 1 << 8 | 1 << 18))  # SIGKILL and SIGSTOP with others
     assert call(kernel, "rt_sigprocmask", 0, SCRATCH, 0, 8) == 0
     assert kernel.signals.blocked == 0  # neither can be blocked
+
+
+# ------------------------------------------------------------ crossing signal frames (--signal-frames)
+
+
+def test_trampolines_are_found_by_their_instructions_where_aligned():
+    arm_rt = struct.pack("<II", 0xE3A070AD, 0xEF000000)
+    thumb = struct.pack("<HH", 0x2777, 0xDF00)
+    thumb2_rt = struct.pack("<HHH", 0xF04F, 0x07AD, 0xDF00)
+    code = b"\0" * 4 + arm_rt + b"\0" * 2 + thumb + thumb2_rt + b"\0" + arm_rt  # the last ARM one misaligned
+    assert trampolines_in([(0x1000, code)]) == {0x1004: True, 0x100E: False, 0x1012: True}
+
+
+class _Step:
+    """An unwinder whose step returns `caller` and records how it was asked."""
+
+    name, restores = "inner", None
+
+    def __init__(self, caller: Frame):
+        self.caller, self.asked = caller, []
+
+    def step(self, frame, stack, innermost):
+        self.asked.append((frame.pc, innermost))
+        return self.caller
+
+
+def _signal_frame_stack(sp: int, interrupted: Context) -> Stack:
+    """The stack from sp: an rt frame as the kernel writes it (tests/linux_calls' machine)."""
+    kernel = made_kernel(made_roots_in_memory())
+    kernel.machine.map(sp & ~0xFFF, 0x2000)
+    kernel.machine.registers = interrupted
+    kernel.signals.actions[10] = Action(0x9001, signals.SA_SIGINFO | signals.SA_RESTORER, 0x20000, 0)
+    kernel.signals.send(10, signals.SI_TKILL)
+    signals.deliver_pending(kernel)
+    frame = kernel.machine.registers.r[13]
+    return frame, Stack(frame, kernel.machine.read(frame, (sp & ~0xFFF) + 0x2000 - frame))
+
+
+def made_roots_in_memory():
+    import tempfile
+    return made_roots(Path(tempfile.mkdtemp()))
+
+
+def test_a_step_that_lands_on_a_trampoline_gives_the_interrupted_context_with_its_exact_pc():
+    interrupted = Context(tuple(range(100, 113)) + (0x80F00, 0x7777, 0x10A42), 0x60000030,
+                          tuple(range(1000, 1032)), 0)
+    sp, stack = _signal_frame_stack(0x80F00, interrupted)
+    inner = _Step(Frame(r=(0,) * 13 + (sp, 0, 0x20000)))  # the handler returns to the restorer at 0x20000
+    crossing = SignalFrames(inner, {0x20000: True})
+    handler = Frame(r=(0,) * 13 + (sp - 0x40, 0x20001, 0x9000), cpsr=0x60000030)
+    restored = crossing.step(handler, stack, innermost=True)
+    assert restored.r == interrupted.r[:15] + (0x10A42,) and restored.d == interrupted.d
+    crossing.step(restored, stack, innermost=False)
+    assert inner.asked == [(0x9000, True), (0x10A42, True)]  # the restored pc is looked up as it is, no pc - 1
+    at_trampoline = Frame(r=(0,) * 13 + (sp, 0, 0x20002), cpsr=0x60000030)  # stopped at the svc
+    assert crossing.step(at_trampoline, stack, innermost=True).r == restored.r
+
+
+def test_crossing_signal_frames_makes_the_table_walks_right_in_handlers():
+    """csig (static) at every stop, dwarf plain and crossing signal frames:
+    above a signal frame, plain dwarf takes lr (the restorer) for the
+    caller and is wrong; crossing it, no walk is wrong (those that reach
+    the static libc's code without CFI stop there honestly)."""
+    kinds = {}
+    for crossing in (False, True):
+        result = verify_process(LinuxRun(program()), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]),
+                                signal_frames=crossing)
+        assert result.fault is None
+        kinds[crossing] = Counter()
+        for (unwinder, traits, position, kind), stops in result.counts.items():
+            if "through_signal_frame" in traits:
+                kinds[crossing]["right" if kind is None else "stopped" if kind.startswith("stopped") else "wrong"] \
+                    += stops
+    assert kinds[False]["wrong"] > 100 and kinds[True]["wrong"] == 0
+    assert sum(kinds[True].values()) == sum(kinds[False].values())

@@ -21,7 +21,7 @@ from harness.elf_program import program_from_image
 from harness.errors import ElfError
 from harness.formats.elf import PARSE_ERRORS, open_elf
 from harness.linux.files import GuestError
-from harness.linux.loader import ET_DYN, KUSER_PAGE
+from harness.linux.loader import ET_DYN, KUSER_PAGE, kuser_page
 from harness.linux.memory import page_down, page_up
 from harness.linux.process import KUSER_SIZE, LinuxRun, LinuxSystem
 from harness.origin import library_exports, origin_spans, placed_symbols
@@ -29,6 +29,7 @@ from harness.program import ModuleSpan, Program
 from harness.unwind import BUILDERS, CHAIN, call_site_addresses
 from harness.unwind.modules import Covered, PerModule
 from harness.unwind.scan import ChainUnwinder, ScanUnwinder
+from harness.unwind.sigframes import SignalFrames, trampolines_in
 from harness.unwind.walk import Unwinder
 from harness.verify import kernel
 from harness.verify.abi import GUARD_MEMORY, GUARD_SECONDS, Limits
@@ -37,6 +38,7 @@ from harness.verify.stops import ground_truth_alone
 
 CFI_STRATEGIES = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf", "v1", "vmkunwind")  # built from a module's CFI
 TABLE_STRATEGIES = (*CFI_STRATEGIES, "exidx", "v2-code", "qut")  # built per module, from what it ships or its code
+WITHOUT_TABLES = ("framepointer", "scan", "chain")  # the strategies no table drives
 VECTORS = ModuleSpan(KUSER_PAGE, KUSER_PAGE + KUSER_SIZE, "lib", "[vectors]")  # the kuser helpers
 
 
@@ -221,12 +223,14 @@ def _has_tables(strategy: str, program: Program) -> bool:
 
 
 def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], programs: Sequence[Program],
-                      own_unwinders: Callable[[Program], list[Unwinder]]) -> list[Unwinder]:
+                      own_unwinders: Callable[[Program], list[Unwinder]], signal_frames: bool = False) -> list[Unwinder]:
     """Each strategy over the process: for each module the unwinder built
     from its own tables where it has them (CFI for v2, dwarf and v1,
     `.ARM.exidx` for exidx, its code for v2-code); the executable's by `own_unwinders` (which
     may stand given v2 tables in); frame pointers everywhere alike; a scan
-    that knows every module's calls; the chain of those (harness.unwind.CHAIN)."""
+    that knows every module's calls; the chain of those (harness.unwind.CHAIN).
+    With `signal_frames`, each table-driven one crosses signal frames by
+    their trampolines (harness.unwind.sigframes)."""
     own_index = [m.label for m in modules].index(OWN)
     own_program = programs[own_index]
     own = own_tables(own_program, own_unwinders)
@@ -251,4 +255,9 @@ def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], pro
         built[name] = unwinder
         return unwinder
 
-    return [strategy(name) for name in names]
+    if not signal_frames:
+        return [strategy(name) for name in names]
+    trampolines = trampolines_in([*(segment for program in programs for segment in program.segments),
+                                  (KUSER_PAGE, kuser_page())])
+    return [strategy(name) if name in WITHOUT_TABLES else SignalFrames(strategy(name), trampolines)
+            for name in names]

@@ -36,8 +36,8 @@ class Expected:
 
 
 def prepared_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
-                     limits: Limits = DEFAULT_LIMITS,
-                     system: LinuxSystem | None = None) -> tuple[FirstRun, Program, list[Unwinder]]:
+                     limits: Limits = DEFAULT_LIMITS, system: LinuxSystem | None = None,
+                     signal_frames: bool = False) -> tuple[FirstRun, Program, list[Unwinder]]:
     """What verifying `run` needs before it runs: a first run (its modules,
     which frames resume), the image standing for the process
     (harness.linux.modules; the library exports read through `system`, the
@@ -45,7 +45,7 @@ def prepared_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callabl
     Raises EmulationFault where the first run passed the clock or memory."""
     first = discover(run, limits)
     programs = [module_program(module) for module in first.modules]
-    unwinders = process_unwinders(names, first.modules, programs, own_unwinders)
+    unwinders = process_unwinders(names, first.modules, programs, own_unwinders, signal_frames)
     exports = runtime_exports(system or LinuxSystem(run), first.modules)
     return first, process_image(first.modules, programs, exports), unwinders
 
@@ -53,17 +53,18 @@ def prepared_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callabl
 def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
                    every: int = 1, shard: tuple[int, int] = (0, 1), limits: Limits = DEFAULT_LIMITS,
                    expected: Expected = Expected(), compiled: bool | None = None, observe=None,
-                   observe_at=None, hooks: str = "auto") -> ProgramResult:
+                   observe_at=None, hooks: str = "auto", signal_frames: bool = False) -> ProgramResult:
     """Run `run` as a process, verifying the unwinders `names` at its stops
     (samples of mean stride `every`, shard (I, N)), each over every module that has its
     tables (the executable's built by `own_unwinders`); the ProgramResult,
-    its self-check against `expected`. `hooks`: as verify_program's. Each
+    its self-check against `expected`. `hooks`: as verify_program's;
+    `signal_frames`: as process_unwinders'. Each
     run (the first, and the verified one) is bounded by `limits`; a first
     run past the clock or memory ends the verification there, so that a
     runaway program ends within them."""
     system = LinuxSystem(run)
     try:
-        first, image, unwinders = prepared_process(run, names, own_unwinders, limits, system)
+        first, image, unwinders = prepared_process(run, names, own_unwinders, limits, system, signal_frames)
     except EmulationFault as fault:
         result = ProgramResult(process_program(system).name, fault=str(fault))
     else:
@@ -79,7 +80,7 @@ def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[
 
 def verify_process_part(job: tuple) -> dict:
     """One stop shard of a verify-elf run of a process (a worker of `--jobs`)."""
-    run, names, own_unwinders, every, shard, limits, expected = job
+    run, names, own_unwinders, every, shard, limits, expected, signal_frames = job
     summary = summary_of(lambda: verify_process(run, names, own_unwinders, every, (shard.index, shard.count), limits,
-                                                expected))
+                                                expected, signal_frames=signal_frames))
     return {"index": shard.index, "kind": "stops", "summary": to_json(summary)}

@@ -1,0 +1,100 @@
+"""Crossing a signal frame as libunwindstack does (RegsArm::StepIfSignalHandler):
+an option for any unwinder (`verify-elf --signal-frames`), measured beside
+it as it is.
+
+A handler returns to a sigreturn trampoline: `mov r7, #119; svc 0`
+(sigreturn) or `mov r7, #173; svc 0` (rt_sigreturn), in ARM or Thumb
+(glibc's sa_restorer, the kernel's own). A frame whose pc is the first
+instruction of one, innermost or as the handler's return address, is the
+signal frame: sp points at the frame the kernel wrote, and the sigcontext
+in it holds every register of the interrupted context, whose pc is exact
+(not a return address: the next step looks it up as it is).
+
+The trampolines are found by their instructions in the process's code
+(`trampolines_in`), as libunwindstack reads them at the frame's pc.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+from typing import Iterable
+
+from harness.errors import UnwindFailure
+from harness.unwind.frame import Frame, StackReader
+from harness.unwind.walk import Restores, Unwinder, restores_of
+
+# The trampolines' instructions, whether each is rt_sigreturn's, and their
+# alignment. libunwindstack knows the ARM and 16-bit Thumb forms; Debian's
+# armhf glibc builds its restorers as Thumb-2 (`mov.w r7, #173; svc 0`), a
+# form it does not know, so they are here too.
+PATTERNS = (
+    (struct.pack("<II", 0xE3A07077, 0xEF000000), False, 4),  # ARM: mov r7, #119; svc 0
+    (struct.pack("<II", 0xE3A070AD, 0xEF000000), True, 4),  # ARM: mov r7, #173; svc 0
+    (struct.pack("<HH", 0x2777, 0xDF00), False, 2),  # Thumb: movs r7, #119; svc 0
+    (struct.pack("<HH", 0x27AD, 0xDF00), True, 2),  # Thumb: movs r7, #173; svc 0
+    (struct.pack("<HHH", 0xF04F, 0x0777, 0xDF00), False, 2),  # Thumb-2: mov.w r7, #119; svc 0
+    (struct.pack("<HHH", 0xF04F, 0x07AD, 0xDF00), True, 2),  # Thumb-2: mov.w r7, #173; svc 0
+)
+SIGINFO_SIZE = 0x80  # an rt frame's siginfo, before its ucontext
+SIGCONTEXT_REGISTERS = 0x14 + 0xC  # ucontext's sigcontext, then trap_no, error_code and oldmask: r0 here
+VFP_RECORD = 232  # the ucontext's uc_regspace: the VFP record first
+VFP_MAGIC, VFP_SIZE = 0x56465001, 288
+USER_MODE = 0x10  # a restored frame's cpsr mode: what marks its pc as exact
+
+
+def trampolines_in(segments: Iterable[tuple[int, bytes]]) -> dict[int, bool]:
+    """Every sigreturn trampoline in the code `segments` hold: its address ->
+    whether it is rt_sigreturn's."""
+    found: dict[int, bool] = {}
+    for start, data in segments:
+        for pattern, rt, alignment in PATTERNS:
+            at = data.find(pattern)
+            while at >= 0:
+                if (start + at) % alignment == 0:
+                    found[start + at] = rt
+                at = data.find(pattern, at + 1)
+    return found
+
+
+class SignalFrames:
+    """`unwinder`, crossing signal frames: a step that lands on a trampoline
+    (or starts in one) gives the interrupted context instead. No rules for
+    the compiled kernel: its walks run in Python (an option for measuring)."""
+
+    def __init__(self, unwinder: Unwinder, trampolines: dict[int, bool]):
+        self.unwinder = unwinder
+        self.name = unwinder.name
+        self.restores: Restores = restores_of(unwinder)
+        self._trampolines = trampolines
+        self._starts = sorted(trampolines)
+
+    def _rt(self, pc: int) -> bool | None:
+        """Is pc in a trampoline, and is it rt_sigreturn's? None outside them."""
+        index = bisect_right(self._starts, pc & ~1) - 1
+        if index < 0:
+            return None
+        start = self._starts[index]
+        return self._trampolines[start] if pc & ~1 < start + 8 else None
+
+    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        exact = innermost or (frame.cpsr & 0x1F) == USER_MODE  # innermost, or restored from a signal frame
+        rt = self._rt(frame.pc) if exact else None
+        if rt is not None:  # stopped in the trampoline itself: sp is the signal frame
+            return self._interrupted(frame.sp, stack, rt)
+        caller = self.unwinder.step(frame, stack, exact)
+        rt = self._trampolines.get(caller.pc & ~1)  # the handler returns to the trampoline's first instruction
+        return caller if rt is None else self._interrupted(caller.sp, stack, rt)
+
+    def _interrupted(self, sp: int, stack: StackReader, rt: bool) -> Frame:
+        """The context the signal frame at sp holds (its cpsr marks it restored)."""
+        ucontext = sp + (SIGINFO_SIZE if rt else 0)
+        registers = tuple(stack.read_u32(ucontext + SIGCONTEXT_REGISTERS + 4 * n) for n in range(16))
+        cpsr = stack.read_u32(ucontext + SIGCONTEXT_REGISTERS + 64)
+        if cpsr & 0x1F != USER_MODE:
+            raise UnwindFailure("bad_read", f"the signal frame at {sp:#x} holds no user context (cpsr {cpsr:#x})")
+        record = ucontext + VFP_RECORD
+        d = (None,) * 32
+        if (stack.read_u32(record), stack.read_u32(record + 4)) == (VFP_MAGIC, VFP_SIZE):
+            d = tuple(stack.read_u64(record + 8 + 8 * n) for n in range(32))
+        return Frame(r=registers[:15] + (registers[15] & ~1,), d=d, cpsr=cpsr)
