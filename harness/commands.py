@@ -169,7 +169,7 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
         return [(verify_process_part, (run, names, own_unwinders, args.every, part, limits, expected,
                                        args.signal_frames)) for part in parts], \
             names, {"args": list(args.args), "sysroot": args.sysroot, "cwd": args.cwd, "stdin": args.stdin,
-                    "signal_frames": args.signal_frames}
+                    **({"signal_frames": True} if args.signal_frames else {})}
     if args.args or args.sysroot or args.stdin or args.cwd or args.signal_frames:
         raise InputError("verify-elf --entry runs a bare-metal function: program arguments, --sysroot, --cwd, "
                          "--stdin and --signal-frames are for Linux programs (run without --entry)")

@@ -137,7 +137,8 @@ LIMITS = {"limits": row("limits [instructions, seconds, memory bytes, depth]", L
 _VERIFY = {"elf": string, "unwinders": UNWINDERS, "every": POSITIVE, "units": POSITIVE}
 _VERIFY_BARE = object_of({**_VERIFY, "entry": string}, LIMITS)  # a bare-metal function
 _VERIFY_PROCESS = object_of({**_VERIFY, "args": list_of(string), "sysroot": optional(string),  # a Linux process
-                             "cwd": optional(string), "stdin": optional(string)}, LIMITS)
+                             "cwd": optional(string), "stdin": optional(string)},
+                            {**LIMITS, "signal_frames": BOOLEAN})  # with --signal-frames
 CONFIGS = {
     "run": object_of({"seed": SEED, "programs": POSITIVE, "unwinders": UNWINDERS, "elf": BOOLEAN, "units": POSITIVE},
                    {**LIMITS, "linux": list_of(string),  # the Linux corpus programs, by name
