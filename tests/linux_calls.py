@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from harness.linux.files import GuestFiles
 from harness.linux.kernel import LinuxKernel
-from harness.linux.machine import BadAddress
+from harness.linux.machine import BadAddress, Context
 from harness.linux.memory import AddressSpace
-from harness.linux.signals import Context
 from harness.linux.table import CALLS
 
 PAGE = 0x1000

@@ -20,9 +20,10 @@ from test_linux_process import Names, build, qemu
 
 from harness.cli import main
 from harness.linux import signals
+from harness.linux.machine import Context
 from harness.linux.modules import process_program
 from harness.linux.process import LinuxRun, LinuxSystem
-from harness.linux.signals import Action, Context
+from harness.linux.signals import Action
 from harness.linux.table import SystemCallFault
 from harness.linux.verify import verify_process
 from harness.unwind import build_unwinders
@@ -261,3 +262,18 @@ def test_crossing_signal_frames_makes_the_table_walks_right_in_handlers():
                     += stops
     assert kinds[False]["wrong"] > 100 and kinds[True]["wrong"] == 0
     assert sum(kinds[True].values()) == sum(kinds[False].values())
+
+
+def test_a_frame_with_no_room_and_a_bad_sigreturn_end_the_process_with_sigsegv(kernel):
+    """As Linux (force_sigsegv): the kernel cannot write the frame below an
+    unmapped sp, and a sigreturn's frame that is misaligned or unreadable
+    is not one."""
+    _install(kernel, 10, Action(0x9001, 0, 0, 0))
+    kernel.machine.registers = Context((0,) * 13 + (0x10, 0, 0x8000), 0x10, (0,) * 32, 0)  # sp at an unmapped page
+    call(kernel, "kill", 4242, 10)
+    assert signals.deliver_pending(kernel) is None and kernel.exit_status == -11
+    for sp in (0x80004, 0x10):  # misaligned; unmapped
+        kernel.exit_status = None
+        kernel.machine.registers = Context((0,) * 13 + (sp, 0, 0x8000), 0x10, (0,) * 32, 0)
+        call(kernel, "rt_sigreturn")
+        assert kernel.exit_status == -11

@@ -1,14 +1,25 @@
 """What the system-call layer may do to the emulated machine, and nothing
 more: read and write its memory, map and unmap pages, set the TLS register,
-end the run. harness.verify.emulator implements it (the only module that
-touches Unicorn); tests use a plain one over a dict of pages."""
+read and set the user registers (a signal's frame), count the instructions
+run (the clock), end the run. harness.verify.process_machine implements it
+over the engine; tests use a plain one over a dict of pages."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from harness.errors import HarnessError
-from harness.linux.signals import Context
+
+
+@dataclass(frozen=True)
+class Context:
+    """The user registers: what a signal interrupts and sigreturn restores."""
+
+    r: tuple[int, ...]  # r0-r15, r15 the pc (without a Thumb bit: cpsr's T says)
+    cpsr: int
+    d: tuple[int, ...]  # d0-d31
+    fpscr: int
 
 
 class BadAddress(HarnessError):

@@ -27,10 +27,10 @@ from harness.linux.loader import (
     place_executable,
     place_interpreter,
 )
-from harness.linux.machine import Machine
+from harness.linux.machine import Context, Machine
 from harness.linux.maps import VECTORS, Vma, loaded
 from harness.linux.memory import AddressSpace, page_up
-from harness.linux.signals import Context, deliver_pending
+from harness.linux.signals import deliver_pending
 from harness.linux.special import Image, exec_image
 from harness.verify.placement import PAGE, Placement, pages_of, place
 

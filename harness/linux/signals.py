@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from harness.linux.loader import KUSER_PAGE, TRAMPOLINE_OFFSET
+from harness.linux.machine import BadAddress, Context
 from harness.linux.table import SystemCallFault
 
 SA_SIGINFO, SA_ONSTACK, SA_RESTART = 0x4, 0x08000000, 0x10000000
 SA_NODEFER, SA_RESETHAND, SA_RESTORER = 0x40000000, 0x80000000, 0x04000000
 SIG_DFL, SIG_IGN = 0, 1
-SIGKILL, SIGSTOP = 9, 19
+SIGKILL, SIGSEGV, SIGSTOP = 9, 11, 19
 IGNORED_BY_DEFAULT = frozenset({17, 18, 23, 28})  # SIGCHLD, SIGCONT, SIGURG, SIGWINCH
 STOPPING = frozenset({19, 20, 21, 22})  # SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU
 UNBLOCKABLE = 1 << (SIGKILL - 1) | 1 << (SIGSTOP - 1)
@@ -79,16 +80,6 @@ class Action(NamedTuple):
 DEFAULT = Action(SIG_DFL, 0, 0, 0)
 
 
-@dataclass(frozen=True)
-class Context:
-    """The user registers a signal interrupts and sigreturn restores."""
-
-    r: tuple[int, ...]  # r0-r15, r15 the pc (without a Thumb bit: cpsr's T says)
-    cpsr: int
-    d: tuple[int, ...]  # d0-d31
-    fpscr: int
-
-
 @dataclass
 class Signals:
     """One process's signal state."""
@@ -134,7 +125,7 @@ def deliver_pending(kernel) -> Context | None:
     return _run_handler(kernel, signal, code, action)
 
 
-def _run_handler(kernel, signal: int, code: int, action: Action) -> Context:
+def _run_handler(kernel, signal: int, code: int, action: Action) -> Context | None:
     machine, signals = kernel.machine, kernel.signals
     interrupted = machine.context()
     rt = bool(action.flags & SA_SIGINFO)
@@ -155,7 +146,11 @@ def _run_handler(kernel, signal: int, code: int, action: Action) -> Context:
                          interrupted.cpsr, 0)
     struct.pack_into("<Q", image, at + MASK_AT, signals.blocked)
     VFP.pack_into(image, at + REGSPACE_AT, VFP_MAGIC, VFP_SIZE, *interrupted.d, interrupted.fpscr, 0x40000000, 0, 0)
-    machine.write(frame, bytes(image))
+    try:
+        machine.write(frame, bytes(image))
+    except BadAddress:  # no room for the frame: Linux kills the process with SIGSEGV (force_sigsegv)
+        kernel.end(-SIGSEGV)
+        return None
     thumb = action.handler & 1
     returns_to = action.restorer if action.flags & SA_RESTORER else TRAMPOLINES[rt] + (8 if thumb else 0) | thumb
     registers = list(interrupted.r)
@@ -172,18 +167,22 @@ def _run_handler(kernel, signal: int, code: int, action: Action) -> Context:
 
 def sigreturn(kernel, rt: bool) -> int:
     """Restore the context the frame at sp holds (the handler's return, through
-    its trampoline); r0 as restored."""
+    its trampoline); r0 as restored. A frame that is not one (misaligned,
+    unreadable) gets what Linux gives it: SIGSEGV, which ends the process."""
     machine = kernel.machine
     frame = machine.context().r[13]
     ucontext = frame + SIGINFO_SIZE if rt else frame
-    if frame & 7:
-        raise SystemCallFault(f"sigreturn with a frame at {frame:#x}, not 8-byte aligned: a kernel sends SIGSEGV; "
-                              "signals are not delivered for faults: the run ends here")
-    saved = SIGCONTEXT.unpack(machine.read(ucontext + MCONTEXT_AT, SIGCONTEXT.size))
+    try:
+        if frame & 7:
+            raise BadAddress(f"a signal frame at {frame:#x} is not 8-byte aligned")
+        saved = SIGCONTEXT.unpack(machine.read(ucontext + MCONTEXT_AT, SIGCONTEXT.size))
+        mask = struct.unpack("<Q", machine.read(ucontext + MASK_AT, 8))[0]
+        vfp = VFP.unpack(machine.read(ucontext + REGSPACE_AT, VFP.size))
+    except BadAddress:
+        kernel.end(-SIGSEGV)
+        return 0
     registers, cpsr = saved[3:19], saved[19]
-    mask = struct.unpack("<Q", machine.read(ucontext + MASK_AT, 8))[0]
     current = machine.context()
-    vfp = VFP.unpack(machine.read(ucontext + REGSPACE_AT, VFP.size))
     d, fpscr = (vfp[2:34], vfp[34]) if vfp[:2] == (VFP_MAGIC, VFP_SIZE) else (current.d, current.fpscr)
     cpsr = current.cpsr & ~STATUS_USER_BITS | cpsr & STATUS_USER_BITS
     machine.resume(Context(tuple(registers), cpsr, tuple(d), fpscr))

@@ -31,7 +31,7 @@ from unicorn import arm_const as arm
 from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 
 from harness.errors import HarnessError
-from harness.linux.signals import Context
+from harness.linux.machine import Context
 from harness.verify import abi, engine_pool
 from harness.verify.guards import as_limits, exhausted, guard_cause, memory_threshold
 from harness.verify.livestack import LiveStack

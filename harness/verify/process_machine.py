@@ -11,8 +11,7 @@ from unicorn import UC_PROT_ALL, Uc, UcError
 from unicorn import arm_const as arm
 from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 
-from harness.linux.machine import BadAddress
-from harness.linux.signals import Context
+from harness.linux.machine import BadAddress, Context
 from harness.verify import abi
 
 CORE_REGS = [getattr(arm, f"UC_ARM_REG_{name.upper()}") for name in abi.SLOTS[:16]]  # r0-r15
