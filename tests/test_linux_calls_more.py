@@ -473,3 +473,13 @@ def test_a_program_reads_proc_and_dev_as_under_qemu():
     assert (outcome.exit_status, outcome.stdout) == qemu(program)
     assert outcome.stdout == (b"exe absolute: 1\nlocal on [stack]: 1\n/dev/null: read 0, write 1\n"
                               b"/dev/zero: read 8, first 0\nready before: 0\nready after: 1, data 77, counter 5\n")
+
+
+def test_clone3_falls_back_and_a_thread_is_a_fault_naming_threads(kernel):
+    """glibc's pthread_create tries clone3 and, refused as a container
+    refuses it, clone: a thread there ends the run, named; a process
+    (glibc's fork) is refused as fork is."""
+    assert call(kernel, "clone3", SCRATCH, 88) == -errno.ENOSYS
+    with pytest.raises(SystemCallFault, match="threads are not emulated"):
+        call(kernel, "clone", 0x3D0F00, SCRATCH, 0, 0, 0)
+    assert call(kernel, "clone", 0x01200011, 0, 0, 0, 0) == -errno.EAGAIN  # SIGCHLD | CLONE_CHILD_*TID: a fork

@@ -13,7 +13,7 @@ import struct
 from harness.linux.calls_files import _at, _path
 from harness.linux.calls_process import PID
 from harness.linux.files import GuestError
-from harness.linux.table import handles, signed
+from harness.linux.table import SystemCallFault, handles, signed
 
 SESSION = 1  # the session it is in, not its own: it leads only its process group
 SCHED_OTHER, SCHED_FIFO, SCHED_RR, SCHED_BATCH, SCHED_IDLE, SCHED_DEADLINE = 0, 1, 2, 3, 5, 6
@@ -137,6 +137,8 @@ def sys_capget(kernel, header, data):
 
 # ---- other processes: none can be made
 
+CLONE_VM, CLONE_THREAD = 0x100, 0x10000
+
 
 @handles(2, "fork")
 def sys_fork(kernel):
@@ -149,6 +151,25 @@ def sys_fork(kernel):
 @handles(190, "vfork")
 def sys_vfork(kernel):
     raise GuestError(errno.EAGAIN)  # as fork
+
+
+@handles(120, "clone")
+def sys_clone(kernel, flags, stack, parent_tid, tls, child_tid):
+    """A new process (no CLONE_VM: glibc's fork) is refused as fork is; a
+    new thread would need the threads the emulation does not have yet, so
+    the run ends there, naming them, rather than go on with one missing."""
+    if flags & CLONE_THREAD:
+        raise SystemCallFault(f"clone of a thread (flags {flags:#x}): threads are not emulated yet")
+    if flags & CLONE_VM:
+        raise SystemCallFault(f"clone sharing the address space (flags {flags:#x}): not emulated")
+    raise GuestError(errno.EAGAIN)
+
+
+@handles(435, "clone3")
+def sys_clone3(kernel, arguments, size):
+    """Refused as container sandboxes refuse it (ENOSYS, Docker's default
+    seccomp profile): glibc then falls back to clone."""
+    raise GuestError(errno.ENOSYS)
 
 
 def _exec(kernel, guest: str, argv: int) -> int:
