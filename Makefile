@@ -71,10 +71,12 @@ corpus: setup
 	$(VENV)/bin/python generators/compiled/check.py
 
 # The long fuzz run: the fuzz properties with 5,000 examples each (hypothesis
-# profile `fuzz`), then the mutation check on 10 programs x 30 mutants.
+# profile `fuzz`), the hostile guest programs (each class timed and measured:
+# docs/robustness.md), then the mutation check on 10 programs x 30 mutants.
 .PHONY: fuzz
 fuzz: setup hostile
 	$(VENV)/bin/python -m pytest tests/test_fuzz.py --hypothesis-profile=fuzz --hypothesis-show-statistics -q
+	$(VENV)/bin/python -m pytest tests/test_hostile_guests.py tests/test_guest_runs.py tests/test_guest_bounds.py -q
 	$(VENV)/bin/unwind-harness mutants --programs 10 --per-program 30
 
 # The full bench, recorded for the README's figures (about two minutes).
