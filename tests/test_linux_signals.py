@@ -29,6 +29,7 @@ from harness.linux.verify import verify_process
 from harness.unwind import build_unwinders
 from harness.unwind.frame import Frame, Stack
 from harness.unwind.sigframes import SignalFrames, trampolines_in
+from harness.unwind.walk import without_scratch
 from harness.verify.stops import verify_program
 
 EXPECTED_OUTPUT = (b"while blocked: 106\nafter unblock: 107\nreset: 1\nnested: 4\non the alternate stack: 1\n"
@@ -239,8 +240,10 @@ def test_a_step_that_lands_on_a_trampoline_gives_the_interrupted_context_with_it
     handler = Frame(r=(0,) * 13 + (sp - 0x40, 0x20001, 0x9000), cpsr=0x60000030)
     restored = crossing.step(handler, stack, innermost=True)
     assert restored.r == interrupted.r[:15] + (0x10A42,) and restored.d == interrupted.d
-    crossing.step(restored, stack, innermost=False)
+    crossing.step(without_scratch(restored), stack, innermost=False)
     assert inner.asked == [(0x9000, True), (0x10A42, True)]  # the restored pc is looked up as it is, no pc - 1
+    crossing.step(Frame(r=(0,) * 13 + (0x80F40, 0, 0x10B00), cpsr=0x60000030), stack, innermost=False)
+    assert inner.asked[-1] == (0x10B00, False)  # any other caller's pc is a return address
     at_trampoline = Frame(r=(0,) * 13 + (sp, 0, 0x20002), cpsr=0x60000030)  # stopped at the svc
     assert crossing.step(at_trampoline, stack, innermost=True).r == restored.r
 

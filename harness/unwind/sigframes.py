@@ -40,7 +40,7 @@ SIGINFO_SIZE = 0x80  # an rt frame's siginfo, before its ucontext
 SIGCONTEXT_REGISTERS = 0x14 + 0xC  # ucontext's sigcontext, then trap_no, error_code and oldmask: r0 here
 VFP_RECORD = 232  # the ucontext's uc_regspace: the VFP record first
 VFP_MAGIC, VFP_SIZE = 0x56465001, 288
-USER_MODE = 0x10  # a restored frame's cpsr mode: what marks its pc as exact
+USER_MODE = 0x10  # the mode of any context a signal interrupted
 
 
 def trampolines_in(segments: Iterable[tuple[int, bytes]]) -> dict[int, bool]:
@@ -68,6 +68,11 @@ class SignalFrames:
         self.restores: Restores = restores_of(unwinder)
         self._trampolines = trampolines
         self._starts = sorted(trampolines)
+        # The registers (r4-r11, sp, lr, pc) of the context the last crossing
+        # restored: the walk's next step starts from it (scratch registers
+        # cleared), and its pc is exact. Kept here, not in the frame, where
+        # steps that copy their callee's frame would carry it on.
+        self._restored: tuple[int, ...] | None = None
 
     def _rt(self, pc: int) -> bool | None:
         """Is pc in a trampoline, and is it rt_sigreturn's? None outside them."""
@@ -78,7 +83,7 @@ class SignalFrames:
         return self._trampolines[start] if pc & ~1 < start + 8 else None
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
-        exact = innermost or (frame.cpsr & 0x1F) == USER_MODE  # innermost, or restored from a signal frame
+        exact = innermost or _kept(frame) == self._restored  # innermost, or restored from a signal frame
         rt = self._rt(frame.pc) if exact else None
         if rt is not None:  # stopped in the trampoline itself: sp is the signal frame
             return self._interrupted(frame.sp, stack, rt)
@@ -97,4 +102,11 @@ class SignalFrames:
         d = (None,) * 32
         if (stack.read_u32(record), stack.read_u32(record + 4)) == (VFP_MAGIC, VFP_SIZE):
             d = tuple(stack.read_u64(record + 8 + 8 * n) for n in range(32))
-        return Frame(r=registers[:15] + (registers[15] & ~1,), d=d, cpsr=cpsr)
+        restored = Frame(r=registers[:15] + (registers[15] & ~1,), d=d, cpsr=cpsr)
+        self._restored = _kept(restored)
+        return restored
+
+
+def _kept(frame: Frame) -> tuple[int, ...]:
+    """What a walk keeps of a frame for the next step: r4-r11, sp, lr, pc."""
+    return frame.r[4:12] + frame.r[13:]

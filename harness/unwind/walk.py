@@ -63,10 +63,9 @@ def restores_of(unwinder: Unwinder) -> Restores:
 def without_scratch(frame: Frame) -> Frame:
     """r0-r3 and r12 are caller-saved: in a caller frame they hold nothing the
     caller relies on. They are cleared before a walk goes on, so that no
-    unwinder can lean on leftovers of the innermost function. cpsr stays:
-    a frame a signal frame restored carries it (harness.unwind.sigframes)."""
+    unwinder can lean on leftovers of the innermost function."""
     r = frame.r
-    return Frame(r=(0, 0, 0, 0) + r[4:12] + (0,) + r[13:], d=frame.d, cpsr=frame.cpsr)
+    return Frame(r=(0, 0, 0, 0) + r[4:12] + (0,) + r[13:], d=frame.d)
 
 
 def walk(unwinder: Unwinder, frame: Frame, stack: StackReader, frames: int,
