@@ -280,3 +280,14 @@ def test_a_frame_with_no_room_and_a_bad_sigreturn_end_the_process_with_sigsegv(k
         kernel.machine.registers = Context((0,) * 13 + (sp, 0, 0x8000), 0x10, (0,) * 32, 0)
         call(kernel, "rt_sigreturn")
         assert kernel.exit_status == -11
+
+
+def test_a_signal_the_emulation_raises_but_cannot_deliver_ends_the_run_naming_it():
+    """Under qemu-user the handler runs and the program goes on; the
+    emulation does not deliver a fault's signal yet, so the run ends at the
+    fault, naming the signal: never on as if the handler had run."""
+    program = build("segv_handler.c", "-static")
+    assert qemu(program) == (0, b"caught 11\n")
+    result = verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]))
+    assert "SIGSEGV" in result.fault and "signals are not delivered" in result.fault
+    assert not result.self_check_ok
