@@ -123,7 +123,9 @@ def kernel(tmp_path):
     kernel = made_kernel(made_roots(tmp_path))
     kernel.machine.map(0x80000, 0x4000)
     sp = 0x84000 - 0x100
-    interrupted = Context(tuple(range(100, 113)) + (sp, 0x7777, 0x10a00), 0x60000030, tuple(range(1000, 1032)), 0x3000000)
+    in_it_block = 0x6600FC30  # flags, IT state, Thumb, User mode
+    interrupted = Context(tuple(range(100, 113)) + (sp, 0x7777, 0x10a00), in_it_block, tuple(range(1000, 1032)),
+                          0x3000000)
     kernel.machine.registers = interrupted
     return kernel
 

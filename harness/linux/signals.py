@@ -55,8 +55,9 @@ SIGCONTEXT = struct.Struct("<3I16I2I")  # at 20 in the ucontext
 MCONTEXT_AT, MASK_AT, REGSPACE_AT = 20, 104, 232
 VFP_MAGIC, VFP_SIZE = 0x56465001, 288
 VFP = struct.Struct("<II32QI4xIII4x")
-STATUS_USER_BITS = 0xF80F0200 | 0x20  # NZCVQ, GE, E and T: what sigreturn takes from the frame (the mode stays USR)
 IT_BITS = 0x0600FC00
+# NZCVQ, GE, E, T and the IT state: what sigreturn takes from the frame (the mode stays USR)
+STATUS_USER_BITS = 0xF80F0200 | 0x20 | IT_BITS
 
 
 class Action(NamedTuple):
