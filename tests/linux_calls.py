@@ -5,6 +5,8 @@ them for a test."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness.linux.files import GuestFiles
 from harness.linux.kernel import LinuxKernel
 from harness.linux.machine import BadAddress, Context
@@ -91,7 +93,17 @@ def made_kernel(roots) -> LinuxKernel:
 
 
 def call(kernel, name, *args):
+    """Call `name` as the emulator does: r0 set, then the scheduler's turn;
+    what the calling thread gets in r0 (signed), where it runs on (a call
+    that waited: once it woke), else what the call returned."""
+    caller = kernel.threads.current
     result = kernel.system_call(NUMBERS[name], tuple(args) + (0,) * (6 - len(args)), pc=0x1234)
+    if kernel.exit_status is None:
+        machine = kernel.machine
+        machine.registers = replace(machine.registers, r=(result,) + machine.registers.r[1:])
+        kernel.reschedule()
+        if kernel.threads.current is caller:
+            result = machine.registers.r[0]
     return result - (1 << 32) if result & 0x80000000 else result
 
 

@@ -475,11 +475,12 @@ def test_a_program_reads_proc_and_dev_as_under_qemu():
                               b"/dev/zero: read 8, first 0\nready before: 0\nready after: 1, data 77, counter 5\n")
 
 
-def test_clone3_falls_back_and_a_thread_is_a_fault_naming_threads(kernel):
+def test_clone3_falls_back_and_a_process_is_refused_as_fork_is(kernel):
     """glibc's pthread_create tries clone3 and, refused as a container
-    refuses it, clone: a thread there ends the run, named; a process
-    (glibc's fork) is refused as fork is."""
+    refuses it, clone (tests/test_linux_threads.py); a process (glibc's
+    fork) is refused as fork is, and one sharing memory without being a
+    thread (vfork's kind) ends the run, named."""
     assert call(kernel, "clone3", SCRATCH, 88) == -errno.ENOSYS
-    with pytest.raises(SystemCallFault, match="threads are not emulated"):
-        call(kernel, "clone", 0x3D0F00, SCRATCH, 0, 0, 0)
     assert call(kernel, "clone", 0x01200011, 0, 0, 0, 0) == -errno.EAGAIN  # SIGCHLD | CLONE_CHILD_*TID: a fork
+    with pytest.raises(SystemCallFault, match="without CLONE_THREAD"):
+        call(kernel, "clone", 0x4111, SCRATCH, 0, 0, 0)  # CLONE_VM | CLONE_VFORK | SIGCHLD: posix_spawn's

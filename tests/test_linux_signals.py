@@ -136,9 +136,10 @@ def _install(kernel, signal: int, action: Action) -> None:
 
 
 def test_an_rt_frame_holds_the_interrupted_context_and_sigreturn_restores_it(kernel):
-    interrupted = kernel.machine.registers
     _install(kernel, 10, Action(0x9001, signals.SA_SIGINFO | signals.SA_RESTORER, 0x8000, 1 << 11))
     assert call(kernel, "kill", 4242, 10) == 0
+    interrupted = kernel.machine.registers  # as kill returns: r0 = 0
+    assert interrupted.r[0] == 0 and interrupted.r[1] == 101
     assert signals.deliver_pending(kernel) == interrupted
     now = kernel.machine.registers
     frame = now.r[13]
@@ -170,8 +171,8 @@ def test_a_frame_without_siginfo_returns_through_the_kernels_trampoline(kernel):
 def test_default_and_ignored_actions(kernel, signal, action, outcome):
     if action:
         _install(kernel, signal, action)
-    before = kernel.machine.registers
     call(kernel, "kill", 0, signal)
+    before = kernel.machine.registers
     assert signals.deliver_pending(kernel) is None
     assert kernel.exit_status == outcome and kernel.machine.registers == before
 

@@ -1,5 +1,5 @@
 """System calls on the process: exit, ids, time, randomness, signals
-(harness.linux.signals delivers them), limits, TLS. One thread."""
+(harness.linux.signals delivers them), limits, TLS."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import struct
 
 from harness.linux import signals
 from harness.linux.files import GuestError
-from harness.linux.table import ARM_PRIVATE, SystemCallFault, handles, signed
+from harness.linux.table import ARM_PRIVATE, handles, signed
+from harness.linux.threads import Wait
 
 UTS_FIELDS = (b"Linux", b"unwind-harness", b"6.1.0", b"#1 SMP", b"armv7l", b"(none)")  # struct utsname
 RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
@@ -20,18 +21,6 @@ GRND_FLAGS = 0x1 | GRND_RANDOM | GRND_INSECURE  # GRND_NONBLOCK too
 PID = 4242  # the process's pid and tid, whatever the host's
 
 
-@handles(1, "exit")
-def sys_exit(kernel, status):
-    kernel.end(status & 0xFF)  # one thread: the thread's exit is the process's
-    return 0
-
-
-@handles(248, "exit_group")
-def sys_exit_group(kernel, status):
-    kernel.end(status & 0xFF)
-    return 0
-
-
 @handles(37, "kill")
 def sys_kill(kernel, pid, signal):
     return _send(kernel, signed(pid), signal, signals.SI_USER)
@@ -39,25 +28,45 @@ def sys_kill(kernel, pid, signal):
 
 @handles(268, "tgkill")
 def sys_tgkill(kernel, group, tid, signal):
-    return _send(kernel, signed(tid), signal, signals.SI_TKILL)
+    if group != PID:
+        raise GuestError(errno.ESRCH)
+    return _send(kernel, signed(tid), signal, signals.SI_TKILL, thread=True)
 
 
 @handles(238, "tkill")
 def sys_tkill(kernel, tid, signal):
-    return _send(kernel, signed(tid), signal, signals.SI_TKILL)
+    return _send(kernel, signed(tid), signal, signals.SI_TKILL, thread=True)
 
 
-def _send(kernel, target: int, signal: int, code: int) -> int:
-    """kill/tgkill/tkill: to this process (its pid, 0 or -1: every process
-    it may signal, itself alone here) it is pending, delivered when the call
-    returns; any other process does not exist (ESRCH)."""
+def _send(kernel, target: int, signal: int, code: int, thread: bool = False) -> int:
+    """kill (to this process: its pid, 0 or -1, every process it may
+    signal, itself alone here) or tgkill/tkill (to one of its threads): the
+    signal is pending, delivered when the target next returns to user mode;
+    a target that waits is woken (EINTR) to take it. Any other process or
+    thread does not exist (ESRCH)."""
     if not 0 <= signal <= 64:
         raise GuestError(errno.EINVAL)
-    if target not in (PID, 0, -1, -PID):
+    threads = kernel.threads
+    if thread:
+        receiver = threads.find(target)
+    else:
+        receiver = _taker(threads, signal) if target in (PID, 0, -1, -PID) else None
+    if receiver is None:
         raise GuestError(errno.ESRCH)
     if signal:  # signal 0 only asks whether the target exists
-        kernel.signals.send(signal, code)
+        receiver.signals.send(signal, code)
+        if not receiver.signals.blocked >> (signal - 1) & 1:
+            threads.interrupt(receiver)
     return 0
+
+
+def _taker(threads, signal: int):
+    """The thread a signal sent to the process goes to: the sender where it
+    does not block it, else the first that does not (else the sender)."""
+    if not signal:
+        return threads.current
+    takers = [threads.current] + [thread for thread in threads.live() if thread is not threads.current]
+    return next((thread for thread in takers if not thread.signals.blocked >> (signal - 1) & 1), threads.current)
 
 
 @handles(173, "rt_sigreturn")
@@ -70,10 +79,9 @@ def sys_sigreturn(kernel):
     return signals.sigreturn(kernel, rt=False)
 
 
-for _number, _name, _value in ((20, "getpid", "pid"), (224, "gettid", "pid"), (64, "getppid", "parent"),
+for _number, _name, _value in ((20, "getpid", "pid"), (64, "getppid", "parent"),
                                (132, "getpgid", "pid"), (199, "getuid32", "id"), (200, "getgid32", "id"),
-                               (201, "geteuid32", "id"), (202, "getegid32", "id"), (60, "umask", "umask"),
-                               (158, "sched_yield", "id")):
+                               (201, "geteuid32", "id"), (202, "getegid32", "id"), (60, "umask", "umask")):
     def _constant(kernel, *, _value=_value):  # keyword-only: no register reaches it
         return {"pid": PID, "parent": 1, "id": 0, "umask": 0o022}[_value]
 
@@ -90,16 +98,6 @@ def sys_getresuid32(kernel, real, effective, saved):
 @handles(211, "getresgid32")
 def sys_getresgid32(kernel, real, effective, saved):
     return sys_getresuid32(kernel, real, effective, saved)
-
-
-@handles(256, "set_tid_address")
-def sys_set_tid_address(kernel, address):
-    return PID
-
-
-@handles(338, "set_robust_list")
-def sys_set_robust_list(kernel, head, length):
-    return 0
 
 
 @handles(398, "rseq")
@@ -184,10 +182,12 @@ def _sleep_until(kernel, flags: int, seconds: int, nanoseconds: int) -> int:
 
 
 def _sleep(kernel, seconds: int, nanoseconds: int) -> int:
-    """The clock moves on by the time asked (no other thread runs meanwhile)."""
+    """The thread waits the time asked: other threads run meanwhile, and
+    where none is ready the clock jumps (harness.linux.threads)."""
     if seconds < 0 or not 0 <= nanoseconds < NSEC:
         raise GuestError(errno.EINVAL)
-    kernel.slept_ns += seconds * NSEC + nanoseconds
+    if seconds or nanoseconds:
+        kernel.threads.block(Wait(None, deadline_ns=kernel.now_ns() + seconds * NSEC + nanoseconds))
     return 0
 
 
@@ -288,30 +288,6 @@ def sys_sysinfo(kernel, buffer):
     return 0
 
 
-@handles(240, "futex")
-def sys_futex(kernel, address, operation, value, timeout, address2, value3):
-    return _futex(kernel, address, operation, value)
-
-
-@handles(422, "futex_time64")
-def sys_futex_time64(kernel, address, operation, value, timeout, address2, value3):
-    return _futex(kernel, address, operation, value)
-
-
-def _futex(kernel, address: int, operation: int, value: int) -> int:
-    """One thread: a wake finds no waiter; a wait would wait forever unless
-    the word already changed."""
-    command = operation & 0x7F
-    if command in (1, 10):  # FUTEX_WAKE, FUTEX_WAKE_BITSET
-        return 0
-    if command in (0, 9):  # FUTEX_WAIT, FUTEX_WAIT_BITSET
-        current = struct.unpack("<I", kernel.machine.read(address, 4))[0]
-        if current != value:
-            raise GuestError(errno.EAGAIN)
-        raise SystemCallFault(f"futex wait on {address:#x} with one thread: it would wait forever")
-    raise GuestError(errno.ENOSYS)
-
-
 @handles(ARM_PRIVATE + 2, "cacheflush")
 def sys_cacheflush(kernel, start, end, flags):
     return 0
@@ -319,5 +295,6 @@ def sys_cacheflush(kernel, start, end, flags):
 
 @handles(ARM_PRIVATE + 5, "set_tls")
 def sys_set_tls(kernel, value):
+    kernel.threads.current.tls = value  # the thread's, restored when it runs again
     kernel.machine.set_tls(value)
     return 0

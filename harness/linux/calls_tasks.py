@@ -26,21 +26,21 @@ CAPABILITY_COUNT = 41  # CAP_LAST_CAP + 1: Linux 6.1's capabilities
 # ---- scheduling: one CPU, the normal policy
 
 
-def _this_process(pid: int) -> None:
-    """0 or the process's own pid; no other process exists (ESRCH)."""
-    if pid not in (0, PID):
+def _this_process(kernel, pid: int) -> None:
+    """0, the process's own pid or one of its threads'; no other process exists (ESRCH)."""
+    if pid not in (0, PID) and kernel.threads.find(pid) is None:
         raise GuestError(errno.ESRCH)
 
 
 @handles(157, "sched_getscheduler")
 def sys_sched_getscheduler(kernel, pid):
-    _this_process(pid)
+    _this_process(kernel, pid)
     return SCHED_OTHER
 
 
 @handles(155, "sched_getparam")
 def sys_sched_getparam(kernel, pid, param):
-    _this_process(pid)
+    _this_process(kernel, pid)
     kernel.machine.write(param, struct.pack("<i", 0))  # SCHED_OTHER's priority
     return 0
 
@@ -49,7 +49,7 @@ def sys_sched_getparam(kernel, pid, param):
 def sys_sched_setaffinity(kernel, pid, size, mask):
     """One CPU: a mask that has it is taken (nothing changes), one without
     it allows no CPU at all (EINVAL)."""
-    _this_process(pid)
+    _this_process(kernel, pid)
     if not size or not kernel.machine.read(mask, 1)[0] & 1:
         raise GuestError(errno.EINVAL)
     return 0
@@ -84,7 +84,7 @@ def sys_getpgrp(kernel):
 
 @handles(147, "getsid")
 def sys_getsid(kernel, pid):
-    _this_process(pid)
+    _this_process(kernel, pid)
     return SESSION
 
 
@@ -92,7 +92,7 @@ def sys_getsid(kernel, pid):
 def sys_setpgid(kernel, pid, group):
     """Only into its own group, which it leads already; no other group
     exists in its session (EPERM)."""
-    _this_process(pid)
+    _this_process(kernel, pid)
     if signed(group) < 0:
         raise GuestError(errno.EINVAL)
     if group not in (0, PID):
@@ -128,7 +128,7 @@ def sys_capget(kernel, header, data):
         return 0
     if pid < 0:
         raise GuestError(errno.EINVAL)
-    _this_process(pid)
+    _this_process(kernel, pid)
     words = struct.unpack("<II", ((1 << CAPABILITY_COUNT) - 1).to_bytes(8, "little"))
     sets = [struct.pack("<III", word, word, 0) for word in words]
     kernel.machine.write(data, b"".join(sets[: CAPABILITY_VERSIONS[version]]))
@@ -137,7 +137,6 @@ def sys_capget(kernel, header, data):
 
 # ---- other processes: none can be made
 
-CLONE_VM, CLONE_THREAD = 0x100, 0x10000
 
 
 @handles(2, "fork")
@@ -151,18 +150,6 @@ def sys_fork(kernel):
 @handles(190, "vfork")
 def sys_vfork(kernel):
     raise GuestError(errno.EAGAIN)  # as fork
-
-
-@handles(120, "clone")
-def sys_clone(kernel, flags, stack, parent_tid, tls, child_tid):
-    """A new process (no CLONE_VM: glibc's fork) is refused as fork is; a
-    new thread would need the threads the emulation does not have yet, so
-    the run ends there, naming them, rather than go on with one missing."""
-    if flags & CLONE_THREAD:
-        raise SystemCallFault(f"clone of a thread (flags {flags:#x}): threads are not emulated yet")
-    if flags & CLONE_VM:
-        raise SystemCallFault(f"clone sharing the address space (flags {flags:#x}): not emulated")
-    raise GuestError(errno.EAGAIN)
 
 
 @handles(435, "clone3")

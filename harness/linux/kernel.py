@@ -26,6 +26,7 @@ from harness.linux import (  # noqa: F401  (they register the handlers)
     calls_prctl,
     calls_process,
     calls_tasks,
+    calls_threads,
     calls_xattr,
 )
 from harness.linux.calls_prctl import Settings
@@ -38,6 +39,7 @@ from harness.linux.names import NAMES
 from harness.linux.signals import Signals
 from harness.linux.special import DEV_MODE, Image, Null, SpecialFiles
 from harness.linux.table import CALLS, SystemCallFault
+from harness.linux.threads import Switch, Thread, Threads
 
 FIXED_TIME = 1_700_000_000  # seconds since the epoch the clock starts at (2023-11-14)
 NS_PER_INSTRUCTION = 1
@@ -83,7 +85,7 @@ class LinuxKernel:
         self.exit_status: int | None = None  # set by exit, exit_group or a fatal signal
         self.slept_ns = 0  # how far nanosleep and the like moved the clock on
         self._random_blocks = 0
-        self.signals = Signals()
+        self.threads = Threads(Thread(PID, 0, Signals()))  # stack top 0: the initial stack
         self.pid = PID
         self.calls: dict[str, int] = {}  # name -> times called, for the report
         # (start, end, guest path, file offset) of every file mapping: where ld.so put the libraries
@@ -106,7 +108,20 @@ class LinuxKernel:
             result = -errno.EFAULT
         return result & 0xFFFFFFFF
 
+    def reschedule(self) -> Switch | None:
+        """After a system call: the thread that runs next, where it is
+        another (harness.linux.threads)."""
+        return self.threads.reschedule(self.machine, self.machine.instructions(), self.now_ns(), self._sleep)
+
+    def _sleep(self, nanoseconds: int) -> None:
+        self.slept_ns += nanoseconds
+
     # ---- shared by the handlers
+
+    @property
+    def signals(self) -> Signals:
+        """The running thread's signal state (the actions are the process's)."""
+        return self.threads.current.signals
 
     def file(self, fd: int) -> OpenFile:
         found = self.fds.get(fd)

@@ -77,6 +77,10 @@ class AddressSpace:
         self._regions = _cut(self._regions, start, end)
         return freed
 
+    def region_end(self, address: int) -> int | None:
+        """The end of the mapping the program made that holds `address` (None: none does)."""
+        return next((high for low, high in self._regions if low <= address < high), None)
+
     def taken_parts(self, start: int, end: int) -> list[tuple[int, int]]:
         return [(max(low, start), min(high, end)) for low, high in self._ranges if low < end and start < high]
 

@@ -32,6 +32,7 @@ from harness.linux.maps import VECTORS, Vma, loaded
 from harness.linux.memory import AddressSpace, page_up
 from harness.linux.signals import deliver_pending
 from harness.linux.special import Image, exec_image
+from harness.linux.threads import Switch
 from harness.verify.placement import PAGE, Placement, pages_of, place
 
 KUSER_SIZE = 0x1000  # the vectors page; the rest above it is the kernel's (placement.RESERVED): never mapped
@@ -148,6 +149,10 @@ class LinuxSystem:
 
     def system_call(self, number: int, args: tuple[int, ...], pc: int) -> int:
         return self.kernel.system_call(number, args, pc)
+
+    def reschedule(self) -> Switch | None:
+        """After a system call: the thread switched to, if another runs now."""
+        return self.kernel.reschedule()
 
     def deliver_pending(self) -> Context | None:
         """After a system call: a pending signal delivered (signals.deliver_pending)."""

@@ -189,7 +189,7 @@ class Mismatch(NamedTuple):
 
 class GuardFailure(NamedTuple):
     """The guards of rule `rule_id` failed for a frame at sp, its base at
-    `base`, over a stack from `low`."""
+    `base`, over the stack [low, high) (the running thread's)."""
 
     frame: int
     kind: int
@@ -197,6 +197,7 @@ class GuardFailure(NamedTuple):
     base: int
     sp: int
     low: int
+    high: int
     pc: int
 
 

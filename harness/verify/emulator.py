@@ -32,6 +32,7 @@ from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost
 
 from harness.errors import HarnessError
 from harness.linux.machine import Context
+from harness.linux.threads import Switch
 from harness.verify import abi, engine_pool
 from harness.verify.guards import as_limits, exhausted, guard_cause, memory_threshold
 from harness.verify.livestack import LiveStack
@@ -147,6 +148,8 @@ class Emulator:
         self._limits, self._started = abi.Limits(), 0.0  # the run under way's, for the system-call hook's guards
         self._machine: ProcessMachine | None = None  # a process's, as its system calls see the engine
         self._on_signal: Callable[[Context], None] | None = None
+        self._on_switch: Callable[[Switch], None] | None = None
+        self._stack_top = where.stack_top  # the running thread's (a thread's stack is its own mapping)
         if system is not None:
             self._machine = ProcessMachine(uc)
             self._start_sp = system.attach(self._machine, where)
@@ -178,6 +181,11 @@ class Emulator:
             result = self.system.system_call(uc.reg_read(arm.UC_ARM_REG_R7), arguments, call_pc)
             if self.system.exit_status is None:
                 uc.reg_write(arm.UC_ARM_REG_R0, result)
+                switch = self.system.reschedule()
+                if switch is not None:
+                    self._stack_top = switch.stack_top or self.placement.stack_top
+                    if self._on_switch is not None:
+                        self._on_switch(switch)
                 interrupted = self.system.deliver_pending()  # on the way back to user mode
                 if interrupted is not None and self._on_signal is not None:
                     self._on_signal(interrupted)
@@ -193,19 +201,23 @@ class Emulator:
             self._fault = EmulationFault(pc, f"system call layer failed: {type(error).__name__}: {error}")
             uc.emu_stop()
 
-    def follow(self, instructions: Callable[[], int], on_signal: Callable[[Context], None]) -> None:
+    def follow(self, instructions: Callable[[], int], on_signal: Callable[[Context], None],
+               on_switch: Callable[[Switch], None]) -> None:
         """What the run's hook tells a process: the instructions run so far,
         as it counts them (the clock: the same count in every run of the
-        process), and `on_signal`, told the context a signal handler
-        interrupts as it starts (the hook's shadow stack takes it for the
-        handler's caller). Neither may hold the emulator: the process would
-        then outlive the run, in a cycle the paused collector leaves."""
+        process); `on_signal`, told the context a signal handler interrupts
+        as it starts (the hook's shadow stack takes it for the handler's
+        caller); `on_switch`, told the thread the processor goes to at a
+        system call (the hook keeps a shadow stack a thread). None may hold
+        the emulator where they can help it: the process would then outlive
+        the run, in a cycle the paused collector leaves (the run lets go of
+        them as it ends)."""
         if self._machine is not None:
             self._machine.instructions = instructions
-        self._on_signal = on_signal
+        self._on_signal, self._on_switch = on_signal, on_switch
 
     def stack(self, sp: int) -> LiveStack:
-        return LiveStack(self.read, sp, self.placement.stack_top)  # which keeps this emulator, and its engine
+        return LiveStack(self.read, sp, self._stack_top)  # which keeps this emulator, and its engine
 
     @property
     def stack_memory(self) -> tuple[mmap.mmap, int, int]:
@@ -342,6 +354,11 @@ class Emulator:
                 uc.hook_del(handle)
                 if isinstance(getattr(callback, "_objects", None), dict):  # (a cycle): cleared, the engine can go
                     callback._objects.clear()
+            # What the run's hook handed over (`follow`) is the run's: its
+            # closures may reach this emulator, a cycle that would outlive it.
+            self._on_signal = self._on_switch = None
+            if self._machine is not None:
+                self._machine.instructions = lambda: 0
 
     def _entry(self, entry: int) -> int:
         """Where a run starts: a process's entry (the system's, in the state

@@ -141,17 +141,64 @@ def unpacked(data: bytes, index: int, serial: int) -> ShadowFrame:
                        not state & abi.NEVER_RESUMES, bool(state & abi.SIGNAL_FRAME))
 
 
+@dataclass
+class Serials:
+    """The last serial given: one count for every shadow stack of a process
+    (a thread's each), so that a serial names one frame of the run."""
+
+    last: int = 0
+
+    def next(self) -> int:
+        self.last += 1
+        return self.last
+
+
+class ThreadStacks:
+    """The Python hook's ground truth for each thread of a process: its
+    shadow stack and IT-block state, the running thread's in `shadow` and
+    `it_blocks` (C twin: trace.c's ThreadShadow, Tracer.switch)."""
+
+    def __init__(self, size_at, raises: frozenset[int], resumes: bytes | None):
+        self._size_at, self._raises, self._resumes = size_at, raises, resumes
+        self._serials = Serials()
+        self._resumed = bytearray()
+        self._parked: dict[int, tuple[ShadowStack | None, SkippedStops]] = {}  # tid -> those of threads not running
+        self._switched = False
+        self.shadow: ShadowStack | None = None  # None: before the running thread's first stop
+        self.it_blocks = SkippedStops(size_at)
+
+    def start(self, sentinel: int, regs, vfp) -> ShadowStack:
+        """A thread's first stop: its outermost frame (no caller: the
+        harness's own call into the entry, or clone's), serial 0 for the
+        process's first thread, a new one for each later one."""
+        serial = self._serials.next() if self._switched else 0
+        self.shadow = ShadowStack(ShadowFrame(sentinel, regs[13], tuple(regs[4:12]), vfp, serial), self._raises,
+                                  self._resumes, self._serials, self._resumed)
+        return self.shadow
+
+    def resumed(self) -> bytes:
+        """The frames that resumed in every thread, a bit per serial."""
+        return bytes(self._resumed)
+
+    def switch(self, left: int, tid: int) -> None:
+        """At a system call the processor goes from thread `left` to `tid`."""
+        self._switched = True
+        self._parked[left] = self.shadow, self.it_blocks
+        self.shadow, self.it_blocks = self._parked.pop(tid, (None, SkippedStops(self._size_at)))
+
+
 class ShadowStack:
     """Frames from the sentinel (bottom, index 0) to the innermost caller
     (harness/verify/csrc/trace.c keeps the same, packed, in the compiled hook)."""
 
-    def __init__(self, bottom: ShadowFrame, raises: frozenset[int] = frozenset(), resumes: bytes | None = None):
+    def __init__(self, bottom: ShadowFrame, raises: frozenset[int] = frozenset(), resumes: bytes | None = None,
+                 serials: Serials | None = None, resumed: bytearray | None = None):
         self.frames: list[ShadowFrame] = [bottom]
         self._resumes = resumes  # from an earlier run: the frames that resume (resumed_bits)
-        self.resumed = bytearray()  # this run's, a bit per serial
+        self.resumed = bytearray() if resumed is None else resumed  # this run's, a bit per serial (every thread's)
         self._pending: ShadowFrame | None = None
         self._return_fall_through: int | None = None
-        self._serial = bottom.serial
+        self._serials = serials or Serials(bottom.serial)  # shared by the stacks of a process's threads
         self._raises = raises  # RAISE_ENTRIES' addresses
         self._flight = 0  # the depth when an exception was raised; 0: none in flight
         self._signal_frames = 0  # frames of the stack that are SIGNAL_FRAMEs
@@ -201,11 +248,9 @@ class ShadowStack:
         """A signal handler starts, entered with no call: its caller is the
         context it interrupted, at that exact pc (SIGNAL_FRAME); sigreturn,
         restoring that pc and sp, pops it as a return would."""
-        self._serial += 1
-        self._pending = ShadowFrame(pc, sp, callee_saved, vfp, self._serial, signal=True)
+        self._pending = ShadowFrame(pc, sp, callee_saved, vfp, self._serials.next(), signal=True)
 
     def before(self, pc: int, length: int, regs, vfp) -> None:
         """The instruction at pc is a call of `length` bytes about to execute
         (its condition holds: harness.thumb.encoding.executes)."""
-        self._serial += 1
-        self._pending = ShadowFrame(pc + length, regs[13], tuple(regs[4:12]), vfp, self._serial)
+        self._pending = ShadowFrame(pc + length, regs[13], tuple(regs[4:12]), vfp, self._serials.next())

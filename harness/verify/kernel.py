@@ -151,7 +151,6 @@ class StopKernel:
 
     def __init__(self, unwinders: Sequence[Unwinder], memory, base: int, high: int):
         self.unwinders = list(unwinders)
-        self.high = high
         self.book = rule_book.current()
         self._own: list[int] = []  # numbers of the rules the book holds for this kernel alone
         self._own_rules: dict[int, Rule] = {}  # and those rules, once the book has let them go (`release`)
@@ -233,7 +232,7 @@ class StopKernel:
         """Failure log entries (harness.verify.failures.FailureLog) with the
         values a failure rule's answer is logged with ("fails", rule id,
         frame pc), a merged guard failure's ("guard", rule id, base, sp,
-        low) or a rejected caller's ("caller", caller sp, callee sp) turned
+        low, high) or a rejected caller's ("caller", caller sp, callee sp) turned
         into its wording, as `step` words it."""
         out = []
         for entry in entries:
@@ -242,8 +241,9 @@ class StopKernel:
                 _, rule_id, pc = values
                 entry = (*entry[:4], self.outcome(abi.FailingRule(entry[3].frame, abi.FAILS_ANSWER, rule_id, pc))[3])
             elif isinstance(values, tuple) and values[0] == "guard":
-                _, rule_id, base, sp, low = values
-                answer = abi.GuardFailure(entry[3].frame, abi.GUARD_FAILS_ANSWER, rule_id, base, sp, low, entry[1])
+                _, rule_id, base, sp, low, high = values
+                answer = abi.GuardFailure(entry[3].frame, abi.GUARD_FAILS_ANSWER, rule_id, base, sp, low, high,
+                                          entry[1])
                 entry = (*entry[:4], self.outcome(answer)[3])
             elif isinstance(values, tuple) and values[0] == "caller":
                 entry = (*entry[:4], caller_failure(values[1], values[2])[1])
@@ -272,10 +272,10 @@ class StopKernel:
             return answer.frame, "no_info", None, "every method fails, the last with no_info"
         rule = self.rule(answer.rule_id)
         if isinstance(answer, abi.GuardFailure) and rule.caller_aligned8 and guards_hold(
-                rule, answer.base, answer.sp, answer.low, self.high):
+                rule, answer.base, answer.sp, answer.low, answer.high):
             kind, reason = "bad_read", f"caller sp {answer.base + rule.end:#x} is not 8-byte aligned"
         elif isinstance(answer, abi.GuardFailure):
-            kind, reason = rule.guard_failure(answer.base, answer.sp, answer.low, self.high)
+            kind, reason = rule.guard_failure(answer.base, answer.sp, answer.low, answer.high)
         else:
             kind, reason = rule.failure
             if isinstance(reason, PcWording):  # a rule over a range: worded for this frame's pc

@@ -28,7 +28,7 @@ from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
 from harness.verify.emulator import EmulationFault, Emulator
 from harness.verify.failures import RANGE_GAP, FailureLog, LoggedPcs, ProgramResult, quiet_ranges
-from harness.verify.groundtruth import ShadowFrame, ShadowStack, SkippedStops, has_bit, raise_entries, unpacked
+from harness.verify.groundtruth import ShadowFrame, ThreadStacks, has_bit, raise_entries, unpacked
 from harness.verify.guards import as_limits, guard_cause
 from harness.verify.sampling import chooser
 from harness.verify.tally import Grouping, KeyParts, Tally, add_up
@@ -254,7 +254,8 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         vfp = tuple(interrupted.d[8:16]) if program.uses_vfp else None
         tracer.interrupted(interrupted.r[15], interrupted.r[13], tuple(interrupted.r[4:12]), vfp)
 
-    emulator.follow(lambda: tracer.seen, on_signal)
+    emulator.follow(lambda: tracer.seen, on_signal,
+                    lambda switch: tracer.switch(switch.left, switch.tid, switch.stack_top))
     try:
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap, program.code_spans())
     finally:  # the stops before a fault count too
@@ -333,14 +334,14 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
     hook, in the same order as trace.c, an endless self-loop and the depth);
     the frames that resumed (a bit per serial)."""
     decoded_at: dict[tuple[int, bool], tuple] = {}  # (pc, Thumb) -> decode(...)
-    it_blocks = SkippedStops(lambda address: instruction_size(emulator.code(address, 4)))
+    threads = ThreadStacks(lambda address: instruction_size(emulator.code(address, 4)),
+                           frozenset(raise_entries(program)), resumes)
     uses_vfp, max_depth = program.uses_vfp, limits.depth
     check = _checker(emulator, run, result, observe, every, shard)
-    shadow: ShadowStack | None = None
     last: tuple = (None, None)  # pc and registers of the stop before
 
     def on_stop(pc: int) -> None:
-        nonlocal shadow, last
+        nonlocal last
         if uses_vfp:
             regs = emulator.registers_and_vfp()
             vfp = tuple(regs[17:])
@@ -349,14 +350,14 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         if pc == last[0] and regs == last[1]:
             raise EmulationFault(pc, guard_cause(abi.GUARD_SELF_LOOP, limits))
         last = pc, regs
-        if shadow is None:  # first stop: the harness's own call into the entry
-            shadow = ShadowStack(ShadowFrame(emulator.placement.sentinel, regs[13], tuple(regs[4:12]), vfp),
-                                 frozenset(raise_entries(program)), resumes)
+        shadow = threads.shadow
+        if shadow is None:  # the thread's first stop
+            shadow = threads.start(emulator.placement.sentinel, regs, vfp)
         else:
             shadow.observe(pc, regs[13])
         if len(shadow.frames) > max_depth:
             raise EmulationFault(pc, guard_cause(abi.GUARD_DEPTH, limits))
-        for skipped, state in it_blocks.passed_over(pc):
+        for skipped, state in threads.it_blocks.passed_over(pc):
             check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames, shadow.state)
         check(pc, regs, regs[16], vfp, shadow.frames, shadow.state)
         thumb = bool(regs[16] & 0x20)
@@ -368,17 +369,17 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         if decoded[0] and executes(decoded[5], regs[16]):
             shadow.before(pc, decoded[0], regs, vfp)
         if decoded[1]:
-            it_blocks.entered(pc, int.from_bytes(decoded[4], "little"), decoded[1])
+            threads.it_blocks.entered(pc, int.from_bytes(decoded[4], "little"), decoded[1])
 
     def on_signal(interrupted) -> None:
         vfp = tuple(interrupted.d[8:16]) if uses_vfp else None
-        shadow.interrupted(interrupted.r[15], interrupted.r[13], tuple(interrupted.r[4:12]), vfp)
+        threads.shadow.interrupted(interrupted.r[15], interrupted.r[13], tuple(interrupted.r[4:12]), vfp)
 
-    emulator.follow(lambda: result.instructions, on_signal)
+    emulator.follow(lambda: result.instructions, on_signal, lambda switch: threads.switch(switch.left, switch.tid))
     try:
         result.result = emulator.call(program.entry, on_stop, limits, program.args)
     finally:
         result.tally = Tally.of(run.tally())
         result.failure_log = FailureLog(entries=[entry for _, _, entry in run.log.entries()],
                                         truncated=result.tally.logged() > run.log_cap)
-    return bytes(shadow.resumed) if shadow is not None else b""
+    return threads.resumed()

@@ -43,7 +43,7 @@ typedef struct {
     int32_t rule_flags;    /* FAILS, GUARD_FAILS: the rule's (abi.FLAGS) */
     int64_t got;           /* MISMATCH */
     uint64_t want;
-    int64_t pc, base, sp, low;  /* pc and sp of the frame being unwound; GUARD_FAILS: base, stack low */
+    int64_t pc, base, sp, low, high;  /* pc and sp of the frame being unwound; GUARD_FAILS: base, the stack's ends */
     int merged;            /* GUARD_FAILS of one kind whatever base, sp and low: one cause per function */
 } Answer;
 
@@ -348,6 +348,9 @@ int verifier_count_pass(Verifier *v, Py_ssize_t stop_class, Py_ssize_t unwinder)
  * the walks may take their outer frames from the last stop's (memo.c);
  * `dirty`: an instruction since the last stop may have written memory. */
 void verifier_begin_stop(Verifier *v, const Expected *expected, Py_ssize_t frames, int dirty);
+/* The stack walks read from now on: [base, high) at `bytes` (a thread's own
+ * stack), or with bytes NULL the process's stack the Verifier was made over. */
+void verifier_window(Verifier *v, const uint8_t *bytes, int64_t base, int64_t high);
 void verifier_end_stop(Verifier *v);
 /* A failing answer as a tuple in the field order of its record in
  * harness/verify/abi.py (FailingRule, Mismatch, GuardFailure); False for DEFER. */

@@ -220,6 +220,8 @@ static int step(const uint8_t *rule, KFrame *f, int innermost, const KStack *s, 
 struct Verifier {
     PyObject_HEAD
     Py_buffer memory;
+    int64_t stack_base, stack_high;  /* `memory`'s span: the process's stack */
+    const uint8_t *bytes;  /* the stack walks read now, [base, high): `memory`, or a thread's (verifier_window) */
     int64_t base, high;
     Py_ssize_t count;
     Sources sources;     /* where each unwinder's rules come from (sources.c) */
@@ -233,6 +235,12 @@ struct Verifier {
 };
 
 Py_ssize_t verifier_unwinders(const Verifier *v) { return v->count; }
+
+void verifier_window(Verifier *v, const uint8_t *bytes, int64_t base, int64_t high) {
+    v->bytes = bytes ? bytes : v->memory.buf;
+    v->base = bytes ? base : v->stack_base;
+    v->high = bytes ? high : v->stack_high;
+}
 
 /* The collector sees what a Verifier holds: its providers are the bound
  * methods of the StopKernel that holds it, a cycle that only the collector
@@ -285,8 +293,9 @@ static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "stack memory is smaller than [base, high)");
         return -1;
     }
-    self->base = base;
-    self->high = high;
+    self->stack_base = self->base = base;
+    self->stack_high = self->high = high;
+    self->bytes = self->memory.buf;
     self->count = PyList_GET_SIZE(restores);
     self->core_mask = PyMem_Calloc(self->count + 1, sizeof(uint32_t));
     self->vfp = PyMem_Calloc(self->count + 1, sizeof(int));
@@ -441,6 +450,7 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
         case STEP_GUARD_FAILS: case STEP_ALIGNED8_FAILS:
             out->kind = ANSWER_GUARD_FAILS;
             out->low = s->low;
+            out->high = s->high;
             /* of one kind (bad_read, for the caller's alignment) whatever the values */
             out->merged = result == STEP_ALIGNED8_FAILS || (out->rule_flags & GUARD_KIND_FIXED);
             continue;
@@ -482,7 +492,7 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
         rule = sources_rule(&self->sources, unwinder, innermost_frame->r[PC], 1, &rule_id);
         if (!rule) return -1;
         const KeptWhole *kept = memo_find_whole(&self->memo, unwinder, rule, innermost_frame, it, frames,
-                                                (const uint8_t *)self->memory.buf, self->base);
+                                                self->bytes, self->base);
         if (kept) {
             *out = kept->answer;
             if (out->frame == 0) out->pc = innermost_frame->r[PC];  /* the innermost frame's failure: at this pc */
@@ -494,7 +504,7 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
      * memset a walk, and a walk reads no span or count past them. */
     Track track;
     track_reset(&track);
-    const KStack s = { (const uint8_t *)self->memory.buf, self->base, low, self->high, self->site_tables, &track };
+    const KStack s = { self->bytes, self->base, low, self->high, self->site_tables, &track };
     MethodCounts counted;  /* committed unless the walk defers */
     counted.any = 0;
     KFrame frame = *innermost_frame;
@@ -545,8 +555,8 @@ PyObject *answer_object(const Answer *a) {
     case ANSWER_DEFER: Py_RETURN_FALSE;
     case ANSWER_FAILS: return Py_BuildValue("(ninL)", a->frame, 0, a->rule_id, (long long)a->pc);
     case ANSWER_GUARD_FAILS:
-        return Py_BuildValue("(ninLLLL)", a->frame, ANSWER_GUARD_FAILS, a->rule_id, (long long)a->base,
-                             (long long)a->sp, (long long)a->low, (long long)a->pc);
+        return Py_BuildValue("(ninLLLLL)", a->frame, ANSWER_GUARD_FAILS, a->rule_id, (long long)a->base,
+                             (long long)a->sp, (long long)a->low, (long long)a->high, (long long)a->pc);
     case ANSWER_CALLER_FAILS:
         return Py_BuildValue("(niLLL)", a->frame, ANSWER_CALLER_FAILS, (long long)a->got, (long long)a->sp,
                              (long long)a->pc);

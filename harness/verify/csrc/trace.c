@@ -67,6 +67,8 @@ typedef struct {
 
 typedef struct { uint32_t address; uint8_t state; } SkippedStop;
 
+#define MAX_THREAD_WINDOW (256u << 20)  /* bytes of a thread's stack copied for a stop: more is not a stack */
+
 /* What a sampled run knows of one translation block: as entered at
  * `address` in one state (Thumb, the IT state), `size` bytes; its
  * instructions, and its last one (where calls and returns end blocks). */
@@ -92,7 +94,7 @@ typedef struct {
     int64_t unwinder, kind, frame;
     int64_t detail;   /* MISMATCH: the register; else the rule id */
     int64_t culprit;  /* the where id of the wrong frame's pc; a GUARD_FAILS not merged: that pc */
-    int64_t base, sp, low;  /* a GUARD_FAILS not merged */
+    int64_t base, sp, low, high;  /* a GUARD_FAILS not merged */
 } CauseKey;
 /* The kind of the key of a merged GUARD_FAILS answer (Answer.merged): one
  * cause per rule and function, each answer's base, sp and low logged. A
@@ -111,7 +113,7 @@ typedef struct {
 
 /* One failing answer. */
 /* A MISMATCH's values (a core register's got is signed), a merged
- * GUARD_FAILS's (got: base, want: sp, low), a FAILS's (got: the frame's
+ * GUARD_FAILS's (got: base, want: sp, low, high), a FAILS's (got: the frame's
  * pc), a CALLER_FAILS's (got: the caller's sp, want: the frame's). */
 enum { NO_VALUES, CORE_VALUES, VFP_VALUES, GUARD_VALUES, FAILS_VALUES, CALLER_VALUES };
 typedef struct {
@@ -120,9 +122,31 @@ typedef struct {
     int32_t unwinder, values;
     int64_t got;
     uint64_t want;
-    int64_t low;
+    int64_t low, high;  /* a merged GUARD_FAILS's stack ends */
     int64_t tallied;  /* its (where, cause) entry in the tally (tally_key) */
 } Logged;
+
+/* What the tracer follows of one thread: its shadow stack, outermost first,
+ * with its frames' serials, and what is pending between its stops. */
+typedef struct {
+    int64_t tid;      /* -1: the process's first thread, before any switch names it */
+    uint32_t stack_top;  /* 0: the stack the Verifier was made over; else a thread's own, up to here */
+    Expected *frames;
+    uint64_t *serials;
+    size_t depth, frames_capacity, serials_capacity;
+    int call_pending, return_pending;
+    uint32_t fall_through, return_fall_through;
+    Expected pending_frame;
+    uint64_t pending_serial;
+    size_t flight;  /* the shadow depth at which an exception was raised (0: none in flight) */
+    size_t signal_frames;  /* frames of the shadow stack that are SIGNAL_FRAMEs */
+    /* instructions of the current IT block not reached yet */
+    SkippedStop it_pending[IT_BLOCK];
+    int it_count;
+    uint32_t it_end;
+    BlockInfo ended;  /* the block that ran last, if has_ended: its call or return counts at the next entry */
+    int has_ended;
+} ThreadShadow;
 
 typedef struct {
     PyObject_HEAD
@@ -144,15 +168,13 @@ typedef struct {
     int entry_ids[2];  /* the engine's ids of sp and cpsr */
     void *entry_pointers[2][2];
     uint64_t last_pc;
-    /* the shadow stack, outermost first, and its frames' serials */
-    Expected *frames;
-    uint64_t *serials;
-    size_t depth, frames_capacity, serials_capacity;
-    uint64_t serial;
-    int call_pending, return_pending;
-    uint32_t fall_through, return_fall_through;
-    Expected pending_frame;
-    uint64_t pending_serial;
+    ThreadShadow s;  /* the running thread's; the others' in `parked` */
+    ThreadShadow *parked;
+    size_t parked_count, parked_capacity;
+    uint64_t serial;  /* the last frame's serial: one count for every thread's frames */
+    /* a thread's stack, which is not the one the Verifier was made over: [sp, top) copied at each verified stop */
+    uint8_t *window;
+    size_t window_capacity;
     /* frames that resumed (returned to), a bit per serial: recorded here; and
      * given from an earlier run of the same program, whose frames that never
      * resume are not compared on registers (groundtruth.ShadowStack) */
@@ -164,11 +186,9 @@ typedef struct {
     size_t questioned_capacity;
     Py_buffer resumes;
     int has_resumes;
-    /* an exception in flight: the entry points that raise one, sorted, and
-     * the shadow depth at which one was raised (0: none in flight) */
+    /* the entry points that raise an exception, sorted */
     uint32_t *raises;
-    size_t raise_count, flight;
-    size_t signal_frames;  /* frames of the shadow stack that are SIGNAL_FRAMEs */
+    size_t raise_count;
     /* with observe_all: the pcs slow is called at (sorted; none: every pc) */
     uint32_t *observed;
     size_t observed_count;
@@ -176,10 +196,6 @@ typedef struct {
      * own: a no_info refusal there is a stop, tallied but not logged */
     uint32_t *quiet;
     size_t quiet_count;
-    /* instructions of the current IT block not reached yet */
-    SkippedStop it_pending[IT_BLOCK];
-    int it_count;
-    uint32_t it_end;
     /* pc -> PcInfo, open addressing */
     PcInfo *table;
     size_t table_size, table_used;
@@ -210,8 +226,6 @@ typedef struct {
     int by_blocks;
     BlockInfo *blocks;
     size_t blocks_size, blocks_used;
-    BlockInfo ended;         /* the block that ran last, if has_ended: its call or return counts at the next entry */
-    int has_ended;
     int resuming;            /* the next entry is the block a split stopped before: its entry is done */
     int split_requested;     /* stopped before a block to run up to split_until first */
     uint32_t split_until, split_low, split_high;
@@ -427,42 +441,51 @@ static int set_bit(uint8_t **bits, size_t *capacity, uint64_t serial) {
 }
 
 static int push(Tracer *t, const Expected *frame, uint64_t serial) {
-    if (reserve(&t->frames, &t->frames_capacity, t->depth + 1, sizeof(Expected)) ||
-        reserve(&t->serials, &t->serials_capacity, t->depth + 1, sizeof(uint64_t)))
+    if (reserve(&t->s.frames, &t->s.frames_capacity, t->s.depth + 1, sizeof(Expected)) ||
+        reserve(&t->s.serials, &t->s.serials_capacity, t->s.depth + 1, sizeof(uint64_t)))
         return -1;
-    t->frames[t->depth] = *frame;
-    if (frame->state & SIGNAL_FRAME) t->signal_frames++;
-    if (t->has_resumes && t->depth && !bit_of(t->resumes.buf, (size_t)t->resumes.len, serial))
-        t->frames[t->depth].state |= NEVER_RESUMES;
-    t->serials[t->depth] = serial;
-    t->depth++;
+    t->s.frames[t->s.depth] = *frame;
+    if (frame->state & SIGNAL_FRAME) t->s.signal_frames++;
+    if (t->has_resumes && t->s.depth && !bit_of(t->resumes.buf, (size_t)t->resumes.len, serial))
+        t->s.frames[t->s.depth].state |= NEVER_RESUMES;
+    t->s.serials[t->s.depth] = serial;
+    t->s.depth++;
     return 0;
 }
 
+/* A thread's outermost frame, at its first stop: "no caller" (the sentinel),
+ * serial 0 for the process's first thread, a new one for each later one. */
+static int push_bottom(Tracer *t) {
+    Expected bottom;
+    frame_of(&bottom, t->sentinel, t->values, t->uses_vfp);
+    if (t->s.tid >= 0) t->serial++;
+    return push(t, &bottom, t->serial);
+}
+
 static void drop_top(Tracer *t) {
-    t->depth--;
-    if (t->frames[t->depth].state & SIGNAL_FRAME) t->signal_frames--;
+    t->s.depth--;
+    if (t->s.frames[t->s.depth].state & SIGNAL_FRAME) t->s.signal_frames--;
 }
 
 /* ShadowStack.state: the stop's STOP_STATES bits. */
 static int stop_state(const Tracer *t) {
-    return (t->flight ? IN_FLIGHT : 0) | (t->depth && (t->frames[t->depth - 1].state & SIGNAL_FRAME) ? IN_HANDLER : 0)
-         | (t->signal_frames ? ABOVE_SIGNAL_FRAME : 0);
+    return (t->s.flight ? IN_FLIGHT : 0) | (t->s.depth && (t->s.frames[t->s.depth - 1].state & SIGNAL_FRAME) ? IN_HANDLER : 0)
+         | (t->s.signal_frames ? ABOVE_SIGNAL_FRAME : 0);
 }
 
 /* ShadowStack._follow: the calls, returns and non-local exits. */
 static int follow(Tracer *t, uint32_t pc, uint32_t sp) {
-    if (t->call_pending) {
-        t->call_pending = 0;
-        return push(t, &t->pending_frame, t->pending_serial);
+    if (t->s.call_pending) {
+        t->s.call_pending = 0;
+        return push(t, &t->s.pending_frame, t->s.pending_serial);
     }
-    const int returned = t->return_pending && pc != t->return_fall_through;
-    t->return_pending = 0;
+    const int returned = t->s.return_pending && pc != t->s.return_fall_through;
+    t->s.return_pending = 0;
     /* NON_LOCAL_EXIT: frames whose caller's sp lies below sp are gone */
-    while (t->depth > 1 && t->frames[t->depth - 1].sp < sp) drop_top(t);
-    const Expected *top = &t->frames[t->depth - 1];
-    if (t->depth > 1 && sp == top->sp && (pc == top->pc || returned)) {  /* the frame resumes */
-        if (set_bit(&t->resumed, &t->resumed_capacity, t->serials[t->depth - 1])) return -1;
+    while (t->s.depth > 1 && t->s.frames[t->s.depth - 1].sp < sp) drop_top(t);
+    const Expected *top = &t->s.frames[t->s.depth - 1];
+    if (t->s.depth > 1 && sp == top->sp && (pc == top->pc || returned)) {  /* the frame resumes */
+        if (set_bit(&t->resumed, &t->resumed_capacity, t->s.serials[t->s.depth - 1])) return -1;
         drop_top(t);
     }
     return 0;
@@ -501,8 +524,8 @@ static int quiet_at(const Tracer *t, uint32_t pc) {
  * stop, and for an exception in flight. */
 static int observe(Tracer *t, uint32_t pc, uint32_t sp) {
     if (follow(t, pc, sp)) return -1;
-    if (t->flight && t->depth < t->flight) t->flight = 0;
-    if (!t->flight && t->raise_count && raises_at(t, pc)) t->flight = t->depth;
+    if (t->s.flight && t->s.depth < t->s.flight) t->s.flight = 0;
+    if (!t->s.flight && t->raise_count && raises_at(t, pc)) t->s.flight = t->s.depth;
     return 0;
 }
 
@@ -510,19 +533,19 @@ static int observe(Tracer *t, uint32_t pc, uint32_t sp) {
 
 /* SkippedStops.passed_over: the block's instructions passed over before pc. */
 static int passed_over(Tracer *t, uint32_t pc, SkippedStop *skipped) {
-    int count = t->it_count;
+    int count = t->s.it_count;
     if (!count) return 0;
     for (int k = 0; k < count; k++) {
-        if (t->it_pending[k].address == pc) {
-            memcpy(skipped, t->it_pending, k * sizeof *skipped);
-            memmove(t->it_pending, &t->it_pending[k + 1], (count - k - 1) * sizeof *skipped);
-            t->it_count = count - k - 1;
+        if (t->s.it_pending[k].address == pc) {
+            memcpy(skipped, t->s.it_pending, k * sizeof *skipped);
+            memmove(t->s.it_pending, &t->s.it_pending[k + 1], (count - k - 1) * sizeof *skipped);
+            t->s.it_count = count - k - 1;
             return k;
         }
     }
-    t->it_count = 0;
-    if (pc != t->it_end) return 0;  /* a branch inside the block left it */
-    memcpy(skipped, t->it_pending, count * sizeof *skipped);
+    t->s.it_count = 0;
+    if (pc != t->s.it_end) return 0;  /* a branch inside the block left it */
+    memcpy(skipped, t->s.it_pending, count * sizeof *skipped);
     return count;
 }
 
@@ -531,14 +554,14 @@ static int entered(Tracer *t, uint32_t pc, uint16_t it_instruction, int block) {
     uint8_t state = it_instruction & 0xFF;
     uint32_t address = pc + 2;
     for (int i = 0; i < block; i++) {
-        t->it_pending[i] = (SkippedStop){ address, state };
+        t->s.it_pending[i] = (SkippedStop){ address, state };
         PcInfo *info = decoded(t, address, 1);
         if (!info) return -1;
         address += instruction_size(info->first);
         state = (state & 0x7) == 0 ? 0 : (state & 0xE0) | ((state << 1) & 0x1F);
     }
-    t->it_count = block;
-    t->it_end = address;
+    t->s.it_count = block;
+    t->s.it_end = address;
     return 0;
 }
 
@@ -571,8 +594,8 @@ static int call_slow(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr, con
     PyObject *regs = register_tuple(t->values, 15);
     PyObject *vfp = t->uses_vfp ? register_tuple(&t->values[FIRST_VFP], 8) : (Py_INCREF(Py_None), Py_None);
     PyObject *which = PyTuple_New(count);
-    PyObject *shadow = PyBytes_FromStringAndSize((const char *)t->frames, t->depth * sizeof(Expected));
-    PyObject *serials = register_tuple(t->serials, (int)t->depth);
+    PyObject *shadow = PyBytes_FromStringAndSize((const char *)t->s.frames, t->s.depth * sizeof(Expected));
+    PyObject *serials = register_tuple(t->s.serials, (int)t->s.depth);
     PyObject *result = NULL;
     if (!regs || !vfp || !which || !shadow || !serials) goto done;
     for (int i = 0; i < count; i++) {
@@ -622,6 +645,7 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
             key.base = a->base;
             key.sp = a->sp;
             key.low = a->low;
+            key.high = a->high;
         }
     }
     LastCause *last = &t->last_causes[unwinder];
@@ -656,18 +680,18 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
     if (reserve(&t->log, &t->log_capacity, t->logged + 1, sizeof(Logged))) return -1;
     if (key.kind == MERGED_GUARD) {
         t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, GUARD_VALUES, a->base,
-                                        (uint64_t)a->sp, a->low, last->tallied };
+                                        (uint64_t)a->sp, a->low, a->high, last->tallied };
         return 0;
     }
     if (a->kind == ANSWER_CALLER_FAILS) {
         t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, CALLER_VALUES, a->got,
-                                        (uint64_t)a->sp, 0, last->tallied };
+                                        (uint64_t)a->sp, 0, 0, last->tallied };
         return 0;
     }
     int values = a->kind == ANSWER_FAILS ? FAILS_VALUES : a->kind != ANSWER_MISMATCH ? NO_VALUES
                : a->reg > PC ? VFP_VALUES : CORE_VALUES;
     t->log[t->logged++] = (Logged){ number, pc, (int32_t)unwinder, values,
-                                    a->kind == ANSWER_FAILS ? a->pc : a->got, a->want, 0, last->tallied };
+                                    a->kind == ANSWER_FAILS ? a->pc : a->got, a->want, 0, 0, last->tallied };
     return 0;
 }
 
@@ -678,8 +702,8 @@ static int walk_unwinders(Tracer *t, uint64_t number, const KFrame *frame, uint3
     const size_t skip = !t->compare_bottom;
     for (Py_ssize_t i = 0; i < verifier_unwinders(t->verifier); i++) {
         Answer answer;
-        if (verifier_walk(t->verifier, i, frame, (uint32_t)t->values[SP], cpsr, t->frames + skip,
-                          (Py_ssize_t)(t->depth - skip), &answer))
+        if (verifier_walk(t->verifier, i, frame, (uint32_t)t->values[SP], cpsr, t->s.frames + skip,
+                          (Py_ssize_t)(t->s.depth - skip), &answer))
             return -1;
         /* A chain whose methods all fail is a stop where the frame is in a library; elsewhere `step` words it. */
         const int chain_words = answer.kind == ANSWER_CHAIN_FAILS && !quiet_at(t, culprit_pc(&answer));
@@ -692,9 +716,22 @@ static int walk_unwinders(Tracer *t, uint64_t number, const KFrame *frame, uint3
         }
         /* a wrong register of the caller of frame `frame`: the shadow frame depth - 1 - frame */
         if (answer.kind == ANSWER_MISMATCH && answer.reg != PC && answer.reg != SP && !t->has_resumes &&
-            set_bit(&t->questioned, &t->questioned_capacity, t->serials[t->depth - 1 - answer.frame]))
+            set_bit(&t->questioned, &t->questioned_capacity, t->s.serials[t->s.depth - 1 - answer.frame]))
             return -1;
     }
+    return 0;
+}
+
+/* The running thread's own stack as the Verifier reads it: [sp, its top) as
+ * it is now, read from the engine (none where sp is not below the top, or
+ * where that span is not all mapped: no walk reads there then). */
+static int thread_window(Tracer *t, uint32_t sp) {
+    static const uint8_t nothing = 0;
+    const uint32_t top = t->s.stack_top;
+    size_t size = sp < top && top - sp <= MAX_THREAD_WINDOW ? top - sp : 0;
+    if (size && reserve(&t->window, &t->window_capacity, size, 1)) return -1;
+    if (size && t->engine.mem_read(t->engine.handle, sp, t->window, size)) size = 0;
+    verifier_window(t->verifier, size ? t->window : &nothing, sp, (int64_t)sp + (int64_t)size);
     return 0;
 }
 
@@ -716,10 +753,12 @@ static int verify_at(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr) {
             memcpy(frame.d, &t->values[FIRST_VFP], sizeof frame.d);
             frame.d_known = 0xFF;
         }
-        /* Stops one instruction apart (or a shard's of them): the outer frames of a walk mostly repeat. */
-        const int consecutive = t->every == 1;
+        if (t->s.stack_top && thread_window(t, (uint32_t)t->values[SP])) return -1;
+        /* Stops one instruction apart (or a shard's of them): the outer frames of a walk mostly repeat
+         * (on the Verifier's own stack: a thread's window moves with its sp). */
+        const int consecutive = t->every == 1 && !t->s.stack_top;
         const size_t skip = !t->compare_bottom;
-        if (consecutive) verifier_begin_stop(t->verifier, t->frames + skip, (Py_ssize_t)(t->depth - skip), t->dirty);
+        if (consecutive) verifier_begin_stop(t->verifier, t->s.frames + skip, (Py_ssize_t)(t->s.depth - skip), t->dirty);
         t->dirty = 0;
         const int failed = walk_unwinders(t, number, &frame, cpsr, stop_class, where, deferred, &deferrals);
         if (consecutive) verifier_end_stop(t->verifier);
@@ -802,14 +841,12 @@ static int exhausted(const Tracer *t) {
 static int stop_at(Tracer *t, uint32_t pc) {
     const uint64_t *v = t->values;
     const uint32_t cpsr = (uint32_t)v[CPSR];
-    if (!t->depth) {  /* the first stop: the harness's own call into the entry */
-        Expected bottom;
-        frame_of(&bottom, t->sentinel, v, t->uses_vfp);
-        if (push(t, &bottom, t->serial)) return -1;
+    if (!t->s.depth) {  /* a thread's first stop: the harness's own call into the entry, or clone's */
+        if (push_bottom(t)) return -1;
     } else if (observe(t, pc, (uint32_t)v[SP])) {
         return -1;
     }
-    if (t->depth > t->max_depth) {
+    if (t->s.depth > t->max_depth) {
         guard_stop(t, GUARD_DEPTH, pc);
         return 0;
     }
@@ -823,15 +860,15 @@ static int stop_at(Tracer *t, uint32_t pc) {
     PcInfo *info = decoded(t, pc, thumb);
     if (!info) return -1;
     if (info->returns) {  /* ShadowStack.before_return */
-        t->return_pending = 1;
-        t->return_fall_through = pc + (thumb ? instruction_size(info->first) : 4);
+        t->s.return_pending = 1;
+        t->s.return_fall_through = pc + (thumb ? instruction_size(info->first) : 4);
     }
     if (info->call_length && executes(info->cond, cpsr)) {  /* ShadowStack.before */
         t->serial++;
-        t->call_pending = 1;
-        t->fall_through = pc + info->call_length;
-        frame_of(&t->pending_frame, t->fall_through, v, t->uses_vfp);
-        t->pending_serial = t->serial;
+        t->s.call_pending = 1;
+        t->s.fall_through = pc + info->call_length;
+        frame_of(&t->s.pending_frame, t->s.fall_through, v, t->uses_vfp);
+        t->s.pending_serial = t->serial;
     }
     if (info->it_length && entered(t, pc, info->first, info->it_length)) return -1;
     t->dirty |= info->may_store;  /* the stack may differ at the next stop */
@@ -986,25 +1023,21 @@ static const BlockInfo *block_of(Tracer *t, uint32_t address, uint32_t size, uin
  * pc: its return address), then the stop's own follow (observe). */
 static int enter_block(Tracer *t, uint32_t pc, uint32_t cpsr) {
     const uint64_t *v = t->values;
-    const int calls = t->has_ended && t->ended.call_length && condition_holds(t->ended.cond, cpsr);
-    if ((!t->depth || calls) && complete_registers(t, pc)) return -1;
-    if (!t->depth) {  /* the first stop: the harness's own call into the entry */
-        Expected bottom;
-        frame_of(&bottom, t->sentinel, v, t->uses_vfp);
-        return push(t, &bottom, t->serial);
-    }
-    if (t->has_ended) {
-        const BlockInfo *e = &t->ended;
-        t->has_ended = 0;
+    const int calls = t->s.has_ended && t->s.ended.call_length && condition_holds(t->s.ended.cond, cpsr);
+    if ((!t->s.depth || calls) && complete_registers(t, pc)) return -1;
+    if (!t->s.depth) return push_bottom(t);  /* a thread's first stop */
+    if (t->s.has_ended) {
+        const BlockInfo *e = &t->s.ended;
+        t->s.has_ended = 0;
         if (e->returns) {
-            t->return_pending = 1;
-            t->return_fall_through = e->last + e->last_size;
+            t->s.return_pending = 1;
+            t->s.return_fall_through = e->last + e->last_size;
         }
         if (calls) {  /* a call ended the block (its flags are as the call saw them) */
             t->serial++;
-            t->call_pending = 1;
-            frame_of(&t->pending_frame, e->last + e->call_length, v, t->uses_vfp);
-            t->pending_serial = t->serial;
+            t->s.call_pending = 1;
+            frame_of(&t->s.pending_frame, e->last + e->call_length, v, t->uses_vfp);
+            t->s.pending_serial = t->serial;
         }
     }
     return observe(t, pc, (uint32_t)v[SP]);
@@ -1041,7 +1074,7 @@ static int entered_block(Tracer *t, uint32_t pc, uint32_t size) {
         t->resuming = 0;  /* its entry was followed before the split */
     } else {
         if (enter_block(t, pc, cpsr)) return -1;
-        if (t->depth > t->max_depth) {
+        if (t->s.depth > t->max_depth) {
             guard_stop(t, GUARD_DEPTH, pc);
             return 0;
         }
@@ -1065,8 +1098,8 @@ static int entered_block(Tracer *t, uint32_t pc, uint32_t size) {
     const uint64_t before = t->instructions;
     t->seen += block->count;
     t->instructions += block->count;
-    t->ended = *block;
-    t->has_ended = 1;
+    t->s.ended = *block;
+    t->s.has_ended = 1;
     if (t->instructions > t->budget) {
         guard_stop(t, GUARD_INSTRUCTIONS, pc);
     } else if (before / CHECK_EVERY != t->instructions / CHECK_EVERY) {
@@ -1150,8 +1183,14 @@ static int Tracer_clear(Tracer *self) {
 static void Tracer_dealloc(Tracer *self) {
     PyObject_GC_UnTrack(self);
     Tracer_clear(self);
-    PyMem_Free(self->frames);
-    PyMem_Free(self->serials);
+    PyMem_Free(self->s.frames);
+    PyMem_Free(self->s.serials);
+    for (size_t i = 0; i < self->parked_count; i++) {
+        PyMem_Free(self->parked[i].frames);
+        PyMem_Free(self->parked[i].serials);
+    }
+    PyMem_Free(self->parked);
+    PyMem_Free(self->window);
     PyMem_Free(self->resumed);
     PyMem_Free(self->questioned);
     if (self->has_resumes) PyBuffer_Release(&self->resumes);
@@ -1294,6 +1333,7 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     self->entry_ids[1] = e.ids[CPSR];
     self->values = self->banks[0];
     self->last_pc = UINT64_MAX;  /* no stop before the first */
+    self->s.tid = -1;
     self->dirty = 1;
     self->engine = e;
     self->verifier = verifier == Py_None ? NULL : (Verifier *)verifier;
@@ -1484,7 +1524,7 @@ static PyObject *Tracer_tally(Tracer *self, PyObject *unused) {
 
 /* (stop, pc, where, cause, values or None): a failure log entry; a
  * failure rule's values are ("fails", rule id, frame pc), a merged guard
- * failure's ("guard", rule id, base, sp, low), a rejected caller's
+ * failure's ("guard", rule id, base, sp, low, high), a rejected caller's
  * ("caller", caller sp, callee sp), worded in Python. */
 static PyObject *log_entry(const Tracer *self, const Logged *entry, PyObject *wheres, PyObject *causes) {
     const TallyKey *ids = tally_key(self, entry->tallied);
@@ -1501,8 +1541,8 @@ static PyObject *log_entry(const Tracer *self, const Logged *entry, PyObject *wh
     case VFP_VALUES:
         return Py_BuildValue("(KkOO(KK))", number, pc, where, cause, (unsigned long long)entry->got, want);
     case GUARD_VALUES:
-        return Py_BuildValue("(KkOO(snLLL))", number, pc, where, cause, "guard", rule_id, (long long)entry->got,
-                             (long long)entry->want, (long long)entry->low);
+        return Py_BuildValue("(KkOO(snLLLL))", number, pc, where, cause, "guard", rule_id, (long long)entry->got,
+                             (long long)entry->want, (long long)entry->low, (long long)entry->high);
     case FAILS_VALUES:
         return Py_BuildValue("(KkOO(snL))", number, pc, where, cause, "fails", rule_id, (long long)entry->got);
     case CALLER_VALUES:
@@ -1782,13 +1822,42 @@ static PyObject *Tracer_interrupted(Tracer *self, PyObject *args) {
     if (PyErr_Occurred()) return NULL;
     frame.state = (self->uses_vfp ? VFP_KNOWN : 0) | SIGNAL_FRAME;
     self->serial++;
-    self->call_pending = 1;
-    self->pending_frame = frame;
-    self->pending_serial = self->serial;
+    self->s.call_pending = 1;
+    self->s.pending_frame = frame;
+    self->s.pending_serial = self->serial;
+    Py_RETURN_NONE;
+}
+
+/* ShadowStack per thread (harness.verify.stops): at a system call the
+ * processor goes from thread `left` to thread `tid`, whose stack is the
+ * Verifier's (stack_top 0) or its own up to stack_top. The running
+ * thread's shadow is parked, tid's taken up; a new thread's starts at its
+ * first stop. */
+static PyObject *Tracer_switch(Tracer *self, PyObject *args) {
+    long long left, tid;
+    unsigned long stack_top;
+    if (!PyArg_ParseTuple(args, "LLk", &left, &tid, &stack_top)) return NULL;
+    if (reserve(&self->parked, &self->parked_capacity, self->parked_count + 1, sizeof(ThreadShadow))) return NULL;
+    self->s.tid = left;
+    self->parked[self->parked_count++] = self->s;
+    size_t i = 0;
+    while (i < self->parked_count && self->parked[i].tid != tid) i++;
+    if (i < self->parked_count) {
+        self->s = self->parked[i];
+        self->parked[i] = self->parked[--self->parked_count];
+    } else {
+        memset(&self->s, 0, sizeof self->s);
+        self->s.tid = tid;
+    }
+    self->s.stack_top = (uint32_t)stack_top;
+    self->dirty = 1;
+    if (self->verifier) verifier_window(self->verifier, NULL, 0, 0);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef Tracer_methods[] = {
+    {"switch", (PyCFunction)Tracer_switch, METH_VARARGS,
+     "At a system call the processor goes from thread left to thread tid (its stack's top, 0: the process's)."},
     {"run", (PyCFunction)Tracer_run, METH_VARARGS, "Run the engine from begin to until, verifying every stop."},
     {"interrupted", (PyCFunction)Tracer_interrupted, METH_VARARGS,
      "A signal handler starts: the context it interrupted is its caller's frame."},

@@ -1,0 +1,321 @@
+"""Threads: clone as pthread_create makes them, futexes, exit and joins,
+signals to a thread, and the one deterministic scheduler (unit tests on a
+plain machine); then a threaded C program run as under qemu-user, with a
+shadow stack a thread that both hooks keep alike, run after run."""
+
+from __future__ import annotations
+
+import errno
+import struct
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+from linux_calls import SCRATCH, call, made_kernel
+from test_linux_process import _chains, _live, build, qemu, run_process, sysroot
+
+from harness.linux import signals
+from harness.linux.calls_threads import (
+    CLONE_CHILD_CLEARTID,
+    CLONE_PARENT_SETTID,
+    CLONE_SETTLS,
+    FUTEX_CMP_REQUEUE,
+    FUTEX_PRIVATE_FLAG,
+    FUTEX_REQUEUE,
+    FUTEX_WAIT,
+    FUTEX_WAIT_BITSET,
+    FUTEX_WAKE,
+    FUTEX_WAKE_BITSET,
+    FUTEX_WAKE_OP,
+    THREAD_FLAGS,
+)
+from harness.linux.kernel import FIXED_TIME
+from harness.linux.modules import process_program
+from harness.linux.process import LinuxRun, LinuxSystem
+from harness.linux.table import SystemCallFault
+from harness.linux.threads import QUANTUM
+from harness.verify.stops import verify_program
+
+PTHREAD_FLAGS = THREAD_FLAGS & ~0x400000 & ~0x1000000  # glibc's: without CLONE_DETACHED and CLONE_CHILD_SETTID
+MAIN = 4242
+WORD, WORD2, TID_WORD, STACK = SCRATCH + 0x100, SCRATCH + 0x104, SCRATCH + 0x108, SCRATCH + 0x3000
+NSEC = 1_000_000_000
+
+
+def _spawn(kernel, tls: int = 0x5000) -> int:
+    """A thread as pthread_create makes one: the tid the creator gets."""
+    registers = list(range(100, 116))
+    registers[13] = SCRATCH + 0x2000  # the creator's own stack
+    kernel.machine.registers = replace(kernel.machine.registers, r=tuple(registers))
+    return call(kernel, "clone", PTHREAD_FLAGS, STACK, TID_WORD, tls, TID_WORD)
+
+
+def _running(kernel) -> int:
+    return kernel.threads.current.tid
+
+
+def _set(kernel, address: int, value: int) -> None:
+    kernel.machine.write(address, struct.pack("<I", value))
+
+
+# ------------------------------------------------------------- clone, exit, join
+
+
+def test_clone_makes_a_thread_that_starts_after_the_call_with_its_own_stack_and_tls(kernel):
+    assert _spawn(kernel) == MAIN + 1
+    assert _running(kernel) == MAIN  # the creator goes on
+    assert struct.unpack("<I", kernel.machine.read(TID_WORD, 4))[0] == MAIN + 1  # CLONE_PARENT_SETTID
+    thread = kernel.threads.find(MAIN + 1)
+    assert thread.context.r[0] == 0 and thread.context.r[13] == STACK and thread.context.r[15] == 115
+    assert thread.context.r[1:13] == tuple(range(101, 113))  # the rest as the creator had them
+    assert kernel.machine.registers.r[13] == SCRATCH + 0x2000
+    assert thread.tls == 0x5000 and thread.clear_child_tid == TID_WORD
+
+
+def test_clone_refuses_what_is_not_a_thread_or_a_process(kernel):
+    assert call(kernel, "clone", PTHREAD_FLAGS & ~0x800, STACK, 0, 0, 0) == -errno.EINVAL  # no CLONE_SIGHAND
+    assert call(kernel, "clone", PTHREAD_FLAGS | 0x8000, STACK, 0, 0, 0) == -errno.EINVAL  # CLONE_PTRACE
+    with pytest.raises(SystemCallFault, match="not an 8-byte aligned stack"):
+        call(kernel, "clone", PTHREAD_FLAGS, STACK + 4, 0, 0, 0)
+
+
+def test_a_join_waits_until_the_thread_exits_and_clears_its_tid(kernel):
+    tid = _spawn(kernel)
+    # pthread_join: wait while the tid word holds the tid; the processor goes to the thread
+    call(kernel, "futex", TID_WORD, FUTEX_WAIT, tid)
+    assert _running(kernel) == tid and kernel.machine.registers.r[13] == STACK
+    assert call(kernel, "gettid") == tid and call(kernel, "getpid") == MAIN
+    call(kernel, "exit", 3)
+    assert kernel.exit_status is None  # a thread's exit is not the process's
+    assert _running(kernel) == MAIN and kernel.machine.registers.r[0] == 0  # woken: the wait returned 0
+    assert kernel.machine.read(TID_WORD, 4) == bytes(4)  # CLONE_CHILD_CLEARTID
+    assert kernel.threads.find(tid) is None and len(kernel.threads.live()) == 1
+    call(kernel, "exit", 5)  # the last thread's exit ends the process
+    assert kernel.exit_status == 5
+
+
+def test_exit_group_ends_every_thread(kernel):
+    _spawn(kernel)
+    call(kernel, "exit_group", 9)
+    assert kernel.exit_status == 9
+
+
+def test_the_tls_register_follows_the_thread(kernel):
+    call(kernel, "set_tls", 0x1111)
+    tid = _spawn(kernel, tls=0x2222)
+    call(kernel, "sched_yield")
+    assert _running(kernel) == tid and kernel.machine.tls == 0x2222
+    call(kernel, "sched_yield")
+    assert _running(kernel) == MAIN and kernel.machine.tls == 0x1111
+
+
+# ------------------------------------------------------------- the scheduler
+
+
+def test_a_thread_keeps_the_processor_until_its_quantum_passes_then_the_next_one_runs(kernel):
+    first, second = _spawn(kernel), _spawn(kernel)
+    kernel.machine.executed += QUANTUM - 1
+    call(kernel, "getpid")
+    assert _running(kernel) == MAIN
+    kernel.machine.executed += 1
+    call(kernel, "getpid")
+    assert _running(kernel) == first  # in creation order after the one that ran
+    kernel.machine.executed += QUANTUM
+    call(kernel, "getpid")
+    assert _running(kernel) == second
+    kernel.machine.executed += QUANTUM
+    call(kernel, "getpid")
+    assert _running(kernel) == MAIN
+
+
+def test_the_registers_of_a_thread_are_kept_while_another_runs(kernel):
+    tid = _spawn(kernel)
+    main_context = replace(kernel.machine.registers, r=(0,) + tuple(range(1, 16)), d=tuple(range(32)), fpscr=7)
+    kernel.machine.registers = main_context
+    call(kernel, "sched_yield")
+    assert _running(kernel) == tid
+    kernel.machine.registers = replace(kernel.machine.registers, d=(9,) * 32)
+    call(kernel, "sched_yield")
+    assert kernel.machine.registers == main_context  # r0 = sched_yield's 0, core and VFP as they were
+
+
+def test_a_sleep_lets_the_others_run_and_the_clock_jumps_when_none_is_ready(kernel):
+    tid = _spawn(kernel)
+    kernel.machine.write(SCRATCH + 0x200, struct.pack("<iI", 2, 0))
+    call(kernel, "nanosleep", SCRATCH + 0x200, 0)
+    assert _running(kernel) == tid
+    kernel.machine.write(SCRATCH + 0x200, struct.pack("<iI", 5, 0))
+    call(kernel, "nanosleep", SCRATCH + 0x200, 0)  # both sleep: the first deadline comes first
+    assert _running(kernel) == MAIN and kernel.now_ns() == (FIXED_TIME + 2) * NSEC
+    assert kernel.machine.registers.r[0] == 0
+
+
+def test_every_thread_waiting_with_no_deadline_is_a_deadlock_naming_each(kernel):
+    tid = _spawn(kernel)
+    call(kernel, "futex", WORD, FUTEX_WAIT, 0)
+    assert _running(kernel) == tid
+    with pytest.raises(SystemCallFault, match=f"a deadlock \\(thread {MAIN} on the futex at {WORD:#x}, "
+                                              f"thread {tid} on the futex at {WORD2:#x}\\)"):
+        call(kernel, "futex", WORD2, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, 0)
+
+
+def test_the_same_calls_give_the_same_schedule(roots):
+    def schedule() -> list[int]:
+        kernel = made_kernel(roots)
+        seen = []
+        for _ in range(3):
+            _spawn(kernel)
+        for step in range(40):
+            kernel.machine.executed += QUANTUM // 3 * (step % 4)
+            call(kernel, "sched_yield" if step % 5 == 0 else "getpid")
+            seen.append(_running(kernel))
+        return seen
+
+    first = schedule()
+    assert first == schedule() and len(set(first)) == 4
+
+
+# ------------------------------------------------------------- futexes
+
+
+def test_a_wait_returns_at_once_where_the_word_changed_and_a_wake_counts_the_woken(kernel):
+    _set(kernel, WORD, 1)
+    assert call(kernel, "futex", WORD, FUTEX_WAIT, 0) == -errno.EAGAIN
+    assert call(kernel, "futex", WORD, FUTEX_WAKE, 5) == 0  # nobody waits
+    assert call(kernel, "futex", WORD + 1, FUTEX_WAKE, 1) == -errno.EINVAL  # misaligned
+    assert call(kernel, "futex", WORD, FUTEX_WAIT_BITSET, 1, 0, 0, 0) == -errno.EINVAL  # an empty bitset
+
+
+def _waiters(kernel, count: int, address: int = WORD, bitsets=None) -> list[int]:
+    """`count` threads made, each then waiting on `address` (in creation
+    order); the main thread runs again."""
+    tids = [_spawn(kernel) for _ in range(count)]
+    for index, tid in enumerate(tids):
+        call(kernel, "sched_yield")
+        while _running(kernel) != tid:
+            call(kernel, "sched_yield")
+        bitset = bitsets[index] if bitsets else 0xFFFFFFFF
+        call(kernel, "futex", address, FUTEX_WAIT_BITSET, 0, 0, 0, bitset)
+        while _running(kernel) != MAIN:
+            call(kernel, "sched_yield")
+    return tids
+
+
+def test_a_wake_wakes_the_first_waiters_first(kernel):
+    tids = _waiters(kernel, 3)
+    assert call(kernel, "futex", WORD, FUTEX_WAKE, 2) == 2
+    assert [thread.tid for thread in kernel.threads.waiting] == tids[2:]
+
+
+def test_a_bitset_wake_wakes_only_waiters_sharing_a_bit(kernel):
+    tids = _waiters(kernel, 3, bitsets=[0b01, 0b10, 0b11])
+    assert call(kernel, "futex", WORD, FUTEX_WAKE_BITSET, 10, 0, 0, 0b10) == 2
+    assert [thread.tid for thread in kernel.threads.waiting] == tids[:1]
+
+
+def test_requeue_wakes_some_and_moves_the_rest(kernel):
+    tids = _waiters(kernel, 3)
+    assert call(kernel, "futex", WORD, FUTEX_REQUEUE, 1, 1, WORD2) == 2  # one woken, one moved
+    assert [(t.tid, t.wait.futex) for t in kernel.threads.waiting] == [(tids[1], WORD2), (tids[2], WORD)]
+    _set(kernel, WORD, 7)
+    assert call(kernel, "futex", WORD, FUTEX_CMP_REQUEUE, 0, 5, WORD2, 6) == -errno.EAGAIN  # *WORD is not 6
+    assert call(kernel, "futex", WORD, FUTEX_CMP_REQUEUE, 0, 5, WORD2, 7) == 1
+    assert call(kernel, "futex", WORD2, FUTEX_WAKE, 10) == 2
+
+
+def test_wake_op_changes_the_second_word_and_wakes_by_its_old_value(kernel):
+    _waiters(kernel, 1, WORD)
+    _waiters(kernel, 1, WORD2)
+    _set(kernel, WORD2, 5)
+    # FUTEX_OP_ADD 3, then wake on WORD2 where the old value > 4 (FUTEX_OP_CMP_GT)
+    encoded = 1 << 28 | 4 << 24 | 3 << 12 | 4
+    assert call(kernel, "futex", WORD, FUTEX_WAKE_OP, 1, 1, WORD2, encoded) == 2
+    assert struct.unpack("<I", kernel.machine.read(WORD2, 4))[0] == 8
+
+
+def test_a_timed_wait_times_out_on_the_emulated_clock(kernel):
+    kernel.machine.write(SCRATCH + 0x200, struct.pack("<iI", 0, 5000))  # relative: 5 us
+    start = kernel.now_ns()
+    assert call(kernel, "futex", WORD, FUTEX_WAIT, 0, SCRATCH + 0x200) == -errno.ETIMEDOUT
+    assert kernel.now_ns() == start + 5000
+    deadline = kernel.now_ns() + 7000  # FUTEX_WAIT_BITSET: an absolute time
+    kernel.machine.write(SCRATCH + 0x200, struct.pack("<qI4x", deadline // NSEC, deadline % NSEC))
+    assert call(kernel, "futex_time64", WORD, FUTEX_WAIT_BITSET, 0, SCRATCH + 0x200, 0, 0xFFFFFFFF) \
+        == -errno.ETIMEDOUT
+    assert kernel.now_ns() == deadline
+    assert call(kernel, "futex_time64", WORD, FUTEX_WAIT_BITSET, 0, SCRATCH + 0x200, 0, 1) == -errno.ETIMEDOUT
+
+
+def test_priority_inheritance_futexes_end_the_run_named(kernel):
+    with pytest.raises(SystemCallFault, match="FUTEX_LOCK_PI at .*priority-inheritance futexes are not emulated"):
+        call(kernel, "futex", WORD, 6 | FUTEX_PRIVATE_FLAG, 0)
+    assert call(kernel, "futex", WORD, 2, 0) == -errno.ENOSYS  # FUTEX_FD, gone from Linux
+
+
+# ------------------------------------------------------------- signals to threads
+
+
+def test_a_signal_to_a_waiting_thread_ends_its_wait_and_its_handler_runs_there(kernel):
+    tid = _spawn(kernel)
+    kernel.signals.actions[10] = signals.Action(0x9001, signals.SA_SIGINFO, 0, 0)
+    call(kernel, "futex", WORD, FUTEX_WAIT, 0)  # main waits; the thread runs
+    assert _running(kernel) == tid
+    assert call(kernel, "tgkill", MAIN, MAIN, 10) == 0
+    assert call(kernel, "tgkill", MAIN, 9999, 10) == -errno.ESRCH
+    assert call(kernel, "tgkill", 1, MAIN, 10) == -errno.ESRCH
+    call(kernel, "sched_yield")
+    assert _running(kernel) == MAIN and kernel.machine.registers.r[0] == (-errno.EINTR) & 0xFFFFFFFF
+    interrupted = signals.deliver_pending(kernel)
+    assert interrupted is not None and kernel.machine.registers.r[15] == 0x9000  # the handler, in MAIN
+    assert kernel.threads.find(tid).signals.pending == []
+
+
+def test_a_signal_to_the_process_goes_to_a_thread_that_does_not_block_it(kernel):
+    tid = _spawn(kernel)
+    kernel.signals.blocked = 1 << 9  # MAIN blocks SIGUSR1
+    assert call(kernel, "kill", MAIN, 10) == 0
+    assert kernel.threads.find(tid).signals.pending == [(10, signals.SI_USER)]
+    assert kernel.threads.find(MAIN).signals.pending == []
+
+
+# ------------------------------------------------------------- a threaded program
+
+
+@pytest.mark.parametrize("link", ["-static", "-Wl,-z,now"])
+def test_a_threaded_program_runs_as_under_qemu_and_repeats(link):
+    program = build("threads.c", link)
+    root = None if link == "-static" else sysroot()
+    expected = (0, b"sum 5676, jobs 24, returned 9, main's own count 0, timed wait timed out\n")
+    assert qemu(program, root=root) == expected
+    runs = []
+    for _ in range(2):
+        result, system = run_process(program, root=root, unwinders=["dwarf", "v2-code", "framepointer"])
+        assert result.fault is None
+        assert (system.outcome().exit_status, system.outcome().stdout) == expected
+        runs.append((result.instructions, result.counts, result.tally.counter(), result.failure_log.first(50)))
+    assert runs[0] == runs[1]  # byte for byte: the same schedule, the same failures
+
+
+def test_each_thread_has_its_own_shadow_stack_and_both_hooks_keep_them_alike():
+    program = build("threads.c", "-static")
+    chains = _chains(program, compiled=True)
+    assert chains == _chains(program, compiled=False)
+    _live(chains)
+    # A worker's frames end at start_thread, called from clone's child path:
+    # nothing of the thread that created it (main) is its caller.
+    in_workers = Counter(tuple(callers[-3:]) for name, callers, _, _ in chains if name == "fib")
+    assert set(in_workers) <= {("worker", "start_thread", None), ("fib", "worker", "start_thread")} \
+        | {("fib", "fib", "worker")}
+    assert not any("main" in callers for name, callers, _, _ in chains if name in ("worker", "fib"))
+    assert sum(1 for name, callers, _, _ in chains if name == "fib" and callers[-2:] == ["start_thread", None])
+
+
+def test_a_sampled_run_follows_the_same_threads():
+    program = build("threads.c", "-static")
+    outcomes = set()
+    for every in (1, 97):
+        system = LinuxSystem(LinuxRun(program))
+        result = verify_program(process_program(system), [], system=system, every=every)
+        assert result.fault is None
+        outcomes.add((system.outcome().stdout, result.instructions))
+    assert len(outcomes) == 1
