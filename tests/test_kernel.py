@@ -53,7 +53,8 @@ def test_the_kernel_was_built_from_the_declared_boundary():
 def test_answers_come_back_as_named_records():
     assert abi.answer((2, abi.MISMATCH_ANSWER, 13, 5, 6, 0x100)) == abi.Mismatch(2, 1, 13, 5, 6, 0x100)
     assert abi.answer((0, abi.FAILS_ANSWER, 7, 0x100)).rule_id == 7
-    assert abi.answer((1, abi.GUARD_FAILS_ANSWER, 3, 0x10, 0x20, 0x30, 0x100)).low == 0x30
+    guard = abi.answer((1, abi.GUARD_FAILS_ANSWER, 3, 0x10, 0x20, 0x30, 0x40, 0x100))
+    assert (guard.low, guard.high, guard.pc) == (0x30, 0x40, 0x100)
 
 
 def same_results(program, every: int = 1):

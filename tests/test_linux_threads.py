@@ -14,7 +14,7 @@ import pytest
 from linux_calls import SCRATCH, call, made_kernel
 from test_linux_process import _chains, _live, build, qemu, run_process, sysroot
 
-from harness.linux import signals
+from harness.linux import calls_threads, signals
 from harness.linux.calls_threads import (
     CLONE_CHILD_CLEARTID,
     CLONE_PARENT_SETTID,
@@ -92,6 +92,13 @@ def test_a_join_waits_until_the_thread_exits_and_clears_its_tid(kernel):
     assert kernel.threads.find(tid) is None and len(kernel.threads.live()) == 1
     call(kernel, "exit", 5)  # the last thread's exit ends the process
     assert kernel.exit_status == 5
+
+
+def test_a_process_holds_at_most_max_threads(kernel, monkeypatch):
+    monkeypatch.setattr(calls_threads, "MAX_THREADS", 3)
+    assert _spawn(kernel) > 0 and _spawn(kernel) > 0
+    assert _spawn(kernel) == -errno.EAGAIN  # as past RLIMIT_NPROC
+    assert len(kernel.threads.live()) == 3
 
 
 def test_exit_group_ends_every_thread(kernel):

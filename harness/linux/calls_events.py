@@ -1,8 +1,9 @@
 """Waiting for events (harness.linux.table): eventfd, epoll, select, and
-the event sources a sandboxed kernel refuses (inotify, sockets). One
-thread: whatever is ready is ready now, by the rules poll follows
+the event sources a sandboxed kernel refuses (inotify, sockets).
+Whatever is ready is ready now, by the rules poll follows
 (harness.linux.calls_pipes.readiness); a wait with nothing ready and no
-end would wait forever, so it ends the run as a fault, and a wait with a
+end would block, which only futex waits and sleeps do here, so it ends
+the run as a fault (harness.linux.threads.file_wait), and a wait with a
 timeout returns at once having found nothing (the clock is not moved).
 """
 
@@ -15,6 +16,7 @@ import struct
 from harness.linux.calls_pipes import POLLHUP, POLLIN, POLLOUT, readiness
 from harness.linux.files import MAX_FDS, Device, GuestError, Node, OpenFile, inode_of
 from harness.linux.table import SystemCallFault, handles, signed
+from harness.linux.threads import file_wait
 
 O_RDWR, O_NONBLOCK, O_CLOEXEC = 2, 0o4000, 0o2000000  # ARM's values
 EFD_SEMAPHORE = 1
@@ -40,23 +42,23 @@ def _anonymous(kernel, kind: str, device: Device, flags: int) -> int:
 class EventCounter(Device):
     """An eventfd: a 64-bit counter. A read takes it whole (one, with
     EFD_SEMAPHORE), a write adds to it; a read of 0 or a write that would
-    pass COUNTER_MAX waits, which with one thread is forever (a fault), or
-    fails with EAGAIN under O_NONBLOCK."""
+    pass COUNTER_MAX would block (a fault: harness.linux.threads.file_wait),
+    or fails with EAGAIN under O_NONBLOCK."""
 
     def __init__(self, value: int, semaphore: bool):
         self.value, self.semaphore = value, semaphore
         self.opened: OpenFile | None = None  # the description, for O_NONBLOCK as F_SETFL leaves it
 
-    def _wait(self, what: str) -> None:
+    def _wait(self, kernel, what: str) -> None:
         if self.opened.flags & O_NONBLOCK:
             raise GuestError(errno.EAGAIN)
-        raise SystemCallFault(f"{what} with one thread: it would wait forever")
+        raise file_wait(kernel, what)
 
     def read(self, kernel, count: int) -> bytes:
         if count < 8:
             raise GuestError(errno.EINVAL)
         if not self.value:
-            self._wait("read of an eventfd whose counter is 0")
+            self._wait(kernel, "read of an eventfd whose counter is 0")
         taken = 1 if self.semaphore else self.value
         self.value -= taken
         return struct.pack("<Q", taken)
@@ -68,7 +70,7 @@ class EventCounter(Device):
         if added > COUNTER_MAX:
             raise GuestError(errno.EINVAL)
         if self.value + added > COUNTER_MAX:
-            self._wait("write to an eventfd whose counter is full")
+            self._wait(kernel, "write to an eventfd whose counter is full")
         self.value += added
         return 8
 
@@ -187,8 +189,7 @@ def _epoll_wait(kernel, epfd: int, address: int, most: int, forever: bool) -> in
         if interest.events & EPOLLONESHOT:
             interest.events = 0  # reported once: silent until EPOLL_CTL_MOD
     if not found and forever:
-        raise SystemCallFault(f"epoll_wait on {len(epoll.interests)} files with nothing ready and one thread: "
-                              "it would wait forever")
+        raise file_wait(kernel, f"epoll_wait on {len(epoll.interests)} files with nothing ready")
     return len(found)
 
 
@@ -240,8 +241,7 @@ def _select(kernel, count: int, sets: tuple[int, int, int], forever: bool) -> in
                 ready_sets[which] |= 1 << fd
                 total += 1
     if not total and forever:
-        raise SystemCallFault(f"select on {count} descriptors with nothing ready and one thread: "
-                              "it would wait forever")
+        raise file_wait(kernel, f"select on {count} descriptors with nothing ready")
     for address, bits in zip(sets, ready_sets):
         if address and size:
             kernel.machine.write(address, bits.to_bytes(size, "little"))

@@ -18,7 +18,8 @@ from harness.linux.calls_files import O_NONBLOCK
 from harness.linux.contents import MAX_FILE_SIZE
 from harness.linux.files import GuestError, Node
 from harness.linux.loader import KUSER_PAGE
-from harness.linux.table import SystemCallFault, handles, signed
+from harness.linux.table import handles, signed
+from harness.linux.threads import file_wait
 
 MAX_TRANSFER = 16 << 20  # bytes one read or write call moves at most
 PIPE_CAPACITY = 1 << 16  # bytes a pipe holds (Linux's default)
@@ -54,7 +55,7 @@ def _read_into(kernel, opened, buffer: int, count: int, offset: int | None = Non
         if not node.data and count and node not in (kernel.stdout, kernel.stderr) and has_writer(kernel, node):
             if opened.flags & O_NONBLOCK:
                 raise GuestError(errno.EAGAIN)
-            raise SystemCallFault("read from an empty pipe that no other thread can fill: it would wait forever")
+            raise file_wait(kernel, "read from an empty pipe")
         data = bytes(node.data[:count])
         del node.data[: len(data)]
     else:
@@ -84,8 +85,7 @@ def _write_from(kernel, opened, buffer: int, count: int, offset: int | None = No
         if data and not room:
             if opened.flags & O_NONBLOCK:
                 raise GuestError(errno.EAGAIN)
-            raise SystemCallFault(f"write to a full pipe ({PIPE_CAPACITY} bytes buffered) that no other thread "
-                                  "can drain: it would wait forever")
+            raise file_wait(kernel, f"write to a full pipe ({PIPE_CAPACITY} bytes buffered)")
         node.data += data[:room]
         return min(len(data), room)
     start = len(node.data) if opened.append else opened.position if offset is None else offset

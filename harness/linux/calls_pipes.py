@@ -1,7 +1,8 @@
-"""Pipes and poll (harness.linux.table). One thread: a pipe is a buffer
-the program both fills and drains (harness.linux.calls_files reads and
-writes it, PIPE_CAPACITY bytes at most), and a poll that finds nothing
-ready would wait forever, so it ends the run as a fault instead."""
+"""Pipes and poll (harness.linux.table). A pipe is a buffer the program
+both fills and drains (harness.linux.calls_files reads and writes it,
+PIPE_CAPACITY bytes at most); a poll that finds nothing ready would block,
+which only futex waits and sleeps do here, so it ends the run as a fault
+instead (harness.linux.threads.file_wait)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import struct
 
 from harness.linux.calls_io import PIPE_CAPACITY, has_writer
 from harness.linux.files import GuestError, Node, OpenFile
-from harness.linux.table import SystemCallFault, handles, signed
+from harness.linux.table import handles, signed
+from harness.linux.threads import file_wait
 
 POLLIN, POLLOUT, POLLHUP, POLLNVAL = 0x1, 0x4, 0x10, 0x20
 O_NONBLOCK, O_CLOEXEC, O_DIRECT = 0o4000, 0o2000000, 0o200000  # ARM's values
@@ -71,7 +73,7 @@ def _poll(kernel, address: int, count: int, waits: bool) -> int:
         kernel.machine.write(address + 8 * index, struct.pack("<ihh", fd, events, answer))
     ready = sum(1 for answer in answers if answer)
     if not ready and waits:
-        raise SystemCallFault(f"poll on {count} descriptors with nothing ready and one thread: it would wait forever")
+        raise file_wait(kernel, f"poll on {count} descriptors with nothing ready")
     return ready
 
 

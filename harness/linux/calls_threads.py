@@ -10,7 +10,7 @@ import struct
 
 from harness.linux.files import GuestError
 from harness.linux.table import SystemCallFault, handles
-from harness.linux.threads import FUTEX_BITSET_ANY, Wait
+from harness.linux.threads import FUTEX_BITSET_ANY, MAX_THREADS, Wait
 
 CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND = 0x100, 0x200, 0x400, 0x800
 CLONE_VFORK, CLONE_THREAD, CLONE_SYSVSEM, CLONE_SETTLS = 0x4000, 0x10000, 0x40000, 0x80000
@@ -42,6 +42,8 @@ def sys_clone(kernel, flags, stack, parent_tid, tls, child_tid):
                               "a vfork-like process is not emulated")
     if flags & ~THREAD_FLAGS & ~EXIT_SIGNAL or not flags & CLONE_SIGHAND:
         raise GuestError(errno.EINVAL)
+    if len(kernel.threads.live()) >= MAX_THREADS:
+        raise GuestError(errno.EAGAIN)
     if stack & 7 or not stack:
         raise SystemCallFault(f"clone of a thread with the stack {stack:#x}: not an 8-byte aligned stack")
     context = kernel.machine.context()

@@ -111,7 +111,11 @@ class LinuxKernel:
     def reschedule(self) -> Switch | None:
         """After a system call: the thread that runs next, where it is
         another (harness.linux.threads)."""
-        return self.threads.reschedule(self.machine, self.machine.instructions(), self.now_ns(), self._sleep)
+        threads = self.threads
+        if len(threads.all) == 1 and threads.current.wait is None:  # most processes, at most calls
+            threads.yielded = False
+            return None
+        return threads.reschedule(self.machine, self.machine.instructions(), self.now_ns(), self._sleep)
 
     def _sleep(self, nanoseconds: int) -> None:
         self.slept_ns += nanoseconds

@@ -1,11 +1,12 @@
-"""Signals as ARM Linux delivers them to a process of one thread
-(arch/arm/kernel/signal.c): each signal's action (rt_sigaction), the
-blocked mask, what is pending, the alternate stack, and the frame a
-handler runs on.
+"""Signals as ARM Linux delivers them (arch/arm/kernel/signal.c): each
+signal's action (rt_sigaction, the process's), and each thread's blocked
+mask, pending signals and alternate stack; the frame a handler runs on.
 
 A signal sent by the process to itself (kill, tgkill, tkill: raise and
-abort) is pending until the system call that sent it returns, and is then
-delivered, as a kernel delivers on its way back to user mode: its handler
+abort) is pending on the thread that takes it until that thread next
+returns from a system call (the sender's call, or the call a waiting
+thread is woken from with EINTR), and is then delivered, as a kernel
+delivers on its way back to user mode: its handler
 runs on a frame that holds the interrupted context (`rt_sigframe` with
 SA_SIGINFO, `sigframe` without), returning through `sa_restorer` (glibc's)
 or the kernel's own trampoline (TRAMPOLINES, in the vectors page), whose

@@ -29,6 +29,7 @@ from harness.linux.signals import Signals
 from harness.linux.table import SystemCallFault
 
 QUANTUM = 1 << 20  # instructions (about a millisecond on the emulated clock: a time slice)
+MAX_THREADS = 1024  # live at once, then clone fails with EAGAIN (as past RLIMIT_NPROC)
 FUTEX_BITSET_ANY = 0xFFFFFFFF
 
 
@@ -53,6 +54,15 @@ class Thread:
     clear_child_tid: int = 0  # zeroed and woken at its exit (CLONE_CHILD_CLEARTID, set_tid_address)
     wait: Wait | None = None
     exited: bool = False
+
+
+def file_wait(kernel, what: str) -> SystemCallFault:
+    """The fault for a call that would block on a file (a pipe, an eventfd,
+    poll): only futex waits and sleeps block a thread here."""
+    if len(kernel.threads.live()) == 1:
+        return SystemCallFault(f"{what} with no other thread: it would wait forever")
+    return SystemCallFault(f"{what}: it would wait for another thread, and a wait on files is not emulated "
+                           "(only futex waits and sleeps block a thread)")
 
 
 class Switch(NamedTuple):
