@@ -16,9 +16,6 @@ from test_linux_process import _chains, _live, build, qemu, run_process, sysroot
 
 from harness.linux import calls_threads, signals
 from harness.linux.calls_threads import (
-    CLONE_CHILD_CLEARTID,
-    CLONE_PARENT_SETTID,
-    CLONE_SETTLS,
     FUTEX_CMP_REQUEUE,
     FUTEX_PRIVATE_FLAG,
     FUTEX_REQUEUE,

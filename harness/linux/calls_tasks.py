@@ -13,7 +13,7 @@ import struct
 from harness.linux.calls_files import _at, _path
 from harness.linux.calls_process import PID
 from harness.linux.files import GuestError
-from harness.linux.table import SystemCallFault, handles, signed
+from harness.linux.table import handles, signed
 
 SESSION = 1  # the session it is in, not its own: it leads only its process group
 SCHED_OTHER, SCHED_FIFO, SCHED_RR, SCHED_BATCH, SCHED_IDLE, SCHED_DEADLINE = 0, 1, 2, 3, 5, 6
