@@ -23,6 +23,7 @@ class PageMachine:
     def __init__(self):
         self.pages: dict[int, bytearray] = {}
         self.tls = None
+        self.protections: dict[int, int] = {}  # page -> what mprotect or mmap last set
         self.stopped = False
         self.registers = Context((0,) * 16, 0x10, (0,) * 32, 0)  # what a signal interrupts
         self.executed = 0  # instructions "run" so far: tests move the clock with it
@@ -48,6 +49,11 @@ class PageMachine:
     def unmap(self, address, size):
         for page in range(address, address + size, PAGE):
             del self.pages[page]
+
+    def protect(self, address, size, protection):
+        for page in range(address, address + size, PAGE):
+            assert page in self.pages, f"{page:#x} protected but not mapped"
+            self.protections[page] = protection
 
     def set_tls(self, value):
         self.tls = value

@@ -12,7 +12,8 @@ from generators.corpus import generate_program
 from harness.report.summary import summarize, to_json
 from harness.unwind import build_unwinders
 from harness.verify import engine_pool
-from harness.verify.emulator import EmulationFault, Emulator
+from harness.verify.emulator import Emulator
+from harness.verify.guards import EmulationFault
 from harness.verify.stops import DEFAULT_BUDGET, verify_program
 
 REGISTER_IDS = {name: getattr(arm, name) for name in dir(arm)

@@ -60,7 +60,8 @@ from harness.unwind.ehabi_run import caller_by_run
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.v2 import V2Unwinder
 from harness.unwind.v2_chrome import ChromeV2Unwinder
-from harness.verify.emulator import EmulationFault, Emulator
+from harness.verify.emulator import Emulator
+from harness.verify.guards import EmulationFault
 
 ROOT = Path(__file__).resolve().parent.parent
 ELF = ROOT / "corpus" / "fixtures" / "calls-clang-nofp.elf"  # small, fast to verify
@@ -87,7 +88,9 @@ COVERAGE = {
     "harness.formats.arm_exidx.ExidxError": "test_exidx_error",  # also test_exidx.py (every malformation)
     "harness.formats.breakpad.BreakpadError":
         "test_breakpad.py::test_a_file_that_is_not_a_symbol_file_is_a_one_line_error",
-    "harness.verify.emulator.EmulationFault": "test_emulation_fault",
+    "harness.verify.guards.EmulationFault": "test_emulation_fault",
+    "harness.verify.guards.ImpreciseFault":
+        "test_linux_signals.py::test_a_fault_in_a_run_from_block_entries_is_named_and_a_process_runs_from_every_instruction",
     "harness.verify.placement.NoRoom": "test_placement.py::test_a_program_that_leaves_no_room_is_refused",
     "harness.errors.WorkerLost": "test_worker_lost",
     # Internal: caught where raised and turned into a report line; they never escape.

@@ -468,7 +468,7 @@ import json, sys, time
 from harness.linux.modules import discover
 from harness.linux.process import LinuxRun
 from harness.verify.abi import Limits
-from harness.verify.emulator import EmulationFault
+from harness.verify.guards import EmulationFault
 program, cwd, *args = sys.argv[1:]
 started = time.monotonic()
 try:

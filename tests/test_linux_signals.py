@@ -285,12 +285,35 @@ def test_a_frame_with_no_room_and_a_bad_sigreturn_end_the_process_with_sigsegv(k
         assert kernel.exit_status == -11
 
 
-def test_a_signal_the_emulation_raises_but_cannot_deliver_ends_the_run_naming_it():
-    """Under qemu-user the handler runs and the program goes on; the
-    emulation does not deliver a fault's signal yet, so the run ends at the
-    fault, naming the signal: never on as if the handler had run."""
+def test_a_fault_runs_its_handler_as_under_qemu_and_its_caller_is_the_faulting_store(compiled):
+    """The store to an unmapped page raises SIGSEGV at once: the handler
+    runs on the kernel's frame, its caller the store that faulted (the
+    interrupted pc, in main), and siglongjmp takes it back to main."""
     program = build("segv_handler.c", "-static")
     assert qemu(program) == (0, b"caught 11\n")
-    result = verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]))
-    assert "SIGSEGV" in result.fault and "signals are not delivered" in result.fault
-    assert not result.self_check_ok
+    result = verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]),
+                            compiled=compiled)
+    assert result.fault is None and result.self_check_ok and result.result == 0
+    system = LinuxSystem(LinuxRun(program))
+    names = Names(system)
+    in_handler = []
+
+    def observe(stop):
+        if names(stop.pc) == "caught":
+            in_handler.append([(names(frame.pc), frame.signal) for frame in stop.expected])
+
+    verify_program(process_program(system), [], compiled=compiled, observe=observe, system=system)
+    assert system.outcome().stdout == b"caught 11\n"
+    assert in_handler and all(callers[0] == ("main", True) for callers in in_handler)
+
+
+def test_a_fault_in_a_run_from_block_entries_is_named_and_a_process_runs_from_every_instruction():
+    """From block entries the engine places a fault at its block's start
+    only: such a run ends there, named; verify_process, told by its first
+    run, verifies such a process from every instruction, sampled too."""
+    program = build("segv_handler.c", "-static")
+    system = LinuxSystem(LinuxRun(program))
+    result = verify_program(process_program(system), [], system=system, hooks="block", every=97)
+    assert "the program takes a fault (unmapped access at 0x10) inside a block run" in result.fault
+    result = verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]), every=97)
+    assert result.fault is None and result.self_check_ok and result.stops > 100

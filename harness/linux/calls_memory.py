@@ -1,9 +1,10 @@
 """System calls on memory: brk, mmap2, munmap, mprotect, mremap, madvise, mincore.
 
-Every page is mapped readable, writable and executable (protections are
-recorded by no one: a program the harness runs never relies on a fault),
-and a mapping is placed only where the address space is free
-(harness.linux.memory).
+A mapping's protection binds the program's own accesses as on an ARMv7
+core (writing or executing implies reading): a store to a read-only page
+or any access to a PROT_NONE guard page faults, and the program takes its
+SIGSEGV (harness.linux.signals.fault). A mapping is placed only where the
+address space is free (harness.linux.memory).
 """
 
 from __future__ import annotations
@@ -14,12 +15,20 @@ import stat
 from harness.linux.files import GuestError
 from harness.linux.loader import KUSER_PAGE
 from harness.linux.memory import MAX_MAPPED, MAX_MAPPINGS, page_up
-from harness.linux.table import handles
+from harness.linux.table import SystemCallFault, handles
 from harness.verify.placement import PAGE
 
 MAP_FIXED, MAP_ANONYMOUS = 0x10, 0x20
 MAP_FIXED_NOREPLACE = 0x100000
 MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
+PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
+MADV_DONTNEED = 4
+
+
+def _protect(kernel, start: int, size: int, protection: int) -> None:
+    """The program's accesses to [start, start + size) as `protection` lets them."""
+    allowed = protection & (PROT_READ | PROT_WRITE | PROT_EXEC)
+    kernel.machine.protect(start, size, allowed | (PROT_READ if allowed else 0))
 
 
 def _map_fresh(kernel, start: int, size: int) -> None:
@@ -92,6 +101,7 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
     kernel.vmas.mapped(start, start + size, protection, flags, source)  # for /proc/self/maps
     if contents:
         kernel.machine.write(start, contents)
+    _protect(kernel, start, size, protection)
     return start
 
 
@@ -117,7 +127,9 @@ def _mapped_pages(kernel, address: int, length: int) -> int:
 
 @handles(125, "mprotect")
 def sys_mprotect(kernel, address, length, protection):
-    kernel.vmas.protect(address, _mapped_pages(kernel, address, length), protection)  # for /proc/self/maps
+    end = _mapped_pages(kernel, address, length)
+    kernel.vmas.protect(address, end, protection)  # for /proc/self/maps
+    _protect(kernel, address, end - address, protection)
     return 0
 
 
@@ -154,5 +166,14 @@ def sys_mremap(kernel, address, old_length, new_length, flags, new_address):
 
 @handles(220, "madvise")
 def sys_madvise(kernel, address, length, advice):
+    """Advice changes nothing a program sees, but MADV_DONTNEED: anonymous
+    private pages read as zeros after it (glibc's allocator counts on that
+    when it trims a thread's heap); on a file's pages it is not emulated."""
+    if advice == MADV_DONTNEED and length:
+        end = _mapped_pages(kernel, address, length)
+        if any(start < end and address < stop for start, stop, _, _ in kernel.file_mappings):
+            raise SystemCallFault(f"madvise(MADV_DONTNEED) of a file's pages at {address:#x}: not emulated")
+        for start in range(address, end, PAGE):
+            kernel.machine.write(start, bytes(PAGE))
     return 0
 

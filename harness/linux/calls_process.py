@@ -49,24 +49,17 @@ def _send(kernel, target: int, signal: int, code: int, thread: bool = False) -> 
     threads = kernel.threads
     if thread:
         receiver = threads.find(target)
-    else:
-        receiver = _taker(threads, signal) if target in (PID, 0, -1, -PID) else None
-    if receiver is None:
+        if receiver is None:
+            raise GuestError(errno.ESRCH)
+        if signal:  # signal 0 only asks whether the target exists
+            receiver.signals.send(signal, code)
+            if not receiver.signals.blocked >> (signal - 1) & 1:
+                threads.interrupt(receiver)
+    elif target not in (PID, 0, -1, -PID):
         raise GuestError(errno.ESRCH)
-    if signal:  # signal 0 only asks whether the target exists
-        receiver.signals.send(signal, code)
-        if not receiver.signals.blocked >> (signal - 1) & 1:
-            threads.interrupt(receiver)
+    elif signal:
+        kernel.signal_process(signal, code)
     return 0
-
-
-def _taker(threads, signal: int):
-    """The thread a signal sent to the process goes to: the sender where it
-    does not block it, else the first that does not (else the sender)."""
-    if not signal:
-        return threads.current
-    takers = [threads.current] + [thread for thread in threads.live() if thread is not threads.current]
-    return next((thread for thread in takers if not thread.signals.blocked >> (signal - 1) & 1), threads.current)
 
 
 @handles(173, "rt_sigreturn")

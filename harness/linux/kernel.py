@@ -28,6 +28,7 @@ from harness.linux import (  # noqa: F401  (they register the handlers)
     calls_tasks,
     calls_threads,
     calls_xattr,
+    timers,
 )
 from harness.linux.calls_prctl import Settings
 from harness.linux.calls_process import PID
@@ -39,10 +40,11 @@ from harness.linux.names import NAMES
 from harness.linux.signals import Signals
 from harness.linux.special import DEV_MODE, Image, Null, SpecialFiles
 from harness.linux.table import CALLS, SystemCallFault
-from harness.linux.threads import Switch, Thread, Threads
+from harness.linux.threads import Alarm, Switch, Thread, Threads
 
 FIXED_TIME = 1_700_000_000  # seconds since the epoch the clock starts at (2023-11-14)
 NS_PER_INSTRUCTION = 1
+SI_KERNEL = 0x80  # si_code of a signal the kernel sends (an interval timer's)
 OUTPUT_CAP = 64 << 20  # bytes a program may write to stdout or stderr
 
 
@@ -86,6 +88,7 @@ class LinuxKernel:
         self.slept_ns = 0  # how far nanosleep and the like moved the clock on
         self._random_blocks = 0
         self.threads = Threads(Thread(PID, 0, Signals()))  # stack top 0: the initial stack
+        self.timers = timers.Timers()
         self.pid = PID
         self.calls: dict[str, int] = {}  # name -> times called, for the report
         # (start, end, guest path, file offset) of every file mapping: where ld.so put the libraries
@@ -115,10 +118,40 @@ class LinuxKernel:
         if len(threads.all) == 1 and threads.current.wait is None:  # most processes, at most calls
             threads.yielded = False
             return None
-        return threads.reschedule(self.machine, self.machine.instructions(), self.now_ns(), self._sleep)
+        return threads.reschedule(self.machine, self.machine.instructions(), self.now_ns(), self._sleep,
+                                  Alarm(self.timers.real_due, self.expire_timers))
 
     def _sleep(self, nanoseconds: int) -> None:
         self.slept_ns += nanoseconds
+
+    def deadline(self) -> int | None:
+        """The instruction count at which a timer expires or, with another
+        thread ready, the running thread's time slice ends."""
+        counts = [self.timers.next_instruction(self), self.threads.slice_end()]
+        return min((count for count in counts if count is not None), default=None)
+
+    def preempt(self) -> Switch | None:
+        """The time slice is over where another thread is ready: it runs."""
+        threads = self.threads
+        if threads.slice_end() is None or self.machine.instructions() < threads.slice_end():
+            return None
+        return threads.reschedule(self.machine, self.machine.instructions(), self.now_ns(), self._sleep)
+
+    def expire_timers(self) -> bool:
+        """The timers whose time has come send their signals (harness.linux.timers)."""
+        return self.timers.expire(self, lambda signal: self.signal_process(signal, SI_KERNEL))
+
+    def signal_process(self, signal: int, code: int) -> None:
+        """`signal` sent to the process: the thread that takes it is the
+        running one where it does not block it, else the first that does
+        not (else the running one); a thread that waits is woken (EINTR)."""
+        threads = self.threads
+        takers = [threads.current] + [thread for thread in threads.live() if thread is not threads.current]
+        bit = 1 << (signal - 1)
+        taker = next((thread for thread in takers if not thread.signals.blocked & bit), threads.current)
+        taker.signals.send(signal, code)
+        if not taker.signals.blocked & bit:
+            threads.interrupt(taker)
 
     # ---- shared by the handlers
 
@@ -146,6 +179,10 @@ class LinuxKernel:
         if len(node.data) + len(data) > OUTPUT_CAP:
             raise SystemCallFault(f"the program wrote more than {OUTPUT_CAP >> 20} MiB to stdout or stderr")
         node.data += data
+
+    def cpu_ns(self) -> int:
+        """The process's CPU time: its instructions (no time in the kernel counts)."""
+        return self.machine.instructions() * NS_PER_INSTRUCTION
 
     def now_ns(self) -> int:
         """The clock: FIXED_TIME, plus a nanosecond an instruction the process

@@ -39,6 +39,11 @@ class Machine(Protocol):
     def unmap(self, address: int, size: int) -> None:
         """Unmap pages that are mapped (page-aligned)."""
 
+    def protect(self, address: int, size: int, protection: int) -> None:
+        """What the program's own accesses to mapped pages may do (PROT_READ
+        1, PROT_WRITE 2, PROT_EXEC 4); the system-call layer's reads and
+        writes are not bound by it."""
+
     def set_tls(self, value: int) -> None:
         """The thread ID register user code reads (TPIDRURO)."""
 

@@ -33,7 +33,7 @@ from harness.unwind.sigframes import SignalFrames, trampolines_in
 from harness.unwind.walk import Unwinder
 from harness.verify import kernel
 from harness.verify.abi import GUARD_MEMORY, GUARD_SECONDS, Limits
-from harness.verify.emulator import EmulationFault
+from harness.verify.guards import EmulationFault, ImpreciseFault
 from harness.verify.stops import ground_truth_alone
 
 CFI_STRATEGIES = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf", "v1", "vmkunwind")  # built from a module's CFI
@@ -114,6 +114,7 @@ class FirstRun:
 
     modules: tuple[LoadedModule, ...]
     resumes: bytes | None
+    exact_faults: bool = False  # it takes a fault only the per-instruction hook places: its runs need that hook
 
 
 def process_program(system: LinuxSystem) -> Program:
@@ -125,14 +126,18 @@ def discover(run: LinuxRun, limits: Limits) -> FirstRun:
     """The first run of `run`: ground truth alone, under `limits`. A run past
     the clock or the memory limit raises its EmulationFault: nothing after
     it could go on (the verified run would only pass the limit again)."""
-    system = LinuxSystem(run)
-    try:
-        resumes = ground_truth_alone(process_program(system), system, kernel.AVAILABLE, limits)
-    except EmulationFault as fault:
-        if fault.guard in (GUARD_SECONDS, GUARD_MEMORY):
-            raise
-        resumes = None
-    return FirstRun(modules_of(system), resumes)
+    for by_blocks in (True, False):
+        system = LinuxSystem(run)
+        try:
+            resumes = ground_truth_alone(process_program(system), system, kernel.AVAILABLE, limits, by_blocks)
+        except ImpreciseFault:
+            continue  # a fault the program takes: again, from every instruction
+        except EmulationFault as fault:
+            if fault.guard in (GUARD_SECONDS, GUARD_MEMORY):
+                raise
+            resumes = None
+        return FirstRun(modules_of(system), resumes, exact_faults=not by_blocks)
+    raise AssertionError("a run from every instruction places every fault")
 
 
 @lru_cache(maxsize=8)  # a process's runs load the same libraries at the same bases

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from harness.errors import InputError
 from harness.filesystem import read_input
 from harness.formats.elf import open_elf
+from harness.linux import signals
 from harness.linux.files import WORKDIR, GuestError, GuestFiles
 from harness.linux.kernel import LinuxKernel
 from harness.linux.loader import (
@@ -153,6 +154,25 @@ class LinuxSystem:
     def reschedule(self) -> Switch | None:
         """After a system call: the thread switched to, if another runs now."""
         return self.kernel.reschedule()
+
+    def expire_timers(self) -> bool:
+        """The timers whose time has come send their signals (harness.linux.timers)."""
+        return self.kernel.expire_timers()
+
+    def deadline(self) -> int | None:
+        """The instruction count before which the run must stop next: a
+        timer expires, or the running thread's time slice ends while
+        another is ready (None: no such stop)."""
+        return self.kernel.deadline()
+
+    def preempt(self) -> Switch | None:
+        """At a deadline: the thread switched to, where the running one's time slice is over."""
+        return self.kernel.preempt()
+
+    def fault(self, kind: str, address: int) -> Context | None:
+        """A faulting instruction (signals.FAULTS[kind], at `address`): the
+        context its handler interrupts, or None (the process ended)."""
+        return signals.fault(self.kernel, *signals.FAULTS[kind], address)
 
     def deliver_pending(self) -> Context | None:
         """After a system call: a pending signal delivered (signals.deliver_pending)."""

@@ -13,8 +13,9 @@ or the kernel's own trampoline (TRAMPOLINES, in the vectors page), whose
 `sigreturn` restores that context. A signal whose action is the default
 ends the process, or is dropped where the default is to ignore it; a stop
 signal, with no job control to resume it, ends the run as a fault.
-Nothing else raises a signal yet: an engine error and a timer end the run
-as a fault naming the signal (harness.verify.emulator, the call table).
+A faulting instruction raises its signal at once (`fault`: SIGSEGV and
+SIGBUS from an access, SIGILL and SIGTRAP from the instruction), as Linux
+forces it. A timer is not emulated: its call ends the run as a fault.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ IGNORED_BY_DEFAULT = frozenset({17, 18, 23, 28})  # SIGCHLD, SIGCONT, SIGURG, SI
 STOPPING = frozenset({19, 20, 21, 22})  # SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU
 UNBLOCKABLE = 1 << (SIGKILL - 1) | 1 << (SIGSTOP - 1)
 SI_USER, SI_TKILL = 0, -6
+SIGILL, SIGTRAP, SIGBUS = 4, 5, 7
+# A faulting instruction's signal and si_code, by what faulted (the emulator names it).
+FAULTS = {"unmapped": (SIGSEGV, 1), "protected": (SIGSEGV, 2),  # SEGV_MAPERR, SEGV_ACCERR
+          "unaligned": (SIGBUS, 1), "undefined": (SIGILL, 1), "breakpoint": (SIGTRAP, 1)}  # BUS_ADRALN, ILL_ILLOPC, TRAP_BRKPT
 SS_ONSTACK, SS_DISABLE = 1, 2
 MINSIGSTKSZ = 2048
 
@@ -127,7 +132,29 @@ def deliver_pending(kernel) -> Context | None:
     return _run_handler(kernel, signal, code, action)
 
 
-def _run_handler(kernel, signal: int, code: int, action: Action) -> Context | None:
+def fault(kernel, signal: int, code: int, address: int) -> Context | None:
+    """A fault of the running thread's instruction at `address`'s access
+    (SIGSEGV, SIGBUS) or of the instruction itself (SIGILL, SIGTRAP), as
+    Linux forces it (force_sig_fault): a handler runs at once, siginfo's
+    si_addr `address`; where the signal is blocked or ignored, the default
+    action is taken instead, which ends the process. The context the
+    handler interrupts, else None."""
+    signals = kernel.signals
+    action = signals.action(signal)
+    if signals.blocked >> (signal - 1) & 1 or action.handler == SIG_IGN:
+        signals.actions.pop(signal, None)
+        signals.blocked &= ~(1 << (signal - 1))
+        action = DEFAULT
+    if action.handler == SIG_DFL:
+        kernel.end(-signal)
+        return None
+    return _run_handler(kernel, signal, code, action, address)
+
+
+def _run_handler(kernel, signal: int, code: int, action: Action, address: int | None = None) -> Context | None:
+    """Run `action`'s handler for `signal`: its frame, its registers. `address`:
+    a fault's (siginfo's si_addr and sigcontext's fault_address); None: a
+    signal sent (si_pid, si_uid)."""
     machine, signals = kernel.machine, kernel.signals
     interrupted = machine.context()
     rt = bool(action.flags & SA_SIGINFO)
@@ -139,13 +166,15 @@ def _run_handler(kernel, signal: int, code: int, action: Action) -> Context | No
     frame = (sp - FRAME_SIZE[rt]) & ~7
     ucontext = frame + SIGINFO_SIZE if rt else frame
     image = bytearray(FRAME_SIZE[rt])
-    if rt:
+    if rt and address is None:
         struct.pack_into("<iiiiI", image, 0, signal, 0, code, kernel.pid, 0)  # si_signo, si_errno, si_code, si_pid, si_uid
+    elif rt:
+        struct.pack_into("<iiiI", image, 0, signal, 0, code, address)  # si_signo, si_errno, si_code, si_addr
     at = ucontext - frame
     stack_flags = SS_ONSTACK if on_altstack else ss_flags
     struct.pack_into("<IIIiI", image, at, 0, 0, ss_sp, stack_flags, ss_size)
     SIGCONTEXT.pack_into(image, at + MCONTEXT_AT, 0, 0, signals.blocked & 0xFFFFFFFF, *interrupted.r,
-                         interrupted.cpsr, 0)
+                         interrupted.cpsr, address or 0)
     struct.pack_into("<Q", image, at + MASK_AT, signals.blocked)
     VFP.pack_into(image, at + REGSPACE_AT, VFP_MAGIC, VFP_SIZE, *interrupted.d, interrupted.fpscr, 0x40000000, 0, 0)
     try:

@@ -1,28 +1,24 @@
 """The threads of one process, and the one scheduler that runs them all on
 the one engine, deterministically.
 
-A thread runs until it blocks (a futex wait, a sleep), exits, yields, or,
-at a system call, has had QUANTUM instructions since it got the processor
-while another is ready; the next ready thread in creation order after it
-then runs. Switches happen only at system calls, where the kernel has the
-registers of the thread leaving in hand: its whole user context (core and
-VFP registers, TLS) is kept, the next thread's restored. Every decision
-depends on the instructions run and the calls made, both the same in
-every run of the program, so a run repeats byte for byte. When no thread
-is ready, the clock jumps to the earliest deadline of one that waits;
-with none, every thread waits on another: the run ends as a deadlock,
-named.
-
-A thread whose loop makes no system call keeps the processor until its
-next one: a program that spins waiting for another thread without one
-(rare: glibc's locks wait in futex) runs into the instruction budget.
+A thread runs until it blocks (a futex wait, a sleep), exits, yields, or
+has had QUANTUM instructions since it got the processor while another is
+ready: the hook that follows the run stops before the instruction at
+which its time slice ends (the kernel's deadline), as a timer interrupt
+would. The next ready thread in creation order after it then runs: the
+whole user context (core and VFP registers, TLS) of the thread leaving is
+kept, the next one's restored. Every decision depends on the instructions
+run and the calls made, both the same in every run of the program, so a
+run repeats byte for byte. When no thread is ready, the clock jumps to
+the earliest deadline of one that waits (or of the process's alarm); with
+none, every thread waits on another: the run ends as a deadlock, named.
 """
 
 from __future__ import annotations
 
 import errno
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from harness.linux.machine import Context, Machine
 from harness.linux.signals import Signals
@@ -65,6 +61,13 @@ def file_wait(kernel, what: str) -> SystemCallFault:
                            "(only futex waits and sleeps block a thread)")
 
 
+class Alarm(NamedTuple):
+    """A timer that can end a wait of the whole process (ITIMER_REAL)."""
+
+    due: Callable[[], int | None]  # its due time on the emulated clock (None: not armed)
+    ring: Callable[[], object]  # it expires: its signal is sent
+
+
 class Switch(NamedTuple):
     """The thread the processor went to at a system call, for the hook that
     follows the run (its shadow stack, its stack's bounds)."""
@@ -101,6 +104,12 @@ class Threads:
                         context, tls, clear_child_tid)
         self.all.append(thread)
         return thread
+
+    def slice_end(self) -> int | None:
+        """The instruction count at which the running thread's time slice
+        ends, where another thread is ready to take the processor."""
+        others = any(thread is not self.current and not thread.exited and thread.wait is None for thread in self.all)
+        return self.scheduled_at + QUANTUM if others else None
 
     def block(self, wait: Wait) -> None:
         """The current thread waits (its call's result is set when it wakes)."""
@@ -141,10 +150,12 @@ class Threads:
         if thread.wait is not None:
             self.wake(thread, -errno.EINTR)
 
-    def reschedule(self, machine: Machine, instructions: int, now_ns: int, sleep) -> Switch | None:
+    def reschedule(self, machine: Machine, instructions: int, now_ns: int, sleep,
+                   alarm: Alarm | None = None) -> Switch | None:
         """After a system call of the current thread: the thread to run next,
         switched to where it is another (None: the current one goes on).
-        `sleep(ns)` moves the clock on while no thread is ready."""
+        `sleep(ns)` moves the clock on while no thread is ready, to a wait's
+        end or to `alarm`'s."""
         current = self.current
         if current.wait is not None:
             current.context = machine.context()  # kept at once: a wake sets its r0
@@ -155,7 +166,7 @@ class Threads:
         self.yielded = False
         chosen = self._next_ready()
         if chosen is None and must:
-            chosen = self._earliest_deadline(now_ns, sleep)
+            chosen = self._earliest_deadline(now_ns, sleep, alarm)
         self.scheduled_at = instructions
         if chosen is None:
             return None
@@ -187,15 +198,29 @@ class Threads:
             if deadline is not None and deadline <= now_ns:
                 self.wake(thread, 0 if thread.wait.futex is None else -errno.ETIMEDOUT)
 
-    def _earliest_deadline(self, now_ns: int, sleep) -> Thread:
-        """No thread is ready: the clock jumps to the first deadline, whose
-        thread wakes; with none, the run cannot go on."""
-        timed = [thread for thread in self.waiting if thread.wait.deadline_ns is not None]
-        if not timed:
+    def _earliest_deadline(self, now_ns: int, sleep, alarm: Alarm | None) -> Thread:
+        """No thread is ready: the clock jumps to the first deadline, a
+        wait's, whose thread wakes, or the alarm's, whose signal wakes the
+        thread that takes it; with neither (or an alarm no thread takes),
+        the run cannot go on."""
+        while True:
+            timed = [thread for thread in self.waiting if thread.wait.deadline_ns is not None]
+            first = min(timed, key=lambda thread: thread.wait.deadline_ns, default=None)  # first waiter of a tie
+            due = alarm.due() if alarm is not None else None
+            if due is None or (first is not None and first.wait.deadline_ns <= due):
+                break
+            sleep(max(0, due - now_ns))
+            now_ns = max(now_ns, due)
+            alarm.ring()
+            woken = self._next_ready()
+            if woken is not None:
+                return woken
+            if first is None:
+                raise SystemCallFault("every thread waits, and the timer's signal wakes none: a deadlock")
+        if first is None:
             waits = ", ".join(f"thread {thread.tid} on the futex at {thread.wait.futex:#x}"
                               for thread in self.waiting if thread.wait.futex is not None)
             raise SystemCallFault(f"every thread waits and none has a deadline: a deadlock ({waits or 'none'})")
-        first = min(timed, key=lambda thread: thread.wait.deadline_ns)  # min keeps the first waiter of a tie
         sleep(max(0, first.wait.deadline_ns - now_ns))
         self.wake(first, 0 if first.wait.futex is None else -errno.ETIMEDOUT)
         return first

@@ -21,8 +21,8 @@ from harness.program import Program
 from harness.report.summary import summary_of, to_json
 from harness.unwind.walk import Unwinder
 from harness.verify.abi import Limits
-from harness.verify.emulator import EmulationFault
 from harness.verify.failures import ProgramResult
+from harness.verify.guards import EmulationFault
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 
@@ -68,6 +68,8 @@ def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[
     except EmulationFault as fault:
         result = ProgramResult(process_program(system).name, fault=str(fault))
     else:
+        if first.exact_faults and hooks == "auto":
+            hooks = "instruction"  # a fault the program takes is placed only from every instruction
         result = verify_program(image, unwinders, every=every, shard=shard, limits=limits, system=system,
                                 compiled=compiled, observe=observe, observe_at=observe_at, hooks=hooks,
                                 resumes=first.resumes)

@@ -14,7 +14,6 @@ import ctypes
 import mmap
 import time
 from contextlib import contextmanager
-from functools import lru_cache
 from typing import Callable, Iterable
 
 from unicorn import (
@@ -22,6 +21,7 @@ from unicorn import (
     UC_HOOK_CODE,
     UC_HOOK_INTR,
     UC_HOOK_MEM_FETCH_UNMAPPED,
+    UC_HOOK_MEM_INVALID,
     UC_PROT_ALL,
     Uc,
     UcError,
@@ -30,14 +30,12 @@ from unicorn import (
 from unicorn import arm_const as arm
 from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 
-from harness.errors import HarnessError
-from harness.linux.machine import Context
-from harness.linux.threads import Switch
 from harness.verify import abi, engine_pool
-from harness.verify.guards import as_limits, exhausted, guard_cause, memory_threshold
+from harness.verify.guards import EmulationFault, as_limits, exhausted, guard_cause, memory_threshold
 from harness.verify.livestack import LiveStack
 from harness.verify.placement import DEFAULT, PAGE, Placement, pages_of, place
-from harness.verify.process_machine import ProcessMachine, read_memory
+from harness.verify.process_machine import BatchReader, ProcessMachine, read_memory
+from harness.verify.process_run import ProcessRun
 
 # uc_ctl's control word for "drop the code translated from [begin, end)": UC_CTL_WRITE(type, 2 arguments).
 REMOVE_CACHE = unicorn_const.UC_CTL_TB_REMOVE_CACHE | 2 << 26 | unicorn_const.UC_CTL_IO_WRITE << 30
@@ -51,27 +49,6 @@ STATUS_REGS = SLOT_IDS[: abi.FIRST_VFP_SLOT]  # r0-r15, cpsr
 CHECK_EVERY = 1 << 6
 
 
-class EmulationFault(HarnessError):
-    """The emulated program stopped abnormally; `guard`: the guard
-    (abi.GUARDS) that stopped it, GUARD_NONE for any other cause."""
-
-    def __init__(self, pc: int, cause: str, guard: int = abi.GUARD_NONE):
-        super().__init__(f"emulation fault at pc {pc:#x}: {cause}")
-        self.pc = pc
-        self.cause = cause
-        self.guard = guard
-
-
-# What a Linux kernel makes of each engine error in user code: the signal it
-# sends. The emulation delivers no signal yet, so the run ends there, named.
-SIGNAL_OF_ENGINE_ERROR = {
-    unicorn_const.UC_ERR_READ_UNMAPPED: "SIGSEGV", unicorn_const.UC_ERR_WRITE_UNMAPPED: "SIGSEGV",
-    unicorn_const.UC_ERR_FETCH_UNMAPPED: "SIGSEGV", unicorn_const.UC_ERR_READ_PROT: "SIGSEGV",
-    unicorn_const.UC_ERR_WRITE_PROT: "SIGSEGV", unicorn_const.UC_ERR_FETCH_PROT: "SIGSEGV",
-    unicorn_const.UC_ERR_READ_UNALIGNED: "SIGBUS", unicorn_const.UC_ERR_WRITE_UNALIGNED: "SIGBUS",
-    unicorn_const.UC_ERR_FETCH_UNALIGNED: "SIGBUS", unicorn_const.UC_ERR_INSN_INVALID: "SIGILL",
-}
-SIGNAL_OF_EXCEPTION = {1: "SIGILL", 3: "SIGSEGV", 4: "SIGSEGV", 7: "SIGTRAP"}  # QEMU's EXCP_UDEF, aborts, BKPT
 USER_MODE = 0x10  # CPSR.M of a Linux process: privileged instructions are undefined there, as on a device
 
 
@@ -81,34 +58,6 @@ _ENGINE_FUNCTIONS = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (
     uclib.uc_hook_del, uclib.uc_ctl))
 
 
-class _BatchReader:
-    """uc_reg_read_batch into preallocated buffers (unicorn 2.1's Python
-    wrapper builds them anew on every call): the Python hook's reader."""
-
-    def __init__(self, uc: Uc, regs: list[int], ctype):
-        count = len(regs)
-        self._uc = uc
-        self._ids = _array_type(ctypes.c_int, count)(*regs)
-        self._values = _array_type(ctype, count)()
-        size = ctypes.sizeof(ctype)
-        base = ctypes.addressof(self._values)
-        self._pointers = _array_type(ctypes.c_void_p, count)(*(base + size * i for i in range(count)))
-        self._count = count
-
-    def __call__(self) -> list[int]:
-        status = uclib.uc_reg_read_batch(self._uc._uch, self._ids, self._pointers, self._count)
-        if status:
-            raise UcError(status)
-        return self._values[:]
-
-
-@lru_cache(maxsize=None)  # ctypes drops an unused array type, which only the cycle collector frees
-def _array_type(ctype, count: int):
-    return ctype * count
-
-
-EXCP_SWI = 2  # Unicorn's interrupt number for SVC
-SVC_ARGUMENTS = [getattr(arm, f"UC_ARM_REG_R{n}") for n in range(6)]
 
 
 
@@ -116,7 +65,7 @@ def _unmapped(uc: Uc, access: int, address: int, size: int, value: int, user_dat
     return False  # not handled: the engine faults as it would with no hook
 
 
-class Emulator:
+class Emulator(ProcessRun):
     def __init__(self, segments: Iterable[tuple[int, bytes]], system=None, placement: Placement | None = None):
         """`segments` mapped, the stack and sentinel placed where they are not
         (or at `placement`). With `system` (harness.linux.process.LinuxSystem),
@@ -138,17 +87,15 @@ class Emulator:
             uc.mem_write(address, data[: len(data.rstrip(b"\0"))])  # mapped memory is zeros: .bss costs nothing
         uc.mem_map(where.sentinel, PAGE, UC_PROT_ALL)
         self.instructions = 0
-        self.registers = _BatchReader(uc, STATUS_REGS, ctypes.c_uint32)
+        self.registers = BatchReader(uc, STATUS_REGS, ctypes.c_uint32)
         """r0-r15 and cpsr (17 values)."""
-        self.registers_and_vfp = _BatchReader(uc, SLOT_IDS, ctypes.c_uint64)
+        self.registers_and_vfp = BatchReader(uc, SLOT_IDS, ctypes.c_uint64)
         """r0-r15, cpsr and d8-d15 (25 values) in one call: 32-bit registers
         fill the low half of their 64-bit slot, whose high half stays 0."""
-        self._fault: EmulationFault | None = None  # raised by the system-call hook, reported after the run
         self._start_sp, self._start_lr = where.stack_top, where.sentinel | 1
         self._limits, self._started = abi.Limits(), 0.0  # the run under way's, for the system-call hook's guards
         self._machine: ProcessMachine | None = None  # a process's, as its system calls see the engine
-        self._on_signal: Callable[[Context], None] | None = None
-        self._on_switch: Callable[[Switch], None] | None = None
+        self._begin_process()
         self._stack_top = where.stack_top  # the running thread's (a thread's stack is its own mapping)
         if system is not None:
             self._machine = ProcessMachine(uc)
@@ -165,56 +112,6 @@ class Emulator:
         engine = self.__dict__.get("_engine")  # none where set-up failed before
         if engine is not None and self.system is None and self._ends_well:
             engine_pool.give_back(engine)
-
-    def _interrupt(self, uc: Uc, number: int, user_data) -> None:
-        """A system call (SVC) of the program, answered by the system; any
-        other exception, or a call it refuses, ends the run as a fault."""
-        pc = uc.reg_read(arm.UC_ARM_REG_PC)
-        try:
-            if number != EXCP_SWI:
-                signal = SIGNAL_OF_EXCEPTION.get(number, "a signal")
-                raise EmulationFault(pc, f"processor exception {number}: a kernel sends {signal}; signals are not "
-                                         "delivered to the program: the run ends here")
-            thumb = uc.reg_read(arm.UC_ARM_REG_CPSR) & 0x20
-            call_pc = pc - (2 if thumb else 4)
-            arguments = tuple(uc.reg_read(register) for register in SVC_ARGUMENTS)
-            result = self.system.system_call(uc.reg_read(arm.UC_ARM_REG_R7), arguments, call_pc)
-            if self.system.exit_status is None:
-                uc.reg_write(arm.UC_ARM_REG_R0, result)
-                switch = self.system.reschedule()
-                if switch is not None:
-                    self._stack_top = switch.stack_top or self.placement.stack_top
-                    if self._on_switch is not None:
-                        self._on_switch(switch)
-                interrupted = self.system.deliver_pending()  # on the way back to user mode
-                if interrupted is not None and self._on_signal is not None:
-                    self._on_signal(interrupted)
-            # One call can take long or grow the process (a read of 16 MiB): the
-            # clock and memory are checked after each, whatever the hook.
-            guard = exhausted(self._limits, self._started)
-            if guard:
-                raise EmulationFault(call_pc, guard_cause(guard, self._limits), guard)
-        except HarnessError as error:
-            self._fault = error if isinstance(error, EmulationFault) else EmulationFault(pc, str(error))
-            uc.emu_stop()
-        except Exception as error:  # a bug here must still end the run as a fault, not vanish in the engine
-            self._fault = EmulationFault(pc, f"system call layer failed: {type(error).__name__}: {error}")
-            uc.emu_stop()
-
-    def follow(self, instructions: Callable[[], int], on_signal: Callable[[Context], None],
-               on_switch: Callable[[Switch], None]) -> None:
-        """What the run's hook tells a process: the instructions run so far,
-        as it counts them (the clock: the same count in every run of the
-        process); `on_signal`, told the context a signal handler interrupts
-        as it starts (the hook's shadow stack takes it for the handler's
-        caller); `on_switch`, told the thread the processor goes to at a
-        system call (the hook keeps a shadow stack a thread). None may hold
-        the emulator where they can help it: the process would then outlive
-        the run, in a cycle the paused collector leaves (the run lets go of
-        them as it ends)."""
-        if self._machine is not None:
-            self._machine.instructions = instructions
-        self._on_signal, self._on_switch = on_signal, on_switch
 
     def stack(self, sp: int) -> LiveStack:
         return LiveStack(self.read, sp, self._stack_top)  # which keeps this emulator, and its engine
@@ -265,7 +162,7 @@ class Emulator:
         started = self._started
 
         def hook(uc_, address, size, user_data):
-            if stopped:
+            if stopped or (self._deadline is not None and self._past_deadline(uc_, address, stopped)):
                 return
             self.instructions += 1
             guard = abi.GUARD_INSTRUCTIONS if self.instructions > budget else abi.GUARD_NONE
@@ -280,12 +177,17 @@ class Emulator:
                 uc_.emu_stop()
 
         bare = on_stop is None
-        try:
-            with self._hooks(() if bare else ((UC_HOOK_CODE, hook, 1, 0),)):
-                uc.emu_start(self._entry(entry), self.placement.sentinel, count=budget if bare else 0,
-                             timeout=int(limits.seconds * 1_000_000) if bare else 0)
-        except UcError as error:
-            raise self._engine_fault(error.errno) from None
+        with self._hooks(() if bare else ((UC_HOOK_CODE, hook, 1, 0),)):
+            begin = self._entry(entry)
+            while begin is not None:
+                try:
+                    uc.emu_start(begin, self.placement.sentinel, count=budget if bare else 0,
+                                 timeout=int(limits.seconds * 1_000_000) if bare else 0)
+                    begin = None
+                except UcError as error:  # a fault: its handler runs (then on from there), or the run ends
+                    begin = None if stopped else self._resumes_after(error.errno)
+                    if begin is None and not self._ended():
+                        raise self._engine_fault(error.errno) from None
         if stopped:
             raise stopped[0]
         if bare and not self._ended():  # the engine stopped itself: at the budget, or at the clock
@@ -317,23 +219,28 @@ class Emulator:
         # tenth of it. This hook never fires on mapped code, and writes to
         # code are still caught (a page with a memory hook never takes the
         # engine's fast path for writes).
-        with self._hooks((UC_HOOK_MEM_FETCH_UNMAPPED, _unmapped, start, end - 1) for start, end in code):
-            status, guard, pc = tracer.run(self._entry(entry), self.placement.sentinel,
-                                           limits._replace(memory_bytes=memory_threshold(limits)), log_cap)
-        if status:
+        try:
+            with self._hooks((UC_HOOK_MEM_FETCH_UNMAPPED, _unmapped, start, end - 1) for start, end in code):
+                status, guard, pc = tracer.run(self._entry(entry), self.placement.sentinel,
+                                               limits._replace(memory_bytes=memory_threshold(limits)), log_cap)
+                while status and not guard:  # a fault: its handler runs (then on from there), or the run ends
+                    begin = self._resumes_after(status)
+                    if begin is None:
+                        break
+                    status, guard, pc = tracer.resume(begin, self.placement.sentinel)
+        finally:
+            tracer.finish()
+        if status and not self._ended():
             raise self._engine_fault(status)
         return self._returned(guard, pc, limits)
 
     def _engine_fault(self, status: int) -> EmulationFault:
-        """The fault for an engine error: for a process, named by the signal a
-        kernel would send (SIGNAL_OF_ENGINE_ERROR); a fault the system-call
-        hook raised first stands."""
+        """The fault for an engine error a process does not take as a signal
+        (FAULT_OF_ENGINE_ERROR), or a bare-metal program's; a fault the
+        system-call hook raised first stands."""
         if self._fault is not None:
             return self._fault
         pc, cause = self._uc.reg_read(arm.UC_ARM_REG_PC), str(UcError(status))
-        signal = SIGNAL_OF_ENGINE_ERROR.get(status) if self.system is not None else None
-        if signal is not None:
-            cause = f"{signal} ({cause}); signals are not delivered to the program: the run ends here"
         return EmulationFault(pc, cause)
 
     @contextmanager
@@ -345,6 +252,7 @@ class Emulator:
         try:
             if self.system is not None:
                 handles.append(uc.hook_add(UC_HOOK_INTR, self._interrupt))
+                handles.append(uc.hook_add(UC_HOOK_MEM_INVALID, self._invalid))
             for kind, callback, begin, end in hooks:
                 handles.append(uc.hook_add(kind, callback, begin=begin, end=end))
             yield
@@ -356,7 +264,7 @@ class Emulator:
                     callback._objects.clear()
             # What the run's hook handed over (`follow`) is the run's: its
             # closures may reach this emulator, a cycle that would outlive it.
-            self._on_signal = self._on_switch = None
+            self._events = None
             if self._machine is not None:
                 self._machine.instructions = lambda: 0
 

@@ -180,6 +180,19 @@ class ThreadStacks:
         """The frames that resumed in every thread, a bit per serial."""
         return bytes(self._resumed)
 
+    def faulted(self, pc: int, sp: int, data: bool) -> None:
+        """A fault's handler is about to start (Emulator): the running
+        thread's shadow stack as at the fault. `data`: the instruction at pc
+        faulted and did not complete: what it was about to do is dropped;
+        else the fetch at pc faulted: the branch there completed, followed as
+        at a stop at pc (C twin: Tracer.faulted)."""
+        if self.shadow is None:
+            return
+        if data:
+            self.shadow.cancel()
+        else:
+            self.shadow.observe(pc, sp)
+
     def switch(self, left: int, tid: int) -> None:
         """At a system call the processor goes from thread `left` to `tid`."""
         self._switched = True
@@ -239,6 +252,10 @@ class ShadowStack:
         if len(frames) > 1 and sp == top.sp and (pc == top.pc or returned):  # the caller resumes
             set_bit(self.resumed, top.serial)
             self._signal_frames -= frames.pop().signal
+
+    def cancel(self) -> None:
+        """The instruction a call or return was noted for did not complete."""
+        self._pending = self._return_fall_through = None
 
     def before_return(self, pc: int, length: int) -> None:
         """The instruction at pc is a return-kind instruction of `length` bytes about to execute."""

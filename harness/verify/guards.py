@@ -1,6 +1,6 @@
 """The guards of a run (abi.Limits): what each limit's fault says, and the
 checks of the clock and of memory that the Python hook and the system-call
-hook make (csrc/trace.c makes the same in C)."""
+hook make (csrc/trace.c makes the same in C); the fault that ends a run."""
 
 from __future__ import annotations
 
@@ -9,11 +9,30 @@ import resource
 import sys
 import time
 
+from harness.errors import HarnessError
 from harness.verify import abi
 
 MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # bytes in getrusage's ru_maxrss unit
 _STATM = "/proc/self/statm"
 _PAGE_SIZE = resource.getpagesize()
+
+
+class EmulationFault(HarnessError):
+    """The emulated program stopped abnormally; `guard`: the guard
+    (abi.GUARDS) that stopped it, GUARD_NONE for any other cause."""
+
+    def __init__(self, pc: int, cause: str, guard: int = abi.GUARD_NONE):
+        super().__init__(f"emulation fault at pc {pc:#x}: {cause}")
+        self.pc = pc
+        self.cause = cause
+        self.guard = guard
+
+
+class ImpreciseFault(EmulationFault):
+    """A process's access faulted in a run followed from block entries: the
+    engine then says no more than the block's start, so neither the
+    instruction the handler interrupts nor the instructions run are known
+    (a run with the per-instruction hook knows both: hooks="instruction")."""
 
 
 def as_limits(limits: abi.Limits | int) -> abi.Limits:

@@ -1,17 +1,21 @@
 """The engine as a process's system calls see it
 (harness.linux.machine.Machine): its memory, mappings, TLS register and
-user registers, and a way to end the run."""
+user registers, and a way to end the run; what a process's run and the
+hook that follows it tell each other (RunEvents), and what each engine
+error is to a Linux process (FAULT_OF_ENGINE_ERROR)."""
 
 from __future__ import annotations
 
 import ctypes
-from typing import Callable
+from functools import lru_cache
+from typing import Callable, NamedTuple
 
-from unicorn import UC_PROT_ALL, Uc, UcError
+from unicorn import UC_PROT_ALL, Uc, UcError, unicorn_const
 from unicorn import arm_const as arm
 from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 
 from harness.linux.machine import BadAddress, Context
+from harness.linux.threads import Switch
 from harness.verify import abi
 
 CORE_REGS = [getattr(arm, f"UC_ARM_REG_{name.upper()}") for name in abi.SLOTS[:16]]  # r0-r15
@@ -55,6 +59,9 @@ class ProcessMachine:
     def unmap(self, address: int, size: int) -> None:
         self._uc.mem_unmap(address, size)
 
+    def protect(self, address: int, size: int, protection: int) -> None:
+        self._uc.mem_protect(address, size, protection)
+
     def set_tls(self, value: int) -> None:
         self._uc.reg_write(arm.UC_ARM_REG_C13_C0_3, value)
 
@@ -75,3 +82,55 @@ class ProcessMachine:
             uc.reg_write(register, value)
         uc.reg_write(arm.UC_ARM_REG_FPSCR, context.fpscr)
         uc.reg_write(arm.UC_ARM_REG_PC, context.r[15] | (1 if context.cpsr & 0x20 else 0))  # the engine's state follows
+
+
+class RunEvents(NamedTuple):
+    """What a process's run and the hook that follows it tell each other
+    (Emulator.follow)."""
+
+    instructions: Callable[[], int]  # the instructions run so far, as the hook counts them: the clock
+    signal: Callable[[Context], None]  # a handler starts: the context it interrupts is its caller
+    switch: Callable[[Switch], None]  # at a system call the processor goes to another thread
+    fault: Callable[[int, bool], None]  # a fault at pc (data: of the instruction there; else of its fetch)
+    precise: bool  # does the hook know where a fault happens? (not from block entries: ImpreciseFault)
+    deadline: Callable[[int | None, Callable[[], bool]], None]  # stop before that instruction count, and call back
+
+
+# What a Linux kernel makes of each engine error in user code: the fault
+# (harness.linux.signals.FAULTS) whose signal it forces on the process.
+FAULT_OF_ENGINE_ERROR = {
+    unicorn_const.UC_ERR_READ_UNMAPPED: "unmapped", unicorn_const.UC_ERR_WRITE_UNMAPPED: "unmapped",
+    unicorn_const.UC_ERR_FETCH_UNMAPPED: "unmapped", unicorn_const.UC_ERR_READ_PROT: "protected",
+    unicorn_const.UC_ERR_WRITE_PROT: "protected", unicorn_const.UC_ERR_FETCH_PROT: "protected",
+    unicorn_const.UC_ERR_READ_UNALIGNED: "unaligned", unicorn_const.UC_ERR_WRITE_UNALIGNED: "unaligned",
+    unicorn_const.UC_ERR_FETCH_UNALIGNED: "unaligned", unicorn_const.UC_ERR_INSN_INVALID: "undefined",
+}
+FETCH_ERRORS = frozenset({unicorn_const.UC_ERR_FETCH_UNMAPPED, unicorn_const.UC_ERR_FETCH_PROT,
+                          unicorn_const.UC_ERR_FETCH_UNALIGNED})
+FAULT_OF_EXCEPTION = {1: "undefined", 7: "breakpoint"}  # QEMU's EXCP_UDEF, EXCP_BKPT
+
+
+class BatchReader:
+    """uc_reg_read_batch into preallocated buffers (unicorn 2.1's Python
+    wrapper builds them anew on every call): the Python hook's reader."""
+
+    def __init__(self, uc: Uc, regs: list[int], ctype):
+        count = len(regs)
+        self._uc = uc
+        self._ids = _array_type(ctypes.c_int, count)(*regs)
+        self._values = _array_type(ctype, count)()
+        size = ctypes.sizeof(ctype)
+        base = ctypes.addressof(self._values)
+        self._pointers = _array_type(ctypes.c_void_p, count)(*(base + size * i for i in range(count)))
+        self._count = count
+
+    def __call__(self) -> list[int]:
+        status = uclib.uc_reg_read_batch(self._uc._uch, self._ids, self._pointers, self._count)
+        if status:
+            raise UcError(status)
+        return self._values[:]
+
+
+@lru_cache(maxsize=None)  # ctypes drops an unused array type, which only the cycle collector frees
+def _array_type(ctype, count: int):
+    return ctype * count

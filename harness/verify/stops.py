@@ -26,10 +26,11 @@ from harness.thumb.encoding import (
 from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
-from harness.verify.emulator import EmulationFault, Emulator
+from harness.verify.emulator import Emulator
 from harness.verify.failures import RANGE_GAP, FailureLog, LoggedPcs, ProgramResult, quiet_ranges
 from harness.verify.groundtruth import ShadowFrame, ThreadStacks, has_bit, raise_entries, unpacked
-from harness.verify.guards import as_limits, guard_cause
+from harness.verify.guards import EmulationFault, ImpreciseFault, as_limits, guard_cause
+from harness.verify.process_machine import RunEvents
 from harness.verify.sampling import chooser
 from harness.verify.tally import Grouping, KeyParts, Tally, add_up
 from harness.verify.verification import Verification
@@ -194,22 +195,28 @@ def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limit
     """ground_truth_alone on a twin of `system`; None where it faults (the
     verified run then faults alike, comparing every frame's registers up
     to there)."""
-    try:
-        return ground_truth_alone(program, None if system is None else system.rerun(), compiled, limits)
-    except EmulationFault:
-        return None
+    for by_blocks in (True, False):
+        try:
+            return ground_truth_alone(program, None if system is None else system.rerun(), compiled, limits, by_blocks)
+        except ImpreciseFault:
+            continue  # again, from every instruction
+        except EmulationFault:
+            return None
+    return None
 
 
-def ground_truth_alone(program: Program, system, compiled: bool, limits: abi.Limits) -> bytes:
+def ground_truth_alone(program: Program, system, compiled: bool, limits: abi.Limits, by_blocks: bool = True) -> bytes:
     """A run of ground truth alone, under every guard of `limits`: the frames
     that resume, a bit per serial (harness.verify.groundtruth). With `system`,
-    that process (used up by the run). Raises EmulationFault."""
+    that process (used up by the run). Compiled, from block entries where
+    `by_blocks` (the same shadow stack, at a fraction of the cost:
+    tests/test_sampling.py), which raises ImpreciseFault where the process
+    takes a fault. Raises EmulationFault."""
     emulator = Emulator(program.segments) if system is None else Emulator(system.segments, system, system.placement)
     result = ProgramResult(program.name)
     run = Verification(program, [], True, result)
     if compiled:
-        # From block entries: the same shadow stack, at a fraction of the cost (tests/test_sampling.py).
-        return _run_compiled(program, [], emulator, run, result, limits, None, 1, (0, 1), by_blocks=True)[0]
+        return _run_compiled(program, [], emulator, run, result, limits, None, 1, (0, 1), by_blocks=by_blocks)[0]
     return _run_in_python(program, emulator, run, result, limits, None, 1, (0, 1))
 
 
@@ -254,8 +261,9 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         vfp = tuple(interrupted.d[8:16]) if program.uses_vfp else None
         tracer.interrupted(interrupted.r[15], interrupted.r[13], tuple(interrupted.r[4:12]), vfp)
 
-    emulator.follow(lambda: tracer.seen, on_signal,
-                    lambda switch: tracer.switch(switch.left, switch.tid, switch.stack_top))
+    emulator.follow(RunEvents(lambda: tracer.seen, on_signal,
+                              lambda switch: tracer.switch(switch.left, switch.tid, switch.stack_top),
+                              tracer.faulted, not by_blocks, tracer.set_deadline))
     try:
         result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap, program.code_spans())
     finally:  # the stops before a fault count too
@@ -375,7 +383,10 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         vfp = tuple(interrupted.d[8:16]) if uses_vfp else None
         threads.shadow.interrupted(interrupted.r[15], interrupted.r[13], tuple(interrupted.r[4:12]), vfp)
 
-    emulator.follow(lambda: result.instructions, on_signal, lambda switch: threads.switch(switch.left, switch.tid))
+    emulator.follow(RunEvents(lambda: result.instructions, on_signal,
+                              lambda switch: threads.switch(switch.left, switch.tid),
+                              lambda pc, data: threads.faulted(pc, emulator.registers()[13], data), True,
+                              lambda deadline, expire: None))  # the emulator's own hook stops there
     try:
         result.result = emulator.call(program.entry, on_stop, limits, program.args)
     finally:

@@ -1,6 +1,5 @@
-/* A SIGSEGV handler that siglongjmps back: the fault's signal is one the
- * emulation does not deliver yet, so the run must end naming it rather
- * than go on as if the handler had run (tests/test_linux_signals.py). */
+/* A SIGSEGV handler, entered from a store to an unmapped page, that
+ * siglongjmps back (tests/test_linux_signals.py). */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>

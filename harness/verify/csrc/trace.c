@@ -158,6 +158,10 @@ typedef struct {
     uint64_t every, shard_index, shard_count;
     PyObject *classify;  /* classify(pc, stop state) -> (stop class, where id, low, high) */
     PyObject *slow;      /* slow(number, pc, regs, cpsr, vfp, deferred, shadow, serials, stop state) */
+    /* a timer: before the instruction at which `seen` reaches `deadline`,
+     * expire() runs (it is true where the engine goes on elsewhere) */
+    uint64_t deadline;
+    PyObject *expire;
     /* registers of the current stop (`values`: one of two banks, the other
      * holding the previous stop's, at `last_pc`) */
     uint64_t *values;
@@ -917,9 +921,25 @@ static int read_entry_registers(Tracer *t, uint64_t address) {
     return -1;
 }
 
+/* The deadline is reached: expire() (Emulator._expire); *moved: the engine
+ * goes on elsewhere (a handler, another thread, the process's end). */
+static int expire_now(Tracer *t, int *moved) {
+    t->deadline = UINT64_MAX;
+    PyObject *result = PyObject_CallNoArgs(t->expire);
+    if (!result) return -1;
+    *moved = PyObject_IsTrue(result);
+    Py_DECREF(result);
+    return *moved < 0 ? -1 : 0;
+}
+
 static void on_code(void *engine, uint64_t address, uint32_t size, void *user_data) {
     Tracer *t = user_data;
     if (t->halted) return;
+    if (t->seen >= t->deadline) {  /* a timer or a time slice ends before this instruction */
+        int moved;
+        if (expire_now(t, &moved)) { fail(t); return; }
+        if (moved) return;  /* the engine goes on elsewhere: this instruction runs later */
+    }
     if (++t->instructions > t->budget) {
         guard_stop(t, GUARD_INSTRUCTIONS, (uint32_t)address);
         return;
@@ -1081,14 +1101,20 @@ static int entered_block(Tracer *t, uint32_t pc, uint32_t size) {
         while (t->next_sample == t->seen) {
             if (take_sample(t, pc, cpsr)) return -1;
         }
+        if (t->seen >= t->deadline) {  /* a timer or a time slice ends before this block */
+            int moved;
+            if (expire_now(t, &moved)) return -1;
+            if (moved) return 0;  /* the engine goes on elsewhere: this block runs later */
+        }
     }
-    if (t->next_sample < t->seen + block->count) {  /* a sample inside: run up to it first */
+    const uint64_t next_stop = t->next_sample < t->deadline ? t->next_sample : t->deadline;
+    if (next_stop < t->seen + block->count) {  /* a sample or a deadline inside: run up to it first */
         if (resumed) {
-            PyErr_Format(PyExc_RuntimeError, "the engine ran the block at %#lx on past the sample at %#lx",
+            PyErr_Format(PyExc_RuntimeError, "the engine ran the block at %#lx on past the stop at %#lx",
                          (unsigned long)pc, (unsigned long)t->split_until);
             return -1;
         }
-        if (instruction_at(t, block, t->next_sample - t->seen, &t->split_until)) return -1;
+        if (instruction_at(t, block, next_stop - t->seen, &t->split_until)) return -1;
         t->split_low = pc;
         t->split_high = pc + size;
         t->split_requested = t->resuming = 1;
@@ -1164,6 +1190,7 @@ static int Tracer_traverse(Tracer *self, visitproc visit, void *arg) {
     Py_VISIT(self->verifier);
     Py_VISIT(self->classify);
     Py_VISIT(self->slow);
+    Py_VISIT(self->expire);
     Py_VISIT(self->error_type);
     Py_VISIT(self->error_value);
     Py_VISIT(self->error_traceback);
@@ -1174,6 +1201,7 @@ static int Tracer_clear(Tracer *self) {
     Py_CLEAR(self->verifier);
     Py_CLEAR(self->classify);
     Py_CLEAR(self->slow);
+    Py_CLEAR(self->expire);
     Py_CLEAR(self->error_type);
     Py_CLEAR(self->error_value);
     Py_CLEAR(self->error_traceback);
@@ -1334,6 +1362,7 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     self->values = self->banks[0];
     self->last_pc = UINT64_MAX;  /* no stop before the first */
     self->s.tid = -1;
+    self->deadline = UINT64_MAX;
     self->dirty = 1;
     self->engine = e;
     self->verifier = verifier == Py_None ? NULL : (Verifier *)verifier;
@@ -1364,6 +1393,8 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
  * guard, pc): limits is harness/verify/abi.py's Limits (instructions,
  * seconds, memory_bytes, depth); guard the GUARD_* that ended the run at pc
  * (GUARD_NONE and 0: none did). Raises what a callback raised. */
+static PyObject *run_engine(Tracer *self, uint64_t begin, uint64_t until);
+
 static PyObject *Tracer_run(Tracer *self, PyObject *args) {
     unsigned long long begin, until, budget, memory, depth;
     double seconds;
@@ -1388,6 +1419,59 @@ static PyObject *Tracer_run(Tracer *self, PyObject *args) {
     self->rng = self->every;  /* the same strides for every run of a program */
     self->next_sample = self->every > 1 ? next_stride(self) - 1 : 0;
     if (self->by_blocks && !self->verifier && !self->observe_all) self->next_sample = UINT64_MAX;  /* ground truth alone */
+    return run_engine(self, begin, until);
+}
+
+/* resume(begin, until) -> as run: on after a fault whose handler the
+ * program takes (Emulator.call_traced), with the same limits, clock and
+ * counts; faulted() and interrupted() have told the shadow stack. */
+static PyObject *Tracer_resume(Tracer *self, PyObject *args) {
+    unsigned long long begin, until;
+    if (!PyArg_ParseTuple(args, "KK", &begin, &until)) return NULL;
+    if (!self->ran || !self->slow || self->halted) {
+        PyErr_SetString(PyExc_RuntimeError, "a Tracer resumes only a run a fault stopped, until finish()");
+        return NULL;
+    }
+    self->split_requested = self->resuming = 0;  /* a split the fault cut short is not resumed */
+    return run_engine(self, begin, until);
+}
+
+/* finish(): the run is over: `slow`, which holds the emulator, is let go
+ * (the engine need not live on with this tracer and its failure log). */
+static PyObject *Tracer_finish(Tracer *self, PyObject *unused) {
+    (void)unused;
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->expire);
+    self->deadline = UINT64_MAX;
+    Py_RETURN_NONE;
+}
+
+/* set_deadline(count, expire): before the instruction at which the stops
+ * seen reach `count` (None: never), call expire(); from block entries, the
+ * block that holds it is run up to it first, as for a sample. */
+static PyObject *Tracer_set_deadline(Tracer *self, PyObject *args) {
+    PyObject *count, *expire;
+    if (!PyArg_ParseTuple(args, "OO", &count, &expire)) return NULL;
+    if (count == Py_None) {
+        self->deadline = UINT64_MAX;
+        Py_CLEAR(self->expire);
+        Py_RETURN_NONE;
+    }
+    const unsigned long long value = PyLong_AsUnsignedLongLong(count);
+    if (PyErr_Occurred()) return NULL;
+    if (!PyCallable_Check(expire)) {
+        PyErr_SetString(PyExc_TypeError, "expire must be callable");
+        return NULL;
+    }
+    Py_INCREF(expire);
+    Py_XSETREF(self->expire, expire);
+    self->deadline = value;
+    Py_RETURN_NONE;
+}
+
+/* The engine from `begin` to `until` under the tracer's hook: (engine
+ * status, guard, pc), or NULL with what a callback raised. */
+static PyObject *run_engine(Tracer *self, uint64_t begin, uint64_t until) {
     size_t hook = 0;
     int status = self->by_blocks
         ? self->engine.hook_add(self->engine.handle, &hook, self->engine.hook_block, (void *)on_block, self,
@@ -1398,9 +1482,6 @@ static PyObject *Tracer_run(Tracer *self, PyObject *args) {
     status = self->by_blocks ? run_by_blocks(self, begin, until)
                            : self->engine.emu_start(self->engine.handle, begin, until, 0, 0);
     self->engine.hook_del(self->engine.handle, hook);
-    /* `slow` is called during the run only, and it holds the emulator: its
-     * engine need not live on with this tracer (and the failure log it keeps). */
-    Py_CLEAR(self->slow);
     if (self->error_type) {
         PyErr_Restore(self->error_type, self->error_value, self->error_traceback);
         self->error_type = self->error_value = self->error_traceback = NULL;
@@ -1828,6 +1909,53 @@ static PyObject *Tracer_interrupted(Tracer *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* The index of pc among the block's instructions (its count where pc is none of them). */
+static int index_in_block(Tracer *t, const BlockInfo *b, uint32_t pc, uint64_t *index) {
+    uint32_t at = b->address;
+    for (uint64_t i = 0; i < b->count; i++) {
+        if (at == pc) { *index = i; return 0; }
+        PcInfo *info = decoded(t, at, b->thumb);
+        if (!info) return -1;
+        at += b->thumb ? (uint32_t)instruction_size(info->first) : 4;
+    }
+    *index = b->count;
+    return 0;
+}
+
+/* ThreadStacks.faulted: the program takes a fault's handler (Emulator):
+ * the shadow stack as at the fault. `data`: the instruction at pc faulted
+ * and did not complete (it counts as run; what followed it in its block
+ * did not run); else the fetch at pc faulted, and the branch there
+ * completed: followed as at a stop at pc. */
+static PyObject *Tracer_faulted(Tracer *self, PyObject *args) {
+    unsigned long pc;
+    int data;
+    if (!PyArg_ParseTuple(args, "kp", &pc, &data)) return NULL;
+    ThreadShadow *s = &self->s;
+    self->dirty = 1;
+    if (!s->depth) Py_RETURN_NONE;  /* before the thread's first stop: nothing to follow */
+    if (data) {
+        if (self->by_blocks && s->has_ended) {
+            uint64_t index;
+            if (index_in_block(self, &s->ended, (uint32_t)pc, &index)) return NULL;
+            if (index < s->ended.count) {
+                const uint64_t unrun = s->ended.count - index - 1;
+                self->seen -= unrun;
+                self->instructions -= unrun;
+            }
+            s->has_ended = 0;
+        }
+        s->call_pending = s->return_pending = 0;
+        Py_RETURN_NONE;
+    }
+    next_bank(self);
+    if (complete_registers(self, pc)) return NULL;
+    const int failed = self->by_blocks ? enter_block(self, (uint32_t)pc, (uint32_t)self->values[CPSR])
+                                       : observe(self, (uint32_t)pc, (uint32_t)self->values[SP]);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ShadowStack per thread (harness.verify.stops): at a system call the
  * processor goes from thread `left` to thread `tid`, whose stack is the
  * Verifier's (stack_top 0) or its own up to stack_top. The running
@@ -1856,6 +1984,12 @@ static PyObject *Tracer_switch(Tracer *self, PyObject *args) {
 }
 
 static PyMethodDef Tracer_methods[] = {
+    {"resume", (PyCFunction)Tracer_resume, METH_VARARGS, "On from begin after a fault the program's handler takes."},
+    {"finish", (PyCFunction)Tracer_finish, METH_NOARGS, "The run is over: let go of what it called."},
+    {"set_deadline", (PyCFunction)Tracer_set_deadline, METH_VARARGS,
+     "Before the instruction at which the stops seen reach count, call expire()."},
+    {"faulted", (PyCFunction)Tracer_faulted, METH_VARARGS,
+     "The program takes a fault's handler: the shadow stack as at the fault (data: the instruction at pc faulted)."},
     {"switch", (PyCFunction)Tracer_switch, METH_VARARGS,
      "At a system call the processor goes from thread left to thread tid (its stack's top, 0: the process's)."},
     {"run", (PyCFunction)Tracer_run, METH_VARARGS, "Run the engine from begin to until, verifying every stop."},

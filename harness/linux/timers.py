@@ -1,0 +1,111 @@
+"""Interval timers (setitimer, getitimer) on the emulated clock.
+
+ITIMER_REAL counts the emulated time (harness.linux.kernel's now_ns:
+instructions run and time slept), ITIMER_VIRTUAL and ITIMER_PROF the
+process's CPU time (its instructions: no time in the kernel is counted).
+A timer expires at an exact instruction: the hook that follows the run
+stops before the instruction at which its clock reaches the timer's
+due time (harness.verify.emulator), the signal is sent to the process,
+and a handler runs there, interrupting whatever ran, as a device's timer
+interrupt does. Where every thread waits, the clock jumps to ITIMER_REAL's
+due time as to a sleep's end. The same run, the same expiries.
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+from dataclasses import dataclass
+
+from harness.linux.files import GuestError
+from harness.linux.table import handles
+
+ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF = 0, 1, 2
+SIGALRM, SIGVTALRM, SIGPROF = 14, 26, 27
+SIGNAL_OF = {ITIMER_REAL: SIGALRM, ITIMER_VIRTUAL: SIGVTALRM, ITIMER_PROF: SIGPROF}
+ITIMERVAL = struct.Struct("<iiii")  # it_interval (tv_sec, tv_usec), it_value (tv_sec, tv_usec)
+NSEC, USEC = 1_000_000_000, 1_000
+
+
+@dataclass
+class Timer:
+    due: int  # ns on its clock
+    interval: int  # ns; 0: once
+
+
+class Timers:
+    """The process's three interval timers."""
+
+    def __init__(self):
+        self.armed: dict[int, Timer] = {}
+
+    @staticmethod
+    def clock(kernel, which: int) -> int:
+        """Now on the clock of timer `which`, in ns."""
+        return kernel.now_ns() if which == ITIMER_REAL else kernel.cpu_ns()
+
+    def next_instruction(self, kernel) -> int | None:
+        """The instruction count at which the first armed timer expires,
+        where nothing sleeps meanwhile (None: none is armed)."""
+        counts = [kernel.machine.instructions() + max(0, timer.due - self.clock(kernel, which))
+                  for which, timer in self.armed.items()]  # a nanosecond an instruction (kernel.NS_PER_INSTRUCTION)
+        return min(counts, default=None)
+
+    def real_due(self) -> int | None:
+        """ITIMER_REAL's due time (ns), where it is armed."""
+        timer = self.armed.get(ITIMER_REAL)
+        return None if timer is None else timer.due
+
+    def expire(self, kernel, send) -> bool:
+        """Send the signal of each timer whose time has come (`send(signal)`),
+        arming it again where it repeats; whether any expired."""
+        expired = False
+        for which in sorted(self.armed):
+            timer, now = self.armed[which], self.clock(kernel, which)
+            if timer.due > now:
+                continue
+            expired = True
+            send(SIGNAL_OF[which])
+            if timer.interval:
+                timer.due += ((now - timer.due) // timer.interval + 1) * timer.interval  # overruns are not queued
+            else:
+                del self.armed[which]
+        return expired
+
+
+def _as_ns(seconds: int, microseconds: int) -> int:
+    if seconds < 0 or not 0 <= microseconds < 1_000_000:
+        raise GuestError(errno.EINVAL)
+    return seconds * NSEC + microseconds * USEC
+
+
+def _packed(kernel, which: int) -> bytes:
+    """getitimer's itimerval: the interval, and what is left (rounded up to a microsecond)."""
+    timer = kernel.timers.armed.get(which)
+    if timer is None:
+        return ITIMERVAL.pack(0, 0, 0, 0)
+    left = max(USEC, timer.due - Timers.clock(kernel, which) + USEC - 1) // USEC
+    return ITIMERVAL.pack(timer.interval // NSEC, timer.interval % NSEC // USEC, left // 1_000_000, left % 1_000_000)
+
+
+@handles(104, "setitimer")
+def sys_setitimer(kernel, which, new_value, old_value):
+    if which not in SIGNAL_OF:
+        raise GuestError(errno.EINVAL)
+    interval_s, interval_us, value_s, value_us = ITIMERVAL.unpack(kernel.machine.read(new_value, 16)) \
+        if new_value else (0, 0, 0, 0)
+    interval, value = _as_ns(interval_s, interval_us), _as_ns(value_s, value_us)
+    if old_value:
+        kernel.machine.write(old_value, _packed(kernel, which))
+    kernel.timers.armed.pop(which, None)
+    if value:
+        kernel.timers.armed[which] = Timer(Timers.clock(kernel, which) + value, interval)
+    return 0
+
+
+@handles(105, "getitimer")
+def sys_getitimer(kernel, which, value):
+    if which not in SIGNAL_OF:
+        raise GuestError(errno.EINVAL)
+    kernel.machine.write(value, _packed(kernel, which))
+    return 0
