@@ -45,6 +45,14 @@ linux-corpus: toolchains linux-sysroot
 linux-sampled: setup linux-corpus
 	$(VENV)/bin/unwind-harness run --programs 1 --no-elf --linux all --linux-every 1000 --json reports/linux-sampled.json
 
+# A real program of over a billion instructions (Debian's gzip -9 on 4 MB of
+# generated text) verified by verify-elf with its default options, to its
+# end; its exit status and stdout checked against qemu-user's; wall time and
+# peak memory printed (docs/robustness.md). Not CI: a few minutes.
+.PHONY: long-run
+long-run: setup linux-sysroot
+	bash corpus/linux/long-run.sh
+
 # The hostile guest programs (tests/hostile: one class of attack on the
 # host each, static armhf) built into the cache for
 # tests/test_hostile_guests.py; up-to-date outputs are kept.

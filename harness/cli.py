@@ -14,9 +14,10 @@ from harness.commands import EXIT_BAD_INPUT, EXIT_FAILED
 from harness.errors import HarnessError, InputError
 from harness.formats import chrome_v2
 from harness.linux.corpus import CHOICES as LINUX_CHOICES
-from harness.runner import Shard, parse_shard
+from harness.runner import LINUX_LIMITS, Shard, parse_shard
 from harness.unwind import UNWINDER_NAMES
-from harness.verify import kernel
+from harness.verify import guards, kernel
+from harness.verify.sampling import AUTO
 from harness.verify.stops import DEFAULT_LIMITS
 
 
@@ -40,16 +41,22 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _limits(parser: argparse.ArgumentParser) -> None:
+def _limits(parser: argparse.ArgumentParser, linux: str = "") -> None:
     """The limits of each program's run (harness.verify.abi.Limits): past
-    one, the run ends as a fault at its pc."""
+    one, the run ends as a fault at its pc. `linux`: what a Linux corpus
+    program gets instead when no limit is given (run)."""
     defaults = DEFAULT_LIMITS
     parser.add_argument("--max-instructions", type=_positive, metavar="N",
                         help=f"fault a program that executes more than N instructions "
-                             f"(default {defaults.instructions:,})")
+                             f"(default {defaults.instructions:,}){linux}")
     parser.add_argument("--max-seconds", type=_seconds, metavar="S",
-                        help=f"fault a program that runs for more than S seconds, wall clock "
-                             f"(default {defaults.seconds:g})")
+                        help="fault a program that runs for more than S seconds, wall clock, in each run (a "
+                             "process's first run and its verified one). Default: scaled to the run's work, "
+                             f"{guards.CLOCK_BASE:g} s + {guards.CLOCK_PER_INSTRUCTION * 1e9:g} ns an instruction "
+                             f"+ {guards.CLOCK_PER_STOP * 1e6:g} us a stop verified at every stop (or "
+                             f"{guards.CLOCK_PER_SAMPLE * 1e6:g} us a sample), the instructions being those a "
+                             f"process's first run counted (its verified run), else the budget (--max-instructions)"
+                             f"{linux}")
     parser.add_argument("--max-memory-mb", type=_positive, metavar="MB",
                         help="fault a program once the process's resident size is over this many MiB "
                              f"(default {defaults.memory_bytes >> 20})")
@@ -71,6 +78,16 @@ def _parallel(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--shard", type=_shard, default=Shard(),
                         help=f"verify only shard I of N of the {what} (I/N, from 0) and write a "
                              "shard report for merge")
+
+
+def _every(text: str) -> int | str:
+    """`auto` or a positive integer (--every)."""
+    if text == "auto":
+        return text
+    try:
+        return _positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"not auto or a positive integer: {text!r}") from None
 
 
 def _address(text: str) -> int:
@@ -122,7 +139,8 @@ def _add_run(subparsers) -> None:
                                        "unless only --json is given); the baseline is read from here")
     _gate(run)
     _parallel(run, "programs")
-    _limits(run)
+    _limits(run, f"; a Linux corpus program, unless any limit is given: {LINUX_LIMITS.instructions:,} "
+                 f"instructions and {LINUX_LIMITS.seconds:,g} s")
     run.set_defaults(handler=commands.cmd_run)
 
 
@@ -198,9 +216,12 @@ def _add_verify_elf(subparsers) -> None:
     _process(verify)
     verify.add_argument("--expect-exit", type=int, default=None, help="Linux: the exit status a correct run has")
     verify.add_argument("--expect-stdout-sha256", default=None, help="Linux: the sha256 of a correct run's stdout")
-    verify.add_argument("--every", type=_positive, default=1,
-                        help="verify at samples only, seeded random strides of mean N instructions (default 1: "
-                             "every stop)")
+    verify.add_argument("--every", type=_every, default="auto", metavar="N|auto",
+                        help="verify at samples only, seeded random strides of mean N instructions (1: every "
+                             f"stop). Default auto: for a Linux program, every stop up to {AUTO.every_stop:,} "
+                             f"instructions (its first run counts them), past them the stride giving about "
+                             f"{AUTO.samples:,} samples; a bare-metal function (--entry), every stop. The "
+                             "report says which stride was used and that it was chosen automatically")
     verify.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
                         help="verify only these (repeatable; default: all that apply)")
     verify.add_argument("--signal-frames", action="store_true",

@@ -18,7 +18,7 @@ from harness.formats import chrome_v2
 from harness.linux.corpus import linux_entries
 from harness.linux.modules import own_tables, process_program
 from harness.linux.process import LinuxRun, LinuxSystem, is_linux_program
-from harness.linux.verify import Expected, verify_process_part
+from harness.linux.verify import Expected, sampling_of, verify_process_part
 from harness.manifest import elf_builds, expected_checksum
 from harness.report.baseline import RunIdentity, comparable_baseline, failing_unwinders, gate_outcome, identity_of
 from harness.report.ci import junit_xml, summary_markdown
@@ -33,6 +33,7 @@ from harness.runner import Shard, all_names, assemble, in_processes, run_units, 
 from harness.shards import partial, read_partials
 from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
 from harness.verify.abi import Limits
+from harness.verify.sampling import AUTO
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -143,6 +144,7 @@ def verify_elf_part(job: tuple) -> dict:
     unwinders = elf_unwinders(program, names, v2_table, layout)
     summary = summary_of(lambda: verify_program(program, unwinders, every=every, shard=(shard.index, shard.count),
                                                 limits=limits))
+    summary.sampling = sampling_of(every, summary.instructions)  # given: no first run to choose by
     return {"index": shard.index, "kind": "stops", "summary": to_json(summary)}
 
 
@@ -166,7 +168,8 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
         own_unwinders = bind(elf_unwinders, names=names, v2_table=args.v2_table, layout=args.layout)
         own_tables(program, own_unwinders)  # bad tables fail here, before any work
         expected = Expected(args.expect_exit, args.expect_stdout_sha256)
-        return [(verify_process_part, (run, names, own_unwinders, args.every, part, limits, expected,
+        every = AUTO if args.every == "auto" else args.every  # auto: chosen from the first run's instructions
+        return [(verify_process_part, (run, names, own_unwinders, every, part, limits, expected,
                                        args.signal_frames)) for part in parts], \
             names, {"args": list(args.args), "sysroot": args.sysroot, "cwd": args.cwd, "stdin": args.stdin,
                     **({"signal_frames": True} if args.signal_frames else {})}
@@ -177,8 +180,9 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
     program = program_from_elf(args.elf, args.entry, expected, args.text_start)
     names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
     elf_unwinders(program, names, args.v2_table, args.layout)  # bad tables fail here, before any work
+    every = 1 if args.every == "auto" else args.every  # no first run to count a bare-metal function's instructions
     return [(verify_elf_part, (args.elf, args.entry, expected, args.text_start, names, args.v2_table, args.layout,
-                               args.every, part, limits)) for part in parts], names, {"entry": args.entry}
+                               every, part, limits)) for part in parts], names, {"entry": args.entry}
 
 
 def _run_job(job: tuple) -> dict:
@@ -197,7 +201,9 @@ def cmd_verify_elf(args) -> int:
     records = in_processes(_run_job, jobs, args.jobs)
     seconds = time.perf_counter() - started
     summary = elf_summary(records, args.elf)
-    config = _with_limits({"elf": args.elf, **what, "unwinders": names, "every": args.every,
+    every = (summary.sampling or {}).get("every", 1 if args.every == "auto" else args.every)
+    auto = {"every_auto": True} if (summary.sampling or {}).get("chosen") == "auto" else {}
+    config = _with_limits({"elf": args.elf, **what, "unwinders": names, "every": every, **auto,
                            "units": args.shard.count}, limits)
     if args.shard.count > 1:
         record = {"index": args.shard.index, "kind": "stops", "summary": to_json(summary)}
@@ -211,12 +217,21 @@ def cmd_verify_elf(args) -> int:
     print_verdict(data, console)
     print_table(data, console)
     console.print(f"verified {summary.stops} stops x {len(names)} unwinders in {seconds:.1f} s"
-                  + (f" (samples of mean stride {args.every})" if args.every > 1 else ""))
+                  + stride_note(summary.sampling), highlight=False)
     check = data["programs"][0]["self_check"]
     if check != "ok":
         print(f"unwind-harness: {args.elf}: {check}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def stride_note(sampling: dict | None) -> str:
+    """How the stops were chosen, after the count of those verified."""
+    if sampling is None:
+        return ""
+    if sampling["chosen"] == "auto":
+        return f" ({sampling['why']}; chosen automatically, --every N to choose)"
+    return f" (samples of mean stride {sampling['every']})"
 
 
 def _progress(console):

@@ -133,12 +133,18 @@ PERCENT = number(0, 100, "a percentage (a number from 0 to 100)")
 UNWINDERS = list_of(one_of(UNWINDER_NAMES, "an unwinder's name"))
 LIMIT = integer(1, math.inf, "a positive integer")
 LIMITS = {"limits": row("limits [instructions, seconds, memory bytes, depth]", LIMIT,  # where not the defaults
-                         number(sys.float_info.min, sys.float_info.max, "a positive number of seconds"), LIMIT, LIMIT)}
+                         optional(number(sys.float_info.min, sys.float_info.max, "a positive number of seconds")),
+                         LIMIT, LIMIT)}  # seconds null: the clock scaled to the work
 _VERIFY = {"elf": string, "unwinders": UNWINDERS, "every": POSITIVE, "units": POSITIVE}
 _VERIFY_BARE = object_of({**_VERIFY, "entry": string}, LIMITS)  # a bare-metal function
 _VERIFY_PROCESS = object_of({**_VERIFY, "args": list_of(string), "sysroot": optional(string),  # a Linux process
                              "cwd": optional(string), "stdin": optional(string)},
-                            {**LIMITS, "signal_frames": BOOLEAN})  # with --signal-frames
+                            {**LIMITS, "signal_frames": BOOLEAN,  # with --signal-frames
+                             "every_auto": BOOLEAN})  # the stride chosen from the first run (--every auto)
+# The stride of a program verified at samples, or chosen automatically (harness.linux.verify.sampling_of).
+SAMPLING = object_of({"every": POSITIVE, "chosen": one_of(["auto", "given"])},
+                     {"first_run_instructions": COUNT, "every_stop_up_to": POSITIVE, "samples": POSITIVE,
+                      "why": string})
 CONFIGS = {
     "run": object_of({"seed": SEED, "programs": POSITIVE, "unwinders": UNWINDERS, "elf": BOOLEAN, "units": POSITIVE},
                    {**LIMITS, "linux": list_of(string),  # the Linux corpus programs, by name
@@ -186,7 +192,8 @@ def _summary(unwinder: Check) -> Check:
                     "wrong_registers": map_of(unwinder, map_of(REGISTER, COUNT)), "culprits": map_of(unwinder, CULPRITS),
                     "without_cfi": map_of(unwinder, COUNT), "failing": _failing(unwinder),
                     "methods": CHAIN_METHODS},
-                   {"stdout_sha256": optional(string), "expected_stdout_sha256": optional(string)})
+                   {"stdout_sha256": optional(string), "expected_stdout_sha256": optional(string),
+                    "sampling": SAMPLING})
 
 
 def _records(unwinder: Check) -> dict[str, Check]:

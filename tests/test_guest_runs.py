@@ -110,3 +110,20 @@ def test_the_depth_self_loop_and_budget_guards_hold_in_both_runs(tmp_path, name,
     assert first.resumes is None and first.modules
     result = verify_process(the_run(name, tmp_path), ["framepointer"], lambda program: [], limits=limits)
     assert cause in result.fault and result.stops > 0
+
+
+def test_a_runaway_under_an_automatic_stride_ends_at_the_budget(tmp_path):
+    """The first run counts the instructions up to its fault (the budget
+    here), and the verified run, sampled at the stride that count gives,
+    meets the fault again; the clock never ended it (scaled to that work)."""
+    from harness.verify.sampling import AutoStride
+
+    limits = abi.Limits(instructions=200_000)
+    first = discover(the_run("spin_loop", tmp_path), limits)
+    assert first.resumes is None and 200_000 <= first.instructions < 200_100  # counted to the fault's block
+    auto = AutoStride(every_stop=1_000, samples=100)
+    result = verify_process(the_run("spin_loop", tmp_path), ["framepointer"], lambda program: [], every=auto,
+                            limits=limits)
+    assert "more than 200000 instructions" in result.fault
+    assert result.sampling["every"] == auto.every(first.instructions) in (2_000, 2_001)
+    assert 50 < result.stops < 150  # about 100 samples

@@ -33,8 +33,8 @@ from harness.unwind.sigframes import SignalFrames, trampolines_in
 from harness.unwind.walk import Unwinder
 from harness.verify import kernel
 from harness.verify.abi import GUARD_MEMORY, GUARD_SECONDS, Limits
-from harness.verify.guards import EmulationFault, ImpreciseFault
-from harness.verify.stops import ground_truth_alone
+from harness.verify.guards import ImpreciseFault
+from harness.verify.stops import ground_truth_run
 
 CFI_STRATEGIES = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf", "v1", "vmkunwind")  # built from a module's CFI
 TABLE_STRATEGIES = (*CFI_STRATEGIES, "exidx", "v2-code", "qut")  # built per module, from what it ships or its code
@@ -109,11 +109,14 @@ def modules_of(system: LinuxSystem) -> tuple[LoadedModule, ...]:
 @dataclass(frozen=True)
 class FirstRun:
     """What a first run of a process tells the verified run: the modules it
-    loaded, and the frames that resume (None where it faulted: the verified
-    run meets the fault again, and its stops before it count)."""
+    loaded, the frames that resume (None where it faulted: the verified
+    run meets the fault again, and its stops before it count), and the
+    instructions it ran (to its end, or its fault): the verified run's
+    automatic stride and clock are chosen by them."""
 
     modules: tuple[LoadedModule, ...]
     resumes: bytes | None
+    instructions: int = 0
     exact_faults: bool = False  # it takes a fault only the per-instruction hook places: its runs need that hook
 
 
@@ -123,20 +126,18 @@ def process_program(system: LinuxSystem) -> Program:
 
 
 def discover(run: LinuxRun, limits: Limits) -> FirstRun:
-    """The first run of `run`: ground truth alone, under `limits`. A run past
+    """The first run of `run`: ground truth alone, under `limits` (a clock
+    not given scaled to the instruction budget: guards.as_limits). A run past
     the clock or the memory limit raises its EmulationFault: nothing after
     it could go on (the verified run would only pass the limit again)."""
     for by_blocks in (True, False):
         system = LinuxSystem(run)
-        try:
-            resumes = ground_truth_alone(process_program(system), system, kernel.AVAILABLE, limits, by_blocks)
-        except ImpreciseFault:
+        truth = ground_truth_run(process_program(system), system, kernel.AVAILABLE, limits, by_blocks)
+        if isinstance(truth.fault, ImpreciseFault):
             continue  # a fault the program takes: again, from every instruction
-        except EmulationFault as fault:
-            if fault.guard in (GUARD_SECONDS, GUARD_MEMORY):
-                raise
-            resumes = None
-        return FirstRun(modules_of(system), resumes, exact_faults=not by_blocks)
+        if truth.fault is not None and truth.fault.guard in (GUARD_SECONDS, GUARD_MEMORY):
+            raise truth.fault
+        return FirstRun(modules_of(system), truth.resumes, truth.instructions, exact_faults=not by_blocks)
     raise AssertionError("a run from every instruction places every fault")
 
 

@@ -22,7 +22,8 @@ from harness.report.summary import summary_of, to_json
 from harness.unwind.walk import Unwinder
 from harness.verify.abi import Limits
 from harness.verify.failures import ProgramResult
-from harness.verify.guards import EmulationFault
+from harness.verify.guards import EmulationFault, clocked
+from harness.verify.sampling import AutoStride
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 
@@ -51,33 +52,49 @@ def prepared_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callabl
 
 
 def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
-                   every: int = 1, shard: tuple[int, int] = (0, 1), limits: Limits = DEFAULT_LIMITS,
+                   every: int | AutoStride = 1, shard: tuple[int, int] = (0, 1), limits: Limits = DEFAULT_LIMITS,
                    expected: Expected = Expected(), compiled: bool | None = None, observe=None,
                    observe_at=None, hooks: str = "auto", signal_frames: bool = False) -> ProgramResult:
     """Run `run` as a process, verifying the unwinders `names` at its stops
-    (samples of mean stride `every`, shard (I, N)), each over every module that has its
+    (samples of mean stride `every`, or the one an AutoStride chooses from
+    the first run's instructions; shard (I, N)), each over every module that has its
     tables (the executable's built by `own_unwinders`); the ProgramResult,
     its self-check against `expected`. `hooks`: as verify_program's;
     `signal_frames`: as process_unwinders'. Each
-    run (the first, and the verified one) is bounded by `limits`; a first
+    run (the first, and the verified one) is bounded by `limits`, a clock
+    not given scaled to its work (the verified run's to the instructions
+    the first counted, at its stride: harness.verify.guards.clocked); a first
     run past the clock or memory ends the verification there, so that a
     runaway program ends within them."""
     system = LinuxSystem(run)
     try:
         first, image, unwinders = prepared_process(run, names, own_unwinders, limits, system, signal_frames)
-    except EmulationFault as fault:
-        result = ProgramResult(process_program(system).name, fault=str(fault))
+    except EmulationFault as fault:  # no count to choose a stride by: none verified
+        result = ProgramResult(process_program(system).name, fault=str(fault),
+                               sampling=None if isinstance(every, AutoStride) else sampling_of(every, 0))
     else:
         if first.exact_faults and hooks == "auto":
             hooks = "instruction"  # a fault the program takes is placed only from every instruction
-        result = verify_program(image, unwinders, every=every, shard=shard, limits=limits, system=system,
-                                compiled=compiled, observe=observe, observe_at=observe_at, hooks=hooks,
-                                resumes=first.resumes)
+        stride = every.every(first.instructions) if isinstance(every, AutoStride) else every
+        result = verify_program(image, unwinders, every=stride, shard=shard, system=system,
+                                limits=clocked(limits, first.instructions, stride), compiled=compiled,
+                                observe=observe, observe_at=observe_at, hooks=hooks, resumes=first.resumes)
+        result.sampling = sampling_of(every, first.instructions)
         if result.fault is None and modules_of(system) != first.modules:
             result.fault = "the libraries were loaded elsewhere than in the first run: the emulation is not deterministic"
     result.expected = expected.exit_status
     result.expected_stdout_sha256 = expected.stdout_sha256
     return result
+
+
+def sampling_of(every: int | AutoStride, instructions: int) -> dict | None:
+    """What the report says of the stride: chosen automatically (`every`
+    an AutoStride) from the first run's `instructions`, and how; given
+    (above 1); nothing for every stop as asked."""
+    if isinstance(every, AutoStride):
+        return {"every": every.every(instructions), "chosen": "auto", "first_run_instructions": instructions,
+                "every_stop_up_to": every.every_stop, "samples": every.samples, "why": every.describe(instructions)}
+    return {"every": every, "chosen": "given"} if every > 1 else None
 
 
 def verify_process_part(job: tuple) -> dict:

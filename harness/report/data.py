@@ -87,7 +87,8 @@ def report_data(summaries: Sequence[ProgramSummary], unwinders: Sequence[str], s
         "checked": {u: RESTORES[u].describe() for u in unwinders},
         "programs": [
             {"name": s.program, "stops": s.stops, "result": s.result, "expected": s.expected,
-             "self_check": s.self_check, **process_fields(s)}
+             "self_check": s.self_check, **process_fields(s), **({} if s.sampling is None else
+                                                                 {"sampling": s.sampling})}
             for s in summaries
         ],
         # unwinder -> register -> failing stops (d8-d15 apart from the core registers)

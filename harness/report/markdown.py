@@ -68,12 +68,20 @@ def markdown(data: dict, title: str) -> str:
     out += linux_lines(data.get("linux", []))
     programs = data["programs"]
     out += ["", "## Programs", "", "| program | stops | self-check |", "|---|---|---|"]
-    out += [f"| {p['name']} | {p['stops']} | {p['self_check']} |" for p in programs]
+    out += [f"| {p['name']} | {p['stops']}{stride_cell(p.get('sampling'))} | {p['self_check']} |" for p in programs]
     problems = not_verified(data)
     if problems:
         out += ["", "## Not verified", "", "Every count above covers only the stops before these ended:", ""]
         out += [f"- {line}" for line in problems]
     return "\n".join(out) + "\n"
+
+
+def stride_cell(sampling: dict | None) -> str:
+    """How a program's stops were chosen, where not every stop as asked (verify-elf --every)."""
+    if sampling is None:
+        return ""
+    how = "every stop" if sampling["every"] == 1 else f"samples of mean stride {sampling['every']}"
+    return f" ({how}, chosen automatically)" if sampling["chosen"] == "auto" else f" ({how})"
 
 
 def chain_lines(data: dict) -> list[str]:

@@ -63,6 +63,7 @@ class ProgramSummary:
     expected_stdout_sha256: str | None = None
     failing: dict = field(default_factory=dict)  # unwinder -> (function, position, kind) -> Group (report.failing)
     methods: Counter = field(default_factory=Counter)  # (chain, method, right) -> frames (ProgramResult.methods)
+    sampling: dict | None = None  # the stride, where chosen automatically or given (ProgramResult.sampling)
 
     @property
     def self_check_ok(self) -> bool:
@@ -147,7 +148,8 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
     samples and the digest's pcs read the log (harness.report.failing)."""
     summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.instructions, result.result,
                              result.expected, result.fault, stdout_sha256=result.stdout_sha256,
-                             expected_stdout_sha256=result.expected_stdout_sha256, methods=Counter(result.methods))
+                             expected_stdout_sha256=result.expected_stdout_sha256, methods=Counter(result.methods),
+                             sampling=result.sampling)
     for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):  # walks stopped in a library are not logged
         summary.samples.setdefault(entry[3].unwinder, []).append(sample(entry, result.program))
     tally = result.tally
@@ -190,6 +192,7 @@ def combine(parts: Sequence[ProgramSummary], program: str | None = None) -> Prog
         whole.result, whole.expected, whole.fault = first.result, first.expected, first.fault
         whole.instructions = first.instructions  # each shard ran the whole program
         whole.stdout_sha256, whole.expected_stdout_sha256 = first.stdout_sha256, first.expected_stdout_sha256
+        whole.sampling = first.sampling  # each shard chose the same stride from the same first run
         for found in whole.samples.values():
             found.sort(key=lambda s: s["stop"])
     for unwinder, found in whole.samples.items():
@@ -215,6 +218,7 @@ def to_json(summary: ProgramSummary) -> dict:
         "methods": methods_json(summary.methods),
         **({} if summary.stdout_sha256 is None else
            {"stdout_sha256": summary.stdout_sha256, "expected_stdout_sha256": summary.expected_stdout_sha256}),
+        **({} if summary.sampling is None else {"sampling": summary.sampling}),
     }
 
 
@@ -233,6 +237,7 @@ def from_json(data: dict) -> ProgramSummary:
                          for method, count in by_method.items()
                          for right, n in ((True, count["right"]), (False, count["frames"] - count["right"])) if n}),
         stdout_sha256=data.get("stdout_sha256"), expected_stdout_sha256=data.get("expected_stdout_sha256"),
+        sampling=data.get("sampling"),
     )
 
 

@@ -134,10 +134,11 @@ class Engine(NamedTuple):
 class Limits(NamedTuple):
     """How far one program's run may go (both hooks: harness.verify.stops
     and csrc/trace.c); past any of them the run ends as a fault, with the pc
-    and the guard (GUARDS) that stopped it."""
+    and the guard (GUARDS) that stopped it. The clock's None: scaled to
+    the run's work (harness.verify.guards.clocked) before the run starts."""
 
-    instructions: int = 20_000_000  # instructions executed
-    seconds: float = 120.0  # wall clock, from the start of the run
+    instructions: int = 4_000_000_000  # instructions executed: a billion-instruction program runs to its end
+    seconds: float | None = None  # wall clock, from the start of the run (None: scaled to the work)
     memory_bytes: int = 1 << 30  # the process's resident size (/proc/self/statm; else the peak, getrusage)
     depth: int = 10_000  # shadow frames, the harness's own bottom frame included
 

@@ -4,6 +4,7 @@ hook make (csrc/trace.c makes the same in C); the fault that ends a run."""
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import sys
@@ -35,14 +36,48 @@ class ImpreciseFault(EmulationFault):
     (a run with the per-instruction hook knows both: hooks="instruction")."""
 
 
+# The default clock of a run (abi.Limits.seconds None), scaled to its work:
+# CLOCK_BASE, and for each instruction it may run and each stop it verifies
+# an allowance some ten times the CPU time measured (all 13 unwinders;
+# docs/robustness.md): a run of ground truth alone from block entries, 9-17
+# ns an instruction; a stop of a run that verifies every stop, 0.37-1.84 us
+# (each walk reuses the frames of the stop before); a sampled stop, 14-19 us
+# (its walks start afresh).
+CLOCK_BASE = 120.0  # seconds: start-up, the tables, system calls (the fixed limit this replaces)
+CLOCK_PER_INSTRUCTION = 100e-9
+CLOCK_PER_STOP = 10e-6  # every = 1
+CLOCK_PER_SAMPLE = 200e-6  # every > 1
+
+
+def scaled_seconds(instructions: int, every: int | None = 1) -> float:
+    """The default clock of a run of `instructions` verified at every stop
+    (every 1), at samples of mean stride `every`, or not at all (None):
+    CLOCK_BASE + instructions x CLOCK_PER_INSTRUCTION + its stops x
+    CLOCK_PER_STOP (every 1) or CLOCK_PER_SAMPLE (instructions / every)."""
+    stops = 0.0 if every is None else (instructions * CLOCK_PER_STOP if every == 1
+                                       else instructions / every * CLOCK_PER_SAMPLE)
+    return float(math.ceil(CLOCK_BASE + instructions * CLOCK_PER_INSTRUCTION + stops))  # whole seconds
+
+
+def clocked(limits: abi.Limits, instructions: int | None = None, every: int | None = 1) -> abi.Limits:
+    """`limits` with its clock: as given, or (seconds None) scaled to the
+    run's work: `instructions` (a first run counted them; default, or more
+    than the budget: the budget), verified as `every` says (scaled_seconds)."""
+    if limits.seconds is not None:
+        return limits
+    work = limits.instructions if instructions is None else min(instructions, limits.instructions)
+    return limits._replace(seconds=scaled_seconds(work, every))
+
+
 def as_limits(limits: abi.Limits | int) -> abi.Limits:
     """`limits`, or for a number the default limits with that instruction
-    budget; each at most 2**64 - 1 (as trace.c reads them); ValueError
-    unless each is positive."""
+    budget; a clock not given scaled to the budget, with no stop verified
+    (clocked: a verifying run's is scaled before); each at most 2**64 - 1
+    (as trace.c reads them); ValueError unless each is positive."""
     limits = abi.Limits(instructions=limits) if isinstance(limits, int) else abi.Limits(*limits)
-    if not all(value > 0 for value in limits):
+    if limits.instructions <= 0 or not all(value > 0 for value in clocked(limits, every=None)):
         raise ValueError(f"limits must be positive: {limits}")
-    return abi.Limits(*(min(value, (1 << 64) - 1) for value in limits))
+    return abi.Limits(*(min(value, (1 << 64) - 1) for value in clocked(limits, every=None)))
 
 
 def _size(count: int) -> str:

@@ -9,7 +9,7 @@ the compiled hook); expected values come from the shadow stack alone
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Collection, Sequence
+from typing import Callable, Collection, NamedTuple, Sequence
 
 from harness.collector import collector_paused
 from harness.program import Program
@@ -29,7 +29,7 @@ from harness.verify import abi, kernel
 from harness.verify.emulator import Emulator
 from harness.verify.failures import RANGE_GAP, FailureLog, LoggedPcs, ProgramResult, quiet_ranges
 from harness.verify.groundtruth import ShadowFrame, ThreadStacks, has_bit, raise_entries, unpacked
-from harness.verify.guards import EmulationFault, ImpreciseFault, as_limits, guard_cause
+from harness.verify.guards import EmulationFault, ImpreciseFault, as_limits, clocked, guard_cause
 from harness.verify.process_machine import RunEvents
 from harness.verify.sampling import chooser
 from harness.verify.tally import Grouping, KeyParts, Tally, add_up
@@ -92,7 +92,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     told (ground_truth_alone; None: that run faulted); by default a process's
     verification learns them from a run of its own first."""
     compiled, by_blocks = _hooks_of(compiled, memoize, hooks, every)
-    limits = as_limits(limits if budget is None else limits._replace(instructions=budget))
+    limits = as_limits(clocked(limits if budget is None else limits._replace(instructions=budget), every=every))
     emulator = Emulator(program.segments) if system is None else Emulator(system.segments, system, system.placement)
     result = ProgramResult(program.name, expected=program.expected_result)
     _announce_sentinel(unwinders, emulator)
@@ -192,32 +192,50 @@ def judged_differently(questioned: bytes, questioned_in_python: set[int], resume
 
 
 def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limits) -> bytes | None:
-    """ground_truth_alone on a twin of `system`; None where it faults (the
-    verified run then faults alike, comparing every frame's registers up
-    to there)."""
+    """ground_truth_run on a twin of `system`; None where it faults (the verified
+    run then faults alike, comparing every frame's registers up to there).
+    From block entries, or where the process takes a fault only the
+    per-instruction hook places (ImpreciseFault), again from every one."""
     for by_blocks in (True, False):
-        try:
-            return ground_truth_alone(program, None if system is None else system.rerun(), compiled, limits, by_blocks)
-        except ImpreciseFault:
-            continue  # again, from every instruction
-        except EmulationFault:
-            return None
+        truth = ground_truth_run(program, None if system is None else system.rerun(), compiled, limits, by_blocks)
+        if not isinstance(truth.fault, ImpreciseFault):
+            return truth.resumes
     return None
 
 
-def ground_truth_alone(program: Program, system, compiled: bool, limits: abi.Limits, by_blocks: bool = True) -> bytes:
-    """A run of ground truth alone, under every guard of `limits`: the frames
-    that resume, a bit per serial (harness.verify.groundtruth). With `system`,
-    that process (used up by the run). Compiled, from block entries where
-    `by_blocks` (the same shadow stack, at a fraction of the cost:
-    tests/test_sampling.py), which raises ImpreciseFault where the process
-    takes a fault. Raises EmulationFault."""
+def ground_truth_alone(program: Program, system, compiled: bool, limits: abi.Limits) -> bytes:
+    """A run of ground truth alone, under every guard of `limits`: the frames that resume, a bit per
+    serial (harness.verify.groundtruth). With `system`, that process (used up). Raises EmulationFault."""
+    resumes, _, fault = ground_truth_run(program, system, compiled, limits)
+    if fault is not None:
+        raise fault
+    return resumes
+
+
+class GroundTruth(NamedTuple):  # what a run of ground truth alone found:
+    resumes: bytes | None  # the frames that resume, a bit per serial (None: the run faulted)
+    instructions: int  # it ran, to its end or to its fault
+    fault: EmulationFault | None
+
+
+def ground_truth_run(program: Program, system, compiled: bool, limits: abi.Limits,
+                     by_blocks: bool = True) -> GroundTruth:
+    """ground_truth_alone, its fault returned with the instructions it ran
+    (the count a verified run's automatic stride and clock are chosen by).
+    Compiled, from block entries where `by_blocks` (the same shadow stack,
+    at a fraction of the cost: tests/test_sampling.py), where a fault the
+    process takes is an ImpreciseFault."""
     emulator = Emulator(program.segments) if system is None else Emulator(system.segments, system, system.placement)
     result = ProgramResult(program.name)
     run = Verification(program, [], True, result)
-    if compiled:
-        return _run_compiled(program, [], emulator, run, result, limits, None, 1, (0, 1), by_blocks=by_blocks)[0]
-    return _run_in_python(program, emulator, run, result, limits, None, 1, (0, 1))
+    try:
+        if compiled:
+            resumes = _run_compiled(program, [], emulator, run, result, limits, None, 1, (0, 1), by_blocks=by_blocks)[0]
+        else:
+            resumes = _run_in_python(program, emulator, run, result, limits, None, 1, (0, 1))
+    except EmulationFault as fault:
+        return GroundTruth(None, result.instructions, fault)
+    return GroundTruth(resumes, result.instructions, None)
 
 
 def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emulator, run: Verification,
