@@ -45,7 +45,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from harness.program import Program
-from harness.thumb.encoding import it_advance
+from harness.thumb.encoding import (
+    arm_call_length,
+    arm_return_kind,
+    call_length,
+    instruction_size,
+    it_advance,
+    it_block_length,
+    return_kind,
+)
 from harness.verify import abi
 
 # The entry points that start an exception's unwinding: libstdc++'s throw
@@ -271,3 +279,13 @@ class ShadowStack:
         """The instruction at pc is a call of `length` bytes about to execute
         (its condition holds: harness.thumb.encoding.executes)."""
         self._pending = ShadowFrame(pc + length, regs[13], tuple(regs[4:12]), vfp, self._serials.next())
+
+
+def decode(code: bytes, thumb: bool) -> tuple[int, int, bool, int, bytes, int]:
+    """What ground truth needs of the instruction `code` in its state: (call
+    length, IT block length, a return-kind instruction, its size, first
+    half-word, condition: an ARM instruction's, 0xE in Thumb where IT
+    decides). C twin: trace.c: decoded()."""
+    if not thumb:
+        return arm_call_length(code), 0, arm_return_kind(code), 4, code[:2], code[3] >> 4 if len(code) > 3 else 0xE
+    return call_length(code), it_block_length(code), return_kind(code), instruction_size(code), code[:2], 0xE

@@ -13,22 +13,13 @@ from typing import Callable, Collection, NamedTuple, Sequence
 
 from harness.collector import collector_paused
 from harness.program import Program
-from harness.thumb.encoding import (
-    arm_call_length,
-    arm_return_kind,
-    call_length,
-    executes,
-    instruction_size,
-    it_block_length,
-    return_kind,
-    with_it_state,
-)
+from harness.thumb.encoding import executes, instruction_size, with_it_state
 from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import abi, kernel
 from harness.verify.emulator import Emulator
 from harness.verify.failures import RANGE_GAP, FailureLog, LoggedPcs, ProgramResult, quiet_ranges
-from harness.verify.groundtruth import ShadowFrame, ThreadStacks, has_bit, raise_entries, unpacked
+from harness.verify.groundtruth import ShadowFrame, ThreadStacks, decode, has_bit, raise_entries, unpacked
 from harness.verify.guards import EmulationFault, ImpreciseFault, as_limits, clocked, guard_cause
 from harness.verify.process_machine import RunEvents
 from harness.verify.sampling import chooser
@@ -340,16 +331,6 @@ def _checker(emulator: Emulator, run: Verification, result: ProgramResult, obser
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
     return check
-
-
-def decode(code: bytes, thumb: bool) -> tuple[int, int, bool, int, bytes, int]:
-    """What ground truth needs of the instruction `code` in its state: (call
-    length, IT block length, a return-kind instruction, its size, first
-    half-word, condition: an ARM instruction's, 0xE in Thumb where IT
-    decides). C twin: trace.c: decoded()."""
-    if not thumb:
-        return arm_call_length(code), 0, arm_return_kind(code), 4, code[:2], code[3] >> 4 if len(code) > 3 else 0xE
-    return call_length(code), it_block_length(code), return_kind(code), instruction_size(code), code[:2], 0xE
 
 
 def _run_in_python(program: Program, emulator: Emulator, run: Verification, result: ProgramResult,
