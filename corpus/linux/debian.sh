@@ -11,12 +11,12 @@
 #     Each program is built with {gcc 12, clang 14} x {-O2, -Os} x
 #     {-fno-omit-frame-pointer, -fomit-frame-pointer}, linked dynamically with
 #     -z now, plus one static build (gcc -O2 with frame pointer).
-#  2. Debian's own armhf binaries, unchanged: lua5.4, gzip, bzip2, xz,
-#     sqlite3, and command-line tools nobody here built: sort, sha256sum, od,
-#     ls, factor (coreutils), sed, grep, gawk, bc, diff (diffutils), tar,
-#     find (findutils), python3.11 (python3.11-minimal), each with a real
-#     input of inputs/debian/ (from `apt-get download PKG:armhf`, unpacked
-#     with dpkg -x; their libraries are sysroot.sh's).
+#  2. Debian's own armhf binaries, unchanged: lua5.4, gzip, bzip2, xz (and
+#     xz -T2: threads), sqlite3, and command-line tools nobody here built:
+#     sort, sha256sum, od, ls, factor (coreutils), sed, grep, gawk, bc, diff
+#     (diffutils), tar, find (findutils), python3.11 (python3.11-minimal),
+#     each with a real input of inputs/debian/ (from `apt-get download
+#     PKG:armhf`, unpacked with dpkg -x; their libraries are sysroot.sh's).
 #  3. corpus/linux/debian.programs.json: every program, its arguments, its
 #     standard input and working directory (inputs/debian/), its provenance.
 #  4. Every program is run twice under qemu-arm: its exit status (0, or the
@@ -328,6 +328,7 @@ SHIPPED="lua5.4 usr/bin/lua5.4 debian-lua5.4
 gzip bin/gzip debian-gzip
 bzip2 bin/bzip2 debian-bzip2
 xz-utils usr/bin/xz debian-xz
+xz-utils usr/bin/xz debian-xz-T2
 sqlite3 usr/bin/sqlite3 debian-sqlite3
 coreutils usr/bin/sort debian-sort
 coreutils usr/bin/sha256sum debian-sha256sum
@@ -460,6 +461,10 @@ workload() {
         bzip2) W_ARGS='["-c"]'; W_STDIN="\"$INPUTS/text.txt\""; W_CWD=null ;;
         gzip) W_ARGS='["-c", "-n"]'; W_STDIN="\"$INPUTS/text.txt\""; W_CWD=null ;;
         xz) W_ARGS='["-c", "-1"]'; W_STDIN="\"$INPUTS/text.txt\""; W_CWD=null ;;
+        # Two worker threads: with 16 KiB blocks the 40 KB text is three
+        # blocks (at -1's default block size it is one, and one worker).
+        # The .xz is the same for any -T of 2 or more.
+        xz-T2) W_ARGS='["-T2", "--block-size=16KiB", "-c", "-1"]'; W_STDIN="\"$INPUTS/text.txt\""; W_CWD=null ;;
         sort) W_ARGS='["-t", ",", "-k", "2,2", "-k", "4,4nr", "-k", "1,1", "packages.csv"]' ;;
         sha256sum) W_ARGS='["text.txt", "packages.csv", "workload.py", "workload.sql"]' ;;
         od) W_ARGS='["-A", "x", "-t", "x1z", "-v", "packages.csv"]' ;;

@@ -1,6 +1,6 @@
 /* Signals from faults (the Linux corpus; not in the manifest yet: the
- * emulation ends a run at a fault instead of delivering it).  Each fault
- * happens at the bottom of a 20-frame call chain, in a handler installed
+ * emulation ends a run at a fault instead of delivering it).  Faults 1-5
+ * happen at the bottom of a 20-frame call chain, in a handler installed
  * with SA_SIGINFO:
  *
  *  1. a store through a NULL pointer (SIGSEGV, SEGV_MAPERR), siglongjmp out;
@@ -14,10 +14,15 @@
  *     pc 0, lr still pointing into the caller;
  *  5. __builtin_trap() (an undefined instruction, udf): SIGILL.  (ARM has
  *     no integer division trap: SIGFPE never comes from a division.)
+ *  6. a thread whose 64 KiB stack overflows into its guard page (SIGSEGV,
+ *     SEGV_ACCERR): its handler, installed with SA_ONSTACK, runs on that
+ *     thread's alternate stack and siglongjmps out; main joins the thread.
  *
  * Each handler also checks what the kernel says: the signal, si_code for
  * SIGSEGV (not for SIGILL: qemu-user says ILL_ILLOPN where Linux says
  * ILL_ILLOPC), si_addr, and that the interrupted sp is below main's frame. */
+#define _GNU_SOURCE  /* pthread_getattr_np */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -104,6 +109,67 @@ static void run(const char *name, enum what what, void *addr) {
            !sigismember(&now, SIGSEGV) && !sigismember(&now, SIGILL));
 }
 
+/* 6. The thread that overflows its stack. */
+static sigjmp_buf overflow_back;
+static char *guard_low, *guard_high;  /* the guard page(s) below its stack */
+static volatile int fault_in_guard, handler_on_alt, overflow_code;
+static char alt_stack[16384];
+
+static void on_overflow(int signal, siginfo_t *info, void *context) {
+    char here;
+    (void)signal, (void)context;
+    overflow_code = info->si_code;
+    fault_in_guard = (char *)info->si_addr >= guard_low && (char *)info->si_addr < guard_high;
+    handler_on_alt = &here >= alt_stack && &here < alt_stack + sizeof alt_stack;
+    siglongjmp(overflow_back, 1);
+}
+
+__attribute__((noinline)) static int descend(int n) {
+    volatile char frame[512];  /* 64 KiB is gone after about 120 frames */
+    frame[0] = (char)n;
+    frame[511] = (char)n;
+    if (n > 100000) return 0;  /* never: the guard page comes first */
+    return descend(n + 1) + frame[0] + frame[511];
+}
+
+static void *overflow(void *arg) {
+    (void)arg;
+    pthread_attr_t attr;
+    void *low;
+    size_t size, guard;
+    pthread_getattr_np(pthread_self(), &attr);
+    pthread_attr_getstack(&attr, &low, &size);
+    pthread_attr_getguardsize(&attr, &guard);
+    pthread_attr_destroy(&attr);
+    guard_low = (char *)low - guard;
+    guard_high = (char *)low;
+    stack_t stack = { .ss_sp = alt_stack, .ss_size = sizeof alt_stack, .ss_flags = 0 };
+    sigaltstack(&stack, NULL);
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_overflow;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGSEGV, &action, NULL);
+    if (sigsetjmp(overflow_back, 1) == 0) descend(0);
+    stack.ss_flags = SS_DISABLE;
+    sigaltstack(&stack, NULL);
+    return (void *)1;
+}
+
+static void thread_overflow(void) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    void *value;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 65536);
+    pthread_create(&thread, &attr, overflow, NULL);
+    pthread_join(thread, &value);
+    pthread_attr_destroy(&attr);
+    printf("thread stack overflow: returned %d, signal %s, fault in the guard page %d, "
+           "handler on the alternate stack %d\n",
+           (int)(intptr_t)value, code_name(SIGSEGV, overflow_code), fault_in_guard, handler_on_alt);
+}
+
 int main(void) {
     char top;
     main_top = &top;
@@ -125,5 +191,6 @@ int main(void) {
     run("memset into an unmapped page", MEMSET_UNMAPPED, unmapped);
     run("call through NULL", NULL_CALL, NULL);
     run("trap", TRAP, NULL);
+    thread_overflow();  /* last: it replaces the SIGSEGV handler */
     return 0;
 }

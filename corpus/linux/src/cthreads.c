@@ -1,28 +1,23 @@
-/* Threads (the Linux corpus; not in the manifest yet: the emulation runs no
- * threads).  A pool of four workers takes jobs from a queue guarded by a
- * mutex and two condition variables; each job is a recursive computation
- * 14-21 frames deep before a 511-call binary recursion, so the workers'
- * stacks are deep wherever they are stopped.  One job ends its worker with
- * pthread_exit from the bottom of its recursion: glibc unwinds the thread
- * with _Unwind_ForcedUnwind (libgcc_s, dlopen'ed by a dynamic program)
- * through our frames and runs a cleanup handler on the way.  A start
- * barrier, pthread_once, a thread-specific key whose destructor adds each
- * worker's __thread counter to a total, atomics (ldrex/strex), a detached
- * thread with a 64 KiB stack that reports through a semaphore, and a thread
- * whose 64 KiB stack overflows into its guard page: its SIGSEGV handler runs
- * on that thread's alternate stack and siglongjmps out.
+/* Threads (the Linux corpus).  A pool of four workers takes jobs from a
+ * queue guarded by a mutex and two condition variables; each job is a
+ * recursive computation 14-21 frames deep before a 511-call binary
+ * recursion, so the workers' stacks are deep wherever they are stopped.
+ * One job ends its worker with pthread_exit from the bottom of its
+ * recursion: glibc unwinds the thread with _Unwind_ForcedUnwind (libgcc_s,
+ * dlopen'ed by a dynamic program) through our frames and runs a cleanup
+ * handler on the way.  A start barrier, pthread_once, a thread-specific key
+ * whose destructor adds each worker's __thread counter to a total, atomics
+ * (ldrex/strex), and a detached thread with a 64 KiB stack that reports
+ * through a semaphore.  (The thread whose stack overflows into its guard
+ * page is in csegv.c: signals from faults are that program's business.)
  *
  * Which worker takes which job depends on scheduling, so nothing printed
  * does: results are kept by job number, totals are sums, and everything is
  * printed after the threads are joined (or have posted). */
-#define _GNU_SOURCE  /* pthread_getattr_np */
 #include <pthread.h>
 #include <semaphore.h>
-#include <setjmp.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
 #define WORKERS 4
 #define JOBS 24
@@ -121,52 +116,6 @@ static void *detached(void *arg) {
     return NULL;
 }
 
-/* The thread that overflows its stack. */
-static sigjmp_buf overflow_back;
-static char *guard_low, *guard_high;  /* the guard page(s) below its stack */
-static volatile int fault_in_guard, handler_on_alt;
-static char alt_stack[16384];
-
-static void on_overflow(int signal, siginfo_t *info, void *context) {
-    char here;
-    (void)signal, (void)context;
-    fault_in_guard = (char *)info->si_addr >= guard_low && (char *)info->si_addr < guard_high;
-    handler_on_alt = &here >= alt_stack && &here < alt_stack + sizeof alt_stack;
-    siglongjmp(overflow_back, 1);
-}
-
-__attribute__((noinline)) static int descend(int n) {
-    volatile char frame[512];  /* 64 KiB is gone after about 120 frames */
-    frame[0] = (char)n;
-    frame[511] = (char)n;
-    if (n > 100000) return 0;  /* never: the guard page comes first */
-    return descend(n + 1) + frame[0] + frame[511];
-}
-
-static void *overflow(void *arg) {
-    (void)arg;
-    pthread_attr_t attr;
-    void *low;
-    size_t size, guard;
-    pthread_getattr_np(pthread_self(), &attr);
-    pthread_attr_getstack(&attr, &low, &size);
-    pthread_attr_getguardsize(&attr, &guard);
-    pthread_attr_destroy(&attr);
-    guard_low = (char *)low - guard;
-    guard_high = (char *)low;
-    stack_t stack = { .ss_sp = alt_stack, .ss_size = sizeof alt_stack, .ss_flags = 0 };
-    sigaltstack(&stack, NULL);
-    struct sigaction action;
-    memset(&action, 0, sizeof action);
-    action.sa_sigaction = on_overflow;
-    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigaction(SIGSEGV, &action, NULL);
-    if (sigsetjmp(overflow_back, 1) == 0) descend(0);
-    stack.ss_flags = SS_DISABLE;
-    sigaltstack(&stack, NULL);
-    return (void *)1;
-}
-
 static uint32_t checksum(void) {
     uint32_t sum = 0;
     for (int i = 0; i < JOBS; i++) sum = (sum << 5 | sum >> 27) ^ results[i];
@@ -213,13 +162,6 @@ int main(void) {
     pthread_create(&other, &attr, detached, (void *)(uintptr_t)99);
     sem_wait(&detached_done);
     printf("detached: %08x\n", detached_result);
-
-    void *value;
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_JOINABLE);
-    pthread_create(&other, &attr, overflow, NULL);
-    pthread_join(other, &value);
     pthread_attr_destroy(&attr);
-    printf("overflow: returned %d, fault in the guard page %d, handler on the alternate stack %d\n",
-           (int)(intptr_t)value, fault_in_guard, handler_on_alt);
     return 0;
 }
