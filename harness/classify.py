@@ -26,11 +26,13 @@ TRAITS = (
 # A stop's traits, not a function's (harness.verify.groundtruth): an
 # exception is on its way to its landing pad; the stop is in a signal
 # handler's own code (its caller is the context the signal interrupted);
-# a signal frame lies anywhere below the stop (a walk must cross it).
+# a signal frame lies anywhere below the stop (a walk must cross it); the
+# stop is in a thread the process made (its walk ends at clone's child).
 CXX_EXCEPTION = "cxx_exception"
 SIGNAL_HANDLER = "signal_handler"
 THROUGH_SIGNAL_FRAME = "through_signal_frame"
-STATE_TRAITS = (CXX_EXCEPTION, SIGNAL_HANDLER, THROUGH_SIGNAL_FRAME)  # by bit of abi.STOP_STATES
+SPAWNED_THREAD = "spawned_thread"
+STATE_TRAITS = (CXX_EXCEPTION, SIGNAL_HANDLER, THROUGH_SIGNAL_FRAME, SPAWNED_THREAD)  # by bit of abi.STOP_STATES
 NO_INFO = "no_info"  # the trait of stops outside every known function
 # Where code comes from, for a process (harness.linux.modules): the
 # program's own, the C and C++ runtimes, the dynamic linker, PLT stubs, any

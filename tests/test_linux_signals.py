@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from linux_calls import SCRATCH, call, made_kernel, made_roots
+from linux_calls import SCRATCH, call, made_kernel, made_roots, open_path
 from test_linux_process import Names, build, qemu
 
 from harness.cli import main
@@ -317,3 +317,38 @@ def test_a_fault_in_a_run_from_block_entries_is_named_and_a_process_runs_from_ev
     assert "the program takes a fault (unmapped access at 0x10) inside a block run" in result.fault
     result = verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]), every=97)
     assert result.fault is None and result.self_check_ok and result.stops > 100
+
+
+# ------------------------------------------------------------- faults and protections
+
+
+def test_a_fault_runs_its_handler_with_the_address_or_takes_the_default_where_blocked_or_ignored(kernel):
+    kernel.machine.registers = Context((0,) * 13 + (SCRATCH + 0x2000, 0, 0x8000), 0x10, (0,) * 32, 0)
+    _install(kernel, signals.SIGSEGV, Action(0x9001, signals.SA_SIGINFO, 0, 0))
+    interrupted = signals.fault(kernel, *signals.FAULTS["protected"], 0x1234)
+    assert interrupted.r[15] == 0x8000 and kernel.machine.registers.r[15] == 0x9000
+    frame = kernel.machine.registers.r[1]  # siginfo: si_signo, si_errno, si_code, si_addr
+    assert struct.unpack("<iiiI", kernel.machine.read(frame, 16)) == (11, 0, 2, 0x1234)  # SEGV_ACCERR
+    for blocked, handler in ((1 << 10, 0x9001), (0, signals.SIG_IGN)):
+        kernel.exit_status = None
+        kernel.signals.blocked = blocked
+        _install(kernel, signals.SIGSEGV, Action(handler, 0, 0, 0))
+        assert signals.fault(kernel, *signals.FAULTS["unmapped"], 0) is None
+        assert kernel.exit_status == -11 and not kernel.signals.blocked  # force_sig_fault: the default action
+
+
+def test_protections_bind_the_program_and_madvise_dontneed_zeroes_anonymous_pages(kernel):
+    start = call(kernel, "mmap2", 0, 2 * 0x1000, 1, 0x22, -1 & 0xFFFFFFFF, 0)  # PROT_READ, MAP_PRIVATE|ANONYMOUS
+    assert kernel.machine.protections[start] == 1
+    assert call(kernel, "mprotect", start, 0x1000, 2) == 0 and kernel.machine.protections[start] == 3  # w implies r
+    assert call(kernel, "mprotect", start, 0x1000, 4) == 0 and kernel.machine.protections[start] == 5  # x implies r
+    assert call(kernel, "mprotect", start, 0x1000, 0) == 0 and kernel.machine.protections[start] == 0  # a guard
+    kernel.machine.write(start + 0x1000, b"kept")
+    assert call(kernel, "madvise", start + 0x1000, 0x1000, 4) == 0  # MADV_DONTNEED
+    assert kernel.machine.read(start + 0x1000, 4) == bytes(4)
+    kernel.machine.write(start + 0x1000, b"kept")
+    assert call(kernel, "madvise", start + 0x1000, 0x1000, 8) == 0 and kernel.machine.read(start + 0x1000, 4) == b"kept"
+    fd = open_path(kernel, "input.txt")
+    mapped = call(kernel, "mmap2", 0, 0x1000, 1, 2, fd, 0)  # a file's private pages
+    with pytest.raises(SystemCallFault, match="MADV_DONTNEED\\) of a file's pages"):
+        call(kernel, "madvise", mapped, 0x1000, 4)

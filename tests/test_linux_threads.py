@@ -14,7 +14,7 @@ import pytest
 from linux_calls import SCRATCH, call, made_kernel
 from test_linux_process import _chains, _live, build, qemu, run_process, sysroot
 
-from harness.linux import calls_threads, signals
+from harness.linux import calls_threads, signals, timers
 from harness.linux.calls_threads import (
     FUTEX_CMP_REQUEUE,
     FUTEX_PRIVATE_FLAG,
@@ -323,3 +323,76 @@ def test_a_sampled_run_follows_the_same_threads():
         assert result.fault is None
         outcomes.add((system.outcome().stdout, result.instructions))
     assert len(outcomes) == 1
+
+
+# ------------------------------------------------------------- timers and time slices
+
+
+def _itimer(kernel, which: int, interval_us: int, value_us: int) -> int:
+    kernel.machine.write(SCRATCH + 0x400, struct.pack("<iiii", 0, interval_us, 0, value_us))
+    return call(kernel, "setitimer", which, SCRATCH + 0x400, 0)
+
+
+def test_an_interval_timer_expires_on_its_clock_and_repeats(kernel):
+    assert _itimer(kernel, timers.ITIMER_PROF, 500, 1000) == 0
+    start = kernel.machine.executed
+    assert kernel.deadline() == start + 1_000_000  # a nanosecond of CPU time an instruction
+    kernel.machine.executed += 999_999
+    assert not kernel.expire_timers()
+    kernel.machine.executed += 1
+    assert kernel.expire_timers() and kernel.signals.pending == [(timers.SIGPROF, 0x80)]  # SI_KERNEL
+    assert kernel.deadline() == kernel.machine.executed + 500_000  # armed again for its interval
+    assert call(kernel, "getitimer", timers.ITIMER_PROF, SCRATCH + 0x500) == 0
+    assert struct.unpack("<iiii", kernel.machine.read(SCRATCH + 0x500, 16)) == (0, 500, 0, 500)
+    assert _itimer(kernel, timers.ITIMER_PROF, 0, 0) == 0 and kernel.deadline() is None  # disarmed
+
+
+def test_a_real_timer_counts_sleep_and_ends_a_sleep_with_eintr(kernel):
+    assert _itimer(kernel, timers.ITIMER_REAL, 0, 3000) == 0  # 3 ms
+    kernel.machine.write(SCRATCH + 0x200, struct.pack("<iI", 5, 0))
+    start = kernel.now_ns()
+    call(kernel, "nanosleep", SCRATCH + 0x200, 0)  # 5 s: the alarm comes first
+    assert kernel.now_ns() == start + 3_000_000 and kernel.machine.registers.r[0] == (-errno.EINTR) & 0xFFFFFFFF
+    assert kernel.signals.pending == [(timers.SIGALRM, 0x80)] and kernel.deadline() is None
+
+
+def test_timers_refuse_what_linux_refuses(kernel):
+    assert call(kernel, "setitimer", 3, 0, 0) == -errno.EINVAL
+    assert _itimer(kernel, timers.ITIMER_REAL, 1_000_000, 1) == -errno.EINVAL  # tv_usec past a second
+    assert call(kernel, "getitimer", timers.ITIMER_REAL, 0x10) == -errno.EFAULT
+
+
+def test_a_time_slice_ends_at_an_exact_instruction_where_another_thread_is_ready(kernel):
+    assert kernel.deadline() is None  # one thread: no slice to end
+    tid = _spawn(kernel)
+    assert kernel.deadline() == kernel.threads.scheduled_at + QUANTUM
+    kernel.machine.executed = kernel.threads.scheduled_at + QUANTUM - 1
+    assert kernel.preempt() is None
+    kernel.machine.executed += 1
+    switch = kernel.preempt()
+    assert (switch.left, switch.tid) == (MAIN, tid) and _running(kernel) == tid
+    call(kernel, "futex", WORD, FUTEX_WAIT, 0)  # the thread waits: main alone is ready, no slice to end
+    assert _running(kernel) == MAIN and kernel.deadline() is None
+
+
+def _timed_run(program: str, args: tuple[str, ...], every: int, compiled: bool) -> int:
+    system = LinuxSystem(LinuxRun(program, args))
+    result = verify_program(process_program(system), [], system=system, every=every, compiled=compiled)
+    assert result.fault is None
+    assert (system.outcome().exit_status, system.outcome().stdout) == qemu(program, args)
+    assert system.outcome().stdout.startswith(b"prof hits 3, alarm 1, left 1, turns taken")
+    return result.instructions
+
+
+def test_timers_and_time_slices_interrupt_code_that_makes_no_system_call():
+    """SIGPROF lands in a busy loop, SIGALRM ends a spin, and two threads
+    take turns through a flag only the other's time slice ending lets
+    change: at the same instructions whether the hook stops before every
+    instruction or at block entries (splitting a block at a deadline)."""
+    program = build("timers.c", "-static")
+    assert _timed_run(program, (), 1, True) == _timed_run(program, (), 97, True) > 3 * QUANTUM
+
+
+def test_the_python_hook_places_timers_as_the_compiled_one():
+    program = build("timers.c", "-static")
+    assert _timed_run(program, ("timers",), 1, False) == _timed_run(program, ("timers",), 1, True)

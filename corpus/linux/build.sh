@@ -66,12 +66,6 @@ compiler_cmd() {  # compiler language -> command words
     esac
 }
 
-# Built like the rest but left out of own.programs.json, so that record.py
-# neither runs them nor puts them in manifest.json and the harness does not
-# run them: they need what the emulation does not do yet (interval timers,
-# signals from faults).  Run them by hand under qemu-arm.
-NOT_LISTED=" csampler csegv "
-
 # How each program is run: "args" (JSON list) and "stdin" (repo-relative
 # path, or null).  Programs not listed take no arguments and /dev/null.
 program_args() { echo '[]'; }
@@ -149,7 +143,6 @@ log "${#plan[@]} programs in $BIN ($built built, $((${#plan[@]} - built)) up to 
 # --- own.programs.json ---------------------------------------------------
 printf '%s\n' "${plan[@]}" | while IFS='|' read -r name src lang cc opt fp link; do
     prog=$(basename "${src%.*}")
-    case $NOT_LISTED in *" $prog "*) continue ;; esac
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$lang" "$cc" "$opt" "$fp" "$link" \
         "$(program_args "$prog")" "$(program_stdin "$prog")"
 done | python3 -c '
@@ -178,4 +171,4 @@ with open(out + ".tmp", "w") as f:
 import os
 os.replace(out + ".tmp", out)
 ' "$HERE/own.programs.json"
-log "wrote corpus/linux/own.programs.json (not listing:$NOT_LISTED)"
+log "wrote corpus/linux/own.programs.json"

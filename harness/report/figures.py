@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from harness.classify import POSITIONS, SIGNAL_HANDLER, THROUGH_SIGNAL_FRAME
+from harness.classify import POSITIONS, SIGNAL_HANDLER, SPAWNED_THREAD, THROUGH_SIGNAL_FRAME
 from harness.report.data import ALL, index_rows
 from harness.report.tables import chain_cells, table_lines
 
@@ -224,12 +224,13 @@ def chain_methods(reports: dict) -> list[str]:
 
 def signals(reports: dict) -> list[str]:
     """Per unwinder, failed stops over the stops of the Linux programs in a
-    signal handler's own code, and above a signal frame (classify.STATE_TRAITS)."""
+    signal handler's own code, above a signal frame, and in a thread the
+    process made (classify.STATE_TRAITS)."""
     groups = reports["latest"].get("linux", [])
     indexes = [index_rows(g["results"]) for g in groups]
     names = list(dict.fromkeys(u for g in groups for u in _unwinders(g["results"])))
     lines = ["| stops | " + " | ".join(f"`{u}`" for u in names) + " |", "|---|" + "---|" * len(names)]
-    for trait in (SIGNAL_HANDLER, THROUGH_SIGNAL_FRAME):
+    for trait in (SIGNAL_HANDLER, THROUGH_SIGNAL_FRAME, SPAWNED_THREAD):
         cells = [_percent_of([index[(u, trait, ALL)] for index in indexes if (u, trait, ALL) in index])
                  for u in names]
         lines.append(f"| `{trait}` | " + " | ".join(cells) + " |")

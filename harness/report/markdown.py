@@ -129,7 +129,8 @@ def linux_lines(groups: list[dict]) -> list[str]:
            "the program's own code. Per program below, each unwinder's failed / stopped stops per "
            "category: where the innermost pc is (the module its code comes from, harness.origin; "
            "`cxx_exception`: an exception on its way to its landing pad; `signal_handler`: in a signal "
-           "handler's own code; `through_signal_frame`: a signal frame below the stop).", "",
+           "handler's own code; `through_signal_frame`: a signal frame below the stop; `spawned_thread`: in a "
+           "thread the process made).", "",
            *table_lines(header)]
     out += ["| " + " | ".join(row) + " |" for row in body]
     for group in groups:

@@ -72,8 +72,8 @@ VFP_KNOWN, NEVER_RESUMES, SIGNAL_FRAME = (1 << bit for bit in range(len(EXPECTED
 # A stop's state, as the shadow stack tells it (classify.STATE_TRAITS names
 # each bit's trait): an exception in flight; the top frame is a signal
 # frame (the stop is in a handler's own code); a signal frame is on the stack.
-STOP_STATES = ("IN_FLIGHT", "IN_HANDLER", "ABOVE_SIGNAL_FRAME")
-IN_FLIGHT, IN_HANDLER, ABOVE_SIGNAL_FRAME = (1 << bit for bit in range(len(STOP_STATES)))
+STOP_STATES = ("IN_FLIGHT", "IN_HANDLER", "ABOVE_SIGNAL_FRAME", "IN_SPAWNED_THREAD")
+IN_FLIGHT, IN_HANDLER, ABOVE_SIGNAL_FRAME, IN_SPAWNED_THREAD = (1 << bit for bit in range(len(STOP_STATES)))
 
 # Rule flags: bit i is FLAGS[i] (their meaning: harness.unwind.rule;
 # NO_INFO: a rule that FAILS refuses with no_info, or whose guard failures

@@ -113,6 +113,12 @@ class Emulator(ProcessRun):
         if engine is not None and self.system is None and self._ends_well:
             engine_pool.give_back(engine)
 
+    @property
+    def deadline(self) -> int | None:
+        """The instruction count before which the hook stops next for the
+        process (a timer, a time slice: ProcessRun._arm)."""
+        return self._deadline
+
     def stack(self, sp: int) -> LiveStack:
         return LiveStack(self.read, sp, self._stack_top)  # which keeps this emulator, and its engine
 

@@ -182,6 +182,7 @@ class ThreadStacks:
         serial = self._serials.next() if self._switched else 0
         self.shadow = ShadowStack(ShadowFrame(sentinel, regs[13], tuple(regs[4:12]), vfp, serial), self._raises,
                                   self._resumes, self._serials, self._resumed)
+        self.shadow.spawned = self._switched
         return self.shadow
 
     def resumed(self) -> bytes:
@@ -223,6 +224,7 @@ class ShadowStack:
         self._raises = raises  # RAISE_ENTRIES' addresses
         self._flight = 0  # the depth when an exception was raised; 0: none in flight
         self._signal_frames = 0  # frames of the stack that are SIGNAL_FRAMEs
+        self.spawned = False  # the stack of a thread the process made (ThreadStacks)
 
     @property
     def in_flight(self) -> bool:
@@ -233,7 +235,8 @@ class ShadowStack:
     def state(self) -> int:
         """The stop's abi.STOP_STATES bits."""
         return ((abi.IN_FLIGHT if self._flight else 0) | (abi.IN_HANDLER if self.frames[-1].signal else 0)
-                | (abi.ABOVE_SIGNAL_FRAME if self._signal_frames else 0))
+                | (abi.ABOVE_SIGNAL_FRAME if self._signal_frames else 0)
+                | (abi.IN_SPAWNED_THREAD if self.spawned else 0))
     def observe(self, pc: int, sp: int) -> None:
         """Account for the instruction that ran since the previous stop."""
         self._follow(pc, sp)

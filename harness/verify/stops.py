@@ -354,7 +354,7 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
             vfp = tuple(regs[17:])
         else:
             regs, vfp = emulator.registers(), None
-        if pc == last[0] and regs == last[1]:
+        if pc == last[0] and regs == last[1] and emulator.deadline is None:  # (a timer, a thread may end it)
             raise EmulationFault(pc, guard_cause(abi.GUARD_SELF_LOOP, limits))
         last = pc, regs
         shadow = threads.shadow

@@ -130,6 +130,7 @@ typedef struct {
  * with its frames' serials, and what is pending between its stops. */
 typedef struct {
     int64_t tid;      /* -1: the process's first thread, before any switch names it */
+    int spawned;      /* a thread the process made (its stops are IN_SPAWNED_THREAD) */
     uint32_t stack_top;  /* 0: the stack the Verifier was made over; else a thread's own, up to here */
     Expected *frames;
     uint64_t *serials;
@@ -474,7 +475,7 @@ static void drop_top(Tracer *t) {
 /* ShadowStack.state: the stop's STOP_STATES bits. */
 static int stop_state(const Tracer *t) {
     return (t->s.flight ? IN_FLIGHT : 0) | (t->s.depth && (t->s.frames[t->s.depth - 1].state & SIGNAL_FRAME) ? IN_HANDLER : 0)
-         | (t->s.signal_frames ? ABOVE_SIGNAL_FRAME : 0);
+         | (t->s.signal_frames ? ABOVE_SIGNAL_FRAME : 0) | (t->s.spawned ? IN_SPAWNED_THREAD : 0);
 }
 
 /* ShadowStack._follow: the calls, returns and non-local exits. */
@@ -950,7 +951,10 @@ static void on_code(void *engine, uint64_t address, uint32_t size, void *user_da
         if (guard) { guard_stop(t, guard, (uint32_t)address); return; }
     }
     if (read_registers(t, address)) return;
-    if (address == t->last_pc && !memcmp(t->banks[0], t->banks[1], t->engine.count * sizeof(uint64_t))) {
+    /* an instruction that repeats with the same registers loops for ever, unless a timer or another thread
+     * (a deadline) may change what it waits on */
+    if (address == t->last_pc && t->deadline == UINT64_MAX &&
+        !memcmp(t->banks[0], t->banks[1], t->engine.count * sizeof(uint64_t))) {
         guard_stop(t, GUARD_SELF_LOOP, (uint32_t)address);
         return;
     }
@@ -1140,7 +1144,8 @@ static void on_block(void *engine, uint64_t address, uint32_t size, void *user_d
     Tracer *t = user_data;
     if (t->halted) return;
     if (read_entry_registers(t, address)) return;
-    if (!t->resuming && address == t->last_pc) {  /* the same block again: with the same registers, a self loop */
+    /* the same block again with the same registers: a self loop, unless a deadline may end it */
+    if (!t->resuming && address == t->last_pc && t->deadline == UINT64_MAX) {
         if (complete_registers(t, address)) { fail(t); return; }
         if (t->complete[t->bank ^ 1] && !memcmp(t->banks[0], t->banks[1], t->engine.count * sizeof(uint64_t))) {
             guard_stop(t, GUARD_SELF_LOOP, (uint32_t)address);
@@ -1976,6 +1981,7 @@ static PyObject *Tracer_switch(Tracer *self, PyObject *args) {
     } else {
         memset(&self->s, 0, sizeof self->s);
         self->s.tid = tid;
+        self->s.spawned = 1;
     }
     self->s.stack_top = (uint32_t)stack_top;
     self->dirty = 1;
