@@ -14,9 +14,9 @@ import stat
 
 from harness.linux.files import GuestError
 from harness.linux.loader import KUSER_PAGE
-from harness.linux.memory import MAX_MAPPED, MAX_MAPPINGS, page_up
+from harness.linux.memory import MAX_MAPPED, MAX_MAPPINGS, page_up, without
 from harness.linux.table import SystemCallFault, handles
-from harness.verify.placement import PAGE
+from harness.verify.placement import PAGE, RESERVED
 
 MAP_FIXED, MAP_ANONYMOUS = 0x10, 0x20
 MAP_FIXED_NOREPLACE = 0x100000
@@ -26,9 +26,15 @@ MADV_DONTNEED = 4
 
 
 def _protect(kernel, start: int, size: int, protection: int) -> None:
-    """The program's accesses to [start, start + size) as `protection` lets them."""
+    """The program's accesses to [start, start + size) as `protection` lets
+    them; the pages the harness owns (the stack, the helper page) stay as
+    they are, though /proc/self/maps says what was asked."""
     allowed = protection & (PROT_READ | PROT_WRITE | PROT_EXEC)
-    kernel.machine.protect(start, size, allowed | (PROT_READ if allowed else 0))
+    parts = kernel.space.taken_parts(start, start + size)
+    for low, high in kernel.space.owned:
+        parts = without(parts, low, high)
+    for low, high in parts:
+        kernel.machine.protect(low, high - low, allowed | (PROT_READ if allowed else 0))
 
 
 def _map_fresh(kernel, start: int, size: int) -> None:
@@ -128,6 +134,8 @@ def _mapped_pages(kernel, address: int, length: int) -> int:
 @handles(125, "mprotect")
 def sys_mprotect(kernel, address, length, protection):
     end = _mapped_pages(kernel, address, length)
+    if any(low < end and address < high for low, high in RESERVED):
+        raise GuestError(errno.ENOMEM)  # the kernel's half and the null page: not the program's mappings
     kernel.vmas.protect(address, end, protection)  # for /proc/self/maps
     _protect(kernel, address, end - address, protection)
     return 0

@@ -73,8 +73,8 @@ class AddressSpace:
     def release(self, start: int, end: int) -> list[tuple[int, int]]:
         """Free [start, end); the parts of it that were taken (to unmap)."""
         freed = self.taken_parts(start, end)
-        self._ranges = _cut(self._ranges, start, end)
-        self._regions = _cut(self._regions, start, end)
+        self._ranges = without(self._ranges, start, end)
+        self._regions = without(self._regions, start, end)
         return freed
 
     def region_end(self, address: int) -> int | None:
@@ -98,7 +98,7 @@ class AddressSpace:
         return None  # the null page is always taken (RESERVED): no gap below the lowest range
 
 
-def _cut(ranges: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
+def without(ranges: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
     """`ranges` less [start, end): a range it falls inside splits in two."""
     out = []
     for low, high in ranges:
