@@ -168,7 +168,7 @@ class Emulator(ProcessRun):
         started = self._started
 
         def hook(uc_, address, size, user_data):
-            if stopped or (self._deadline is not None and self._past_deadline(uc_, address, stopped)):
+            if stopped:
                 return
             self.instructions += 1
             guard = abi.GUARD_INSTRUCTIONS if self.instructions > budget else abi.GUARD_NONE

@@ -93,6 +93,14 @@ class SkippedStops:
         self._pending: list[tuple[int, int]] = []  # (address, ITSTATE)
         self._end = 0
 
+    def at(self, pc: int) -> tuple[bool, int]:
+        """Is pc one of the block's own instructions; and how many of them
+        are passed over before it (not counted yet). C twin: it_position."""
+        addresses = [address for address, _ in self._pending]
+        if pc in addresses:
+            return True, addresses.index(pc)
+        return False, len(addresses) if addresses and pc == self._end else 0
+
     def passed_over(self, pc: int) -> list[tuple[int, int]]:
         """(address, ITSTATE) of block instructions skipped before reaching
         `pc`. Call at every stop."""

@@ -141,18 +141,17 @@ class ProcessRun:
         self._arm(pc)
         return switch is not None or interrupted is not None or self.system.exit_status is not None
 
-    def _past_deadline(self, uc: Uc, address: int, stopped: list) -> bool:
-        """The Python hook at the instruction at `address` (trace.c's on_code
-        at its deadline): whether the engine goes on elsewhere (the
-        instruction runs later), or the run ends (a fault into `stopped`)."""
-        if self._events.instructions() < self._deadline:
+    def expired(self) -> bool:
+        """The Python hook, before an instruction outside an IT block (as
+        trace.c's stop_at): where the deadline is reached, `_expire`;
+        whether the engine goes on elsewhere (the instruction runs later)."""
+        if self._deadline is None or self._events.instructions() < self._deadline:
             return False
         try:
             return self._expire()
         except HarnessError as error:
-            stopped.append(error if isinstance(error, EmulationFault) else EmulationFault(address, str(error)))
-            uc.emu_stop()
-            return True
+            raise error if isinstance(error, EmulationFault) else EmulationFault(self._machine.context().r[15],
+                                                                               str(error)) from None
 
     def _switched(self, switch) -> None:
         self._stack_top = switch.stack_top or self.placement.stack_top

@@ -364,8 +364,11 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
             shadow.observe(pc, regs[13])
         if len(shadow.frames) > max_depth:
             raise EmulationFault(pc, guard_cause(abi.GUARD_DEPTH, limits))
+        inside, _ = threads.it_blocks.at(pc)
         for skipped, state in threads.it_blocks.passed_over(pc):
             check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames, shadow.state)
+        if not inside and emulator.expired():  # a timer or a time slice ended: the engine goes on elsewhere
+            return
         check(pc, regs, regs[16], vfp, shadow.frames, shadow.state)
         thumb = bool(regs[16] & 0x20)
         decoded = decoded_at.get((pc, thumb))
@@ -385,7 +388,7 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
     emulator.follow(RunEvents(lambda: result.instructions, on_signal,
                               lambda switch: threads.switch(switch.left, switch.tid),
                               lambda pc, data: threads.faulted(pc, emulator.registers()[13], data), True,
-                              lambda deadline, expire: None))  # the emulator's own hook stops there
+                              lambda deadline, expire: None))  # the hook asks (emulator.expired)
     try:
         result.result = emulator.call(program.entry, on_stop, limits, program.args)
     finally:

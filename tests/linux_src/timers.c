@@ -15,7 +15,11 @@ static volatile int prof_hits, alarmed, turn;
 static void on_prof(int signal) { (void)signal; prof_hits++; }
 static void on_alarm(int signal) { (void)signal; alarmed = 1; }
 
-__attribute__((noinline)) static unsigned churn(unsigned x) { return x * 2654435761u + (x >> 7); }
+/* Conditional steps (IT blocks in Thumb-2): a deadline that falls inside one waits for its end. */
+__attribute__((noinline)) static unsigned churn(unsigned x) {
+    x = x & 1 ? 3 * x + 1 : x >> 1;
+    return x > 1000 ? x - 999 : x + 2654435761u;
+}
 
 static void *other(void *arg) {
     (void)arg;

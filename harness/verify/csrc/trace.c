@@ -536,6 +536,17 @@ static int observe(Tracer *t, uint32_t pc, uint32_t sp) {
 
 /* ------------------------------------------------------------ IT blocks */
 
+/* SkippedStops.at: whether pc is one of the own instructions of the IT
+ * block being followed (*skipped: those passed over before it). */
+static int it_position(const Tracer *t, uint32_t pc, int *skipped) {
+    *skipped = 0;
+    for (int k = 0; k < t->s.it_count; k++) {
+        if (t->s.it_pending[k].address == pc) { *skipped = k; return 1; }
+    }
+    if (t->s.it_count && pc == t->s.it_end) *skipped = t->s.it_count;
+    return 0;
+}
+
 /* SkippedStops.passed_over: the block's instructions passed over before pc. */
 static int passed_over(Tracer *t, uint32_t pc, SkippedStop *skipped) {
     int count = t->s.it_count;
@@ -843,6 +854,17 @@ static int exhausted(const Tracer *t) {
     return GUARD_NONE;
 }
 
+/* The deadline is reached: expire() (Emulator._expire); *moved: the engine
+ * goes on elsewhere (a handler, another thread, the process's end). */
+static int expire_now(Tracer *t, int *moved) {
+    t->deadline = UINT64_MAX;
+    PyObject *result = PyObject_CallNoArgs(t->expire);
+    if (!result) return -1;
+    *moved = PyObject_IsTrue(result);
+    Py_DECREF(result);
+    return *moved < 0 ? -1 : 0;
+}
+
 static int stop_at(Tracer *t, uint32_t pc) {
     const uint64_t *v = t->values;
     const uint32_t cpsr = (uint32_t)v[CPSR];
@@ -855,10 +877,19 @@ static int stop_at(Tracer *t, uint32_t pc) {
         guard_stop(t, GUARD_DEPTH, pc);
         return 0;
     }
+    int ignored;
+    const int inside = it_position(t, pc, &ignored);
     SkippedStop skipped[IT_BLOCK];
     int passed = passed_over(t, pc, skipped);
     for (int i = 0; i < passed; i++) {
         if (check(t, skipped[i].address, with_it_state(cpsr, skipped[i].state))) return -1;
+    }
+    /* A timer or a time slice ends before this instruction; not inside an IT block: the engine neither says
+     * its state there nor goes elsewhere from it. */
+    if (t->seen >= t->deadline && !inside) {
+        int moved;
+        if (expire_now(t, &moved)) return -1;
+        if (moved) return 0;  /* the engine goes on elsewhere: this instruction runs later */
     }
     if (check(t, pc, cpsr)) return -1;
     const int thumb = (cpsr & 0x20) != 0;
@@ -922,25 +953,9 @@ static int read_entry_registers(Tracer *t, uint64_t address) {
     return -1;
 }
 
-/* The deadline is reached: expire() (Emulator._expire); *moved: the engine
- * goes on elsewhere (a handler, another thread, the process's end). */
-static int expire_now(Tracer *t, int *moved) {
-    t->deadline = UINT64_MAX;
-    PyObject *result = PyObject_CallNoArgs(t->expire);
-    if (!result) return -1;
-    *moved = PyObject_IsTrue(result);
-    Py_DECREF(result);
-    return *moved < 0 ? -1 : 0;
-}
-
 static void on_code(void *engine, uint64_t address, uint32_t size, void *user_data) {
     Tracer *t = user_data;
     if (t->halted) return;
-    if (t->seen >= t->deadline) {  /* a timer or a time slice ends before this instruction */
-        int moved;
-        if (expire_now(t, &moved)) { fail(t); return; }
-        if (moved) return;  /* the engine goes on elsewhere: this instruction runs later */
-    }
     if (++t->instructions > t->budget) {
         guard_stop(t, GUARD_INSTRUCTIONS, (uint32_t)address);
         return;
@@ -1077,6 +1092,22 @@ static int take_sample(Tracer *t, uint32_t pc, uint32_t cpsr) {
     return verify_at(t, number, pc, cpsr);
 }
 
+/* *at: the index of the block's first instruction, from `from` on, that is
+ * not inside an IT block (its count where none is). */
+static int outside_it_from(Tracer *t, const BlockInfo *b, uint64_t from, uint64_t *at) {
+    uint8_t state = b->it_state;
+    uint32_t pc = b->address;
+    for (uint64_t i = 0; i < b->count; i++) {
+        if (i >= from && !state) { *at = i; return 0; }
+        PcInfo *info = decoded(t, pc, b->thumb);
+        if (!info) return -1;
+        state = info->it_length ? (uint8_t)(info->first & 0xFF) : it_advance(state);
+        pc += b->thumb ? (uint32_t)instruction_size(info->first) : 4;
+    }
+    *at = b->count;
+    return 0;
+}
+
 /* The address of the block's `index`-th instruction. */
 static int instruction_at(Tracer *t, const BlockInfo *b, uint64_t index, uint32_t *out) {
     uint32_t pc = b->address;
@@ -1105,20 +1136,25 @@ static int entered_block(Tracer *t, uint32_t pc, uint32_t size) {
         while (t->next_sample == t->seen) {
             if (take_sample(t, pc, cpsr)) return -1;
         }
-        if (t->seen >= t->deadline) {  /* a timer or a time slice ends before this block */
+        if (t->seen >= t->deadline && !block->it_state) {  /* a timer or a time slice ends before this block */
             int moved;
             if (expire_now(t, &moved)) return -1;
             if (moved) return 0;  /* the engine goes on elsewhere: this block runs later */
         }
     }
-    const uint64_t next_stop = t->next_sample < t->deadline ? t->next_sample : t->deadline;
-    if (next_stop < t->seen + block->count) {  /* a sample or a deadline inside: run up to it first */
+    uint64_t split = t->next_sample < t->seen + block->count ? t->next_sample - t->seen : block->count;
+    if (t->deadline < t->seen + block->count) {  /* its first instruction outside an IT block, from the deadline */
+        uint64_t at;
+        if (outside_it_from(t, block, t->deadline > t->seen ? t->deadline - t->seen : 1, &at)) return -1;
+        if (at < split) split = at;
+    }
+    if (split < block->count) {  /* a sample or a deadline inside: run up to it first */
         if (resumed) {
             PyErr_Format(PyExc_RuntimeError, "the engine ran the block at %#lx on past the stop at %#lx",
                          (unsigned long)pc, (unsigned long)t->split_until);
             return -1;
         }
-        if (instruction_at(t, block, next_stop - t->seen, &t->split_until)) return -1;
+        if (instruction_at(t, block, split, &t->split_until)) return -1;
         t->split_low = pc;
         t->split_high = pc + size;
         t->split_requested = t->resuming = 1;
