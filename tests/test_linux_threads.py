@@ -14,7 +14,8 @@ import pytest
 from linux_calls import SCRATCH, call, made_kernel
 from test_linux_process import _chains, _live, build, qemu, run_process, sysroot
 
-from harness.linux import calls_threads, signals, timers
+from harness.linux import calls_threads, modules, signals, timers
+from harness.linux import verify as linux_verify
 from harness.linux.calls_threads import (
     FUTEX_CMP_REQUEUE,
     FUTEX_PRIVATE_FLAG,
@@ -31,6 +32,7 @@ from harness.linux.modules import process_program
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.table import SystemCallFault
 from harness.linux.threads import QUANTUM
+from harness.unwind import build_unwinders
 from harness.verify.stops import verify_program
 
 PTHREAD_FLAGS = THREAD_FLAGS & ~0x400000 & ~0x1000000  # glibc's: without CLONE_DETACHED and CLONE_CHILD_SETTID
@@ -396,3 +398,13 @@ def test_timers_and_time_slices_interrupt_code_that_makes_no_system_call():
 def test_the_python_hook_places_timers_as_the_compiled_one():
     program = build("timers.c", "-static")
     assert _timed_run(program, ("timers",), 1, False) == _timed_run(program, ("timers",), 1, True)
+
+
+def test_a_verified_run_that_runs_other_instructions_than_its_first_is_a_fault(monkeypatch):
+    """The ground truth of a verified run (the frames that resume, the
+    schedule) is its first run's: a run that diverged from it is named, never verified."""
+    program = build("threads.c", "-static")
+    real = modules.discover
+    monkeypatch.setattr(linux_verify, "discover", lambda run, limits: replace(real(run, limits), instructions=7))
+    result = linux_verify.verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]))
+    assert "the first 7: the emulation is not deterministic" in result.fault and not result.self_check_ok

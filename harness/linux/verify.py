@@ -82,6 +82,9 @@ def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[
         result.sampling = sampling_of(every, first.instructions)
         if result.fault is None and modules_of(system) != first.modules:
             result.fault = "the libraries were loaded elsewhere than in the first run: the emulation is not deterministic"
+        elif result.fault is None and first.resumes is not None and result.instructions != first.instructions:
+            result.fault = (f"the verified run ran {result.instructions} instructions, the first {first.instructions}: "
+                            "the emulation is not deterministic (its ground truth would not hold)")
     result.expected = expected.exit_status
     result.expected_stdout_sha256 = expected.stdout_sha256
     return result

@@ -197,6 +197,12 @@ class ThreadStacks:
         """The frames that resumed in every thread, a bit per serial."""
         return bytes(self._resumed)
 
+    def interrupted(self, context, uses_vfp: bool) -> None:
+        """A signal handler starts in the running thread: the context
+        (harness.linux.machine.Context) it interrupts is its caller."""
+        vfp = tuple(context.d[8:16]) if uses_vfp else None
+        self.shadow.interrupted(context.r[15], context.r[13], tuple(context.r[4:12]), vfp)
+
     def faulted(self, pc: int, sp: int, data: bool) -> None:
         """A fault's handler is about to start (Emulator): the running
         thread's shadow stack as at the fault. `data`: the instruction at pc

@@ -381,11 +381,7 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         if decoded[1]:
             threads.it_blocks.entered(pc, int.from_bytes(decoded[4], "little"), decoded[1])
 
-    def on_signal(interrupted) -> None:
-        vfp = tuple(interrupted.d[8:16]) if uses_vfp else None
-        threads.shadow.interrupted(interrupted.r[15], interrupted.r[13], tuple(interrupted.r[4:12]), vfp)
-
-    emulator.follow(RunEvents(lambda: result.instructions, on_signal,
+    emulator.follow(RunEvents(lambda: result.instructions, lambda context: threads.interrupted(context, uses_vfp),
                               lambda switch: threads.switch(switch.left, switch.tid),
                               lambda pc, data: threads.faulted(pc, emulator.registers()[13], data), True,
                               lambda deadline, expire: None))  # the hook asks (emulator.expired)
