@@ -352,3 +352,14 @@ def test_protections_bind_the_program_and_madvise_dontneed_zeroes_anonymous_page
     mapped = call(kernel, "mmap2", 0, 0x1000, 1, 2, fd, 0)  # a file's private pages
     with pytest.raises(SystemCallFault, match="MADV_DONTNEED\\) of a file's pages"):
         call(kernel, "madvise", mapped, 0x1000, 4)
+
+
+def test_a_fault_inside_an_it_block_returns_into_it(compiled):
+    """The handler of a load that faults inside `ite ne` returns to it: the
+    frame keeps the IT state, so the load runs again under its condition and
+    the else-instruction does not run."""
+    program = build("it_fault.c", "-static")
+    assert qemu(program) == (0, b"pick 42\n")
+    system = LinuxSystem(LinuxRun(program))
+    result = verify_program(process_program(system), [], system=system, compiled=compiled)
+    assert result.fault is None and (system.outcome().exit_status, system.outcome().stdout) == (0, b"pick 42\n")
