@@ -14,3 +14,27 @@ deb_for() {
     done
     return 1
 }
+
+# Install PATH of armhf package PKG at version VER as $BIN/NAME (downloaded
+# into $DEBS, unpacked with dpkg -x, never installed), unless its stamp says
+# it is there already. Needs CACHE, DEBS, BIN, APT_USER, log and die.
+ship_one() {
+    local pkg=$1 ver=$2 path=$3 name=$4 deb tmp stamp="shipped $1 $2 $3"
+    if [ -x "$BIN/$name" ] && [ "$(cat "$BIN/.stamps/$name" 2>/dev/null)" = "$stamp" ]; then
+        return 0
+    fi
+    mkdir -p "$DEBS" "$BIN/.stamps"
+    if ! deb=$(deb_for "$pkg" "$ver"); then
+        log "downloading $pkg:armhf $ver"
+        (cd "$DEBS" && apt-get download -q "${APT_USER[@]}" "$pkg:armhf=$ver" >&2)
+        deb=$(deb_for "$pkg" "$ver") || die "apt-get download gave no .deb for $pkg $ver"
+    fi
+    tmp=$(mktemp -d "$CACHE/shipped.XXXXXX")
+    dpkg -x "$deb" "$tmp"
+    [ -f "$tmp/$path" ] || { rm -rf "$tmp"; die "$deb has no $path"; }
+    install -m 755 "$tmp/$path" "$BIN/.$name.tmp"
+    mv -f "$BIN/.$name.tmp" "$BIN/$name"
+    rm -rf "$tmp"
+    printf '%s' "$stamp" >"$BIN/.stamps/$name"
+    log "shipped $name from $pkg $ver"
+}

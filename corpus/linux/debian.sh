@@ -351,31 +351,13 @@ declare -A EXPECT_EXIT=([debian-diff]=1)
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # deb_for
 
 shipped_all() {
-    mkdir -p "$DEBS" "$BIN/.stamps"
-    local pkg path name ver deb tmp stamp
+    local pkg path name ver
     while read -r pkg path name; do
         ver=$(binary_version "$pkg")
         if [ -z "$ver" ] || [ "$ver" = "(none)" ]; then apt_update; ver=$(binary_version "$pkg"); fi
         [ -n "$ver" ] && [ "$ver" != "(none)" ] || die "no armhf candidate for $pkg"
         SHIP_VER[$name]=$ver
-        stamp="shipped $pkg $ver $path"
-        if [ -x "$BIN/$name" ] && [ "$(cat "$BIN/.stamps/$name" 2>/dev/null)" = "$stamp" ]; then
-            continue
-        fi
-        if ! deb=$(deb_for "$pkg" "$ver"); then
-            log "downloading $pkg:armhf $ver"
-            (cd "$DEBS" && apt-get download -q "${APT_USER[@]}" "$pkg:armhf=$ver" >&2)
-            deb=$(deb_for "$pkg" "$ver") || die "apt-get download gave no .deb for $pkg $ver"
-        fi
-        tmp=$(mktemp -d "$CACHE/shipped.XXXXXX")
-        dpkg -x "$deb" "$tmp"
-        [ -f "$tmp/$path" ] || { rm -rf "$tmp"; die "$deb has no $path"; }
-        cp "$tmp/$path" "$BIN/.$name.tmp"
-        chmod 755 "$BIN/.$name.tmp"
-        mv -f "$BIN/.$name.tmp" "$BIN/$name"
-        rm -rf "$tmp"
-        printf '%s' "$stamp" >"$BIN/.stamps/$name"
-        log "shipped $name from $pkg $ver"
+        ship_one "$pkg" "$ver" "$path" "$name"
     done <<<"$SHIPPED"
 }
 

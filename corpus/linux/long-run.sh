@@ -41,29 +41,12 @@ die() { log "$*"; exit 1; }
 command -v qemu-arm >/dev/null 2>&1 || die "qemu-arm is missing (apt-get install qemu-user)"
 [ -x /usr/bin/time ] || die "/usr/bin/time is missing (apt-get install time)"
 
-# shipped PACKAGE PATH-IN-PACKAGE NAME: as debian.sh's shipped_all, for one program.
+# shipped PACKAGE PATH-IN-PACKAGE NAME: common.sh's ship_one at the candidate version.
 shipped() {
-    local pkg=$1 path=$2 name=$3 ver deb tmp stamp
-    ver=$(apt-cache policy "$pkg:armhf" 2>/dev/null | awk '/Candidate:/ {print $2; exit}')
-    [ -n "$ver" ] && [ "$ver" != "(none)" ] || die "no armhf candidate for $pkg (dpkg --add-architecture armhf; apt-get update)"
-    stamp="shipped $pkg $ver $path"
-    if [ -x "$BIN/$name" ] && [ "$(cat "$BIN/.stamps/$name" 2>/dev/null)" = "$stamp" ]; then
-        return 0
-    fi
-    mkdir -p "$DEBS" "$BIN/.stamps"
-    if ! deb=$(deb_for "$pkg" "$ver"); then
-        log "downloading $pkg:armhf $ver"
-        (cd "$DEBS" && apt-get download -q "${APT_USER[@]}" "$pkg:armhf=$ver" >&2)
-        deb=$(deb_for "$pkg" "$ver") || die "apt-get download gave no .deb for $pkg $ver"
-    fi
-    tmp=$(mktemp -d "$CACHE/shipped.XXXXXX")
-    dpkg -x "$deb" "$tmp"
-    [ -f "$tmp/$path" ] || { rm -rf "$tmp"; die "$deb has no $path"; }
-    install -m 755 "$tmp/$path" "$BIN/.$name.tmp"
-    mv -f "$BIN/.$name.tmp" "$BIN/$name"
-    rm -rf "$tmp"
-    printf '%s' "$stamp" >"$BIN/.stamps/$name"
-    log "shipped $name from $pkg $ver"
+    local ver
+    ver=$(apt-cache policy "$1:armhf" 2>/dev/null | awk '/Candidate:/ {print $2; exit}')
+    [ -n "$ver" ] && [ "$ver" != "(none)" ] || die "no armhf candidate for $1 (dpkg --add-architecture armhf; apt-get update)"
+    ship_one "$1" "$ver" "$2" "$3"
 }
 
 shipped gzip bin/gzip debian-gzip

@@ -46,15 +46,12 @@ def _send(kernel, target: int, signal: int, code: int, thread: bool = False) -> 
     thread does not exist (ESRCH)."""
     if not 0 <= signal <= 64:
         raise GuestError(errno.EINVAL)
-    threads = kernel.threads
     if thread:
-        receiver = threads.find(target)
+        receiver = kernel.threads.find(target)
         if receiver is None:
             raise GuestError(errno.ESRCH)
         if signal:  # signal 0 only asks whether the target exists
-            receiver.signals.send(signal, code)
-            if not receiver.signals.blocked >> (signal - 1) & 1:
-                threads.interrupt(receiver)
+            kernel.signal_thread(receiver, signal, code)
     elif target not in (PID, 0, -1, -PID):
         raise GuestError(errno.ESRCH)
     elif signal:

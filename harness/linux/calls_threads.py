@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import errno
 import struct
+from dataclasses import replace
 
 from harness.linux.files import GuestError
+from harness.linux.machine import BadAddress
 from harness.linux.table import SystemCallFault, handles
 from harness.linux.threads import FUTEX_BITSET_ANY, MAX_THREADS, Wait
 
@@ -53,7 +55,7 @@ def sys_clone(kernel, flags, stack, parent_tid, tls, child_tid):
     # pops the start routine and its argument from above `stack`, and keeps
     # the thread's descriptor above them).
     top = kernel.space.region_end(stack - 1) or stack
-    thread = kernel.threads.spawn(type(context)(tuple(registers), context.cpsr, context.d, context.fpscr), top,
+    thread = kernel.threads.spawn(replace(context, r=tuple(registers)), top,
                                   tls if flags & CLONE_SETTLS else kernel.threads.current.tls,
                                   child_tid if flags & CLONE_CHILD_CLEARTID else 0)
     for flag, address in ((CLONE_PARENT_SETTID, parent_tid), (CLONE_CHILD_SETTID, child_tid)):
@@ -75,7 +77,7 @@ def sys_exit(kernel, status):
     if thread.clear_child_tid:
         try:
             kernel.machine.write(thread.clear_child_tid, bytes(4))
-        except Exception:  # noqa: BLE001 (Linux ignores a word it cannot write)
+        except BadAddress:  # Linux ignores a word it cannot write
             pass
         threads.wake_futex(thread.clear_child_tid, 1)
     return 0

@@ -148,10 +148,14 @@ class LinuxKernel:
         threads = self.threads
         takers = [threads.current] + [thread for thread in threads.live() if thread is not threads.current]
         bit = 1 << (signal - 1)
-        taker = next((thread for thread in takers if not thread.signals.blocked & bit), threads.current)
-        taker.signals.send(signal, code)
-        if not taker.signals.blocked & bit:
-            threads.interrupt(taker)
+        self.signal_thread(next((thread for thread in takers if not thread.signals.blocked & bit), threads.current),
+                           signal, code)
+
+    def signal_thread(self, thread: Thread, signal: int, code: int) -> None:
+        """`signal` pending on `thread`, which is woken (EINTR) where it waits and does not block it."""
+        thread.signals.send(signal, code)
+        if not thread.signals.blocked >> (signal - 1) & 1:
+            self.threads.interrupt(thread)
 
     # ---- shared by the handlers
 

@@ -33,8 +33,7 @@ from harness.unwind.sigframes import SignalFrames, trampolines_in
 from harness.unwind.walk import Unwinder
 from harness.verify import kernel
 from harness.verify.abi import GUARD_MEMORY, GUARD_SECONDS, Limits
-from harness.verify.guards import ImpreciseFault
-from harness.verify.stops import ground_truth_run
+from harness.verify.stops import placed_ground_truth
 
 CFI_STRATEGIES = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf", "v1", "vmkunwind")  # built from a module's CFI
 TABLE_STRATEGIES = (*CFI_STRATEGIES, "exidx", "v2-code", "qut")  # built per module, from what it ships or its code
@@ -130,15 +129,13 @@ def discover(run: LinuxRun, limits: Limits) -> FirstRun:
     not given scaled to the instruction budget: guards.as_limits). A run past
     the clock or the memory limit raises its EmulationFault: nothing after
     it could go on (the verified run would only pass the limit again)."""
-    for by_blocks in (True, False):
-        system = LinuxSystem(run)
-        truth = ground_truth_run(process_program(system), system, kernel.AVAILABLE, limits, by_blocks)
-        if isinstance(truth.fault, ImpreciseFault):
-            continue  # a fault the program takes: again, from every instruction
-        if truth.fault is not None and truth.fault.guard in (GUARD_SECONDS, GUARD_MEMORY):
-            raise truth.fault
-        return FirstRun(modules_of(system), truth.resumes, truth.instructions, exact_faults=not by_blocks)
-    raise AssertionError("a run from every instruction places every fault")
+    systems = [LinuxSystem(run)]  # the first, whose executable gives the program; then fresh ones
+    program = process_program(systems[0])
+    truth, system, exact = placed_ground_truth(program, lambda: systems.pop() if systems else LinuxSystem(run),
+                                               kernel.AVAILABLE, limits)
+    if truth.fault is not None and truth.fault.guard in (GUARD_SECONDS, GUARD_MEMORY):
+        raise truth.fault
+    return FirstRun(modules_of(system), truth.resumes, truth.instructions, exact_faults=exact)
 
 
 @lru_cache(maxsize=8)  # a process's runs load the same libraries at the same bases

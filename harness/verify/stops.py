@@ -80,7 +80,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     stop; `observe` sees each verified stop, or with `observe_at` those at
     these pcs only (the others cost no Python work beyond a set lookup).
     `resumes`: which frames resume, where a first run of the same program
-    told (ground_truth_alone; None: that run faulted); by default a process's
+    told (placed_ground_truth; None: that run faulted); by default a process's
     verification learns them from a run of its own first."""
     compiled, by_blocks = _hooks_of(compiled, memoize, hooks, every)
     limits = as_limits(clocked(limits if budget is None else limits._replace(instructions=budget), every=every))
@@ -183,24 +183,24 @@ def judged_differently(questioned: bytes, questioned_in_python: set[int], resume
 
 
 def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limits) -> bytes | None:
-    """ground_truth_run on a twin of `system`; None where it faults (the verified
-    run then faults alike, comparing every frame's registers up to there).
-    From block entries, or where the process takes a fault only the
-    per-instruction hook places (ImpreciseFault), again from every one."""
-    for by_blocks in (True, False):
-        truth = ground_truth_run(program, None if system is None else system.rerun(), compiled, limits, by_blocks)
-        if not isinstance(truth.fault, ImpreciseFault):
-            return truth.resumes
-    return None
+    """placed_ground_truth on twins of `system`; None where it faults (the
+    verified run then faults alike, comparing every frame's registers up to there)."""
+    twin = (lambda: None) if system is None else system.rerun
+    return placed_ground_truth(program, twin, compiled, limits)[0].resumes
 
 
-def ground_truth_alone(program: Program, system, compiled: bool, limits: abi.Limits) -> bytes:
-    """A run of ground truth alone, under every guard of `limits`: the frames that resume, a bit per
-    serial (harness.verify.groundtruth). With `system`, that process (used up). Raises EmulationFault."""
-    resumes, _, fault = ground_truth_run(program, system, compiled, limits)
-    if fault is not None:
-        raise fault
-    return resumes
+def placed_ground_truth(program: Program, fresh_system: Callable[[], object], compiled: bool,
+                        limits: abi.Limits) -> tuple[GroundTruth, object, bool]:
+    """ground_truth_run on `fresh_system()` from block entries, and where the
+    process takes a fault only the per-instruction hook places (ImpreciseFault)
+    again on another, from every instruction: what it found, the system that
+    ran (None: bare metal), and whether it took every instruction."""
+    system = fresh_system()
+    truth = ground_truth_run(program, system, compiled, limits, by_blocks=True)
+    if not isinstance(truth.fault, ImpreciseFault):
+        return truth, system, False
+    system = fresh_system()
+    return ground_truth_run(program, system, compiled, limits, by_blocks=False), system, True
 
 
 class GroundTruth(NamedTuple):  # what a run of ground truth alone found:
@@ -211,8 +211,10 @@ class GroundTruth(NamedTuple):  # what a run of ground truth alone found:
 
 def ground_truth_run(program: Program, system, compiled: bool, limits: abi.Limits,
                      by_blocks: bool = True) -> GroundTruth:
-    """ground_truth_alone, its fault returned with the instructions it ran
-    (the count a verified run's automatic stride and clock are chosen by).
+    """A run of ground truth alone, under every guard of `limits`: the frames
+    that resume, a bit per serial (harness.verify.groundtruth), or its fault,
+    with the instructions it ran (the count a verified run's automatic
+    stride and clock are chosen by). With `system`, that process (used up).
     Compiled, from block entries where `by_blocks` (the same shadow stack,
     at a fraction of the cost: tests/test_sampling.py), where a fault the
     process takes is an ImpreciseFault."""
@@ -364,7 +366,7 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
             shadow.observe(pc, regs[13])
         if len(shadow.frames) > max_depth:
             raise EmulationFault(pc, guard_cause(abi.GUARD_DEPTH, limits))
-        inside, _ = threads.it_blocks.at(pc)
+        inside = emulator.deadline is not None and threads.it_blocks.at(pc)[0]
         for skipped, state in threads.it_blocks.passed_over(pc):
             check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames, shadow.state)
         if not inside and emulator.expired():  # a timer or a time slice ended: the engine goes on elsewhere

@@ -878,7 +878,7 @@ static int stop_at(Tracer *t, uint32_t pc) {
         return 0;
     }
     int ignored;
-    const int inside = it_position(t, pc, &ignored);
+    const int inside = t->deadline != UINT64_MAX && it_position(t, pc, &ignored);
     SkippedStop skipped[IT_BLOCK];
     int passed = passed_over(t, pc, skipped);
     for (int i = 0; i < passed; i++) {
