@@ -14,6 +14,7 @@ import errno
 import hashlib
 import stat
 import weakref
+from typing import Callable
 
 from harness.linux import (  # noqa: F401  (they register the handlers)
     calls_events,
@@ -37,7 +38,7 @@ from harness.linux.machine import BadAddress, Machine
 from harness.linux.maps import Vmas
 from harness.linux.memory import AddressSpace
 from harness.linux.names import NAMES
-from harness.linux.signals import Signals
+from harness.linux.signals import Signals, ignored
 from harness.linux.special import DEV_MODE, Image, Null, SpecialFiles
 from harness.linux.table import CALLS, SystemCallFault
 from harness.linux.threads import Alarm, Switch, Thread, Threads
@@ -103,13 +104,19 @@ class LinuxKernel:
             which = f"{name} ({number}, {number:#x})" if name else f"{number} ({number:#x})"
             raise SystemCallFault(f"unknown system call {which} at pc {pc:#x}")
         self.calls[handler.name] = self.calls.get(handler.name, 0) + 1
+        self.threads.current.orig_r0 = args[0]
+        arguments = args[: handler.arity]
+        return self._attempt(lambda: handler.run(self, *arguments)) & 0xFFFFFFFF
+
+    def _attempt(self, run: Callable[[], int]) -> int:
+        """`run` a call, or a waiting call's going on: its result (a negative
+        errno for a GuestError)."""
         try:
-            result = handler.run(self, *args[: handler.arity])
+            return run()
         except GuestError as error:
-            result = -error.code
+            return -error.code
         except BadAddress:
-            result = -errno.EFAULT
-        return result & 0xFFFFFFFF
+            return -errno.EFAULT
 
     def reschedule(self) -> Switch | None:
         """After a system call: the thread that runs next, where it is
@@ -118,7 +125,7 @@ class LinuxKernel:
         if len(threads.all) == 1 and threads.current.wait is None:  # most processes, at most calls
             threads.yielded = False
             return None
-        return threads.reschedule(self.machine, self.machine.instructions(), self.now_ns(), self._sleep,
+        return threads.reschedule(self.machine, self.machine.instructions(), self.now_ns, self._sleep,
                                   Alarm(self.timers.real_due, self.expire_timers))
 
     def _sleep(self, nanoseconds: int) -> None:
@@ -135,7 +142,7 @@ class LinuxKernel:
         threads = self.threads
         if threads.slice_end() is None or self.machine.instructions() < threads.slice_end():
             return None
-        return threads.reschedule(self.machine, self.machine.instructions(), self.now_ns(), self._sleep)
+        return threads.reschedule(self.machine, self.machine.instructions(), self.now_ns, self._sleep)
 
     def expire_timers(self) -> bool:
         """The timers whose time has come send their signals (harness.linux.timers)."""
@@ -144,7 +151,7 @@ class LinuxKernel:
     def signal_process(self, signal: int, code: int) -> None:
         """`signal` sent to the process: the thread that takes it is the
         running one where it does not block it, else the first that does
-        not (else the running one); a thread that waits is woken (EINTR)."""
+        not (else the running one)."""
         threads = self.threads
         takers = [threads.current] + [thread for thread in threads.live() if thread is not threads.current]
         bit = 1 << (signal - 1)
@@ -152,9 +159,15 @@ class LinuxKernel:
                            signal, code)
 
     def signal_thread(self, thread: Thread, signal: int, code: int) -> None:
-        """`signal` pending on `thread`, which is woken (EINTR) where it waits and does not block it."""
+        """`signal` pending on `thread`, whose wait it ends where the thread
+        does not block it (threads.interrupt). One the process ignores and
+        the thread does not block is dropped as it is sent, as Linux drops
+        it (sig_ignored): it ends no wait."""
+        blocked = thread.signals.blocked >> (signal - 1) & 1
+        if not blocked and ignored(thread.signals.action(signal), signal):
+            return
         thread.signals.send(signal, code)
-        if not thread.signals.blocked >> (signal - 1) & 1:
+        if not blocked:
             self.threads.interrupt(thread)
 
     # ---- shared by the handlers

@@ -4,8 +4,8 @@ mask, pending signals and alternate stack; the frame a handler runs on.
 
 A signal sent by the process to itself (kill, tgkill, tkill: raise and
 abort) is pending on the thread that takes it until that thread next
-returns from a system call (the sender's call, or the call a waiting
-thread is woken from with EINTR), and is then delivered, as a kernel
+returns from a system call (the sender's call, or the call whose wait
+the signal ended), and is then delivered, as a kernel
 delivers on its way back to user mode: its handler
 runs on a frame that holds the interrupted context (`rt_sigframe` with
 SA_SIGINFO, `sigframe` without), returning through `sa_restorer` (glibc's)
@@ -13,6 +13,10 @@ or the kernel's own trampoline (TRAMPOLINES, in the vectors page), whose
 `sigreturn` restores that context. A signal whose action is the default
 ends the process, or is dropped where the default is to ignore it; a stop
 signal, with no job control to resume it, ends the run as a fault.
+A signal the process ignores is dropped as it is sent and ends no wait.
+A wait it ends makes its call return a restart code, which the delivery
+turns into what Linux gives the program (`_restart`): EINTR, or the call
+run again (SA_RESTART, or no handler to run).
 A faulting instruction raises its signal at once (`fault`: SIGSEGV and
 SIGBUS from an access, SIGILL and SIGTRAP from the instruction), as Linux
 forces it. A timer is not emulated: its call ends the run as a fault.
@@ -20,8 +24,9 @@ forces it. A timer is not emulated: its call ends the run as a fault.
 
 from __future__ import annotations
 
+import errno
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from harness.linux.loader import KUSER_PAGE, TRAMPOLINE_OFFSET
@@ -41,6 +46,10 @@ SIGILL, SIGTRAP, SIGBUS = 4, 5, 7
 FAULTS = {"unmapped": (SIGSEGV, 1), "protected": (SIGSEGV, 2),  # SEGV_MAPERR, SEGV_ACCERR
           "unaligned": (SIGBUS, 1), "undefined": (SIGILL, 1), "breakpoint": (SIGTRAP, 1)}  # BUS_ADRALN, ILL_ILLOPC, TRAP_BRKPT
 SS_ONSTACK, SS_DISABLE = 1, 2
+THUMB = 0x20  # cpsr's T bit
+# What an interrupted call returns (include/linux/errno.h: the kernel's own; harness.linux.threads.Wait)
+ERESTARTSYS, ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 512, 514, 516
+RESTART_SYSCALL = 0  # the call that goes on with a call's restart block
 MINSIGSTKSZ = 2048
 
 # The kernel's return trampolines for a handler without sa_restorer (in the
@@ -105,6 +114,10 @@ class Signals:
             return
         self.pending.append((signal, code))
 
+    def deliverable(self) -> bool:
+        """Is a signal pending that is not blocked (one that ends a wait)?"""
+        return any(not self.blocked >> (signal - 1) & 1 for signal, _ in self.pending)
+
     def next_deliverable(self) -> tuple[int, int] | None:
         """The first pending signal not blocked, taken off the list."""
         for index, (signal, code) in enumerate(self.pending):
@@ -113,23 +126,59 @@ class Signals:
         return None
 
 
+def ignored(action: Action, signal: int) -> bool:
+    """Does `action` drop `signal` (SIG_IGN, or the default of one ignored by default)?"""
+    return action.handler == SIG_IGN or (action.handler == SIG_DFL and signal in IGNORED_BY_DEFAULT)
+
+
 def deliver_pending(kernel) -> Context | None:
-    """Deliver the first pending signal that is not blocked, as a kernel on
-    its way back to user mode: the context it interrupts (for the shadow
-    stack: the handler's caller) where a handler now runs, else None."""
-    taken = kernel.signals.next_deliverable()
-    if taken is None:
-        return None
-    signal, code = taken
-    action = kernel.signals.action(signal)
-    if action.handler == SIG_IGN or (action.handler == SIG_DFL and signal in IGNORED_BY_DEFAULT):
-        return None
-    if action.handler == SIG_DFL:
-        if signal in STOPPING:
-            raise SystemCallFault(f"signal {signal} would stop the process, and nothing could continue it")
-        kernel.end(-signal)
-        return None
-    return _run_handler(kernel, signal, code, action)
+    """Deliver the first pending signal that is not blocked and not
+    ignored (those are dropped), as a kernel on its way back to user mode
+    (do_signal): the context it interrupts (for the shadow stack: the
+    handler's caller) where a handler now runs, else None. A call a signal
+    interrupted is restarted or fails first (`_restart`)."""
+    thread = kernel.threads.current
+    interrupted, thread.interrupted = thread.interrupted, False
+    while (taken := kernel.signals.next_deliverable()) is not None:
+        signal, code = taken
+        action = kernel.signals.action(signal)
+        if ignored(action, signal):
+            continue
+        if action.handler == SIG_DFL:
+            if signal in STOPPING:
+                raise SystemCallFault(f"signal {signal} would stop the process, and nothing could continue it")
+            kernel.end(-signal)
+            return None
+        if interrupted:
+            _restart(kernel, thread, action.flags)
+        return _run_handler(kernel, signal, code, action)
+    if interrupted:
+        _restart(kernel, thread, None)
+    return None
+
+
+def _restart(kernel, thread, flags: int | None) -> None:
+    """A call a signal interrupted, its r0 the kernel's restart code, on
+    its way back to user mode (arch/arm/kernel/signal.c do_signal): where a
+    handler runs (its `flags`), the call fails with EINTR, unless it asked
+    for ERESTARTSYS and the handler has SA_RESTART; otherwise the call runs
+    again: the pc back on its svc (2 bytes in Thumb, 4 in ARM), r0 as the
+    call had it, and for ERESTART_RESTARTBLOCK without a handler r7 the
+    number of restart_syscall, which goes on where the call left off. The
+    handler's frame keeps that context, so its sigreturn returns to the svc."""
+    context = kernel.machine.context()
+    code = -(context.r[0] - (1 << 32) if context.r[0] & 0x80000000 else context.r[0])
+    if code not in (ERESTARTSYS, ERESTARTNOHAND, ERESTART_RESTARTBLOCK):
+        return  # the call ended otherwise (a sleep with no time left, a partial write, EINTR of epoll_wait)
+    registers = list(context.r)
+    if flags is not None and (code != ERESTARTSYS or not flags & SA_RESTART):
+        registers[0] = -errno.EINTR & 0xFFFFFFFF
+    else:
+        registers[0] = thread.orig_r0
+        registers[15] -= 2 if context.cpsr & THUMB else 4
+        if flags is None and code == ERESTART_RESTARTBLOCK:
+            registers[7] = RESTART_SYSCALL
+    kernel.machine.resume(replace(context, r=tuple(registers)))
 
 
 def fault(kernel, signal: int, code: int, address: int) -> Context | None:
@@ -218,4 +267,5 @@ def sigreturn(kernel, rt: bool) -> int:
     cpsr = current.cpsr & ~STATUS_USER_BITS | cpsr & STATUS_USER_BITS
     machine.resume(Context(tuple(registers), cpsr, tuple(d), fpscr))
     kernel.signals.blocked = mask & ~UNBLOCKABLE
+    kernel.threads.current.restart_block = None  # restart_syscall now fails with EINTR, as after Linux's sigreturn
     return registers[0]
