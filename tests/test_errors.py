@@ -101,10 +101,13 @@ COVERAGE = {
     "harness.formats.chrome_v2.encoder.InexpressibleState": "test_inexpressible_state",
     "harness.formats.chrome_v2.synthesize.Unsynthesizable": "test_unsynthesizable",
     "harness.thumb.frame_effects.Unknowable": "test_unknowable",
+    # A call that must wait on files: the kernel blocks its thread (harness.linux.kernel._attempt)
+    "harness.linux.threads.Blocked": "test_linux_waits.py::test_a_read_of_an_empty_pipe_waits_until_another_thread_writes",
 }
 INTERNAL = {"harness.formats.chrome_v1.Refused", "harness.formats.chrome_v2.encoder.InexpressibleState",
             "harness.formats.vmkunwind.Inexpressible", "harness.formats.qut.Inexpressible",
-            "harness.formats.chrome_v2.synthesize.Unsynthesizable", "harness.thumb.frame_effects.Unknowable"}
+            "harness.formats.chrome_v2.synthesize.Unsynthesizable", "harness.thumb.frame_effects.Unknowable",
+            "harness.linux.threads.Blocked"}
 
 
 def raised(call, *args, **kwargs) -> Exception:

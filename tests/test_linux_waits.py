@@ -12,11 +12,17 @@ from dataclasses import replace
 
 import pytest
 from linux_calls import NUMBERS, SCRATCH, call
+from test_linux_process import _chains, _live, build, qemu, run_process, sysroot
+from test_linux_threads import MAIN, _spawn
 
 from harness.linux import signals, timers
 from harness.linux.calls_threads import FUTEX_WAIT, FUTEX_WAIT_BITSET
 from harness.linux.kernel import FIXED_TIME
+from harness.linux.process import LinuxRun
 from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND, ERESTARTSYS, SA_RESTART, SA_SIGINFO
+from harness.linux.table import SystemCallFault
+from harness.linux.verify import verify_process
+from harness.unwind import build_unwinders
 
 NSEC = 1_000_000_000
 WORD, TIMESPEC, REMAINING = SCRATCH + 0x100, SCRATCH + 0x200, SCRATCH + 0x300
@@ -170,3 +176,269 @@ def test_a_signal_ignored_by_default_ends_no_wait_of_another_thread(kernel):
 def _ignore(kernel) -> int:
     kernel.machine.write(SCRATCH + 0x500, signals.Action(signals.SIG_IGN, 0, 0, 0).packed())
     return SCRATCH + 0x500
+
+
+# ------------------------------------------------------------- waits on files across threads
+
+PIPE, BUFFER, POLLED, SETS = SCRATCH + 0x600, SCRATCH + 0x700, SCRATCH + 0x800, SCRATCH + 0x900
+
+
+def _pipe(kernel, flags: int = 0) -> tuple[int, int]:
+    assert call(kernel, "pipe2", PIPE, flags) == 0
+    return struct.unpack("<ii", kernel.machine.read(PIPE, 8))
+
+
+def _to(kernel, tid: int) -> None:
+    """Yield until thread `tid` runs (after a turn of every thread at most)."""
+    for _ in range(len(kernel.threads.all)):
+        if kernel.threads.current.tid == tid:
+            return
+        call(kernel, "sched_yield")
+    assert kernel.threads.current.tid == tid
+
+
+def _write(kernel, fd: int, data: bytes) -> int:
+    kernel.machine.write(BUFFER + 0x80, data)
+    return call(kernel, "write", fd, BUFFER + 0x80, len(data))
+
+
+def test_a_read_of_an_empty_pipe_waits_until_another_thread_writes(kernel):
+    read_end, write_end = _pipe(kernel)
+    tid = _spawn(kernel)
+    assert call(kernel, "read", read_end, BUFFER, 16) == 0  # main waits: the thread runs
+    assert kernel.threads.current.tid == tid
+    assert _write(kernel, write_end, b"ping") == 4
+    main = kernel.threads.find(MAIN)
+    assert main.wait is None and kernel.threads.current.tid == tid  # ready; the writer goes on
+    assert kernel.machine.read(BUFFER, 4) == bytes(4)  # nothing read until the reader runs
+    _to(kernel, MAIN)
+    assert _r0(kernel) == 4 and kernel.machine.read(BUFFER, 4) == b"ping"
+
+
+def test_a_reader_that_finds_the_pipe_drained_by_another_waits_again(kernel):
+    read_end, write_end = _pipe(kernel)
+    first, second = _spawn(kernel), _spawn(kernel)
+    call(kernel, "read", read_end, BUFFER, 16)  # main waits
+    assert kernel.threads.current.tid == first
+    call(kernel, "read", read_end, BUFFER + 0x20, 16)  # the first waits too
+    assert kernel.threads.current.tid == second
+    assert _write(kernel, write_end, b"x") == 1  # both are ready: main, first to wait, runs first
+    call(kernel, "sched_yield")
+    assert kernel.threads.current.tid == MAIN and _r0(kernel) == 1
+    assert kernel.threads.find(first).wait is None  # ready: its read goes on when it runs
+    call(kernel, "sched_yield")  # it finds the pipe drained and waits again; the second runs
+    assert kernel.threads.current.tid == second and [thread.tid for thread in kernel.threads.waiting] == [first]
+    call(kernel, "close", write_end)  # no writer left: the end of the file
+    _to(kernel, first)
+    assert _r0(kernel) == 0
+
+
+def _writer_and_reader(kernel) -> tuple[int, int]:
+    """A pipe, a thread, and a mapping at 0x100000 for long writes; SIGUSR1 handled."""
+    ends = _pipe(kernel)
+    _spawn(kernel)
+    kernel.machine.map(0x100000, 0x20000)
+    kernel.signals.actions[10] = signals.Action(HANDLER, 0, 0, 0)
+    return ends
+
+
+def test_a_write_to_a_full_pipe_puts_in_what_fits_and_waits_for_room_for_the_rest(kernel):
+    read_end, write_end = _writer_and_reader(kernel)
+    assert call(kernel, "write", write_end, 0x100000, 0x18000) == 0  # 96 KiB: 64 KiB in, main waits
+    assert call(kernel, "read", read_end, BUFFER, 0x100) == 0x100  # the thread makes room for 256 bytes
+    call(kernel, "sched_yield")  # main puts them in and waits again
+    assert kernel.threads.current.tid != MAIN and len(kernel.threads.waiting) == 1
+    kernel.machine.map(0x200000, 0x10000)
+    assert call(kernel, "read", read_end, 0x200000, 0x10000) == 0x10000
+    _to(kernel, MAIN)
+    assert _r0(kernel) == 0x18000  # all in
+
+
+def test_a_signal_ends_a_write_with_what_it_wrote(kernel):
+    read_end, write_end = _writer_and_reader(kernel)
+    assert call(kernel, "write", write_end, 0x100000, 0x18000) == 0
+    assert call(kernel, "tgkill", 4242, MAIN, 10) == 0
+    _to(kernel, MAIN)
+    assert _r0(kernel) == 0x10000 and signals.deliver_pending(kernel) is not None
+
+
+def test_a_write_of_at_most_pipe_buf_bytes_waits_for_room_for_all(kernel):
+    read_end, write_end = _writer_and_reader(kernel)
+    assert call(kernel, "write", write_end, 0x100000, 0xFF80) == 0xFF80  # 128 bytes of room left
+    assert call(kernel, "write", write_end, 0x100000, 0x1000) == 0  # 4 KiB: all or nothing, main waits
+    assert call(kernel, "read", read_end, BUFFER, 0x100) == 0x100  # room for 384: not enough
+    call(kernel, "sched_yield")
+    assert kernel.threads.current.tid != MAIN and kernel.threads.find(MAIN).wait is not None
+    assert call(kernel, "tgkill", 4242, MAIN, 10) == 0
+    _to(kernel, MAIN)
+    assert _r0(kernel) == -ERESTARTSYS  # nothing written: EINTR, or again under SA_RESTART
+
+
+def test_a_write_without_a_reader_fails_with_epipe_and_sigpipe(kernel):
+    read_end, write_end = _pipe(kernel)
+    assert call(kernel, "close", read_end) == 0
+    assert _write(kernel, write_end, b"lost") == -errno.EPIPE
+    assert kernel.signals.pending == [(13, 0)]  # SIGPIPE, SI_USER: its default ends the process
+
+
+def test_an_eventfd_read_waits_for_a_write(kernel):
+    event = call(kernel, "eventfd2", 0, 0)
+    tid = _spawn(kernel)
+    call(kernel, "read", event, BUFFER, 8)
+    assert kernel.threads.current.tid == tid
+    assert _write(kernel, event, struct.pack("<Q", 5)) == 8
+    _to(kernel, MAIN)
+    assert _r0(kernel) == 8 and struct.unpack("<Q", kernel.machine.read(BUFFER, 8))[0] == 5
+
+
+def test_poll_waits_for_another_thread_and_its_timeout_moves_the_clock(kernel):
+    read_end, write_end = _pipe(kernel)
+    kernel.machine.write(POLLED, struct.pack("<ihh", read_end, 1, 0))
+    tid = _spawn(kernel)
+    call(kernel, "poll", POLLED, 1, (-1) & 0xFFFFFFFF)
+    assert kernel.threads.current.tid == tid
+    _write(kernel, write_end, b"!")
+    _to(kernel, MAIN)
+    assert _r0(kernel) == 1 and struct.unpack("<ihh", kernel.machine.read(POLLED, 8)) == (read_end, 1, 1)
+    call(kernel, "read", read_end, BUFFER, 1)
+    start = kernel.now_ns()
+    call(kernel, "poll", POLLED, 1, 250)  # the thread exits: nothing can come, the clock jumps 250 ms
+    call(kernel, "exit", 0)
+    assert kernel.threads.current.tid == MAIN and _r0(kernel) == 0 and kernel.now_ns() >= start + 250_000_000
+    assert struct.unpack("<ihh", kernel.machine.read(POLLED, 8)) == (read_end, 1, 0)
+
+
+def test_select_clears_its_sets_at_the_timeout_and_writes_the_time_left(kernel):
+    read_end, write_end = _pipe(kernel)
+    kernel.machine.write(SETS, struct.pack("<I", 1 << read_end))
+    kernel.machine.write(TIMESPEC, struct.pack("<ii", 0, 1_500_000))  # 1.5 s as microseconds: carried
+    start = kernel.now_ns()
+    assert call(kernel, "_newselect", read_end + 1, SETS, 0, 0, TIMESPEC) == 0
+    assert kernel.now_ns() == start + 1_500_000_000
+    assert kernel.machine.read(SETS, 4) == bytes(4) and kernel.machine.read(TIMESPEC, 8) == bytes(8)
+    tid = _spawn(kernel)
+    kernel.machine.write(SETS, struct.pack("<I", 1 << read_end))
+    kernel.machine.write(TIMESPEC, struct.pack("<ii", 2, 0))
+    call(kernel, "_newselect", read_end + 1, SETS, 0, 0, TIMESPEC)
+    assert kernel.threads.current.tid == tid
+    kernel.machine.executed += 1000  # a microsecond on
+    _write(kernel, write_end, b"!")
+    _to(kernel, MAIN)
+    assert _r0(kernel) == 1 and struct.unpack("<I", kernel.machine.read(SETS, 4))[0] == 1 << read_end
+    assert struct.unpack("<ii", kernel.machine.read(TIMESPEC, 8)) == (1, 999_999)  # the time left
+
+
+def test_epoll_wait_waits_for_another_thread_or_its_timeout(kernel):
+    epfd, event = call(kernel, "epoll_create1", 0), call(kernel, "eventfd2", 0, 0)
+    kernel.machine.write(SCRATCH + 0xA00, struct.pack("<I4xQ", 1, 77))
+    assert call(kernel, "epoll_ctl", epfd, 1, event, SCRATCH + 0xA00) == 0
+    tid = _spawn(kernel)
+    call(kernel, "epoll_wait", epfd, BUFFER, 4, (-1) & 0xFFFFFFFF)
+    assert kernel.threads.current.tid == tid
+    _write(kernel, event, struct.pack("<Q", 1))
+    _to(kernel, MAIN)
+    assert _r0(kernel) == 1 and kernel.machine.read(BUFFER, 16) == struct.pack("<I4xQ", 1, 77)
+    call(kernel, "read", event, BUFFER, 8)
+    start = kernel.now_ns()
+    call(kernel, "epoll_wait", epfd, BUFFER, 4, 30)
+    call(kernel, "exit", 0)  # the thread exits: nothing can come, the clock jumps 30 ms
+    assert _r0(kernel) == 0 and kernel.now_ns() >= start + 30_000_000
+
+
+def test_waits_on_files_no_thread_can_end_are_a_deadlock_naming_each(kernel):
+    read_end, _ = _pipe(kernel)
+    tid = _spawn(kernel)
+    call(kernel, "read", read_end, BUFFER, 4)
+    with pytest.raises(SystemCallFault, match=f"a deadlock \\(thread {MAIN} on read from an empty pipe \\(fd {read_end}\\), "
+                                              f"thread {tid} on the futex at {WORD:#x}\\)"):
+        call(kernel, "futex", WORD, FUTEX_WAIT, 0)
+
+
+# ------------------------------------------------------------- signals and waits on files
+
+
+def test_a_pipe_read_restarts_under_sa_restart_and_fails_with_eintr_without(kernel):
+    read_end, _ = _pipe(kernel)
+    for flags, expected in ((SA_RESTART, read_end), (0, -errno.EINTR & 0xFFFFFFFF)):
+        kernel.signals.blocked = 0
+        _alarm(kernel, 1000, flags)
+        _at_svc(kernel, number="read")
+        call(kernel, "read", read_end, BUFFER, 16)
+        assert _r0(kernel) == -ERESTARTSYS
+        saved = _delivered(kernel)
+        assert saved.r[0] == expected and saved.r[15] == (SVC if flags else SVC + 2)
+
+
+@pytest.mark.parametrize("name", ["poll", "epoll_wait"])
+def test_poll_and_epoll_wait_fail_with_eintr_whatever_sa_restart_says(kernel, name):
+    read_end, _ = _pipe(kernel)
+    kernel.machine.write(POLLED, struct.pack("<ihh", read_end, 1, 0))
+    epfd = call(kernel, "epoll_create1", 0)
+    kernel.machine.write(SCRATCH + 0xA00, struct.pack("<I4xQ", 1, 0))
+    assert call(kernel, "epoll_ctl", epfd, 1, read_end, SCRATCH + 0xA00) == 0
+    _alarm(kernel, 1000, SA_RESTART)
+    _at_svc(kernel, number=name)
+    start = kernel.now_ns()
+    if name == "poll":
+        call(kernel, "poll", POLLED, 1, 5000)
+        assert _r0(kernel) == -ERESTART_RESTARTBLOCK
+    else:
+        call(kernel, "epoll_wait", epfd, BUFFER, 4, 5000)
+        assert _r0(kernel) == -errno.EINTR  # ep_poll's own
+    assert kernel.now_ns() == start + 1_000_000  # the alarm, before the 5 s
+    saved = _delivered(kernel)
+    assert saved.r[0] == -errno.EINTR & 0xFFFFFFFF and saved.r[15] == SVC + 2
+
+
+def test_an_interrupted_ppoll_writes_the_time_left(kernel):
+    read_end, _ = _pipe(kernel)
+    kernel.machine.write(POLLED, struct.pack("<ihh", read_end, 1, 0))
+    kernel.machine.write(TIMESPEC, struct.pack("<qq", 2, 0))
+    _alarm(kernel, 500_000, SA_RESTART)
+    _at_svc(kernel, number="ppoll_time64")
+    call(kernel, "ppoll_time64", POLLED, 1, TIMESPEC, 0, 8)
+    assert _r0(kernel) == -ERESTARTNOHAND
+    assert struct.unpack("<qq", kernel.machine.read(TIMESPEC, 16)) == (1, 500_000_000)
+    assert _delivered(kernel).r[0] == -errno.EINTR & 0xFFFFFFFF
+
+
+# ------------------------------------------------------------- a program that waits on files
+
+FILE_WAITS_OUTPUT = (b"reader got 5 bytes: hello\neventfd read 7\npoll woke: 1, POLLIN yes\n"
+                     b"epoll_wait woke: 1, data 42, count 3\npoll timed out: 0, revents 0, 50 ms passed: yes\n"
+                     b"select timed out: 0, set cleared, time left 0.000000, 30 ms passed: yes\n"
+                     b"nanosleep: -1 EINTR, rem between 900 and 960 ms: yes\nread without SA_RESTART: -1 EINTR\n"
+                     b"read with SA_RESTART: 1 x, alarms 3\n")
+
+
+@pytest.mark.parametrize("link", ["-static", "-Wl,-z,now"])
+def test_a_program_waiting_on_files_runs_as_under_qemu_and_repeats(link):
+    program = build("file_waits.c", link)
+    root = None if link == "-static" else sysroot()
+    assert qemu(program, root=root) == (0, FILE_WAITS_OUTPUT)
+    runs = []
+    for _ in range(2):
+        result, system = run_process(program, root=root, unwinders=["dwarf", "framepointer"])
+        assert result.fault is None
+        assert (system.outcome().exit_status, system.outcome().stdout) == (0, FILE_WAITS_OUTPUT)
+        runs.append((result.instructions, result.counts, result.tally.counter(), result.failure_log.first(50),
+                     system.kernel.now_ns()))
+    assert runs[0] == runs[1]  # byte for byte: the same schedule, the same waits, the same clock
+
+
+def test_the_shadow_stack_crosses_restarted_calls_alike_in_both_hooks():
+    """Both hooks record the same stacks through the waits and the
+    restarted read (its handler's frame holds the svc it returns to), and
+    dwarf crossing signal frames is never wrong in the handlers."""
+    program = build("file_waits.c", "-static")
+    chains = _chains(program, compiled=True)
+    assert chains == _chains(program, compiled=False)
+    _live(chains)
+    # the handler's caller: the interrupted svc (in glibc's __libc_do_syscall, called by read)
+    assert any(name == "on_alarm" and callers[1] == "read" for name, callers, _, _ in chains)
+    result = verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]),
+                            signal_frames=True)
+    assert result.fault is None
+    wrong = sum(stops for (_, traits, _, kind), stops in result.counts.items()
+                if kind is not None and not kind.startswith("stopped"))
+    assert wrong == 0

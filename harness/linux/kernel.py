@@ -41,7 +41,7 @@ from harness.linux.names import NAMES
 from harness.linux.signals import Signals, ignored
 from harness.linux.special import DEV_MODE, Image, Null, SpecialFiles
 from harness.linux.table import CALLS, SystemCallFault
-from harness.linux.threads import Alarm, Switch, Thread, Threads
+from harness.linux.threads import Alarm, Blocked, Switch, Thread, Threads
 
 FIXED_TIME = 1_700_000_000  # seconds since the epoch the clock starts at (2023-11-14)
 NS_PER_INSTRUCTION = 1
@@ -110,9 +110,17 @@ class LinuxKernel:
 
     def _attempt(self, run: Callable[[], int]) -> int:
         """`run` a call, or a waiting call's going on: its result (a negative
-        errno for a GuestError)."""
+        errno for a GuestError). Where it must wait on files (Blocked), the
+        thread waits, to go on with `Wait.again` (else `run` again) once
+        they are ready or at the wait's deadline."""
         try:
             return run()
+        except Blocked as blocked:
+            wait = blocked.wait
+            again = wait.again or run
+            wait.again = lambda: self._attempt(again)
+            self.threads.block(wait)
+            return 0
         except GuestError as error:
             return -error.code
         except BadAddress:

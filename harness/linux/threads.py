@@ -58,6 +58,16 @@ class Wait:
     interrupted: Callable[[], int] | None = None
 
 
+class Blocked(Exception):
+    """Raised by a call that must wait on files: the kernel blocks the
+    thread on `wait`; without `wait.again`, the call runs again as it was
+    made once the files are ready (harness.linux.kernel)."""
+
+    def __init__(self, wait: Wait):
+        super().__init__(wait.files)
+        self.wait = wait
+
+
 @dataclass(eq=False)
 class Thread:
     tid: int
@@ -72,15 +82,6 @@ class Thread:
     interrupted: bool = False  # a signal ended its wait: the delivery restarts its call or makes it fail
     again: Callable[[], int] | None = None  # its call, to go on when it next runs (Wait.again)
     restart_block: Callable[[], int] | None = None  # what restart_syscall goes on with (a sleep's rest)
-
-
-def file_wait(kernel, what: str) -> SystemCallFault:
-    """The fault for a call that would block on a file (a pipe, an eventfd,
-    poll): only futex waits and sleeps block a thread here."""
-    if len(kernel.threads.live()) == 1:
-        return SystemCallFault(f"{what} with no other thread: it would wait forever")
-    return SystemCallFault(f"{what}: it would wait for another thread, and a wait on files is not emulated "
-                           "(only futex waits and sleeps block a thread)")
 
 
 class Alarm(NamedTuple):
