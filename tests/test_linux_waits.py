@@ -402,13 +402,58 @@ def test_an_interrupted_ppoll_writes_the_time_left(kernel):
     assert _delivered(kernel).r[0] == -errno.EINTR & 0xFFFFFFFF
 
 
+# ------------------------------------------------------------- the masks ppoll, pselect6 and epoll_pwait wait under
+
+SIGUSR1_BIT, SIGALRM_BIT, SIGTERM_BIT = 1 << 9, 1 << (timers.SIGALRM - 1), 1 << 14
+
+
+def test_pselect_lets_a_pending_signal_through_its_mask_at_once(kernel):
+    """The classic use: SIGUSR1 blocked, already pending; pselect6 with a
+    mask without it ends at once (a zero timeout too), the handler runs,
+    and its sigreturn brings the blocking mask back."""
+    read_end, _ = _pipe(kernel)
+    kernel.signals.actions[10] = signals.Action(HANDLER, 0, 0, 0)
+    kernel.signals.blocked = SIGUSR1_BIT | SIGTERM_BIT
+    assert call(kernel, "kill", 4242, 10) == 0 and kernel.signals.pending == [(10, 0)]
+    kernel.machine.write(SETS, struct.pack("<I", 1 << read_end))
+    kernel.machine.write(TIMESPEC, struct.pack("<ii", 0, 0))
+    kernel.machine.write(SCRATCH + 0xB00, struct.pack("<QII", 0, SCRATCH + 0xB00, 8))  # the mask, then its pack
+    _at_svc(kernel, number="pselect6")
+    call(kernel, "pselect6", read_end + 1, SETS, 0, 0, TIMESPEC, SCRATCH + 0xB08)
+    assert _r0(kernel) == -ERESTARTNOHAND and kernel.signals.blocked == 0  # under its mask until delivered
+    saved = _delivered(kernel)
+    assert saved.r[0] == -errno.EINTR & 0xFFFFFFFF
+    assert kernel.signals.blocked == SIGUSR1_BIT  # the handler's: the call's mask and its signal
+    call(kernel, "sigreturn")  # a handler without SA_SIGINFO: the plain frame
+    assert kernel.signals.blocked == SIGUSR1_BIT | SIGTERM_BIT  # the thread's own
+    assert kernel.machine.registers.r[15] == SVC + 2
+
+
+def test_a_signal_ppoll_blocks_waits_until_the_call_is_over(kernel):
+    read_end, _ = _pipe(kernel)
+    kernel.machine.write(POLLED, struct.pack("<ihh", read_end, 1, 0))
+    kernel.machine.write(TIMESPEC, struct.pack("<qq", 0, 5_000_000))
+    kernel.machine.write(SCRATCH + 0xB00, struct.pack("<Q", SIGALRM_BIT))
+    _alarm(kernel, 1000, SA_RESTART)
+    _at_svc(kernel, number="ppoll_time64")
+    start = kernel.now_ns()
+    call(kernel, "ppoll_time64", POLLED, 1, TIMESPEC, SCRATCH + 0xB00, 8)  # SIGALRM at 1 ms: blocked
+    assert _r0(kernel) == 0 and kernel.now_ns() == start + 5_000_000  # timed out
+    assert kernel.signals.blocked == 0 and kernel.signals.pending == [(timers.SIGALRM, 0x80)]
+    assert _delivered(kernel).r[0] == 0  # delivered once the call is over: no restart
+    assert call(kernel, "ppoll_time64", POLLED, 1, TIMESPEC, SCRATCH + 0xB00, 4) == -errno.EINVAL
+    assert call(kernel, "epoll_pwait", call(kernel, "epoll_create1", 0), BUFFER, 1, 0, SCRATCH + 0xB00, 4) \
+        == -errno.EINVAL
+
+
 # ------------------------------------------------------------- a program that waits on files
 
 FILE_WAITS_OUTPUT = (b"reader got 5 bytes: hello\neventfd read 7\npoll woke: 1, POLLIN yes\n"
                      b"epoll_wait woke: 1, data 42, count 3\npoll timed out: 0, revents 0, 50 ms passed: yes\n"
                      b"select timed out: 0, set cleared, time left 0.000000, 30 ms passed: yes\n"
                      b"nanosleep: -1 EINTR, rem between 900 and 960 ms: yes\nread without SA_RESTART: -1 EINTR\n"
-                     b"read with SA_RESTART: 1 x, alarms 3\n")
+                     b"read with SA_RESTART: 1 x, alarms 3\n"
+                     b"pselect: -1 EINTR, handler ran 1, SIGUSR1 blocked again: yes\n")
 
 
 @pytest.mark.parametrize("link", ["-static", "-Wl,-z,now"])

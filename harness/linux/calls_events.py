@@ -18,6 +18,7 @@ import struct
 from harness.linux.calls_io import fds_named
 from harness.linux.calls_pipes import POLLHUP, TIMESPEC64, Timeout, read_timeout, readiness
 from harness.linux.files import Device, GuestError, Node, OpenFile, inode_of
+from harness.linux.signals import wait_mask
 from harness.linux.table import SystemCallFault, handles, signed
 from harness.linux.threads import Blocked, Wait
 
@@ -213,11 +214,6 @@ def _epoll_found(kernel, epoll: Epoll, address: int, most: int, timeout: Timeout
     return len(found)
 
 
-def _sigset(size: int, mask: int) -> None:
-    if mask and size != 8:
-        raise GuestError(errno.EINVAL)
-
-
 def _milliseconds(kernel, timeout: int) -> Timeout:
     milliseconds = signed(timeout)
     return Timeout(None if milliseconds < 0 else kernel.now_ns() + milliseconds * 1_000_000)
@@ -230,14 +226,16 @@ def sys_epoll_wait(kernel, epfd, events, most, timeout):
 
 @handles(346, "epoll_pwait")
 def sys_epoll_pwait(kernel, epfd, events, most, timeout, mask, size):
-    _sigset(size, mask)
+    """epoll_wait under the signal mask at `mask` (signals.wait_mask)."""
+    wait_mask(kernel, mask, size)
     return _epoll_wait(kernel, epfd, events, most, _milliseconds(kernel, timeout))
 
 
 @handles(441, "epoll_pwait2")
 def sys_epoll_pwait2(kernel, epfd, events, most, timeout, mask, size):
-    _sigset(size, mask)
-    return _epoll_wait(kernel, epfd, events, most, read_timeout(kernel, timeout, TIMESPEC64))
+    ends = read_timeout(kernel, timeout, TIMESPEC64)
+    wait_mask(kernel, mask, size)
+    return _epoll_wait(kernel, epfd, events, most, ends)
 
 
 # ---- what a sandbox without network or file watches refuses

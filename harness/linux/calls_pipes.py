@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from harness.linux.calls_io import PIPE_CAPACITY, has_writer, named_fds
 from harness.linux.files import MAX_FDS, GuestError, Node, OpenFile
 from harness.linux.machine import BadAddress
-from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND
+from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND, wait_mask
 from harness.linux.table import handles, signed
 from harness.linux.threads import Blocked, Wait
 
@@ -138,9 +138,6 @@ def _polled(kernel, address: int, entries: list[tuple[int, int]], timeout: Timeo
     for index, ((fd, events), answer) in enumerate(zip(entries, answers)):
         kernel.machine.write(address + 8 * index, struct.pack("<ihh", fd, events, answer))
     ready = sum(1 for answer in answers if answer)
-    if ready or timeout.over(kernel):
-        timeout.left(kernel)
-        return ready
     thread = kernel.threads.current
 
     def interrupted() -> int:
@@ -149,6 +146,12 @@ def _polled(kernel, address: int, entries: list[tuple[int, int]], timeout: Timeo
             return -restart
         return -restart if timeout.left(kernel) else -errno.EINTR
 
+    if not ready and thread.signals.deliverable():  # one its mask lets through is pending (do_poll)
+        thread.interrupted = True
+        return interrupted()
+    if ready or timeout.over(kernel):
+        timeout.left(kernel)
+        return ready
     raise Blocked(Wait(files=f"poll on {named_fds([fd for fd, _ in entries])} with nothing ready",
                        deadline_ns=timeout.deadline,
                        ready=lambda: any(_answers(kernel, entries)),
@@ -164,7 +167,10 @@ def sys_poll(kernel, address, count, timeout):
 
 @handles(414, "ppoll_time64")
 def sys_ppoll_time64(kernel, address, count, timeout, mask, size):
-    return _poll(kernel, address, count, read_timeout(kernel, timeout, TIMESPEC64, written=True), ERESTARTNOHAND)
+    """poll with a timespec (the time left written back) and the signal mask it waits under."""
+    ends = read_timeout(kernel, timeout, TIMESPEC64, written=True)
+    wait_mask(kernel, mask, size)
+    return _poll(kernel, address, count, ends, ERESTARTNOHAND)
 
 
 # ---- select
@@ -205,6 +211,10 @@ def _selected(kernel, count: int, sets: tuple[int, int, int], wanted: list[int],
     """The sets written back with what is ready, and the time left; with
     nothing ready, a wait (its call goes on here)."""
     ready_sets, total = _ready_sets(kernel, count, wanted)
+    thread = kernel.threads.current
+    if not total and thread.signals.deliverable():  # one its mask lets through is pending (core_sys_select)
+        thread.interrupted = True
+        return -ERESTARTNOHAND if timeout.left(kernel) else -errno.EINTR
     if not total and not timeout.over(kernel):
         asked = [fd for fd in range(count) if any(bits >> fd & 1 for bits in wanted)]
         raise Blocked(Wait(files=f"select on {named_fds(asked)} with nothing ready", deadline_ns=timeout.deadline,
@@ -226,9 +236,20 @@ def sys_newselect(kernel, count, reads, writes, errors, timeout):
 
 @handles(335, "pselect6")
 def sys_pselect6(kernel, count, reads, writes, errors, timeout, mask):
-    return _select(kernel, count, (reads, writes, errors), read_timeout(kernel, timeout, TIMESPEC, written=True))
+    return _pselect(kernel, count, (reads, writes, errors), read_timeout(kernel, timeout, TIMESPEC, written=True),
+                    mask)
 
 
 @handles(413, "pselect6_time64")
 def sys_pselect6_time64(kernel, count, reads, writes, errors, timeout, mask):
-    return _select(kernel, count, (reads, writes, errors), read_timeout(kernel, timeout, TIMESPEC64, written=True))
+    return _pselect(kernel, count, (reads, writes, errors), read_timeout(kernel, timeout, TIMESPEC64, written=True),
+                    mask)
+
+
+def _pselect(kernel, count: int, sets: tuple[int, int, int], timeout: Timeout, packed: int) -> int:
+    """select under the signal mask that `packed` points at with its size
+    (struct { sigset_t *, size_t }: the sixth argument has no room for two)."""
+    if packed:
+        address, size = struct.unpack("<II", kernel.machine.read(packed, 8))
+        wait_mask(kernel, address, size)
+    return _select(kernel, count, sets, timeout)

@@ -112,9 +112,11 @@ class LinuxKernel:
         """`run` a call, or a waiting call's going on: its result (a negative
         errno for a GuestError). Where it must wait on files (Blocked), the
         thread waits, to go on with `Wait.again` (else `run` again) once
-        they are ready or at the wait's deadline."""
+        they are ready or at the wait's deadline, under the signal mask the
+        call asked for (signals.wait_mask), the thread's own back once the
+        call is over or a signal's delivery ends it."""
         try:
-            return run()
+            result = run()
         except Blocked as blocked:
             wait = blocked.wait
             again = wait.again or run
@@ -122,9 +124,12 @@ class LinuxKernel:
             self.threads.block(wait)
             return 0
         except GuestError as error:
-            return -error.code
+            result = -error.code
         except BadAddress:
-            return -errno.EFAULT
+            result = -errno.EFAULT
+        if not self.threads.current.interrupted:  # the call is over: a mask it ran under goes (wait_mask)
+            self.signals.restore_mask()
+        return result
 
     def reschedule(self) -> Switch | None:
         """After a system call: the thread that runs next, where it is

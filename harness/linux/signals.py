@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from harness.linux.loader import KUSER_PAGE, TRAMPOLINE_OFFSET
 from harness.linux.machine import BadAddress, Context
-from harness.linux.table import SystemCallFault
+from harness.linux.table import GuestError, SystemCallFault
 
 SA_SIGINFO, SA_ONSTACK, SA_RESTART = 0x4, 0x08000000, 0x10000000
 SA_NODEFER, SA_RESETHAND, SA_RESTORER = 0x40000000, 0x80000000, 0x04000000
@@ -104,6 +104,7 @@ class Signals:
     blocked: int = 0  # bit (signal - 1)
     pending: list[tuple[int, int]] = field(default_factory=list)  # (signal, si_code), in the order sent
     altstack: tuple[int, int, int] = (0, SS_DISABLE, 0)  # ss_sp, ss_flags, ss_size
+    saved_mask: int | None = None  # the mask to come back to after a wait that runs under another (wait_mask)
 
     def action(self, signal: int) -> Action:
         return self.actions.get(signal, DEFAULT)
@@ -113,6 +114,11 @@ class Signals:
         if signal < 32 and any(pending == signal for pending, _ in self.pending):
             return
         self.pending.append((signal, code))
+
+    def restore_mask(self) -> None:
+        """The call that ran under another mask is over: the thread's own again."""
+        if self.saved_mask is not None:
+            self.blocked, self.saved_mask = self.saved_mask, None
 
     def deliverable(self) -> bool:
         """Is a signal pending that is not blocked (one that ends a wait)?"""
@@ -154,7 +160,23 @@ def deliver_pending(kernel) -> Context | None:
         return _run_handler(kernel, signal, code, action)
     if interrupted:
         _restart(kernel, thread, None)
+    kernel.signals.restore_mask()
     return None
+
+
+def wait_mask(kernel, address: int, size: int) -> None:
+    """The signal mask a wait runs under, where given (ppoll, pselect6,
+    epoll_pwait: set_user_sigmask): the thread's own comes back as the call
+    returns or, where a signal ends the wait, as it is delivered (a
+    handler's frame keeps the thread's own for its sigreturn)."""
+    if not address:
+        return
+    if size != 8:
+        raise GuestError(errno.EINVAL)
+    mask = struct.unpack("<Q", kernel.machine.read(address, 8))[0]
+    state = kernel.signals
+    state.saved_mask = state.blocked
+    state.blocked = mask & ~UNBLOCKABLE
 
 
 def _restart(kernel, thread, flags: int | None) -> None:
@@ -222,9 +244,10 @@ def _run_handler(kernel, signal: int, code: int, action: Action, address: int | 
     at = ucontext - frame
     stack_flags = SS_ONSTACK if on_altstack else ss_flags
     struct.pack_into("<IIIiI", image, at, 0, 0, ss_sp, stack_flags, ss_size)
-    SIGCONTEXT.pack_into(image, at + MCONTEXT_AT, 0, 0, signals.blocked & 0xFFFFFFFF, *interrupted.r,
+    kept = signals.blocked if signals.saved_mask is None else signals.saved_mask  # sigmask_to_save
+    SIGCONTEXT.pack_into(image, at + MCONTEXT_AT, 0, 0, kept & 0xFFFFFFFF, *interrupted.r,
                          interrupted.cpsr, address or 0)
-    struct.pack_into("<Q", image, at + MASK_AT, signals.blocked)
+    struct.pack_into("<Q", image, at + MASK_AT, kept)
     VFP.pack_into(image, at + REGSPACE_AT, VFP_MAGIC, VFP_SIZE, *interrupted.d, interrupted.fpscr, 0x40000000, 0, 0)
     try:
         machine.write(frame, bytes(image))
@@ -240,6 +263,7 @@ def _run_handler(kernel, signal: int, code: int, action: Action, address: int | 
     machine.resume(Context(tuple(registers), cpsr, interrupted.d, interrupted.fpscr))
     signals.blocked |= action.mask | (0 if action.flags & SA_NODEFER else 1 << (signal - 1))
     signals.blocked &= ~UNBLOCKABLE
+    signals.saved_mask = None  # the frame has it
     if action.flags & SA_RESETHAND:
         signals.actions.pop(signal, None)
     return interrupted

@@ -2,8 +2,9 @@
  * that waits on an empty pipe until another thread writes, an eventfd
  * read woken by a write, poll and epoll_wait woken by another thread,
  * poll and select whose timeouts expire (the clock moves on by them at
- * least), a sleep that a signal ends (the time left written back), and a
- * read of a pipe that SIGALRM interrupts without and with SA_RESTART.
+ * least), a sleep that a signal ends (the time left written back), a
+ * read of a pipe that SIGALRM interrupts without and with SA_RESTART, and
+ * pselect letting a pending signal through the mask it waits under.
  * main prints everything, after the joins: the output does not depend on
  * the order the threads run in. */
 #define _GNU_SOURCE
@@ -22,7 +23,7 @@
 #include <unistd.h>
 
 static int fds[2], event;
-static volatile sig_atomic_t alarms, write_in_handler;
+static volatile sig_atomic_t alarms, write_in_handler, usr1s;
 
 static void pause_ms(long ms) {
     struct timespec span = {ms / 1000, ms % 1000 * 1000000L};
@@ -155,11 +156,39 @@ static void interrupted(void) {
     printf("read with SA_RESTART: %zd %.*s, alarms %d\n", got, got > 0 ? (int)got : 0, buffer, (int)alarms);
 }
 
+static void on_usr1(int signal) {
+    (void)signal;
+    usr1s++;
+}
+
+static void masked_wait(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_usr1;
+    sigaction(SIGUSR1, &action, NULL);
+    sigset_t usr1, none, now;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigemptyset(&none);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+    raise(SIGUSR1);  /* pending: blocked */
+    fd_set reads;
+    FD_ZERO(&reads);
+    FD_SET(fds[0], &reads);
+    struct timespec limit = {1, 0};
+    int ready = pselect(fds[0] + 1, &reads, NULL, NULL, &limit, &none);
+    int error = errno;
+    sigprocmask(SIG_BLOCK, NULL, &now);
+    printf("pselect: %d %s, handler ran %d, SIGUSR1 blocked again: %s\n", ready, strerrorname_np(error), (int)usr1s,
+           sigismember(&now, SIGUSR1) ? "yes" : "no");
+}
+
 int main(void) {
     if (pipe(fds) != 0 || (event = eventfd(0, 0)) < 0) return 1;
     pipe_and_eventfd();
     poll_and_epoll();
     timeouts();
     interrupted();
+    masked_wait();
     return 0;
 }
