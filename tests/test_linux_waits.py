@@ -1,8 +1,14 @@
-"""Waits a signal ends, as Linux ends them (harness.linux.signals._restart):
-each kind of call's restart code, made EINTR or a restart by the handler's
-SA_RESTART, or a restart where no handler runs; signals the process
-ignores end no wait. Unit tests on a plain machine: a thread waits, the
-real-time timer's SIGALRM ends the wait, and the delivery decides."""
+"""Waits, and the signals that end them, as Linux has them. Signals
+(harness.linux.signals._restart): each kind of call's restart code, made
+EINTR or a restart by the handler's SA_RESTART, or a restart where no
+handler runs; signals the process ignores end no wait. Waits on files
+(harness.linux.threads): a pipe, an eventfd, poll, select and epoll_wait
+woken by another thread or ended by their timeout on the emulated clock,
+writes that wait for room, deadlocks named; the masks ppoll and pselect6
+wait under. Unit tests on a plain machine (the real-time timer's SIGALRM
+ends the waits of one thread), then tests/linux_src/file_waits.c run as
+under qemu-user, twice alike, with both hooks alike.
+"""
 
 from __future__ import annotations
 
@@ -302,6 +308,7 @@ def test_poll_waits_for_another_thread_and_its_timeout_moves_the_clock(kernel):
     assert _r0(kernel) == 1 and struct.unpack("<ihh", kernel.machine.read(POLLED, 8)) == (read_end, 1, 1)
     call(kernel, "read", read_end, BUFFER, 1)
     start = kernel.now_ns()
+    assert call(kernel, "poll", POLLED, 1, 0) == 0 and kernel.now_ns() == start  # a timeout of 0: at once
     call(kernel, "poll", POLLED, 1, 250)  # the thread exits: nothing can come, the clock jumps 250 ms
     call(kernel, "exit", 0)
     assert kernel.threads.current.tid == MAIN and _r0(kernel) == 0 and kernel.now_ns() >= start + 250_000_000
