@@ -198,6 +198,8 @@ def sys_rt_sigaction(kernel, signal, action, old_action, set_size):
         kernel.machine.write(old_action, kernel.signals.action(signal).packed())
     if new is not None:
         kernel.signals.actions[signal] = new
+        if new.handler == signals.SIG_IGN or new.handler == signals.SIG_DFL and signal in signals.IGNORED_BY_DEFAULT:
+            signals.discard(kernel.threads.all, signal)  # as Linux flushes what is pending of a signal now ignored
     return 0
 
 
@@ -222,8 +224,8 @@ def sys_rt_sigpending(kernel, address, set_size):
     if set_size != 8:
         raise GuestError(errno.EINVAL)
     pending = 0
-    for signal, _ in kernel.signals.pending:
-        pending |= 1 << (signal - 1)
+    for entry in kernel.signals.pending:
+        pending |= 1 << (entry.signal - 1)
     kernel.machine.write(address, struct.pack("<Q", pending & kernel.signals.blocked))
     return 0
 
