@@ -270,6 +270,36 @@ def test_cpu_time_timers_count_the_process_or_one_thread(kernel):
     assert _get(kernel, own) == (0, 1500)
 
 
+def _clock(kernel, clock: int) -> int:
+    """clock_gettime64 of `clock`, in ns (or its error, negative)."""
+    result = call(kernel, "clock_gettime64", clock & 0xFFFFFFFF, OLD)
+    seconds, nanoseconds = struct.unpack("<qI4x", kernel.machine.read(OLD, 16))
+    return result if result < 0 else seconds * NSEC + nanoseconds
+
+
+def test_clock_gettime_reads_cpu_time_on_the_cpu_clocks_that_timers_count_on(kernel):
+    kernel.machine.executed = 700
+    tid = _spawn(kernel)
+    call(kernel, "sched_yield")
+    kernel.machine.executed += 300  # the thread runs 300
+    assert _clock(kernel, PROCESS_CPU) == _clock(kernel, GLIBC_PROCESS_CPU) == 1000  # an instruction a nanosecond
+    assert _clock(kernel, (~MAIN) << 3 | 2) == _clock(kernel, (~tid) << 3 | 2) == 1000  # a pid's; a tid's, its own
+    assert _clock(kernel, THREAD_CPU) == _clock(kernel, GLIBC_THREAD_CPU) == 300
+    assert _clock(kernel, (~MAIN) << 3 | 6) == 700  # MAIN's own, as pthread_getcpuclockid names it
+    assert _clock(kernel, MONOTONIC) == _clock(kernel, REALTIME) == kernel.now_ns()
+    for bad in (10, 12, (~4300) << 3 | 6, (~3) << 3 | 3):  # no such clock, thread or clock fd
+        assert _clock(kernel, bad) == -errno.EINVAL
+    kernel.machine.write(OLD, bytes(16))
+    assert call(kernel, "prlimit64", 0, 11, 0, OLD) == 0  # RLIMIT_SIGPENDING: the timers allowed
+    assert struct.unpack("<QQ", kernel.machine.read(OLD, 16)) == (calls_timers.MAX_TIMERS,) * 2
+
+
+def test_an_absolute_time_on_a_cpu_clock(kernel):
+    timer_id = _create(kernel, PROCESS_CPU)
+    assert _set(kernel, timer_id, _clock(kernel, PROCESS_CPU) + 400, flags=1) == 0
+    assert kernel.deadline() == kernel.machine.executed + 400
+
+
 def test_a_thread_cpu_timer_dies_with_its_thread(kernel):
     tid = _spawn(kernel)
     call(kernel, "sched_yield")

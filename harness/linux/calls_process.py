@@ -8,11 +8,12 @@ import struct
 
 from harness.linux import signals
 from harness.linux.files import GuestError
+from harness.linux.posix_timers import MAX_TIMERS, clock_of
 from harness.linux.table import ARM_PRIVATE, handles, signed
 from harness.linux.threads import Wait
 
 UTS_FIELDS = (b"Linux", b"unwind-harness", b"6.1.0", b"#1 SMP", b"armv7l", b"(none)")  # struct utsname
-RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
+RLIMIT_STACK, RLIMIT_NOFILE, RLIMIT_SIGPENDING = 3, 7, 11
 RLIM_INFINITY = (1 << 64) - 1
 NSEC = 1_000_000_000
 TIMER_ABSTIME = 1
@@ -112,14 +113,14 @@ def sys_getrandom(kernel, buffer, length, flags):
 
 @handles(263, "clock_gettime")
 def sys_clock_gettime(kernel, clock, address):
-    now = kernel.now_ns()
+    now = clock_of(kernel, signed(clock)).now(kernel)  # the emulated clock, or CPU time (posix_timers)
     kernel.machine.write(address, struct.pack("<iI", now // NSEC, now % NSEC))
     return 0
 
 
 @handles(403, "clock_gettime64")
 def sys_clock_gettime64(kernel, clock, address):
-    now = kernel.now_ns()
+    now = clock_of(kernel, signed(clock)).now(kernel)
     kernel.machine.write(address, struct.pack("<qI4x", now // NSEC, now % NSEC))
     return 0
 
@@ -250,6 +251,8 @@ def _limit(resource: int) -> tuple[int, int]:
         return 8 << 20, RLIM_INFINITY
     if resource == RLIMIT_NOFILE:
         return 1024, 4096
+    if resource == RLIMIT_SIGPENDING:  # the POSIX timers a process may have (posix_timers.MAX_TIMERS)
+        return MAX_TIMERS, MAX_TIMERS
     return RLIM_INFINITY, RLIM_INFINITY
 
 
