@@ -20,7 +20,7 @@ from test_linux_threads import MAIN, WORD, _running, _spawn
 from harness.linux import calls_timers, signals
 from harness.linux.calls_threads import FUTEX_WAIT
 from harness.linux.modules import process_program
-from harness.linux.posix_timers import SI_TIMER, SIGEV_NONE, SIGEV_SIGNAL, SIGEV_THREAD, SIGEV_THREAD_ID
+from harness.linux.posix_timers import KTIME_MAX, SI_TIMER, SIGEV_NONE, SIGEV_SIGNAL, SIGEV_THREAD, SIGEV_THREAD_ID
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.table import SystemCallFault
 from harness.linux.verify import verify_process
@@ -212,10 +212,13 @@ def test_timer_settime_gives_the_old_setting_and_time64_calls_lay_times_out_in_6
     assert _set(kernel, timer_id, 0, old=OLD) == 0  # disarmed, the old setting given
     assert struct.unpack("<iiii", kernel.machine.read(OLD, 16)) == (1, 3, 5, 7)
     assert _get(kernel, timer_id) == (0, 0) and kernel.deadline() is None
-    kernel.machine.write(SPEC, struct.pack("<qiiqii", 2, 9, -1, 3 << 32, 11, -1))  # tv_nsec's high words: padding
+    kernel.machine.write(SPEC, struct.pack("<qiiqii", 2, 9, -1, 1 << 32, 11, -1))  # tv_nsec's high words: padding
     assert call(kernel, "timer_settime64", timer_id, 0, SPEC, 0) == 0
     assert call(kernel, "timer_gettime64", timer_id, OLD) == 0
-    assert struct.unpack("<qqqq", kernel.machine.read(OLD, 32)) == (2, 9, 3 << 32, 11)
+    assert struct.unpack("<qqqq", kernel.machine.read(OLD, 32)) == (2, 9, 1 << 32, 11)
+    kernel.machine.write(SPEC, struct.pack("<qqqq", 0, 0, 1 << 62, 0))  # far past what ktime holds: it saturates
+    assert call(kernel, "timer_settime64", timer_id, 0, SPEC, 0) == 0
+    assert kernel.timers.posix.by_id[timer_id].due == KTIME_MAX and kernel.deadline() < 1 << 64
 
 
 def test_bad_ids_and_times(kernel):

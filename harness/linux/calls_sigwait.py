@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from harness.linux import signals
 from harness.linux.machine import BadAddress
+from harness.linux.posix_timers import KTIME_MAX
 from harness.linux.table import GuestError, handles
 from harness.linux.threads import Thread, Wait
 
@@ -82,7 +83,7 @@ def _sigtimedwait(kernel, wanted: int, info: int, timeout: int, set_size: int, t
         seconds, nanoseconds = TIMESPEC[time64].unpack(kernel.machine.read(timeout, TIMESPEC[time64].size))
         if seconds < 0 or not 0 <= nanoseconds < NSEC:
             raise GuestError(errno.EINVAL)
-        wait_ns = seconds * NSEC + nanoseconds
+        wait_ns = min(KTIME_MAX, seconds * NSEC + nanoseconds)
     taken = kernel.signals.take(mask)
     if taken is not None:
         return _give(kernel, taken, info)

@@ -11,6 +11,7 @@ import struct
 from harness.linux.posix_timers import (
     ALARM_CLOCKS,
     INT_MAX,
+    KTIME_MAX,
     MAX_TIMERS,
     SIGEV_NONE,
     SIGEV_SIGNAL,
@@ -127,10 +128,10 @@ def sys_timer_delete(kernel, timer_id):
 
 
 def _as_ns(seconds: int, nanoseconds: int) -> int:
-    """A timespec as timespec64_valid takes it."""
+    """A timespec as timespec64_valid takes it, in ns (at most KTIME_MAX, as timespec64_to_ktime)."""
     if seconds < 0 or not 0 <= nanoseconds < NSEC:
         raise GuestError(errno.EINVAL)
-    return seconds * NSEC + nanoseconds
+    return min(KTIME_MAX, seconds * NSEC + nanoseconds)
 
 
 def _packed(reading: tuple[int, int], time64: bool) -> bytes:

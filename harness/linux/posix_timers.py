@@ -29,6 +29,7 @@ from harness.linux.threads import Thread
 SIGEV_SIGNAL, SIGEV_NONE, SIGEV_THREAD, SIGEV_THREAD_ID = 0, 1, 2, 4
 SI_TIMER = -2
 INT_MAX = 0x7FFFFFFF
+KTIME_MAX = (1 << 63) - 1  # ns: where Linux's times saturate (the hook's instruction counts stay in 64 bits)
 JIFFY = 10_000_000  # ns (CONFIG_HZ=100, ARM's): a periodic timer whose signal is ignored ticks no faster
 MAX_TIMERS = 1024  # RLIMIT_SIGPENDING here: each timer holds a queued signal's place (EAGAIN past it)
 CLOCK_PROCESS_CPUTIME_ID, CLOCK_THREAD_CPUTIME_ID = 2, 3
@@ -142,7 +143,7 @@ class PosixTimer:
         if now < self.due:
             return 0
         periods = (now - self.due) // self.interval + 1
-        self.due += periods * self.interval
+        self.due = min(KTIME_MAX, self.due + periods * self.interval)
         return periods
 
     def set(self, kernel, value: int, interval: int, absolute: bool) -> None:
@@ -155,7 +156,7 @@ class PosixTimer:
             self.due = None
             return
         self.interval = interval
-        self.due = value if absolute else self.clock.now(kernel) + value
+        self.due = min(KTIME_MAX, value if absolute else self.clock.now(kernel) + value)
         self.active = self.notify != SIGEV_NONE
 
     def reading(self, kernel) -> tuple[int, int]:
