@@ -283,7 +283,7 @@ def test_a_signal_to_the_process_goes_to_a_thread_that_does_not_block_it(kernel)
     tid = _spawn(kernel)
     kernel.signals.blocked = 1 << 9  # MAIN blocks SIGUSR1
     assert call(kernel, "kill", MAIN, 10) == 0
-    assert kernel.threads.find(tid).signals.pending == [(10, signals.SI_USER)]
+    assert kernel.threads.find(tid).signals.pending == [signals.Pending(10, signals.SI_USER)]
     assert kernel.threads.find(MAIN).signals.pending == []
 
 
@@ -345,7 +345,7 @@ def test_an_interval_timer_expires_on_its_clock_and_repeats(kernel):
     kernel.machine.executed += 999_999
     assert not kernel.expire_timers()
     kernel.machine.executed += 1
-    assert kernel.expire_timers() and kernel.signals.pending == [(timers.SIGPROF, 0x80)]  # SI_KERNEL
+    assert kernel.expire_timers() and kernel.signals.pending == [signals.Pending(timers.SIGPROF, 0x80)]  # SI_KERNEL
     assert kernel.deadline() == kernel.machine.executed + 500_000  # armed again for its interval
     assert call(kernel, "getitimer", timers.ITIMER_PROF, SCRATCH + 0x500) == 0
     assert struct.unpack("<iiii", kernel.machine.read(SCRATCH + 0x500, 16)) == (0, 500, 0, 500)
@@ -358,7 +358,7 @@ def test_a_real_timer_counts_sleep_and_ends_a_sleep_with_eintr(kernel):
     start = kernel.now_ns()
     call(kernel, "nanosleep", SCRATCH + 0x200, 0)  # 5 s: the alarm comes first
     assert kernel.now_ns() == start + 3_000_000 and kernel.machine.registers.r[0] == (-errno.EINTR) & 0xFFFFFFFF
-    assert kernel.signals.pending == [(timers.SIGALRM, 0x80)] and kernel.deadline() is None
+    assert kernel.signals.pending == [signals.Pending(timers.SIGALRM, 0x80)] and kernel.deadline() is None
 
 
 def test_timers_refuse_what_linux_refuses(kernel):

@@ -8,11 +8,12 @@ import struct
 
 from harness.linux import signals
 from harness.linux.files import GuestError
+from harness.linux.posix_timers import MAX_TIMERS, clock_of
 from harness.linux.table import ARM_PRIVATE, handles, signed
 from harness.linux.threads import Wait
 
 UTS_FIELDS = (b"Linux", b"unwind-harness", b"6.1.0", b"#1 SMP", b"armv7l", b"(none)")  # struct utsname
-RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
+RLIMIT_STACK, RLIMIT_NOFILE, RLIMIT_SIGPENDING = 3, 7, 11
 RLIM_INFINITY = (1 << 64) - 1
 NSEC = 1_000_000_000
 TIMER_ABSTIME = 1
@@ -112,14 +113,14 @@ def sys_getrandom(kernel, buffer, length, flags):
 
 @handles(263, "clock_gettime")
 def sys_clock_gettime(kernel, clock, address):
-    now = kernel.now_ns()
+    now = clock_of(kernel, signed(clock)).now(kernel)  # the emulated clock, or CPU time (posix_timers)
     kernel.machine.write(address, struct.pack("<iI", now // NSEC, now % NSEC))
     return 0
 
 
 @handles(403, "clock_gettime64")
 def sys_clock_gettime64(kernel, clock, address):
-    now = kernel.now_ns()
+    now = clock_of(kernel, signed(clock)).now(kernel)
     kernel.machine.write(address, struct.pack("<qI4x", now // NSEC, now % NSEC))
     return 0
 
@@ -198,6 +199,8 @@ def sys_rt_sigaction(kernel, signal, action, old_action, set_size):
         kernel.machine.write(old_action, kernel.signals.action(signal).packed())
     if new is not None:
         kernel.signals.actions[signal] = new
+        if new.handler == signals.SIG_IGN or new.handler == signals.SIG_DFL and signal in signals.IGNORED_BY_DEFAULT:
+            signals.discard(kernel.threads.all, signal)  # as Linux flushes what is pending of a signal now ignored
     return 0
 
 
@@ -222,8 +225,8 @@ def sys_rt_sigpending(kernel, address, set_size):
     if set_size != 8:
         raise GuestError(errno.EINVAL)
     pending = 0
-    for signal, _ in kernel.signals.pending:
-        pending |= 1 << (signal - 1)
+    for entry in kernel.signals.pending:
+        pending |= 1 << (entry.signal - 1)
     kernel.machine.write(address, struct.pack("<Q", pending & kernel.signals.blocked))
     return 0
 
@@ -248,6 +251,8 @@ def _limit(resource: int) -> tuple[int, int]:
         return 8 << 20, RLIM_INFINITY
     if resource == RLIMIT_NOFILE:
         return 1024, 4096
+    if resource == RLIMIT_SIGPENDING:  # the POSIX timers a process may have (posix_timers.MAX_TIMERS)
+        return MAX_TIMERS, MAX_TIMERS
     return RLIM_INFINITY, RLIM_INFINITY
 
 

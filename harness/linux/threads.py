@@ -39,6 +39,10 @@ class Wait:
     bitset: int = FUTEX_BITSET_ANY
     deadline_ns: int | None = None
 
+    def timed_out(self) -> int:
+        """The call's result where its deadline comes first: a sleep's 0, a futex wait's ETIMEDOUT."""
+        return 0 if self.futex is None else -errno.ETIMEDOUT
+
 
 @dataclass(eq=False)
 class Thread:
@@ -196,7 +200,7 @@ class Threads:
         for thread in list(self.waiting):
             deadline = thread.wait.deadline_ns
             if deadline is not None and deadline <= now_ns:
-                self.wake(thread, 0 if thread.wait.futex is None else -errno.ETIMEDOUT)
+                self.wake(thread, thread.wait.timed_out())
 
     def _earliest_deadline(self, now_ns: int, sleep, alarm: Alarm | None) -> Thread:
         """No thread is ready: the clock jumps to the first deadline, a
@@ -222,5 +226,5 @@ class Threads:
                               for thread in self.waiting if thread.wait.futex is not None)
             raise SystemCallFault(f"every thread waits and none has a deadline: a deadlock ({waits or 'none'})")
         sleep(max(0, first.wait.deadline_ns - now_ns))
-        self.wake(first, 0 if first.wait.futex is None else -errno.ETIMEDOUT)
+        self.wake(first, first.wait.timed_out())
         return first
