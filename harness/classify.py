@@ -109,13 +109,25 @@ def in_order(traits: Iterable[str]) -> list[str]:
 Where = tuple[str, frozenset, str]  # (function, traits, position) of a stop's pc
 
 
-def where_in_state(where: Where, state: int) -> Where:
+def thread_trait(tid: int) -> str:
+    """The label of the stops of a thread the process made (its tid): a
+    trait of their own, which the reports tell apart per program
+    (report.data.thread_table), not a category."""
+    return f"{THREAD_PREFIX}{tid}"
+
+
+THREAD_PREFIX = "thread "
+
+
+def where_in_state(where: Where, state: int, thread: int = 0) -> Where:
     """`where` at a stop in `state` (abi.STOP_STATES bits: the shadow
-    stack's), with the trait of each bit set."""
+    stack's), with the trait of each bit set; in `thread`, a thread the
+    process made (0: the process's first), labelled with it."""
     if not state:
         return where
     function, traits, position = where
-    return function, traits | {trait for bit, trait in enumerate(STATE_TRAITS) if state >> bit & 1}, position
+    label = {thread_trait(thread)} if thread else set()
+    return function, traits | label | {trait for bit, trait in enumerate(STATE_TRAITS) if state >> bit & 1}, position
 
 
 class Classifier:

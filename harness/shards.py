@@ -14,11 +14,12 @@ is refused with one line naming the file and the JSON path of the field.
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections import Counter
 from typing import NamedTuple, Sequence
 
-from harness.classify import MODULES, NO_INFO, POSITIONS, STATE_TRAITS, TRAITS
+from harness.classify import MODULES, NO_INFO, POSITIONS, STATE_TRAITS, THREAD_PREFIX, TRAITS
 from harness.errors import FAILURE_KINDS, InputError
 from harness.filesystem import read_json
 from harness.report.data import ALL, SCHEMA, elf_group
@@ -120,7 +121,17 @@ def _other_run(command: str, config: dict, first_command: str, first_config: dic
 # ------------------------------------------------------------ the format
 
 POSITION = one_of(POSITIONS)
-TRAIT = one_of((*TRAITS, NO_INFO, *STATE_TRAITS, *MODULES), "a trait")
+_KNOWN_TRAIT = one_of((*TRAITS, NO_INFO, *STATE_TRAITS, *MODULES), "a trait")
+
+
+def _trait(value, where: str) -> None:
+    """A trait, or the label of a thread the process made (classify.thread_trait)."""
+    if isinstance(value, str) and re.fullmatch(rf"{THREAD_PREFIX}[1-9][0-9]{{0,9}}", value):
+        return
+    _KNOWN_TRAIT(value, where)
+
+
+TRAIT = _trait
 KIND = one_of((*FAILURE_KINDS, *MISMATCH_KINDS), "a failure kind")
 COUNTED_KIND = one_of((*FAILURE_KINDS, *MISMATCH_KINDS, *STOPPED_KINDS), "a failure kind, or stopped:MODULE")
 REGISTER = one_of(COMPARED_REGISTERS, "a compared register (r4-r11, d8-d15)")
@@ -152,6 +163,9 @@ CONFIGS = {
     "verify-elf": lambda config, where: (_VERIFY_BARE if isinstance(config, dict) and "entry" in config
                                          else _VERIFY_PROCESS)(config, where),
 }
+# report.data.past_first_frame: walks that matched up to a thread's first frame, and those that invented its caller
+PAST = object_of({"matched": COUNT, "invented": COUNT})
+THREADS = ("main_thread", "spawned_threads")
 SAMPLE = object_of({"program": string, "stop": COUNT, "pc": hex_address, "function": string, "position": POSITION,
                   "kind": KIND, "frame": COUNT, "culprit": string, "detail": string})
 SAMPLES = list_of(SAMPLE, SAMPLES_PER_UNWINDER)
@@ -186,6 +200,7 @@ def _summary(unwinder: Check) -> Check:
     """ProgramSummary as `harness.report.summary.to_json` writes it."""
     count_row = row("a count row [unwinder, traits, position, kind, stops]",
                      unwinder, list_of(TRAIT), POSITION, optional(COUNTED_KIND), COUNT)
+    invented_row = row("an invented row [unwinder, traits, position, walks]", unwinder, list_of(TRAIT), POSITION, COUNT)
     return object_of({"program": string, "stops": COUNT, "instructions": COUNT, "counts": list_of(count_row),
                     "result": optional(WORD), "expected": optional(WORD), "fault": optional(string),
                     "samples": map_of(unwinder, SAMPLES),
@@ -193,7 +208,7 @@ def _summary(unwinder: Check) -> Check:
                     "without_cfi": map_of(unwinder, COUNT), "failing": _failing(unwinder),
                     "methods": CHAIN_METHODS},
                    {"stdout_sha256": optional(string), "expected_stdout_sha256": optional(string),
-                    "sampling": SAMPLING})
+                    "sampling": SAMPLING, "invented": list_of(invented_row)})
 
 
 def _records(unwinder: Check) -> dict[str, Check]:
@@ -205,7 +220,9 @@ def _records(unwinder: Check) -> dict[str, Check]:
                      "failed_in_frames_without_cfi": map_of(unwinder, COUNT), "results": list_of(RESULT_ROW),
                      "culprits": map_of(unwinder, CULPRITS), "failure_samples": map_of(unwinder, SAMPLES),
                      "failing": _failing(unwinder), "chain_methods": CHAIN_METHODS},
-                    {"every": POSITIVE})  # a Linux program verified at samples of mean stride N
+                    {"every": POSITIVE,  # a Linux program verified at samples of mean stride N
+                     "past_first_frame": map_of(unwinder, object_of({thread: PAST for thread in THREADS})),
+                     "threads": map_of(string, object_of({"stops": COUNT, "failed": map_of(unwinder, COUNT)}))})
     more = {"generated": {"size": SIZE, "seconds": SECONDS}, "elf": {"group": group, "size": SIZE, "seconds": SECONDS},
             "linux": {"group": group, "size": optional(SIZE), "seconds": SECONDS}, "stops": {}}
     return {kind: object_of({"index": COUNT, "kind": one_of([kind]), "summary": summary, **more[kind]}) for kind in more}
@@ -288,6 +305,11 @@ def _check_summary(summary: dict, where: str) -> None:
             fail(f"{where}.counts", f"the rows of {show(unwinder)} count {counted} stops, not the summary's "
                                      f"{stops} (every stop is counted once per unwinder)")
     _check_classes(summary["counts"], where)
+    for n, (unwinder, traits, position, count) in enumerate(summary.get("invented", ())):
+        matched = seen.get((unwinder, frozenset(traits), position, None))
+        if count > (0 if matched is None else summary["counts"][matched][4]):
+            fail(f"{where}.invented[{n}]", f"{count} walks are more than the walks of {show(unwinder)} that matched "
+                                            "every frame there (its count row of kind null)")
     culprits = summary["culprits"]
     for unwinder in sorted(set(failing) | set(culprits)):
         blame = culprits.get(unwinder, {"innermost": 0, "deeper": 0, "traits": {}})

@@ -33,7 +33,7 @@ from harness.verify.kernel import pack_rule
 from harness.verify.stops import DEFAULT_BUDGET, verify_program
 from harness.verify.tally import KeyParts, Tally
 from harness.verify.verification import Verification
-from harness.verify.walks import first_difference
+from harness.verify.walks import INVENTED, first_difference
 
 BASE = 0x7000_0000  # where the test stack's bytes start
 SIZE = 0x400
@@ -431,6 +431,61 @@ def test_the_kernel_agrees_with_step(state):
 @given(stop_states(moved_base=True))
 def test_the_kernel_agrees_with_step_where_an_epilogue_moves_its_base(state):
     kernel_agrees_with_step(state)
+
+
+def kernel_agrees_past_the_first_frame(state) -> None:
+    """The shadow stack ends where the walk is right so far (its first
+    `depth` frames): the outermost has no caller. The kernel's step past it
+    invents a caller exactly where walks.first_difference says so."""
+    which_program, name, regs, vfp, cpsr, data, depth, _ = state
+    unwinder = unwinders_of(which_program)[1][UNWINDER_NAMES.index(name)]
+    sp = regs[13]
+    stack = Stack(sp, data[sp - BASE :])
+    frame = Frame(r=tuple(regs), d=(None,) * 8 + (vfp or (None,) * 8) + (None,) * 16, cpsr=cpsr)
+    expected = [shadow_of(f, vfp is not None) for f in python_walk(unwinder, frame, stack, depth)]
+    stop_kernel = kernel.StopKernel([unwinder], bytearray(data), BASE, BASE + SIZE)
+    stop_kernel.verifier.past_bottom = True
+    outermost_first = b"".join(packed(f) for f in reversed(expected))
+    answer = only_answer(stop_kernel.check(regs, regs[15], cpsr, vfp, sp, outermost_first, 0))
+    if answer is kernel.DEFER:
+        return
+    want = first_difference(unwinder, frame, stack, expected, past_bottom=True)
+    if answer is not None:
+        assert outcome(stop_kernel, answer) == want
+        return
+    assert want in (None, INVENTED)
+    assert [n for _, _, n in stop_kernel.verifier.invented()] == ([1] if want == INVENTED else [])
+
+
+class _Gives:
+    """An unwinder whose every step gives `caller`, or fails (None)."""
+
+    name = "gives"
+
+    def __init__(self, caller: Frame | None):
+        self.caller = caller
+
+    def step(self, frame: Frame, stack, innermost: bool) -> Frame:
+        if self.caller is None:
+            raise UnwindFailure("no_info", "nothing here")
+        return self.caller
+
+
+@pytest.mark.parametrize("caller, want", [(None, None), (Frame(r=(0,) * 13 + (0x8000, 0, 0)), None),
+                                          (Frame(r=(0,) * 13 + (0x8000, 0, 0x4321)), INVENTED)])
+def test_the_step_past_a_threads_first_frame_invents_a_caller_only_where_it_gives_a_nonzero_pc(caller, want):
+    """A failing step ends the walk honestly; so does a caller at pc 0 (where
+    every walker stops); any other caller is made up."""
+    frame = Frame(r=(0,) * 13 + (0x7000, 0, 0x1000))
+    stack = Stack(0x7000, bytes(0x2000))
+    assert first_difference(_Gives(caller), frame, stack, [], past_bottom=True) == want
+    assert first_difference(_Gives(caller), frame, stack, []) is None  # not asked: nothing past the frames
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stop_states())
+def test_the_kernel_agrees_with_step_past_a_threads_first_frame(state):
+    kernel_agrees_past_the_first_frame(state)
 
 
 def test_rules_pack_to_what_the_kernel_reads():

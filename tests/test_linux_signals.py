@@ -193,6 +193,20 @@ def test_signals_to_other_processes_and_bad_arguments(kernel):
     assert kernel.signals.blocked == 0  # neither can be blocked
 
 
+@pytest.mark.parametrize("signal, handler", [(10, signals.SIG_IGN), (17, signals.SIG_DFL)])  # SIGCHLD: ignored by default
+def test_what_is_pending_of_a_signal_goes_when_its_action_comes_to_ignore_it(kernel, signal, handler):
+    _install(kernel, signal, Action(0x9001, 0, 0, 0))
+    kernel.machine.write(SCRATCH + 0x40, struct.pack("<Q", 1 << (signal - 1) | 1 << 11))
+    assert call(kernel, "rt_sigprocmask", 0, SCRATCH + 0x40, 0, 8) == 0
+    call(kernel, "kill", 4242, signal)
+    call(kernel, "kill", 4242, 12)
+    assert [entry.signal for entry in kernel.signals.pending] == [signal, 12]
+    _install(kernel, signal, Action(handler, 0, 0, 0))
+    assert kernel.signals.pending == [signals.Pending(12, signals.SI_USER)]  # flushed, as Linux's sigaction does
+    assert call(kernel, "rt_sigpending", SCRATCH + 0x40, 8) == 0
+    assert struct.unpack("<Q", kernel.machine.read(SCRATCH + 0x40, 8))[0] == 1 << 11
+
+
 # ------------------------------------------------------------ crossing signal frames (--signal-frames)
 
 

@@ -32,6 +32,9 @@ from harness.linux.modules import process_program
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.table import SystemCallFault
 from harness.linux.threads import QUANTUM
+from harness.report.data import report_data, thread_table
+from harness.report.markdown import markdown
+from harness.report.summary import summarize
 from harness.unwind import build_unwinders
 from harness.verify.stops import verify_program
 
@@ -282,7 +285,7 @@ def test_a_signal_to_the_process_goes_to_a_thread_that_does_not_block_it(kernel)
     tid = _spawn(kernel)
     kernel.signals.blocked = 1 << 9  # MAIN blocks SIGUSR1
     assert call(kernel, "kill", MAIN, 10) == 0
-    assert kernel.threads.find(tid).signals.pending == [(10, signals.SI_USER)]
+    assert kernel.threads.find(tid).signals.pending == [signals.Pending(10, signals.SI_USER)]
     assert kernel.threads.find(MAIN).signals.pending == []
 
 
@@ -344,7 +347,7 @@ def test_an_interval_timer_expires_on_its_clock_and_repeats(kernel):
     kernel.machine.executed += 999_999
     assert not kernel.expire_timers()
     kernel.machine.executed += 1
-    assert kernel.expire_timers() and kernel.signals.pending == [(timers.SIGPROF, 0x80)]  # SI_KERNEL
+    assert kernel.expire_timers() and kernel.signals.pending == [signals.Pending(timers.SIGPROF, 0x80)]  # SI_KERNEL
     assert kernel.deadline() == kernel.machine.executed + 500_000  # armed again for its interval
     assert call(kernel, "getitimer", timers.ITIMER_PROF, SCRATCH + 0x500) == 0
     assert struct.unpack("<iiii", kernel.machine.read(SCRATCH + 0x500, 16)) == (0, 500, 0, 500)
@@ -358,7 +361,7 @@ def test_a_real_timer_counts_sleep_and_ends_a_sleep(kernel):
     call(kernel, "nanosleep", SCRATCH + 0x200, 0)  # 5 s: the alarm comes first
     assert kernel.now_ns() == start + 3_000_000  # ended, to fail with EINTR or go on as the delivery says
     assert kernel.machine.registers.r[0] == -signals.ERESTART_RESTARTBLOCK & 0xFFFFFFFF
-    assert kernel.signals.pending == [(timers.SIGALRM, 0x80)] and kernel.deadline() is None
+    assert kernel.signals.pending == [signals.Pending(timers.SIGALRM, 0x80)] and kernel.deadline() is None
 
 
 def test_timers_refuse_what_linux_refuses(kernel):
@@ -411,3 +414,50 @@ def test_a_verified_run_that_runs_other_instructions_than_its_first_is_a_fault(m
     monkeypatch.setattr(linux_verify, "discover", lambda run, limits: replace(real(run, limits), instructions=7))
     result = linux_verify.verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]))
     assert "the first 7: the emulation is not deterministic" in result.fault and not result.self_check_ok
+
+
+def test_past_a_threads_first_frame_both_hooks_count_the_callers_a_walk_makes_up():
+    """A thread's first frame has no caller. glibc's _start clears fp and lr,
+    so a frame-pointer walk of the main thread ends there; clone's child
+    path starts with the creator's lr, which a frame-pointer walk of a
+    stop there takes for a caller: a frame made up. Both hooks count alike,
+    the compiled one taking outer walks from the stop before (every stop)."""
+    program = build("threads.c", "-static")
+    names = ["framepointer", "exidx"]
+    results = [linux_verify.verify_process(LinuxRun(program), names, lambda built: build_unwinders(built, names),
+                                           compiled=compiled) for compiled in (True, False)]
+    assert all(result.fault is None for result in results)
+    assert results[0].counts == results[1].counts and results[0].invented == results[1].invented
+    invented = Counter()
+    for (unwinder, traits, _), n in results[0].invented.items():
+        invented[(unwinder, "spawned_thread" in traits)] += n
+    assert invented[("framepointer", False)] == 0 and invented[("framepointer", True)] > 0
+    matched = sum(n for (unwinder, traits, _, kind), n in results[0].counts.items()
+                  if unwinder == "framepointer" and kind is None and "spawned_thread" in traits)
+    assert invented[("framepointer", True)] <= matched
+
+
+def test_each_stop_is_labelled_with_its_thread_and_the_report_counts_per_thread():
+    """The stops of a thread the process made carry its tid (a label the
+    report tells apart per program, not a category), alike in both hooks;
+    the main thread's carry none."""
+    program = build("threads.c", "-static")
+    names = ["v2-code", "framepointer"]
+    results = [linux_verify.verify_process(LinuxRun(program), names, lambda built: build_unwinders(built, names),
+                                           every=7, compiled=compiled) for compiled in (True, False)]
+    assert results[0].counts == results[1].counts
+    labels = {trait for (_, traits, _, _) in results[0].counts for trait in traits if trait.startswith("thread ")}
+    tids = sorted(int(label.split()[1]) for label in labels)
+    assert len(tids) >= 2 and tids == list(range(MAIN + 1, MAIN + 1 + len(tids)))  # as clone gave them
+    assert all(("spawned_thread" in traits) == any(t.startswith("thread ") for t in traits)
+               for (_, traits, _, _) in results[0].counts)
+    summary = summarize(results[0])
+    table = thread_table([summary], names)
+    assert list(table) == ["main", *(f"thread {tid}" for tid in tids)]
+    assert sum(row["stops"] for row in table.values()) == summary.stops
+    failed = sum(n for (unwinder, _, _, kind), n in summary.counts.items()
+                 if unwinder == "framepointer" and kind is not None and not kind.startswith("stopped:"))
+    assert sum(row["failed"]["framepointer"] for row in table.values()) == failed
+    data = report_data([summary], names, None, program)
+    assert "thread 4243" not in {row["category"] for row in data["results"]}  # a label, not a category
+    assert "Failed stops per thread" in markdown(data, "t") and data["threads"] == table

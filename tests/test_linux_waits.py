@@ -284,7 +284,7 @@ def test_a_write_without_a_reader_fails_with_epipe_and_sigpipe(kernel):
     read_end, write_end = _pipe(kernel)
     assert call(kernel, "close", read_end) == 0
     assert _write(kernel, write_end, b"lost") == -errno.EPIPE
-    assert kernel.signals.pending == [(13, 0)]  # SIGPIPE, SI_USER: its default ends the process
+    assert kernel.signals.pending == [signals.Pending(13, 0)]  # SIGPIPE, SI_USER: its default ends the process
 
 
 def test_an_eventfd_read_waits_for_a_write(kernel):
@@ -421,7 +421,7 @@ def test_pselect_lets_a_pending_signal_through_its_mask_at_once(kernel):
     read_end, _ = _pipe(kernel)
     kernel.signals.actions[10] = signals.Action(HANDLER, 0, 0, 0)
     kernel.signals.blocked = SIGUSR1_BIT | SIGTERM_BIT
-    assert call(kernel, "kill", 4242, 10) == 0 and kernel.signals.pending == [(10, 0)]
+    assert call(kernel, "kill", 4242, 10) == 0 and kernel.signals.pending == [signals.Pending(10, 0)]
     kernel.machine.write(SETS, struct.pack("<I", 1 << read_end))
     kernel.machine.write(TIMESPEC, struct.pack("<ii", 0, 0))
     kernel.machine.write(SCRATCH + 0xB00, struct.pack("<QII", 0, SCRATCH + 0xB00, 8))  # the mask, then its pack
@@ -446,7 +446,7 @@ def test_a_signal_ppoll_blocks_waits_until_the_call_is_over(kernel):
     start = kernel.now_ns()
     call(kernel, "ppoll_time64", POLLED, 1, TIMESPEC, SCRATCH + 0xB00, 8)  # SIGALRM at 1 ms: blocked
     assert _r0(kernel) == 0 and kernel.now_ns() == start + 5_000_000  # timed out
-    assert kernel.signals.blocked == 0 and kernel.signals.pending == [(timers.SIGALRM, 0x80)]
+    assert kernel.signals.blocked == 0 and kernel.signals.pending == [signals.Pending(timers.SIGALRM, 0x80)]
     assert _delivered(kernel).r[0] == 0  # delivered once the call is over: no restart
     assert call(kernel, "ppoll_time64", POLLED, 1, TIMESPEC, SCRATCH + 0xB00, 4) == -errno.EINVAL
     assert call(kernel, "epoll_pwait", call(kernel, "epoll_create1", 0), BUFFER, 1, 0, SCRATCH + 0xB00, 4) \

@@ -8,10 +8,11 @@ import struct
 
 from harness.linux import signals
 from harness.linux.files import GuestError
+from harness.linux.posix_timers import MAX_TIMERS, clock_of
 from harness.linux.table import ARM_PRIVATE, handles, signed
 
 UTS_FIELDS = (b"Linux", b"unwind-harness", b"6.1.0", b"#1 SMP", b"armv7l", b"(none)")  # struct utsname
-RLIMIT_STACK, RLIMIT_NOFILE = 3, 7
+RLIMIT_STACK, RLIMIT_NOFILE, RLIMIT_SIGPENDING = 3, 7, 11
 RLIM_INFINITY = (1 << 64) - 1
 NSEC = 1_000_000_000
 GRND_RANDOM, GRND_INSECURE = 0x2, 0x4
@@ -40,8 +41,8 @@ def _send(kernel, target: int, signal: int, code: int, thread: bool = False) -> 
     """kill (to this process: its pid, 0 or -1, every process it may
     signal, itself alone here) or tgkill/tkill (to one of its threads): the
     signal is pending, delivered when the target next returns to user mode;
-    a target that waits is woken (EINTR) to take it. Any other process or
-    thread does not exist (ESRCH)."""
+    its wait ends where the target does not block it (harness.linux.kernel's
+    signal_thread). Any other process or thread does not exist (ESRCH)."""
     if not 0 <= signal <= 64:
         raise GuestError(errno.EINVAL)
     if thread:
@@ -110,14 +111,14 @@ def sys_getrandom(kernel, buffer, length, flags):
 
 @handles(263, "clock_gettime")
 def sys_clock_gettime(kernel, clock, address):
-    now = kernel.now_ns()
+    now = clock_of(kernel, signed(clock)).now(kernel)  # the emulated clock, or CPU time (posix_timers)
     kernel.machine.write(address, struct.pack("<iI", now // NSEC, now % NSEC))
     return 0
 
 
 @handles(403, "clock_gettime64")
 def sys_clock_gettime64(kernel, clock, address):
-    now = kernel.now_ns()
+    now = clock_of(kernel, signed(clock)).now(kernel)
     kernel.machine.write(address, struct.pack("<qI4x", now // NSEC, now % NSEC))
     return 0
 
@@ -162,8 +163,7 @@ def sys_rt_sigaction(kernel, signal, action, old_action, set_size):
     if new is not None:
         kernel.signals.actions[signal] = new
         if signals.ignored(new, signal):  # Linux flushes it from every thread's pending signals (do_sigaction)
-            for thread in kernel.threads.all:
-                thread.signals.pending = [sent for sent in thread.signals.pending if sent[0] != signal]
+            signals.discard(kernel.threads.all, signal)
     return 0
 
 
@@ -188,8 +188,8 @@ def sys_rt_sigpending(kernel, address, set_size):
     if set_size != 8:
         raise GuestError(errno.EINVAL)
     pending = 0
-    for signal, _ in kernel.signals.pending:
-        pending |= 1 << (signal - 1)
+    for entry in kernel.signals.pending:
+        pending |= 1 << (entry.signal - 1)
     kernel.machine.write(address, struct.pack("<Q", pending & kernel.signals.blocked))
     return 0
 
@@ -214,6 +214,8 @@ def _limit(resource: int) -> tuple[int, int]:
         return 8 << 20, RLIM_INFINITY
     if resource == RLIMIT_NOFILE:
         return 1024, 4096
+    if resource == RLIMIT_SIGPENDING:  # the POSIX timers a process may have (posix_timers.MAX_TIMERS)
+        return MAX_TIMERS, MAX_TIMERS
     return RLIM_INFINITY, RLIM_INFINITY
 
 

@@ -14,6 +14,7 @@ import errno
 import hashlib
 import stat
 import weakref
+from functools import partial
 from typing import Callable
 
 from harness.linux import (  # noqa: F401  (they register the handlers)
@@ -26,8 +27,10 @@ from harness.linux import (  # noqa: F401  (they register the handlers)
     calls_pipes,
     calls_prctl,
     calls_process,
+    calls_sigwait,
     calls_tasks,
     calls_threads,
+    calls_timers,
     calls_xattr,
     timers,
 )
@@ -38,7 +41,8 @@ from harness.linux.machine import BadAddress, Machine
 from harness.linux.maps import Vmas
 from harness.linux.memory import AddressSpace
 from harness.linux.names import NAMES
-from harness.linux.signals import Signals, ignored
+from harness.linux.posix_timers import CpuTimes
+from harness.linux.signals import Signals
 from harness.linux.special import DEV_MODE, Image, Null, SpecialFiles
 from harness.linux.table import CALLS, SystemCallFault
 from harness.linux.threads import Alarm, Blocked, Switch, Thread, Threads
@@ -90,6 +94,7 @@ class LinuxKernel:
         self._random_blocks = 0
         self.threads = Threads(Thread(PID, 0, Signals()))  # stack top 0: the initial stack
         self.timers = timers.Timers()
+        self.cpu_times = CpuTimes()
         self.pid = PID
         self.calls: dict[str, int] = {}  # name -> times called, for the report
         # (start, end, guest path, file offset) of every file mapping: where ld.so put the libraries
@@ -138,11 +143,35 @@ class LinuxKernel:
         if len(threads.all) == 1 and threads.current.wait is None:  # most processes, at most calls
             threads.yielded = False
             return None
-        return threads.reschedule(self.machine, self.machine.instructions(), self.now_ns, self._sleep,
-                                  Alarm(self.timers.real_due, self.expire_timers))
+        return self._switched(threads.reschedule(self.machine, self.machine.instructions(), self.now_ns,
+                                                 self._sleep, Alarm(partial(self.timers.real_due, self), self._ring)))
 
     def _sleep(self, nanoseconds: int) -> None:
         self.slept_ns += nanoseconds
+
+    def _switched(self, switch: Switch | None) -> Switch | None:
+        """The thread that left the processor is charged its instructions (its CPU time)."""
+        if switch is not None:
+            self.cpu_times.switched(switch.left, self.machine.instructions())
+        return switch
+
+    def _ring(self) -> None:
+        """Every thread waits and the alarm's time came: the timers expire.
+        Where that woke no thread and no wait has a deadline, the clock goes
+        on to the next POSIX timer's due time (a signal another thread blocks
+        wakes none, a later timer's may), once for each at most: a timer
+        whose signal waits is not due again."""
+        self.expire_timers()
+        threads = self.threads
+        for _ in range(len(self.timers.posix.by_id)):
+            if any(thread.wait is None and not thread.exited for thread in threads.all) \
+                    or any(thread.wait.deadline_ns is not None for thread in threads.waiting):
+                return
+            due = self.timers.posix.real_due(self)
+            if due is None:
+                return
+            self._sleep(max(0, due - self.now_ns()))
+            self.expire_timers()
 
     def deadline(self) -> int | None:
         """The instruction count at which a timer expires or, with another
@@ -155,32 +184,44 @@ class LinuxKernel:
         threads = self.threads
         if threads.slice_end() is None or self.machine.instructions() < threads.slice_end():
             return None
-        return threads.reschedule(self.machine, self.machine.instructions(), self.now_ns, self._sleep)
+        return self._switched(threads.reschedule(self.machine, self.machine.instructions(), self.now_ns,
+                                                 self._sleep))
 
     def expire_timers(self) -> bool:
         """The timers whose time has come send their signals (harness.linux.timers)."""
         return self.timers.expire(self, lambda signal: self.signal_process(signal, SI_KERNEL))
 
-    def signal_process(self, signal: int, code: int) -> None:
+    def signal_process(self, signal: int, code: int, timer=None) -> None:
         """`signal` sent to the process: the thread that takes it is the
         running one where it does not block it, else the first that does
-        not (else the running one)."""
+        not or that waits for it in rt_sigtimedwait (else the running one).
+        It is dropped as it is sent where the process ignores it and the
+        thread group's leader does not block it (sig_ignored, asked of the
+        task the pid names). `timer`: the POSIX timer whose signal it is."""
         threads = self.threads
+        if threads.all[0].signals.ignores(signal):
+            return
         takers = [threads.current] + [thread for thread in threads.live() if thread is not threads.current]
         bit = 1 << (signal - 1)
-        self.signal_thread(next((thread for thread in takers if not thread.signals.blocked & bit), threads.current),
-                           signal, code)
+        taker = next((thread for thread in takers
+                      if not thread.signals.blocked & bit or calls_sigwait.waits_for(thread, signal)), threads.current)
+        self._queue(taker, signal, code, timer)
 
-    def signal_thread(self, thread: Thread, signal: int, code: int) -> None:
-        """`signal` pending on `thread`, whose wait it ends where the thread
-        does not block it (threads.interrupt). One the process ignores and
-        the thread does not block is dropped as it is sent, as Linux drops
-        it (sig_ignored): it ends no wait."""
-        blocked = thread.signals.blocked >> (signal - 1) & 1
-        if not blocked and ignored(thread.signals.action(signal), signal):
+    def signal_thread(self, thread: Thread, signal: int, code: int, timer=None) -> None:
+        """`signal` sent to `thread` (tgkill, SIGPIPE, a SIGEV_THREAD_ID
+        timer's): dropped as it is sent where the process ignores it and the
+        thread does not block it (sig_ignored): it ends no wait."""
+        if not thread.signals.ignores(signal):
+            self._queue(thread, signal, code, timer)
+
+    def _queue(self, thread: Thread, signal: int, code: int, timer) -> None:
+        """`signal` pending on `thread`: taken at once where it waits for it
+        in rt_sigtimedwait, else its wait ends where it does not block it
+        (threads.interrupt: the call returns its restart code)."""
+        thread.signals.send(signal, code, timer)
+        if calls_sigwait.takes(self, thread, signal):
             return
-        thread.signals.send(signal, code)
-        if not blocked:
+        if not thread.signals.blocked >> (signal - 1) & 1:
             self.threads.interrupt(thread)
 
     # ---- shared by the handlers
@@ -213,6 +254,10 @@ class LinuxKernel:
     def cpu_ns(self) -> int:
         """The process's CPU time: its instructions (no time in the kernel counts)."""
         return self.machine.instructions() * NS_PER_INSTRUCTION
+
+    def thread_cpu_ns(self, thread: Thread) -> int:
+        """`thread`'s CPU time: the instructions it ran."""
+        return self.cpu_times.of(thread, self.threads.current, self.machine.instructions()) * NS_PER_INSTRUCTION
 
     def now_ns(self) -> int:
         """The clock: FIXED_TIME, plus a nanosecond an instruction the process

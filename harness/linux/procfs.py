@@ -74,7 +74,7 @@ def status(kernel) -> bytes:
     stack = sum(vma.end - vma.start for vma in areas if vma.name == "[stack]") >> 10
     files = sum(vma.end - vma.start for vma in areas if vma.is_file) >> 10
     ignored, caught = _signal_sets(kernel)
-    pending = sum(1 << (signal - 1) for signal, _ in kernel.signals.pending)
+    pending = sum(1 << (signal - 1) for signal in {entry.signal for entry in kernel.signals.pending})
     fd_size = 32 if max(kernel.fds, default=0) < 32 else max(256, 1 << max(kernel.fds).bit_length())
     rows = [("Name", kernel.comm), ("Umask", "0022"), ("State", "R (running)"), ("Tgid", PID), ("Ngid", 0),
             ("Pid", PID), ("PPid", 1), ("TracerPid", 0), ("Uid", "0\t0\t0\t0"), ("Gid", "0\t0\t0\t0"),

@@ -13,13 +13,17 @@ or the kernel's own trampoline (TRAMPOLINES, in the vectors page), whose
 `sigreturn` restores that context. A signal whose action is the default
 ends the process, or is dropped where the default is to ignore it; a stop
 signal, with no job control to resume it, ends the run as a fault.
-A signal the process ignores is dropped as it is sent and ends no wait.
+A signal the process ignores is dropped as it is sent and ends no wait
+(harness.linux.kernel's signal_thread; a POSIX timer does not queue it).
 A wait it ends makes its call return a restart code, which the delivery
 turns into what Linux gives the program (`_restart`): EINTR, or the call
-run again (SA_RESTART, or no handler to run).
+run again (SA_RESTART, or no handler to run); rt_sigtimedwait returns
+EINTR itself (harness.linux.calls_sigwait).
 A faulting instruction raises its signal at once (`fault`: SIGSEGV and
 SIGBUS from an access, SIGILL and SIGTRAP from the instruction), as Linux
-forces it. A timer is not emulated: its call ends the run as a fault.
+forces it. A POSIX timer's signal (harness.linux.posix_timers) carries
+the timer in its pending entry: its siginfo is made when it is taken off
+the list, where Linux also arms a periodic timer again.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import errno
 import struct
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from harness.linux.loader import KUSER_PAGE, TRAMPOLINE_OFFSET
 from harness.linux.machine import BadAddress, Context
@@ -96,24 +100,39 @@ class Action(NamedTuple):
 DEFAULT = Action(SIG_DFL, 0, 0, 0)
 
 
+class Pending(NamedTuple):
+    """A signal pending on a thread."""
+
+    signal: int
+    code: int  # si_code
+    timer: Any = None  # the POSIX timer whose signal it is (harness.linux.posix_timers.PosixTimer)
+
+
 @dataclass
 class Signals:
     """One process's signal state."""
 
     actions: dict[int, Action] = field(default_factory=dict)
     blocked: int = 0  # bit (signal - 1)
-    pending: list[tuple[int, int]] = field(default_factory=list)  # (signal, si_code), in the order sent
+    pending: list[Pending] = field(default_factory=list)  # in the order sent
     altstack: tuple[int, int, int] = (0, SS_DISABLE, 0)  # ss_sp, ss_flags, ss_size
     saved_mask: int | None = None  # the mask to come back to after a wait that runs under another (wait_mask)
 
     def action(self, signal: int) -> Action:
         return self.actions.get(signal, DEFAULT)
 
-    def send(self, signal: int, code: int) -> None:
-        """`signal` sent to the process; a standard signal already pending is not queued twice."""
-        if signal < 32 and any(pending == signal for pending, _ in self.pending):
+    def ignores(self, signal: int) -> bool:
+        """Whether `signal` sent now would be dropped (sig_ignored: a blocked
+        signal never is, its action may change before it is unblocked)."""
+        return not self.blocked >> (signal - 1) & 1 and ignored(self.action(signal), signal)
+
+    def send(self, signal: int, code: int, timer=None) -> None:
+        """`signal` sent to the process; a standard signal already pending is
+        not queued twice, but a timer's has its own entry (Linux's
+        preallocated one for the timer)."""
+        if timer is None and signal < 32 and any(pending.signal == signal for pending in self.pending):
             return
-        self.pending.append((signal, code))
+        self.pending.append(Pending(signal, code, timer))
 
     def restore_mask(self) -> None:
         """The call that ran under another mask is over: the thread's own again."""
@@ -122,14 +141,39 @@ class Signals:
 
     def deliverable(self) -> bool:
         """Is a signal pending that is not blocked (one that ends a wait)?"""
-        return any(not self.blocked >> (signal - 1) & 1 for signal, _ in self.pending)
+        return any(not self.blocked >> (pending.signal - 1) & 1 for pending in self.pending)
 
-    def next_deliverable(self) -> tuple[int, int] | None:
-        """The first pending signal not blocked, taken off the list."""
-        for index, (signal, code) in enumerate(self.pending):
-            if not self.blocked >> (signal - 1) & 1:
+    def take(self, signals: int) -> Pending | None:
+        """The first pending signal of the set `signals` (bit signal - 1), taken off the list."""
+        for index, pending in enumerate(self.pending):
+            if signals >> (pending.signal - 1) & 1:
                 return self.pending.pop(index)
         return None
+
+    def next_deliverable(self) -> Pending | None:
+        """The first pending signal not blocked, taken off the list."""
+        return self.take(~self.blocked)
+
+
+def siginfo(kernel, taken: Pending) -> bytes:
+    """The siginfo of a signal taken off its list: a timer's (si_timerid,
+    si_overrun, si_value: taking it is where its timer counts its overruns
+    and is armed again), else the sender's (si_pid, si_uid)."""
+    if taken.timer is not None:
+        timer_id, overrun, value = taken.timer.dequeued(kernel)
+        return struct.pack("<iiiiiI", taken.signal, 0, taken.code, timer_id, overrun, value)
+    return struct.pack("<iiiiI", taken.signal, 0, taken.code, kernel.pid, 0)
+
+
+def discard(threads, signal: int) -> None:
+    """`signal` is ignored now: its pending entries go, on every thread (a
+    timer's may be queued again, its periodic rearm is lost, as in Linux's
+    flush_sigqueue_mask)."""
+    for thread in threads:
+        for pending in [pending for pending in thread.signals.pending if pending.signal == signal]:
+            thread.signals.pending.remove(pending)
+            if pending.timer is not None:
+                pending.timer.queued = False
 
 
 def ignored(action: Action, signal: int) -> bool:
@@ -146,7 +190,7 @@ def deliver_pending(kernel) -> Context | None:
     thread = kernel.threads.current
     interrupted, thread.interrupted = thread.interrupted, False
     while (taken := kernel.signals.next_deliverable()) is not None:
-        signal, code = taken
+        signal, info = taken.signal, siginfo(kernel, taken)  # as get_signal: a timer's rearmed
         action = kernel.signals.action(signal)
         if ignored(action, signal):
             continue
@@ -157,7 +201,7 @@ def deliver_pending(kernel) -> Context | None:
             return None
         if interrupted:
             _restart(kernel, thread, action.flags)
-        return _run_handler(kernel, signal, code, action)
+        return _run_handler(kernel, signal, action, info)
     if interrupted:
         _restart(kernel, thread, None)
     kernel.signals.restore_mask()
@@ -219,13 +263,13 @@ def fault(kernel, signal: int, code: int, address: int) -> Context | None:
     if action.handler == SIG_DFL:
         kernel.end(-signal)
         return None
-    return _run_handler(kernel, signal, code, action, address)
+    return _run_handler(kernel, signal, action, struct.pack("<iiiI", signal, 0, code, address), address)
 
 
-def _run_handler(kernel, signal: int, code: int, action: Action, address: int | None = None) -> Context | None:
-    """Run `action`'s handler for `signal`: its frame, its registers. `address`:
-    a fault's (siginfo's si_addr and sigcontext's fault_address); None: a
-    signal sent (si_pid, si_uid)."""
+def _run_handler(kernel, signal: int, action: Action, info: bytes, address: int = 0) -> Context | None:
+    """Run `action`'s handler for `signal`: its frame (with siginfo `info`
+    where the handler takes SA_SIGINFO), its registers. `address`: a
+    fault's (sigcontext's fault_address)."""
     machine, signals = kernel.machine, kernel.signals
     interrupted = machine.context()
     rt = bool(action.flags & SA_SIGINFO)
@@ -237,16 +281,14 @@ def _run_handler(kernel, signal: int, code: int, action: Action, address: int | 
     frame = (sp - FRAME_SIZE[rt]) & ~7
     ucontext = frame + SIGINFO_SIZE if rt else frame
     image = bytearray(FRAME_SIZE[rt])
-    if rt and address is None:
-        struct.pack_into("<iiiiI", image, 0, signal, 0, code, kernel.pid, 0)  # si_signo, si_errno, si_code, si_pid, si_uid
-    elif rt:
-        struct.pack_into("<iiiI", image, 0, signal, 0, code, address)  # si_signo, si_errno, si_code, si_addr
+    if rt:
+        image[: len(info)] = info
     at = ucontext - frame
     stack_flags = SS_ONSTACK if on_altstack else ss_flags
     struct.pack_into("<IIIiI", image, at, 0, 0, ss_sp, stack_flags, ss_size)
     kept = signals.blocked if signals.saved_mask is None else signals.saved_mask  # sigmask_to_save
     SIGCONTEXT.pack_into(image, at + MCONTEXT_AT, 0, 0, kept & 0xFFFFFFFF, *interrupted.r,
-                         interrupted.cpsr, address or 0)
+                         interrupted.cpsr, address)
     struct.pack_into("<Q", image, at + MASK_AT, kept)
     VFP.pack_into(image, at + REGSPACE_AT, VFP_MAGIC, VFP_SIZE, *interrupted.d, interrupted.fpscr, 0x40000000, 0, 0)
     try:

@@ -1,18 +1,19 @@
 """The threads of one process, and the one scheduler that runs them all on
 the one engine, deterministically.
 
-A thread runs until it blocks (a futex wait, a sleep, a wait on files),
-exits, yields, or has had QUANTUM instructions since it got the processor
-while another is ready: the hook that follows the run stops before the
-instruction at which its time slice ends (the kernel's deadline), as a
-timer interrupt would. The next ready thread in creation order after it
-then runs: the whole user context (core and VFP registers, TLS) of the
-thread leaving is kept, the next one's restored. Every decision depends on
-the instructions run and the calls made, both the same in every run of the
-program, so a run repeats byte for byte. When no thread is ready, the
-clock jumps to the earliest deadline of one that waits (or of the
-process's alarm); with none, every thread waits on another: the run ends
-as a deadlock, named.
+A thread runs until it blocks (a futex wait, a sleep, a wait on files,
+a wait for a signal in rt_sigtimedwait), exits, yields, or has had QUANTUM
+instructions since it got the processor while another is ready: the hook
+that follows the run stops before the instruction at which its time slice
+ends (the kernel's deadline), as a timer interrupt would. The next ready
+thread in creation order after it then runs: the whole user context (core
+and VFP registers, TLS) of the thread leaving is kept, the next one's
+restored. Every decision depends on the instructions run and the calls
+made, both the same in every run of the program, so a run repeats byte
+for byte. When no thread is ready, the clock jumps to the earliest
+deadline of one that waits, or of the process's alarm or a POSIX timer
+whose signal wakes a thread (`Alarm`); with none, every thread waits on
+another: the run ends as a deadlock, each wait named.
 
 A wait on files (a pipe, an eventfd, poll, select, epoll) keeps what would
 make them ready (`Wait.ready`), asked at every reschedule: once it holds,
@@ -22,7 +23,9 @@ kernel): it finds its files ready and completes, finds them taken by a
 thread that ran first and waits again, or returns what its timeout
 returns. A signal ends a wait as Linux's does: the call returns one of the
 kernel's restart codes (`Wait.restart`), which the delivery turns into
-EINTR or into the call run again (harness.linux.signals.deliver_pending).
+EINTR or into the call run again (harness.linux.signals.deliver_pending);
+rt_sigtimedwait returns EINTR itself, as do_sigtimedwait does
+(harness.linux.calls_sigwait.SignalWait).
 """
 
 from __future__ import annotations
@@ -43,10 +46,11 @@ FUTEX_BITSET_ANY = 0xFFFFFFFF
 @dataclass
 class Wait:
     """Why a thread does not run: a futex word (with the bits a wake must
-    share), files (`files` names them, `ready` says when they are), or a
-    sleep (neither); until `deadline_ns` on the emulated clock (None: until
-    woken). A signal ends it: its call returns -`restart`, or what
-    `interrupted` returns (a sleep writes the time left first)."""
+    share), files (`files` names them, `ready` says when they are), a
+    sleep (neither), or signals (calls_sigwait.SignalWait); until
+    `deadline_ns` on the emulated clock (None: until woken). A signal ends
+    it: its call returns -`restart`, or what `interrupted` returns (a sleep
+    writes the time left first)."""
 
     futex: int | None = None
     bitset: int = FUTEX_BITSET_ANY
@@ -56,6 +60,15 @@ class Wait:
     ready: Callable[[], bool] | None = None
     again: Callable[[], int] | None = None  # the call going on once ready or at its deadline: its result
     interrupted: Callable[[], int] | None = None
+
+    def timed_out(self) -> int:
+        """The call's result where its deadline comes first: a sleep's 0, a
+        futex wait's ETIMEDOUT (a call on files goes on instead: `again`)."""
+        return 0 if self.futex is None else -errno.ETIMEDOUT
+
+    def named(self) -> str:
+        """The wait, as a deadlock's fault names it."""
+        return f"on the futex at {self.futex:#x}" if self.futex is not None else f"on {self.files}"
 
 
 class Blocked(Exception):
@@ -85,7 +98,7 @@ class Thread:
 
 
 class Alarm(NamedTuple):
-    """A timer that can end a wait of the whole process (ITIMER_REAL)."""
+    """The timers that can end a wait of the whole process (ITIMER_REAL, POSIX timers on the emulated clock)."""
 
     due: Callable[[], int | None]  # its due time on the emulated clock (None: not armed)
     ring: Callable[[], object]  # it expires: its signal is sent
@@ -251,10 +264,11 @@ class Threads:
 
     def _end(self, thread: Thread) -> None:
         """`thread`'s wait is over without a wake: a sleep returns 0, a
-        futex wait ETIMEDOUT, a call on files goes on when the thread runs."""
+        futex wait ETIMEDOUT, a signal wait EAGAIN (Wait.timed_out), a call
+        on files goes on when the thread runs."""
         wait = thread.wait
         if wait.again is None:
-            self.wake(thread, 0 if wait.futex is None else -errno.ETIMEDOUT)
+            self.wake(thread, wait.timed_out())
             return
         thread.wait = None
         self.waiting.remove(thread)
@@ -287,10 +301,9 @@ class Threads:
     def _deadlock(self) -> SystemCallFault:
         """Every thread waits and none has a deadline: the fault names each wait."""
         live = self.live()
-        if len(live) == 1 and live[0].wait.futex is None:
+        if len(live) == 1 and live[0].wait.files:
             return SystemCallFault(f"{live[0].wait.files} with no other thread: it would wait forever")
-        waits = ", ".join(f"thread {thread.tid} on the futex at {thread.wait.futex:#x}" if thread.wait.futex is not None
-                          else f"thread {thread.tid} on {thread.wait.files}" for thread in self.waiting)
+        waits = ", ".join(f"thread {thread.tid} {thread.wait.named()}" for thread in self.waiting)
         return SystemCallFault(f"every thread waits and none has a deadline: a deadlock ({waits or 'none'})")
 
 

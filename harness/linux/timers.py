@@ -7,8 +7,10 @@ A timer expires at an exact instruction: the hook that follows the run
 stops before the instruction at which its clock reaches the timer's
 due time (harness.verify.emulator), the signal is sent to the process,
 and a handler runs there, interrupting whatever ran, as a device's timer
-interrupt does. Where every thread waits, the clock jumps to ITIMER_REAL's
-due time as to a sleep's end. The same run, the same expiries.
+interrupt does. The process's POSIX timers (harness.linux.posix_timers)
+expire with them. Where every thread waits, the clock jumps to the first
+due time on the emulated clock (ITIMER_REAL's or a POSIX timer's) as to a
+sleep's end. The same run, the same expiries.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import struct
 from dataclasses import dataclass
 
 from harness.linux.files import GuestError
+from harness.linux.posix_timers import PosixTimers
 from harness.linux.table import handles
 
 ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF = 0, 1, 2
@@ -34,10 +37,11 @@ class Timer:
 
 
 class Timers:
-    """The process's three interval timers."""
+    """The process's three interval timers, and its POSIX timers."""
 
     def __init__(self):
         self.armed: dict[int, Timer] = {}
+        self.posix = PosixTimers()
 
     @staticmethod
     def clock(kernel, which: int) -> int:
@@ -49,16 +53,20 @@ class Timers:
         where nothing sleeps meanwhile (None: none is armed)."""
         counts = [kernel.machine.instructions() + max(0, timer.due - self.clock(kernel, which))
                   for which, timer in self.armed.items()]  # a nanosecond an instruction (kernel.NS_PER_INSTRUCTION)
-        return min(counts, default=None)
+        counts.append(self.posix.next_instruction(kernel))
+        return min((count for count in counts if count is not None), default=None)
 
-    def real_due(self) -> int | None:
-        """ITIMER_REAL's due time (ns), where it is armed."""
+    def real_due(self, kernel) -> int | None:
+        """The first due time (ns) on the emulated clock: ITIMER_REAL's, or
+        a POSIX timer's (PosixTimers.real_due)."""
         timer = self.armed.get(ITIMER_REAL)
-        return None if timer is None else timer.due
+        dues = [None if timer is None else timer.due, self.posix.real_due(kernel)]
+        return min((due for due in dues if due is not None), default=None)
 
     def expire(self, kernel, send) -> bool:
-        """Send the signal of each timer whose time has come (`send(signal)`),
-        arming it again where it repeats; whether any expired."""
+        """Send the signal of each interval timer whose time has come
+        (`send(signal)`), arming it again where it repeats, then expire the
+        POSIX timers; whether any expired."""
         expired = False
         for which in sorted(self.armed):
             timer, now = self.armed[which], self.clock(kernel, which)
@@ -70,7 +78,7 @@ class Timers:
                 timer.due += ((now - timer.due) // timer.interval + 1) * timer.interval  # overruns are not queued
             else:
                 del self.armed[which]
-        return expired
+        return self.posix.expire(kernel) or expired
 
 
 def _as_ns(seconds: int, microseconds: int) -> int:

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Iterable, Sequence
 
 from harness import __version__
-from harness.classify import MODULES, OWN, POSITIONS, TRAITS, in_order
+from harness.classify import MODULES, OWN, POSITIONS, SPAWNED_THREAD, THREAD_PREFIX, TRAITS, in_order
 from harness.report.failing import to_json as failing_json
 from harness.report.summary import Culprits, ProgramSummary, combine, methods_json
 from harness.unwind import RESTORES  # what each unwinder is checked on
@@ -23,7 +23,8 @@ SCHEMA = 1
 def categories(counts: Counter) -> list[str]:
     seen = {trait for (_, traits, _, _) in counts for trait in traits}
     modules = [module for module in MODULES if module in seen]  # a process's: where the code comes from
-    extra = sorted(seen - set(TRAITS) - set(MODULES))  # e.g. no_info for code without CFI
+    # e.g. no_info for code without CFI; not a thread's label, a program's own (thread_table)
+    extra = sorted(trait for trait in seen - set(TRAITS) - set(MODULES) if not trait.startswith(THREAD_PREFIX))
     return [ALL, *TRAITS, *extra, *modules]
 
 
@@ -60,6 +61,46 @@ def result_rows(summaries: Sequence[ProgramSummary], unwinders: Sequence[str]) -
         counts.update(summary.counts)
     return [_row(counts, unwinder, category, position)
             for unwinder in unwinders for category in categories(counts) for position in (*POSITIONS, ALL)]
+
+
+def past_first_frame(summaries: Sequence[ProgramSummary], unwinders: Sequence[str]) -> dict | None:
+    """Per unwinder, in the main thread and in the threads the process made:
+    the walks that matched every frame up to the thread's first, which has
+    no caller, and of those the walks whose step past it made one up
+    (harness.verify.walks.INVENTED); None where no summary is a process's
+    (a bare-metal function's outermost frame is the harness's, compared)."""
+    processes = [summary for summary in summaries if summary.stdout_sha256 is not None]
+    if not processes:
+        return None
+    table = {unwinder: {thread: {"matched": 0, "invented": 0} for thread in ("main_thread", "spawned_threads")}
+             for unwinder in unwinders}
+    for summary in processes:
+        for (unwinder, traits, _, kind), n in summary.counts.items():
+            if kind is None and unwinder in table:
+                table[unwinder]["spawned_threads" if SPAWNED_THREAD in traits else "main_thread"]["matched"] += n
+        for (unwinder, traits, _), n in summary.invented.items():
+            if unwinder in table:
+                table[unwinder]["spawned_threads" if SPAWNED_THREAD in traits else "main_thread"]["invented"] += n
+    return table
+
+
+def thread_table(summaries: Sequence[ProgramSummary], unwinders: Sequence[str]) -> dict | None:
+    """Per thread of a process that made threads ("main", then each
+    "thread TID" in the order of their tids): its stops, and per unwinder
+    the failed ones (wrong, or refused in the program's own code); None
+    where no stop is in a thread the process made."""
+    rows: dict[str, dict] = {}
+    for summary in summaries:
+        for (unwinder, traits, _, kind), n in summary.counts.items():
+            label = next((trait for trait in traits if trait.startswith(THREAD_PREFIX)), "main")
+            row = rows.setdefault(label, {"stops": 0, "failed": {u: 0 for u in unwinders}})
+            if unwinder == unwinders[0]:
+                row["stops"] += n
+            if kind is not None and not kind.startswith(STOPPED_PREFIX) and unwinder in row["failed"]:
+                row["failed"][unwinder] += n
+    if set(rows) <= {"main"}:
+        return None
+    return {label: rows[label] for label in sorted(rows, key=lambda label: (label != "main", len(label), label))}
 
 
 def culprit_table(summary: ProgramSummary, unwinders: Sequence[str]) -> dict[str, dict]:
@@ -100,7 +141,14 @@ def report_data(summaries: Sequence[ProgramSummary], unwinders: Sequence[str], s
         "failing": {s.program: failing_json(s.failing) for s in summaries},
         # chain -> method -> frames it gave, and right ones, each walk followed to its first wrong frame
         "chain_methods": methods_json(whole.methods),
+        **_past_first_frame_field(summaries, unwinders),
     }
+
+
+def _past_first_frame_field(summaries: Sequence[ProgramSummary], unwinders: Sequence[str]) -> dict:
+    """A process's thread fields: past_first_frame, and the thread_table where it made threads."""
+    table, threads = past_first_frame(summaries, unwinders), thread_table(summaries, unwinders)
+    return {**({} if table is None else {"past_first_frame": table}), **({} if threads is None else {"threads": threads})}
 
 
 def process_fields(summary: ProgramSummary) -> dict:
@@ -129,6 +177,7 @@ def elf_group(summary: ProgramSummary, unwinders: Sequence[str], label: dict, pr
         "failure_samples": {u: summary.samples.get(u, []) for u in unwinders},
         "failing": failing_json(summary.failing),
         "chain_methods": methods_json(summary.methods),
+        **_past_first_frame_field([summary], unwinders),
     }
 
 

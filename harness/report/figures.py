@@ -234,7 +234,18 @@ def signals(reports: dict) -> list[str]:
         cells = [_percent_of([index[(u, trait, ALL)] for index in indexes if (u, trait, ALL) in index])
                  for u in names]
         lines.append(f"| `{trait}` | " + " | ".join(cells) + " |")
+    tables = [g["past_first_frame"] for g in groups if "past_first_frame" in g]
+    if tables:  # the walks that matched up to a thread's first frame, and then made a caller up (main / others)
+        cells = [" / ".join(_invented_share(tables, u, thread) for thread in ("main_thread", "spawned_threads"))
+                 for u in names]
+        lines.append("| invented: main / spawned | " + " | ".join(cells) + " |")
     return lines
+
+
+def _invented_share(tables: list[dict], unwinder: str, thread: str) -> str:
+    matched = sum(t[unwinder][thread]["matched"] for t in tables if unwinder in t)
+    invented = sum(t[unwinder][thread]["invented"] for t in tables if unwinder in t)
+    return f"{100 * invented / matched:.0f}%" if matched else "-"
 
 
 BLOCKS: dict[str, Callable[[dict], list[str]]] = {

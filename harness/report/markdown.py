@@ -13,11 +13,13 @@ from harness.report.tables import (
     group_cells,
     linux_cells,
     not_verified,
+    past_first_frame_cells,
     rate,
     size_cells,
     stopped_line,
     table_cells,
     table_lines,
+    thread_cells,
     unwinder_names,
 )
 
@@ -66,6 +68,9 @@ def markdown(data: dict, title: str) -> str:
     out += size_lines(data.get("sizes"))
     out += elf_lines(data.get("elf", []))
     out += linux_lines(data.get("linux", []))
+    out += thread_lines(data.get("threads"))
+    out += past_first_frame_lines([group["past_first_frame"] for group in [*data.get("linux", []), data]
+                                   if "past_first_frame" in group])
     programs = data["programs"]
     out += ["", "## Programs", "", "| program | stops | self-check |", "|---|---|---|"]
     out += [f"| {p['name']} | {p['stops']}{stride_cell(p.get('sampling'))} | {p['self_check']} |" for p in programs]
@@ -138,7 +143,30 @@ def linux_lines(groups: list[dict]) -> list[str]:
         out += ["", f"### {group['build']} ({group['compiler']}, {' '.join(group['flags'])})", "",
                 *table_lines(header)]
         out += ["| " + " | ".join(row) + " |" for row in body]
+        out += thread_lines(group.get("threads"))
     return out
+
+
+def thread_lines(threads: dict | None) -> list[str]:
+    if not threads:
+        return []
+    return _table("Failed stops per thread (main: the process's first; the others by tid, as it made them):",
+                  *thread_cells(threads))
+
+
+def past_first_frame_lines(tables: list[dict]) -> list[str]:
+    if not tables:
+        return []
+    return ["", "## Past each thread's first frame"] + _table(
+        "A thread's first frame (the process's entry; a thread's, clone's child path) has no caller: a right "
+        "walk ends there. Of the walks that matched every frame up to it, those whose next step made a "
+        "caller up (a profiler would show it as the stack's root; a caller at pc 0 is the end walkers stop "
+        "at, not counted): invented / matched.", *past_first_frame_cells(tables))
+
+
+def _table(intro: str, header: list[str], body: list[list[str]]) -> list[str]:
+    """A paragraph, then its table."""
+    return ["", intro, "", *table_lines(header)] + ["| " + " | ".join(row) + " |" for row in body]
 
 
 def elf_lines(groups: list[dict]) -> list[str]:

@@ -64,6 +64,7 @@ class ProgramSummary:
     failing: dict = field(default_factory=dict)  # unwinder -> (function, position, kind) -> Group (report.failing)
     methods: Counter = field(default_factory=Counter)  # (chain, method, right) -> frames (ProgramResult.methods)
     sampling: dict | None = None  # the stride, where chosen automatically or given (ProgramResult.sampling)
+    invented: Counter = field(default_factory=Counter)  # (unwinder, traits, position) -> walks (ProgramResult.invented)
 
     @property
     def self_check_ok(self) -> bool:
@@ -149,7 +150,7 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
     summary = ProgramSummary(result.program, result.stops, Counter(result.counts), result.instructions, result.result,
                              result.expected, result.fault, stdout_sha256=result.stdout_sha256,
                              expected_stdout_sha256=result.expected_stdout_sha256, methods=Counter(result.methods),
-                             sampling=result.sampling)
+                             sampling=result.sampling, invented=Counter(result.invented))
     for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):  # walks stopped in a library are not logged
         summary.samples.setdefault(entry[3].unwinder, []).append(sample(entry, result.program))
     tally = result.tally
@@ -186,6 +187,7 @@ def combine(parts: Sequence[ProgramSummary], program: str | None = None) -> Prog
             whole.culprits.setdefault(unwinder, Culprits()).add(blame)
         whole.without_cfi.update(part.without_cfi)
         whole.methods.update(part.methods)
+        whole.invented.update(part.invented)
     whole.failing = combined(part.failing for part in parts)
     if program is not None and parts:
         first = parts[0]
@@ -219,6 +221,8 @@ def to_json(summary: ProgramSummary) -> dict:
         **({} if summary.stdout_sha256 is None else
            {"stdout_sha256": summary.stdout_sha256, "expected_stdout_sha256": summary.expected_stdout_sha256}),
         **({} if summary.sampling is None else {"sampling": summary.sampling}),
+        **({} if not summary.invented else
+           {"invented": sorted([u, sorted(t), p, n] for (u, t, p), n in summary.invented.items())}),
     }
 
 
@@ -238,6 +242,7 @@ def from_json(data: dict) -> ProgramSummary:
                          for right, n in ((True, count["right"]), (False, count["frames"] - count["right"])) if n}),
         stdout_sha256=data.get("stdout_sha256"), expected_stdout_sha256=data.get("expected_stdout_sha256"),
         sampling=data.get("sampling"),
+        invented=Counter({(u, frozenset(t), p): n for u, t, p, n in data.get("invented", ())}),
     )
 
 

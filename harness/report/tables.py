@@ -194,3 +194,30 @@ def chain_cells(data: dict) -> tuple[list[str], list[list[str]]]:
 
 def _right_of(counts: list[dict[str, int]]) -> str:
     return f"{sum(c['right'] for c in counts):,} of {sum(c['frames'] for c in counts):,}"
+
+
+def past_first_frame_cells(tables: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Per unwinder, summed over `tables` (report.data.past_first_frame): the
+    walks that invented a caller past a thread's first frame, over those
+    that matched every frame up to it, in the main thread and the others."""
+    names = list(dict.fromkeys(u for table in tables for u in table))
+    header = ["unwinder", "main thread: invented / matched", "spawned threads: invented / matched"]
+    body = []
+    for unwinder in names:
+        cells = []
+        for thread in ("main_thread", "spawned_threads"):
+            matched = sum(t[unwinder][thread]["matched"] for t in tables if unwinder in t)
+            invented = sum(t[unwinder][thread]["invented"] for t in tables if unwinder in t)
+            cells.append(f"{100 * invented / matched:.2f}% ({invented:,} / {matched:,})" if matched else "-")
+        body.append([unwinder, *cells])
+    return header, body
+
+
+def thread_cells(threads: dict) -> tuple[list[str], list[list[str]]]:
+    """A process's threads (report.data.thread_table): each one's stops, and
+    the failed share of them per unwinder."""
+    names = list(next(iter(threads.values()))["failed"])
+    header = ["thread", "stops", *names]
+    body = [[label, f"{row['stops']:,}", *(f"{100 * row['failed'][u] / row['stops']:.2f}%" if row["stops"] else "-"
+                                           for u in names)] for label, row in threads.items()]
+    return header, body

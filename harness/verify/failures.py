@@ -266,6 +266,9 @@ class ProgramResult:
     tally: Tally = field(default_factory=Tally)
     # (chain, method, right) -> frames a chain's method gave (harness.verify.walks.chain_frames)
     methods: Counter = field(default_factory=Counter)
+    # (unwinder, traits, position) -> walks that matched every frame, then made up a caller past the outermost
+    # (a thread's first frame: harness.verify.walks.INVENTED)
+    invented: Counter = field(default_factory=Counter)
     result: int | None = None
     expected: int | None = None
     fault: str | None = None

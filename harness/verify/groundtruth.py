@@ -180,6 +180,7 @@ class ThreadStacks:
         self._resumed = bytearray()
         self._parked: dict[int, tuple[ShadowStack | None, SkippedStops]] = {}  # tid -> those of threads not running
         self._switched = False
+        self._running = 0  # the running thread's tid, once a switch named it
         self.shadow: ShadowStack | None = None  # None: before the running thread's first stop
         self.it_blocks = SkippedStops(size_at)
 
@@ -190,7 +191,7 @@ class ThreadStacks:
         serial = self._serials.next() if self._switched else 0
         self.shadow = ShadowStack(ShadowFrame(sentinel, regs[13], tuple(regs[4:12]), vfp, serial), self._raises,
                                   self._resumes, self._serials, self._resumed)
-        self.shadow.spawned = self._switched
+        self.shadow.thread = self._running if self._switched else 0
         return self.shadow
 
     def resumed(self) -> bytes:
@@ -219,6 +220,7 @@ class ThreadStacks:
     def switch(self, left: int, tid: int) -> None:
         """At a system call the processor goes from thread `left` to `tid`."""
         self._switched = True
+        self._running = tid
         self._parked[left] = self.shadow, self.it_blocks
         self.shadow, self.it_blocks = self._parked.pop(tid, (None, SkippedStops(self._size_at)))
 
@@ -238,7 +240,7 @@ class ShadowStack:
         self._raises = raises  # RAISE_ENTRIES' addresses
         self._flight = 0  # the depth when an exception was raised; 0: none in flight
         self._signal_frames = 0  # frames of the stack that are SIGNAL_FRAMEs
-        self.spawned = False  # the stack of a thread the process made (ThreadStacks)
+        self.thread = 0  # the tid of a thread the process made, whose stack it is (ThreadStacks); 0: the first's
 
     @property
     def in_flight(self) -> bool:
@@ -250,7 +252,7 @@ class ShadowStack:
         """The stop's abi.STOP_STATES bits."""
         return ((abi.IN_FLIGHT if self._flight else 0) | (abi.IN_HANDLER if self.frames[-1].signal else 0)
                 | (abi.ABOVE_SIGNAL_FRAME if self._signal_frames else 0)
-                | (abi.IN_SPAWNED_THREAD if self.spawned else 0))
+                | (abi.IN_SPAWNED_THREAD if self.thread else 0))
     def observe(self, pc: int, sp: int) -> None:
         """Account for the instruction that ran since the previous stop."""
         self._follow(pc, sp)

@@ -23,7 +23,7 @@ from harness.verify.groundtruth import ShadowFrame, ThreadStacks, decode, has_bi
 from harness.verify.guards import EmulationFault, ImpreciseFault, as_limits, clocked, guard_cause
 from harness.verify.process_machine import RunEvents
 from harness.verify.sampling import chooser
-from harness.verify.tally import Grouping, KeyParts, Tally, add_up
+from harness.verify.tally import Grouping, KeyParts, Tally
 from harness.verify.verification import Verification
 
 LEARN = object()  # verify_program's `resumes`: learn them from a first run
@@ -87,7 +87,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
     emulator = Emulator(program.segments) if system is None else Emulator(system.segments, system, system.placement)
     result = ProgramResult(program.name, expected=program.expected_result)
     _announce_sentinel(unwinders, emulator)
-    run = Verification(program, unwinders, memoize, result)
+    run = Verification(program, unwinders, memoize, result, past_bottom=system is not None)
     # The per-stop loop allocates much and keeps little, so the collector
     # would mostly rescan the long-lived tables: a fifth of the run time.
     with collector_paused():
@@ -240,9 +240,11 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
     stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if unwinders else None
     shadow_frames: dict[int, ShadowFrame] = {}  # serial -> frame, unpacked once
     compare_bottom = emulator.system is None
+    if stop_kernel is not None:
+        stop_kernel.verifier.past_bottom = not compare_bottom  # a thread's first frame has no caller
 
     def slow(number: int, pc: int, regs, cpsr: int, vfp, deferred, packed_shadow: bytes, serials,
-             state: int) -> None:
+             state: int, thread: int) -> None:
         """A stop where a walk deferred, or one observed."""
         if len(shadow_frames) > 2 * len(serials) + 4096:  # mostly frames returned from: start afresh
             shadow_frames.clear()
@@ -256,7 +258,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
             expected.pop()  # a process's first frame: no caller to compare
         frame, stack = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13])
         if deferred:
-            run.walk(number, pc, deferred, frame, stack, expected, state)
+            run.walk(number, pc, deferred, frame, stack, expected, state, thread)
         if observe is not None and (wanted is None or pc in wanted):
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
@@ -285,10 +287,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         tally.add(run.tally())
         result.failure_log = _merged_log(tracer, run, stop_kernel, causes, tally.logged() > cap)
         if stop_kernel is not None:
-            # walks that matched, (stop class, unwinder index, walks), under (unwinder, traits, position, None)
-            add_up(result.counts, stop_kernel.passes(), [(unwinder.name,) for unwinder in unwinders],
-                   list(run.stop_classes), [(None,)] * len(unwinders))  # stop classes are numbered in order
-            result.methods.update(stop_kernel.chain_frames())
+            run.add_kernel_counts(stop_kernel)
             stop_kernel.release()  # no cycle through its providers, its own rules out of the process's book
     return tracer.resumed(), tracer.questioned()
 
@@ -317,7 +316,7 @@ def _checker(emulator: Emulator, run: Verification, result: ProgramResult, obser
     seen = 0
     verified = chooser(every, shard)
 
-    def check(pc: int, regs, cpsr: int, vfp, frames: list[ShadowFrame], state: int) -> None:
+    def check(pc: int, regs, cpsr: int, vfp, frames: list[ShadowFrame], state: int, thread: int) -> None:
         nonlocal seen
         number = seen
         seen = result.instructions = seen + 1
@@ -328,7 +327,7 @@ def _checker(emulator: Emulator, run: Verification, result: ProgramResult, obser
             return  # ground truth alone
         expected = frames[::-1] if emulator.system is None else frames[:0:-1]  # a process's first frame: no caller
         frame, stack = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13])
-        run.walk(number, pc, every_walk, frame, stack, expected, state)
+        run.walk(number, pc, every_walk, frame, stack, expected, state, thread)
         if observe is not None:
             observe(ObservedStop(pc, frame, stack, tuple(expected)))
 
@@ -368,10 +367,10 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
             raise EmulationFault(pc, guard_cause(abi.GUARD_DEPTH, limits))
         inside = emulator.deadline is not None and threads.it_blocks.at(pc)[0]
         for skipped, state in threads.it_blocks.passed_over(pc):
-            check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames, shadow.state)
+            check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames, shadow.state, shadow.thread)
         if not inside and emulator.expired():  # a timer or a time slice ended: the engine goes on elsewhere
             return
-        check(pc, regs, regs[16], vfp, shadow.frames, shadow.state)
+        check(pc, regs, regs[16], vfp, shadow.frames, shadow.state, shadow.thread)
         thumb = bool(regs[16] & 0x20)
         decoded = decoded_at.get((pc, thumb))
         if decoded is None:

@@ -26,21 +26,25 @@ from harness.verify.failures import (
     mismatch_of,
 )
 from harness.verify.groundtruth import ShadowFrame
-from harness.verify.tally import Grouping, KeyParts, is_stop
-from harness.verify.walks import MemoizedWalk, chain_frames, first_difference
+from harness.verify.tally import Grouping, KeyParts, add_up, is_stop
+from harness.verify.walks import INVENTED, MemoizedWalk, chain_frames, first_difference
 
 
 class Verification:
     """One program's verification, whichever hook drives it: the verdicts of
     walks in Python, and the causes of the kernel's failing answers."""
 
-    def __init__(self, program: Program, unwinders: Sequence[Unwinder], memoize: bool, result: ProgramResult):
+    def __init__(self, program: Program, unwinders: Sequence[Unwinder], memoize: bool, result: ProgramResult,
+                 past_bottom: bool = False):
         self.classify = Classifier(program.function_at, program.module_at)
         self.names = [u.name for u in unwinders]
         self.chains = {index: u for index, u in enumerate(unwinders) if hasattr(u, "step_by")}
         self.methods = result.methods
-        self.walks = [MemoizedWalk(u) if memoize else partial(first_difference, u) for u in unwinders]
+        # past_bottom: a process's threads, whose first frames have no caller (walks.first_difference)
+        self.walks = [MemoizedWalk(u, past_bottom) if memoize else partial(first_difference, u, past_bottom=past_bottom)
+                      for u in unwinders]
         self.counts = result.counts
+        self.invented = result.invented
         self.stop_classes: dict[tuple[frozenset[str], str], int] = {}  # (traits, position) -> the kernel's tally
         self.wheres: list[Where] = []  # by the id the kernel knows them by
         self._where_ids: dict[Where, int] = {}
@@ -50,16 +54,17 @@ class Verification:
         self._causes: dict[FailureCause, FailureCause] = {}  # each cause of walks in Python, once
         self.questioned: set[int] = set()  # serials of shadow frames a walk found a wrong register of
 
-    def where(self, pc: int, state: int) -> Where:
+    def where(self, pc: int, state: int, thread: int = 0) -> Where:
         """pc's (function, traits, position) at a stop in `state` (abi.STOP_STATES
-        bits, as groundtruth.ShadowStack.state tells them)."""
-        return where_in_state(self.classify(pc), state)
+        bits, as groundtruth.ShadowStack.state tells them) of `thread`
+        (classify.where_in_state)."""
+        return where_in_state(self.classify(pc), state, thread)
 
-    def ids(self, pc: int, state: int = 0) -> tuple[int, int, int, int]:
-        """(stop class, where id) of a stop at pc in `state`, for the kernel,
-        and the pcs [low, high) that share them."""
+    def ids(self, pc: int, state: int = 0, thread: int = 0) -> tuple[int, int, int, int]:
+        """(stop class, where id) of a stop at pc in `state` of `thread`, for
+        the kernel, and the pcs [low, high) that share them."""
         where, low, high = self.classify.span(pc)
-        where = where_in_state(where, state)
+        where = where_in_state(where, state, thread)
         where_id = self._where_ids.get(where)
         if where_id is None:
             where_id = self._where_ids[where] = len(self.wheres)
@@ -110,16 +115,18 @@ class Verification:
         return self.names, self.wheres, MISMATCHES, FailureCause, [] if stop_kernel is None else stop_kernel.book.rules
 
     def walk(self, number: int, pc: int, indices, frame: Frame, stack, expected: Sequence[ShadowFrame],
-             state: int = 0) -> None:
+             state: int = 0, thread: int = 0) -> None:
         """The unwinders `indices` walk the stop in Python."""
-        where = self.where(pc, state)
+        where = self.where(pc, state, thread)
         for index in indices:
             if index in self.chains:
                 for (method, right), frames in chain_frames(self.chains[index], frame, stack, expected).items():
                     self.methods[(self.names[index], method, right)] += frames
             outcome = self.walks[index](frame, stack, expected)
-            if outcome is None:
+            if outcome is None or outcome == INVENTED:
                 self.counts[(self.names[index], where[1], where[2], None)] += 1
+                if outcome == INVENTED:
+                    self.invented[(self.names[index], where[1], where[2])] += 1
                 continue
             if outcome[1] == "wrong_register":  # would not be compared if that frame never resumes
                 self.questioned.add(expected[outcome[0] - 1].serial)
@@ -129,6 +136,16 @@ class Verification:
                 self.log.append(number, index, pc, where, cause, wording)
             else:  # past the cap, or a stop in a library: tallied only
                 self.unlogged[(where, cause)] += 1
+
+    def add_kernel_counts(self, stop_kernel: kernel.StopKernel) -> None:
+        """The walks the kernel counted itself, by stop class (numbered in
+        order): those that matched (the counts' kind None), those of them
+        that invented a caller past a thread's first frame, and a chain's
+        frames per method."""
+        names, classes = [(name,) for name in self.names], list(self.stop_classes)
+        add_up(self.counts, stop_kernel.passes(), names, classes, [(None,)] * len(names))
+        add_up(self.invented, stop_kernel.verifier.invented(), names, classes, [()] * len(names))
+        self.methods.update(stop_kernel.chain_frames())
 
     def shared(self, cause: FailureCause) -> tuple[FailureCause, str | None]:
         """The cause with the numbers of its wording left out, one object for

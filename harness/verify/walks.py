@@ -43,17 +43,33 @@ def compare(caller: Frame, expected: ShadowFrame,
 
 
 
+# A walk that matched every expected frame and then, past the outermost one
+# (a thread's first frame, which has no caller), made up a caller.
+INVENTED = "invented"
+
+
+def invents(step: Frame | UnwindFailure) -> bool:
+    """Does the step past a thread's first frame give a caller? A failure
+    ends the walk honestly, and so does a caller at pc 0: the end every
+    walker stops at (glibc's _start clears lr so). C twin: rules.c's
+    step_past_bottom."""
+    return isinstance(step, Frame) and step.pc != 0
+
+
 def first_difference(unwinder: Unwinder, frame: Frame, stack: StackReader, expected: Sequence[ShadowFrame],
-                     first: int = 0) -> Outcome | None:
+                     first: int = 0, past_bottom: bool = False) -> Outcome | str | None:
     """None if the walk from `frame` matches every expected frame, else
     where and how it first went wrong; `first` numbers the first expected
-    frame (frames after the innermost are no longer innermost)."""
+    frame (frames after the innermost are no longer innermost). With
+    `past_bottom` (the outermost expected frame has no caller), a walk that
+    matched takes one more step, and is INVENTED where that `invents`."""
     restores = restores_of(unwinder)
-    for index, (got, want) in enumerate(zip(walk(unwinder, frame, stack, len(expected), first == 0), expected),
-                                        first):
+    for index, got in enumerate(walk(unwinder, frame, stack, len(expected) + past_bottom, first == 0), first):
+        if index - first == len(expected):
+            return INVENTED if invents(got) else None
         if isinstance(got, UnwindFailure):
             return index, got.kind, None, got.reason
-        mismatch = compare(got, want, restores)
+        mismatch = compare(got, expected[index - first], restores)
         if mismatch is not None:
             return (index, *mismatch)
     return None
@@ -97,7 +113,7 @@ class _Proven:
     lowest: int  # lowest address it examined
     start: int
     region: bytes
-
+    outcome: str | None  # None, or INVENTED
     def holds(self, stack) -> bool:
         """Would the walk read the same bytes, and find its addresses inside the stack?"""
         return stack.low <= self.lowest and stack.region(self.start, len(self.region)) == self.region
@@ -110,7 +126,7 @@ class _ProvenLines:
 
     lowest: int
     lines: tuple[tuple[int, bytes], ...]
-
+    outcome: str | None
     def holds(self, stack) -> bool:
         return stack.low <= self.lowest and all(stack.line(a) == data for a, data in self.lines)
 
@@ -118,12 +134,12 @@ class _ProvenLines:
 REGION_LIMIT = 2048  # bytes: a larger region is compared line by line
 
 
-def _proof(stack, lowest: int, touched: set[int]) -> _Proven | _ProvenLines:
+def _proof(stack, lowest: int, touched: set[int], outcome: str | None) -> _Proven | _ProvenLines:
     first, last = min(touched, default=lowest), max(touched, default=lowest)
     size = last + stack.LINE - first
     if size <= REGION_LIMIT:
-        return _Proven(lowest, first, stack.region(first, size))
-    return _ProvenLines(lowest, tuple((a, stack.line(a)) for a in sorted(touched)))
+        return _Proven(lowest, first, stack.region(first, size), outcome)
+    return _ProvenLines(lowest, tuple((a, stack.line(a)) for a in sorted(touched)), outcome)
 
 
 class MemoizedWalk:
@@ -140,32 +156,33 @@ class MemoizedWalk:
     trigger a memory-write hook, so the harness installs none.)
     """
 
-    def __init__(self, unwinder: Unwinder):
+    def __init__(self, unwinder: Unwinder, past_bottom: bool = False):
         self.unwinder = unwinder
         self.restores = restores_of(unwinder)
+        self.past_bottom = past_bottom
         self.proven: dict[tuple[int, Frame], _Proven | _ProvenLines] = {}
 
     def __call__(self, frame: Frame, stack, expected: Sequence[ShadowFrame]):
-        if not expected:
-            return None  # a process's first frame: nothing to unwind to
+        if not expected:  # the stop is in the outermost frame
+            return first_difference(self.unwinder, frame, stack, expected, past_bottom=self.past_bottom)
         caller = next(walk(self.unwinder, frame, stack, 1))
         if isinstance(caller, UnwindFailure):
             return 0, caller.kind, None, caller.reason
         mismatch = compare(caller, expected[0], self.restores)
         if mismatch is not None:
             return (0, *mismatch)
-        if len(expected) == 1:
+        if len(expected) == 1 and not self.past_bottom:
             return None
         caller = without_scratch(caller)
         key = (expected[0].serial, caller)
         proof = self.proven.get(key)
         if proof is not None and proof.holds(stack):
-            return None
+            return proof.outcome
         stack.start_recording()
         try:
-            outcome = first_difference(self.unwinder, caller, stack, expected[1:], first=1)
+            outcome = first_difference(self.unwinder, caller, stack, expected[1:], 1, self.past_bottom)
         finally:
             lowest, touched = stack.stop_recording()
-        if outcome is None:
-            self.proven[key] = _proof(stack, lowest, touched)
+        if outcome is None or outcome == INVENTED:
+            self.proven[key] = _proof(stack, lowest, touched, outcome)
         return outcome

@@ -45,6 +45,8 @@ typedef struct {
     uint64_t want;
     int64_t pc, base, sp, low, high;  /* pc and sp of the frame being unwound; GUARD_FAILS: base, the stack's ends */
     int merged;            /* GUARD_FAILS of one kind whatever base, sp and low: one cause per function */
+    int invents;           /* PASS, where the Verifier measures past_bottom: the step past the outermost
+                            * frame gave a caller (a frame that is not there) */
 } Answer;
 
 /* Sorted, disjoint [low, high) ranges of pcs, each with a value (a new
@@ -343,7 +345,9 @@ Py_ssize_t verifier_unwinders(const Verifier *v);
  * `frames` of them) over a stack starting at `low`; -1 on a Python error. */
 int verifier_walk(Verifier *v, Py_ssize_t unwinder, const KFrame *innermost, int64_t low, uint32_t cpsr,
                   const Expected *expected, Py_ssize_t frames, Answer *out);
-int verifier_count_pass(Verifier *v, Py_ssize_t stop_class, Py_ssize_t unwinder);
+/* A walk that matched every frame, counted for its stop class (and where it invents a caller past the
+ * outermost frame, as such). */
+int verifier_count_pass(Verifier *v, Py_ssize_t stop_class, Py_ssize_t unwinder, const Answer *answer);
 /* Around the walks of one stop of a run that stops at every instruction:
  * the walks may take their outer frames from the last stop's (memo.c);
  * `dirty`: an instruction since the last stop may have written memory. */

@@ -230,7 +230,9 @@ struct Verifier {
     PyObject *site_tables;  /* list of bytes: the scans' sorted return addresses (add_sites) */
     uint64_t *methods;   /* [(unwinder * CHAIN_METHODS + method) * 2 + right]: a chain's frames, and right ones */
     uint64_t *passes;    /* [stop class * count + unwinder]: walks that matched every frame */
+    uint64_t *invented;  /* the same shape: of those, the walks whose step past the outermost frame gave a caller */
     Py_ssize_t classes;
+    int past_bottom;     /* the outermost frame has no caller (a thread's first): step past it, to see if one is made */
     WalkMemo memo;       /* outer walks kept from the last stop */
 };
 
@@ -267,6 +269,7 @@ static void Verifier_dealloc(Verifier *self) {
     Py_XDECREF(self->site_tables);
     PyMem_Free(self->methods);
     PyMem_Free(self->passes);
+    PyMem_Free(self->invented);
     PyMem_Free(self->core_mask);
     PyMem_Free(self->vfp);
     memo_free(&self->memo);
@@ -397,6 +400,33 @@ static PyObject *rule_in_it_block(Verifier *self, Py_ssize_t unwinder, PyObject 
     return tables == Py_None ? rule : tables;
 }
 
+/* A walk that matched every frame, up to the outermost one, which has no
+ * caller (a thread's first frame): one more step from it, as
+ * walks.first_difference takes it with past_bottom. A step that fails ends
+ * the walk honestly; one that gives a caller invents a frame (where its pc
+ * is 0, it is the end a walker stops at: glibc's _start clears lr so). A
+ * step the kernel cannot take defers the walk. */
+static int step_past_bottom(Verifier *self, Py_ssize_t unwinder, const KFrame *frame, int innermost, const KStack *s,
+                            uint32_t cpsr, Answer *out) {
+    Py_ssize_t rule_id = -1;
+    PyObject *rule = sources_rule(&self->sources, unwinder, frame->r[PC], innermost, &rule_id);
+    if (!rule) return -1;
+    uint32_t step_cpsr = cpsr;
+    if (innermost && it_state(cpsr) && rule != Py_None &&
+        (((const RuleHeader *)PyBytes_AS_STRING(rule))->flags & OUTSIDE_IT) &&
+        !(rule = rule_in_it_block(self, unwinder, rule, frame->r[PC], cpsr, s, &rule_id, &step_cpsr)))
+        return -1;
+    if (rule == Py_None) { out->kind = ANSWER_DEFER; return 0; }
+    KFrame caller = *frame;
+    int64_t base;
+    int method;
+    const int result = step((const uint8_t *)PyBytes_AS_STRING(rule), &caller, innermost, s, step_cpsr, &base,
+                            &method);
+    if (result == STEP_DEFER) out->kind = ANSWER_DEFER;
+    out->invents = result == STEP_OK && caller.r[PC] != 0;
+    return 0;
+}
+
 /* Frames [from, to) of a walk, each stepped by its rule and compared with
  * its shadow frame, until one does not pass; a chain's frames are counted
  * in `counted` (see verifier_walk). */
@@ -464,6 +494,10 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
         /* r0-r3 and r12 hold nothing a caller relies on (verify.without_scratch). */
         frame->r[0] = frame->r[1] = frame->r[2] = frame->r[3] = frame->r[12] = 0;
     }
+    /* every frame matched: past the outermost one, where that has no caller (in the part from frame 1 on, or
+     * in the only part where the stop is in that frame) */
+    if (out->kind == ANSWER_PASS && self->past_bottom && to == frames && (from > 0 || frames == 0))
+        return step_past_bottom(self, unwinder, frame, frames == 0, s, cpsr, out);
     return 0;
 }
 
@@ -510,12 +544,14 @@ int verifier_walk(Verifier *self, Py_ssize_t unwinder, const KFrame *innermost_f
     KFrame frame = *innermost_frame;
     out->kind = ANSWER_PASS;
     out->merged = 0;
+    out->invents = 0;
     Py_ssize_t taken_at = -1;  /* where the walk took the rest of its frames from a kept part */
     if (walk_frames(self, unwinder, &frame, 0, frames < 1 ? frames : 1, &s, cpsr, expected, frames, out, &counted,
                     rule, rule_id, &taken_at))
         return -1;
     const Track first = track;
-    const int needs_outer = out->kind == ANSWER_PASS && frames > 1;
+    /* (with one frame, the outer part is the step past it alone) */
+    const int needs_outer = out->kind == ANSWER_PASS && (frames > 1 || (frames == 1 && self->past_bottom));
     uint32_t callers_read = self->core_mask[unwinder];  /* the caller's registers compared, and read after */
     if (needs_outer) {
         const KFrame caller = frame;
@@ -572,16 +608,25 @@ PyObject *answer_object(const Answer *a) {
     Py_RETURN_NONE;
 }
 
-int verifier_count_pass(Verifier *self, Py_ssize_t stop_class, Py_ssize_t unwinder) {
+/* `counts` ([classes * count]) grown to `classes` stop classes, zeroed past `had`; -1 out of memory. */
+static int grow_counts(uint64_t **counts, Py_ssize_t had, Py_ssize_t classes, Py_ssize_t count) {
+    uint64_t *grown = PyMem_Realloc(*counts, classes * count * sizeof(uint64_t) + 1);
+    if (!grown) { PyErr_NoMemory(); return -1; }
+    memset(grown + had * count, 0, (classes - had) * count * sizeof(uint64_t));
+    *counts = grown;
+    return 0;
+}
+
+int verifier_count_pass(Verifier *self, Py_ssize_t stop_class, Py_ssize_t unwinder, const Answer *answer) {
     if (stop_class >= self->classes) {
         Py_ssize_t classes = stop_class + 16;
-        uint64_t *passes = PyMem_Realloc(self->passes, classes * self->count * sizeof(uint64_t) + 1);
-        if (!passes) { PyErr_NoMemory(); return -1; }
-        memset(passes + self->classes * self->count, 0, (classes - self->classes) * self->count * sizeof(uint64_t));
-        self->passes = passes;
+        if (grow_counts(&self->passes, self->classes, classes, self->count) ||
+            grow_counts(&self->invented, self->classes, classes, self->count))
+            return -1;
         self->classes = classes;
     }
     self->passes[stop_class * self->count + unwinder]++;
+    self->invented[stop_class * self->count + unwinder] += answer->invents != 0;
     return 0;
 }
 
@@ -639,7 +684,7 @@ static PyObject *Verifier_check(Verifier *self, PyObject *args) {
         /* a chain's refusal is answered by the tracer alone: it knows the libraries */
         if (answer.kind == ANSWER_CHAIN_FAILS) answer.kind = ANSWER_DEFER;
         if (answer.kind == ANSWER_PASS) {
-            if (verifier_count_pass(self, stop_class, i)) goto done;
+            if (verifier_count_pass(self, stop_class, i, &answer)) goto done;
             continue;
         }
         PyObject *pair = Py_BuildValue("(nN)", i, answer_object(&answer));
@@ -653,13 +698,13 @@ done:
     return result;
 }
 
-/* passes() -> [(stop class, unwinder, walks that matched)] where nonzero. */
-static PyObject *Verifier_passes(Verifier *self, PyObject *unused) {
+/* [(stop class, unwinder, count)] of `counts` where nonzero. */
+static PyObject *class_counts(const Verifier *self, const uint64_t *counts) {
     PyObject *out = PyList_New(0);
     if (!out) return NULL;
     for (Py_ssize_t c = 0; c < self->classes; c++) {
         for (Py_ssize_t u = 0; u < self->count; u++) {
-            uint64_t n = self->passes[c * self->count + u];
+            uint64_t n = counts[c * self->count + u];
             if (!n) continue;
             PyObject *item = int_triple(c, u, n);
             if (!item || PyList_Append(out, item)) { Py_XDECREF(item); Py_DECREF(out); return NULL; }
@@ -668,6 +713,12 @@ static PyObject *Verifier_passes(Verifier *self, PyObject *unused) {
     }
     return out;
 }
+
+/* passes() -> [(stop class, unwinder, walks that matched)] where nonzero. */
+static PyObject *Verifier_passes(Verifier *self, PyObject *unused) { return class_counts(self, self->passes); }
+
+/* invented() -> [(stop class, unwinder, walks that matched and stepped past the outermost frame to a caller)]. */
+static PyObject *Verifier_invented(Verifier *self, PyObject *unused) { return class_counts(self, self->invented); }
 
 /* methods() -> [(unwinder, method, frames given, frames right)] where given. */
 static PyObject *Verifier_chain_methods(Verifier *self, PyObject *unused) {
@@ -738,6 +789,8 @@ static PyObject *Verifier_set_epilogue(Verifier *self, PyObject *args) {
 static PyMethodDef Verifier_methods[] = {
     {"check", (PyCFunction)Verifier_check, METH_VARARGS, "Walk every unwinder at one stop."},
     {"passes", (PyCFunction)Verifier_passes, METH_NOARGS, "Matching walks per stop class and unwinder."},
+    {"invented", (PyCFunction)Verifier_invented, METH_NOARGS,
+     "Of the matching walks per stop class and unwinder, those that stepped past the outermost frame to a caller."},
     {"methods", (PyCFunction)Verifier_chain_methods, METH_NOARGS, "A chain's frames and right frames per method."},
     {"add_sites", (PyCFunction)Verifier_add_sites, METH_O, "Register a scan's return addresses."},
     {"release", (PyCFunction)Verifier_release, METH_NOARGS, "Drop the providers: the run is over."},
@@ -766,6 +819,18 @@ static int Verifier_set_memo(Verifier *self, PyObject *value, void *unused) {
     return 0;
 }
 
+static PyObject *Verifier_get_past_bottom(Verifier *self, void *unused) { return PyBool_FromLong(self->past_bottom); }
+
+static int Verifier_set_past_bottom(Verifier *self, PyObject *value, void *unused) {
+    const int on = value ? PyObject_IsTrue(value) : -1;
+    if (on < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "past_bottom cannot be deleted");
+        return -1;
+    }
+    self->past_bottom = on;
+    return 0;
+}
+
 static PyObject *Verifier_get_reused(Verifier *self, void *unused) {
     return PyLong_FromUnsignedLongLong(self->memo.reused);
 }
@@ -779,6 +844,9 @@ static PyGetSetDef Verifier_getset[] = {
      "Walks whose frames after the innermost one's were taken from the last stop's walk.", NULL},
     {"whole_walks_reused", (getter)Verifier_get_reused_whole, NULL,
      "Walks taken whole from the last stop's: nothing they depend on changed but the pc.", NULL},
+    {"past_bottom", (getter)Verifier_get_past_bottom, (setter)Verifier_set_past_bottom,
+     "The outermost frame has no caller (a process's threads): a walk that matched every frame steps past it, "
+     "and `invented` counts those that gave a caller.", NULL},
     {"memo", (getter)Verifier_get_memo, (setter)Verifier_set_memo,
      "Take a walk's outer frames from the last stop's where they still hold (runs that stop at every instruction).",
      NULL},

@@ -157,8 +157,8 @@ typedef struct {
     int uses_vfp, observe_all;
     int compare_bottom;  /* 0: the bottom frame stands for "no caller" (a process's first), never compared */
     uint64_t every, shard_index, shard_count;
-    PyObject *classify;  /* classify(pc, stop state) -> (stop class, where id, low, high) */
-    PyObject *slow;      /* slow(number, pc, regs, cpsr, vfp, deferred, shadow, serials, stop state) */
+    PyObject *classify;  /* classify(pc, stop state, thread) -> (stop class, where id, low, high) */
+    PyObject *slow;      /* slow(number, pc, regs, cpsr, vfp, deferred, shadow, serials, stop state, thread) */
     /* a timer: before the instruction at which `seen` reaches `deadline`,
      * expire() runs (it is true where the engine goes on elsewhere) */
     uint64_t deadline;
@@ -389,6 +389,13 @@ static PcInfo *decoded(Tracer *t, uint32_t pc, int thumb) {
 
 /* The stop class and where id of pc in a stop state (STOP_STATES bits),
  * asking `classify` once per span of pcs alike; -1 on a Python error. */
+/* The thread a stop is labelled with: a thread the process made, by its
+ * tid; 0 for the process's first thread. */
+static int64_t thread_label(const Tracer *t) { return t->s.spawned ? t->s.tid : 0; }
+
+/* The stop class and where id of a stop at pc in `state`, labelled with the
+ * running thread where the state says it is one the process made (the
+ * classes of those states are cleared at every switch: Tracer_switch). */
 static int classified(Tracer *t, uint32_t pc, int state, Py_ssize_t *stop_class, int32_t *where) {
     Py_ssize_t slot;
     Ranges *classes = &t->classes[state];
@@ -397,7 +404,8 @@ static int classified(Tracer *t, uint32_t pc, int state, Py_ssize_t *stop_class,
     if (found) {
         id = found->id;
     } else {
-        PyObject *made = PyObject_CallFunction(t->classify, "ki", (unsigned long)pc, state);
+        PyObject *made = PyObject_CallFunction(t->classify, "kiL", (unsigned long)pc, state,
+                                               (long long)(state & IN_SPAWNED_THREAD ? thread_label(t) : 0));
         if (!made) return -1;
         int class_id, where_id;
         long long low, high;
@@ -619,8 +627,9 @@ static int call_slow(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr, con
         if (!index) goto done;
         PyTuple_SET_ITEM(which, i, index);
     }
-    result = PyObject_CallFunction(t->slow, "KkOIOOOOi", (unsigned long long)number, (unsigned long)pc, regs,
-                                   (unsigned int)cpsr, vfp, which, shadow, serials, stop_state(t));
+    result = PyObject_CallFunction(t->slow, "KkOIOOOOiL", (unsigned long long)number, (unsigned long)pc, regs,
+                                   (unsigned int)cpsr, vfp, which, shadow, serials, stop_state(t),
+                                   (long long)thread_label(t));
 done:
     Py_XDECREF(regs);
     Py_XDECREF(vfp);
@@ -683,7 +692,6 @@ static int log_answer(Tracer *t, uint64_t number, uint32_t pc, int32_t where, Py
         }
         *last = (LastCause){ 1, key, where, cause, tallied };
     }
-    const int64_t cause = last->cause;
     t->tally_counts[last->tallied]++;
     if (t->logged >= t->log_cap) return 0;  /* tallied, not logged */
     /* A stop in a library: not a failure, no sample (a chain's failure comes here only as one), whether
@@ -724,7 +732,7 @@ static int walk_unwinders(Tracer *t, uint64_t number, const KFrame *frame, uint3
         /* A chain whose methods all fail is a stop where the frame is in a library; elsewhere `step` words it. */
         const int chain_words = answer.kind == ANSWER_CHAIN_FAILS && !quiet_at(t, culprit_pc(&answer));
         if (answer.kind == ANSWER_PASS) {
-            if (verifier_count_pass(t->verifier, stop_class, i)) return -1;
+            if (verifier_count_pass(t->verifier, stop_class, i, &answer)) return -1;
         } else if (answer.kind == ANSWER_DEFER || chain_words) {
             deferred[(*deferrals)++] = i;
         } else if (log_answer(t, number, (uint32_t)frame->r[PC], where, i, &answer)) {
@@ -2020,6 +2028,8 @@ static PyObject *Tracer_switch(Tracer *self, PyObject *args) {
         self->s.spawned = 1;
     }
     self->s.stack_top = (uint32_t)stack_top;
+    for (int state = 0; state < STOP_STATE_COUNT; state++)  /* a spawned thread's stops are labelled with it */
+        if (state & IN_SPAWNED_THREAD) ranges_clear(&self->classes[state]);
     self->dirty = 1;
     if (self->verifier) verifier_window(self->verifier, NULL, 0, 0);
     Py_RETURN_NONE;
