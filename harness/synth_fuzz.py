@@ -138,8 +138,9 @@ def tool_versions(csmith: str, compilers: tuple[str, ...], sysroot: str) -> dict
 
 
 def _first_lines(command: list[str], install: str, count: int) -> list[str]:
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
+    try:  # away from the caller's directory: even `csmith --version` writes platform.info
+        with tempfile.TemporaryDirectory(prefix="synth-fuzz-") as directory:
+            out = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=directory).stdout
     except FileNotFoundError:
         raise ToolMissing(f"{command[0]}: not installed ({install})") from None
     return out.strip().splitlines()[:count] or ["?"]

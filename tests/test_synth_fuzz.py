@@ -8,6 +8,7 @@ without them these tests fail, naming what is missing."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +90,7 @@ def test_the_summary_names_the_settings_and_every_group(report):
             assert f"| {compiler} | {' '.join(flags_of(compiler, flag_set))} | 2 |" in text
     assert report["flag_sets"]["clang"]["O2-fp"] == ["-O2", "-fno-omit-frame-pointer"]
     assert set(report["versions"]) == {"csmith", *COMPILERS}
+    assert not Path("platform.info").exists()  # csmith writes it where it runs: never here
 
 
 def test_a_missing_csmith_is_named():
