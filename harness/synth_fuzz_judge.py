@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple
 from harness.compare_rows import Comparison, Disagreement, Refusal, compare, judge_process
 from harness.elf_program import code_reader
 from harness.formats.dwarf_cfi import read_cfi
-from harness.formats.elf import open_elf
+from harness.formats.elf import mapping_symbols, open_elf
 from harness.linux.process import LinuxRun
 from harness.thumb.disasm import decode_one
 from harness.verify.abi import Limits
@@ -65,13 +65,26 @@ def judged_build(build: Build, run: LinuxRun, limits: Limits) -> dict:
     refusals = Counter()
     for refusal in found.refusals:
         refusals[reason_key(refusal.reason)] += refusal.instructions
+    data = data_spans(image)
     return {"seed": build.seed, "compiler": build.compiler, "flags": build.flags, "functions": found.functions,
             "instructions": found.agree + len(found.disagreements) + found.refused, "agree": found.agree,
             "disagree": len(found.disagreements),
+            "disagree_data": sum(1 for d in found.disagreements if any(lo <= d.address < hi for lo, hi in data)),
             "disagree_run": sum(1 for d in found.disagreements if d.address in found.outcomes),
             "refused": found.refused, "refusals": dict(sorted(refusals.items())), "stops": judged,
             "outcomes": dict(sorted(outcomes.items())), "fault": fault_key(fault),
             "findings": findings(build, found, code_at, {f.name: (f.start, f.end) for f in compiler})}
+
+
+def data_spans(image) -> list[tuple[int, int]]:
+    """Where the mapping symbols mark data (`$d`: literal pools, jump
+    tables) up to the next symbol. The comparison analyses each function
+    without them, and code no path reaches is tried as a landing pad: a
+    literal pool after a function's last branch may decode and be
+    analysed so. No run executes it, and discovery (v2-code's own tables)
+    never decodes it."""
+    marks = mapping_symbols(image)
+    return [(address, following[0]) for (address, kind), following in zip(marks, marks[1:]) if kind == "d"]
 
 
 def findings(build: Build, found: Comparison, code_at: Callable[[int, int], bytes],

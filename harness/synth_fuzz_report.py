@@ -13,7 +13,8 @@ from typing import Sequence
 
 from harness.compare_rows import OUTCOMES
 
-COUNTS = ("builds", "functions", "instructions", "agree", "disagree", "disagree_run", "refused", "stops")
+COUNTS = ("builds", "functions", "instructions", "agree", "disagree", "disagree_run", "disagree_data", "refused",
+          "stops")
 VERDICTS = tuple(OUTCOMES.values())
 # Of a finding's occurrences, the example kept: the smallest function, then the first build.
 EXAMPLE_ORDER = ("function_bytes", "seed", "compiler", "flags", "pc")
@@ -81,14 +82,15 @@ def markdown(report: dict) -> str:
              f"csmith seeds {s['seed']}..{s['seed'] + s['count'] - 1} ({s['versions']['csmith']}; "
              f"`{' '.join(s['csmith_options'])}`), instruction budget {s['budget']:,} a run.", ""]
     lines += [f"- {name}: {version}" for name, version in sorted(s["versions"].items()) if name != "csmith"]
-    lines += ["", "| compiler | flags | builds | functions | instructions | agree | disagree (run) | refused | "
+    lines += ["", "| compiler | flags | builds | functions | instructions | agree | disagree (run, in data) | refused | "
               "stops judged | code right | compiler right | both right | both wrong | runs out of budget |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for g in [*s["groups"], {**s["totals"], "compiler": "all", "flags": ""}]:
         flags = " ".join(s["flag_sets"][g["compiler"]][g["flags"]]) if g["flags"] else ""
         v = g["verdicts"]
         lines.append(f"| {g['compiler']} | {flags} | {g['builds']:,}{_errors(g)} | {g['functions']:,} | "
-                     f"{g['instructions']:,} | {g['agree']:,} | {g['disagree']:,} ({g['disagree_run']:,}) | "
+                     f"{g['instructions']:,} | {g['agree']:,} | "
+                     f"{g['disagree']:,} ({g['disagree_run']:,}, {g['disagree_data']:,}) | "
                      f"{g['refused']:,} ({_share(g['refused'], g['instructions'])}) | {g['stops']:,} | "
                      f"{v['code right']:,} | {v['compiler right']:,} | {v['both right']:,} | {v['both wrong']:,} | "
                      f"{g['runs'].get('the instruction budget ran out', 0):,} |")
