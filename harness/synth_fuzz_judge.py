@@ -62,10 +62,10 @@ def judged_build(build: Build, run: LinuxRun, limits: Limits) -> dict:
     found = compare(compiler, code_at)
     judged, fault = judge_process(found, run, limits) if found.disagreements else (0, None)
     outcomes = sum(found.outcomes.values(), Counter())
+    data = data_spans(image)
     refusals = Counter()
     for refusal in found.refusals:
-        refusals[reason_key(refusal.reason)] += refusal.instructions
-    data = data_spans(image)
+        refusals[refusal_key(refusal, data)] += refusal.instructions
     return {"seed": build.seed, "compiler": build.compiler, "flags": build.flags, "functions": found.functions,
             "instructions": found.agree + len(found.disagreements) + found.refused, "agree": found.agree,
             "disagree": len(found.disagreements),
@@ -73,7 +73,7 @@ def judged_build(build: Build, run: LinuxRun, limits: Limits) -> dict:
             "disagree_run": sum(1 for d in found.disagreements if d.address in found.outcomes),
             "refused": found.refused, "refusals": dict(sorted(refusals.items())), "stops": judged,
             "outcomes": dict(sorted(outcomes.items())), "fault": fault_key(fault),
-            "findings": findings(build, found, code_at, {f.name: (f.start, f.end) for f in compiler})}
+            "findings": findings(build, found, code_at, {f.name: (f.start, f.end) for f in compiler}, data)}
 
 
 def data_spans(image) -> list[tuple[int, int]]:
@@ -87,8 +87,14 @@ def data_spans(image) -> list[tuple[int, int]]:
     return [(address, following[0]) for (address, kind), following in zip(marks, marks[1:]) if kind == "d"]
 
 
+def refusal_key(refusal: Refusal, data: list[tuple[int, int]]) -> str:
+    """The refusal's reason_key, marked where it lies in data (data_spans)."""
+    inside = any(low <= refusal.address < high for low, high in data)
+    return f"{'in data: ' if inside else ''}{reason_key(refusal.reason)}"
+
+
 def findings(build: Build, found: Comparison, code_at: Callable[[int, int], bytes],
-             spans: dict[str, tuple[int, int]]) -> list[dict]:
+             spans: dict[str, tuple[int, int]], data: list[tuple[int, int]] = ()) -> list[dict]:
     """Every disagreement where the code's rule was wrong at a stop, and
     every refusal, as a finding with its example (`spans`: where each
     function lies, by name)."""
@@ -98,7 +104,7 @@ def findings(build: Build, found: Comparison, code_at: Callable[[int, int], byte
         for kind in ("compiler right", "both wrong"):
             if outcome[kind]:
                 out.append(_disagreement(build, d, kind, dict(sorted(outcome.items())), spans[d.function], code_at))
-    out.extend(_refusal(build, r, code_at) for r in found.refusals)
+    out.extend(_refusal(build, r, code_at, refusal_key(r, data)) for r in found.refusals)
     return out
 
 
@@ -111,8 +117,8 @@ def _disagreement(build: Build, d: Disagreement, kind: str, outcome: dict, span:
             "code": window(code_at, span[0], d.address, span[1])}
 
 
-def _refusal(build: Build, r: Refusal, code_at: Callable[[int, int], bytes]) -> dict:
-    return {"kind": "refusal", "key": reason_key(r.reason), **_where(build, r.function, (r.start, r.end)),
+def _refusal(build: Build, r: Refusal, code_at: Callable[[int, int], bytes], key: str) -> dict:
+    return {"kind": "refusal", "key": key, **_where(build, r.function, (r.start, r.end)),
             "pc": f"{r.address:#x}", "reason": r.reason, "refused": r.instructions,
             "code": window(code_at, r.start, r.address, r.end)}
 
