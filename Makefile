@@ -99,6 +99,16 @@ bench: setup
 compare: setup
 	$(VENV)/bin/python -m harness.compare_corpus --json reports/compare.json
 
+# The rows from code beside the compiler's CFI on csmith's random programs:
+# COUNT programs from seed SEED, each built by gcc and clang in six flag sets,
+# judged by running where they disagree (docs/synthesis.md): reports/synth-fuzz.{json,md}.
+.PHONY: synth-fuzz
+SEED ?= 0
+COUNT ?= 300
+JOBS ?= 2
+synth-fuzz: setup toolchains linux-slice
+	$(VENV)/bin/python -m harness.synth_fuzz --seed $(SEED) --count $(COUNT) --jobs $(JOBS)
+
 # The README's figure tables (and docs/synthesis.md's comparison), regenerated
 # from reports/latest.json, reports/bench.json and reports/compare.json.
 readme: setup
