@@ -2,7 +2,7 @@
 harness.unwind.rule_map.partition_of); everything else is in pyproject.toml.
 
 The kernel's view of the Python/C boundary, csrc/abi.h, is written here from
-harness/verify/abi.py (run by path: the package is not installed yet)."""
+harness/abi.py (run by path: the package is not installed yet)."""
 
 import runpy
 from pathlib import Path
@@ -10,7 +10,7 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 CSRC = Path(__file__).resolve().parent / "harness" / "verify" / "csrc"
-header = runpy.run_path(str(CSRC.parent / "abi.py"))["header"]()
+header = runpy.run_path(str(CSRC.parents[1] / "abi.py"))["header"]()  # harness/abi.py
 if not (CSRC / "abi.h").exists() or (CSRC / "abi.h").read_text() != header:
     (CSRC / "abi.h").write_text(header)
 

@@ -6,7 +6,7 @@ unwinders built outside the timing (table building is not per-stop work),
 and so is a bare run: the same program under a no-op Python hook before
 every instruction (the physical limit of stepping in Python), and with no
 hook at all. The emulator's set-up (taking an engine, kept from the run
-before: harness.verify.engine_pool; mapping the program) and closing (the
+before: harness.emulation.engine_pool; mapping the program) and closing (the
 engine given back, reset) are left out of both, stepping alone (the
 overhead ratio, the target's measure), and kept in the whole-run ratio.
 
@@ -27,10 +27,10 @@ from multiprocessing import get_context
 
 from generators.corpus import generate_program
 from harness import collector
+from harness.emulation.emulator import Emulator
 from harness.program import Program
 from harness.report.summary import summary_of
 from harness.unwind import build_unwinders
-from harness.verify.emulator import Emulator
 from harness.verify.stops import DEFAULT_BUDGET, verify_program
 
 PASSES = 3  # fresh processes, each over every program; the least of each program's runs counts

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from functools import partial
 
 from harness.elf_program import program_from_elf
+from harness.emulation.emulator import Emulator
+from harness.emulation.guards import ImpreciseFault
 from harness.linux.corpus import cache, linux_entries, linux_run
 from harness.linux.process import LinuxSystem
 from harness.linux.verify import prepared_process
@@ -30,8 +32,6 @@ from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
 from harness.runner import LINUX_LIMITS
 from harness.unwind import UNWINDER_NAMES, build_unwinders
-from harness.verify.emulator import Emulator
-from harness.verify.guards import ImpreciseFault
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 SAMPLED_EVERY = 1000

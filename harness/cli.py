@@ -11,12 +11,13 @@ import sys
 from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED
 from harness import __version__, collector, commands, table_commands
 from harness.commands import EXIT_BAD_INPUT, EXIT_FAILED
+from harness.emulation import guards
 from harness.errors import HarnessError, InputError
 from harness.formats import chrome_v2
 from harness.linux.corpus import CHOICES as LINUX_CHOICES
 from harness.runner import LINUX_LIMITS, Shard, parse_shard
 from harness.unwind import UNWINDER_NAMES
-from harness.verify import guards, kernel
+from harness.verify import kernel
 from harness.verify.sampling import AUTO
 from harness.verify.stops import DEFAULT_LIMITS
 
@@ -42,7 +43,7 @@ def _seconds(text: str) -> float:
 
 
 def _limits(parser: argparse.ArgumentParser, linux: str = "") -> None:
-    """The limits of each program's run (harness.verify.abi.Limits): past
+    """The limits of each program's run (harness.abi.Limits): past
     one, the run ends as a fault at its pc. `linux`: what a Linux corpus
     program gets instead when no limit is given (run)."""
     defaults = DEFAULT_LIMITS

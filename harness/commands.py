@@ -11,6 +11,7 @@ from functools import partial as bind
 from pathlib import Path
 
 from generators.corpus import generate_program
+from harness.abi import Limits
 from harness.elf_program import elf_unwinder_names, program_from_elf
 from harness.errors import InputError
 from harness.filesystem import check_output, read_input, write_output
@@ -32,7 +33,6 @@ from harness.report.verdict import verdicts
 from harness.runner import Shard, all_names, assemble, in_processes, run_units, units_of
 from harness.shards import partial, read_partials
 from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
-from harness.verify.abi import Limits
 from harness.verify.sampling import AUTO
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
+from harness.abi import Limits
 from harness.classify import OWN
 from harness.elf_program import code_reader, elf_functions, program_from_elf
 from harness.errors import HarnessError
@@ -29,7 +30,6 @@ from harness.thumb.frame_analysis import analyse, frame_states
 from harness.thumb.frame_effects import FP, FrameState
 from harness.unwind import code_cfi
 from harness.unwind.dwarf import DwarfUnwinder
-from harness.verify.abi import Limits
 from harness.verify.stops import verify_program
 
 

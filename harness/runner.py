@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from generators.corpus import generate_program
+from harness.abi import Limits
 from harness.elf_program import elf_unwinder_names, program_from_elf
 from harness.errors import WorkerLost
 from harness.formats import chrome_v2
@@ -26,7 +27,6 @@ from harness.report.data import elf_group, report_data, with_timing
 from harness.report.sizes import CHROME_REFERENCE, add_size_rows, size_row
 from harness.report.summary import from_json, summary_of, to_json
 from harness.unwind import UNWINDER_NAMES, build_unwinders
-from harness.verify.abi import Limits
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 
@@ -68,7 +68,7 @@ class Unit:
     seed: int = 0
     number: int = 0
     build: dict | None = field(default=None, hash=False)
-    limits: Limits = DEFAULT_LIMITS  # how far its program may run (harness.verify.abi.Limits)
+    limits: Limits = DEFAULT_LIMITS  # how far its program may run (harness.abi.Limits)
     linux: dict | None = field(default=None, hash=False)
     every: int = 1  # verify a Linux program at samples of this mean stride (harness.verify.sampling)
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from harness.abi import Limits
 from harness.errors import HarnessError, ToolMissing
 from harness.filesystem import write_output
 from harness.linux.corpus import ROOT, cache
@@ -32,7 +33,6 @@ from harness.linux.process import LinuxRun
 from harness.runner import in_processes
 from harness.synth_fuzz_judge import Build, judged_build
 from harness.synth_fuzz_report import assemble, markdown, report_json
-from harness.verify.abi import Limits
 
 # Small programs that mostly end soon: at most 8 functions besides main (the
 # default 10 makes longer runs for no new shapes), and no `#pragma pack(1)`

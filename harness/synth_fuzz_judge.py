@@ -16,13 +16,13 @@ import re
 from collections import Counter
 from typing import Callable, NamedTuple
 
+from harness.abi import Limits
 from harness.compare_rows import Comparison, Disagreement, Refusal, compare, judge_process
 from harness.elf_program import code_reader
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import mapping_symbols, open_elf
 from harness.linux.process import LinuxRun
 from harness.thumb.disasm import decode_one
-from harness.verify.abi import Limits
 
 WINDOW = (4, 3)  # instructions shown before and after a finding's pc
 BUDGET_FAULT = "the instruction budget ran out"  # a csmith program that loops long (many never end)

@@ -26,6 +26,8 @@ import pytest
 import harness
 from generators.ehabi_writer import write_exidx
 from harness.cli import main
+from harness.emulation.emulator import Emulator
+from harness.emulation.guards import EmulationFault
 from harness.errors import (
     FAILURE_KINDS,
     BadRead,
@@ -60,8 +62,6 @@ from harness.unwind.ehabi_run import caller_by_run
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.v2 import V2Unwinder
 from harness.unwind.v2_chrome import ChromeV2Unwinder
-from harness.verify.emulator import Emulator
-from harness.verify.guards import EmulationFault
 
 ROOT = Path(__file__).resolve().parent.parent
 ELF = ROOT / "corpus" / "fixtures" / "calls-clang-nofp.elf"  # small, fast to verify
@@ -69,7 +69,7 @@ ELF = ROOT / "corpus" / "fixtures" / "calls-clang-nofp.elf"  # small, fast to ve
 # error class -> the test that covers it ("file::test" for one in another file).
 COVERAGE = {
     "harness.linux.table.GuestError": "test_linux_syscalls.py::test_symlink_loops_end_with_eloop",
-    "harness.linux.machine.BadAddress": "test_linux_syscalls.py::test_readlink_of_the_executable_and_a_bad_buffer",
+    "harness.emulation.machine.BadAddress": "test_linux_syscalls.py::test_readlink_of_the_executable_and_a_bad_buffer",
     "harness.linux.table.SystemCallFault": "test_linux_syscalls.py::test_an_unknown_system_call_is_a_fault_naming_it",
     "harness.errors.HarnessError": "test_every_typed_error_is_a_harness_error",  # base, never raised itself
     "harness.errors.InputError": "test_input_error",
@@ -88,10 +88,10 @@ COVERAGE = {
     "harness.formats.arm_exidx.ExidxError": "test_exidx_error",  # also test_exidx.py (every malformation)
     "harness.formats.breakpad.BreakpadError":
         "test_breakpad.py::test_a_file_that_is_not_a_symbol_file_is_a_one_line_error",
-    "harness.verify.guards.EmulationFault": "test_emulation_fault",
-    "harness.verify.guards.ImpreciseFault":
+    "harness.emulation.guards.EmulationFault": "test_emulation_fault",
+    "harness.emulation.guards.ImpreciseFault":
         "test_linux_signals.py::test_a_fault_in_a_run_from_block_entries_is_named_and_a_process_runs_from_every_instruction",
-    "harness.verify.placement.NoRoom": "test_placement.py::test_a_program_that_leaves_no_room_is_refused",
+    "harness.emulation.placement.NoRoom": "test_placement.py::test_a_program_that_leaves_no_room_is_refused",
     "harness.errors.WorkerLost": "test_worker_lost",
     "harness.errors.ToolMissing": "test_synth_fuzz.py::test_a_missing_csmith_is_named",
     # Internal: caught where raised and turned into a report line; they never escape.

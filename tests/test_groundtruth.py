@@ -4,10 +4,10 @@ returns."""
 
 from generators.assembler import assemble
 from harness.classify import FunctionInfo
+from harness.emulation.emulator import SENTINEL, STACK_TOP
 from harness.program import Program
 from harness.thumb.encoding import call_length
 from harness.unwind import build_unwinders
-from harness.verify.emulator import SENTINEL, STACK_TOP
 from harness.verify.stops import verify_program
 
 BASE = 0x100000

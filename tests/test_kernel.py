@@ -12,7 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from generators.corpus import generate_program
+from harness import abi
 from harness.elf_program import program_from_elf
+from harness.emulation.emulator import SENTINEL, Emulator
 from harness.errors import UnwindFailure
 from harness.formats import ehabi
 from harness.manifest import ELF_CORPUS, elf_builds
@@ -25,8 +27,7 @@ from harness.unwind.frame import Frame, Stack
 from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, Rule, RuleRange
 from harness.unwind.v2_chrome import ChromeV2Unwinder, chrome_rule
 from harness.unwind.walk import ALL_CALLEE_SAVED, walk
-from harness.verify import abi, kernel, stops
-from harness.verify.emulator import SENTINEL, Emulator
+from harness.verify import kernel, stops
 from harness.verify.failures import FailureCause, FailureLog, difference, failure_of, logged_pcs
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.verify.kernel import pack_rule
@@ -44,10 +45,10 @@ def test_the_kernel_is_built():
 
 
 def test_the_kernel_was_built_from_the_declared_boundary():
-    """csrc/abi.h, which the kernel includes, is what harness/verify/abi.py
+    """harness/verify/csrc/abi.h, which the kernel includes, is what harness/abi.py
     declares: setup.py writes it at build time."""
-    built = (Path(abi.__file__).parent / "csrc" / "abi.h").read_text()
-    assert built == abi.header(), "harness/verify/abi.py changed since the build: reinstall with `pip install -e .`"
+    built = (Path(kernel.__file__).parent / "csrc" / "abi.h").read_text()
+    assert built == abi.header(), "harness/abi.py changed since the build: reinstall with `pip install -e .`"
 
 
 def test_answers_come_back_as_named_records():

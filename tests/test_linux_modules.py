@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 from test_linux_process import build, sysroot
 
+from harness.abi import Limits
 from harness.classify import MODULES, NO_INFO, OWN
 from harness.errors import UnwindFailure
 from harness.linux.modules import discover, label_of
@@ -20,7 +21,6 @@ from harness.unwind import build_unwinders
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.modules import Covered, PerModule
 from harness.unwind.rule import LEAF, RuleRange
-from harness.verify.abi import Limits
 from harness.verify.failures import FailureCause, failure_of
 from harness.verify.tally import counted_kind, is_stop
 

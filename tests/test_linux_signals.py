@@ -19,8 +19,8 @@ from linux_calls import SCRATCH, call, made_kernel, made_roots, open_path
 from test_linux_process import Names, build, qemu
 
 from harness.cli import main
+from harness.emulation.machine import Context
 from harness.linux import signals
-from harness.linux.machine import Context
 from harness.linux.modules import process_program
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.signals import Action

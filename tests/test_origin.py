@@ -9,6 +9,7 @@ from pathlib import Path
 
 from test_linux_process import build, sysroot
 
+from harness.abi import Limits
 from harness.classify import NO_INFO, OWN
 from harness.elf_program import program_from_elf
 from harness.formats.elf import executable_ranges, function_symbols, open_elf
@@ -17,7 +18,6 @@ from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.verify import verify_process
 from harness.origin import OTHER, _pieces, compile_units, origin_spans, source_label, symbol_label
 from harness.unwind import build_unwinders
-from harness.verify.abi import Limits
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 BARE_METAL = CORPUS / "elf" / "gcc-O2-fp.elf"  # our sources and libgcc's lib1funcs.S, both with DWARF

@@ -3,7 +3,7 @@ in both hooks and whatever `--every`: an instruction that branches to
 itself at once, a loop at the instruction limit, endless recursion at the
 depth limit, anything at the clock or memory limit; and a run that fails at
 every stop logs only so many failures one by one, while its counts stay
-exact (harness.verify.abi.Limits, FAILURE_LOG_CAP)."""
+exact (harness.abi.Limits, FAILURE_LOG_CAP)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from generators.assembler import assemble
+from harness import abi
 from harness.classify import FunctionInfo
 from harness.cli import main
+from harness.emulation import guards
 from harness.formats.elf import open_elf, symbol_address
 from harness.program import CfiRow, FunctionCfi, Program
 from harness.registers import LR, SP
 from harness.unwind import build_unwinders
-from harness.verify import abi, guards
 from harness.verify.sampling import sampled_stops
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 

@@ -15,6 +15,8 @@ from generators.assembler import assemble
 from generators.corpus import generate_program
 from harness.classify import FunctionInfo
 from harness.elf_program import program_from_elf
+from harness.emulation import engine_pool
+from harness.emulation.emulator import Emulator
 from harness.linux.corpus import linux_entries, linux_run
 from harness.linux.modules import discover
 from harness.linux.verify import verify_process
@@ -22,8 +24,7 @@ from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
 from harness.runner import LINUX_LIMITS
 from harness.unwind import build_unwinders
-from harness.verify import engine_pool, kernel
-from harness.verify.emulator import Emulator
+from harness.verify import kernel
 from harness.verify.failures import ProgramResult
 from harness.verify.sampling import chooser, sampled_stops, strides
 from harness.verify.stops import DEFAULT_LIMITS, _run_compiled, verify_program
@@ -155,7 +156,7 @@ def test_an_engine_is_freed_once_its_run_is_over_though_its_result_lives():
     dropped when the run ends, and the run's engine hooks are removed, so
     that a process verifying many programs does not hold their translated
     code (a few hundred MB in the test suite): the emulator goes, and its
-    engine is given back, reset (harness.verify.engine_pool)."""
+    engine is given back, reset (harness.emulation.engine_pool)."""
     program = generate_program(0, 1)
     emulator = Emulator(program.segments)
     result = ProgramResult(program.name)

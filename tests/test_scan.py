@@ -10,6 +10,7 @@ import struct
 import pytest
 
 from generators.corpus import generate_program
+from harness import abi
 from harness.errors import CorruptTable, UnwindFailure
 from harness.formats.call_sites import CallSites, dump_call_sites, encode_call_sites, return_addresses
 from harness.unwind import build_unwinders, call_site_addresses
@@ -17,7 +18,7 @@ from harness.unwind.frame import Stack, make_frame
 from harness.unwind.framepointer import FramePointerUnwinder
 from harness.unwind.rule import LEAF, ReturnAddresses, Rule, RuleRange
 from harness.unwind.scan import ChainUnwinder, ScanUnwinder
-from harness.verify import abi, kernel
+from harness.verify import kernel
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.verify.kernel import pack_rule
 from harness.verify.stops import verify_program

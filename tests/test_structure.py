@@ -94,6 +94,25 @@ def test_formats_know_nothing_of_unwinding(name):
     assert not above, f"{name} imports {sorted(above)}"
 
 
+def _within(module: str, *packages: str) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in packages)
+
+
+@pytest.mark.parametrize("name", _layer("harness.emulation"))
+def test_emulation_is_below_every_layer(name):
+    """The emulation runs the engine below both the verifier and the
+    operating system: it reads the C boundary (harness.abi) and the
+    errors, and nothing of the layers built on it."""
+    allowed = {m for m in _closure(name) if m in ("harness", "harness.abi", "harness.errors")
+               or _within(m, "harness.emulation")}
+    assert _closure(name) == allowed, f"{name} imports {sorted(_closure(name) - allowed)}"
+
+
+def test_the_c_boundary_imports_only_the_standard_library():
+    """setup.py runs harness/abi.py by path, before the package is installed."""
+    assert not {m for m in _imports("harness.abi") if _within(m, "harness", "generators")}
+
+
 @pytest.mark.parametrize("name", _layer("generators"))
 def test_generators_import_nothing_under_test(name):
     """Ground truth must not come from the code it judges: the generators
@@ -110,8 +129,8 @@ def test_generators_import_nothing_under_test(name):
     # emulator runs the engines its engine pool makes, and keeps between runs;
     # a process's system calls act on the engine through process_machine, and
     # its hooks (system calls, faults, timers) are process_run's.
-    ("unicorn", ["generators.compiled.check", "harness.verify.emulator", "harness.verify.engine_pool",
-                 "harness.verify.process_machine", "harness.verify.process_run"]),
+    ("unicorn", ["generators.compiled.check", "harness.emulation.emulator", "harness.emulation.engine_pool",
+                 "harness.emulation.process_machine", "harness.emulation.process_run"]),
     ("capstone", ["harness.thumb.disasm"]),
     ("keystone", ["generators.assembler"]),
 ])

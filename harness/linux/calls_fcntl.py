@@ -11,10 +11,10 @@ import errno
 import stat
 import struct
 
+from harness.emulation.machine import BadAddress, read_c_string
 from harness.linux.calls_files import O_APPEND, O_NONBLOCK
 from harness.linux.calls_io import PIPE_CAPACITY
 from harness.linux.files import MAX_FDS, NAME_MAX, Contents, GuestError, Node, OpenFile, inode_of
-from harness.linux.machine import BadAddress, read_c_string
 from harness.linux.table import SystemCallFault, handles
 
 F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL = 0, 1, 2, 3, 4

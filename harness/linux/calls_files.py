@@ -10,8 +10,8 @@ import errno
 import stat
 import struct
 
+from harness.emulation.machine import BadAddress, read_c_string
 from harness.linux.files import MAX_FDS, GuestError, Node, OpenFile, as_bytes
-from harness.linux.machine import BadAddress, read_c_string
 from harness.linux.table import handles, signed
 
 AT_FDCWD = -100

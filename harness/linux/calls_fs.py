@@ -16,9 +16,9 @@ import errno
 import stat
 import struct
 
+from harness.emulation.machine import read_c_string
 from harness.linux.calls_files import AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, _at, _path
 from harness.linux.files import NAME_MAX, GuestError, Node, OpenFile
-from harness.linux.machine import read_c_string
 from harness.linux.table import SystemCallFault, handles, signed
 
 AT_REMOVEDIR = 0x200

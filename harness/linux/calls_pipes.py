@@ -17,9 +17,9 @@ import stat
 import struct
 from dataclasses import dataclass, replace
 
+from harness.emulation.machine import BadAddress
 from harness.linux.calls_io import PIPE_CAPACITY, has_writer, named_fds
 from harness.linux.files import MAX_FDS, GuestError, Node, OpenFile
-from harness.linux.machine import BadAddress
 from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND, wait_mask
 from harness.linux.table import handles, signed
 from harness.linux.threads import Blocked, Wait

@@ -20,8 +20,8 @@ import errno
 import struct
 from dataclasses import dataclass
 
+from harness.emulation.machine import BadAddress
 from harness.linux import signals
-from harness.linux.machine import BadAddress
 from harness.linux.posix_timers import KTIME_MAX
 from harness.linux.table import GuestError, handles
 from harness.linux.threads import Thread, Wait

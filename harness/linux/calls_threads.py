@@ -14,8 +14,8 @@ import errno
 import struct
 from dataclasses import replace
 
+from harness.emulation.machine import BadAddress
 from harness.linux.files import GuestError
-from harness.linux.machine import BadAddress
 from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND
 from harness.linux.table import SystemCallFault, handles
 from harness.linux.threads import FUTEX_BITSET_ANY, MAX_THREADS, Wait

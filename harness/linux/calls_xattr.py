@@ -10,10 +10,10 @@ import errno
 import stat
 import struct
 
+from harness.emulation.machine import read_c_string
 from harness.linux.calls_files import _path
 from harness.linux.calls_fs import _chmod
 from harness.linux.files import NAME_MAX, GuestError
-from harness.linux.machine import read_c_string
 from harness.linux.table import SystemCallFault, handles
 
 ACL_ACCESS = b"system.posix_acl_access"

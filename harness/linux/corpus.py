@@ -14,6 +14,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
+from harness.abi import Limits
 from harness.elf_program import elf_unwinder_names, program_from_image
 from harness.errors import InputError
 from harness.filesystem import cache_root, read_input, read_json
@@ -26,7 +27,6 @@ from harness.report.data import elf_group
 from harness.report.sizes import size_row
 from harness.report.summary import summary_of, to_json
 from harness.unwind import build_unwinders
-from harness.verify.abi import Limits
 from harness.verify.failures import ProgramResult
 
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable, Mapping, Sequence
 
+from harness.abi import GUARD_MEMORY, GUARD_SECONDS, Limits
 from harness.classify import OWN
 from harness.elf_program import program_from_image
 from harness.errors import ElfError
@@ -32,7 +33,6 @@ from harness.unwind.scan import ChainUnwinder, ScanUnwinder
 from harness.unwind.sigframes import SignalFrames, trampolines_in
 from harness.unwind.walk import Unwinder
 from harness.verify import kernel
-from harness.verify.abi import GUARD_MEMORY, GUARD_SECONDS, Limits
 from harness.verify.stops import placed_ground_truth
 
 CFI_STRATEGIES = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf", "v1", "vmkunwind")  # built from a module's CFI

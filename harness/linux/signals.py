@@ -33,8 +33,8 @@ import struct
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from harness.emulation.machine import BadAddress, Context
 from harness.linux.loader import KUSER_PAGE, TRAMPOLINE_OFFSET
-from harness.linux.machine import BadAddress, Context
 from harness.linux.table import GuestError, SystemCallFault
 
 SA_SIGINFO, SA_ONSTACK, SA_RESTART = 0x4, 0x08000000, 0x10000000

@@ -20,10 +20,10 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
+from harness.emulation.machine import read_c_string
 from harness.filesystem import read_input
 from harness.linux.calls_process import PID
 from harness.linux.files import Contents, Device, GuestError, Node, inode_of
-from harness.linux.machine import read_c_string
 from harness.linux.maps import Vma
 from harness.linux.procfs import PROC_TEXTS, SYSCTLS, WRITABLE
 from harness.linux.table import SystemCallFault

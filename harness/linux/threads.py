@@ -34,7 +34,7 @@ import errno
 from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
-from harness.linux.machine import Context, Machine
+from harness.emulation.machine import Context, Machine, Switch
 from harness.linux.signals import ERESTARTSYS, Signals
 from harness.linux.table import SystemCallFault
 
@@ -102,15 +102,6 @@ class Alarm(NamedTuple):
 
     due: Callable[[], int | None]  # its due time on the emulated clock (None: not armed)
     ring: Callable[[], object]  # it expires: its signal is sent
-
-
-class Switch(NamedTuple):
-    """The thread the processor went to at a system call, for the hook that
-    follows the run (its shadow stack, its stack's bounds)."""
-
-    left: int  # the tid of the thread that stopped running
-    tid: int
-    stack_top: int  # the top of the stack of the thread that runs now (0: the process's initial stack)
 
 
 @dataclass

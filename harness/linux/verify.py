@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from harness.abi import Limits
+from harness.emulation.guards import EmulationFault, clocked
 from harness.linux.modules import (
     FirstRun,
     discover,
@@ -20,9 +22,7 @@ from harness.linux.process import LinuxRun, LinuxSystem
 from harness.program import Program
 from harness.report.summary import summary_of, to_json
 from harness.unwind.walk import Unwinder
-from harness.verify.abi import Limits
 from harness.verify.failures import ProgramResult
-from harness.verify.guards import EmulationFault, clocked
 from harness.verify.sampling import AutoStride
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
@@ -63,7 +63,7 @@ def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[
     `signal_frames`: as process_unwinders'. Each
     run (the first, and the verified one) is bounded by `limits`, a clock
     not given scaled to its work (the verified run's to the instructions
-    the first counted, at its stride: harness.verify.guards.clocked); a first
+    the first counted, at its stride: harness.emulation.guards.clocked); a first
     run past the clock or memory ends the verification there, so that a
     runaway program ends within them."""
     system = LinuxSystem(run)

@@ -1,6 +1,6 @@
 """One unwinder step at one pc, written down as data, for the compiled
 verification kernel (harness/verify/csrc/rules.c; harness.verify.kernel
-packs rules by harness/verify/abi.py).
+packs rules by harness/abi.py).
 
 Each unwinder's `step` stays the definition. Its `rule_at(pc, innermost)`
 gives a RuleRange: the rule for a frame at pc, and the pcs around it that

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from harness import abi
 from harness.program import Program
 from harness.thumb.encoding import (
     arm_call_length,
@@ -54,7 +55,6 @@ from harness.thumb.encoding import (
     it_block_length,
     return_kind,
 )
-from harness.verify import abi
 
 # The entry points that start an exception's unwinding: libstdc++'s throw
 # and rethrow, libgcc's raise, resume (from a cleanup landing pad) and
@@ -200,7 +200,7 @@ class ThreadStacks:
 
     def interrupted(self, context, uses_vfp: bool) -> None:
         """A signal handler starts in the running thread: the context
-        (harness.linux.machine.Context) it interrupts is its caller."""
+        (harness.emulation.machine.Context) it interrupts is its caller."""
         vfp = tuple(context.d[8:16]) if uses_vfp else None
         self.shadow.interrupted(context.r[15], context.r[13], tuple(context.r[4:12]), vfp)
 

@@ -2,13 +2,13 @@
 
 The Tracer is the per-instruction hook of a verified run: it follows the
 shadow stack (as harness.verify.groundtruth defines it), ends a runaway run
-at one of its limits (harness.verify.abi.Limits, as the Python hook does:
+at one of its limits (harness.abi.Limits, as the Python hook does:
 `run` reports the guard and the pc) and, at every stop,
 lets the Verifier walk every unwinder by its rules (harness.unwind.rule)
 over the emulator's stack memory and compare each caller frame with the
 shadow stack. The Verifier counts the walks that match every frame (per
 stop class, read back with `passes`) and answers for the others with a
-record of harness.verify.abi (a failing rule, a mismatch, a guard failure,
+record of harness.abi (a failing rule, a mismatch, a guard failure,
 a caller check_caller rejects)
 or DEFER: the verifier then runs the unwinder's own Python step for that
 stop, so the kernel only ever repeats what `step` would say, faster.
@@ -20,11 +20,12 @@ import struct
 from collections import Counter
 from typing import Callable, Sequence
 
+from harness import abi
 from harness.registers import CALLEE_SAVED, SP
 from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, ReturnAddresses, Rule, guards_hold
 from harness.unwind.rule_map import itself
 from harness.unwind.walk import Unwinder, caller_failure, restores_of
-from harness.verify import abi, rule_book
+from harness.verify import rule_book
 from harness.verify.failures import Outcome
 
 try:

@@ -11,17 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Collection, NamedTuple, Sequence
 
+from harness import abi
 from harness.collector import collector_paused
+from harness.emulation.emulator import Emulator
+from harness.emulation.guards import EmulationFault, ImpreciseFault, as_limits, clocked, guard_cause
+from harness.emulation.process_machine import RunEvents
 from harness.program import Program
 from harness.thumb.encoding import executes, instruction_size, with_it_state
 from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
-from harness.verify import abi, kernel
-from harness.verify.emulator import Emulator
+from harness.verify import kernel
 from harness.verify.failures import RANGE_GAP, FailureLog, LoggedPcs, ProgramResult, quiet_ranges
 from harness.verify.groundtruth import ShadowFrame, ThreadStacks, decode, has_bit, raise_entries, unpacked
-from harness.verify.guards import EmulationFault, ImpreciseFault, as_limits, clocked, guard_cause
-from harness.verify.process_machine import RunEvents
 from harness.verify.sampling import chooser
 from harness.verify.tally import Grouping, KeyParts, Tally
 from harness.verify.verification import Verification

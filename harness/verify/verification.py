@@ -9,11 +9,12 @@ from functools import partial
 from itertools import islice
 from typing import Sequence
 
+from harness import abi
 from harness.classify import Classifier, Where, where_in_state
 from harness.program import Program
 from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
-from harness.verify import abi, kernel
+from harness.verify import kernel
 from harness.verify.failures import (
     MISMATCHES,
     FailureCause,

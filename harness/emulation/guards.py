@@ -1,6 +1,6 @@
 """The guards of a run (abi.Limits): what each limit's fault says, and the
 checks of the clock and of memory that the Python hook and the system-call
-hook make (csrc/trace.c makes the same in C); the fault that ends a run."""
+hook make (harness/verify/csrc/trace.c makes the same in C); the fault that ends a run."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import resource
 import sys
 import time
 
+from harness import abi
 from harness.errors import HarnessError
-from harness.verify import abi
 
 MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # bytes in getrusage's ru_maxrss unit
 _STATM = "/proc/self/statm"

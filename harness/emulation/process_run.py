@@ -1,7 +1,7 @@
 """What a process's run does between the engine and its system: system
 calls, a thread switch, a fault the program takes, a timer that expires,
 each told to the hook that follows the run (RunEvents). The Emulator
-(harness.verify.emulator) runs the engine with these as its process hooks.
+(harness.emulation.emulator) runs the engine with these as its process hooks.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from unicorn import Uc
 from unicorn import arm_const as arm
 
+from harness.emulation.guards import EmulationFault, ImpreciseFault, exhausted, guard_cause
+from harness.emulation.process_machine import FAULT_OF_ENGINE_ERROR, FAULT_OF_EXCEPTION, FETCH_ERRORS, RunEvents
 from harness.errors import HarnessError
-from harness.verify.guards import EmulationFault, ImpreciseFault, exhausted, guard_cause
-from harness.verify.process_machine import FAULT_OF_ENGINE_ERROR, FAULT_OF_EXCEPTION, FETCH_ERRORS, RunEvents
 
 EXCP_SWI = 2  # Unicorn's interrupt number for SVC
 SVC_ARGUMENTS = [getattr(arm, f"UC_ARM_REG_R{n}") for n in range(6)]

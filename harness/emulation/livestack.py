@@ -1,6 +1,6 @@
 """The stack of a paused emulator as unwinders read it (the StackReader of
 harness.unwind.frame): reads fetched in chunks from the engine, through a
-function harness.verify.emulator gives it, and kept for one stop."""
+function harness.emulation.emulator gives it, and kept for one stop."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The engine as a process's system calls see it
-(harness.linux.machine.Machine): its memory, mappings, TLS register and
+(harness.emulation.machine.Machine): its memory, mappings, TLS register and
 user registers, and a way to end the run; what a process's run and the
 hook that follows it tell each other (RunEvents), and what each engine
 error is to a Linux process (FAULT_OF_ENGINE_ERROR)."""
@@ -14,9 +14,8 @@ from unicorn import UC_PROT_ALL, Uc, UcError, unicorn_const
 from unicorn import arm_const as arm
 from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 
-from harness.linux.machine import BadAddress, Context
-from harness.linux.threads import Switch
-from harness.verify import abi
+from harness import abi
+from harness.emulation.machine import BadAddress, Context, Switch
 
 CORE_REGS = [getattr(arm, f"UC_ARM_REG_{name.upper()}") for name in abi.SLOTS[:16]]  # r0-r15
 D_REGS = [getattr(arm, f"UC_ARM_REG_D{n}") for n in range(32)]
@@ -35,7 +34,7 @@ def read_memory(uc: Uc, address: int, size: int) -> bytes:
 
 
 class ProcessMachine:
-    """What a system-call layer may do to the engine (harness.linux.machine.Machine)."""
+    """What a system-call layer may do to the engine (harness.emulation.machine.Machine)."""
 
     def __init__(self, uc: Uc):
         self._uc = uc

@@ -6,7 +6,7 @@ hundreds of system registers, each named and hashed), and unmapping a
 16 MiB stack about as much (the engine flushes its TLB page by page):
 together most of a short program's set-up, and more than the run of a
 thousand instructions. So an emulator gives its engine back when it goes
-(harness.verify.emulator), if every run it made ended well, and the next
+(harness.emulation.emulator), if every run it made ended well, and the next
 one whose stack goes at the same place takes it, reset to how it was made:
 nothing mapped but the stack, whose pages are let go (they read as zeros
 again), every register as a new engine has it (the context saved when it
@@ -27,10 +27,10 @@ from typing import NamedTuple
 from unicorn import UC_ARCH_ARM, UC_MODE_THUMB, UC_PROT_ALL, Uc, UcError
 from unicorn import arm_const as arm
 
-from harness.verify.placement import Placement
+from harness.emulation.placement import Placement
 
 # The engine's buffer of translated code (1 GiB by default) fills as a
-# sampled run cuts blocks at its samples (csrc/trace.c) and, once its pages
+# sampled run cuts blocks at its samples (harness/verify/csrc/trace.c) and, once its pages
 # are touched, counts in the resident size the memory guard checks; full,
 # it is flushed and code is translated anew.
 TRANSLATED_CODE_BYTES = 128 << 20
@@ -40,7 +40,8 @@ KEPT_AT_MOST = 2  # a run may hold two emulators at once (stops._run_once_if_it_
 class Engine(NamedTuple):
     uc: Uc
     made: object  # its context as made (a UcContext), which a reset restores
-    stack: mmap.mmap  # the stack's memory, which the harness owns so that the kernel reads it in place (csrc/rules.c)
+    # The stack's memory, which the harness owns so that the kernel reads it in place (harness/verify/csrc/rules.c).
+    stack: mmap.mmap
     stack_at: tuple[int, int]  # where the engine maps it: (lowest address, size)
 
 

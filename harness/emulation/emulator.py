@@ -1,10 +1,10 @@
-"""The only module that runs Unicorn (harness.verify.engine_pool makes its
+"""The only module that runs Unicorn (harness.emulation.engine_pool makes its
 engines, and keeps them between runs).
 
 Loads a program's segments on an engine with its stack mapped, calls the
 entry in Thumb state with lr = a sentinel address, and calls back before
 every instruction. Faults (unmapped access, undefined instruction, a run
-past one of its limits, harness.verify.abi.Limits) end the run with an
+past one of its limits, harness.abi.Limits) end the run with an
 `EmulationFault` naming the pc and the cause.
 """
 
@@ -30,12 +30,13 @@ from unicorn import (
 from unicorn import arm_const as arm
 from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 
-from harness.verify import abi, engine_pool
-from harness.verify.guards import EmulationFault, as_limits, exhausted, guard_cause, memory_threshold
-from harness.verify.livestack import LiveStack
-from harness.verify.placement import DEFAULT, PAGE, Placement, pages_of, place
-from harness.verify.process_machine import BatchReader, ProcessMachine, read_memory
-from harness.verify.process_run import ProcessRun
+from harness import abi
+from harness.emulation import engine_pool
+from harness.emulation.guards import EmulationFault, as_limits, exhausted, guard_cause, memory_threshold
+from harness.emulation.livestack import LiveStack
+from harness.emulation.placement import DEFAULT, PAGE, Placement, pages_of, place
+from harness.emulation.process_machine import BatchReader, ProcessMachine, read_memory
+from harness.emulation.process_run import ProcessRun
 
 # uc_ctl's control word for "drop the code translated from [begin, end)": UC_CTL_WRITE(type, 2 arguments).
 REMOVE_CACHE = unicorn_const.UC_CTL_TB_REMOVE_CACHE | 2 << 26 | unicorn_const.UC_CTL_IO_WRITE << 30
@@ -74,7 +75,7 @@ class Emulator(ProcessRun):
         exits."""
         segments = [(address, bytes(data)) for address, data in segments]
         self.placement: Placement = placement or place(segments)
-        """Where the stack and the return sentinel are (harness.verify.placement)."""
+        """Where the stack and the return sentinel are (harness.emulation.placement)."""
         self.system = system
         self._ends_well = True  # every run made ended well: a bare-metal program's engine may be given back
         where = self.placement

@@ -1,13 +1,15 @@
-"""What the system-call layer may do to the emulated machine, and nothing
-more: read and write its memory, map and unmap pages, set the TLS register,
-read and set the user registers (a signal's frame), count the instructions
-run (the clock), end the run. harness.verify.process_machine implements it
-over the engine; tests use a plain one over a dict of pages."""
+"""What the system-call layer (harness.linux) may do to the emulated
+machine, and nothing more: read and write its memory, map and unmap pages,
+set the TLS register, read and set the user registers (a signal's frame),
+count the instructions run (the clock), end the run; and what the two tell
+each other: a bad address (BadAddress), the user registers (Context), a
+thread switch (Switch). harness.emulation.process_machine implements the
+Machine over the engine; tests use a plain one over a dict of pages."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from harness.errors import HarnessError
 
@@ -20,6 +22,15 @@ class Context:
     cpsr: int
     d: tuple[int, ...]  # d0-d31
     fpscr: int
+
+
+class Switch(NamedTuple):
+    """The thread the processor went to at a system call, for the hook that
+    follows the run (its shadow stack, its stack's bounds)."""
+
+    left: int  # the tid of the thread that stopped running
+    tid: int
+    stack_top: int  # the top of the stack of the thread that runs now (0: the process's initial stack)
 
 
 class BadAddress(HarnessError):

@@ -2,12 +2,16 @@
 declared once.
 
 Python packs and reads with the structs, flags and records below; the C
-side includes `csrc/abi.h`, which setup.py writes from this module at build
-time (`header()`), so the two cannot drift apart: tests/test_kernel.py
-checks that the header the kernel was built with is this module's.
+side includes `harness/verify/csrc/abi.h`, which setup.py writes from this
+module at build time (`header()`), so the two cannot drift apart:
+tests/test_kernel.py checks that the header the kernel was built with is
+this module's.
 
-This module imports nothing but the standard library: setup.py runs it
-before the package is installed.
+Both layers read it: the emulation (harness.emulation: a run's limits and
+guards, the register slots, the engine as the tracer drives it) and the
+verifier (rules, shadow frames, answers). It sits above neither, so that
+the emulation imports nothing of the verifier. It imports nothing but the
+standard library: setup.py runs it before the package is installed.
 """
 
 from __future__ import annotations
@@ -99,7 +103,7 @@ CHAIN_METHODS = 8
 # ------------------------------------------------------------ registers
 
 # What the tracer reads at every stop, in this order: r0-r15, cpsr, and
-# d8-d15 when the program uses VFP (harness.verify.emulator maps the names
+# d8-d15 when the program uses VFP (harness.emulation.emulator maps the names
 # to the engine's register ids).
 SLOTS = tuple(f"r{n}" for n in range(16)) + ("cpsr",) + tuple(f"d{n}" for n in range(8, 16))
 CPSR_SLOT, FIRST_VFP_SLOT = SLOTS.index("cpsr"), SLOTS.index("d8")
@@ -135,7 +139,7 @@ class Limits(NamedTuple):
     """How far one program's run may go (both hooks: harness.verify.stops
     and csrc/trace.c); past any of them the run ends as a fault, with the pc
     and the guard (GUARDS) that stopped it. The clock's None: scaled to
-    the run's work (harness.verify.guards.clocked) before the run starts."""
+    the run's work (harness.emulation.guards.clocked) before the run starts."""
 
     instructions: int = 4_000_000_000  # instructions executed: a billion-instruction program runs to its end
     seconds: float | None = None  # wall clock, from the start of the run (None: scaled to the work)
@@ -245,9 +249,9 @@ def _enum(names: tuple[str, ...], values) -> str:
 
 
 def header() -> str:
-    """csrc/abi.h: everything above, for the C side."""
+    """harness/verify/csrc/abi.h: everything above, for the C side."""
     lines = [
-        "/* Generated from harness/verify/abi.py by setup.py: do not edit. */",
+        "/* Generated from harness/abi.py by setup.py: do not edit. */",
         "#ifndef HARNESS_ABI_H", "#define HARNESS_ABI_H", "#include <stdint.h>", "",
         _enum(FLAGS, (1 << bit for bit in range(len(FLAGS)))),
         RULE_HEADER.c(), LOAD.c(), EXPECTED.c(),
