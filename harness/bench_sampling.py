@@ -25,9 +25,9 @@ from functools import partial
 from harness.elf_program import program_from_elf
 from harness.emulation.emulator import Emulator
 from harness.emulation.guards import ImpreciseFault
-from harness.linux.corpus import cache, linux_entries, linux_run
 from harness.linux.process import LinuxSystem
-from harness.linux.verify import prepared_process
+from harness.linux_verify.corpus import cache, linux_entries, linux_run
+from harness.linux_verify.verify import prepared_process
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
 from harness.runner import LINUX_LIMITS

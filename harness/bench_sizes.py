@@ -22,8 +22,8 @@ from harness.formats import chrome_v2
 from harness.formats.chrome_v2.floor import least_bytes
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
-from harness.linux.corpus import cache as linux_cache
-from harness.linux.corpus import executable_with_cfi, linux_entries
+from harness.linux_verify.corpus import cache as linux_cache
+from harness.linux_verify.corpus import executable_with_cfi, linux_entries
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
 from harness.report.sizes import size_row

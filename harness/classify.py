@@ -34,7 +34,7 @@ THROUGH_SIGNAL_FRAME = "through_signal_frame"
 SPAWNED_THREAD = "spawned_thread"
 STATE_TRAITS = (CXX_EXCEPTION, SIGNAL_HANDLER, THROUGH_SIGNAL_FRAME, SPAWNED_THREAD)  # by bit of abi.STOP_STATES
 NO_INFO = "no_info"  # the trait of stops outside every known function
-# Where code comes from, for a process (harness.linux.modules): the
+# Where code comes from, for a process (harness.linux_verify.modules): the
 # program's own, the C and C++ runtimes, the dynamic linker, PLT stubs, any
 # other library. Stops carry one as a trait; bare-metal programs none.
 MODULES = ("own", "libc", "libstdcxx", "libgcc", "ld.so", "plt", "lib")

@@ -14,7 +14,7 @@ from harness.commands import EXIT_BAD_INPUT, EXIT_FAILED
 from harness.emulation import guards
 from harness.errors import HarnessError, InputError
 from harness.formats import chrome_v2
-from harness.linux.corpus import CHOICES as LINUX_CHOICES
+from harness.linux_verify.corpus import CHOICES as LINUX_CHOICES
 from harness.runner import LINUX_LIMITS, Shard, parse_shard
 from harness.unwind import UNWINDER_NAMES
 from harness.verify import kernel

@@ -16,10 +16,10 @@ from harness.elf_program import elf_unwinder_names, program_from_elf
 from harness.errors import InputError
 from harness.filesystem import check_output, read_input, write_output
 from harness.formats import chrome_v2
-from harness.linux.corpus import linux_entries
-from harness.linux.modules import own_tables, process_program
 from harness.linux.process import LinuxRun, LinuxSystem, is_linux_program
-from harness.linux.verify import Expected, sampling_of, verify_process_part
+from harness.linux_verify.corpus import linux_entries
+from harness.linux_verify.modules import own_tables, process_program
+from harness.linux_verify.verify import Expected, sampling_of, verify_process_part
 from harness.manifest import elf_builds, expected_checksum
 from harness.report.baseline import RunIdentity, comparable_baseline, failing_unwinders, gate_outcome, identity_of
 from harness.report.ci import junit_xml, summary_markdown

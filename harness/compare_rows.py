@@ -20,9 +20,9 @@ from harness.elf_program import code_reader, elf_functions, program_from_elf
 from harness.errors import HarnessError
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
-from harness.linux.modules import discover, module_program
 from harness.linux.process import LinuxRun
-from harness.linux.verify import verify_process
+from harness.linux_verify.modules import discover, module_program
+from harness.linux_verify.verify import verify_process
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import SP
 from harness.thumb.disasm import decode_one

@@ -21,7 +21,7 @@ from harness.elf_program import elf_unwinder_names, program_from_elf
 from harness.errors import WorkerLost
 from harness.formats import chrome_v2
 from harness.formats.elf import open_elf, section_size
-from harness.linux.corpus import run_linux_unit
+from harness.linux_verify.corpus import run_linux_unit
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.report.data import elf_group, report_data, with_timing
 from harness.report.sizes import CHROME_REFERENCE, add_size_rows, size_row

@@ -152,7 +152,7 @@ _VERIFY_PROCESS = object_of({**_VERIFY, "args": list_of(string), "sysroot": opti
                              "cwd": optional(string), "stdin": optional(string)},
                             {**LIMITS, "signal_frames": BOOLEAN,  # with --signal-frames
                              "every_auto": BOOLEAN})  # the stride chosen from the first run (--every auto)
-# The stride of a program verified at samples, or chosen automatically (harness.linux.verify.sampling_of).
+# The stride of a program verified at samples, or chosen automatically (harness.linux_verify.verify.sampling_of).
 SAMPLING = object_of({"every": POSITIVE, "chosen": one_of(["auto", "given"])},
                      {"first_run_instructions": COUNT, "every_stop_up_to": POSITIVE, "samples": POSITIVE,
                       "why": string})

@@ -28,8 +28,8 @@ from typing import NamedTuple
 from harness.abi import Limits
 from harness.errors import HarnessError, ToolMissing
 from harness.filesystem import write_output
-from harness.linux.corpus import ROOT, cache
 from harness.linux.process import LinuxRun
+from harness.linux_verify.corpus import ROOT, cache
 from harness.runner import in_processes
 from harness.synth_fuzz_judge import Build, judged_build
 from harness.synth_fuzz_report import assemble, markdown, report_json

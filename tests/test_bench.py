@@ -91,7 +91,7 @@ def test_the_longest_program_leaves_out_what_emulation_alone_cannot_run(monkeypa
     """Threads' time slices need a hook: emulation alone cannot run such a
     program, so the bench chooses among the others, and says which it left out."""
     from harness import bench_sampling
-    from harness.linux.corpus import linux_entries
+    from harness.linux_verify.corpus import linux_entries
 
     slice_entries = {entry["name"]: entry for entry in linux_entries("slice")}
     chosen = [slice_entries["cthreads-gcc-O2-nofp"], slice_entries["cwc-clang-Os-nofp"]]

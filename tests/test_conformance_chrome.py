@@ -27,7 +27,7 @@ from harness.formats.chrome_v2.chrome_builder import chrome_function_unwind
 from harness.formats.chrome_v2.layout import serialize
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf, text_base
-from harness.linux.corpus import cache
+from harness.linux_verify.corpus import cache
 from harness.manifest import ELF_CORPUS
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import DWARF_D0, LR, SP

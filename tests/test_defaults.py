@@ -22,8 +22,8 @@ from harness.emulation.guards import (
     clocked,
     scaled_seconds,
 )
-from harness.linux.corpus import linux_entries, linux_run
-from harness.linux.verify import sampling_of
+from harness.linux_verify.corpus import linux_entries, linux_run
+from harness.linux_verify.verify import sampling_of
 from harness.report.data import without_seconds
 from harness.verify.sampling import AUTO, AutoStride
 from harness.verify.stops import DEFAULT_LIMITS

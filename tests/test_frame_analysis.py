@@ -19,7 +19,7 @@ from harness.elf_program import code_reader as load_code
 from harness.formats.arm_exidx import read_exidx_sections
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import function_spans, mapping_symbols, open_elf, thumb_functions
-from harness.linux.corpus import cache
+from harness.linux_verify.corpus import cache
 from harness.program import CfiRow, CodeMap
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb import discovery

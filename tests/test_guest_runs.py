@@ -17,9 +17,9 @@ import pytest
 from harness import abi
 from harness.emulation.emulator import Emulator
 from harness.emulation.guards import EmulationFault, resident_bytes
-from harness.linux.modules import discover, process_program
 from harness.linux.process import LinuxRun, LinuxSystem
-from harness.linux.verify import verify_process
+from harness.linux_verify.modules import discover, process_program
+from harness.linux_verify.verify import verify_process
 from harness.verify.stops import verify_program
 
 ROOT = Path(__file__).resolve().parent.parent

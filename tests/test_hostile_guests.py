@@ -469,7 +469,7 @@ def test_programs_behave_under_qemu_as_they_claim(tmp_path):
 
 DISCOVER = f"""
 import json, sys, time
-from harness.linux.modules import discover
+from harness.linux_verify.modules import discover
 from harness.linux.process import LinuxRun
 from harness.abi import Limits
 from harness.emulation.guards import EmulationFault

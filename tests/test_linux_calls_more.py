@@ -464,7 +464,7 @@ def test_a_program_reads_proc_and_dev_as_under_qemu():
     from test_linux_process import build, qemu
 
     from harness.linux.process import LinuxRun, LinuxSystem
-    from harness.linux.verify import process_program
+    from harness.linux_verify.verify import process_program
     from harness.verify.stops import verify_program
 
     program = build("special.c", "-static")

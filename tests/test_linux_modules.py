@@ -12,9 +12,9 @@ from test_linux_process import build, sysroot
 from harness.abi import Limits
 from harness.classify import MODULES, NO_INFO, OWN
 from harness.errors import UnwindFailure
-from harness.linux.modules import discover, label_of
 from harness.linux.process import LinuxRun
-from harness.linux.verify import verify_process
+from harness.linux_verify.modules import discover, label_of
+from harness.linux_verify.verify import verify_process
 from harness.report.data import result_rows
 from harness.report.summary import summarize
 from harness.unwind import build_unwinders

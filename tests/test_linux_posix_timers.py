@@ -19,11 +19,11 @@ from test_linux_threads import MAIN, WORD, _running, _spawn
 
 from harness.linux import calls_timers, signals
 from harness.linux.calls_threads import FUTEX_WAIT
-from harness.linux.modules import process_program
 from harness.linux.posix_timers import KTIME_MAX, SI_TIMER, SIGEV_NONE, SIGEV_SIGNAL, SIGEV_THREAD, SIGEV_THREAD_ID
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.table import SystemCallFault
-from harness.linux.verify import verify_process
+from harness.linux_verify.modules import process_program
+from harness.linux_verify.verify import verify_process
 from harness.unwind import build_unwinders
 from harness.verify.stops import verify_program
 

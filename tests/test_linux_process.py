@@ -22,8 +22,8 @@ import pytest
 
 from harness.cli import main
 from harness.formats.elf import code_pointers, executable_ranges, function_symbols, open_elf, thumb_functions
-from harness.linux.modules import process_program
 from harness.linux.process import LinuxRun, LinuxSystem
+from harness.linux_verify.modules import process_program
 from harness.report.data import without_seconds
 from harness.unwind import build_unwinders
 from harness.verify.stops import verify_program

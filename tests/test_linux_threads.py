@@ -14,8 +14,7 @@ import pytest
 from linux_calls import SCRATCH, call, made_kernel
 from test_linux_process import _chains, _live, build, qemu, run_process, sysroot
 
-from harness.linux import calls_threads, modules, signals, timers
-from harness.linux import verify as linux_verify
+from harness.linux import calls_threads, signals, timers
 from harness.linux.calls_threads import (
     FUTEX_CMP_REQUEUE,
     FUTEX_PRIVATE_FLAG,
@@ -28,10 +27,12 @@ from harness.linux.calls_threads import (
     THREAD_FLAGS,
 )
 from harness.linux.kernel import FIXED_TIME
-from harness.linux.modules import process_program
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.table import SystemCallFault
 from harness.linux.threads import QUANTUM
+from harness.linux_verify import modules
+from harness.linux_verify import verify as linux_verify
+from harness.linux_verify.modules import process_program
 from harness.report.data import report_data, thread_table
 from harness.report.markdown import markdown
 from harness.report.summary import summarize

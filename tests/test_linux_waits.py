@@ -27,7 +27,7 @@ from harness.linux.kernel import FIXED_TIME
 from harness.linux.process import LinuxRun
 from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND, ERESTARTSYS, SA_RESTART, SA_SIGINFO
 from harness.linux.table import SystemCallFault
-from harness.linux.verify import verify_process
+from harness.linux_verify.verify import verify_process
 from harness.unwind import build_unwinders
 
 NSEC = 1_000_000_000

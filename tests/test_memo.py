@@ -17,7 +17,7 @@ from generators.assembler import assemble
 from generators.corpus import generate_program
 from harness.classify import FunctionInfo
 from harness.linux.process import LinuxRun
-from harness.linux.verify import verify_process
+from harness.linux_verify.verify import verify_process
 from harness.program import CfiRow, FunctionCfi, Program
 from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.verify import kernel

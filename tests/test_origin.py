@@ -13,9 +13,9 @@ from harness.abi import Limits
 from harness.classify import NO_INFO, OWN
 from harness.elf_program import program_from_elf
 from harness.formats.elf import executable_ranges, function_symbols, open_elf
-from harness.linux.modules import discover, module_program, process_image, runtime_exports
 from harness.linux.process import LinuxRun, LinuxSystem
-from harness.linux.verify import verify_process
+from harness.linux_verify.modules import discover, module_program, process_image, runtime_exports
+from harness.linux_verify.verify import verify_process
 from harness.origin import OTHER, _pieces, compile_units, origin_spans, source_label, symbol_label
 from harness.unwind import build_unwinders
 

@@ -17,9 +17,9 @@ from harness.classify import FunctionInfo
 from harness.elf_program import program_from_elf
 from harness.emulation import engine_pool
 from harness.emulation.emulator import Emulator
-from harness.linux.corpus import linux_entries, linux_run
-from harness.linux.modules import discover
-from harness.linux.verify import verify_process
+from harness.linux_verify.corpus import linux_entries, linux_run
+from harness.linux_verify.modules import discover
+from harness.linux_verify.verify import verify_process
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
 from harness.runner import LINUX_LIMITS

@@ -194,8 +194,8 @@ def test_in_a_process_the_other_methods_take_the_system_libraries(monkeypatch):
     not. The kernel walks the chain itself: few walks defer to Python."""
     from functools import partial
 
-    from harness.linux.corpus import linux_entries, linux_run
-    from harness.linux.verify import verify_process
+    from harness.linux_verify.corpus import linux_entries, linux_run
+    from harness.linux_verify.verify import verify_process
     from harness.report.summary import methods_json
     from harness.runner import LINUX_LIMITS
     from harness.verify.verification import Verification
@@ -227,7 +227,7 @@ def test_a_chain_refusing_in_a_library_is_counted_by_the_kernel_as_by_step(monke
     from test_linux_process import build, sysroot
 
     from harness.linux.process import LinuxRun
-    from harness.linux.verify import verify_process
+    from harness.linux_verify.verify import verify_process
     from harness.verify.verification import Verification
 
     deferred = []

@@ -108,6 +108,16 @@ def test_emulation_is_below_every_layer(name):
     assert _closure(name) == allowed, f"{name} imports {sorted(_closure(name) - allowed)}"
 
 
+@pytest.mark.parametrize("name", _layer("harness.linux"))
+def test_the_operating_system_knows_nothing_of_verification(name):
+    """harness.linux emulates the operating system a process runs on, over
+    the emulation: it never reaches the unwinders, the verifier, the
+    reports, or what verifies a process (harness.linux_verify)."""
+    above = {m for m in _closure(name) if _within(m, "harness.unwind", "harness.verify", "harness.report",
+                                                   "harness.linux_verify", "harness.classify", "harness.program")}
+    assert not above, f"{name} imports {sorted(above)}"
+
+
 def test_the_c_boundary_imports_only_the_standard_library():
     """setup.py runs harness/abi.py by path, before the package is installed."""
     assert not {m for m in _imports("harness.abi") if _within(m, "harness", "generators")}

@@ -275,7 +275,7 @@ class ProgramResult:
     # a Linux process (harness.linux): what it wrote to stdout, and what it must have
     stdout_sha256: str | None = None
     expected_stdout_sha256: str | None = None
-    sampling: dict | None = None  # the stride chosen automatically (harness.linux.verify.sampling_of)
+    sampling: dict | None = None  # the stride chosen automatically (harness.linux_verify.verify.sampling_of)
 
     @property
     def failure_tally(self) -> Counter:

@@ -8,7 +8,8 @@ from typing import Callable, Sequence
 
 from harness.abi import Limits
 from harness.emulation.guards import EmulationFault, clocked
-from harness.linux.modules import (
+from harness.linux.process import LinuxRun, LinuxSystem
+from harness.linux_verify.modules import (
     FirstRun,
     discover,
     module_program,
@@ -18,7 +19,6 @@ from harness.linux.modules import (
     process_unwinders,
     runtime_exports,
 )
-from harness.linux.process import LinuxRun, LinuxSystem
 from harness.program import Program
 from harness.report.summary import summary_of, to_json
 from harness.unwind.walk import Unwinder
@@ -41,7 +41,7 @@ def prepared_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callabl
                      signal_frames: bool = False) -> tuple[FirstRun, Program, list[Unwinder]]:
     """What verifying `run` needs before it runs: a first run (its modules,
     which frames resume), the image standing for the process
-    (harness.linux.modules; the library exports read through `system`, the
+    (harness.linux_verify.modules; the library exports read through `system`, the
     run's own when given) and the unwinders `names` over its modules.
     Raises EmulationFault where the first run passed the clock or memory."""
     first = discover(run, limits)

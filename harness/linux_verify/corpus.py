@@ -19,9 +19,9 @@ from harness.elf_program import elf_unwinder_names, program_from_image
 from harness.errors import InputError
 from harness.filesystem import cache_root, read_input, read_json
 from harness.formats.elf import ElfImage, open_elf, section_size
-from harness.linux.modules import process_program
 from harness.linux.process import LinuxRun, LinuxSystem
-from harness.linux.verify import Expected, verify_process
+from harness.linux_verify.modules import process_program
+from harness.linux_verify.verify import Expected, verify_process
 from harness.program import Program
 from harness.report.data import elf_group
 from harness.report.sizes import size_row
