@@ -44,7 +44,7 @@ def settle() -> None:
     its command; a pass of the bench); a worker forked from it inherits
     that. Otherwise every full collection walks them all again, with the
     rules and decoded instructions a process keeps: a tenth of a generated
-    program's verification went to those walks (harness.bench_overhead).
+    program's verification went to those walks (harness.bench.overhead).
     Once a process: a process that runs the CLI again and again (the tests)
     would otherwise freeze each time what its last commands left, garbage
     the collector had not reached yet included, for good. The young

@@ -323,7 +323,7 @@ def cmd_merge(args) -> int:
 def cmd_bench(args) -> int:
     from rich.table import Table
 
-    from harness.bench import FULL, QUICK, run_bench, table_rows
+    from harness.bench.suite import FULL, QUICK, run_bench, table_rows
 
     console = _console()
     check_output(args.json)

@@ -118,6 +118,16 @@ def test_the_operating_system_knows_nothing_of_verification(name):
     assert not above, f"{name} imports {sorted(above)}"
 
 
+def test_the_bench_has_one_home():
+    """The bench's code is harness.bench's alone, and only the `bench`
+    command (harness.commands) reaches it: nothing the tool runs otherwise
+    depends on a measurement."""
+    strays = [name for name in MODULES if "bench" in name.rpartition(".")[2] and not _within(name, "harness.bench")]
+    users = sorted(name for name in MODULES if not _within(name, "harness.bench")
+                   and any(_within(m, "harness.bench") for m in _internal(name)))
+    assert not strays and users == ["harness.commands"], (strays, users)
+
+
 def test_the_c_boundary_imports_only_the_standard_library():
     """setup.py runs harness/abi.py by path, before the package is installed."""
     assert not {m for m in _imports("harness.abi") if _within(m, "harness", "generators")}

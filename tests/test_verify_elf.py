@@ -5,7 +5,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from harness.bench_overhead import emulation_alone
+from harness.bench.overhead import emulation_alone
 from harness.cli import main
 from harness.commands import elf_unwinders, expected_checksum
 from harness.elf_program import has_epilogue_cfi, program_from_elf, prologue_end

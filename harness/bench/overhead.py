@@ -1,5 +1,5 @@
 """The bench's first figure: what verifying every unwinder at every stop
-costs against emulation alone, over the generated corpus (harness.bench).
+costs against emulation alone, over the generated corpus (harness.bench.suite).
 
 A verified run is timed as `run` makes one, summary included, with its
 unwinders built outside the timing (table building is not per-stop work),

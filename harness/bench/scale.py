@@ -1,5 +1,5 @@
 """`unwind-harness bench` at Chrome's scale (figures 3 and 4 of
-harness.bench): the v2 encoder on a synthetic text drawn from the
+harness.bench.suite): the v2 encoder on a synthetic text drawn from the
 functions of the compiled corpus, in a fresh process (for its peak
 memory), and the v2 reader's lookups over random pcs of its blob."""
 

@@ -1,4 +1,4 @@
-"""`unwind-harness bench`: the table-size figures (see harness.bench).
+"""`unwind-harness bench`: the table-size figures (see harness.bench.suite).
 
 5. Rows from code: synthesis time and memory on the largest binary at hand,
    and its v2 bytes per function beside the tables from the compiler's CFI.
