@@ -9,7 +9,7 @@ import os
 import sys
 
 from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED
-from harness import __version__, collector, commands, table_commands
+from harness import __version__, commands, gc_pause, table_commands
 from harness.commands import EXIT_BAD_INPUT, EXIT_FAILED
 from harness.emulation import guards
 from harness.errors import HarnessError, InputError
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("run", "verify-elf", "bench", "mutants") and not kernel.AVAILABLE:
         print("unwind-harness: note: the compiled kernel (harness/verify/csrc) is not built; verifying "
               "in Python alone, several times slower (`pip install -e .` builds it)", file=sys.stderr)
-    collector.settle()
+    gc_pause.settle()
     try:
         return args.handler(args)
     except InputError as error:

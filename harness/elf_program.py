@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from harness.classify import OWN, FrameFacts, FunctionInfo, traits_of
+from harness.code_origin import origin_spans
 from harness.errors import ElfError, InputError
 from harness.formats.arm_exidx import parse_sections, read_exidx_sections
 from harness.formats.dwarf_cfi import has_cfi, read_cfi
@@ -29,7 +30,6 @@ from harness.formats.elf import (
     symbol_address,
     text_base,
 )
-from harness.origin import origin_spans
 from harness.program import CfiRow, CodeMap, FunctionCfi, Program, relocated
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb.disasm import moves_sp_by_register, sweep
@@ -87,7 +87,7 @@ def function_info(function: FunctionCfi, code: bytes, base: int) -> FunctionInfo
 def program_from_elf(path: str, entry: str, expected: int | None = None,
                      text_start: int | None = None) -> Program:
     """A bare-metal ELF run from its symbol `entry`; its code cut by origin
-    (harness.origin) where libraries were linked into it."""
+    (harness.code_origin) where libraries were linked into it."""
     image = open_elf(path)
     program = program_from_image(image, symbol_address(image, entry), expected, text_start)
     spans = [span for low, high in executable_ranges(image)

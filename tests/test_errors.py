@@ -68,9 +68,9 @@ ELF = ROOT / "corpus" / "fixtures" / "calls-clang-nofp.elf"  # small, fast to ve
 
 # error class -> the test that covers it ("file::test" for one in another file).
 COVERAGE = {
-    "harness.linux.table.GuestError": "test_linux_syscalls.py::test_symlink_loops_end_with_eloop",
+    "harness.linux.call_table.GuestError": "test_linux_syscalls.py::test_symlink_loops_end_with_eloop",
     "harness.emulation.machine.BadAddress": "test_linux_syscalls.py::test_readlink_of_the_executable_and_a_bad_buffer",
-    "harness.linux.table.SystemCallFault": "test_linux_syscalls.py::test_an_unknown_system_call_is_a_fault_naming_it",
+    "harness.linux.call_table.SystemCallFault": "test_linux_syscalls.py::test_an_unknown_system_call_is_a_fault_naming_it",
     "harness.errors.HarnessError": "test_every_typed_error_is_a_harness_error",  # base, never raised itself
     "harness.errors.InputError": "test_input_error",
     "harness.errors.EhabiError": "test_every_typed_error_is_a_harness_error",  # base, never raised itself

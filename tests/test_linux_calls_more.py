@@ -13,9 +13,9 @@ import struct
 import pytest
 from linux_calls import SCRATCH, PageMachine, call, open_path, put_string
 
+from harness.linux.call_names import NAMES
+from harness.linux.call_table import ARM_PRIVATE, CALLS, SystemCallFault
 from harness.linux.kernel import LinuxKernel
-from harness.linux.names import NAMES
-from harness.linux.table import ARM_PRIVATE, CALLS, SystemCallFault
 
 AT_FDCWD = (-100) & 0xFFFFFFFF
 HEADER = "/usr/arm-linux-gnueabihf/include/asm/unistd-eabi.h"
@@ -152,7 +152,7 @@ def process(roots):
     from harness.linux.files import GuestFiles
     from harness.linux.maps import VECTORS, Vma
     from harness.linux.memory import AddressSpace
-    from harness.linux.special import exec_image
+    from harness.linux.special_files import exec_image
 
     sysroot, work, _ = roots
     machine = PageMachine()

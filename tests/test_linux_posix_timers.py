@@ -18,10 +18,10 @@ from test_linux_process import build, qemu
 from test_linux_threads import MAIN, WORD, _running, _spawn
 
 from harness.linux import calls_timers, signals
+from harness.linux.call_table import SystemCallFault
 from harness.linux.calls_threads import FUTEX_WAIT
 from harness.linux.posix_timers import KTIME_MAX, SI_TIMER, SIGEV_NONE, SIGEV_SIGNAL, SIGEV_THREAD, SIGEV_THREAD_ID
 from harness.linux.process import LinuxRun, LinuxSystem
-from harness.linux.table import SystemCallFault
 from harness.linux_verify.modules import process_program
 from harness.linux_verify.verify import verify_process
 from harness.unwind import build_unwinders

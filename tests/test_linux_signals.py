@@ -21,9 +21,9 @@ from test_linux_process import Names, build, qemu
 from harness.cli import main
 from harness.emulation.machine import Context
 from harness.linux import signals
+from harness.linux.call_table import SystemCallFault
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.signals import Action
-from harness.linux.table import SystemCallFault
 from harness.linux_verify.modules import process_program
 from harness.linux_verify.verify import verify_process
 from harness.unwind import build_unwinders

@@ -13,12 +13,12 @@ import struct
 import pytest
 from linux_calls import PAGE, SCRATCH, PageMachine, call, open_path, put_string
 
+from harness.linux.call_table import CALLS, SystemCallFault
 from harness.linux.calls_files import STAT64
 from harness.linux.files import WORKDIR, GuestError, GuestFiles
 from harness.linux.kernel import FIXED_TIME, LinuxKernel
 from harness.linux.memory import AddressSpace
 from harness.linux.signals import deliver_pending
-from harness.linux.table import CALLS, SystemCallFault
 
 # ------------------------------------------------------------- paths
 

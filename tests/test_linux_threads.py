@@ -15,6 +15,7 @@ from linux_calls import SCRATCH, call, made_kernel
 from test_linux_process import _chains, _live, build, qemu, run_process, sysroot
 
 from harness.linux import calls_threads, signals, timers
+from harness.linux.call_table import SystemCallFault
 from harness.linux.calls_threads import (
     FUTEX_CMP_REQUEUE,
     FUTEX_PRIVATE_FLAG,
@@ -28,7 +29,6 @@ from harness.linux.calls_threads import (
 )
 from harness.linux.kernel import FIXED_TIME
 from harness.linux.process import LinuxRun, LinuxSystem
-from harness.linux.table import SystemCallFault
 from harness.linux.threads import QUANTUM
 from harness.linux_verify import modules
 from harness.linux_verify import verify as linux_verify

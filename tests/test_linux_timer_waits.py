@@ -20,10 +20,10 @@ from test_linux_threads import MAIN, WORD, _running, _spawn
 from test_linux_waits import HANDLER, SVC, _alarm, _at_svc, _delivered, _pipe, _r0, _to
 
 from harness.linux import signals, timers
+from harness.linux.call_table import SystemCallFault
 from harness.linux.calls_threads import FUTEX_WAIT
 from harness.linux.posix_timers import SI_TIMER, SIGEV_THREAD_ID
 from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTSYS, SA_RESTART, SA_SIGINFO, SI_USER
-from harness.linux.table import SystemCallFault
 
 POLL, READ = SCRATCH + 0xA00, SCRATCH + 0xA40  # clear of the helpers' buffers
 SIG_BLOCK, SIG_UNBLOCK = 0, 1

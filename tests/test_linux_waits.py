@@ -22,11 +22,11 @@ from test_linux_process import _chains, _live, build, qemu, run_process, sysroot
 from test_linux_threads import MAIN, _spawn
 
 from harness.linux import signals, timers
+from harness.linux.call_table import SystemCallFault
 from harness.linux.calls_threads import FUTEX_WAIT, FUTEX_WAIT_BITSET
 from harness.linux.kernel import FIXED_TIME
 from harness.linux.process import LinuxRun
 from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND, ERESTARTSYS, SA_RESTART, SA_SIGINFO
-from harness.linux.table import SystemCallFault
 from harness.linux_verify.verify import verify_process
 from harness.unwind import build_unwinders
 

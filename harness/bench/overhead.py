@@ -26,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 from generators.corpus import generate_program
-from harness import collector
+from harness import gc_pause
 from harness.emulation.emulator import Emulator
 from harness.program import Program
 from harness.report.summary import summary_of
@@ -63,7 +63,7 @@ def emulation_alone(program: Program) -> tuple[int, float, float, float]:
 def overhead_pass(count: int) -> dict:
     """One pass over the first `count` generated programs, in this process:
     per program its instructions, stops and MEASURES, and the unwinders verified."""
-    collector.settle()  # as the CLI does before a command, so a worker forked from it
+    gc_pause.settle()  # as the CLI does before a command, so a worker forked from it
     emulation_alone(generate_program(0, 0))  # warm up: the first emulator of a process pays once for what all share
     measured: dict = {name: [] for name in ("instructions", "stops", *MEASURES)}
     for number in range(count):

@@ -1,4 +1,4 @@
-"""Waiting for events (harness.linux.table): eventfd, epoll, and the
+"""Waiting for events (harness.linux.call_table): eventfd, epoll, and the
 event sources a sandboxed kernel refuses (inotify, sockets). Whatever is
 ready is ready by the rules poll follows (harness.linux.calls_pipes.readiness).
 A read of an eventfd at 0 or a write that would pass its counter's
@@ -15,11 +15,11 @@ import errno
 import stat
 import struct
 
+from harness.linux.call_table import SystemCallFault, handles, signed
 from harness.linux.calls_io import fds_named
 from harness.linux.calls_pipes import POLLHUP, TIMESPEC64, Timeout, read_timeout, readiness
 from harness.linux.files import Device, GuestError, Node, OpenFile, inode_of
 from harness.linux.signals import wait_mask
-from harness.linux.table import SystemCallFault, handles, signed
 from harness.linux.threads import Blocked, Wait
 
 O_RDWR, O_NONBLOCK, O_CLOEXEC = 2, 0o4000, 0o2000000  # ARM's values

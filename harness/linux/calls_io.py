@@ -1,5 +1,5 @@
 """System calls that move a file's bytes: read, write and their
-positioned and vectored forms, and seeks (harness.linux.table). Regular
+positioned and vectored forms, and seeks (harness.linux.call_table). Regular
 files hold their bytes in files.Contents; a pipe (or stdout, stderr) is a
 buffer of at most PIPE_CAPACITY bytes; a device answers by itself.
 
@@ -20,11 +20,11 @@ import errno
 import stat
 import struct
 
+from harness.linux.call_table import handles, signed
 from harness.linux.calls_files import O_NONBLOCK
 from harness.linux.contents import MAX_FILE_SIZE
 from harness.linux.files import GuestError, Node
 from harness.linux.loader import KUSER_PAGE
-from harness.linux.table import handles, signed
 from harness.linux.threads import Blocked, Wait
 
 MAX_TRANSFER = 16 << 20  # bytes one read or write call moves at most

@@ -1,4 +1,4 @@
-"""Pipes, poll and select (harness.linux.table). A pipe is a buffer the
+"""Pipes, poll and select (harness.linux.call_table). A pipe is a buffer the
 program both fills and drains (harness.linux.calls_io reads and writes
 it, PIPE_CAPACITY bytes at most). poll and select report what is ready
 by `readiness`; with nothing ready they wait (harness.linux.threads.Blocked)
@@ -18,10 +18,10 @@ import struct
 from dataclasses import dataclass, replace
 
 from harness.emulation.machine import BadAddress
+from harness.linux.call_table import handles, signed
 from harness.linux.calls_io import PIPE_CAPACITY, has_writer, named_fds
 from harness.linux.files import MAX_FDS, GuestError, Node, OpenFile
 from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND, wait_mask
-from harness.linux.table import handles, signed
 from harness.linux.threads import Blocked, Wait
 
 POLLIN, POLLOUT, POLLHUP, POLLNVAL = 0x1, 0x4, 0x10, 0x20

@@ -7,9 +7,9 @@ import errno
 import struct
 
 from harness.linux import signals
+from harness.linux.call_table import ARM_PRIVATE, handles, signed
 from harness.linux.files import GuestError
 from harness.linux.posix_timers import MAX_TIMERS, clock_of
-from harness.linux.table import ARM_PRIVATE, handles, signed
 
 UTS_FIELDS = (b"Linux", b"unwind-harness", b"6.1.0", b"#1 SMP", b"armv7l", b"(none)")  # struct utsname
 RLIMIT_STACK, RLIMIT_NOFILE, RLIMIT_SIGPENDING = 3, 7, 11

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from harness.emulation.machine import BadAddress
 from harness.linux import signals
+from harness.linux.call_table import GuestError, handles
 from harness.linux.posix_timers import KTIME_MAX
-from harness.linux.table import GuestError, handles
 from harness.linux.threads import Thread, Wait
 
 NSEC = 1_000_000_000

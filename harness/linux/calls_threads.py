@@ -15,9 +15,9 @@ import struct
 from dataclasses import replace
 
 from harness.emulation.machine import BadAddress
+from harness.linux.call_table import SystemCallFault, handles
 from harness.linux.files import GuestError
 from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND
-from harness.linux.table import SystemCallFault, handles
 from harness.linux.threads import FUTEX_BITSET_ANY, MAX_THREADS, Wait
 
 CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND = 0x100, 0x200, 0x400, 0x800

@@ -35,16 +35,16 @@ from harness.linux import (  # noqa: F401  (they register the handlers)
     calls_xattr,
     timers,
 )
+from harness.linux.call_names import NAMES
+from harness.linux.call_table import CALLS, SystemCallFault
 from harness.linux.calls_prctl import Settings
 from harness.linux.calls_process import PID
 from harness.linux.files import MAX_FDS, WORKDIR, GuestError, GuestFiles, Node, OpenFile, as_bytes, inode_of
 from harness.linux.maps import Vmas
 from harness.linux.memory import AddressSpace
-from harness.linux.names import NAMES
 from harness.linux.posix_timers import CpuTimes
 from harness.linux.signals import Signals
-from harness.linux.special import DEV_MODE, Image, Null, SpecialFiles
-from harness.linux.table import CALLS, SystemCallFault
+from harness.linux.special_files import DEV_MODE, Image, Null, SpecialFiles
 from harness.linux.threads import Alarm, Blocked, Thread, Threads
 
 FIXED_TIME = 1_700_000_000  # seconds since the epoch the clock starts at (2023-11-14)

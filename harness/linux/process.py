@@ -33,7 +33,7 @@ from harness.linux.loader import (
 from harness.linux.maps import VECTORS, Vma, loaded
 from harness.linux.memory import AddressSpace, page_up
 from harness.linux.signals import deliver_pending
-from harness.linux.special import Image, exec_image
+from harness.linux.special_files import Image, exec_image
 
 KUSER_SIZE = 0x1000  # the vectors page; the rest above it is the kernel's (placement.RESERVED): never mapped
 
@@ -136,7 +136,7 @@ class LinuxSystem:
         return sp
 
     def _image(self, machine: Machine, sp: int, placement: Placement, executable: str) -> Image:
-        """What exec left that /proc shows (harness.linux.special.Image)."""
+        """What exec left that /proc shows (harness.linux.special_files.Image)."""
         program = loaded(self.executable.path, self.executable.base, executable)
         vmas = program.vmas
         if self.interpreter is not None:

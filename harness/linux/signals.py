@@ -34,8 +34,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from harness.emulation.machine import BadAddress, Context
+from harness.linux.call_table import GuestError, SystemCallFault
 from harness.linux.loader import KUSER_PAGE, TRAMPOLINE_OFFSET
-from harness.linux.table import GuestError, SystemCallFault
 
 SA_SIGINFO, SA_ONSTACK, SA_RESTART = 0x4, 0x08000000, 0x10000000
 SA_NODEFER, SA_RESETHAND, SA_RESTORER = 0x40000000, 0x80000000, 0x04000000

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
 from harness.emulation.machine import Context, Machine, Switch
+from harness.linux.call_table import SystemCallFault
 from harness.linux.signals import ERESTARTSYS, Signals
-from harness.linux.table import SystemCallFault
 
 QUANTUM = 1 << 20  # instructions (about a millisecond on the emulated clock: a time slice)
 MAX_THREADS = 1024  # live at once, then clone fails with EAGAIN (as past RLIMIT_NPROC)

@@ -19,9 +19,9 @@ import errno
 import struct
 from dataclasses import dataclass
 
+from harness.linux.call_table import handles
 from harness.linux.files import GuestError
 from harness.linux.posix_timers import PosixTimers
-from harness.linux.table import handles
 
 ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF = 0, 1, 2
 SIGALRM, SIGVTALRM, SIGPROF = 14, 26, 27

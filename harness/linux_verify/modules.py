@@ -18,6 +18,7 @@ from typing import Callable, Mapping, Sequence
 
 from harness.abi import GUARD_MEMORY, GUARD_SECONDS, Limits
 from harness.classify import OWN
+from harness.code_origin import library_exports, origin_spans, placed_symbols
 from harness.elf_program import program_from_image
 from harness.errors import ElfError
 from harness.formats.elf import PARSE_ERRORS, open_elf
@@ -25,7 +26,6 @@ from harness.linux.files import GuestError
 from harness.linux.loader import ET_DYN, KUSER_PAGE, kuser_page
 from harness.linux.memory import page_down, page_up
 from harness.linux.process import KUSER_SIZE, LinuxRun, LinuxSystem
-from harness.origin import library_exports, origin_spans, placed_symbols
 from harness.program import ModuleSpan, Program
 from harness.unwind import BUILDERS, CHAIN, call_site_addresses
 from harness.unwind.modules import Covered, PerModule
@@ -157,7 +157,7 @@ def _with_plt(spans: list[ModuleSpan], plt: ModuleSpan) -> list[ModuleSpan]:
 
 def spans_of(module: LoadedModule, exported: Mapping[str, str] = {}) -> list[ModuleSpan]:
     """The module's code for classifying stops: the executable's cut by
-    origin (harness.origin; `exported`: the runtime libraries' function
+    origin (harness.code_origin; `exported`: the runtime libraries' function
     names), its PLT apart."""
     image = open_elf(module.path)
     if module.label == OWN:

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from harness.collector import collector_paused
+from harness.gc_pause import collector_paused
 from harness.report.failing import combined, digest
 from harness.report.failing import from_json as failing_from_json
 from harness.report.failing import to_json as failing_json

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Callable, Collection, NamedTuple, Sequence
 
 from harness import abi
-from harness.collector import collector_paused
 from harness.emulation.emulator import Emulator
 from harness.emulation.guards import EmulationFault, ImpreciseFault, as_limits, clocked, guard_cause
 from harness.emulation.process_machine import RunEvents
+from harness.gc_pause import collector_paused
 from harness.program import Program
 from harness.thumb.encoding import executes, instruction_size, with_it_state
 from harness.unwind.frame import Frame

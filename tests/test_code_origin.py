@@ -1,4 +1,4 @@
-"""Where an executable's code comes from (harness.origin): its DWARF compile
+"""Where an executable's code comes from (harness.code_origin): its DWARF compile
 units and function symbols tell the program's own code apart from the
 runtime libraries linked into it, in bare-metal ELFs and static Linux
 programs alike."""
@@ -11,12 +11,12 @@ from test_linux_process import build, sysroot
 
 from harness.abi import Limits
 from harness.classify import NO_INFO, OWN
+from harness.code_origin import OTHER, _pieces, compile_units, origin_spans, source_label, symbol_label
 from harness.elf_program import program_from_elf
 from harness.formats.elf import executable_ranges, function_symbols, open_elf
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux_verify.modules import discover, module_program, process_image, runtime_exports
 from harness.linux_verify.verify import verify_process
-from harness.origin import OTHER, _pieces, compile_units, origin_spans, source_label, symbol_label
 from harness.unwind import build_unwinders
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"

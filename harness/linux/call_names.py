@@ -9,7 +9,7 @@ one Linux does not define either.
 
 from __future__ import annotations
 
-from harness.linux.table import ARM_PRIVATE
+from harness.linux.call_table import ARM_PRIVATE
 
 NAMES: dict[int, str] = {
     0: "restart_syscall", 1: "exit", 2: "fork", 3: "read", 4: "write", 5: "open", 6: "close", 8: "creat", 9: "link",

@@ -22,11 +22,11 @@ from typing import Callable
 
 from harness.emulation.machine import read_c_string
 from harness.filesystem import read_input
+from harness.linux.call_table import SystemCallFault
 from harness.linux.calls_process import PID
 from harness.linux.files import Contents, Device, GuestError, Node, inode_of
 from harness.linux.maps import Vma
 from harness.linux.procfs import PROC_TEXTS, SYSCTLS, WRITABLE
-from harness.linux.table import SystemCallFault
 
 DEV_MODE = stat.S_IFCHR | 0o666
 
