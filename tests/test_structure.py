@@ -149,11 +149,31 @@ def test_generators_import_nothing_under_test(name):
     # emulator runs the engines its engine pool makes, and keeps between runs;
     # a process's system calls act on the engine through process_machine, and
     # its hooks (system calls, faults, timers) are process_run's.
-    ("unicorn", ["generators.compiled.check", "harness.emulation.emulator", "harness.emulation.engine_pool",
-                 "harness.emulation.process_machine", "harness.emulation.process_run"]),
+    # What goes past Unicorn's public API is binding's alone (test below).
+    ("unicorn", ["generators.compiled.check", "harness.emulation.binding", "harness.emulation.emulator",
+                 "harness.emulation.engine_pool", "harness.emulation.process_machine",
+                 "harness.emulation.process_run"]),
     ("capstone", ["harness.thumb.disasm"]),
     ("keystone", ["generators.assembler"]),
 ])
 def test_one_module_per_engine(engine, homes):
     users = sorted(name for name in MODULES if any(m == engine or m.startswith(engine + ".") for m in _imports(name)))
     assert users == homes
+
+
+# The binding's internals the emulation needs where no public API serves
+# (harness.emulation.binding says why for each).
+UNICORN_INTERNALS = {"_uch", "_callbacks", "uclib"}
+
+
+def test_unicorn_is_used_through_its_public_api_but_in_binding():
+    """Only harness.emulation.binding imports the binding's internal module
+    or touches Uc's private members."""
+    users = set()
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        private = any(isinstance(node, ast.Attribute) and node.attr in UNICORN_INTERNALS
+                      or isinstance(node, ast.Name) and node.id in UNICORN_INTERNALS for node in ast.walk(tree))
+        if private or any(_within(m, "unicorn.unicorn_py3") for m in _imports(name)):
+            users.add(name)
+    assert users == {"harness.emulation.binding"}, sorted(users)

@@ -7,6 +7,7 @@ calls, thread switches, faults, deadlines), `process_machine` is the engine
 as a process's system calls act on it, `machine` what the system-call layer
 may do to a machine, `placement` where the stack and the return sentinel
 go, `livestack` the paused stack as unwinders read it, `guards` a run's
-limits, the checks of its clock and memory, and the fault that ends it.
+limits, the checks of its clock and memory, and the fault that ends it;
+`binding` is where the emulation goes past Unicorn's public API, and why.
 These are the only harness modules that import Unicorn.
 """

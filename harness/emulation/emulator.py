@@ -28,14 +28,14 @@ from unicorn import (
     unicorn_const,
 )
 from unicorn import arm_const as arm
-from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 
 from harness import abi
 from harness.emulation import engine_pool
+from harness.emulation.binding import ENGINE_FUNCTIONS, BatchReader, delete_hook, engine_handle, read_memory
 from harness.emulation.guards import EmulationFault, as_limits, exhausted, guard_cause, memory_threshold
 from harness.emulation.livestack import LiveStack
 from harness.emulation.placement import DEFAULT, PAGE, Placement, pages_of, place
-from harness.emulation.process_machine import BatchReader, ProcessMachine, read_memory
+from harness.emulation.process_machine import ProcessMachine
 from harness.emulation.process_run import ProcessRun
 
 # uc_ctl's control word for "drop the code translated from [begin, end)": UC_CTL_WRITE(type, 2 arguments).
@@ -53,10 +53,6 @@ CHECK_EVERY = 1 << 6
 USER_MODE = 0x10  # CPSR.M of a Linux process: privileged instructions are undefined there, as on a device
 
 
-# The addresses of the functions the compiled tracer calls (abi.Engine's), cast once a process.
-_ENGINE_FUNCTIONS = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (
-    uclib.uc_reg_read_batch, uclib.uc_mem_read, uclib.uc_emu_start, uclib.uc_emu_stop, uclib.uc_hook_add,
-    uclib.uc_hook_del, uclib.uc_ctl))
 
 
 
@@ -145,7 +141,7 @@ class Emulator(ProcessRun):
         """The engine as the compiled tracer (harness/verify/csrc/trace.c)
         drives it; its registers: the slots up to cpsr, and d8-d15 when
         `uses_vfp`."""
-        return abi.Engine(self._uc._uch.value, *_ENGINE_FUNCTIONS, UC_HOOK_CODE, UC_HOOK_BLOCK, REMOVE_CACHE,
+        return abi.Engine(engine_handle(self._uc), *ENGINE_FUNCTIONS, UC_HOOK_CODE, UC_HOOK_BLOCK, REMOVE_CACHE,
                           tuple(SLOT_IDS if uses_vfp else STATUS_REGS))
 
     def call(self, entry: int, on_stop: Callable[[int], None] | None, limits: abi.Limits | int,
@@ -265,10 +261,7 @@ class Emulator(ProcessRun):
             yield
         finally:
             for handle in handles:
-                callback = getattr(uc, "_callbacks", {}).get(handle)  # a ctypes.cast, whose objects refer to it
-                uc.hook_del(handle)
-                if isinstance(getattr(callback, "_objects", None), dict):  # (a cycle): cleared, the engine can go
-                    callback._objects.clear()
+                delete_hook(uc, handle)
             # What the run's hook handed over (`follow`) is the run's: its
             # closures may reach this emulator, a cycle that would outlive it.
             self._events = None

@@ -6,31 +6,17 @@ error is to a Linux process (FAULT_OF_ENGINE_ERROR)."""
 
 from __future__ import annotations
 
-import ctypes
-from functools import lru_cache
 from typing import Callable, NamedTuple
 
 from unicorn import UC_PROT_ALL, Uc, UcError, unicorn_const
 from unicorn import arm_const as arm
-from unicorn.unicorn_py3.unicorn import uclib  # direct calls: the wrappers cost ~90 us a stop
 
 from harness import abi
+from harness.emulation.binding import read_memory
 from harness.emulation.machine import BadAddress, Context, Switch
 
 CORE_REGS = [getattr(arm, f"UC_ARM_REG_{name.upper()}") for name in abi.SLOTS[:16]]  # r0-r15
 D_REGS = [getattr(arm, f"UC_ARM_REG_D{n}") for n in range(32)]
-
-
-def read_memory(uc: Uc, address: int, size: int) -> bytes:
-    """`size` bytes at `address` (UcError where not all mapped), into a
-    bytearray: the binding's buffer is of a new array type of that size."""
-    if size <= 0:
-        return b""
-    buffer = bytearray(size)
-    status = uclib.uc_mem_read(uc._uch, address, ctypes.byref(ctypes.c_char.from_buffer(buffer)), size)
-    if status:
-        raise UcError(status)
-    return bytes(buffer)
 
 
 class ProcessMachine:
@@ -107,29 +93,3 @@ FAULT_OF_ENGINE_ERROR = {
 FETCH_ERRORS = frozenset({unicorn_const.UC_ERR_FETCH_UNMAPPED, unicorn_const.UC_ERR_FETCH_PROT,
                           unicorn_const.UC_ERR_FETCH_UNALIGNED})
 FAULT_OF_EXCEPTION = {1: "undefined", 7: "breakpoint"}  # QEMU's EXCP_UDEF, EXCP_BKPT
-
-
-class BatchReader:
-    """uc_reg_read_batch into preallocated buffers (unicorn 2.1's Python
-    wrapper builds them anew on every call): the Python hook's reader."""
-
-    def __init__(self, uc: Uc, regs: list[int], ctype):
-        count = len(regs)
-        self._uc = uc
-        self._ids = _array_type(ctypes.c_int, count)(*regs)
-        self._values = _array_type(ctype, count)()
-        size = ctypes.sizeof(ctype)
-        base = ctypes.addressof(self._values)
-        self._pointers = _array_type(ctypes.c_void_p, count)(*(base + size * i for i in range(count)))
-        self._count = count
-
-    def __call__(self) -> list[int]:
-        status = uclib.uc_reg_read_batch(self._uc._uch, self._ids, self._pointers, self._count)
-        if status:
-            raise UcError(status)
-        return self._values[:]
-
-
-@lru_cache(maxsize=None)  # ctypes drops an unused array type, which only the cycle collector frees
-def _array_type(ctype, count: int):
-    return ctype * count
