@@ -36,9 +36,9 @@ from harness.bench_scale import encode_at_scale, lookups
 from harness.bench_sizes import epilogue_rows, synthesis_at_scale, synthesis_binary
 from harness.formats import chrome_v2
 from harness.program import Program
-from harness.unwind import build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.frame import Stack
+from harness.unwind.registry import build_unwinders
 from harness.unwind.v2 import DirectMappedCache, NoCache, V2Unwinder
 from harness.unwind.v2_epilogue import EpilogueFirst
 from harness.unwind.walk import walk

@@ -29,7 +29,7 @@ from generators.corpus import generate_program
 from harness import collector
 from harness.program import Program
 from harness.report.summary import summary_of
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.emulator import Emulator
 from harness.verify.stops import DEFAULT_BUDGET, verify_program
 

@@ -10,7 +10,7 @@ from unicorn import arm_const as arm
 
 from generators.corpus import generate_program
 from harness.report.summary import summarize, to_json
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify import engine_pool
 from harness.verify.emulator import Emulator
 from harness.verify.guards import EmulationFault

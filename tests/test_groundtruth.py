@@ -6,7 +6,7 @@ from generators.assembler import assemble
 from harness.classify import FunctionInfo
 from harness.program import Program
 from harness.thumb.encoding import call_length
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.emulator import SENTINEL, STACK_TOP
 from harness.verify.stops import verify_program
 

@@ -16,7 +16,7 @@ from harness.linux.modules import discover, module_program, process_image, runti
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.verify import verify_process
 from harness.origin import OTHER, _pieces, compile_units, origin_spans, source_label, symbol_label
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.abi import Limits
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"

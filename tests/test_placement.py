@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from harness.elf_program import program_from_elf
 from harness.errors import InputError
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.emulator import Emulator
 from harness.verify.placement import DEFAULT, PAGE, RESERVED, NoRoom, pages_of, place
 from harness.verify.stops import verify_program

@@ -21,7 +21,7 @@ from harness.linux.verify import verify_process
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
 from harness.runner import LINUX_LIMITS
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify import engine_pool, kernel
 from harness.verify.emulator import Emulator
 from harness.verify.failures import ProgramResult
