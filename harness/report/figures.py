@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.classify import POSITIONS, SIGNAL_HANDLER, SPAWNED_THREAD, THROUGH_SIGNAL_FRAME
+from harness.report import bench_doc
 from harness.report.data import ALL, index_rows
 from harness.report.tables import chain_cells, table_lines
 
@@ -253,6 +254,7 @@ BLOCKS: dict[str, Callable[[dict], list[str]]] = {
     "comparators": comparators, "signals": signals}
 # The blocks of docs/, by document.
 DOC_BLOCKS: dict[str, dict[str, Callable[[dict], list[str]]]] = {
+    "bench.md": bench_doc.BLOCKS,
     "synthesis.md": {"compare-builds": compare_builds},
     "comparators.md": {"chrome": chrome, "chain-methods": chain_methods, "by-build": comparators_by_build}}
 
