@@ -255,7 +255,7 @@ BLOCKS: dict[str, Callable[[dict], list[str]]] = {
 # The blocks of docs/, by document.
 DOC_BLOCKS: dict[str, dict[str, Callable[[dict], list[str]]]] = {
     "bench.md": bench_doc.BLOCKS,
-    "synthesis.md": {"compare-builds": compare_builds},
+    "synthesis.md": {"compare-builds": compare_builds, "bench-synthesis": bench_doc.synthesis},
     "comparators.md": {"chrome": chrome, "chain-methods": chain_methods, "by-build": comparators_by_build}}
 
 
