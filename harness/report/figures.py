@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.classify import POSITIONS, SIGNAL_HANDLER, SPAWNED_THREAD, THROUGH_SIGNAL_FRAME
+from harness.report import bench_doc
 from harness.report.data import ALL, index_rows
 from harness.report.tables import chain_cells, table_lines
 from harness.unwind.registry import Strategy, strategies
@@ -256,7 +257,8 @@ BLOCKS: dict[str, Callable[[dict], list[str]]] = {
     "comparators": comparators, "signals": signals}
 # The blocks of docs/, by document.
 DOC_BLOCKS: dict[str, dict[str, Callable[[dict], list[str]]]] = {
-    "synthesis.md": {"compare-builds": compare_builds},
+    "bench.md": bench_doc.BLOCKS,
+    "synthesis.md": {"compare-builds": compare_builds, "bench-synthesis": bench_doc.synthesis},
     "comparators.md": {"chrome": chrome, "chain-methods": chain_methods, "by-build": comparators_by_build}}
 
 
