@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from typing import Callable, Mapping, Sequence
+from functools import lru_cache, partial
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 from harness.classify import OWN
 from harness.elf_program import program_from_image
@@ -27,7 +27,7 @@ from harness.linux.process import KUSER_SIZE, LinuxRun, LinuxSystem
 from harness.origin import library_exports, origin_spans, placed_symbols
 from harness.program import ModuleSpan, Program
 from harness.unwind.modules import Covered, PerModule
-from harness.unwind.registry import Strategy, UnwinderOf, build_unwinders, strategy
+from harness.unwind.registry import Strategy, build_unwinders, strategy
 from harness.unwind.sigframes import SignalFrames, trampolines_in
 from harness.unwind.walk import Unwinder
 from harness.verify import kernel
@@ -222,13 +222,7 @@ def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], pro
     own_index = [m.label for m in modules].index(OWN)
     own_program = programs[own_index]
     own = own_tables(own_program, own_unwinders)
-    built: dict[str, Unwinder] = {}
-
-    def process_strategy(name: str) -> Unwinder:
-        if name not in built:
-            built[name] = _process_unwinder(strategy(name), modules, programs, own_index, own, process_strategy)
-        return built[name]
-
+    process_strategy = partial(_process_strategy, _Process(modules, programs, own_index, own, {}))
     if not signal_frames:
         return [process_strategy(name) for name in names]
     trampolines = trampolines_in([*(segment for program in programs for segment in program.segments),
@@ -237,19 +231,35 @@ def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], pro
             else process_strategy(name) for name in names]
 
 
-def _process_unwinder(declared: Strategy, modules: Sequence[LoadedModule], programs: Sequence[Program],
-                      own_index: int, own: dict[str, Unwinder], unwinder_of: UnwinderOf) -> Unwinder:
-    """One strategy over a process (harness.unwind.registry.Strategy says
-    how): from every module at once, from the executable alone, or each
-    module by its own tables where it has them."""
+class _Process(NamedTuple):
+    """A process's modules and what its strategies are built from."""
+
+    modules: Sequence[LoadedModule]
+    programs: Sequence[Program]
+    own_index: int  # the executable's
+    own: dict[str, Unwinder]  # the executable's unwinders (own_tables)
+    built: dict[str, Unwinder]  # each strategy over the process, once built
+
+
+def _process_strategy(process: _Process, name: str) -> Unwinder:
+    """One strategy over a process, built once (a partial, not a closure
+    that refers to itself: nothing of a run may wait for the cycle collector)."""
+    if name not in process.built:
+        process.built[name] = _process_unwinder(process, strategy(name))
+    return process.built[name]
+
+
+def _process_unwinder(process: _Process, declared: Strategy) -> Unwinder:
+    """As harness.unwind.registry.Strategy says: from every module at once,
+    from the executable alone, or each module by its own tables where it has them."""
     if declared.process_build is not None:
-        return declared.process_build(programs)
+        return declared.process_build(process.programs)
     if declared.module_tables is None:
-        return declared.build(programs[own_index], unwinder_of)
+        return declared.build(process.programs[process.own_index], partial(_process_strategy, process))
     covered = []
-    for index, (module, program) in enumerate(zip(modules, programs)):
+    for index, (module, program) in enumerate(zip(process.modules, process.programs)):
         if declared.module_tables(program):
-            found = (own.get(declared.name) if index == own_index else None) \
+            found = (process.own.get(declared.name) if index == process.own_index else None) \
                 or build_unwinders(program, [declared.name])[0]
             covered.append(Covered(module.start, module.end, found))
     return PerModule(declared.name, covered)

@@ -11,6 +11,7 @@ plus one `register` (docs/architecture.md, "How to add an unwinder").
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 from typing import Callable, Iterator, NamedTuple, Sequence
 
 from harness.program import Program
@@ -146,10 +147,13 @@ def build_unwinders(program: Program, names: Sequence[str] = UNWINDER_NAMES) -> 
     the ones of those names: their tables are built once, and the rules of
     their rows made once."""
     built: dict[str, Unwinder] = {}
+    return [_built(program, built, name) for name in names]
 
-    def unwinder_of(name: str) -> Unwinder:
-        if name not in built:
-            built[name] = _STRATEGIES[name].build(program, unwinder_of)
-        return built[name]
 
-    return [unwinder_of(name) for name in names]
+def _built(program: Program, built: dict[str, Unwinder], name: str) -> Unwinder:
+    """The unwinder `name` over `program`, built once into `built` (a
+    partial, not a closure that refers to itself: nothing of a run may
+    wait for the cycle collector)."""
+    if name not in built:
+        built[name] = _STRATEGIES[name].build(program, partial(_built, program, built))
+    return built[name]
