@@ -109,7 +109,7 @@ JOBS ?= 2
 synth-fuzz: setup toolchains linux-slice
 	$(VENV)/bin/python -m harness.synth_fuzz --seed $(SEED) --count $(COUNT) --jobs $(JOBS)
 
-# The README's figure tables (and docs/synthesis.md's comparison), regenerated
+# The README's figure tables (and those of docs/: bench.md, synthesis.md, comparators.md), regenerated
 # from reports/latest.json, reports/bench.json and reports/compare.json.
 readme: setup
 	$(VENV)/bin/python -m harness.report.figures

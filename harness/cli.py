@@ -16,7 +16,7 @@ from harness.errors import HarnessError, InputError
 from harness.formats import chrome_v2
 from harness.linux_verify.corpus import CHOICES as LINUX_CHOICES
 from harness.runner import LINUX_LIMITS, Shard, parse_shard
-from harness.unwind import UNWINDER_NAMES
+from harness.unwind.registry import FORMAT_NAMES, UNWINDER_NAMES
 from harness.verify import kernel
 from harness.verify.sampling import AUTO
 from harness.verify.stops import DEFAULT_LIMITS
@@ -259,10 +259,10 @@ def _add_bench(subparsers) -> None:
 
 
 def _add_dump(subparsers) -> None:
-    dump_cmd = subparsers.add_parser("dump", help="readable listing of a v2 (or v1, vmkunwind, qut or call-sites) blob")
+    others = ", ".join(name for name in FORMAT_NAMES if name != "v2")
+    dump_cmd = subparsers.add_parser("dump", help=f"readable listing of a v2 (or {others}) blob")
     dump_cmd.add_argument("file", help="the blob to list")
-    dump_cmd.add_argument("--format", choices=("v2", "v1", "vmkunwind", "qut", "call-sites"), default="v2",
-                          help="v2 (default), v1, vmkunwind, qut or call-sites")
+    dump_cmd.add_argument("--format", choices=FORMAT_NAMES, default="v2", help=f"v2 (default), {others}")
     dump_cmd.add_argument("--layout", choices=("auto", *chrome_v2.LAYOUTS), default="auto",
                           help="the v2 blob's layout (default auto: whichever reads it, seed tried first)")
     dump_cmd.add_argument("--text-start", type=_address,

@@ -32,7 +32,8 @@ from harness.report.terminal import print_table, print_verdict, verdict_line
 from harness.report.verdict import verdicts
 from harness.runner import Shard, all_names, assemble, in_processes, run_units, units_of
 from harness.shards import partial, read_partials
-from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
+from harness.unwind import with_v2_tables
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
 from harness.verify.sampling import AUTO
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 

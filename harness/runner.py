@@ -24,9 +24,9 @@ from harness.formats.elf import open_elf, section_size
 from harness.linux_verify.corpus import run_linux_unit
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.report.data import elf_group, report_data, with_timing
-from harness.report.sizes import CHROME_REFERENCE, add_size_rows, size_row
+from harness.report.sizes import add_size_rows, chrome_reference, size_row
 from harness.report.summary import from_json, summary_of, to_json
-from harness.unwind import UNWINDER_NAMES, build_unwinders
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 
@@ -200,7 +200,7 @@ def assemble(records: Sequence[dict], names: Sequence[str], seed: int, seconds: 
     compiled = [r for r in records if r["kind"] == "elf"]
     sizes = {"layout": "seed", "rows": [
         add_size_rows(f"generated corpus ({len(generated)} programs)", [r["size"] for r in generated]),
-        *(r["size"] for r in compiled), CHROME_REFERENCE],
+        *(r["size"] for r in compiled), chrome_reference()],
         "linux_rows": [r["size"] for r in records if r["kind"] == "linux" and r.get("size")]}
     summaries = [from_json(r["summary"]) for r in records]
     data = report_data([s for s, r in zip(summaries, records) if r["kind"] == "generated"], names, seed, "generated",

@@ -17,7 +17,7 @@ from harness.formats.elf import executable_ranges, function_symbols, open_elf
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux_verify.modules import discover, module_program, process_image, runtime_exports
 from harness.linux_verify.verify import verify_process
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 BARE_METAL = CORPUS / "elf" / "gcc-O2-fp.elf"  # our sources and libgcc's lib1funcs.S, both with DWARF

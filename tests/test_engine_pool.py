@@ -13,7 +13,7 @@ from harness.emulation import engine_pool
 from harness.emulation.emulator import Emulator
 from harness.emulation.guards import EmulationFault
 from harness.report.summary import summarize, to_json
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import DEFAULT_BUDGET, verify_program
 
 REGISTER_IDS = {name: getattr(arm, name) for name in dir(arm)

@@ -16,8 +16,8 @@ from harness.thumb import epilogue
 from harness.thumb.disasm import decode_one
 from harness.thumb.encoding import condition_holds, it_state, may_start_epilogue
 from harness.thumb.epilogue import Branch, Restore, classify, find_epilogues
-from harness.unwind import build_unwinders
 from harness.unwind.frame import Frame, Stack
+from harness.unwind.registry import build_unwinders
 from harness.unwind.v2_epilogue import EpilogueSimulator
 from harness.verify.stops import verify_program
 

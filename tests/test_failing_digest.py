@@ -49,7 +49,7 @@ def test_the_kernels_digest_groups_are_pythons():
     from harness.elf_program import program_from_elf
     from harness.manifest import ELF_CORPUS, elf_builds
     from harness.report.failing import PCS_PER_UNWINDER, _compiled_digest_groups, digest_groups, group_key
-    from harness.unwind import build_unwinders
+    from harness.unwind.registry import build_unwinders
     from harness.verify.stops import verify_program
 
     def both(stops, logged, cap=PCS_PER_UNWINDER):

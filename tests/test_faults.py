@@ -14,7 +14,7 @@ from harness.classify import FunctionInfo
 from harness.cli import main
 from harness.program import CfiRow, FunctionCfi, Program
 from harness.registers import LR, SP
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import verify_program
 
 BASE = 0x100000

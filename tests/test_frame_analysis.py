@@ -25,7 +25,7 @@ from harness.registers import DWARF_D0, LR, SP
 from harness.thumb import discovery
 from harness.thumb.discovery import GAP, analyse_all, coverage_lines
 from harness.thumb.frame_analysis import analyse, analyse_calling, frame_states
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import verify_program
 
 BASE = 0x100000

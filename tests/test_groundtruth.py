@@ -7,7 +7,7 @@ from harness.classify import FunctionInfo
 from harness.emulation.emulator import SENTINEL, STACK_TOP
 from harness.program import Program
 from harness.thumb.encoding import call_length
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import verify_program
 
 BASE = 0x100000

@@ -21,12 +21,12 @@ from harness.manifest import ELF_CORPUS, elf_builds
 from harness.registers import SP
 from harness.report.failing import group_key
 from harness.thumb.encoding import may_start_epilogue
-from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, Stack
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
 from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, Rule, RuleRange
 from harness.unwind.v2_chrome import ChromeV2Unwinder, chrome_rule
-from harness.unwind.walk import ALL_CALLEE_SAVED, walk
+from harness.unwind.walk import ALL_CALLEE_SAVED, Unwinder, walk
 from harness.verify import kernel, stops
 from harness.verify.failures import FailureCause, FailureLog, difference, failure_of, logged_pcs
 from harness.verify.groundtruth import ShadowFrame, packed
@@ -458,7 +458,7 @@ def kernel_agrees_past_the_first_frame(state) -> None:
     assert [n for _, _, n in stop_kernel.verifier.invented()] == ([1] if want == INVENTED else [])
 
 
-class _Gives:
+class _Gives(Unwinder):
     """An unwinder whose every step gives `caller`, or fails (None)."""
 
     name = "gives"
@@ -714,7 +714,7 @@ FLAT_RUNS = ((ehabi.VspAdd(16), ehabi.Pop((4, 5, 14)), ehabi.FINISH),
              (ehabi.Pop((4, 5, 6, 7, 14)), ehabi.VspAdd(8), ehabi.FINISH))
 
 
-class RunUnwinder:
+class RunUnwinder(Unwinder):
     """One EHABI run everywhere, stepped as `exidx` does, or as Chrome's runtime does."""
 
     def __init__(self, run, chrome: bool):

@@ -17,10 +17,11 @@ from harness.linux_verify.modules import discover, label_of
 from harness.linux_verify.verify import verify_process
 from harness.report.data import result_rows
 from harness.report.summary import summarize
-from harness.unwind import build_unwinders
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.modules import Covered, PerModule
+from harness.unwind.registry import build_unwinders
 from harness.unwind.rule import LEAF, RuleRange
+from harness.unwind.walk import Unwinder
 from harness.verify.failures import FailureCause, failure_of
 from harness.verify.tally import counted_kind, is_stop
 
@@ -82,7 +83,7 @@ def test_a_refusal_in_the_programs_own_code_stays_a_failure():
     assert counted_kind(cause._replace(culprit_traits=frozenset({NO_INFO}))) == "no_info"  # bare metal
 
 
-class _Leaf:
+class _Leaf(Unwinder):
     """An unwinder that knows every pc of its module: return to lr."""
 
     name = "leaf"

@@ -24,7 +24,7 @@ from harness.linux.posix_timers import KTIME_MAX, SI_TIMER, SIGEV_NONE, SIGEV_SI
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux_verify.modules import process_program
 from harness.linux_verify.verify import verify_process
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import verify_program
 
 EVENT, CREATED, SPEC, OLD, INFO, SET = (SCRATCH + offset for offset in (0x600, 0x680, 0x700, 0x740, 0x800, 0x900))

@@ -25,7 +25,7 @@ from harness.formats.elf import code_pointers, executable_ranges, function_symbo
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux_verify.modules import process_program
 from harness.report.data import without_seconds
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import verify_program
 
 ROOT = Path(__file__).resolve().parent.parent

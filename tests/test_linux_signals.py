@@ -26,10 +26,10 @@ from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.signals import Action
 from harness.linux_verify.modules import process_program
 from harness.linux_verify.verify import verify_process
-from harness.unwind import build_unwinders
 from harness.unwind.frame import Frame, Stack
+from harness.unwind.registry import build_unwinders
 from harness.unwind.sigframes import SignalFrames, trampolines_in
-from harness.unwind.walk import without_scratch
+from harness.unwind.walk import Unwinder, without_scratch
 from harness.verify.stops import verify_program
 
 EXPECTED_OUTPUT = (b"while blocked: 106\nafter unblock: 107\nreset: 1\nnested: 4\non the alternate stack: 1\n"
@@ -218,7 +218,7 @@ def test_trampolines_are_found_by_their_instructions_where_aligned():
     assert trampolines_in([(0x1000, code)]) == {0x1004: True, 0x100E: False, 0x1012: True}
 
 
-class _Step:
+class _Step(Unwinder):
     """An unwinder whose step returns `caller` and records how it was asked."""
 
     name, restores = "inner", None

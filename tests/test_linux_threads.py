@@ -36,7 +36,7 @@ from harness.linux_verify.modules import process_program
 from harness.report.data import report_data, thread_table
 from harness.report.markdown import markdown
 from harness.report.summary import summarize
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import verify_program
 
 PTHREAD_FLAGS = THREAD_FLAGS & ~0x400000 & ~0x1000000  # glibc's: without CLONE_DETACHED and CLONE_CHILD_SETTID

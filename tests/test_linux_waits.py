@@ -28,7 +28,7 @@ from harness.linux.kernel import FIXED_TIME
 from harness.linux.process import LinuxRun
 from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND, ERESTARTSYS, SA_RESTART, SA_SIGINFO
 from harness.linux_verify.verify import verify_process
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 
 NSEC = 1_000_000_000
 WORD, TIMESPEC, REMAINING = SCRATCH + 0x100, SCRATCH + 0x200, SCRATCH + 0x300

@@ -19,7 +19,7 @@ from harness.classify import FunctionInfo
 from harness.linux.process import LinuxRun
 from harness.linux_verify.verify import verify_process
 from harness.program import CfiRow, FunctionCfi, Program
-from harness.unwind import UNWINDER_NAMES, build_unwinders
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
 from harness.verify import kernel
 from harness.verify.kernel import StopKernel
 from harness.verify.stops import verify_program

@@ -77,7 +77,7 @@ def test_summary_of_lets_the_run_go_before_the_collector_resumes():
 
     from generators.corpus import generate_program
     from harness.report.summary import summarize, summary_of, to_json
-    from harness.unwind import build_unwinders
+    from harness.unwind.registry import build_unwinders
     from harness.verify.stops import verify_program
 
     program = generate_program(0, 1)
@@ -104,7 +104,7 @@ def test_the_kernels_blame_is_pythons():
     from harness.elf_program import program_from_elf
     from harness.manifest import ELF_CORPUS, elf_builds
     from harness.report.summary import _compiled_blame, blame
-    from harness.unwind import build_unwinders
+    from harness.unwind.registry import build_unwinders
     from harness.verify.failures import FailureCause
     from harness.verify.stops import verify_program
 

@@ -14,10 +14,11 @@ from harness.elf_program import program_from_elf
 from harness.errors import UnwindFailure
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.thumb.encoding import may_start_epilogue
-from harness.unwind import build_unwinders, rule_map
+from harness.unwind import rule_map
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder
 from harness.unwind.qut import QutUnwinder
+from harness.unwind.registry import build_unwinders
 from harness.unwind.rule import EVERYWHERE, NOWHERE
 from harness.unwind.rule_map import NO_ROW, partition_in_python, partition_of
 from harness.unwind.v1 import V1Unwinder

@@ -23,7 +23,7 @@ from harness.emulation import guards
 from harness.formats.elf import open_elf, symbol_address
 from harness.program import CfiRow, FunctionCfi, Program
 from harness.registers import LR, SP
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.sampling import sampled_stops
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 

@@ -23,7 +23,7 @@ from harness.linux_verify.verify import verify_process
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
 from harness.runner import LINUX_LIMITS
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify import kernel
 from harness.verify.failures import ProgramResult
 from harness.verify.sampling import chooser, sampled_stops, strides

@@ -13,11 +13,13 @@ from generators.corpus import generate_program
 from harness import abi
 from harness.errors import CorruptTable, UnwindFailure
 from harness.formats.call_sites import CallSites, dump_call_sites, encode_call_sites, return_addresses
-from harness.unwind import build_unwinders, call_site_addresses
+from harness.unwind import call_site_addresses
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.framepointer import FramePointerUnwinder
+from harness.unwind.registry import build_unwinders
 from harness.unwind.rule import LEAF, ReturnAddresses, Rule, RuleRange
 from harness.unwind.scan import ChainUnwinder, ScanUnwinder
+from harness.unwind.walk import Unwinder
 from harness.verify import kernel
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.verify.kernel import pack_rule
@@ -87,7 +89,7 @@ def test_no_return_address_in_the_window_is_no_info():
     assert 0x9001 in scanner_told.return_addresses
 
 
-class Fixed:
+class Fixed(Unwinder):
     """A method that always gives `pc`, or fails."""
 
     def __init__(self, name: str, pc: int | None, rule: Rule | None = None):

@@ -30,7 +30,7 @@ from harness import gc_pause
 from harness.emulation.emulator import Emulator
 from harness.program import Program
 from harness.report.summary import summary_of
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import DEFAULT_BUDGET, verify_program
 
 PASSES = 3  # fresh processes, each over every program; the least of each program's runs counts

@@ -31,7 +31,7 @@ from harness.linux_verify.verify import prepared_process
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
 from harness.runner import LINUX_LIMITS
-from harness.unwind import UNWINDER_NAMES, build_unwinders
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
 from harness.verify.stops import DEFAULT_LIMITS, verify_program
 
 SAMPLED_EVERY = 1000

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from harness.formats import chrome_v2
 from harness.program import Program
-from harness.unwind import build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.frame import Stack
+from harness.unwind.registry import build_unwinders
 from harness.unwind.v2 import DirectMappedCache, NoCache, V2Unwinder
 from harness.unwind.v2_epilogue import EpilogueFirst
 from harness.unwind.walk import walk

@@ -43,7 +43,7 @@ class ImpreciseFault(EmulationFault):
 # ns an instruction; a stop of a run that verifies every stop, 0.37-1.84 us
 # (each walk reuses the frames of the stop before); a sampled stop, 14-19 us
 # (its walks start afresh).
-CLOCK_BASE = 120.0  # seconds: start-up, the tables, system calls (the fixed limit this replaces)
+CLOCK_BASE = 120.0  # seconds: start-up, the tables, system calls (the work no count of instructions or stops scales)
 CLOCK_PER_INSTRUCTION = 100e-9
 CLOCK_PER_STOP = 10e-6  # every = 1
 CLOCK_PER_SAMPLE = 200e-6  # every > 1

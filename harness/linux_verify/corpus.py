@@ -26,7 +26,7 @@ from harness.program import Program
 from harness.report.data import elf_group
 from harness.report.sizes import size_row
 from harness.report.summary import summary_of, to_json
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.failures import ProgramResult
 
 ROOT = Path(__file__).resolve().parent.parent.parent

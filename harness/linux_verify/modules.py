@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from typing import Callable, Mapping, Sequence
+from functools import lru_cache, partial
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 from harness.abi import GUARD_MEMORY, GUARD_SECONDS, Limits
 from harness.classify import OWN
@@ -27,17 +27,13 @@ from harness.linux.loader import ET_DYN, KUSER_PAGE, kuser_page
 from harness.linux.memory import page_down, page_up
 from harness.linux.process import KUSER_SIZE, LinuxRun, LinuxSystem
 from harness.program import ModuleSpan, Program
-from harness.unwind import BUILDERS, CHAIN, call_site_addresses
 from harness.unwind.modules import Covered, PerModule
-from harness.unwind.scan import ChainUnwinder, ScanUnwinder
+from harness.unwind.registry import Strategy, build_unwinders, strategy
 from harness.unwind.sigframes import SignalFrames, trampolines_in
 from harness.unwind.walk import Unwinder
 from harness.verify import kernel
 from harness.verify.stops import placed_ground_truth
 
-CFI_STRATEGIES = ("v2", "v2+epilogue", "v2-synth", "v2-gcc", "dwarf", "v1", "vmkunwind")  # built from a module's CFI
-TABLE_STRATEGIES = (*CFI_STRATEGIES, "exidx", "v2-code", "qut")  # built per module, from what it ships or its code
-WITHOUT_TABLES = ("framepointer", "scan", "chain")  # the strategies no table drives
 VECTORS = ModuleSpan(KUSER_PAGE, KUSER_PAGE + KUSER_SIZE, "lib", "[vectors]")  # the kuser helpers
 
 
@@ -214,53 +210,56 @@ def own_tables(program: Program, own_unwinders: Callable[[Program], list[Unwinde
     return {unwinder.name: unwinder for unwinder in own_unwinders(program)}
 
 
-def _has_tables(strategy: str, program: Program) -> bool:
-    if strategy == "exidx":
-        return program.exidx is not None
-    if strategy == "qut":  # from the CFI, else the EXIDX (harness.unwind.qut_tables)
-        return program.exidx is not None or bool(program.cfi.get("reference"))
-    if strategy == "v2-code":  # any Thumb function to start from: a symbol, or data pointing at one
-        code_map = program.code_map
-        return code_map is not None and (bool(code_map.spans) or any(word & 1 for word in code_map.pointers))
-    return bool(program.cfi.get("reference"))
-
-
 def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], programs: Sequence[Program],
                       own_unwinders: Callable[[Program], list[Unwinder]], signal_frames: bool = False) -> list[Unwinder]:
     """Each strategy over the process: for each module the unwinder built
     from its own tables where it has them (CFI for v2, dwarf and v1,
     `.ARM.exidx` for exidx, its code for v2-code); the executable's by `own_unwinders` (which
     may stand given v2 tables in); frame pointers everywhere alike; a scan
-    that knows every module's calls; the chain of those (harness.unwind.CHAIN).
+    that knows every module's calls; the chain of those (harness.unwind.registry.CHAIN).
     With `signal_frames`, each table-driven one crosses signal frames by
     their trampolines (harness.unwind.sigframes)."""
     own_index = [m.label for m in modules].index(OWN)
     own_program = programs[own_index]
     own = own_tables(own_program, own_unwinders)
-    built: dict[str, Unwinder] = {}
-
-    def strategy(name: str) -> Unwinder:
-        if name in built:
-            return built[name]
-        if name == "scan":
-            unwinder = ScanUnwinder(address for program in programs for address in call_site_addresses(program))
-        elif name == "chain":
-            unwinder = ChainUnwinder([strategy(part) for part in CHAIN])
-        elif name not in TABLE_STRATEGIES:
-            unwinder = BUILDERS[name](own_program)  # frame pointers: no tables
-        else:
-            covered = []
-            for index, (module, program) in enumerate(zip(modules, programs)):
-                if _has_tables(name, program):
-                    found = (own.get(name) if index == own_index else None) or BUILDERS[name](program)
-                    covered.append(Covered(module.start, module.end, found))
-            unwinder = PerModule(name, covered)
-        built[name] = unwinder
-        return unwinder
-
+    process_strategy = partial(_process_strategy, _Process(modules, programs, own_index, own, {}))
     if not signal_frames:
-        return [strategy(name) for name in names]
+        return [process_strategy(name) for name in names]
     trampolines = trampolines_in([*(segment for program in programs for segment in program.segments),
                                   (KUSER_PAGE, kuser_page())])
-    return [strategy(name) if name in WITHOUT_TABLES else SignalFrames(strategy(name), trampolines)
-            for name in names]
+    return [SignalFrames(process_strategy(name), trampolines) if strategy(name).signal_frames
+            else process_strategy(name) for name in names]
+
+
+class _Process(NamedTuple):
+    """A process's modules and what its strategies are built from."""
+
+    modules: Sequence[LoadedModule]
+    programs: Sequence[Program]
+    own_index: int  # the executable's
+    own: dict[str, Unwinder]  # the executable's unwinders (own_tables)
+    built: dict[str, Unwinder]  # each strategy over the process, once built
+
+
+def _process_strategy(process: _Process, name: str) -> Unwinder:
+    """One strategy over a process, built once (a partial, not a closure
+    that refers to itself: nothing of a run may wait for the cycle collector)."""
+    if name not in process.built:
+        process.built[name] = _process_unwinder(process, strategy(name))
+    return process.built[name]
+
+
+def _process_unwinder(process: _Process, declared: Strategy) -> Unwinder:
+    """As harness.unwind.registry.Strategy says: from every module at once,
+    from the executable alone, or each module by its own tables where it has them."""
+    if declared.process_build is not None:
+        return declared.process_build(process.programs)
+    if declared.module_tables is None:
+        return declared.build(process.programs[process.own_index], partial(_process_strategy, process))
+    covered = []
+    for index, (module, program) in enumerate(zip(process.modules, process.programs)):
+        if declared.module_tables(program):
+            found = (process.own.get(declared.name) if index == process.own_index else None) \
+                or build_unwinders(program, [declared.name])[0]
+            covered.append(Covered(module.start, module.end, found))
+    return PerModule(declared.name, covered)

@@ -19,7 +19,7 @@ from harness.gc_pause import collector_paused
 from harness.report.failing import combined, digest
 from harness.report.failing import from_json as failing_from_json
 from harness.report.failing import to_json as failing_json
-from harness.unwind import CHAIN
+from harness.unwind.registry import CHAIN
 from harness.verify.failures import FailureCause, ProgramResult, detail_of, killed, self_check_ok
 
 try:

@@ -12,10 +12,10 @@ from harness.registers import DWARF_D0, LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import Rule, RuleRange, failing
 from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
-from harness.unwind.walk import check_caller
+from harness.unwind.walk import Unwinder, check_caller
 
 
-class DwarfUnwinder:
+class DwarfUnwinder(Unwinder):
     def __init__(self, functions: Sequence[FunctionCfi], name: str = "dwarf", cache_rows: bool = True):
         self.name = name
         self.cache_rows = cache_rows  # keep each pc's row (off: find it every time)

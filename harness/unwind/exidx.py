@@ -19,9 +19,10 @@ from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import Rule, RuleRange, failing
 from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
+from harness.unwind.walk import Unwinder
 
 
-class ExidxUnwinder:
+class ExidxUnwinder(Unwinder):
     def __init__(self, entries: Sequence[ExidxEntry], name: str = "exidx",
                  end: int | None = None):
         """`end`: where the last entry's function ends (unbounded if None)."""

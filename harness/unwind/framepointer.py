@@ -33,10 +33,10 @@ from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import Rule, RuleRange
 from harness.unwind.rule_map import RuleMap, everywhere
-from harness.unwind.walk import Restores, check_caller
+from harness.unwind.walk import Restores, Unwinder, check_caller
 
 
-class FramePointerUnwinder:
+class FramePointerUnwinder(Unwinder):
     def __init__(self, fp_reg: int = 7, name: str = "framepointer"):
         self.fp_reg = fp_reg
         self.name = name

@@ -18,10 +18,10 @@ from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import Rule, RuleRange
 from harness.unwind.rule_map import RuleMap, found_in, partition_of, rule_maps
-from harness.unwind.walk import Restores, check_caller
+from harness.unwind.walk import Restores, Unwinder, check_caller
 
 
-class QutUnwinder:
+class QutUnwinder(Unwinder):
     restores = Restores((4, 7, 10, 11), vfp=False)
 
     def __init__(self, table: QutTable, text_base: int, source: str, name: str = "qut"):

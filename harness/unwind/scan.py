@@ -32,7 +32,7 @@ from harness.unwind.walk import PC_SP_ONLY, Unwinder, check_caller
 WINDOW_WORDS = 64  # how far up a scan reads: 256 bytes
 
 
-class ScanUnwinder:
+class ScanUnwinder(Unwinder):
     restores = PC_SP_ONLY
 
     def __init__(self, return_addresses: Iterable[int], name: str = "scan", window: int = WINDOW_WORDS):
@@ -81,7 +81,7 @@ def nothing_found(window: int, base: int, sp: int, low: int, high: int) -> tuple
     return "no_info", f"no return address in the {window} words from sp {sp:#x} up"
 
 
-class ChainUnwinder:
+class ChainUnwinder(Unwinder):
     restores = PC_SP_ONLY
 
     def __init__(self, methods: Sequence[Unwinder], name: str = "chain"):
@@ -94,7 +94,8 @@ class ChainUnwinder:
 
     def entered_from(self, return_address: int) -> None:
         for method in self.methods:
-            getattr(method, "entered_from", lambda address: None)(return_address)
+            if method.entered_from is not None:
+                method.entered_from(return_address)
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         return self.step_by(frame, stack, innermost)[0]
@@ -119,7 +120,7 @@ class ChainUnwinder:
         low, high = NOWHERE, EVERYWHERE
         alternatives: list[Rule | None] = []
         for method in self.methods:
-            rule_at = getattr(method, "rule_at", None)
+            rule_at = method.rule_at
             if rule_at is None:  # its own step decides, at this pc alone
                 alternatives.append(None)
                 low, high = max(low, pc), min(high, pc + 1)

@@ -19,10 +19,10 @@ from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import LEAF, Rule, RuleRange, replayed_failure
 from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
-from harness.unwind.walk import PC_SP_ONLY, check_caller
+from harness.unwind.walk import PC_SP_ONLY, Unwinder, check_caller
 
 
-class V1Unwinder:
+class V1Unwinder(Unwinder):
     restores = PC_SP_ONLY
 
     def __init__(self, table: V1Table, text_base: int, name: str = "v1"):

@@ -16,6 +16,7 @@ from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import NOWHERE, RuleRange
 from harness.unwind.rule_map import NO_ROW, RuleMap, partition_made, partition_of, rule_maps
+from harness.unwind.walk import Unwinder
 
 try:
     from harness.unwind._rule_map import v2_partition_of as _compiled_v2_partition_of
@@ -71,7 +72,7 @@ class NoCache(PcCache):
         pass
 
 
-class V2Unwinder:
+class V2Unwinder(Unwinder):
     def __init__(self, reader: V2Reader, text_base: int, name: str = "v2", cache: PcCache | None = None):
         self.reader = reader
         self.text_base = text_base

@@ -26,12 +26,12 @@ from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import PcWording, Rule, RuleRange, failing, replayed_failure
 from harness.unwind.rule_map import RuleMap, rule_maps
 from harness.unwind.v2 import v2_partition
-from harness.unwind.walk import Restores, check_caller
+from harness.unwind.walk import Restores, Unwinder, check_caller
 
 Run = tuple[ehabi.Op, ...]
 
 
-class ChromeV2Unwinder:
+class ChromeV2Unwinder(Unwinder):
     restores = Restores(CALLEE_SAVED, vfp=False)
 
     def __init__(self, reader: V2Reader, text_base: int, name: str = "v2-chrome"):

@@ -16,10 +16,10 @@ from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import Rule, RuleRange
 from harness.unwind.rule_map import RuleMap, found_in, partition_of, rule_maps
-from harness.unwind.walk import Restores, check_caller
+from harness.unwind.walk import Restores, Unwinder, check_caller
 
 
-class VmkunwindUnwinder:
+class VmkunwindUnwinder(Unwinder):
     restores = Restores((FP,), vfp=False)
 
     def __init__(self, table: VmkTable, text_base: int, name: str = "vmkunwind"):

@@ -24,7 +24,7 @@ from harness import abi
 from harness.registers import CALLEE_SAVED, SP
 from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, ReturnAddresses, Rule, guards_hold
 from harness.unwind.rule_map import itself
-from harness.unwind.walk import Unwinder, caller_failure, restores_of
+from harness.unwind.walk import Unwinder, caller_failure
 from harness.verify import rule_book
 from harness.verify.failures import Outcome
 
@@ -108,9 +108,7 @@ def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[U
     epilogue may start ahead, its code), or its chain's methods' (a method
     that is one of `unwinders` before it, with that unwinder's rules); by
     default, Python's rule_at."""
-    maps = getattr(unwinder, "rule_maps", None)
-    methods = getattr(unwinder, "methods", ())
-    simulator = getattr(unwinder, "simulator", None)
+    maps, methods, simulator = unwinder.rule_maps, unwinder.methods, unwinder.simulator
     if maps is not None:
         # an epilogue simulator's innermost frame: its tables' partition where its code shows none may start
         for innermost in (0, 1) if simulator is None or simulator.segments else (0,):
@@ -118,10 +116,10 @@ def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[U
                              book.numbers_of(maps[innermost], numbered, own), book.packed)
         if simulator is not None and simulator.segments:
             verifier.set_epilogue(index, tuple(simulator.segments), book.plans, simulator.functions)
-    elif hasattr(unwinder, "step_by") and all(hasattr(m, "rule_maps") for m in methods) \
+    elif unwinder.step_by is not None and all(m.rule_maps is not None for m in methods) \
             and 0 < len(methods) <= abi.CHAIN_METHODS:
         walked = {id(u): number for number, u in enumerate(unwinders[:index])
-                  if hasattr(u, "rule_maps") and not hasattr(u, "simulator")}
+                  if u.rule_maps is not None and u.simulator is None}
         for innermost in (0, 1):
             verifier.set_chain(index, innermost, tuple(
                 (*_partition_of(m.rule_maps[innermost]), walked.get(id(m), -1),
@@ -133,7 +131,7 @@ def _partition_of(rule_map) -> tuple:
 
 
 def _restores(unwinder: Unwinder) -> tuple[int, bool]:
-    restores = restores_of(unwinder)
+    restores = unwinder.restores
     assert set(restores.core) <= set(CALLEE_SAVED)
     return sum(1 << reg for reg in restores.core), restores.vfp
 
@@ -155,7 +153,7 @@ class StopKernel:
         self.book = rule_book.current()
         self._own: list[int] = []  # numbers of the rules the book holds for this kernel alone
         self._own_rules: dict[int, Rule] = {}  # and those rules, once the book has let them go (`release`)
-        self._rule_at = [getattr(u, "rule_at", None) for u in self.unwinders]
+        self._rule_at = [u.rule_at for u in self.unwinders]
         self.verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide,
                                  self._provide_book, self._provide_plan)
         numbered: dict[int, tuple] = {}  # rows' numbers by their values (which both maps of a table share)

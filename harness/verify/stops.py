@@ -125,7 +125,8 @@ def _announce_sentinel(unwinders: Sequence[Unwinder], emulator: Emulator) -> Non
     (harness.unwind.scan) is told it, as a profiler knows where its threads start."""
     if emulator.system is None:
         for unwinder in unwinders:
-            getattr(unwinder, "entered_from", lambda address: None)(emulator.placement.sentinel | 1)
+            if unwinder.entered_from is not None:
+                unwinder.entered_from(emulator.placement.sentinel | 1)
 
 
 def _only_at(observe, wanted: frozenset[int] | None):

@@ -39,7 +39,7 @@ class Verification:
                  past_bottom: bool = False):
         self.classify = Classifier(program.function_at, program.module_at)
         self.names = [u.name for u in unwinders]
-        self.chains = {index: u for index, u in enumerate(unwinders) if hasattr(u, "step_by")}
+        self.chains = {index: u for index, u in enumerate(unwinders) if u.step_by is not None}
         self.methods = result.methods
         # past_bottom: a process's threads, whose first frames have no caller (walks.first_difference)
         self.walks = [MemoizedWalk(u, past_bottom) if memoize else partial(first_difference, u, past_bottom=past_bottom)
