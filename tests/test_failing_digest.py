@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+from harness.classify import Where
 from harness.report.failing import Group, combined, digest, from_json, new_failures, to_json, uncovered
 from harness.verify.failures import FailureCause, FailureLog, ranges_of
 from harness.verify.tally import Tally
 
-BODY = ("f", frozenset(), "body")
+BODY = Where("f", frozenset(), "body")
 BAD_READ = FailureCause("v2", "bad_read", 0, "f", None, "", frozenset())
 LIMIT = FailureCause("exidx", "limit", 0, "f", None, "", frozenset())
 IN_LIBC = FailureCause("v2", "no_info", 1, "memcpy", None, "", frozenset({"libc"}))  # an honest stop

@@ -11,11 +11,12 @@ from collections import Counter
 
 import pytest
 
+from harness.classify import Where
 from harness.verify import kernel
 from harness.verify.failures import FailureCause
 from harness.verify.tally import Grouping, KeyParts, Tally, counted_kind, group_by, sum_by
 
-BODY, LEAF = ("f", frozenset(), "body"), ("g", frozenset({"leaf"}), "epilogue")
+BODY, LEAF = Where("f", frozenset(), "body"), Where("g", frozenset({"leaf"}), "epilogue")
 BAD_READ = FailureCause("v2", "bad_read", 0, "f", None, "", frozenset())
 WRONG_R4 = FailureCause("exidx", "wrong_register", 1, "g", "r4", "", frozenset())
 IN_LIBC = FailureCause("v2", "no_info", 1, "memcpy", None, "", frozenset({"libc"}))  # an honest stop

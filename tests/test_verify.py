@@ -154,7 +154,7 @@ def test_walks_in_python_that_fail_alike_share_a_cause_and_keep_their_wording():
     from harness.verify.failures import FailureCause, WalkLog, failure_of, generic
 
     log = WalkLog()
-    where: Where = ("f", frozenset(), "body")
+    where = Where("f", frozenset(), "body")
     wordings = [f"vsp {0x7eff0000 + 8 * n:#x} went below the frame's sp {0x7eff0100 + 8 * n:#x}" for n in range(3)]
     for number, wording in enumerate(wordings):
         cause = FailureCause("v2-chrome", "limit", 0, "f", None, generic(wording), frozenset())

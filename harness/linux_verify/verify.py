@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from harness.abi import Limits
 from harness.emulation.guards import EmulationFault, clocked
@@ -100,9 +100,20 @@ def sampling_of(every: int | AutoStride, instructions: int) -> dict | None:
     return {"every": every, "chosen": "given"} if every > 1 else None
 
 
-def verify_process_part(job: tuple) -> dict:
-    """One stop shard of a verify-elf run of a process (a worker of `--jobs`)."""
-    run, names, own_unwinders, every, shard, limits, expected, signal_frames = job
-    summary = summary_of(lambda: verify_process(run, names, own_unwinders, every, (shard.index, shard.count), limits,
-                                                expected, signal_frames=signal_frames))
-    return {"index": shard.index, "kind": "stops", "summary": to_json(summary)}
+class ProcessPart(NamedTuple):
+    """One stop shard of a verify-elf run of a process (what a worker of `--jobs` is sent)."""
+
+    run: LinuxRun
+    names: Sequence[str]  # the unwinders
+    own_unwinders: Callable[[Program], list[Unwinder]]  # the executable's (verify_process)
+    every: int | AutoStride
+    shard: tuple[int, int]  # (I, N): the I-th of every N stops
+    limits: Limits
+    expected: Expected
+    signal_frames: bool
+
+
+def verify_process_part(job: ProcessPart) -> dict:
+    summary = summary_of(lambda: verify_process(job.run, job.names, job.own_unwinders, job.every, job.shard,
+                                                job.limits, job.expected, signal_frames=job.signal_frames))
+    return {"index": job.shard[0], "kind": "stops", "summary": to_json(summary)}

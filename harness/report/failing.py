@@ -55,8 +55,8 @@ def group_key(tally: Tally) -> KeyParts:
     kind) of its where and cause; none for a stop in a library."""
     def of(where: Where, cause: FailureCause) -> tuple | None:
         kind = counted_kind(cause)
-        return None if kind.startswith(STOPPED_PREFIX) else (cause.unwinder, where[0], where[2], kind)
-    return KeyParts(tally.failing, [(where[0], where[2]) for where in tally.wheres], tally.kind_parts, of)
+        return None if kind.startswith(STOPPED_PREFIX) else (cause.unwinder, where.function, where.position, kind)
+    return KeyParts(tally.failing, [(where.function, where.position) for where in tally.wheres], tally.kind_parts, of)
 
 
 def digest(tally: Tally, log: FailureLog) -> dict[str, dict[GroupKey, Group]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from harness.errors import BadRead
@@ -26,6 +26,14 @@ class Frame:
     @property
     def sp(self) -> int:
         return self.r[SP]
+
+    def with_core(self, **regs: int) -> "Frame":
+        """A copy with core registers replaced, e.g. with_core(r4=1, pc=2)."""
+        names = {"sp": SP, "lr": LR, "pc": PC}
+        values = list(self.r)
+        for name, value in regs.items():
+            values[names.get(name) or int(name[1:])] = value & 0xFFFFFFFF
+        return replace(self, r=tuple(values))
 
 
 def make_frame(pc: int, sp: int, lr: int = 0, **regs: int) -> Frame:

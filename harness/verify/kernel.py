@@ -26,7 +26,7 @@ from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, ReturnAddresses,
 from harness.unwind.rule_map import itself
 from harness.unwind.walk import Unwinder, caller_failure
 from harness.verify import rule_book
-from harness.verify.failures import Outcome
+from harness.verify.failures import LogEntry, Outcome
 
 try:
     from harness.verify._kernel import Tracer, Verifier, may_start_epilogue, pack_plain
@@ -234,18 +234,19 @@ class StopKernel:
         low, high) or a rejected caller's ("caller", caller sp, callee sp) turned
         into its wording, as `step` words it."""
         out = []
-        for entry in entries:
-            values = entry[4]
+        for entry in map(LogEntry._make, entries):
+            values = entry.detail
             if isinstance(values, tuple) and values[0] == "fails":
                 _, rule_id, pc = values
-                entry = (*entry[:4], self.outcome(abi.FailingRule(entry[3].frame, abi.FAILS_ANSWER, rule_id, pc))[3])
+                entry = entry._replace(detail=self.outcome(abi.FailingRule(entry.cause.frame, abi.FAILS_ANSWER,
+                                                                           rule_id, pc))[3])
             elif isinstance(values, tuple) and values[0] == "guard":
                 _, rule_id, base, sp, low, high = values
-                answer = abi.GuardFailure(entry[3].frame, abi.GUARD_FAILS_ANSWER, rule_id, base, sp, low, high,
-                                          entry[1])
-                entry = (*entry[:4], self.outcome(answer)[3])
+                answer = abi.GuardFailure(entry.cause.frame, abi.GUARD_FAILS_ANSWER, rule_id, base, sp, low, high,
+                                          entry.pc)
+                entry = entry._replace(detail=self.outcome(answer)[3])
             elif isinstance(values, tuple) and values[0] == "caller":
-                entry = (*entry[:4], caller_failure(values[1], values[2])[1])
+                entry = entry._replace(detail=caller_failure(values[1], values[2])[1])
             out.append(entry)
         return out
 

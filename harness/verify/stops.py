@@ -22,7 +22,7 @@ from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
 from harness.verify import kernel
 from harness.verify.failures import RANGE_GAP, FailureLog, LoggedPcs, ProgramResult, quiet_ranges
-from harness.verify.groundtruth import ShadowFrame, ThreadStacks, decode, has_bit, raise_entries, unpacked
+from harness.verify.groundtruth import Decoded, ShadowFrame, ThreadStacks, decode, has_bit, raise_entries, unpacked
 from harness.verify.sampling import chooser
 from harness.verify.tally import Grouping, KeyParts, Tally
 from harness.verify.verification import Verification
@@ -102,7 +102,7 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder],
         except EmulationFault as fault:
             result.fault = str(fault)
         tally = result.tally  # (unwinder, traits, position, kind) -> failing walks
-        tally.sums(tally.unwinders, [where[1:] for where in tally.wheres], tally.kind_parts, into=result.counts)
+        tally.sums(tally.unwinders, [(where.traits, where.position) for where in tally.wheres], tally.kind_parts, into=result.counts)
         if system is not None:
             result.stdout_sha256 = system.outcome().stdout_sha256
     return result
@@ -343,7 +343,7 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
     (the emulator checks the instruction budget, the clock and memory; the
     hook, in the same order as trace.c, an endless self-loop and the depth);
     the frames that resumed (a bit per serial)."""
-    decoded_at: dict[tuple[int, bool], tuple] = {}  # (pc, Thumb) -> decode(...)
+    decoded_at: dict[tuple[int, bool], Decoded] = {}  # (pc, Thumb) -> decode(...)
     threads = ThreadStacks(lambda address: instruction_size(emulator.code(address, 4)),
                            frozenset(raise_entries(program)), resumes)
     uses_vfp, max_depth = program.uses_vfp, limits.depth
@@ -377,12 +377,12 @@ def _run_in_python(program: Program, emulator: Emulator, run: Verification, resu
         decoded = decoded_at.get((pc, thumb))
         if decoded is None:
             decoded = decoded_at[(pc, thumb)] = decode(emulator.code(pc, 4), thumb)
-        if decoded[2]:
-            shadow.before_return(pc, decoded[3])
-        if decoded[0] and executes(decoded[5], regs[16]):
-            shadow.before(pc, decoded[0], regs, vfp)
-        if decoded[1]:
-            threads.it_blocks.entered(pc, int.from_bytes(decoded[4], "little"), decoded[1])
+        if decoded.returns:
+            shadow.before_return(pc, decoded.size)
+        if decoded.call_length and executes(decoded.condition, regs[16]):
+            shadow.before(pc, decoded.call_length, regs, vfp)
+        if decoded.it_length:
+            threads.it_blocks.entered(pc, int.from_bytes(decoded.first_halfword, "little"), decoded.it_length)
 
     emulator.follow(RunEvents(lambda: result.instructions, lambda context: threads.interrupted(context, uses_vfp),
                               lambda switch: threads.switch(switch.left, switch.tid),

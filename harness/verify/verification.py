@@ -70,7 +70,7 @@ class Verification:
         if where_id is None:
             where_id = self._where_ids[where] = len(self.wheres)
             self.wheres.append(where)
-        return self.stop_classes.setdefault((where[1], where[2]), len(self.stop_classes)), where_id, low, high
+        return self.stop_classes.setdefault((where.traits, where.position), len(self.stop_classes)), where_id, low, high
 
     def failure_cause(self, unwinder: str, outcome: Outcome, frame_pc: int) -> FailureCause:
         """The cause of a failing walk (frame, kind, register, detail) whose
@@ -125,9 +125,9 @@ class Verification:
                     self.methods[(self.names[index], method, right)] += frames
             outcome = self.walks[index](frame, stack, expected)
             if outcome is None or outcome == INVENTED:
-                self.counts[(self.names[index], where[1], where[2], None)] += 1
+                self.counts[(self.names[index], where.traits, where.position, None)] += 1
                 if outcome == INVENTED:
-                    self.invented[(self.names[index], where[1], where[2])] += 1
+                    self.invented[(self.names[index], where.traits, where.position)] += 1
                 continue
             if outcome[1] == "wrong_register":  # would not be compared if that frame never resumes
                 self.questioned.add(expected[outcome[0] - 1].serial)
