@@ -17,7 +17,7 @@ if not (CSRC / "abi.h").exists() or (CSRC / "abi.h").read_text() != header:
 setup(ext_modules=[
     Extension(
         "harness.verify._kernel",
-        [f"harness/verify/csrc/{name}.c" for name in ("module", "rules", "sources", "memo", "trace", "epilogue")],
+        [f"harness/verify/csrc/{name}.c" for name in ("module", "ranges", "rules", "sources", "memo", "trace", "epilogue")],
         depends=["harness/verify/csrc/kernel.h", "harness/verify/csrc/abi.h"],
         extra_compile_args=["-O2"],
     ),

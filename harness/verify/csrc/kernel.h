@@ -1,15 +1,16 @@
 /* The compiled verification kernel (the Python module harness._kernel),
- * shared declarations.
+ * shared declarations. Each file calls only into those listed before it:
  *
- * rules.c  walks every unwinder's rules (harness/unwind/rule.py) over the stack and
- *          compares each caller frame with the shadow stack (Verifier).
- * trace.c  the per-instruction hook: the shadow stack, the stops an IT block
- *          skips, and a Verifier walk at every stop, calling into Python only
- *          where the rules do not answer (Tracer).
- * memo.c   the outer part of each walk, kept from one stop to the next.
- * sources.c where each unwinder's rule at a pc comes from: its table's rows, or Python.
+ * ranges.c   sorted ranges of pcs, each with a value and an id.
+ * memo.c     the outer part of each walk, kept from one stop to the next.
  * epilogue.c the plans of the epilogues compilers write, and their rules (v2+epilogue).
- * module.c the module itself, and the key of a tally entry's parts (sum_by).
+ * sources.c  where each unwinder's rule at a pc comes from: its table's rows, or Python.
+ * rules.c    walks every unwinder's rules (harness/unwind/rule.py) over the stack and
+ *            compares each caller frame with the shadow stack (Verifier).
+ * trace.c    the per-instruction hook: the shadow stack, the stops an IT block
+ *            skips, and a Verifier walk at every stop, calling into Python only
+ *            where the rules do not answer (Tracer).
+ * module.c   the module itself, and the key of a tally entry's parts (sum_by).
  *
  * Python's definitions stay the reference: harness.verify.groundtruth for the
  * shadow stack, each unwinder's `step` for its walk. Registers are int64 so
