@@ -17,8 +17,10 @@ if not (CSRC / "abi.h").exists() or (CSRC / "abi.h").read_text() != header:
 setup(ext_modules=[
     Extension(
         "harness.verify._kernel",
-        [f"harness/verify/csrc/{name}.c" for name in ("module", "ranges", "rules", "sources", "memo", "trace", "epilogue")],
-        depends=["harness/verify/csrc/kernel.h", "harness/verify/csrc/abi.h"],
+        [f"harness/verify/csrc/{name}.c" for name in (
+            "module", "ranges", "rules", "sources", "memo", "epilogue",
+            "trace", "trace_pcs", "trace_shadow", "trace_stop", "trace_hooks", "trace_log")],
+        depends=[f"harness/verify/csrc/{name}.h" for name in ("kernel", "abi", "trace")],
         extra_compile_args=["-O2"],
     ),
     Extension("harness.unwind._rule_map", ["harness/unwind/csrc/rule_map.c"], extra_compile_args=["-O2"]),

@@ -7,9 +7,9 @@
  * sources.c  where each unwinder's rule at a pc comes from: its table's rows, or Python.
  * rules.c    walks every unwinder's rules (harness/unwind/rule.py) over the stack and
  *            compares each caller frame with the shadow stack (Verifier).
- * trace.c    the per-instruction hook: the shadow stack, the stops an IT block
+ * trace*.c   the per-instruction hook: the shadow stack, the stops an IT block
  *            skips, and a Verifier walk at every stop, calling into Python only
- *            where the rules do not answer (Tracer).
+ *            where the rules do not answer (Tracer; trace.h says which file holds what).
  * module.c   the module itself, and the key of a tally entry's parts (sum_by).
  *
  * Python's definitions stay the reference: harness.verify.groundtruth for the
@@ -144,7 +144,7 @@ static inline PyObject *int_triple(long long a, long long b, unsigned long long 
 }
 
 /* Whether the Thumb instruction of these half-words may write memory or
- * trap to the system: 0 only where it surely does not (trace.c). */
+ * trap to the system: 0 only where it surely does not (trace_pcs.c). */
 int thumb_may_store(uint16_t first, uint16_t second);
 /* harness.thumb.encoding.may_start_epilogue over the n bytes at `code`. */
 int may_start_epilogue(const uint8_t *code, Py_ssize_t n);

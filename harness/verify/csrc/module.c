@@ -11,7 +11,7 @@ static PyObject *kernel_may_start_epilogue(PyObject *module, PyObject *code) {
     return PyBool_FromLong(may);
 }
 
-/* may_store(first, second) -> bool: trace.c's thumb_may_store, for tests to hold to a disassembler. */
+/* may_store(first, second) -> bool: trace_pcs.c's thumb_may_store, for tests to hold to a disassembler. */
 static PyObject *kernel_may_store(PyObject *module, PyObject *args) {
     unsigned int first, second;
     if (!PyArg_ParseTuple(args, "II:may_store", &first, &second)) return NULL;

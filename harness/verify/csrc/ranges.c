@@ -1,6 +1,6 @@
 /* Ranges: sorted, disjoint [low, high) ranges of pcs, each with a value and
  * an id (kernel.h), as the sources keep the rules of the ranges they made
- * (sources.c) and the tracer the classes of the pcs it met (trace.c). It
+ * (sources.c) and the tracer the classes of the pcs it met (trace_stop.c). It
  * depends on no other file of the kernel, so that both can use it.
  */
 #include "kernel.h"
