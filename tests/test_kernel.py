@@ -4,6 +4,7 @@ or defers to it; and it is what the verifier uses."""
 from __future__ import annotations
 
 import random
+from collections import namedtuple
 from functools import lru_cache
 from pathlib import Path
 
@@ -276,14 +277,20 @@ def test_a_tracer_is_set_up_once_and_runs_once():
     emulator = Emulator(program.segments)
     engine = emulator.engine(program.uses_vfp)
 
-    def tracer(**changed):
-        arguments = dict(engine=engine, verifier=None, sentinel=SENTINEL, uses_vfp=program.uses_vfp, every=1,
-                         shard_index=0, shard_count=1, classify=lambda pc: (0, 0), slow=lambda *stop: None,
-                         observe_all=False)
-        return kernel.Tracer(**{**arguments, **changed})
+    record = abi.TraceSettings(engine=engine, verifier=None, sentinel=SENTINEL, uses_vfp=program.uses_vfp,
+                               every=1, shard=(0, 1), classify=lambda pc: (0, 0), slow=lambda *stop: None,
+                               observe_all=False)
 
-    with pytest.raises(ValueError, match="shard_index below shard_count"):
-        tracer(shard_index=1)
+    def tracer(**changed):
+        return kernel.Tracer(record._replace(**changed))
+
+    with pytest.raises(ValueError, match="shard an index below a positive count"):
+        tracer(shard=(1, 1))
+    with pytest.raises(TypeError, match="shard must be a tuple"):
+        tracer(shard=[0, 1])
+    without_by_blocks = namedtuple("Settings", abi.TraceSettings._fields[:-1])(*record[:-1])
+    with pytest.raises(AttributeError, match="by_blocks"):  # read by name: a record without the field is refused
+        kernel.Tracer(without_by_blocks)
     with pytest.raises(ValueError, match="register ids"):
         tracer(engine=engine._replace(registers=engine.registers[:5]))
     with pytest.raises(TypeError, match="Verifier or None"):

@@ -116,75 +116,108 @@ static int sorted_pcs(PyObject *tuple, const char *name, uint32_t **values, size
     return 0;
 }
 
-/* Tracer(engine, verifier, sentinel, uses_vfp, every, shard_index,
- * shard_count, classify, slow, observe_all, compare_bottom=True, raises=(),
- * quiet=(), resumes=None, observed=()): engine is harness/verify/abi.py's
- * Engine (its items by the ENGINE_* indices); raises the entry points that
- * raise an exception, sorted; quiet the pcs of modules not the program's
- * own; observed, sorted, the only pcs observe_all calls slow at. */
-static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
-    static char *names[] = {"engine", "verifier", "sentinel", "uses_vfp", "every", "shard_index", "shard_count",
-                            "classify", "slow", "observe_all", "compare_bottom", "raises", "quiet", "resumes",
-                            "observed", "by_blocks", NULL};
-    PyObject *engine, *verifier, *classify, *slow, *raises = NULL, *quiet = NULL, *resumes = Py_None,
-             *observed = NULL;
+/* A Tracer's settings (harness/verify/abi.py's TraceSettings), each field
+ * read by its name. */
+typedef struct {
+    PyObject *held[TRACE_FIELDS];  /* the record's fields, new references; the objects below are among them */
+    PyObject *engine, *verifier, *classify, *slow, *raises, *quiet, *resumes, *observed;
     unsigned long sentinel;
-    int uses_vfp, observe_all, compare_bottom = 1, by_blocks = 0;
+    int uses_vfp, observe_all, compare_bottom, by_blocks;
     unsigned long long every, shard_index, shard_count;
-    if (self->engine.handle) {
-        PyErr_SetString(PyExc_TypeError, "a Tracer is initialised once");
+} Settings;
+
+static const char *const SETTING_NAMES[TRACE_FIELDS] = { TRACE_FIELD_NAMES };
+
+static void settings_release(Settings *s) {
+    for (int i = 0; i < TRACE_FIELDS; i++) Py_XDECREF(s->held[i]);
+}
+
+/* A tuple field of the settings, or NULL with TypeError. */
+static PyObject *tuple_field(PyObject **held, int field) {
+    if (PyTuple_Check(held[field])) return held[field];
+    PyErr_Format(PyExc_TypeError, "a Tracer's settings: %s must be a tuple", SETTING_NAMES[field]);
+    return NULL;
+}
+
+/* Read `record`'s fields by name into *s (released by the caller, read or not); -1 with an exception. */
+static int settings_of(PyObject *record, Settings *s) {
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < TRACE_FIELDS; i++)
+        if (!(s->held[i] = PyObject_GetAttrString(record, SETTING_NAMES[i]))) return -1;
+    PyObject **held = s->held;
+    if (!(s->engine = tuple_field(held, TRACE_ENGINE)) || !(s->raises = tuple_field(held, TRACE_RAISES)) ||
+        !(s->quiet = tuple_field(held, TRACE_QUIET)) || !(s->observed = tuple_field(held, TRACE_OBSERVED)) ||
+        !tuple_field(held, TRACE_SHARD) ||
+        !PyArg_ParseTuple(held[TRACE_SHARD], "KK;shard is (index, count)", &s->shard_index, &s->shard_count))
         return -1;
-    }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OkpKKKOOp|pO!O!OO!p", names, &PyTuple_Type, &engine, &verifier,
-                                     &sentinel, &uses_vfp, &every, &shard_index, &shard_count, &classify, &slow,
-                                     &observe_all, &compare_bottom, &PyTuple_Type, &raises, &PyTuple_Type, &quiet,
-                                     &resumes, &PyTuple_Type, &observed, &by_blocks))
-        return -1;
-    if (resumes != Py_None) {
-        if (PyObject_GetBuffer(resumes, &self->resumes, PyBUF_SIMPLE)) return -1;
-        self->has_resumes = 1;
-    }
-    if (verifier != Py_None && !PyObject_TypeCheck(verifier, &VerifierType)) {
-        PyErr_SetString(PyExc_TypeError, "verifier must be a Verifier or None");
-        return -1;
-    }
-    if (!PyCallable_Check(classify) || !PyCallable_Check(slow)) {
-        PyErr_SetString(PyExc_TypeError, "classify and slow must be callable");
-        return -1;
-    }
-    if (!every || !shard_count || shard_index >= shard_count) {
-        PyErr_SetString(PyExc_ValueError, "every and shard_count must be positive, shard_index below shard_count");
-        return -1;
-    }
+    s->verifier = held[TRACE_VERIFIER];
+    s->classify = held[TRACE_CLASSIFY];
+    s->slow = held[TRACE_SLOW];
+    s->resumes = held[TRACE_RESUMES];
+    s->sentinel = PyLong_AsUnsignedLongMask(held[TRACE_SENTINEL]);
+    s->every = PyLong_AsUnsignedLongLongMask(held[TRACE_EVERY]);
+    if (PyErr_Occurred()) return -1;
+    s->uses_vfp = PyObject_IsTrue(held[TRACE_USES_VFP]);
+    s->observe_all = PyObject_IsTrue(held[TRACE_OBSERVE_ALL]);
+    s->compare_bottom = PyObject_IsTrue(held[TRACE_COMPARE_BOTTOM]);
+    s->by_blocks = PyObject_IsTrue(held[TRACE_BY_BLOCKS]);
+    return s->uses_vfp < 0 || s->observe_all < 0 || s->compare_bottom < 0 || s->by_blocks < 0 ? -1 : 0;
+}
+
+/* The engine of the settings: harness/verify/abi.py's Engine, its items by the ENGINE_* indices. */
+static int engine_of(const Settings *s, Engine *e) {
+    PyObject *engine = s->engine;
     if (PyTuple_GET_SIZE(engine) != ENGINE_FIELDS) {
         PyErr_Format(PyExc_ValueError, "engine must hold %d items", ENGINE_FIELDS);
         return -1;
     }
-    Engine e;
-    memset(&e, 0, sizeof e);
-    if (address_of(engine, ENGINE_HANDLE, &e.handle) ||
-        address_of(engine, ENGINE_REG_READ_BATCH, (void **)&e.reg_read_batch) ||
-        address_of(engine, ENGINE_MEM_READ, (void **)&e.mem_read) ||
-        address_of(engine, ENGINE_EMU_START, (void **)&e.emu_start) ||
-        address_of(engine, ENGINE_EMU_STOP, (void **)&e.emu_stop) ||
-        address_of(engine, ENGINE_HOOK_ADD, (void **)&e.hook_add) ||
-        address_of(engine, ENGINE_HOOK_DEL, (void **)&e.hook_del) ||
-        address_of(engine, ENGINE_CTL, (void **)&e.ctl))
+    memset(e, 0, sizeof *e);
+    if (address_of(engine, ENGINE_HANDLE, &e->handle) ||
+        address_of(engine, ENGINE_REG_READ_BATCH, (void **)&e->reg_read_batch) ||
+        address_of(engine, ENGINE_MEM_READ, (void **)&e->mem_read) ||
+        address_of(engine, ENGINE_EMU_START, (void **)&e->emu_start) ||
+        address_of(engine, ENGINE_EMU_STOP, (void **)&e->emu_stop) ||
+        address_of(engine, ENGINE_HOOK_ADD, (void **)&e->hook_add) ||
+        address_of(engine, ENGINE_HOOK_DEL, (void **)&e->hook_del) ||
+        address_of(engine, ENGINE_CTL, (void **)&e->ctl))
         return -1;
-    e.hook_code = (int)PyLong_AsLong(PyTuple_GET_ITEM(engine, ENGINE_HOOK_CODE));
-    e.hook_block = (int)PyLong_AsLong(PyTuple_GET_ITEM(engine, ENGINE_HOOK_BLOCK));
-    e.remove_cache = (int)PyLong_AsLong(PyTuple_GET_ITEM(engine, ENGINE_REMOVE_CACHE));
+    e->hook_code = (int)PyLong_AsLong(PyTuple_GET_ITEM(engine, ENGINE_HOOK_CODE));
+    e->hook_block = (int)PyLong_AsLong(PyTuple_GET_ITEM(engine, ENGINE_HOOK_BLOCK));
+    e->remove_cache = (int)PyLong_AsLong(PyTuple_GET_ITEM(engine, ENGINE_REMOVE_CACHE));
     PyObject *ids = PySequence_Fast(PyTuple_GET_ITEM(engine, ENGINE_REGISTERS), "register ids must be a sequence");
     if (!ids) return -1;
-    e.count = (int)PySequence_Fast_GET_SIZE(ids);
-    if (e.count != (uses_vfp ? MAX_REGISTERS : FIRST_VFP)) {
-        PyErr_Format(PyExc_ValueError, "expected %d register ids, got %d", uses_vfp ? MAX_REGISTERS : FIRST_VFP, e.count);
+    e->count = (int)PySequence_Fast_GET_SIZE(ids);
+    if (e->count != (s->uses_vfp ? MAX_REGISTERS : FIRST_VFP)) {
+        PyErr_Format(PyExc_ValueError, "expected %d register ids, got %d", s->uses_vfp ? MAX_REGISTERS : FIRST_VFP,
+                     e->count);
         Py_DECREF(ids);
         return -1;
     }
-    for (int i = 0; i < e.count; i++) e.ids[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(ids, i));
+    for (int i = 0; i < e->count; i++) e->ids[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(ids, i));
     Py_DECREF(ids);
-    if (PyErr_Occurred()) return -1;
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* The tracer set up from its settings (see TraceSettings). */
+static int set_up(Tracer *self, const Settings *s) {
+    if (s->resumes != Py_None) {
+        if (PyObject_GetBuffer(s->resumes, &self->resumes, PyBUF_SIMPLE)) return -1;
+        self->has_resumes = 1;
+    }
+    if (s->verifier != Py_None && !PyObject_TypeCheck(s->verifier, &VerifierType)) {
+        PyErr_SetString(PyExc_TypeError, "verifier must be a Verifier or None");
+        return -1;
+    }
+    if (!PyCallable_Check(s->classify) || !PyCallable_Check(s->slow)) {
+        PyErr_SetString(PyExc_TypeError, "classify and slow must be callable");
+        return -1;
+    }
+    if (!s->every || !s->shard_count || s->shard_index >= s->shard_count) {
+        PyErr_SetString(PyExc_ValueError, "every must be positive, and shard an index below a positive count");
+        return -1;
+    }
+    Engine e;
+    if (engine_of(s, &e)) return -1;
     for (int b = 0; b < 2; b++) {  /* 32-bit registers fill the low half of their slot */
         for (int i = 0; i < MAX_REGISTERS; i++) self->pointers[b][i] = &self->banks[b][i];
         self->entry_pointers[b][0] = &self->banks[b][SP];
@@ -198,28 +231,41 @@ static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
     self->deadline = UINT64_MAX;
     self->dirty = 1;
     self->engine = e;
-    self->verifier = verifier == Py_None ? NULL : (Verifier *)verifier;
-    Py_XINCREF(self->verifier);
+    self->verifier = s->verifier == Py_None ? NULL : (Verifier *)Py_NewRef(s->verifier);
     self->last_causes = PyMem_Calloc(self->verifier ? verifier_unwinders(self->verifier) + 1 : 1, sizeof(LastCause));
     if (!self->last_causes) { PyErr_NoMemory(); return -1; }
-    self->sentinel = (uint32_t)sentinel;
-    self->uses_vfp = uses_vfp;
-    self->every = every;
-    self->by_blocks = by_blocks;
-    self->shard_index = shard_index;
-    self->shard_count = shard_count;
-    Py_INCREF(classify);
-    self->classify = classify;
-    Py_INCREF(slow);
-    self->slow = slow;
-    self->observe_all = observe_all;
-    self->compare_bottom = compare_bottom;
+    self->sentinel = (uint32_t)s->sentinel;
+    self->uses_vfp = s->uses_vfp;
+    self->every = s->every;
+    self->by_blocks = s->by_blocks;
+    self->shard_index = s->shard_index;
+    self->shard_count = s->shard_count;
+    self->classify = Py_NewRef(s->classify);
+    self->slow = Py_NewRef(s->slow);
+    self->observe_all = s->observe_all;
+    self->compare_bottom = s->compare_bottom;
     self->causes.key_size = sizeof(CauseKey);
     self->tally.key_size = sizeof(TallyKey);
-    if (sorted_pcs(raises, "raises", &self->raises, &self->raise_count) ||
-        sorted_pcs(observed, "observed", &self->observed, &self->observed_count))
+    if (sorted_pcs(s->raises, "raises", &self->raises, &self->raise_count) ||
+        sorted_pcs(s->observed, "observed", &self->observed, &self->observed_count))
         return -1;
-    return quiet ? quiet_ranges(self, quiet) : 0;
+    return quiet_ranges(self, s->quiet);
+}
+
+/* Tracer(settings): `settings` a harness/verify/abi.py TraceSettings (any
+ * object with its fields' names). */
+static int Tracer_init(Tracer *self, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"settings", NULL};
+    PyObject *record;
+    if (self->engine.handle) {
+        PyErr_SetString(PyExc_TypeError, "a Tracer is initialised once");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", names, &record)) return -1;
+    Settings settings;
+    const int failed = settings_of(record, &settings) || set_up(self, &settings);
+    settings_release(&settings);
+    return failed ? -1 : 0;
 }
 
 /* run(begin, until, limits, log_cap=FAILURE_LOG_CAP) -> (engine status,
