@@ -57,7 +57,7 @@ RULE_HEADER = Layout("RuleHeader", tuple(Field(name, "int32_t") for name in (
     "flags", "base", "index", "offset", "end", "lowest", "highest", "loads", "vfp_loads",
     "pre_loads", "pre_lowest", "pre_highest")))
 LOAD = Layout("Load", (Field("reg", "int32_t"), Field("offset", "int32_t")))
-# The fields of a Rule, in order (the kernel packs plain ones itself: module.c's pack_plain).
+# The fields of a Rule, in order (the kernel reads a failing rule's kinds: trace_log.c).
 RULE_FIELDS = ("base", "offset", "index", "loads", "vfp_loads", "end", "bounds", "pc_from_lr", "aligned", "above_sp",
                "leaf_unless_record", "outside_it", "caller_aligned8", "failure", "guard_failure", "guard_kind",
                "scan_window", "scan_sites", "alternatives", "pre_loads", "pre_bounds")

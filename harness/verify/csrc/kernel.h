@@ -10,7 +10,7 @@
  * trace*.c   the per-instruction hook: the shadow stack, the stops an IT block
  *            skips, and a Verifier walk at every stop, calling into Python only
  *            where the rules do not answer (Tracer; trace.h says which file holds what).
- * module.c   the module itself, and the key of a tally entry's parts (sum_by).
+ * module.c   the module itself.
  *
  * Python's definitions stay the reference: harness.verify.groundtruth for the
  * shadow stack, each unwinder's `step` for its walk. Registers are int64 so
@@ -114,14 +114,6 @@ PyObject *sources_fallback_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, Py_
 int sources_set_map(Sources *s, PyObject *args);
 int sources_set_chain(Sources *s, PyObject *args);
 int sources_set_epilogue(Sources *s, PyObject *args);
-/* Leave a new tuple out of the cycle collector where none of its items is in it (strings, numbers, such
- * tuples): the collector would itself at its first pass over it, after walking it (a summary's keys and
- * ranges, thousands a program, outlive the collector's pause over a run). */
-static inline void untrack_if_flat(PyObject *tuple) {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++)
-        if (PyObject_GC_IsTracked(PyTuple_GET_ITEM(tuple, i))) return;
-    if (PyObject_GC_IsTracked(tuple)) PyObject_GC_UnTrack(tuple);
-}
 /* A new tuple of `type` (NULL: a plain tuple) of the `n` items, which it takes; NULL, the items
  * released, where one is NULL (its making failed) or the tuple cannot be made. */
 static inline PyObject *tuple_taking(PyTypeObject *type, Py_ssize_t n, PyObject *const *items) {
