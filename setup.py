@@ -1,5 +1,5 @@
-"""Only the compiled parts (the verification kernel, and the twin of
-harness.unwind.rule_map.partition_of); everything else is in pyproject.toml.
+"""Only the compiled part (the verification kernel); everything else is in
+pyproject.toml.
 
 The kernel's view of the Python/C boundary, csrc/abi.h, is written here from
 harness/verify/abi.py (run by path: the package is not installed yet)."""
@@ -23,5 +23,4 @@ setup(ext_modules=[
         depends=[f"harness/verify/csrc/{name}.h" for name in ("kernel", "abi", "trace")],
         extra_compile_args=["-O2"],
     ),
-    Extension("harness.unwind._rule_map", ["harness/unwind/csrc/rule_map.c"], extra_compile_args=["-O2"]),
 ])
