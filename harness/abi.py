@@ -17,7 +17,7 @@ standard library: setup.py runs it before the package is installed.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 # ------------------------------------------------------------ structs
 
@@ -61,7 +61,7 @@ RULE_HEADER = Layout("RuleHeader", tuple(Field(name, "int32_t") for name in (
     "flags", "base", "index", "offset", "end", "lowest", "highest", "loads", "vfp_loads",
     "pre_loads", "pre_lowest", "pre_highest")))
 LOAD = Layout("Load", (Field("reg", "int32_t"), Field("offset", "int32_t")))
-# The fields of a Rule, in order (the kernel packs plain ones itself: module.c's pack_plain).
+# The fields of a Rule, in order (the kernel reads a failing rule's kinds: trace_log.c).
 RULE_FIELDS = ("base", "offset", "index", "loads", "vfp_loads", "end", "bounds", "pc_from_lr", "aligned", "above_sp",
                "leaf_unless_record", "outside_it", "caller_aligned8", "failure", "guard_failure", "guard_kind",
                "scan_window", "scan_sites", "alternatives", "pre_loads", "pre_bounds")
@@ -130,6 +130,30 @@ class Engine(NamedTuple):
     hook_block: int
     remove_cache: int
     registers: tuple[int, ...]
+
+
+# ------------------------------------------------------------ a traced run
+
+
+class TraceSettings(NamedTuple):
+    """What a compiled tracer (csrc/trace.c: Tracer) runs with; it reads
+    each field by its name (TRACE_FIELD_NAMES in csrc/abi.h) into a C struct."""
+
+    engine: Engine
+    verifier: object  # the kernel's Verifier (StopKernel.verifier), or None: ground truth alone
+    sentinel: int  # the return address that ends the run
+    uses_vfp: bool  # the program uses VFP: d8-d15 are read and compared
+    every: int  # 1: a stop before every instruction; more: sampled stops of this mean stride (sampling)
+    shard: tuple[int, int]  # (index, count): the stops of this shard are verified
+    classify: Callable  # (pc, stop state, thread) -> (stop class, where id, low, high)
+    slow: Callable  # (number, pc, regs, cpsr, vfp, deferred, shadow, serials, stop state, thread): deferred walks
+    observe_all: bool  # `slow` at every stop (at `observed` alone, where given)
+    compare_bottom: bool = True  # False: the bottom frame stands for "no caller" (a process's first)
+    raises: tuple[int, ...] = ()  # the entry points that raise an exception, sorted
+    quiet: tuple[tuple[int, int], ...] = ()  # pcs [low, high) of modules not the program's own, sorted
+    resumes: bytes | None = None  # an earlier run's frames that resumed, a bit per serial
+    observed: tuple[int, ...] = ()  # sorted: the only pcs observe_all calls slow at
+    by_blocks: bool = False  # hooks at block entries instead of before every instruction
 
 
 # ------------------------------------------------------------ limits
@@ -263,6 +287,9 @@ def header() -> str:
         _enum(("CPSR", "FIRST_VFP", "MAX_REGISTERS"), (CPSR_SLOT, FIRST_VFP_SLOT, len(SLOTS))),
         _enum(tuple(f"ENGINE_{name.upper()}" for name in Engine._fields) + ("ENGINE_FIELDS",),
               range(len(Engine._fields) + 1)),
+        _enum(tuple(f"TRACE_{name.upper()}" for name in TraceSettings._fields) + ("TRACE_FIELDS",),
+              range(len(TraceSettings._fields) + 1)),
+        "#define TRACE_FIELD_NAMES " + ", ".join(f'"{name}"' for name in TraceSettings._fields),
         _enum(tuple(f"ANSWER_{name}" for name in ANSWERS), range(len(ANSWERS))),
         _enum(tuple(f"GUARD_{name}" for name in GUARDS), range(len(GUARDS))),
         _enum(("FAILURE_LOG_CAP", "CHECK_EVERY", "CHAIN_METHODS"), (FAILURE_LOG_CAP, CHECK_EVERY, CHAIN_METHODS)), "",

@@ -4,6 +4,7 @@ or defers to it; and it is what the verifier uses."""
 from __future__ import annotations
 
 import random
+from collections import namedtuple
 from functools import lru_cache
 from pathlib import Path
 
@@ -277,14 +278,20 @@ def test_a_tracer_is_set_up_once_and_runs_once():
     emulator = Emulator(program.segments)
     engine = emulator.engine(program.uses_vfp)
 
-    def tracer(**changed):
-        arguments = dict(engine=engine, verifier=None, sentinel=SENTINEL, uses_vfp=program.uses_vfp, every=1,
-                         shard_index=0, shard_count=1, classify=lambda pc: (0, 0), slow=lambda *stop: None,
-                         observe_all=False)
-        return kernel.Tracer(**{**arguments, **changed})
+    record = abi.TraceSettings(engine=engine, verifier=None, sentinel=SENTINEL, uses_vfp=program.uses_vfp,
+                               every=1, shard=(0, 1), classify=lambda pc: (0, 0), slow=lambda *stop: None,
+                               observe_all=False)
 
-    with pytest.raises(ValueError, match="shard_index below shard_count"):
-        tracer(shard_index=1)
+    def tracer(**changed):
+        return kernel.Tracer(record._replace(**changed))
+
+    with pytest.raises(ValueError, match="shard an index below a positive count"):
+        tracer(shard=(1, 1))
+    with pytest.raises(TypeError, match="shard must be a tuple"):
+        tracer(shard=[0, 1])
+    without_by_blocks = namedtuple("Settings", abi.TraceSettings._fields[:-1])(*record[:-1])
+    with pytest.raises(AttributeError, match="by_blocks"):  # read by name: a record without the field is refused
+        kernel.Tracer(without_by_blocks)
     with pytest.raises(ValueError, match="register ids"):
         tracer(engine=engine._replace(registers=engine.registers[:5]))
     with pytest.raises(TypeError, match="Verifier or None"):
@@ -502,7 +509,7 @@ def test_rules_pack_to_what_the_kernel_reads():
     assert words[7:12] == [1, 0, 2, 0, 8] and words[12:] == [8, 0, 9, 4, 14, 4]
 
 
-@pytest.mark.skipif(kernel.pack_plain is None, reason="the compiled kernel is not built")
+@pytest.mark.skipif(not kernel.AVAILABLE, reason="the compiled kernel is not built")
 def test_the_kernels_causes_are_pythons(monkeypatch):
     """Tracer.causes, given the parts, makes a mismatch's, a failure rule's
     and a merged guard failure's cause as Verification.kernel_causes makes
@@ -547,38 +554,15 @@ def test_the_kernels_causes_are_pythons(monkeypatch):
         tracers[-1].causes([], [], {}, FailureCause)
 
 
-def test_the_kernels_packing_is_pythons():
-    """Every plain rule a run of generated and compiled programs makes,
-    and rules at the edges (values past int32, each flag alone, no_info
-    failures and guard kinds), pack alike in C and in Python."""
-    from harness.verify import rule_book
-    for number in range(6):
-        program, unwinders = unwinders_of(number)
-        verify_program(program, unwinders)
-    elf = next(build for build in elf_builds() if build["file"] == "clang-O2-fp.elf")
-    program = program_from_elf(str(ELF_CORPUS / elf["file"]), elf["entry"], elf["expected_checksum"])
-    verify_program(program, build_unwinders(program))
-    made = [rule for rule in rule_book.current().rules
-            if rule is not None and not rule.alternatives and not rule.scan_window]
-
-    def guard(base, sp, low, high):
-        return "bad_read", "no"
-
-    edges = [Rule(offset=1 << 31), Rule(offset=-(1 << 31)), Rule(end=(1 << 31) - 1), Rule(loads=((4, 1 << 40),)),
-             Rule(bounds=(-(1 << 31) - 1, 0)), Rule(pre_bounds=(0, 1 << 64)), Rule(index=0), Rule(index=None),
-             Rule(failure=("no_info", PcWording("x {pc}", 1))), Rule(failure=("bad_read", "y")),
-             Rule(guard_failure=guard, guard_kind="no_info"), Rule(guard_failure=guard), Rule(guard_kind="bad_read"),
-             Rule(vfp_loads=((8, 0), (9, 8)), pre_loads=((8, 0),), pre_bounds=(0, 4))]
-    edges += [Rule(**{flag: True}) for flag in ("aligned", "above_sp", "leaf_unless_record", "outside_it",
-                                                "caller_aligned8")] + [Rule(pc_from_lr=False)]
-    assert len(made) > 500
-    for rule in made + edges:
-        assert kernel.pack_plain(rule) == kernel.pack_plain_in_python(rule), rule
-    assert kernel.pack_plain(Rule(offset=1 << 31)) is None
+def test_a_rule_with_a_value_past_int32_is_left_to_step():
+    """The kernel's fields are int32: a plain rule with a value past them
+    packs to None (its unwinder's step runs there), one at their edge packs."""
+    for rule in (Rule(offset=1 << 31), Rule(offset=-(1 << 31) - 1), Rule(loads=((4, 1 << 40),)),
+                 Rule(bounds=(-(1 << 31) - 1, 0)), Rule(pre_bounds=(0, 1 << 64))):
+        assert pack_rule(rule) is None, rule
+    assert pack_rule(Rule(offset=-(1 << 31), end=(1 << 31) - 1)) is not None
     with pytest.raises(TypeError):
-        kernel.pack_plain(Rule(offset="four"))
-    with pytest.raises(TypeError):
-        kernel.pack_plain((1, 2))
+        pack_rule(Rule(offset="four"))
 
 
 def test_a_failing_rule_is_reported_with_its_reason():

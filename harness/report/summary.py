@@ -22,11 +22,6 @@ from harness.report.failing import to_json as failing_json
 from harness.unwind.registry import CHAIN
 from harness.verify.failures import FailureCause, LogEntry, ProgramResult, detail_of, killed, self_check_ok
 
-try:
-    from harness.verify._kernel import blame as _compiled_blame
-except ImportError:  # not built
-    _compiled_blame = None
-
 SAMPLES_PER_UNWINDER = 10
 CountKey = tuple[str, frozenset, str, "str | None"]  # (unwinder, traits, position, failure kind)
 
@@ -111,9 +106,7 @@ def blame(entries: Sequence[tuple], causes: Sequence[FailureCause]) -> tuple[dic
     walks) over `causes`) by what a summary keeps of their cause: unwinder
     -> register -> stops (a wrong register's), and unwinder -> [stops whose
     innermost frame went wrong, stops where a caller did, culprit trait ->
-    stops]. Each in the order its first cause comes. C twin:
-    csrc/module.c (a run has hundreds of causes: these loops were a fifth
-    of its summary)."""
+    stops]. Each in the order its first cause comes."""
     stops_of = [0] * len(causes)
     for _, number, walks in entries:
         stops_of[number] += walks
@@ -163,7 +156,7 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
                           [() if where.function in with_cfi else None for where in tally.wheres])
         summary.without_cfi.update({unwinder: stops - both.get((unwinder,), 0) for (unwinder,), stops in every.items()
                                     if stops > both.get((unwinder,), 0)})
-    registers, blamed = (_compiled_blame or blame)(tally.entries, tally.causes)
+    registers, blamed = blame(tally.entries, tally.causes)
     for unwinder, counts in registers.items():
         summary.wrong_registers[unwinder] = Counter(counts)
     for unwinder, (innermost, deeper, traits) in blamed.items():

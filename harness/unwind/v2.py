@@ -14,14 +14,9 @@ from harness.formats import ehabi
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import NOWHERE, RuleRange
-from harness.unwind.rule_map import NO_ROW, RuleMap, partition_made, partition_of, rule_maps
+from harness.unwind.rule import RuleRange
+from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
 from harness.unwind.walk import Unwinder
-
-try:
-    from harness.unwind._rule_map import v2_partition_of as _compiled_v2_partition_of
-except ImportError:  # not built: partitions are made in Python
-    _compiled_v2_partition_of = None
 
 Run = tuple[ehabi.Op, ...]
 
@@ -115,10 +110,5 @@ class V2Unwinder(Unwinder):
 
 def v2_partition(reader: V2Reader, text_base: int):
     """The Partition of the pcs a v2 table covers, and the instruction index
-    of each row: rule_map.partition_of over the reader's segments, looped
-    in C where built (its generator was most of the partition's time)."""
-    if _compiled_v2_partition_of is None:
-        return partition_of(reader.segments(), text_base)
-    starts, pages_end = reader.function_starts()
-    return partition_made(*_compiled_v2_partition_of(starts, pages_end, reader.entry_offset_lists(), text_base,
-                                                     NOWHERE, NO_ROW))
+    of each row: rule_map.partition_of over the reader's segments."""
+    return partition_of(reader.segments(), text_base)

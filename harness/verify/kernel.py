@@ -29,9 +29,9 @@ from harness.verify import rule_book
 from harness.verify.failures import LogEntry, Outcome
 
 try:
-    from harness.verify._kernel import Tracer, Verifier, may_start_epilogue, pack_plain
+    from harness.verify._kernel import Tracer, Verifier, may_start_epilogue
 except ImportError:  # not built: the verifier runs in Python alone
-    Tracer = Verifier = may_start_epilogue = pack_plain = None
+    Tracer = Verifier = may_start_epilogue = None
 
 AVAILABLE = Verifier is not None
 DEFER = False  # the kernel's answer where the unwinder's own step must run
@@ -63,7 +63,7 @@ def pack_rule(rule: Rule, site_table: Callable[[ReturnAddresses], int] | None = 
             | (abi.GUARD_KIND_FIXED if rule.guard_kind is not None else 0) \
             | (abi.NO_INFO if rule.guard_kind == "no_info" else 0)
         return _HEADER.pack(flags, SP, site_table(rule.scan_sites), 0, 0, rule.scan_window, 0, 0, 0, 0, 0, 0)
-    return _pack_plain(rule)
+    return pack_plain(rule)
 
 
 # A rule packs as int32 fields: the header's, then its loads' (reg, offset) pairs.
@@ -71,12 +71,12 @@ assert _HEADER.format == "<" + "1i" * len(abi.RULE_HEADER.fields) and _LOAD.form
 INT32_LOW, INT32_HIGH = -(1 << 31), (1 << 31) - 1
 
 
-assert Rule._fields == abi.RULE_FIELDS  # the order the kernel's pack_plain reads them in
+assert Rule._fields == abi.RULE_FIELDS  # the order the kernel reads a rule's fields in (Tracer.causes)
 
 
-def pack_plain_in_python(rule: Rule) -> bytes | None:
-    """A rule without alternatives or a scan, packed: the reference of the
-    kernel's twin (csrc/module.c)."""
+def pack_plain(rule: Rule) -> bytes | None:
+    """A rule without alternatives or a scan, packed (made again at each
+    call: packing a rule costs less than hashing it for a cache)."""
     failure, guard_kind = rule.failure, rule.guard_kind
     flags = ((abi.BOUNDS if rule.bounds is not None else 0) | (abi.PC_FROM_LR if rule.pc_from_lr else 0)
              | (abi.ALIGNED if rule.aligned else 0) | (abi.ABOVE_SP if rule.above_sp else 0)
@@ -95,10 +95,6 @@ def pack_plain_in_python(rule: Rule) -> bytes | None:
     if min(values) < INT32_LOW or max(values) > INT32_HIGH:
         return None
     return struct.pack(f"<{len(values)}i", *values)
-
-
-# A plain rule packed in C where the kernel is built (packing a rule costs less than hashing it: nothing is kept).
-_pack_plain = pack_plain_in_python if pack_plain is None else pack_plain
 
 
 def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[Unwinder], book: rule_book.RuleBook,

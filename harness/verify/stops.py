@@ -266,10 +266,11 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
 
     # The kernel calls `slow` at the stops observed (only at `wanted`, when given) and where a walk deferred.
     observe_all = observe is not None and (wanted is None or bool(wanted))
-    tracer = kernel.Tracer(emulator.engine(program.uses_vfp), stop_kernel and stop_kernel.verifier,
-                           emulator.placement.sentinel, program.uses_vfp, every, *shard, run.ids, slow,
-                           observe_all, compare_bottom, raise_entries(program), quiet_ranges(program),
-                           resumes, tuple(sorted(wanted or ())), by_blocks)
+    tracer = kernel.Tracer(abi.TraceSettings(
+        engine=emulator.engine(program.uses_vfp), verifier=stop_kernel and stop_kernel.verifier,
+        sentinel=emulator.placement.sentinel, uses_vfp=program.uses_vfp, every=every, shard=shard, classify=run.ids,
+        slow=slow, observe_all=observe_all, compare_bottom=compare_bottom, raises=raise_entries(program),
+        quiet=quiet_ranges(program), resumes=resumes, observed=tuple(sorted(wanted or ())), by_blocks=by_blocks))
     cap = run.log_cap
 
     def on_signal(interrupted) -> None:

@@ -27,7 +27,7 @@ from harness.verify.failures import (
     mismatch_of,
 )
 from harness.verify.groundtruth import ShadowFrame
-from harness.verify.tally import Grouping, KeyParts, add_up, is_stop
+from harness.verify.tally import Grouping, KeyParts, is_stop, sum_by
 from harness.verify.walks import INVENTED, MemoizedWalk, chain_frames, first_difference
 
 
@@ -144,8 +144,8 @@ class Verification:
         that invented a caller past a thread's first frame, and a chain's
         frames per method."""
         names, classes = [(name,) for name in self.names], list(self.stop_classes)
-        add_up(self.counts, stop_kernel.passes(), names, classes, [(None,)] * len(names))
-        add_up(self.invented, stop_kernel.verifier.invented(), names, classes, [()] * len(names))
+        sum_by(self.counts, stop_kernel.passes(), names, classes, [(None,)] * len(names))
+        sum_by(self.invented, stop_kernel.verifier.invented(), names, classes, [()] * len(names))
         self.methods.update(stop_kernel.chain_frames())
 
     def shared(self, cause: FailureCause) -> tuple[FailureCause, str | None]:
