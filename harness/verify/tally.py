@@ -69,8 +69,6 @@ def sum_by(target: dict, entries: Sequence[Entry], heads: Sequence[Part], middle
     return target
 
 
-
-
 class Grouping(NamedTuple):
     """A tally's entries grouped by the key their parts make (KeyParts):
     the distinct keys in the order of their first entry, the walks of each,
