@@ -1,10 +1,12 @@
 """harness.unwind.rule.apply is what a rule means: the compiled kernel
 (csrc/rules.c) gives its answer on random rules of every kind, over random
 frames and stacks; and each real unwinder's step gives it wherever its
-rule says anything (does not defer)."""
+rule says anything (does not defer): by construction where the step is
+apply(rule_at(pc)) (step_by_rule), by test where it is the unwinder's own."""
 
 from __future__ import annotations
 
+import gc
 import random
 import struct
 
@@ -13,9 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from test_kernel import stop_states, unwinders_of
 
 from harness import abi
-from harness.errors import UnwindFailure
+from harness.errors import BadRead, UnwindFailure
 from harness.registers import LR, PC, SP
+from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.frame import Frame, Stack
+from harness.unwind.framepointer import FramePointerUnwinder
+from harness.unwind.qut import QutUnwinder
 from harness.unwind.registry import UNWINDER_NAMES
 from harness.unwind.rule import (
     EVERYWHERE,
@@ -31,7 +36,11 @@ from harness.unwind.rule import (
     apply,
     failing,
     kind_of,
+    step_by_rule,
 )
+from harness.unwind.scan import ScanUnwinder
+from harness.unwind.v1 import V1Unwinder
+from harness.unwind.vmkunwind import VmkunwindUnwinder
 from harness.unwind.walk import Unwinder, without_scratch
 from harness.verify import kernel
 from harness.verify.groundtruth import ShadowFrame, packed
@@ -320,13 +329,51 @@ def test_the_kernel_defers_where_apply_answers_only_where_said():
         assert isinstance(caller, Frame) and kernel_answer(rule, at, shadow_of(caller)) is kernel.DEFER
 
 
+BY_RULE = (FramePointerUnwinder, V1Unwinder, ScanUnwinder, VmkunwindUnwinder, DwarfUnwinder)  # QUT where it has a rule
+
+
+class ByRule(OneRule):
+    step = step_by_rule
+
+
+def test_a_table_driven_step_is_its_rule_and_fails_at_a_load_as_the_read_does():
+    """The unwinders whose rules state them step by rule (QUT too, where
+    rule_of_ops gives one): a load outside the stack fails with the read's
+    BadRead, not Defers, and leaves no reference cycle to the collector
+    (nothing of a run may wait for it: harness.collector)."""
+    assert all(unwinder.step is step_by_rule for unwinder in BY_RULE) and QutUnwinder.step is not step_by_rule
+    state = a_state()
+
+    def step() -> tuple[str, str]:
+        try:
+            ByRule(Rule(loads=((PC, 0x1000),), pc_from_lr=False)).step(state.frame, state.stack, True)
+        except BadRead as failure:
+            return failure.kind, failure.reason
+        raise AssertionError("the load outside the stack was read")
+
+    gc.collect()
+    gc.disable()
+    try:
+        failed = step()
+        left = gc.collect()
+    finally:
+        gc.enable()
+    assert failed == ("bad_read", f"read of 4 bytes at {BASE + 0x1040:#x} outside the stack "
+                                  f"[{BASE + 0x40:#x}, {BASE + SIZE:#x})") and left == 0
+    with pytest.raises(Defers):  # one that defers otherwise (no rule here): the unwinder's own step must say
+        ByRule(None).step(state.frame, state.stack, True)
+
+
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stop_states())
 def test_apply_of_an_unwinders_rule_is_its_step(state):
     """Every unwinder of the generated programs, on test_kernel's random
     stops, frame by frame along its own walk: wherever its rule_at(pc) does
     not defer, apply gives the step's caller (every register) or fails as
-    it does (a chain's failure worded with its methods' names)."""
+    it does (a chain's failure worded with its methods' names). Trivially
+    true where the step is apply(rule_at(pc)) (BY_RULE, and QUT where it
+    has a rule): it tests the unwinders that keep their own step (the v2
+    family, exidx, v2-chrome, v2+epilogue, the chain's naming)."""
     which_program, name, regs, vfp, cpsr, data, depth, _ = state
     unwinder = unwinders_of(which_program)[1][UNWINDER_NAMES.index(name)]
     sp = regs[SP]

@@ -62,15 +62,15 @@ def test_a_later_segment_at_the_same_start_replaces_the_earlier_and_equal_neighb
 
 
 def looked_up(unwinder, lookup_pc: int):
-    """What the unwinder's own lookup (its step's) finds at lookup_pc, as the
+    """What the unwinder's table finds at lookup_pc by its own lookup, as the
     value its partition numbers rows by; None where nothing."""
     if isinstance(unwinder, (V2Unwinder, ChromeV2Unwinder)):
         found = unwinder.reader.lookup(lookup_pc - unwinder.text_base) if lookup_pc >= unwinder.text_base else None
         return None if found is None else found.instruction_index  # as v2_partition numbers rows
-    if isinstance(unwinder, V1Unwinder):
-        return unwinder.row_of(lookup_pc, innermost=True)
-    lookup = {DwarfUnwinder: "row_of", ExidxUnwinder: "entry_for", VmkunwindUnwinder: "row_of",
-              QutUnwinder: "ops_of"}[type(unwinder)]
+    if isinstance(unwinder, (V1Unwinder, VmkunwindUnwinder)):
+        return unwinder.table.lookup_range(lookup_pc - unwinder.text_base)[0] if lookup_pc >= unwinder.text_base \
+            else None
+    lookup = {DwarfUnwinder: "row_of", ExidxUnwinder: "entry_for", QutUnwinder: "ops_of"}[type(unwinder)]
     try:
         found = getattr(unwinder, lookup)(lookup_pc)
     except UnwindFailure:

@@ -56,7 +56,7 @@ def step_unwinders(program: Program) -> dict:
         f"v2 ({PC_CACHE_ENTRIES}-entry pc cache)": V2Unwinder(reader, program.text_base, "v2",
                                                               DirectMappedCache(PC_CACHE_ENTRIES)),
         "v2+epilogue": EpilogueFirst(epilogue.simulator, plain, "v2+epilogue"),
-        "dwarf": DwarfUnwinder(program.cfi["reference"], cache_rows=False),
+        "dwarf": DwarfUnwinder(program.cfi["reference"]),
         "exidx": built["exidx"],
         "vmkunwind": built["vmkunwind"],
         "qut": built["qut"],

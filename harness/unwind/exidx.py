@@ -46,6 +46,7 @@ class ExidxUnwinder(Unwinder):
             raise UnwindFailure("corrupt_table", f"unreadable entry: {entry.problem}")
         return entry.ops
 
+    # Its own step (the EHABI interpreter): a run no rule states (rule_of_run's None) only it can follow.
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         # Return addresses are looked up one byte earlier, as in the siblings.
         lookup_pc = frame.pc if innermost else frame.pc - 1

@@ -15,6 +15,9 @@ or raises `Defers` where the rule cannot say (the kernel's DEFER: the
 unwinder's own step runs there). The kernel is held to it on random
 rules, frames and stacks of every kind, and it to each unwinder's step
 wherever the unwinder's rule does not defer (tests/test_rule_apply.py).
+An unwinder whose rules state it steps by them (`step_by_rule`:
+framepointer, v1, scan, vmkunwind, dwarf, and qut where it has a rule);
+the others keep their own step, and say why.
 
 A rule is of one of four kinds (`kind_of`), each computing the formula
 below. Notation: r and d are the frame's core and d registers, sp = r[sp]
@@ -69,7 +72,6 @@ for the walk's own rule alone: rules.c, rule_in_it_block).
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import Callable, NamedTuple
 
@@ -77,7 +79,7 @@ from harness.errors import BadRead, UnwindFailure
 from harness.registers import LR, PC, SP
 from harness.thumb.encoding import condition_holds, it_state
 from harness.unwind.frame import Frame, Stack, StackReader
-from harness.unwind.walk import check_caller
+from harness.unwind.walk import Unwinder, check_caller
 
 
 class Rule(NamedTuple):  # a tuple: made a thousand times a program, compared and hashed in C
@@ -125,10 +127,12 @@ class ReturnAddresses:
     Tens of thousands in a process: hashed once, so that rules holding them
     hash and compare in constant time wherever one scan object is shared."""
 
-    __slots__ = ("addresses", "packed", "_hash")
+    __slots__ = ("addresses", "packed", "members", "_hash")
 
     def __init__(self, addresses: Iterable[int]):
-        self.addresses = tuple(sorted(set(addresses)))
+        # `members`, for apply's scan: the frozenset given (a scan unwinder's own), else one made
+        self.members = addresses if isinstance(addresses, frozenset) else frozenset(addresses)
+        self.addresses = tuple(sorted(self.members))
         self.packed = struct.pack(f"<{len(self.addresses)}I", *self.addresses)
         self._hash = hash(self.addresses)
 
@@ -139,15 +143,14 @@ class ReturnAddresses:
         return self is other or (isinstance(other, ReturnAddresses) and self.addresses == other.addresses)
 
     def __contains__(self, address: int) -> bool:
-        at = bisect_left(self.addresses, address)
-        return at < len(self.addresses) and self.addresses[at] == address
+        return address in self.members
 
 
 def guards_hold(rule: Rule, base: int, sp: int, low: int, high: int) -> bool:
     """Do the rule's guards pass for `base`, in a frame at sp of the stack
     [low, high] (a plain rule's guards: the module's formulas)?"""
-    inside = lambda address: low <= address <= high  # noqa: E731
-    return ((rule.bounds is None or (inside(base + rule.bounds[0]) and inside(base + rule.bounds[1])))
+    bounds = rule.bounds
+    return ((bounds is None or (low <= base + bounds[0] <= high and low <= base + bounds[1] <= high))
             and (not rule.aligned or base % 4 == 0) and (not rule.above_sp or base >= sp))
 
 
@@ -225,15 +228,34 @@ def apply(rule: Rule | None, frame: Frame, stack: StackReader, innermost: bool) 
     module's formulas say; raises UnwindFailure, or Defers."""
     if rule is None:
         raise Defers("no rule: only the unwinder's step can say here")
-    kind = kind_of(rule)
-    if kind == "chain":
+    if rule.alternatives:  # kind_of's order, inline: a step of every unwinder that steps by rule runs this
         return _chain(rule.alternatives, frame, stack, innermost)
-    if kind == "scan":
+    if rule.scan_window:
         return _scan(rule, frame, stack, innermost)
-    if kind == "failure":
+    if rule.failure is not None:
         failure_kind, reason = rule.failure
         raise UnwindFailure(failure_kind, reason.at(frame.pc) if isinstance(reason, PcWording) else reason)
     return _plain(rule, frame, stack, innermost)
+
+
+def step_by_rule(unwinder: Unwinder, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+    """The step of an unwinder whose rules state it: apply(unwinder.rule_at(pc)),
+    a load that leaves the stack failing as a read there does (its BadRead).
+    Defers (an unwinder's own step must say) where the rule defers otherwise."""
+    try:
+        return apply(unwinder.rule_at(frame.pc, innermost).rule, frame, stack, innermost)
+    except Defers as defers:
+        if defers.failure is None:
+            raise
+        raise _taken(defers) from None
+
+
+def _taken(defers: Defers) -> UnwindFailure:
+    """The failure a Defers holds, taken from it: raised while it is handled,
+    the failure's context is the Defers, and no reference cycle may wait
+    for the collector (harness.collector)."""
+    failure, defers.failure = defers.failure, None
+    return failure
 
 
 def _chain(alternatives: Sequence[Rule | None], frame: Frame, stack: StackReader, innermost: bool) -> Frame:
@@ -250,11 +272,12 @@ def _scan(rule: Rule, frame: Frame, stack: StackReader, innermost: bool) -> Fram
     sp, sites = frame.sp, rule.scan_sites
     if sites is None:
         raise Defers("a scan without its return addresses")
+    members = sites.members  # a set: its test runs in C
     for slot in range(sp, sp + rule.scan_window, 4):
         if not (stack.contains(slot) and stack.contains(slot + 4)):
             break
         word = stack.read_u32(slot)
-        if word in sites:
+        if word in members:
             regs = list(frame.r)
             regs[PC], regs[SP] = word & ~1, slot + 4
             return _checked(frame, Frame(r=tuple(regs), d=frame.d), innermost)
@@ -281,16 +304,22 @@ def _plain(rule: Rule, frame: Frame, stack: StackReader, innermost: bool) -> Fra
         return _guard_failed(rule, base, frame, stack)
     if rule.outside_it and not _outside_it_block(frame.cpsr):
         raise Defers("inside an IT block, where the rule's instructions may not run")
-    dregs = list(frame.d)
-    for reg, offset in rule.loads:
-        regs[reg] = _read(stack, base + offset, 4)
-    for number, offset in rule.vfp_loads:
-        dregs[number] = _read(stack, base + offset, 8)
+    dregs = frame.d
+    try:  # one try for every load (where one leaves the stack, the rule defers: _read)
+        for reg, offset in rule.loads:
+            regs[reg] = stack.read_u32(base + offset)
+        if rule.vfp_loads:
+            dregs = list(dregs)
+            for number, offset in rule.vfp_loads:
+                dregs[number] = stack.read_u64(base + offset)
+            dregs = tuple(dregs)
+    except BadRead as outside:
+        raise Defers(f"a load at {outside.address:#x} leaves the stack", outside) from None
     regs[PC] = (regs[LR] if rule.pc_from_lr else regs[PC]) & ~1
     regs[SP] = base + rule.end
     if rule.caller_aligned8 and regs[SP] % 8:
         raise UnwindFailure("bad_read", f"caller sp {regs[SP]:#x} is not 8-byte aligned")
-    return _checked(frame, Frame(r=tuple(regs), d=tuple(dregs)), innermost)
+    return _checked(frame, Frame(r=tuple(regs), d=dregs), innermost)
 
 
 def _read(stack: StackReader, address: int, size: int) -> int:

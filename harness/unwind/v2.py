@@ -91,6 +91,7 @@ class V2Unwinder(Unwinder):
             raise UnwindFailure("no_info", f"no v2 entry covers pc {pc:#x}")
         return self.reader.run(found.instruction_index), self.text_base + found.low, self.text_base + found.high
 
+    # Its own step (the EHABI interpreter): a run no rule states (rule_of_run's None) only it can follow.
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         # A return address may be the first byte after a call to a function
         # that never returns, so callers are looked up one byte earlier.

@@ -63,6 +63,7 @@ class ChromeV2Unwinder(Unwinder):
         return f"at pc {{pc:#x}}: instruction {outside[0]:#04x} is not one Chrome's runtime executes" \
             if outside else None
 
+    # Its own step (Chrome's runtime): a run no rule states (chrome_rule's None) only the runtime can follow.
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         regs, vsp, popped_pc = _executed(self._found(frame.pc)[0], list(frame.r), frame.sp, frame.pc, stack)
         regs[SP] = vsp

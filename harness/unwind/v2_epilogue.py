@@ -220,6 +220,7 @@ class EpilogueFirst(Unwinder):
         self.fallback = fallback
         self.name = name
 
+    # Its own step: an epilogue no rule states (rule_of's None) only the simulator can follow, and the tables' too.
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         if innermost:
             caller = self.simulator.simulate(frame, stack)
