@@ -36,7 +36,7 @@ from harness.shards import partial, read_partials
 from harness.unwind import with_v2_tables
 from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
 from harness.verify.sampling import AUTO
-from harness.verify.stops import DEFAULT_LIMITS, verify_program
+from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 RUN_TITLE = "unwind-harness: generated corpus"
@@ -158,8 +158,8 @@ class ElfPart(NamedTuple):
 def verify_elf_part(job: ElfPart) -> dict:
     program = program_from_elf(job.elf, job.entry, job.expected, job.text_start)
     unwinders = elf_unwinders(program, job.names, job.v2_table, job.layout)
-    summary = summary_of(lambda: verify_program(program, unwinders, every=job.every,
-                                                shard=(job.shard.index, job.shard.count), limits=job.limits))
+    how = Verify(every=job.every, shard=(job.shard.index, job.shard.count), limits=job.limits)
+    summary = summary_of(lambda: verify_program(program, unwinders, how))
     summary.sampling = sampling_of(job.every, summary.instructions)  # given: no first run to choose by
     return {"index": job.shard.index, "kind": "stops", "summary": to_json(summary)}
 

@@ -30,7 +30,7 @@ from harness.thumb.frame_analysis import analyse, frame_states
 from harness.thumb.frame_effects import FP, FrameState
 from harness.unwind import code_cfi
 from harness.unwind.dwarf import DwarfUnwinder
-from harness.verify.stops import verify_program
+from harness.verify.stops import Verify, verify_program
 
 
 class Disagreement(NamedTuple):
@@ -125,7 +125,7 @@ def judge(found: Comparison, program, compiler: Sequence[FunctionCfi], synthesiz
     disagree, unwind one frame by each and check it against the shadow
     stack: found.verdicts per pc. The number of stops judged."""
     observe, judged = _observer(found, DwarfUnwinder(compiler), DwarfUnwinder(synthesized), 0)
-    verify_program(program, [], compiled=True, observe=observe, observe_at=_pcs(found, 0))
+    verify_program(program, [], how=Verify(compiled=True), observe=observe, observe_at=_pcs(found, 0))
     return judged[0]
 
 
@@ -143,7 +143,7 @@ def judge_process(found: Comparison, run: LinuxRun, limits: Limits = JUDGE_LIMIT
     program = module_program(executable)
     observe, judged = _observer(found, DwarfUnwinder(program.cfi["reference"]),
                                 DwarfUnwinder(code_cfi(program)), executable.base)
-    result = verify_process(run, [], lambda program: [], limits=limits, compiled=True, observe=observe,
+    result = verify_process(run, [], lambda program: [], Verify(limits=limits, compiled=True), observe=observe,
                             observe_at=_pcs(found, executable.base))
     return judged[0], result.fault
 

@@ -27,7 +27,7 @@ from harness.report.data import elf_group, report_data, with_timing
 from harness.report.sizes import add_size_rows, chrome_reference, size_row
 from harness.report.summary import from_json, summary_of, to_json
 from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
-from harness.verify.stops import DEFAULT_LIMITS, verify_program
+from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,8 @@ def _verified_unit(unit: Unit) -> dict:
         return run_linux_unit(unit.index, unit.linux, unit.names, unit.limits, unit.every)
     if unit.build is None:
         program = generate_program(unit.seed, unit.number)
-        summary = summary_of(lambda: verify_program(program, build_unwinders(program, unit.names), limits=unit.limits))
+        summary = summary_of(lambda: verify_program(program, build_unwinders(program, unit.names),
+                                                    Verify(limits=unit.limits)))
         return {"index": unit.index, "kind": "generated", "summary": to_json(summary),
                 "size": size_row(program.name, [program])}
     build = unit.build
@@ -129,7 +130,7 @@ def _verified_unit(unit: Unit) -> dict:
                       name=f"corpus/elf/{build['file']}")
     names = elf_unwinder_names(program, unit.names)
     unwinders = build_unwinders(program, names)
-    summary = summary_of(lambda: verify_program(program, unwinders, limits=unit.limits),
+    summary = summary_of(lambda: verify_program(program, unwinders, how=Verify(limits=unit.limits)),
                          with_cfi={f.name for f in program.functions})
     encoded = chrome_v2.encode(program.cfi["tables"], program.text_base, "drop")
     label = {"input": program.name, "build": path.stem,

@@ -18,6 +18,7 @@ from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux_verify.modules import discover, module_program, process_image, runtime_exports
 from harness.linux_verify.verify import verify_process
 from harness.unwind.registry import build_unwinders
+from harness.verify.stops import Verify
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 BARE_METAL = CORPUS / "elf" / "gcc-O2-fp.elf"  # our sources and libgcc's lib1funcs.S, both with DWARF
@@ -103,7 +104,7 @@ def test_a_static_linux_program_counts_its_c_library_as_libc():
     assert image.module_at(symbols["_start"])[0] == "libc"  # crt1.o's: glibc's start file
     assert image.module_at(symbols["frame_dummy"])[0] == "libgcc"  # crtbegin.o's
     # dwarf has CFI for our code only: its walks stop honestly in libc, never fail there.
-    result = verify_process(run, ["dwarf"], lambda program: build_unwinders(program, ["dwarf"]), every=7)
+    result = verify_process(run, ["dwarf"], lambda program: build_unwinders(program, ["dwarf"]), how=Verify(every=7))
     assert result.fault is None and result.result == 0
     kinds = {}
     for (_unwinder, traits, position, kind), stops in result.counts.items():

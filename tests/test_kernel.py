@@ -32,7 +32,7 @@ from harness.verify import kernel, stops
 from harness.verify.failures import FailureCause, FailureLog, difference, failure_of, logged_pcs
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.verify.kernel import pack_rule
-from harness.verify.stops import DEFAULT_BUDGET, verify_program
+from harness.verify.stops import DEFAULT_BUDGET, Verify, verify_program
 from harness.verify.tally import KeyParts, Tally
 from harness.verify.verification import Verification
 from harness.verify.walks import INVENTED, first_difference
@@ -60,8 +60,8 @@ def test_answers_come_back_as_named_records():
 
 
 def same_results(program, every: int = 1):
-    fast = verify_program(program, build_unwinders(program), every=every, compiled=True)
-    slow = verify_program(program, build_unwinders(program), every=every, compiled=False)
+    fast = verify_program(program, build_unwinders(program), how=Verify(every=every, compiled=True))
+    slow = verify_program(program, build_unwinders(program), how=Verify(every=every, compiled=False))
     assert fast.stops == slow.stops > 0
     assert fast.counts == slow.counts
     assert fast.failures == slow.failures
@@ -85,7 +85,7 @@ def test_a_run_that_must_run_again_gives_what_one_that_knew_gives(monkeypatch):
     real = stops._run_compiled
     monkeypatch.setattr(stops, "judged_differently", lambda *args: True)
     monkeypatch.setattr(stops, "_run_compiled", lambda *args, **kwargs: runs.append(
-        args[9] if len(args) > 9 else kwargs.get("resumes")) or real(*args, **kwargs))
+        args[2] if len(args) > 2 else kwargs.get("resumes")) or real(*args, **kwargs))
     twice = same_results(program)
     assert runs[0] is None and isinstance(runs[1], bytes) and len(runs) == 2  # without, then with what resumed
     assert (twice.counts, twice.failures, twice.methods) == (once.counts, once.failures, once.methods)
@@ -115,8 +115,8 @@ def test_the_first_failures_of_each_unwinder_are_those_of_the_whole_log():
     head of each unwinder's failures in the full log, as the Python hook
     gives them."""
     program = generate_program(0, 3)
-    fast = verify_program(program, build_unwinders(program), compiled=True)
-    slow = verify_program(program, build_unwinders(program), compiled=False)
+    fast = verify_program(program, build_unwinders(program), how=Verify(compiled=True))
+    slow = verify_program(program, build_unwinders(program), how=Verify(compiled=False))
     for count in (1, 3):
         first = fast.failure_log.first(count)
         assert first == FailureLog(entries=list(fast.failure_log)).first(count)
@@ -139,7 +139,7 @@ def test_the_pcs_a_digest_reads_from_the_tracer_are_those_of_the_whole_log(key, 
     to Python merged in: the same failures counted, at the same pcs, as the
     log's entries one by one give."""
     program = generate_program(0, number)
-    result = verify_program(program, build_unwinders(program), compiled=True)
+    result = verify_program(program, build_unwinders(program), how=Verify(compiled=True))
     key = key(result.tally)
     groups = result.tally.grouped(key)
     grouped = result.failure_log.logged_pcs(key, groups)  # before the entries are built: the tracer's grouping
@@ -161,7 +161,7 @@ def test_a_truncated_log_gives_the_digest_the_pcs_of_its_entries(monkeypatch, ca
     building entries) are those of exactly the entries the log holds."""
     monkeypatch.setattr(abi, "FAILURE_LOG_CAP", cap)
     program = generate_program(0, 3)
-    result = verify_program(program, build_unwinders(program), compiled=True)
+    result = verify_program(program, build_unwinders(program), how=Verify(compiled=True))
     key = pair_key(result.tally)
     groups = result.tally.grouped(key)
     grouped = result.failure_log.logged_pcs(key, groups)
@@ -177,7 +177,7 @@ def test_guard_failures_of_one_kind_are_one_cause_per_function_each_worded_with_
     not one per stop, and words each logged failure with its own values,
     as `step` does (test_generated_programs_verify_the_same_with_the_kernel)."""
     program = generate_program(0, 1)
-    result = verify_program(program, build_unwinders(program, ["scan", "framepointer"]), compiled=True)
+    result = verify_program(program, build_unwinders(program, ["scan", "framepointer"]), how=Verify(compiled=True))
     for name in ("scan", "framepointer"):
         causes = {cause for _, cause in result.failure_tally if cause.unwinder == name}
         failing = [failure for failure in result.failures if failure.unwinder == name]
@@ -198,7 +198,7 @@ def test_the_kernel_answers_most_walks_itself(monkeypatch):
     monkeypatch.setattr(Verification, "walk", spying)
     program = generate_program(0, 1)
     unwinders = build_unwinders(program)
-    result = verify_program(program, unwinders, compiled=True)
+    result = verify_program(program, unwinders, how=Verify(compiled=True))
     walks = result.stops * len(unwinders)
     assert len(deferred) < 0.01 * walks
     assert len(result.failure_log) + len(deferred) < walks
@@ -209,8 +209,8 @@ def test_the_kernel_answers_most_walks_itself(monkeypatch):
 
 def observed(program, compiled: bool) -> list[tuple]:
     seen = []
-    verify_program(program, [], compiled=compiled,
-                   observe=lambda stop: seen.append((stop.pc, stop.frame, stop.expected)))
+    verify_program(program, [],
+                   how=Verify(compiled=compiled), observe=lambda stop: seen.append((stop.pc, stop.frame, stop.expected)))
     return seen
 
 
@@ -235,11 +235,11 @@ def test_observe_at_shows_the_stops_at_those_pcs_only(compiled):
     every = observed(program, compiled)
     wanted = {pc for pc, _, _ in every[10:200:17]} | {0x4}  # 0x4: never a stop
     seen = []
-    verify_program(program, [], compiled=compiled, observe_at=wanted,
-                   observe=lambda stop: seen.append((stop.pc, stop.frame, stop.expected)))
+    verify_program(program, [],
+                   how=Verify(compiled=compiled), observe_at=wanted, observe=lambda stop: seen.append((stop.pc, stop.frame, stop.expected)))
     assert seen == [stop for stop in every if stop[0] in wanted] and len(seen) >= 12
     none = []
-    verify_program(program, [], compiled=compiled, observe_at=(), observe=none.append)
+    verify_program(program, [], how=Verify(compiled=compiled), observe_at=(), observe=none.append)
     assert none == []
 
 
@@ -255,7 +255,7 @@ def test_the_compiled_hook_makes_the_stops_an_it_block_skips():
         executed += 1
 
     Emulator(program.segments).call(program.entry, count, DEFAULT_BUDGET, program.args)
-    assert verify_program(program, [], compiled=True).stops > executed
+    assert verify_program(program, [], how=Verify(compiled=True)).stops > executed
 
 
 def test_an_error_raised_in_a_callback_ends_the_run_and_reaches_the_caller():
@@ -269,8 +269,8 @@ def test_an_error_raised_in_a_callback_ends_the_run_and_reaches_the_caller():
     program = generate_program(0, 0)
     target = program.functions[1].start
     with pytest.raises(Stop):
-        verify_program(program, build_unwinders(program, ["v2"]), compiled=True, observe=observe)
-    assert verify_program(program, build_unwinders(program, ["v2"]), compiled=True).self_check_ok
+        verify_program(program, build_unwinders(program, ["v2"]), how=Verify(compiled=True), observe=observe)
+    assert verify_program(program, build_unwinders(program, ["v2"]), how=Verify(compiled=True)).self_check_ok
 
 
 def test_a_tracer_is_set_up_once_and_runs_once():

@@ -37,7 +37,7 @@ from harness.report.data import report_data, thread_table
 from harness.report.markdown import markdown
 from harness.report.summary import summarize
 from harness.unwind.registry import build_unwinders
-from harness.verify.stops import verify_program
+from harness.verify.stops import Verify, verify_program
 
 PTHREAD_FLAGS = THREAD_FLAGS & ~0x400000 & ~0x1000000  # glibc's: without CLONE_DETACHED and CLONE_CHILD_SETTID
 MAIN = 4242
@@ -327,7 +327,7 @@ def test_a_sampled_run_follows_the_same_threads():
     outcomes = set()
     for every in (1, 97):
         system = LinuxSystem(LinuxRun(program))
-        result = verify_program(process_program(system), [], system=system, every=every)
+        result = verify_program(process_program(system), [], how=Verify(every=every), system=system)
         assert result.fault is None
         outcomes.add((system.outcome().stdout, result.instructions))
     assert len(outcomes) == 1
@@ -386,7 +386,7 @@ def test_a_time_slice_ends_at_an_exact_instruction_where_another_thread_is_ready
 
 def _timed_run(program: str, args: tuple[str, ...], every: int, compiled: bool) -> int:
     system = LinuxSystem(LinuxRun(program, args))
-    result = verify_program(process_program(system), [], system=system, every=every, compiled=compiled)
+    result = verify_program(process_program(system), [], how=Verify(every=every, compiled=compiled), system=system)
     assert result.fault is None
     assert (system.outcome().exit_status, system.outcome().stdout) == qemu(program, args)
     assert system.outcome().stdout.startswith(b"prof hits 3, alarm 1, left 1, turns taken")
@@ -426,7 +426,7 @@ def test_past_a_threads_first_frame_both_hooks_count_the_callers_a_walk_makes_up
     program = build("threads.c", "-static")
     names = ["framepointer", "exidx"]
     results = [linux_verify.verify_process(LinuxRun(program), names, lambda built: build_unwinders(built, names),
-                                           compiled=compiled) for compiled in (True, False)]
+                                           how=Verify(compiled=compiled)) for compiled in (True, False)]
     assert all(result.fault is None for result in results)
     assert results[0].counts == results[1].counts and results[0].invented == results[1].invented
     invented = Counter()
@@ -445,7 +445,7 @@ def test_each_stop_is_labelled_with_its_thread_and_the_report_counts_per_thread(
     program = build("threads.c", "-static")
     names = ["v2-code", "framepointer"]
     results = [linux_verify.verify_process(LinuxRun(program), names, lambda built: build_unwinders(built, names),
-                                           every=7, compiled=compiled) for compiled in (True, False)]
+                                           how=Verify(every=7, compiled=compiled)) for compiled in (True, False)]
     assert results[0].counts == results[1].counts
     labels = {trait for (_, traits, _, _) in results[0].counts for trait in traits if trait.startswith("thread ")}
     tids = sorted(int(label.split()[1]) for label in labels)

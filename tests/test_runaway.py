@@ -25,7 +25,7 @@ from harness.program import CfiRow, FunctionCfi, Program
 from harness.registers import LR, SP
 from harness.unwind.registry import build_unwinders
 from harness.verify.sampling import sampled_stops
-from harness.verify.stops import DEFAULT_LIMITS, verify_program
+from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
 BASE = 0x100000
 PROLOGUE = ["push {r4, lr}", "movs r4, #1"]  # a frame, so the unwinders have work before the loop
@@ -47,7 +47,7 @@ def program(name: str, body: list[str], saved: int = 4) -> Program:
 def run(prog: Program, compiled: bool, names=("v2", "dwarf"), **options):
     """(result, seconds) of verifying `prog`."""
     started = time.perf_counter()
-    result = verify_program(prog, build_unwinders(prog, list(names)), compiled=compiled, **options)
+    result = verify_program(prog, build_unwinders(prog, list(names)), Verify(compiled=compiled, **options))
     return result, time.perf_counter() - started
 
 
@@ -77,9 +77,9 @@ def test_a_loop_that_changes_a_register_runs_to_the_instruction_limit(compiled):
     assert result.stops == 1000 and passed(result) == 2000
 
 
-def test_budget_still_names_the_instruction_limit(compiled):
+def test_an_instruction_limit_names_itself(compiled):
     result, _ = run(program("two-instruction-loop", ["movs r4, #1", "adds r0, #1", "b #0x100004"]), compiled,
-                    budget=300)
+                    limits=DEFAULT_LIMITS._replace(instructions=300))
     assert result.fault.endswith("more than 300 instructions (runaway loop?)")
 
 

@@ -23,7 +23,7 @@ from harness.unwind.walk import Unwinder
 from harness.verify import kernel
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.verify.kernel import pack_rule
-from harness.verify.stops import verify_program
+from harness.verify.stops import Verify, verify_program
 
 BASE = 0x1000
 
@@ -207,8 +207,8 @@ def test_in_a_process_the_other_methods_take_the_system_libraries(monkeypatch):
     monkeypatch.setattr(Verification, "walk", lambda self, number, pc, indices, *rest:
                         (deferred.extend(indices), real(self, number, pc, indices, *rest))[1])
     entry = next(e for e in linux_entries("slice") if e["name"] == "cxxexc-gcc-O2-fp")
-    result = verify_process(linux_run(entry), ["chain"], partial(build_unwinders, names=["chain"]), every=1000,
-                            limits=LINUX_LIMITS)
+    result = verify_process(linux_run(entry), ["chain"], partial(build_unwinders, names=["chain"]),
+                            how=Verify(every=1000, limits=LINUX_LIMITS))
     methods = methods_json(result.methods)["chain"]
     assert list(methods) == ["v2", "exidx", "framepointer", "scan"]  # in the chain's order
     assert methods["v2"]["frames"] == methods["v2"]["right"] > 0
@@ -238,9 +238,9 @@ def test_a_chain_refusing_in_a_library_is_counted_by_the_kernel_as_by_step(monke
                         (deferred.extend(indices), real(self, number, pc, indices, *rest))[1])
     run = LinuxRun(build("calls.c", "-Wl,-z,now"), (), sysroot())
     chain = partial(build_unwinders, names=["chain"])
-    compiled = verify_process(run, ["chain"], chain, every=3, compiled=True)
+    compiled = verify_process(run, ["chain"], chain, how=Verify(every=3, compiled=True))
     assert not deferred
-    in_python = verify_process(run, ["chain"], chain, every=3, compiled=False)
+    in_python = verify_process(run, ["chain"], chain, how=Verify(every=3, compiled=False))
     stopped = sum(n for (_, _, _, kind), n in compiled.counts.items() if kind == "stopped:ld.so")
     assert compiled.fault is None and stopped > 1000
     assert (compiled.counts, compiled.failures, compiled.methods) == \

@@ -79,6 +79,29 @@ def test_functions_are_small(name):
     assert not long, f"{name}: {', '.join(long)}"
 
 
+# What a run is told travels as named records (harness.verify.stops.Verify,
+# abi.TraceSettings, the jobs' parts), not as long lists of positions. Two
+# remain: the compiled tracer's callback at a deferred stop, whose
+# arguments trace_stop.c passes, and frame_analysis.analyse_calling.
+MAX_PARAMETERS = 8
+MANY_PARAMETERS = {("harness.verify.stops", "slow"), ("harness.thumb.frame_analysis", "analyse_calling")}
+
+
+def _parameters(node) -> int:
+    arguments = node.args
+    names = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    count = len(names) + (arguments.vararg is not None) + (arguments.kwarg is not None)
+    return count - (bool(names) and names[0].arg in ("self", "cls"))
+
+
+@pytest.mark.parametrize("name", [m for m in MODULES if m.startswith("harness")])
+def test_functions_take_few_parameters(name):
+    many = [f"{node.name} ({_parameters(node)})" for node in ast.walk(ast.parse(MODULES[name].read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _parameters(node) > MAX_PARAMETERS
+            and (name, node.name) not in MANY_PARAMETERS]
+    assert not many, f"{name}: {', '.join(many)} take more than {MAX_PARAMETERS} parameters: pass a record"
+
+
 def test_import_graph_has_no_cycle():
     cyclic = sorted(name for name in MODULES if name in _closure(name))
     assert not cyclic, f"modules that import themselves through others: {cyclic}"

@@ -16,7 +16,7 @@ from harness.program import CfiRow, FunctionCfi
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.registry import build_unwinders
 from harness.unwind.v2 import V2Unwinder
-from harness.verify.stops import verify_program
+from harness.verify.stops import Verify, verify_program
 
 
 @lru_cache(maxsize=None)
@@ -126,7 +126,7 @@ def test_corrupt_register_save_in_cfi_gives_wrong_register():
 def test_memo_changes_no_verdict():
     p = generate_program(0, 0)
     fast = verify_program(p, build_unwinders(p))
-    slow = verify_program(p, build_unwinders(p), memoize=False)
+    slow = verify_program(p, build_unwinders(p), how=Verify(memoize=False))
     assert fast.counts == slow.counts
     assert fast.failures == slow.failures
     assert fast.stops == slow.stops > 0

@@ -32,7 +32,7 @@ from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
 from harness.runner import LINUX_LIMITS
 from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
-from harness.verify.stops import DEFAULT_LIMITS, verify_program
+from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
 SAMPLED_EVERY = 1000
 RUNS = 3  # of each timed run but the sampled one: the least counts (the machine is noisy)
@@ -105,11 +105,14 @@ def _timed(run: Callable[[], object], runs: int) -> tuple[float, object]:
 def sampling_figures(linux_corpus: bool = True) -> dict:
     long = longest_program(linux_corpus)
     bare = min(_bare_seconds(long.image, long.system(), long.limits) for _ in range(RUNS))  # the process's, if one
-    truth = partial(verify_program, long.image, [], limits=long.limits)
-    by_blocks, result = _timed(lambda: truth(system=long.system(), hooks="block"), RUNS)
-    per_instruction, _ = _timed(lambda: truth(system=long.system(), hooks="instruction"), RUNS)
-    sampled, checked = _timed(lambda: verify_program(long.image, long.unwinders, every=SAMPLED_EVERY,
-                                                     limits=long.limits, system=long.system()), 1)
+    def truth(hooks: str):  # ground truth alone, followed as `hooks` says
+        return verify_program(long.image, [], Verify(limits=long.limits, hooks=hooks), long.system())
+
+    by_blocks, result = _timed(lambda: truth("block"), RUNS)
+    per_instruction, _ = _timed(lambda: truth("instruction"), RUNS)
+    sampled, checked = _timed(lambda: verify_program(long.image, long.unwinders,
+                                                     Verify(every=SAMPLED_EVERY, limits=long.limits),
+                                                     long.system()), 1)
     return {
         "program": long.label, "instructions": result.instructions, "unwinders": len(long.unwinders),
         "every": SAMPLED_EVERY, "stops_verified": checked.stops,

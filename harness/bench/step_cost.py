@@ -17,7 +17,8 @@ from harness.unwind.registry import build_unwinders
 from harness.unwind.v2 import DirectMappedCache, NoCache, V2Unwinder
 from harness.unwind.v2_epilogue import EpilogueFirst
 from harness.unwind.walk import walk
-from harness.verify.stops import ObservedStop, verify_program
+from harness.verify.python_hook import ObservedStop
+from harness.verify.stops import Verify, verify_program
 
 PC_CACHE_ENTRIES = 509
 
@@ -83,7 +84,7 @@ def record(program: Program, unwinders: dict, wanted: int) -> list[RecordedStop]
         lines = {a: live.line(a) for a in touched if a < live.high}  # line() zero-fills outside
         recorded.append(RecordedStop(stop.frame, snapshot(live.low, live.high, lines), stop.expected))
 
-    verify_program(program, [], observe=keep, every=every)
+    verify_program(program, [], how=Verify(every=every), observe=keep)
     return recorded
 
 

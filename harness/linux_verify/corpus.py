@@ -28,6 +28,7 @@ from harness.report.sizes import size_row
 from harness.report.summary import summary_of, to_json
 from harness.unwind.registry import build_unwinders
 from harness.verify.failures import ProgramResult
+from harness.verify.stops import Verify
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 LINUX_CORPUS = ROOT / "corpus" / "linux"
@@ -96,8 +97,8 @@ def run_linux_unit(index: int, entry: dict, names: tuple[str, ...], limits: Limi
     expected = Expected(entry["exit_status"], entry["stdout_sha256"])
 
     def verified() -> ProgramResult:
-        result = verify_process(run, names, partial(build_unwinders, names=names), every=every, limits=limits,
-                                expected=expected)
+        result = verify_process(run, names, partial(build_unwinders, names=names), Verify(every=every, limits=limits),
+                                expected)
         result.program = f"corpus/linux/{entry['name']}"  # named by its place, not the cache's
         return result
     summary = summary_of(verified)

@@ -24,7 +24,7 @@ from harness.report.summary import summary_of, to_json
 from harness.unwind.walk import Unwinder
 from harness.verify.failures import ProgramResult
 from harness.verify.sampling import AutoStride
-from harness.verify.stops import DEFAULT_LIMITS, verify_program
+from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
 
 @dataclass(frozen=True)
@@ -52,21 +52,20 @@ def prepared_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callabl
 
 
 def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
-                   every: int | AutoStride = 1, shard: tuple[int, int] = (0, 1), limits: Limits = DEFAULT_LIMITS,
-                   expected: Expected = Expected(), compiled: bool | None = None, observe=None,
-                   observe_at=None, hooks: str = "auto", signal_frames: bool = False) -> ProgramResult:
-    """Run `run` as a process, verifying the unwinders `names` at its stops
-    (samples of mean stride `every`, or the one an AutoStride chooses from
-    the first run's instructions; shard (I, N)), each over every module that has its
-    tables (the executable's built by `own_unwinders`); the ProgramResult,
-    its self-check against `expected`. `hooks`: as verify_program's;
+                   how: Verify = Verify(), expected: Expected = Expected(), observe=None, observe_at=None,
+                   signal_frames: bool = False) -> ProgramResult:
+    """Run `run` as a process, verifying the unwinders `names` at the stops
+    `how` selects (as verify_program's, but for a stride `every` an
+    AutoStride may choose from the first run's instructions), each over
+    every module that has its tables (the executable's built by
+    `own_unwinders`); the ProgramResult, its self-check against `expected`.
     `signal_frames`: as process_unwinders'. Each
-    run (the first, and the verified one) is bounded by `limits`, a clock
+    run (the first, and the verified one) is bounded by its `limits`, a clock
     not given scaled to its work (the verified run's to the instructions
     the first counted, at its stride: harness.emulation.guards.clocked); a first
     run past the clock or memory ends the verification there, so that a
     runaway program ends within them."""
-    system = LinuxSystem(run)
+    system, every, limits, hooks = LinuxSystem(run), how.every, how.limits, how.hooks
     try:
         first, image, unwinders = prepared_process(run, names, own_unwinders, limits, system, signal_frames)
     except EmulationFault as fault:  # no count to choose a stride by: none verified
@@ -76,9 +75,8 @@ def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[
         if first.exact_faults and hooks == "auto":
             hooks = "instruction"  # a fault the program takes is placed only from every instruction
         stride = every.every(first.instructions) if isinstance(every, AutoStride) else every
-        result = verify_program(image, unwinders, every=stride, shard=shard, system=system,
-                                limits=clocked(limits, first.instructions, stride), compiled=compiled,
-                                observe=observe, observe_at=observe_at, hooks=hooks, resumes=first.resumes)
+        verified = how._replace(every=stride, limits=clocked(limits, first.instructions, stride), hooks=hooks)
+        result = verify_program(image, unwinders, verified, system, observe, observe_at, first.resumes)
         result.sampling = sampling_of(every, first.instructions)
         if result.fault is None and modules_of(system) != first.modules:
             result.fault = "the libraries were loaded elsewhere than in the first run: the emulation is not deterministic"
@@ -114,6 +112,7 @@ class ProcessPart(NamedTuple):
 
 
 def verify_process_part(job: ProcessPart) -> dict:
-    summary = summary_of(lambda: verify_process(job.run, job.names, job.own_unwinders, job.every, job.shard,
-                                                job.limits, job.expected, signal_frames=job.signal_frames))
+    summary = summary_of(lambda: verify_process(job.run, job.names, job.own_unwinders,
+                                                Verify(every=job.every, shard=job.shard, limits=job.limits),
+                                                job.expected, signal_frames=job.signal_frames))
     return {"index": job.shard[0], "kind": "stops", "summary": to_json(summary)}
