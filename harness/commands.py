@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple
 
 from generators.corpus import generate_program
 from harness.abi import Limits
-from harness.elf_program import elf_unwinder_names, program_from_elf
+from harness.elf_program import program_from_elf
 from harness.errors import InputError
 from harness.filesystem import check_output, read_input, write_output
 from harness.formats import chrome_v2
@@ -34,7 +34,7 @@ from harness.report.verdict import verdicts
 from harness.runner import Shard, all_names, assemble, in_processes, run_units, units_of
 from harness.shards import partial, read_partials
 from harness.unwind import with_v2_tables
-from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders, meaningful
 from harness.verify.sampling import AUTO
 from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
@@ -180,7 +180,7 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
                              "SYMBOL to call a bare-metal function")
         run = LinuxRun(args.elf, tuple(args.args), args.sysroot, args.cwd or ".", args.stdin, args.lazy_binding)
         program = process_program(LinuxSystem(run))
-        names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
+        names = args.unwinder or meaningful(program, UNWINDER_NAMES)
         own_unwinders = bind(elf_unwinders, names=names, v2_table=args.v2_table, layout=args.layout)
         own_tables(program, own_unwinders)  # bad tables fail here, before any work
         expected = Expected(args.expect_exit, args.expect_stdout_sha256)
@@ -194,7 +194,7 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
                          "--stdin and --signal-frames are for Linux programs (run without --entry)")
     expected = args.expect if args.expect is not None else expected_checksum(args.elf, args.entry)
     program = program_from_elf(args.elf, args.entry, expected, args.text_start)
-    names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
+    names = args.unwinder or meaningful(program, UNWINDER_NAMES)
     elf_unwinders(program, names, args.v2_table, args.layout)  # bad tables fail here, before any work
     every = 1 if args.every == "auto" else args.every  # no first run to count a bare-metal function's instructions
     return [(verify_elf_part, ElfPart(args.elf, args.entry, expected, args.text_start, names, args.v2_table,

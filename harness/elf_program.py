@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Sequence
 
 from harness.classify import OWN, FrameFacts, FunctionInfo, traits_of
 from harness.code_origin import origin_spans
@@ -125,22 +124,6 @@ def _code_of(program: Program, function: FunctionCfi) -> bytes:
         raise ElfError(f"{program.name}: {function.name} [{function.start:#x}, {function.end:#x}) has CFI "
                        "but no PT_LOAD segment holds its code")
     return code
-
-
-def has_epilogue_cfi(program: Program) -> bool:
-    """Does the compiler describe its epilogues (a row that shrinks the frame)?"""
-    for function in program.cfi["reference"]:
-        for previous, row in zip(function.rows, function.rows[1:]):
-            if row.cfa_reg == previous.cfa_reg == SP and row.cfa_offset < previous.cfa_offset:
-                return True
-    return False
-
-
-def elf_unwinder_names(program, wanted: Sequence[str]) -> list[str]:
-    """`wanted`, but `v2-gcc` only where the compiler describes epilogues
-    (elsewhere its input is the same as `v2`'s)."""
-    described = has_epilogue_cfi(program)
-    return [n for n in wanted if described or n != "v2-gcc"]
 
 
 def code_reader(image):

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 from generators.corpus import generate_program
 from harness.abi import Limits
-from harness.elf_program import elf_unwinder_names, program_from_elf
+from harness.elf_program import program_from_elf
 from harness.errors import WorkerLost
 from harness.formats import chrome_v2
 from harness.formats.elf import open_elf, section_size
@@ -26,7 +26,7 @@ from harness.manifest import ELF_CORPUS, elf_builds
 from harness.report.data import elf_group, report_data, with_timing
 from harness.report.sizes import add_size_rows, chrome_reference, size_row
 from harness.report.summary import from_json, summary_of, to_json
-from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders, meaningful
 from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
 
@@ -128,7 +128,7 @@ def _verified_unit(unit: Unit) -> dict:
     # Named by its place in the repository, so reports do not depend on the checkout.
     program = replace(program_from_elf(str(path), build["entry"], build.get("expected_checksum")),
                       name=f"corpus/elf/{build['file']}")
-    names = elf_unwinder_names(program, unit.names)
+    names = meaningful(program, unit.names)
     unwinders = build_unwinders(program, names)
     summary = summary_of(lambda: verify_program(program, unwinders, how=Verify(limits=unit.limits)),
                          with_cfi={f.name for f in program.functions})

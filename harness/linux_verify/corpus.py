@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from harness.abi import Limits
-from harness.elf_program import elf_unwinder_names, program_from_image
+from harness.elf_program import program_from_image
 from harness.errors import InputError
 from harness.filesystem import cache_root, read_input, read_json
 from harness.formats.elf import ElfImage, open_elf, section_size
@@ -26,7 +26,7 @@ from harness.program import Program
 from harness.report.data import elf_group
 from harness.report.sizes import size_row
 from harness.report.summary import summary_of, to_json
-from harness.unwind.registry import build_unwinders
+from harness.unwind.registry import build_unwinders, meaningful
 from harness.verify.failures import ProgramResult
 from harness.verify.stops import Verify
 
@@ -93,7 +93,7 @@ def run_linux_unit(index: int, entry: dict, names: tuple[str, ...], limits: Limi
     """Verify one corpus program at samples of mean stride `every`; its record (as
     run_unit's for an ELF, the interval in its group when not 1)."""
     run = linux_run(entry)
-    names = elf_unwinder_names(process_program(LinuxSystem(run)), names)
+    names = meaningful(process_program(LinuxSystem(run)), names)
     expected = Expected(entry["exit_status"], entry["stdout_sha256"])
 
     def verified() -> ProgramResult:

@@ -29,6 +29,7 @@ from harness.formats.chrome_v2.grouping import epilogues_inside
 from harness.formats.qut import QutTable, dump_qut, encode_from_cfi, encode_from_exidx
 from harness.formats.vmkunwind import VmkTable, dump_vmkunwind, encode_vmkunwind
 from harness.program import CodeMap, FunctionCfi, Program
+from harness.registers import SP
 from harness.thumb.discovery import analyse_all
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder_for
@@ -171,6 +172,15 @@ def _process_scan(programs: Sequence[Program]) -> Unwinder:
     return ScanUnwinder(address for program in programs for address in call_site_addresses(program))
 
 
+def has_epilogue_cfi(program: Program) -> bool:
+    """Does the compiler describe its epilogues (a row that shrinks the frame)?"""
+    for function in program.cfi["reference"]:
+        for previous, row in zip(function.rows, function.rows[1:]):
+            if row.cfa_reg == previous.cfa_reg == SP and row.cfa_offset < previous.cfa_offset:
+                return True
+    return False
+
+
 def _has_cfi(program: Program) -> bool:
     return bool(program.cfi.get("reference"))
 
@@ -210,7 +220,8 @@ register(
     Strategy("v2+epilogue", lambda program, unwinder_of: _v2_epilogue(program, unwinder_of("v2")),
              ALL_CALLEE_SAVED, _has_cfi),
     Strategy("v2-synth", _alone(_v2("v2-synth", "tables", "synthesize")), ALL_CALLEE_SAVED, _has_cfi),
-    Strategy("v2-gcc", _alone(_v2("v2-gcc", "reference", "keep")), ALL_CALLEE_SAVED, _has_cfi),
+    Strategy("v2-gcc", _alone(_v2("v2-gcc", "reference", "keep")), ALL_CALLEE_SAVED, _has_cfi,
+             only_where=has_epilogue_cfi),  # elsewhere its input is v2's
     Strategy("v2-code", _alone(_v2("v2-code", "code", "keep")), ALL_CALLEE_SAVED, _has_code_to_start_from),
     Strategy("v2-chrome", _alone(_v2_chrome), ChromeV2Unwinder.restores),  # the executable's tables alone
     Strategy("dwarf", _alone(_dwarf), ALL_CALLEE_SAVED, _has_cfi),

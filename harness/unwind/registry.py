@@ -46,6 +46,9 @@ class Strategy(NamedTuple):
     """The size table's column of the tables it reads (its bytes a function in the README)."""
     compared: bool = False
     """Shown in the README's comparison with other ways of unwinding."""
+    only_where: Callable[[Program], bool] | None = None
+    """Verified over a compiled program only where this holds (elsewhere it
+    would repeat another strategy: v2-gcc where no epilogue is described)."""
 
 
 class Measured(NamedTuple):
@@ -139,6 +142,12 @@ CHAIN = _Names(lambda: tuple(s.name for s in sorted((s for s in _STRATEGIES.valu
 FORMAT_NAMES = _Names(lambda: tuple(_FORMATS))
 SIZE_COLUMNS = _Names(lambda: (".debug_frame", "exidx+extab", *(c for f in _FORMATS.values() for c in f.columns)))
 """The size table's columns: what the compiler wrote, then each format's."""
+
+
+def meaningful(program: Program, names: Sequence[str]) -> list[str]:
+    """`names`, without the strategies whose `only_where` `program` fails."""
+    return [name for name in names
+            if _STRATEGIES[name].only_where is None or _STRATEGIES[name].only_where(program)]
 
 
 def build_unwinders(program: Program, names: Sequence[str] = UNWINDER_NAMES) -> list[Unwinder]:
