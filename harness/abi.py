@@ -146,7 +146,7 @@ class TraceSettings(NamedTuple):
     every: int  # 1: a stop before every instruction; more: sampled stops of this mean stride (sampling)
     shard: tuple[int, int]  # (index, count): the stops of this shard are verified
     classify: Callable  # (pc, stop state, thread) -> (stop class, where id, low, high)
-    slow: Callable  # (number, pc, regs, cpsr, vfp, deferred, shadow, serials, stop state, thread): deferred walks
+    slow: Callable  # slow(SlowStop): a stop where a walk deferred, or one observed
     observe_all: bool  # `slow` at every stop (at `observed` alone, where given)
     compare_bottom: bool = True  # False: the bottom frame stands for "no caller" (a process's first)
     raises: tuple[int, ...] = ()  # the entry points that raise an exception, sorted
@@ -154,6 +154,22 @@ class TraceSettings(NamedTuple):
     resumes: bytes | None = None  # an earlier run's frames that resumed, a bit per serial
     observed: tuple[int, ...] = ()  # sorted: the only pcs observe_all calls slow at
     by_blocks: bool = False  # hooks at block entries instead of before every instruction
+
+
+class SlowStop(NamedTuple):
+    """A stop the tracer hands to Python (TraceSettings.slow): one where a
+    walk deferred, or one observed. Made by csrc/trace_stop.c, field by field."""
+
+    number: int  # the stop's number in the run
+    pc: int
+    regs: tuple[int, ...]  # r0-r14
+    cpsr: int
+    vfp: tuple[int, ...] | None  # d8-d15, where the program uses VFP
+    deferred: tuple[int, ...]  # the indices of the unwinders whose walk deferred
+    shadow: bytes  # the shadow stack: EXPECTED records, outermost first
+    serials: tuple[int, ...]  # each shadow frame's serial, outermost first
+    state: int  # the stop's STOP_STATES bits
+    thread: int  # the label of the thread stopped
 
 
 # ------------------------------------------------------------ limits

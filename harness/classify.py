@@ -56,22 +56,30 @@ class FunctionInfo:
     traits: frozenset[str]
 
     def position(self, pc: int) -> str:
-        return self.position_span(pc)[0]
+        return self.position_span(pc).value
 
-    def position_span(self, pc: int) -> tuple[str, int, int]:
+    def position_span(self, pc: int) -> Spanned:
         """pc's position, and the pcs [low, high) of the function around it
         that share it."""
         if pc < self.prologue_end:
-            return "prologue", self.start, self.prologue_end
+            return Spanned("prologue", self.start, self.prologue_end)
         low, high = self.prologue_end, self.end
         for start, end in self.epilogues:
             if start <= pc < end:
-                return "epilogue", start, end
+                return Spanned("epilogue", start, end)
             if end <= pc:
                 low = max(low, end)
             else:
                 high = min(high, start)
-        return "body", low, high
+        return Spanned("body", low, high)
+
+
+class Spanned(NamedTuple):
+    """What holds at a pc, and the pcs [low, high) around it where it holds too."""
+
+    value: object
+    low: int
+    high: int
 
 
 class FrameFacts(NamedTuple):
@@ -151,19 +159,19 @@ class Classifier:
     def __call__(self, pc: int) -> Where:
         found = self._cache.get(pc)
         if found is None:
-            found = self._cache[pc] = self.span(pc)[0]
+            found = self._cache[pc] = self.span(pc).value
         return found
 
-    def span(self, pc: int) -> tuple[Where, int, int]:
-        """pc's (function, traits, position), and the pcs [low, high) that share it."""
+    def span(self, pc: int) -> Spanned:
+        """pc's Where (function, traits, position), and the pcs [low, high) that share it."""
         function = self.function_at(pc)
         module = self.module_at(pc)
         if function is None:
             if module is None:
-                return Where(f"{pc:#x}", frozenset({NO_INFO}), "body"), pc, pc + 1
-            label, name, low, high = module
-            return Where(name, frozenset({NO_INFO, label}), "body"), low, high
+                return Spanned(Where(f"{pc:#x}", frozenset({NO_INFO}), "body"), pc, pc + 1)
+            return Spanned(Where(module.name, frozenset({NO_INFO, module.label}), "body"), module.low, module.high)
         position, low, high = function.position_span(pc)
         if module is None:
-            return Where(function.name, function.traits, position), low, high
-        return Where(function.name, function.traits | {module[0]}, position), max(low, module[2]), min(high, module[3])
+            return Spanned(Where(function.name, function.traits, position), low, high)
+        return Spanned(Where(function.name, function.traits | {module.label}, position),
+                       max(low, module.low), min(high, module.high))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import NamedTuple
 
-from harness.classify import FunctionInfo
+from harness.classify import FunctionInfo, Spanned
 from harness.registers import DWARF_D0, LR, SP, reg_name
 
 TRACKED_REGS = frozenset((4, 5, 6, 7, 8, 9, 10, 11, LR)) | frozenset(
@@ -124,15 +124,25 @@ class ModuleSpan:
     name: str
     symbols: tuple[tuple[int, int, str], ...] = ()
 
-    def named(self, pc: int) -> tuple[str, int, int]:
+    def named(self, pc: int) -> Spanned:
         """(the symbol at pc, or the file's name between symbols; the pcs [low, high) that share it)."""
         index = bisect_right(self.symbols, (pc, 1 << 40)) - 1
         if index >= 0 and pc < self.symbols[index][1]:
             start, end, name = self.symbols[index]
-            return name, max(start, self.start), min(end, self.end)
+            return Spanned(name, max(start, self.start), min(end, self.end))
         low = self.symbols[index][1] if index >= 0 else self.start
         high = self.symbols[index + 1][0] if index + 1 < len(self.symbols) else self.end
-        return self.name, max(low, self.start), min(high, self.end)
+        return Spanned(self.name, max(low, self.start), min(high, self.end))
+
+
+class ModuleAt(NamedTuple):
+    """pc's module (its MODULES label), a name for its code there (a symbol,
+    else the file's), and the pcs [low, high) that share both."""
+
+    label: str
+    name: str
+    low: int
+    high: int
 
 
 @dataclass(frozen=True)
@@ -169,14 +179,13 @@ class Program:
     def _module_starts(self) -> list[int]:
         return [m.start for m in self.modules]
 
-    def module_at(self, pc: int) -> tuple[str, str, int, int] | None:
-        """(MODULES label, a name for the code at pc, and the pcs [low, high)
-        that share both), or None outside every module."""
+    def module_at(self, pc: int) -> ModuleAt | None:
+        """The module's label and a name for the code at pc, or None outside every module."""
         index = bisect_right(self._module_starts, pc) - 1
         if index < 0 or pc >= self.modules[index].end:
             return None
         module = self.modules[index]
-        return (module.label, *module.named(pc))
+        return ModuleAt(module.label, *module.named(pc))
 
     def code_spans(self) -> tuple[tuple[int, int], ...]:
         """[start, end) of its code: a process's modules, a bare-metal

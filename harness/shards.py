@@ -76,7 +76,7 @@ class Partials(NamedTuple):
 def read_partials(paths: Sequence[str]) -> Partials:
     """The shard files that together cover one run exactly, read; InputError
     naming the file otherwise."""
-    first: tuple[str, str, dict] | None = None
+    first_path, first_run = None, None  # the first shard's path, and (command, config)
     records: dict[int, dict] = {}
     seconds = 0.0
     for path in paths:
@@ -89,17 +89,17 @@ def read_partials(paths: Sequence[str]) -> Partials:
             raise InputError(f"{path}: {error}") from None
         command, config = data[PARTIAL]["command"], data[PARTIAL]["config"]
         seconds += data[PARTIAL]["seconds"]
-        if first is None:
-            first = (path, command, config)
-        elif (command, config) != first[1:]:
-            raise InputError(f"{path}: from another run than {first[0]} ({_other_run(command, config, *first[1:])})")
+        if first_path is None:
+            first_path, first_run = path, (command, config)
+        elif (command, config) != first_run:
+            raise InputError(f"{path}: from another run than {first_path} ({_other_run(command, config, *first_run)})")
         for record in data["records"]:
             if record["index"] in records:
                 raise InputError(f"{path}: unit {record['index']} is in two shard reports")
             records[record["index"]] = record
-    if first is None:
+    if first_run is None:
         raise InputError("merge: no shard reports given")
-    _, command, config = first
+    command, config = first_run
     if len(records) < config["units"]:
         missing = [i for i in range(min(config["units"], len(records) + 10)) if i not in records][:10]
         raise InputError(f"merge: the shard reports lack units {missing}"
@@ -346,8 +346,9 @@ def _check_classes(counts: list, where: str) -> None:
         if classes[unwinder] != classes[first]:
             changed = next(k for k in classes[unwinder].keys() | classes[first].keys()
                            if classes[unwinder][k] != classes[first][k])
+            traits, position = changed
             fail(f"{where}.counts", f"{show(unwinder)} counts {classes[unwinder][changed]} stops of "
-                                     f"{sorted(changed[0])} in the {changed[1]}, {show(first)} "
+                                     f"{sorted(traits)} in the {position}, {show(first)} "
                                      f"{classes[first][changed]}: unwinders walk the same stops")
 
 
@@ -378,7 +379,8 @@ def _check_group(group: dict, summary: dict, where: str) -> None:
     expected = elf_group(from_json(summary), names, label, group["cfi_not_expressed"])
     difference = _difference(group, expected, where)
     if difference:
-        fail(difference[0], f"{difference[1]}, but the record's summary gives {difference[2]}")
+        path, got, want = difference
+        fail(path, f"{got}, but the record's summary gives {want}")
 
 
 def _difference(got, want, where: str) -> tuple[str, str, str] | None:

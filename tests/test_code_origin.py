@@ -65,7 +65,7 @@ def test_a_bare_metal_elf_keeps_libgcc_apart_from_its_own_code():
     labels = {span.label for span in program.modules}
     assert labels == {OWN, "libgcc"}
     symbols = {name: address for address, _size, name in function_symbols(image)}
-    assert program.module_at(symbols["__udivsi3"])[0] == "libgcc"
+    assert program.module_at(symbols["__udivsi3"]).label == "libgcc"
     for function in program.functions:  # every function compiled from our sources (those with CFI)
         if not function.name.startswith("__"):
             assert program.module_at(function.start)[0] == OWN, function.name

@@ -279,7 +279,7 @@ def test_a_tracer_is_set_up_once_and_runs_once():
     engine = emulator.engine(program.uses_vfp)
 
     record = abi.TraceSettings(engine=engine, verifier=None, sentinel=SENTINEL, uses_vfp=program.uses_vfp,
-                               every=1, shard=(0, 1), classify=lambda pc: (0, 0), slow=lambda *stop: None,
+                               every=1, shard=(0, 1), classify=lambda pc: (0, 0), slow=lambda stop: None,
                                observe_all=False)
 
     def tracer(**changed):

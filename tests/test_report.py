@@ -103,7 +103,7 @@ def test_blame_counts_each_unwinders_registers_and_culprits_in_the_order_of_thei
     def ordered(made):  # dicts compared with their order, all the way down
         registers, blamed = made
         return ([(u, list(counts.items())) for u, counts in registers.items()],
-                [(u, inner, deeper, list(traits.items())) for u, (inner, deeper, traits) in blamed.items()])
+                [(u, c.innermost, c.deeper, list(c.traits.items())) for u, c in blamed.items()])
 
     causes = [FailureCause("v2", "wrong_register", 1, "g", "r4", "", frozenset({"leaf", "alloca"})),
               FailureCause("v2", "limit", 0, "f", None, "", frozenset({"leaf"})),

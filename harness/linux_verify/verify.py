@@ -115,4 +115,5 @@ def verify_process_part(job: ProcessPart) -> dict:
     summary = summary_of(lambda: verify_process(job.run, job.names, job.own_unwinders,
                                                 Verify(every=job.every, shard=job.shard, limits=job.limits),
                                                 job.expected, signal_frames=job.signal_frames))
-    return {"index": job.shard[0], "kind": "stops", "summary": to_json(summary)}
+    index, _ = job.shard
+    return {"index": index, "kind": "stops", "summary": to_json(summary)}

@@ -72,17 +72,18 @@ def digest_groups(keys: Sequence[tuple], walks: Sequence[int], logged: Sequence[
     sorted)."""
     totals: dict[str, int] = {}  # failing walks per unwinder
     counted: dict[str, int] = {}  # logged failing walks per unwinder
-    for key, count, found in zip(keys, walks, logged):
-        totals[key[0]] = totals.get(key[0], 0) + count
+    for (unwinder, _, _, _), count, found in zip(keys, walks, logged):
+        totals[unwinder] = totals.get(unwinder, 0) + count
         if found is not None:
-            counted[key[0]] = counted.get(key[0], 0) + found[0]
+            logged_walks, _ = found
+            counted[unwinder] = counted.get(unwinder, 0) + logged_walks
     complete = {unwinder for unwinder, total in totals.items() if counted.get(unwinder) == total <= cap}
     out: dict[str, dict[GroupKey, Group]] = {}
-    for key, count, found in zip(keys, walks, logged):
+    for (unwinder, function, position, kind), count, found in zip(keys, walks, logged):
         pcs = None
-        if key[0] in complete:
-            pcs = () if found is None else found[1]
-        out.setdefault(key[0], {})[key[1:]] = Group(count, pcs)
+        if unwinder in complete:
+            _, pcs = found or (0, ())
+        out.setdefault(unwinder, {})[(function, position, kind)] = Group(count, pcs)
     return out
 
 

@@ -104,25 +104,26 @@ def sample(entry: LogEntry, program: str) -> dict:
 def blame(entries: Sequence[tuple], causes: Sequence[FailureCause]) -> tuple[dict, dict]:
     """The failing stops of a run's tally (entries (where id, cause id,
     walks) over `causes`) by what a summary keeps of their cause: unwinder
-    -> register -> stops (a wrong register's), and unwinder -> [stops whose
-    innermost frame went wrong, stops where a caller did, culprit trait ->
-    stops]. Each in the order its first cause comes."""
+    -> register -> stops (a wrong register's), and unwinder -> Culprits.
+    Each in the order its first cause comes."""
     stops_of = [0] * len(causes)
     for _, number, walks in entries:
         stops_of[number] += walks
-    registers: dict[str, dict[str, int]] = {}
-    blamed: dict[str, list] = {}
+    registers: dict[str, Counter] = {}
+    blamed: dict[str, Culprits] = {}
     for cause, stops in zip(causes, stops_of):
         if not stops:
             continue
         if cause.register:
-            counts = registers.setdefault(cause.unwinder, {})
-            counts[cause.register] = counts.get(cause.register, 0) + stops
-        blame_of = blamed.setdefault(cause.unwinder, [0, 0, {}])
-        blame_of[0 if cause.frame == 0 else 1] += stops
-        traits = blame_of[2]
+            registers.setdefault(cause.unwinder, Counter())[cause.register] += stops
+        culprits = blamed.get(cause.unwinder) or blamed.setdefault(cause.unwinder, Culprits())
+        if cause.frame == 0:
+            culprits.innermost += stops
+        else:
+            culprits.deeper += stops
+        traits = culprits.traits
         for trait in cause.culprit_traits:
-            traits[trait] = traits.get(trait, 0) + stops
+            traits[trait] += stops
     return registers, blamed
 
 
@@ -157,10 +158,8 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
         summary.without_cfi.update({unwinder: stops - both.get((unwinder,), 0) for (unwinder,), stops in every.items()
                                     if stops > both.get((unwinder,), 0)})
     registers, blamed = blame(tally.entries, tally.causes)
-    for unwinder, counts in registers.items():
-        summary.wrong_registers[unwinder] = Counter(counts)
-    for unwinder, (innermost, deeper, traits) in blamed.items():
-        summary.culprits[unwinder] = Culprits(innermost, deeper, Counter(traits))
+    summary.wrong_registers.update(registers)
+    summary.culprits.update(blamed)
     return summary
 
 

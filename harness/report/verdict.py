@@ -42,14 +42,13 @@ def sections(data: dict) -> list[list[dict]]:
 
 def tallies(data: dict) -> dict[tuple[str, str], Tally]:
     """(unwinder, category) -> failed and stops over all positions, summed over every section."""
-    sums: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    sums: dict[tuple[str, str], Tally] = defaultdict(lambda: Tally(0, 0))
     for rows in sections(data):
         for row in rows:
             if row["position"] == ALL:
-                pair = sums[(row["unwinder"], row["category"])]
-                pair[0] += row["failed"]
-                pair[1] += row["stops"]
-    return {key: Tally(*pair) for key, pair in sums.items()}
+                key = (row["unwinder"], row["category"])
+                sums[key] = Tally(sums[key].failed + row["failed"], sums[key].stops + row["stops"])
+    return dict(sums)
 
 
 def verdicts(data: dict, baseline: dict | None, failing: Sequence[str] | None) -> list[Verdict]:
@@ -61,10 +60,12 @@ def verdicts(data: dict, baseline: dict | None, failing: Sequence[str] | None) -
     for unwinder in dict.fromkeys(unwinder for unwinder, _ in now):
         categories = [(category, tally) for (name, category), tally in now.items()
                       if name == unwinder and category != ALL and tally.stops >= WORST_MIN_STOPS and tally.failed]
-        worst = max(categories, key=lambda item: (item[1].rate, item[0]), default=(None, Tally(0, 0)))
-        gate = "-" if failing is None else "FAIL" if unwinder in failing else "PASS"
-        old = before.get((unwinder, ALL))
-        out.append(Verdict(unwinder, *now[(unwinder, ALL)], *(old or (None, None)), worst[0], *worst[1], gate))
+        worst, worst_tally = max(categories, key=lambda item: (item[1].rate, item[0]), default=(None, Tally(0, 0)))
+        old, whole = before.get((unwinder, ALL)), now[(unwinder, ALL)]
+        out.append(Verdict(unwinder=unwinder, failed=whole.failed, stops=whole.stops,
+                           baseline_failed=old and old.failed, baseline_stops=old and old.stops,
+                           worst=worst, worst_failed=worst_tally.failed, worst_stops=worst_tally.stops,
+                           gate="-" if failing is None else "FAIL" if unwinder in failing else "PASS"))
     return out
 
 

@@ -14,7 +14,22 @@ from harness.classify import OWN, Where
 from harness.registers import DWARF_D0, PC, SP, reg_name
 from harness.verify.tally import Grouping, KeyParts, Tally
 
-Outcome = tuple[int, str, "str | None", str]  # a failing walk: (frame index, kind, register name or None, detail)
+
+class Outcome(NamedTuple):
+    """How a walk first went wrong."""
+
+    frame: int  # the index of the wrong frame (0: the innermost's caller could not be found)
+    kind: str
+    register: str | None  # a wrong register's name
+    detail: str
+
+
+class Difference(NamedTuple):
+    """A caller frame's register that holds what the shadow stack's does not."""
+
+    kind: str
+    register: str | None
+    detail: str
 
 
 class Failure(NamedTuple):
@@ -162,7 +177,11 @@ def logged_pcs(failures: Iterable[tuple[Hashable | None, int]], groups: Grouping
     for key, (count, pcs) in found.items():
         number = number_of[key]
         held, ranges = out[number], ranges_of(pcs)
-        out[number] = (count, ranges) if held is None else (held[0] + count, merged((*held[1], *ranges)))
+        if held is None:
+            out[number] = (count, ranges)
+        else:
+            held_count, held_ranges = held
+            out[number] = (held_count + count, merged((*held_ranges, *ranges)))
     return out
 
 
@@ -363,8 +382,8 @@ def worded(kind: str, name: str | None, got: int, want: int) -> str:
     return f"{label} {got:#x}, expected {want:#x}"
 
 
-def difference(register: int, got: int, want: int) -> tuple[str, str | None, str]:
-    """(kind, register name, detail) for a caller frame whose `register`
-    holds `got` instead of `want`."""
+def difference(register: int, got: int, want: int) -> Difference:
+    """The Difference of a caller frame whose `register` holds `got`
+    instead of `want`."""
     kind, name = mismatch_of(register)
-    return kind, name, worded(kind, name, got, want)
+    return Difference(kind, name, worded(kind, name, got, want))

@@ -82,6 +82,13 @@ class ShadowFrame:
     signal: bool = False  # the context a signal handler interrupted (SIGNAL_FRAME)
 
 
+class ItPosition(NamedTuple):
+    """Where a pc lies in the IT block being run."""
+
+    inside: bool  # pc is one of the block's own instructions
+    passed_over: int  # how many of them are passed over before it (not counted yet)
+
+
 class SkippedStops:
     """Unicorn runs no code hook before an instruction an IT block skips, yet
     a profiler can sample there. This tracks IT blocks and names the
@@ -94,13 +101,12 @@ class SkippedStops:
         self._pending: list[tuple[int, int]] = []  # (address, ITSTATE)
         self._end = 0
 
-    def at(self, pc: int) -> tuple[bool, int]:
-        """Is pc one of the block's own instructions; and how many of them
-        are passed over before it (not counted yet). C twin: it_position."""
+    def at(self, pc: int) -> ItPosition:
+        """pc's ItPosition. C twin: it_position."""
         addresses = [address for address, _ in self._pending]
         if pc in addresses:
-            return True, addresses.index(pc)
-        return False, len(addresses) if addresses and pc == self._end else 0
+            return ItPosition(True, addresses.index(pc))
+        return ItPosition(False, len(addresses) if addresses and pc == self._end else 0)
 
     def passed_over(self, pc: int) -> list[tuple[int, int]]:
         """(address, ITSTATE) of block instructions skipped before reaching

@@ -231,18 +231,17 @@ class StopKernel:
         into its wording, as `step` words it."""
         out = []
         for entry in map(LogEntry._make, entries):
-            values = entry.detail
-            if isinstance(values, tuple) and values[0] == "fails":
-                _, rule_id, pc = values
-                entry = entry._replace(detail=self.outcome(abi.FailingRule(entry.cause.frame, abi.FAILS_ANSWER,
-                                                                           rule_id, pc))[3])
-            elif isinstance(values, tuple) and values[0] == "guard":
-                _, rule_id, base, sp, low, high = values
-                answer = abi.GuardFailure(entry.cause.frame, abi.GUARD_FAILS_ANSWER, rule_id, base, sp, low, high,
-                                          entry.pc)
-                entry = entry._replace(detail=self.outcome(answer)[3])
-            elif isinstance(values, tuple) and values[0] == "caller":
-                entry = entry._replace(detail=caller_failure(values[1], values[2])[1])
+            match entry.detail:
+                case ("fails", rule_id, pc):
+                    answer = abi.FailingRule(entry.cause.frame, abi.FAILS_ANSWER, rule_id, pc)
+                    entry = entry._replace(detail=self.outcome(answer).detail)
+                case ("guard", rule_id, base, sp, low, high):
+                    answer = abi.GuardFailure(entry.cause.frame, abi.GUARD_FAILS_ANSWER, rule_id, base, sp, low, high,
+                                              entry.pc)
+                    entry = entry._replace(detail=self.outcome(answer).detail)
+                case ("caller", caller_sp, callee_sp):
+                    _, reason = caller_failure(caller_sp, callee_sp)
+                    entry = entry._replace(detail=reason)
             out.append(entry)
         return out
 
@@ -254,18 +253,18 @@ class StopKernel:
             return self.rule(answer.rule_id).guard_kind or "bad_read"
         if isinstance(answer, abi.FailingRule):
             return self.rule(answer.rule_id).failure[0]
-        return self.outcome(answer)[1]
+        return self.outcome(answer).kind
 
     def outcome(self, answer: abi.Answer) -> Outcome:
-        """(frame, kind, no register, reason) of a failing rule, of a rule
+        """The Outcome (no register) of a failing rule, of a rule
         whose guards failed with a `guard_failure`, of one whose caller's
         sp is not 8-byte aligned (`caller_aligned8`), or of a caller that
         check_caller rejects, as `step` words it."""
         if isinstance(answer, abi.CallerFails):
             kind, reason = caller_failure(answer.caller_sp, answer.callee_sp)
-            return answer.frame, kind, None, reason
+            return Outcome(answer.frame, kind, None, reason)
         if isinstance(answer, abi.ChainFails):  # a stop in a library: counted, never logged
-            return answer.frame, "no_info", None, "every method fails, the last with no_info"
+            return Outcome(answer.frame, "no_info", None, "every method fails, the last with no_info")
         rule = self.rule(answer.rule_id)
         if isinstance(answer, abi.GuardFailure) and rule.caller_aligned8 and guards_hold(
                 rule, answer.base, answer.sp, answer.low, answer.high):
@@ -276,4 +275,4 @@ class StopKernel:
             kind, reason = rule.failure
             if isinstance(reason, PcWording):  # a rule over a range: worded for this frame's pc
                 reason = reason.at(answer.pc)
-        return answer.frame, kind, None, reason
+        return Outcome(answer.frame, kind, None, reason)

@@ -102,7 +102,8 @@ def run_in_python(parts: RunParts, observe=None, resumes: bytes | None = None) -
             vfp = tuple(regs[17:])
         else:
             regs, vfp = emulator.registers(), None
-        if pc == last[0] and regs == last[1] and emulator.deadline is None:  # (a timer, a thread may end it)
+        last_pc, last_regs = last
+        if pc == last_pc and regs == last_regs and emulator.deadline is None:  # (a timer, a thread may end it)
             raise EmulationFault(pc, guard_cause(abi.GUARD_SELF_LOOP, limits))
         last = pc, regs
         shadow = threads.shadow
@@ -112,7 +113,7 @@ def run_in_python(parts: RunParts, observe=None, resumes: bytes | None = None) -
             shadow.observe(pc, regs[13])
         if len(shadow.frames) > max_depth:
             raise EmulationFault(pc, guard_cause(abi.GUARD_DEPTH, limits))
-        inside = emulator.deadline is not None and threads.it_blocks.at(pc)[0]
+        inside = emulator.deadline is not None and threads.it_blocks.at(pc).inside
         for skipped, state in threads.it_blocks.passed_over(pc):
             check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames, shadow.state, shadow.thread)
         if not inside and emulator.expired():  # a timer or a time slice ended: the engine goes on elsewhere

@@ -69,12 +69,12 @@ class RuleBook:
         values, which it keeps from being freed and their id reused) are not
         named again. Numbers of a kernel's own rules are added to `own`."""
         values = rule_map.values
-        known = None if numbered is None else numbered.get(id(values))
-        if known is None or known[0] is not values:
-            known = values, self._numbers_of_rows(rule_map, own)
+        held_values, numbers = (None, None) if numbered is None else numbered.get(id(values), (None, None))
+        if held_values is not values:
+            numbers = self._numbers_of_rows(rule_map, own)
             if numbered is not None:
-                numbered[id(values)] = known
-        return array("q", [self.number_of(rule_map.key_of_row(NO_ROW), own)]) + known[1]
+                numbered[id(values)] = values, numbers
+        return array("q", [self.number_of(rule_map.key_of_row(NO_ROW), own)]) + numbers
 
     def _numbers_of_rows(self, rule_map: RuleMap, own: list[int] | None) -> array:
         """The number of each row's rule: a table has hundreds of rows, most
@@ -92,7 +92,8 @@ class RuleBook:
     def number_of(self, key: tuple, own: list[int] | None = None) -> int:
         """The number of the rule (make, value) names: shared, but for a
         rule itself that scans (its kernel's own: added to `own`)."""
-        if key[0] is itself and names_sites(key[1]):
+        make, value = key
+        if make is itself and names_sites(value):
             number = self.number(key, shared=False)
             if own is not None:
                 own.append(number)

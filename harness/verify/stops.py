@@ -73,9 +73,9 @@ def verify_program(program: Program, unwinders: Sequence[Unwinder], how: Verify 
     emulator = Emulator(program.segments) if system is None else Emulator(system.segments, system, system.placement)
     result = ProgramResult(program.name, expected=program.expected_result)
     _announce_sentinel(unwinders, emulator)
-    run = RunParts(program, unwinders, emulator,
-               Verification(program, unwinders, how.memoize, result, past_bottom=system is not None), result, limits,
-               how.every, how.shard, by_blocks)
+    verification = Verification(program, unwinders, how.memoize, result, past_bottom=system is not None)
+    run = RunParts(program=program, unwinders=unwinders, emulator=emulator, verification=verification, result=result,
+                   limits=limits, every=how.every, shard=how.shard, by_blocks=by_blocks)
     # The per-stop loop allocates much and keeps little, so the collector
     # would mostly rescan the long-lived tables: a fifth of the run time.
     with collector_paused():
@@ -170,27 +170,37 @@ def _resuming_frames(program: Program, system, compiled: bool, limits: abi.Limit
     """placed_ground_truth on twins of `system`; None where it faults (the
     verified run then faults alike, comparing every frame's registers up to there)."""
     twin = (lambda: None) if system is None else system.rerun
-    return placed_ground_truth(program, twin, compiled, limits)[0].resumes
+    return placed_ground_truth(program, twin, compiled, limits).truth.resumes
 
 
 def placed_ground_truth(program: Program, fresh_system: Callable[[], object], compiled: bool,
-                        limits: abi.Limits) -> tuple[GroundTruth, object, bool]:
+                        limits: abi.Limits) -> PlacedTruth:
     """ground_truth_run on `fresh_system()` from block entries, and where the
     process takes a fault only the per-instruction hook places (ImpreciseFault)
-    again on another, from every instruction: what it found, the system that
-    ran (None: bare metal), and whether it took every instruction."""
+    again on another, from every instruction."""
     system = fresh_system()
     truth = ground_truth_run(program, system, compiled, limits, by_blocks=True)
     if not isinstance(truth.fault, ImpreciseFault):
-        return truth, system, False
+        return PlacedTruth(truth, system, False)
     system = fresh_system()
-    return ground_truth_run(program, system, compiled, limits, by_blocks=False), system, True
+    return PlacedTruth(ground_truth_run(program, system, compiled, limits, by_blocks=False), system, True)
 
 
 class GroundTruth(NamedTuple):  # what a run of ground truth alone found:
     resumes: bytes | None  # the frames that resume, a bit per serial (None: the run faulted)
     instructions: int  # it ran, to its end or to its fault
     fault: EmulationFault | None
+
+
+class Resumed(NamedTuple):  # a bit per shadow frame's serial:
+    resumed: bytes  # the frames that resumed
+    questioned: bytes  # those a walk found a wrong register of
+
+
+class PlacedTruth(NamedTuple):
+    truth: GroundTruth
+    system: object  # the system that ran (None: bare metal)
+    exact: bool  # it took every instruction (the block entries could not place a fault)
 
 
 def ground_truth_run(program: Program, system, compiled: bool, limits: abi.Limits,
@@ -204,16 +214,17 @@ def ground_truth_run(program: Program, system, compiled: bool, limits: abi.Limit
     process takes is an ImpreciseFault."""
     emulator = Emulator(program.segments) if system is None else Emulator(system.segments, system, system.placement)
     result = ProgramResult(program.name)
-    run = RunParts(program, [], emulator, Verification(program, [], True, result), result, limits, 1, (0, 1), by_blocks)
+    run = RunParts(program=program, unwinders=[], emulator=emulator, verification=Verification(program, [], True, result),
+                   result=result, limits=limits, every=1, shard=(0, 1), by_blocks=by_blocks)
     try:
-        resumes = _run_compiled(run)[0] if compiled else run_in_python(run)
+        resumes = _run_compiled(run).resumed if compiled else run_in_python(run)
     except EmulationFault as fault:
         return GroundTruth(None, result.instructions, fault)
     return GroundTruth(resumes, result.instructions, None)
 
 
 def _run_compiled(parts: RunParts, observe=None, resumes: bytes | None = None,
-                  wanted: frozenset[int] | None = None) -> tuple[bytes, bytes]:
+                  wanted: frozenset[int] | None = None) -> Resumed:
     """The compiled hook's run; the frames that resumed, and (without
     `resumes`) those a walk found a wrong register of (a bit per serial)."""
     program, emulator, run, result = parts.program, parts.emulator, parts.verification, parts.result
@@ -223,24 +234,24 @@ def _run_compiled(parts: RunParts, observe=None, resumes: bytes | None = None,
     if stop_kernel is not None:
         stop_kernel.verifier.past_bottom = not compare_bottom  # a thread's first frame has no caller
 
-    def slow(number: int, pc: int, regs, cpsr: int, vfp, deferred, packed_shadow: bytes, serials,
-             state: int, thread: int) -> None:
+    def slow(stop: abi.SlowStop) -> None:
         """A stop where a walk deferred, or one observed."""
+        serials = stop.serials
         if len(shadow_frames) > 2 * len(serials) + 4096:  # mostly frames returned from: start afresh
             shadow_frames.clear()
         expected = []
         for index in range(len(serials) - 1, -1, -1):  # innermost first
             frame = shadow_frames.get(serials[index])
             if frame is None:
-                frame = shadow_frames[serials[index]] = unpacked(packed_shadow, index, serials[index])
+                frame = shadow_frames[serials[index]] = unpacked(stop.shadow, index, serials[index])
             expected.append(frame)
         if not compare_bottom:
             expected.pop()  # a process's first frame: no caller to compare
-        frame, stack = frame_of(pc, regs, cpsr, vfp), emulator.stack(regs[13])
-        if deferred:
-            run.walk(number, pc, deferred, frame, stack, expected, state, thread)
-        if observe is not None and (wanted is None or pc in wanted):
-            observe(ObservedStop(pc, frame, stack, tuple(expected)))
+        frame, stack = frame_of(stop.pc, stop.regs, stop.cpsr, stop.vfp), emulator.stack(stop.regs[13])
+        if stop.deferred:
+            run.walk(stop.number, stop.pc, stop.deferred, frame, stack, expected, stop.state, stop.thread)
+        if observe is not None and (wanted is None or stop.pc in wanted):
+            observe(ObservedStop(stop.pc, frame, stack, tuple(expected)))
 
     # The kernel calls `slow` at the stops observed (only at `wanted`, when given) and where a walk deferred.
     observe_all = observe is not None and (wanted is None or bool(wanted))
@@ -271,7 +282,7 @@ def _run_compiled(parts: RunParts, observe=None, resumes: bytes | None = None,
         if stop_kernel is not None:  # its counts; then no cycle through its providers, its own rules out of the book
             run.add_kernel_counts(stop_kernel)
             stop_kernel.release()
-    return tracer.resumed(), tracer.questioned()
+    return Resumed(tracer.resumed(), tracer.questioned())
 
 
 def _merged_log(tracer, run: Verification, stop_kernel, causes: list, truncated: bool) -> FailureLog:

@@ -105,6 +105,15 @@ def group_by(entries: Sequence[Entry], heads: Sequence[Part], middles: Sequence[
     return Grouping(keys, walks, of_entry.tobytes())
 
 
+class CauseParts(NamedTuple):
+    """What a report makes of each of a tally's causes, by cause id."""
+
+    kinds: list[str]  # the kind each cause is counted under (counted_kind)
+    unwinders: list[tuple]  # (unwinder,)
+    failing: list[Part]  # (unwinder,), None for a stop in a library (not a failure)
+    kind_parts: list[tuple]  # (counted kind,)
+
+
 class Tally:
     """(where, cause) -> failing walks, by ids: `wheres` and `causes` may
     hold equal values under several ids (sums add them up alike). The parts
@@ -133,36 +142,31 @@ class Tally:
         self.__dict__.pop("_parts", None)  # made from the causes before
 
     @cached_property
-    def _parts(self) -> tuple[list[str], list[tuple], list[Part], list[tuple]]:
-        """`kinds`, `unwinders`, `failing` and `kind_parts`, each distinct
-        one-part tuple made once (a run has hundreds of causes, most of few
-        unwinders and kinds)."""
+    def _parts(self) -> CauseParts:
+        """Each distinct one-part tuple made once (a run has hundreds of
+        causes, most of few unwinders and kinds)."""
         kinds = [counted_kind(cause) for cause in self.causes]
         made: dict[str, tuple] = {}  # an unwinder's name and a kind as one-part tuples
         unwinders = [made.get(cause.unwinder) or made.setdefault(cause.unwinder, (cause.unwinder,))
                      for cause in self.causes]
         failing = [None if kind.startswith(STOPPED_PREFIX) else unwinder for kind, unwinder in zip(kinds, unwinders)]
-        return kinds, unwinders, failing, [made.get(kind) or made.setdefault(kind, (kind,)) for kind in kinds]
+        return CauseParts(kinds, unwinders, failing, [made.get(kind) or made.setdefault(kind, (kind,)) for kind in kinds])
 
     @property
     def kinds(self) -> list[str]:
-        """The kind each cause is counted under, by cause id (`counted_kind`)."""
-        return self._parts[0]
+        return self._parts.kinds
 
     @property
     def unwinders(self) -> list[tuple]:
-        """(unwinder,) by cause id."""
-        return self._parts[1]
+        return self._parts.unwinders
 
     @property
     def failing(self) -> list[Part]:
-        """(unwinder,) by cause id, None for a stop in a library (not a failure)."""
-        return self._parts[2]
+        return self._parts.failing
 
     @property
     def kind_parts(self) -> list[tuple]:
-        """(counted kind,) by cause id."""
-        return self._parts[3]
+        return self._parts.kind_parts
 
     def sums(self, heads: Sequence[Part], middles: Sequence[Part] | None = None,
              tails: Sequence[tuple] | None = None, into: dict | None = None) -> dict:

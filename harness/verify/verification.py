@@ -88,20 +88,19 @@ class Verification:
         failure's of a rule whose failures are all of one kind, a rejected
         caller's and a chain's refusal in a library, is shared wherever the
         wrong frame is in the same function (`culprit`, a where id), its
-        values given apart (each log entry's, worded where the log is read);
-        a mismatch's is made without a record of its answer."""
+        values given apart (each log entry's, worded where the log is read)."""
         causes, names, wheres, new = [], self.names, self.wheres, tuple.__new__
         for item in found:
             if type(item) is FailureCause:  # made by the kernel (`cause_parts`)
                 causes.append(item)
                 continue
             index, values, culprit = item
-            if values[1] == abi.MISMATCH_ANSWER:
-                function, traits, _ = wheres[culprit]
-                kind, register_name = mismatch_of(values[2])
-                causes.append(new(FailureCause, (names[index], kind, values[0], function, register_name, "", traits)))
-                continue
             answer = abi.answer(values)
+            if isinstance(answer, abi.Mismatch):
+                function, traits, _ = wheres[culprit]
+                kind, register_name = mismatch_of(answer.register)
+                causes.append(new(FailureCause, (names[index], kind, answer.frame, function, register_name, "", traits)))
+                continue
             if culprit >= 0:  # any but a guard failure the tracer did not merge
                 function, traits, _ = wheres[culprit]
                 causes.append(FailureCause(names[index], stop_kernel.kind_of(answer), answer.frame, function, None, "",
@@ -129,10 +128,10 @@ class Verification:
                 if outcome == INVENTED:
                     self.invented[(self.names[index], where.traits, where.position)] += 1
                 continue
-            if outcome[1] == "wrong_register":  # would not be compared if that frame never resumes
-                self.questioned.add(expected[outcome[0] - 1].serial)
+            if outcome.kind == "wrong_register":  # would not be compared if that frame never resumes
+                self.questioned.add(expected[outcome.frame - 1].serial)
             cause, wording = self.shared(self.failure_cause(self.names[index], outcome,
-                                                            pc if outcome[0] == 0 else expected[outcome[0] - 1].pc))
+                                                            pc if outcome.frame == 0 else expected[outcome.frame - 1].pc))
             if len(self.log) < self.log_cap and not is_stop(cause):
                 self.log.append(number, index, pc, where, cause, wording)
             else:  # past the cap, or a stop in a library: tallied only

@@ -68,10 +68,10 @@ def first_difference(unwinder: Unwinder, frame: Frame, stack: StackReader, expec
         if index - first == len(expected):
             return INVENTED if invents(got) else None
         if isinstance(got, UnwindFailure):
-            return index, got.kind, None, got.reason
+            return Outcome(index, got.kind, None, got.reason)
         mismatch = compare(got, expected[index - first], restores)
         if mismatch is not None:
-            return (index, *mismatch)
+            return Outcome(index, *mismatch)
     return None
 
 
@@ -167,10 +167,10 @@ class MemoizedWalk:
             return first_difference(self.unwinder, frame, stack, expected, past_bottom=self.past_bottom)
         caller = next(walk(self.unwinder, frame, stack, 1))
         if isinstance(caller, UnwindFailure):
-            return 0, caller.kind, None, caller.reason
+            return Outcome(0, caller.kind, None, caller.reason)
         mismatch = compare(caller, expected[0], self.restores)
         if mismatch is not None:
-            return (0, *mismatch)
+            return Outcome(0, *mismatch)
         if len(expected) == 1 and not self.past_bottom:
             return None
         caller = without_scratch(caller)

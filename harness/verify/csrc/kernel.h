@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "abi.h"  /* generated from harness/verify/abi.py: structs, flags, slots, answer kinds */
+#include "abi.h"  /* generated from harness/abi.py: structs, flags, slots, answer kinds */
 
 enum { SP = 13, LR = 14, PC = 15 };
 

@@ -1,6 +1,7 @@
 /* The module harness.verify._kernel: the types of rules.c and trace.c, and for tests the C that
  * Python's references hold: sources.c's epilogue filter, epilogue.c's plans, trace_pcs.c's store classes. */
 #include "kernel.h"
+#include "trace.h"
 
 /* may_start_epilogue(code: bytes) -> bool: sources.c's twin of harness.thumb.encoding's. */
 static PyObject *kernel_may_start_epilogue(PyObject *module, PyObject *code) {
@@ -51,6 +52,12 @@ static struct PyModuleDef kernel_module = {
 
 PyMODINIT_FUNC PyInit__kernel(void) {
     if (PyType_Ready(&VerifierType) < 0 || PyType_Ready(&TracerType) < 0) return NULL;
+    if (!SlowStopType) {
+        PyObject *abi = PyImport_ImportModule("harness.abi");
+        SlowStopType = abi ? PyObject_GetAttrString(abi, "SlowStop") : NULL;
+        Py_XDECREF(abi);
+        if (!SlowStopType) return NULL;
+    }
     PyObject *module = PyModule_Create(&kernel_module);
     if (!module) return NULL;
     if (PyModule_AddObjectRef(module, "Verifier", (PyObject *)&VerifierType) < 0 ||

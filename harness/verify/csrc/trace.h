@@ -148,7 +148,7 @@ typedef struct {
     int compare_bottom;  /* 0: the bottom frame stands for "no caller" (a process's first), never compared */
     uint64_t every, shard_index, shard_count;
     PyObject *classify;  /* classify(pc, stop state, thread) -> (stop class, where id, low, high) */
-    PyObject *slow;      /* slow(number, pc, regs, cpsr, vfp, deferred, shadow, serials, stop state, thread) */
+    PyObject *slow;      /* slow(abi.SlowStop) */
     /* a timer: before the instruction at which `seen` reaches `deadline`,
      * expire() runs (it is true where the engine goes on elsewhere) */
     uint64_t deadline;
@@ -313,6 +313,7 @@ PyObject *Tracer_faulted(Tracer *self, PyObject *args);
 PyObject *Tracer_switch(Tracer *self, PyObject *args);
 
 /* trace_stop.c */
+extern PyObject *SlowStopType;  /* harness.abi.SlowStop, what `slow` is called with (set as the module loads) */
 uint64_t next_stride(Tracer *t);
 int take_sample(Tracer *t, uint32_t pc, uint32_t cpsr);
 int check(Tracer *t, uint32_t pc, uint32_t cpsr);

@@ -62,6 +62,8 @@ static PyObject *register_tuple(const uint64_t *v, int count) {
     return out;
 }
 
+PyObject *SlowStopType;
+
 static int call_slow(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr, const Py_ssize_t *deferred, int count) {
     PyObject *regs = register_tuple(t->values, 15);
     PyObject *vfp = t->uses_vfp ? register_tuple(&t->values[FIRST_VFP], 8) : (Py_INCREF(Py_None), Py_None);
@@ -75,9 +77,13 @@ static int call_slow(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr, con
         if (!index) goto done;
         PyTuple_SET_ITEM(which, i, index);
     }
-    result = PyObject_CallFunction(t->slow, "KkOIOOOOiL", (unsigned long long)number, (unsigned long)pc, regs,
-                                   (unsigned int)cpsr, vfp, which, shadow, serials, stop_state(t),
-                                   (long long)thread_label(t));
+    /* an abi.SlowStop, its fields in their order */
+    PyObject *stop = PyObject_CallFunction(SlowStopType, "KkOIOOOOiL", (unsigned long long)number,
+                                           (unsigned long)pc, regs, (unsigned int)cpsr, vfp, which, shadow, serials,
+                                           stop_state(t), (long long)thread_label(t));
+    if (!stop) goto done;
+    result = PyObject_CallOneArg(t->slow, stop);
+    Py_DECREF(stop);
 done:
     Py_XDECREF(regs);
     Py_XDECREF(vfp);
