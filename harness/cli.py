@@ -16,7 +16,7 @@ from harness.errors import HarnessError, InputError
 from harness.formats import chrome_v2
 from harness.linux_verify.corpus import CHOICES as LINUX_CHOICES
 from harness.runner import LINUX_LIMITS, Shard, parse_shard
-from harness.unwind.registry import FORMAT_NAMES, UNWINDER_NAMES
+from harness.unwind.registry import FORMAT_NAMES, UNWINDER_NAMES, table_formats
 from harness.verify import kernel
 from harness.verify.sampling import AUTO
 from harness.verify.stops import DEFAULT_LIMITS
@@ -163,10 +163,8 @@ def _add_encode(subparsers) -> None:
     encode.add_argument("--input", choices=("elf", "breakpad"), default="elf",
                         help="elf (default), or a Breakpad symbol file (dump_syms output), as Chrome's builders read")
     encode.add_argument("-o", "--output", required=True, help="the blob to write")
-    encode.add_argument("--format", choices=("v2", "v1", "vmkunwind", "qut", "call-sites"), default="v2",
-                        help="v2 (default), Chrome's earlier v1 format, vmkunwind (VMware's triples, adapted to "
-                             "ARM), qut (WeChat's Quicken Unwind Tables; from the .ARM.exidx where the ELF has no "
-                             "CFI) or call-sites (the return addresses a stack scan accepts): docs/comparators.md")
+    encode.add_argument("--format", choices=FORMAT_NAMES, default="v2",
+                        help=", ".join(f"{f.name} ({f.about})" for f in table_formats()) + ": docs/comparators.md")
     encode.add_argument("--layout", choices=chrome_v2.LAYOUTS, default=None,
                         help="seed (the design document's header; default) or chrome (Chrome's header, and only the "
                              "opcodes its runtime executes)")

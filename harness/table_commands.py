@@ -9,14 +9,10 @@ from pathlib import Path
 
 from harness.commands import EXIT_OK, read_v2_table
 from harness.compare_rows import compare_elf
-from harness.elf_program import code_map, code_reader, elf_functions
+from harness.elf_program import elf_functions
 from harness.errors import ElfError, InputError
 from harness.filesystem import check_output, read_input, write_output
-from harness.formats import chrome_v2
-from harness.formats.arm_exidx import parse_sections, read_exidx_sections, require_exidx_sections
 from harness.formats.breakpad import module_id, read_symbol_file, symbol_file
-from harness.formats.call_sites import encode_call_sites, mapped_return_addresses
-from harness.formats.chrome_v1 import V1Encoded, encode_v1
 from harness.formats.chrome_v2.dump import dump
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import (
@@ -28,11 +24,10 @@ from harness.formats.elf import (
     section_data,
     text_base,
 )
-from harness.formats.qut import encode_from_cfi, encode_from_exidx
-from harness.formats.vmkunwind import encode_vmkunwind
 from harness.linux.process import LinuxRun
 from harness.thumb.discovery import coverage_lines
-from harness.unwind.registry import table_format
+from harness.unwind.registry import ENCODE_OPTIONS, table_format
+from harness.unwind.writers import TableInput
 
 
 def _rows(args) -> tuple[list, int, object, tuple]:
@@ -55,75 +50,21 @@ def _rows(args) -> tuple[list, int, object, tuple]:
     return elf_functions(image, args.from_code), base, image, ()
 
 
-def _comparator_tables(args, functions: list, base: int, image) -> int:
-    """`encode --format vmkunwind|qut|call-sites`: the CFI's rows as they
-    are (QUT from the `.ARM.exidx` where the ELF has no CFI, as Matrix
-    builds it); a stack scan's call sites from the ELF's code."""
-    if args.from_code or args.builder != "ours" or args.epilogue != "drop" or args.layout:
-        raise InputError(f"--format {args.format} takes the CFI's rows as they are: no --from-code, --builder, "
-                         "--epilogue or --layout")
-    if args.format == "call-sites":
-        if image is None:
-            raise InputError("--format call-sites reads an ELF's code: not with --input breakpad")
-        sites = mapped_return_addresses(code_map(image, read_exidx_sections(image)), code_reader(image))
-        write_output(args.output, blob := encode_call_sites(sites, base))
-        print(f"call sites: {len(sites)} return addresses, from the code of every executable section")
-        print(f"wrote {len(blob)} bytes to {args.output}")
-        return EXIT_OK
-    if args.format == "vmkunwind":
-        encoded = encode_vmkunwind(functions, base)
-        counts = f"{encoded.ranges} ranges, {encoded.rows} distinct rows"
-    elif functions or image is None:
-        encoded = encode_from_cfi(functions, base)
-        counts = f"{encoded.entries} entries from the CFI"
-    else:
-        sections = require_exidx_sections(image)
-        encoded = encode_from_exidx(parse_sections(sections), sections.end, base)
-        counts = f"{encoded.entries} entries from the .ARM.exidx (the ELF has no CFI)"
-    write_output(args.output, encoded.blob)
-    print(f"{args.format}: {len(functions)} functions with CFI, {counts}, {len(encoded.refused)} left without")
-    for name, why in encoded.refused[:20]:
-        print(f"  {name}: {why}")
-    print(f"wrote {len(encoded.blob)} bytes to {args.output}")
-    return EXIT_OK
-
-
-def size_summary(encoded: chrome_v2.Encoded, layout: str) -> str:
-    sizes = encoded.table_sizes(layout)
-    total = sum(sizes.values())
-    functions = len(encoded.functions)
-    lines = [
-        f"text base: {encoded.text_base:#x}",
-        f"functions: {functions}, CFI rows: {encoded.rows}, "
-        f"rows dropped by epilogue policy '{encoded.policy}': {encoded.dropped_rows}",
-        f"addresses: {encoded.addresses}, distinct instruction runs: {encoded.distinct_runs}",
-        f"table bytes ({layout} layout):",
-    ]
-    lines += [f"  {name:<26}{size:>8}" for name, size in sizes.items()]
-    lines.append(f"  {'total':<26}{total:>8}")
-    lines.append(f"bytes per function: {total / max(functions, 1):.2f}")
-    lines.append(f"bytes per address: {total / max(encoded.addresses, 1):.2f}")
-    problems = encoded.problems
-    lines.append(f"CFI the encoder could not express or ignored: {len(problems)}")
-    lines += [f"  {name}: {problem}" for name, problem in problems]
-    return "\n".join(lines)
-
-
-def v1_summary(encoded: V1Encoded, functions: int, base: int) -> str:
-    size = len(encoded.blob)
-    lines = [
-        f"text base: {base:#x}",
-        f"functions: {functions}, in the table: {len(encoded.functions)}, "
-        f"frameless (no entry needed): {len(encoded.frameless)}, refused: {len(encoded.refused)}",
-        f"rows: {encoded.addresses}, index entries: {encoded.index_entries}",
-        f"table bytes: {size} ({size / max(functions, 1):.2f} per function)",
-    ]
-    lines += [f"  refused {name}: {why}" for name, why in encoded.refused]
-    return "\n".join(lines)
+def _given_options(args) -> list[str]:
+    """Those of registry.ENCODE_OPTIONS `args` gives (not their defaults)."""
+    given = {"from-code": args.from_code, "layout": args.layout is not None, "epilogue": args.epilogue != "drop",
+             "builder": args.builder != "ours", "compare": args.compare}
+    return [option for option in ENCODE_OPTIONS if given[option]]
 
 
 def cmd_encode(args) -> int:
     check_output(args.output, [args.elf, args.stdin])
+    chosen = table_format(args.format)
+    refused = [f"--{option}" for option in _given_options(args) if option not in chosen.options]
+    if refused:
+        takes = ", ".join(f"--{option}" for option in ENCODE_OPTIONS if option in chosen.options) or "none of them"
+        raise InputError(f"--format {args.format} does not take {', '.join(refused)} (of encode's options it takes "
+                         f"{takes})")
     if (args.compare or args.entry or args.run) and not (args.from_code and args.compare):
         raise InputError("--compare needs --from-code, and --entry and --run need --compare")
     if args.entry and args.run:
@@ -131,27 +72,12 @@ def cmd_encode(args) -> int:
     if (args.sysroot or args.cwd or args.stdin or args.lazy_binding) and not args.run:
         raise InputError("--sysroot, --cwd, --stdin and --lazy-binding say how --run runs the program")
     functions, base, image, records = _rows(args)
-    if args.format in ("vmkunwind", "qut", "call-sites"):
-        return _comparator_tables(args, functions, base, image)
-    if args.format == "v1":
-        encoded_v1 = encode_v1(functions, base)
-        write_output(args.output, encoded_v1.blob)
-        print(v1_summary(encoded_v1, len(functions), base))
-        print(f"wrote {len(encoded_v1.blob)} bytes to {args.output}")
-        return EXIT_OK
-    if args.builder == "chrome":
-        if args.layout == "seed" or args.epilogue != "drop":
-            raise InputError("--builder chrome writes Chrome's tables: chrome layout, its own epilogue rule")
-        encoded = chrome_v2.encode_as_chrome(records or functions, base)
-    else:
-        code_at = code_reader(image) if args.epilogue == "synthesize" else None
-        encoded = chrome_v2.encode(functions, base, args.epilogue, code_at=code_at, layout=args.layout or "seed")
-    blob = encoded.blob()
-    write_output(args.output, blob)
-    print(size_summary(encoded, encoded.layout))
+    written = chosen.write(TableInput(functions, base, image, records, args.layout, args.epilogue, args.builder))
+    write_output(args.output, written.blob)
+    print(written.summary)
     if args.from_code:
         print("\n".join(coverage_lines(tuple(functions), executable_ranges(image))))
-    print(f"wrote {len(blob)} bytes to {args.output}")
+    print(f"wrote {len(written.blob)} bytes to {args.output}")
     if args.compare:
         run = LinuxRun(args.elf, tuple(args.args), args.sysroot, args.cwd or ".", args.stdin,
                        args.lazy_binding) if args.run else None

@@ -7,10 +7,12 @@ import json
 
 import pytest
 
-from harness.bench.step_cost import snapshot
+from generators.corpus import generate_program
+from harness.bench.step_cost import CACHED, snapshot
 from harness.cli import main
 from harness.errors import BadRead
 from harness.manifest import elf_builds
+from harness.unwind.registry import UNWINDER_NAMES, meaningful
 from harness.unwind.v2 import DirectMappedCache
 
 KEYS = ("verifier_overhead_ratio", "overhead_ratio_against_no_hook", "step_cost_ratio_dwarf_over_v2", "cache_hit_rate", "encode_seconds",
@@ -30,8 +32,11 @@ def test_figure_is_produced_and_positive(figures, key):
     assert isinstance(figures[key], (int, float)) and figures[key] > 0
 
 
-def test_step_cost_of_every_measured_unwinder(figures):
-    assert {"v2", "v2 (509-entry pc cache)", "v2+epilogue", "dwarf", "exidx"} <= set(figures["step_us"])
+def test_step_cost_of_every_registered_unwinder(figures):
+    """Each unwinder a run verifies over the bench's programs, and v2 with a pc cache."""
+    programs = [generate_program(0, number) for number in range(figures["size"]["programs"])]
+    verified = {name for program in programs for name in meaningful(program, UNWINDER_NAMES)}
+    assert set(figures["step_us"]) == verified | {CACHED}
     assert all(us > 0 for us in figures["step_us"].values())
     assert all(n > 0 for n in figures["steps"]["frames"].values())
 

@@ -39,6 +39,18 @@ def test_encode_then_dump(elf, layout, tmp_path, capsys):
     assert "finish" in listing
 
 
+@pytest.mark.parametrize("format_name, options, refused", [
+    ("v1", ["--layout", "chrome", "--epilogue", "keep"], "--layout, --epilogue (of encode's options it takes --from-code)"),
+    ("qut", ["--from-code"], "--from-code (of encode's options it takes none of them)"),
+    ("call-sites", ["--builder", "chrome"], "--builder (of encode's options it takes none of them)")])
+def test_encode_refuses_the_options_a_format_does_not_take(format_name, options, refused, tmp_path, capsys):
+    """An option a format would ignore is refused, naming it, and no file is written."""
+    blob = tmp_path / "table.bin"
+    assert main(["encode", str(FIXTURES[0]), "--format", format_name, *options, "-o", str(blob)]) == 2
+    assert f"--format {format_name} does not take {refused}" in capsys.readouterr().err
+    assert not blob.exists()
+
+
 @pytest.mark.parametrize("name, refused", [("calls-clang-nofp", 0), ("calls-clang-fp", 7)])
 def test_encode_v1(name, refused, tmp_path, capsys):
     blob = tmp_path / "unwind.v1"

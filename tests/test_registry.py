@@ -5,6 +5,7 @@ command line, the report, the size table and the chain."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from harness.cli import build_parser, main
 from harness.errors import UnwindFailure
@@ -22,6 +23,9 @@ from harness.unwind.registry import (
     strategies,
 )
 from harness.unwind.walk import PC_SP_ONLY, Unwinder, check_caller
+from harness.unwind.writers import Written
+
+FIXTURE = Path(__file__).resolve().parent.parent / "corpus" / "fixtures" / "alloca-gcc-fp.elf"
 
 
 class LeafOnly(Unwinder):
@@ -42,7 +46,8 @@ class LeafOnly(Unwinder):
 
 TOY = Strategy("leaf", lambda program, unwinder_of: LeafOnly(), PC_SP_ONLY, chain_place=0.5, size_column="leaf",
                compared=True)
-TOY_FORMAT = TableFormat("leaf", ("leaf",), lambda program, layout: Measured({"leaf": 0}, {}))
+TOY_FORMAT = TableFormat("leaf", "no table at all", ("leaf",), lambda program, layout: Measured({"leaf": 0}, {}),
+                         lambda given: Written(b"leaf", f"leaf: {len(given.functions)} functions, none kept"))
 
 
 def _choices(command: str, option: str) -> list:
@@ -54,7 +59,10 @@ def _choices(command: str, option: str) -> list:
 def test_a_registered_unwinder_is_in_the_cli_the_report_the_size_table_and_the_chain(tmp_path):
     with registered(TOY, TOY_FORMAT):
         assert "leaf" in _choices("run", "--unwinder") and "leaf" in _choices("verify-elf", "--unwinder")
-        assert "leaf" in _choices("dump", "--format")
+        assert "leaf" in _choices("dump", "--format") and "leaf" in _choices("encode", "--format")
+        blob = tmp_path / "leaf.bin"
+        assert main(["encode", str(FIXTURE), "--format", "leaf", "-o", str(blob)]) == 0
+        assert blob.read_bytes() == b"leaf"
         assert list(CHAIN) == ["v2", "leaf", "exidx", "framepointer", "scan"]
         assert main(["run", "--programs", "2", "--seed", "5", "--no-elf", "--jobs", "1", "--unwinder", "leaf",
                      "--unwinder", "chain", "--reports", str(tmp_path)]) in (0, 1)

@@ -9,11 +9,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.formats import chrome_v2
 from harness.program import Program
-from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.frame import Stack
-from harness.unwind.registry import build_unwinders
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders, meaningful
 from harness.unwind.v2 import DirectMappedCache, NoCache, V2Unwinder
 from harness.unwind.v2_epilogue import EpilogueFirst
 from harness.unwind.walk import walk
@@ -49,23 +47,15 @@ CACHED = f"v2 ({PC_CACHE_ENTRIES}-entry pc cache)"  # step_unwinders' v2 with a 
 
 
 def step_unwinders(program: Program) -> dict:
-    """The unwinders whose step cost is measured, built for `program`."""
-    tables = chrome_v2.encode(program.cfi["tables"], program.text_base, "drop", code_at=program.code)
-    reader = chrome_v2.V2Reader.from_blob(tables.blob("seed"), "seed")
-    plain = V2Unwinder(reader, program.text_base, "v2", NoCache())
-    built = {u.name: u for u in build_unwinders(program, ["v2+epilogue", "exidx", "vmkunwind", "qut", "scan", "chain"])}
-    epilogue = built["v2+epilogue"]
-    return {
-        "v2": plain,
-        CACHED: V2Unwinder(reader, program.text_base, "v2", DirectMappedCache(PC_CACHE_ENTRIES)),
-        "v2+epilogue": EpilogueFirst(epilogue.simulator, plain, "v2+epilogue"),
-        "dwarf": DwarfUnwinder(program.cfi["reference"]),
-        "exidx": built["exidx"],
-        "vmkunwind": built["vmkunwind"],
-        "qut": built["qut"],
-        "scan": built["scan"],
-        "chain": built["chain"],
-    }
+    """Every registered unwinder verified over `program`, built as a run
+    builds it, but v2 looking every pc up in its tables (the lookup itself,
+    which the dwarf ratio compares), v2+epilogue over that v2, and CACHED."""
+    built = {u.name: u for u in build_unwinders(program, meaningful(program, UNWINDER_NAMES))}
+    looked_up = V2Unwinder(built["v2"].reader, program.text_base, "v2", NoCache())
+    built["v2"] = looked_up
+    built["v2+epilogue"] = EpilogueFirst(built["v2+epilogue"].simulator, looked_up, "v2+epilogue")
+    built[CACHED] = V2Unwinder(looked_up.reader, program.text_base, "v2", DirectMappedCache(PC_CACHE_ENTRIES))
+    return built
 
 
 def record(program: Program, unwinders: dict, wanted: int) -> list[RecordedStop]:

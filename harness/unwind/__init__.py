@@ -31,11 +31,21 @@ from harness.formats.vmkunwind import VmkTable, dump_vmkunwind, encode_vmkunwind
 from harness.program import CodeMap, FunctionCfi, Program
 from harness.registers import SP
 from harness.thumb.discovery import analyse_all
+from harness.unwind import writers
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder_for
 from harness.unwind.framepointer import FramePointerUnwinder
 from harness.unwind.qut import QutUnwinder
-from harness.unwind.registry import CHAIN, Measured, Strategy, TableFormat, UnwinderOf, register
+from harness.unwind.registry import (
+    CHAIN,
+    ENCODE_OPTIONS,
+    Measured,
+    Strategy,
+    TableFormat,
+    UnwinderOf,
+    register,
+    strategy,
+)
 from harness.unwind.scan import ChainUnwinder, ScanUnwinder
 from harness.unwind.v1 import V1Unwinder
 from harness.unwind.v2 import V2Unwinder
@@ -110,6 +120,11 @@ def _v2_chrome(program: Program) -> Unwinder:
 
 def _dwarf(program: Program) -> Unwinder:
     return DwarfUnwinder(program.cfi["reference"])
+
+
+def _chrome_over_given(built: Unwinder, given: Unwinder, layout: str) -> Unwinder:
+    """A chrome-layout blob (one Chrome built, say) run as Chrome runs it."""
+    return ChromeV2Unwinder(given.reader, given.text_base) if layout == "chrome" else built
 
 
 def _v1(program: Program) -> Unwinder:
@@ -216,14 +231,16 @@ def _alone(build: Callable[[Program], Unwinder]) -> Callable[[Program, UnwinderO
 # chain: v2, exidx, framepointer, scan: each where the one before has no entry or fails (pc and sp only).
 register(
     Strategy("v2", _alone(_v2("v2", "tables", "drop")), ALL_CALLEE_SAVED, _has_cfi, chain_place=0,
-             size_column="v2 drop", compared=True),
+             size_column="v2 drop", compared=True, over_given_v2=lambda built, given, layout: given),
     Strategy("v2+epilogue", lambda program, unwinder_of: _v2_epilogue(program, unwinder_of("v2")),
-             ALL_CALLEE_SAVED, _has_cfi),
+             ALL_CALLEE_SAVED, _has_cfi,
+             over_given_v2=lambda built, given, layout: EpilogueFirst(built.simulator, given, built.name)),
     Strategy("v2-synth", _alone(_v2("v2-synth", "tables", "synthesize")), ALL_CALLEE_SAVED, _has_cfi),
     Strategy("v2-gcc", _alone(_v2("v2-gcc", "reference", "keep")), ALL_CALLEE_SAVED, _has_cfi,
              only_where=has_epilogue_cfi),  # elsewhere its input is v2's
     Strategy("v2-code", _alone(_v2("v2-code", "code", "keep")), ALL_CALLEE_SAVED, _has_code_to_start_from),
-    Strategy("v2-chrome", _alone(_v2_chrome), ChromeV2Unwinder.restores),  # the executable's tables alone
+    Strategy("v2-chrome", _alone(_v2_chrome), ChromeV2Unwinder.restores,  # the executable's tables alone
+             over_given_v2=_chrome_over_given),
     Strategy("dwarf", _alone(_dwarf), ALL_CALLEE_SAVED, _has_cfi),
     Strategy("v1", _alone(_v1), V1Unwinder.restores, _has_cfi, size_column="v1", compared=True),
     Strategy("exidx", _alone(_exidx), ALL_CALLEE_SAVED, lambda program: program.exidx is not None, chain_place=1,
@@ -268,31 +285,27 @@ def _sized(column: str, blob_of: Callable[[Program], bytes]) -> Callable[[Progra
 # compiler's own .debug_frame and .ARM.exidx + .ARM.extab).
 POLICY_SOURCES = {"drop": "tables", "keep": "reference", "synthesize": "tables"}  # the CFI each v2 policy reads
 register(
-    TableFormat("v1", ("v1",), _v1_sizes, V1Table.from_blob, dump_v1),
-    TableFormat("v2", tuple(f"v2 {policy}" for policy in POLICY_SOURCES), _v2_sizes),  # dump: by layout
-    TableFormat("vmkunwind", ("vmkunwind",),
+    TableFormat("v1", "Chrome's earlier format", ("v1",), _v1_sizes, writers.write_v1, frozenset({"from-code"}),
+                V1Table.from_blob, dump_v1),
+    TableFormat("v2", "the default", tuple(f"v2 {policy}" for policy in POLICY_SOURCES), _v2_sizes, writers.write_v2,
+                frozenset(ENCODE_OPTIONS)),  # dump: by layout
+    TableFormat("vmkunwind", "VMware's triples, adapted to ARM", ("vmkunwind",),
                 _sized("vmkunwind", lambda p: encode_vmkunwind(p.cfi["reference"], p.text_base).blob),
-                VmkTable.from_blob, dump_vmkunwind),
-    TableFormat("qut", ("qut",), _sized("qut", lambda p: qut_tables(p).blob), QutTable.from_blob, dump_qut),
-    TableFormat("call-sites", ("call sites",),
+                writers.write_vmkunwind, read=VmkTable.from_blob, listing=dump_vmkunwind),
+    TableFormat("qut", "WeChat's Quicken Unwind Tables; from the .ARM.exidx where the ELF has no CFI", ("qut",),
+                _sized("qut", lambda p: qut_tables(p).blob), writers.write_qut, read=QutTable.from_blob,
+                listing=dump_qut),
+    TableFormat("call-sites", "the return addresses a stack scan accepts", ("call sites",),
                 _sized("call sites", lambda p: encode_call_sites(call_site_addresses(p), p.text_base)),
-                CallSites.from_blob, dump_call_sites),
+                writers.write_call_sites, read=CallSites.from_blob, listing=dump_call_sites),
 )
 
 
 def with_v2_tables(unwinders: list[Unwinder], reader: chrome_v2.V2Reader, text_base: int,
                    layout: str = "seed") -> list[Unwinder]:
-    """`unwinders` with given v2 tables standing in for the ones built from
-    the CFI (in `v2`, and under `v2+epilogue`'s simulation; a chrome-layout
-    blob, one Chrome built say, also in `v2-chrome`, run as Chrome runs it)."""
+    """`unwinders` with given v2 tables standing in for the ones they built
+    (Strategy.over_given_v2)."""
     given = V2Unwinder(reader, text_base, "v2")
-    replaced = []
-    for unwinder in unwinders:
-        if unwinder.name == "v2":
-            unwinder = given
-        elif unwinder.name == "v2+epilogue":
-            unwinder = EpilogueFirst(unwinder.simulator, given, unwinder.name)
-        elif unwinder.name == "v2-chrome" and layout == "chrome":
-            unwinder = ChromeV2Unwinder(reader, text_base)
-        replaced.append(unwinder)
-    return replaced
+    over = {unwinder.name: strategy(unwinder.name).over_given_v2 for unwinder in unwinders}
+    return [unwinder if over[unwinder.name] is None else over[unwinder.name](unwinder, given, layout)
+            for unwinder in unwinders]

@@ -16,6 +16,7 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 from harness.program import Program
 from harness.unwind.walk import Restores, Unwinder
+from harness.unwind.writers import TableInput, Written
 
 UnwinderOf = Callable[[str], Unwinder]
 """The unwinder of another strategy over the same program (or process), built once."""
@@ -49,6 +50,10 @@ class Strategy(NamedTuple):
     only_where: Callable[[Program], bool] | None = None
     """Verified over a compiled program only where this holds (elsewhere it
     would repeat another strategy: v2-gcc where no epilogue is described)."""
+    over_given_v2: Callable[[Unwinder, Unwinder, str], Unwinder] | None = None
+    """verify-elf --v2-table: its unwinder (built) over v2 tables given as a
+    blob, from a v2 unwinder of them and the blob's layout. None: it reads
+    no v2 tables, and stays as built."""
 
 
 class Measured(NamedTuple):
@@ -59,12 +64,19 @@ class Measured(NamedTuple):
     counts: dict[str, int]
 
 
+ENCODE_OPTIONS = ("from-code", "layout", "epilogue", "builder", "compare")
+"""`encode`'s options beyond the rows and the text base, that a format may take (TableFormat.options)."""
+
+
 class TableFormat(NamedTuple):
     """A table format the harness writes."""
 
     name: str  # as `encode --format` and `dump --format` take it
+    about: str  # what it is, for `encode --help`
     columns: tuple[str, ...]  # its columns in the size table
     measure: Callable[[Program, str], Measured]  # its tables for a program, in a v2 layout
+    write: Callable[[TableInput], Written]  # `encode`: the blob from rows, and what it prints of it
+    options: frozenset[str] = frozenset()  # those of ENCODE_OPTIONS it takes (`encode` refuses the others)
     read: Callable[[bytes], object] | None = None  # a blob, read back (`dump`)
     listing: Callable[[object, int], str] | None = None  # the table read, listed from a text start
 
