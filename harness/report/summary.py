@@ -109,22 +109,25 @@ def blame(entries: Sequence[tuple], causes: Sequence[FailureCause]) -> tuple[dic
     stops_of = [0] * len(causes)
     for _, number, walks in entries:
         stops_of[number] += walks
-    registers: dict[str, Counter] = {}
-    blamed: dict[str, Culprits] = {}
+    registers: dict[str, dict[str, int]] = {}
+    innermost: dict[str, int] = {}
+    deeper: dict[str, int] = {}
+    traits_of: dict[str, dict[str, int]] = {}  # plain dicts while adding up (a Counter's += costs more)
     for cause, stops in zip(causes, stops_of):
         if not stops:
             continue
+        unwinder = cause.unwinder
         if cause.register:
-            registers.setdefault(cause.unwinder, Counter())[cause.register] += stops
-        culprits = blamed.get(cause.unwinder) or blamed.setdefault(cause.unwinder, Culprits())
-        if cause.frame == 0:
-            culprits.innermost += stops
-        else:
-            culprits.deeper += stops
-        traits = culprits.traits
+            counts = registers.setdefault(unwinder, {})
+            counts[cause.register] = counts.get(cause.register, 0) + stops
+        frames = innermost if cause.frame == 0 else deeper
+        frames[unwinder] = frames.get(unwinder, 0) + stops
+        traits = traits_of.setdefault(unwinder, {})
         for trait in cause.culprit_traits:
-            traits[trait] += stops
-    return registers, blamed
+            traits[trait] = traits.get(trait, 0) + stops
+    return ({unwinder: Counter(counts) for unwinder, counts in registers.items()},
+            {unwinder: Culprits(innermost.get(unwinder, 0), deeper.get(unwinder, 0), Counter(traits))
+             for unwinder, traits in traits_of.items()})
 
 
 def summary_of(verified: Callable[[], ProgramResult], with_cfi: set[str] | None = None) -> ProgramSummary:

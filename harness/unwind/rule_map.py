@@ -49,25 +49,30 @@ def partition_of(segments: Iterable[tuple[int, Hashable | None]], base: int = 0)
     same start replaces the earlier; None: no row), and the distinct values
     by row number. Before the first start there is no row."""
     starts, rows = [NOWHERE], [NO_ROW]
+    last_start, last_row = NOWHERE, NO_ROW  # starts[-1], rows[-1]
     values: list = []
     numbers: dict = {}
+    number_of = numbers.get
     for offset, value in segments:
         start = base + offset
         if value is None:
             row = NO_ROW
         else:
-            row = numbers.get(value)
+            row = number_of(value)
             if row is None:
                 row = numbers[value] = len(values)
                 values.append(value)
-        if start == starts[-1]:
-            rows[-1] = row
+        if start == last_start:
             if len(rows) > 1 and rows[-2] == row:  # now equal to the one before: one segment
                 starts.pop()
                 rows.pop()
-        elif row != rows[-1]:
+                last_start, last_row = starts[-1], row
+            else:
+                rows[-1] = last_row = row
+        elif row != last_row:
             starts.append(start)
             rows.append(row)
+            last_start, last_row = start, row
     return Partition(array("q", starts), array("q", rows)), values
 
 

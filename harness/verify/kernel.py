@@ -17,7 +17,10 @@ stop, so the kernel only ever repeats what `step` would say, faster.
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from collections import Counter
+from itertools import chain
 from typing import Callable, Sequence
 
 from harness import abi
@@ -68,7 +71,7 @@ def pack_rule(rule: Rule, site_table: Callable[[ReturnAddresses], int] | None = 
 
 # A rule packs as int32 fields: the header's, then its loads' (reg, offset) pairs.
 assert _HEADER.format == "<" + "1i" * len(abi.RULE_HEADER.fields) and _LOAD.format == "<1i1i"
-INT32_LOW, INT32_HIGH = -(1 << 31), (1 << 31) - 1
+assert array("i").itemsize == 4 and sys.byteorder == "little"  # the loads, packed as the header is
 
 
 assert Rule._fields == abi.RULE_FIELDS  # the order the kernel reads a rule's fields in (Tracer.causes)
@@ -88,13 +91,14 @@ def pack_plain(rule: Rule) -> bytes | None:
              | (abi.GUARD_KIND_FIXED if guard_kind is not None else 0))
     lowest, highest = rule.bounds or (0, 0)
     pre_lowest, pre_highest = rule.pre_bounds or (0, 0)
-    values = [flags, rule.base, -1 if rule.index is None else rule.index, rule.offset, rule.end, lowest, highest,
-              len(rule.loads), len(rule.vfp_loads), len(rule.pre_loads), pre_lowest, pre_highest]
-    for pair in (*rule.pre_loads, *rule.loads, *rule.vfp_loads):
-        values += pair
-    if min(values) < INT32_LOW or max(values) > INT32_HIGH:
+    fields = array("i")  # int32s: the header's (abi.RULE_HEADER), then the loads' (reg, offset) pairs
+    try:  # a field beyond int32: the kernel cannot apply the rule
+        fields.extend((flags, rule.base, -1 if rule.index is None else rule.index, rule.offset, rule.end, lowest,
+                       highest, len(rule.loads), len(rule.vfp_loads), len(rule.pre_loads), pre_lowest, pre_highest))
+        fields.extend(chain.from_iterable((*rule.pre_loads, *rule.loads, *rule.vfp_loads)))
+    except OverflowError:
         return None
-    return struct.pack(f"<{len(values)}i", *values)
+    return fields.tobytes()
 
 
 def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[Unwinder], book: rule_book.RuleBook,

@@ -61,11 +61,12 @@ def sum_by(target: dict, entries: Sequence[Entry], heads: Sequence[Part], middle
            tails: Sequence[tuple]) -> dict:
     """Add each entry's walks to target[heads[cause] + middles[where] +
     tails[cause]], but for entries whose head or middle is None."""
+    get = target.get
     for where, cause, walks in entries:
         head, middle = heads[cause], middles[where]
         if head is not None and middle is not None:
             key = head + middle + tails[cause]
-            target[key] = target.get(key, 0) + walks
+            target[key] = get(key, 0) + walks
     return target
 
 
@@ -88,21 +89,22 @@ def group_by(entries: Sequence[Entry], heads: Sequence[Part], middles: Sequence[
     numbers: dict[tuple, int] = {}
     keys: list[tuple] = []
     walks: list[int] = []
-    of_entry = array("q")
+    groups: list[int] = []  # of each entry
+    number_of, grouped = numbers.get, groups.append
     for where, cause, count in entries:
         head, middle = heads[cause], middles[where]
         if head is None or middle is None:
-            of_entry.append(-1)
+            grouped(-1)
             continue
         key = head + middle + tails[cause]
-        group = numbers.get(key)
+        group = number_of(key)
         if group is None:
             group = numbers[key] = len(keys)
             keys.append(key)
             walks.append(0)
         walks[group] += count
-        of_entry.append(group)
-    return Grouping(keys, walks, of_entry.tobytes())
+        grouped(group)
+    return Grouping(keys, walks, array("q", groups).tobytes())
 
 
 class CauseParts(NamedTuple):
