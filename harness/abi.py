@@ -54,17 +54,20 @@ class Layout(NamedTuple):
         return f"typedef struct {{ {members} }} __attribute__((packed)) {self.name};"
 
 
-# A rule (harness.unwind.rule.Rule): this header, then `pre_loads` core
+# A rule (harness.unwind.rule: Offsets, and the others in its form): this header, then `pre_loads` core
 # Loads from sp, `loads` core and `vfp_loads` VFP Loads from the base.
 # `index` is -1 for none.
 RULE_HEADER = Layout("RuleHeader", tuple(Field(name, "int32_t") for name in (
     "flags", "base", "index", "offset", "end", "lowest", "highest", "loads", "vfp_loads",
     "pre_loads", "pre_lowest", "pre_highest")))
 LOAD = Layout("Load", (Field("reg", "int32_t"), Field("offset", "int32_t")))
-# The fields of a Rule, in order (the kernel reads a failing rule's kinds: trace_log.c).
-RULE_FIELDS = ("base", "offset", "index", "loads", "vfp_loads", "end", "bounds", "pc_from_lr", "aligned", "above_sp",
-               "leaf_unless_record", "outside_it", "caller_aligned8", "failure", "guard_failure", "guard_kind",
-               "scan_window", "scan_sites", "alternatives", "pre_loads", "pre_bounds")
+# The fields of the rules whose kinds the kernel reads (trace_log.c), in order:
+# a failure rule's kind, and the fixed kind of a plain rule's or a scan's guard failures.
+OFFSETS_FIELDS = ("base", "offset", "index", "loads", "vfp_loads", "end", "bounds", "pc_from_lr", "aligned",
+                  "above_sp", "leaf_unless_record", "outside_it", "caller_aligned8", "guard_failure", "guard_kind",
+                  "pre_loads", "pre_bounds")
+SCAN_FIELDS = ("window", "sites", "guard_failure", "guard_kind")
+FAILS_FIELDS = ("kind", "reason")
 # One shadow frame (harness.verify.groundtruth.ShadowFrame): r = r4-r11, d = d8-d15.
 EXPECTED = Layout("Expected", (Field("pc", "uint32_t"), Field("sp", "uint32_t"), Field("r", "uint32_t", 8),
                                Field("state", "uint32_t"), Field("d", "uint64_t", 8)))
@@ -295,8 +298,9 @@ def header() -> str:
         "#ifndef HARNESS_ABI_H", "#define HARNESS_ABI_H", "#include <stdint.h>", "",
         _enum(FLAGS, (1 << bit for bit in range(len(FLAGS)))),
         RULE_HEADER.c(), LOAD.c(), EXPECTED.c(),
-        _enum(tuple(f"RULE_{name.upper()}" for name in RULE_FIELDS) + ("RULE_FIELD_COUNT",),
-              range(len(RULE_FIELDS) + 1)),
+        *(_enum(tuple(f"{record}_{name.upper()}" for name in fields) + (f"{record}_FIELD_COUNT",),
+                range(len(fields) + 1))
+          for record, fields in (("OFFSETS", OFFSETS_FIELDS), ("SCAN", SCAN_FIELDS), ("FAILS", FAILS_FIELDS))),
         _enum(EXPECTED_STATES, (1 << bit for bit in range(len(EXPECTED_STATES)))),
         _enum(STOP_STATES + ("STOP_STATE_COUNT",), [1 << bit for bit in range(len(STOP_STATES))] + [1 << len(STOP_STATES)]),
         "",

@@ -25,7 +25,7 @@ from harness.thumb.encoding import may_start_epilogue
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, Stack
 from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
-from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, Rule, RuleRange
+from harness.unwind.rule import EVERYWHERE, NOWHERE, Fails, Offsets, PcWording, RuleRange
 from harness.unwind.v2_chrome import ChromeV2Unwinder, chrome_rule
 from harness.unwind.walk import ALL_CALLEE_SAVED, Unwinder, walk
 from harness.verify import kernel, stops
@@ -497,14 +497,14 @@ def test_the_kernel_agrees_with_step_past_a_threads_first_frame(state):
 
 
 def test_rules_pack_to_what_the_kernel_reads():
-    rule = Rule(base=7, offset=-4, loads=((4, 0), (15, 4)), vfp_loads=((8, 8),), end=16, bounds=(0, 12),
+    rule = Offsets(base=7, offset=-4, loads=((4, 0), (15, 4)), vfp_loads=((8, 8),), end=16, bounds=(0, 12),
                 pc_from_lr=False, aligned=True)
     packed_rule = pack_rule(rule)
     words = [int.from_bytes(packed_rule[i : i + 4], "little", signed=True) for i in range(0, len(packed_rule), 4)]
     assert words == [1 | 4, 7, -1, -4, 16, 0, 12, 2, 1, 0, 0, 0, 4, 0, 15, 4, 8, 8]
-    assert pack_rule(Rule(index=3))[8:12] == (3).to_bytes(4, "little")
+    assert pack_rule(Offsets(index=3))[8:12] == (3).to_bytes(4, "little")
     # Loads from sp before the base (a frame saving r8-r11 below its {r7, lr} record): counted, bounded, first.
-    two_bases = pack_rule(Rule(base=7, loads=((14, 4),), pre_loads=((8, 0), (9, 4)), pre_bounds=(0, 8)))
+    two_bases = pack_rule(Offsets(base=7, loads=((14, 4),), pre_loads=((8, 0), (9, 4)), pre_bounds=(0, 8)))
     words = [int.from_bytes(two_bases[i : i + 4], "little", signed=True) for i in range(0, len(two_bases), 4)]
     assert words[7:12] == [1, 0, 2, 0, 8] and words[12:] == [8, 0, 9, 4, 14, 4]
 
@@ -557,12 +557,12 @@ def test_the_kernels_causes_are_pythons(monkeypatch):
 def test_a_rule_with_a_value_past_int32_is_left_to_step():
     """The kernel's fields are int32: a plain rule with a value past them
     packs to None (its unwinder's step runs there), one at their edge packs."""
-    for rule in (Rule(offset=1 << 31), Rule(offset=-(1 << 31) - 1), Rule(loads=((4, 1 << 40),)),
-                 Rule(bounds=(-(1 << 31) - 1, 0)), Rule(pre_bounds=(0, 1 << 64))):
+    for rule in (Offsets(offset=1 << 31), Offsets(offset=-(1 << 31) - 1), Offsets(loads=((4, 1 << 40),)),
+                 Offsets(bounds=(-(1 << 31) - 1, 0)), Offsets(pre_bounds=(0, 1 << 64))):
         assert pack_rule(rule) is None, rule
-    assert pack_rule(Rule(offset=-(1 << 31), end=(1 << 31) - 1)) is not None
+    assert pack_rule(Offsets(offset=-(1 << 31), end=(1 << 31) - 1)) is not None
     with pytest.raises(TypeError):
-        pack_rule(Rule(offset="four"))
+        pack_rule(Offsets(offset="four"))
 
 
 def test_a_failing_rule_is_reported_with_its_reason():
@@ -598,16 +598,15 @@ def rule_ranges_hold(program, unwinders, rng: random.Random, samples: int) -> in
                       if low_text - 16 <= p < high_text + 16 and low <= p & ~1]
             for other in [pc, *inside]:
                 assert unwinder.rule_at(other, innermost).rule == rule, (unwinder.name, pc, other)
-                if rule is not None and rule.failure is not None:  # worded at each pc as the step words it
-                    assert step_failure(unwinder, other, innermost) == (rule.failure[0], worded(rule, other))
+                if type(rule) is Fails:  # worded at each pc as the step words it
+                    assert step_failure(unwinder, other, innermost) == (rule.kind, worded(rule, other))
                 checked += 1
     return checked
 
 
-def worded(rule: Rule, pc: int) -> str:
+def worded(rule: Fails, pc: int) -> str:
     """A failure rule's reason at a frame pc (harness.verify.kernel.StopKernel.outcome)."""
-    reason = rule.failure[1]
-    return reason.at(pc) if isinstance(reason, PcWording) else reason
+    return rule.reason.at(pc) if isinstance(rule.reason, PcWording) else rule.reason
 
 
 def step_failure(unwinder, pc: int, innermost: bool) -> tuple[str, str]:

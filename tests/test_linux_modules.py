@@ -108,7 +108,7 @@ def test_per_module_dispatch_and_its_rule_ranges():
     inside = each.rule_at(0x2100, True)
     assert inside.rule is LEAF and (inside.low, inside.high) == (0x2000, 0x3000)
     gap = each.rule_at(0x5000, True)
-    assert gap.rule.failure[0] == "no_info" and (gap.low, gap.high) == (0x3000, 0x8000)
+    assert gap.rule.kind == "no_info" and (gap.low, gap.high) == (0x3000, 0x8000)
     caller_gap = each.rule_at(0x5000, False)
     assert (caller_gap.low, caller_gap.high) == (0x3001, 0x8001)
 

@@ -24,18 +24,19 @@ from harness.unwind.qut import QutUnwinder
 from harness.unwind.registry import UNWINDER_NAMES
 from harness.unwind.rule import (
     EVERYWHERE,
-    KINDS,
     LEAF,
     NOWHERE,
+    Chain,
     ChainFailure,
     Defers,
+    Fails,
+    Offsets,
     PcWording,
     ReturnAddresses,
     Rule,
     RuleRange,
+    Scan,
     apply,
-    failing,
-    kind_of,
     step_by_rule,
 )
 from harness.unwind.scan import ScanUnwinder
@@ -111,7 +112,7 @@ def _guard_failure(rng: random.Random) -> dict:
 def failure_rule(rng: random.Random) -> Rule:
     kind = rng.choice(("no_info", "bad_read", "unsupported", "corrupt_table", "limit"))
     reason = PcWording("nothing at {pc:#x}", rng.choice((0, 1))) if rng.random() < 0.5 else "refuse to unwind"
-    return failing(kind, reason)
+    return Fails(kind, reason)
 
 
 def plain_rule(rng: random.Random) -> Rule:
@@ -122,7 +123,7 @@ def plain_rule(rng: random.Random) -> Rule:
         ((min(offsets), max(offsets) + 4), (_offset(rng, -16, 16), _offset(rng, 0, 128))))
     pre = rng.random() < 0.15
     pre_loads = tuple((rng.choice(regs), _offset(rng, 0, 32)) for _ in range(rng.randrange(1, 4))) if pre else ()
-    return Rule(base=rng.choice((SP, SP, 7, 11, rng.randrange(13), LR)), offset=_offset(rng, -24, 48),
+    return Offsets(base=rng.choice((SP, SP, 7, 11, rng.randrange(13), LR)), offset=_offset(rng, -24, 48),
                 index=rng.choice((None,) * 6 + (rng.randrange(16),)), loads=loads,
                 vfp_loads=tuple((rng.choice((8, 9, 12, 15, rng.randrange(32))), _offset(rng))
                                 for _ in range(rng.choice((0, 0, 0, 1, 2)))),
@@ -137,21 +138,21 @@ SITES = [ReturnAddresses(CODE), ReturnAddresses(CODE[::3]), ReturnAddresses(())]
 
 
 def scan_rule(rng: random.Random) -> Rule:
-    return Rule(scan_window=4 * rng.randrange(1, 80), scan_sites=rng.choice(SITES), **_guard_failure(rng))
+    return Scan(window=4 * rng.randrange(1, 80), sites=rng.choice(SITES), **_guard_failure(rng))
 
 
 def chain_rule(rng: random.Random) -> Rule:
     """A chain of the other kinds; its plain rules not `outside_it`, where the kernel defers more
     (test_the_kernel_defers_where_apply_answers_only_where_said)."""
     makers = (failure_rule, plain_rule, plain_rule, scan_rule)
-    alternatives = [rng.choice(makers)(rng)._replace(outside_it=False)
-                    for _ in range(rng.randrange(1, abi.CHAIN_METHODS + 1))]
+    alternatives = [rng.choice(makers)(rng) for _ in range(rng.randrange(1, abi.CHAIN_METHODS + 1))]
+    alternatives = [rule._replace(outside_it=False) if type(rule) is Offsets else rule for rule in alternatives]
     if rng.random() < 0.1:
         alternatives[rng.randrange(len(alternatives))] = None  # no rule: the chain defers there
-    return Rule(alternatives=tuple(alternatives))
+    return Chain(tuple(alternatives))
 
 
-MAKERS = {"chain": chain_rule, "scan": scan_rule, "failure": failure_rule, "plain": plain_rule}
+MAKERS = {Chain: chain_rule, Scan: scan_rule, Fails: failure_rule, Offsets: plain_rule}
 
 
 # ------------------------------------------------------------------ the two answers
@@ -251,24 +252,25 @@ def step_disagreement(unwinder, frame: Frame, stack: Stack, innermost: bool) -> 
 # ------------------------------------------------------------------ the tests
 
 CASES = 5000  # random rules (each on its own random state) per kind
+KIND_SEEDS = {Chain: "chain", Scan: "scan", Fails: "failure", Offsets: "plain"}  # the random rules of each kind
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", MAKERS, ids=lambda kind: kind.__name__)
 def test_the_kernel_applies_a_rule_as_apply_does(kind):
     """Random rules of one kind on random frames and stacks (registers and
     words that point into the stack, aligned or not, or at call sites; IT
     states): the kernel gives apply's caller (pc, sp, r4-r11, d8-d15),
     fails as it does (kind and reason), or defers where it does. Each
     outcome apply can give is met."""
-    rng = random.Random(f"rule_apply {kind}")
+    rng = random.Random(f"rule_apply {KIND_SEEDS[kind]}")
     outcomes = set()
     for _ in range(CASES):
         rule, state = MAKERS[kind](rng), State(rng)
-        assert kind_of(rule) == kind
+        assert type(rule) is kind
         assert disagreement(rule, state) is None, (rule, state.regs, state.low, state.cpsr)
         outcomes.add(type(applied(rule, state)))
-    assert outcomes == {"chain": {Frame, Defers, ChainFailure}, "scan": {Frame, Defers, UnwindFailure},
-                        "failure": {UnwindFailure}, "plain": {Frame, Defers, UnwindFailure}}[kind]
+    assert outcomes == {Chain: {Frame, Defers, ChainFailure}, Scan: {Frame, Defers, UnwindFailure},
+                        Fails: {UnwindFailure}, Offsets: {Frame, Defers, UnwindFailure}}[kind]
 
 
 def a_state(cpsr: int = 0) -> State:
@@ -285,29 +287,29 @@ def test_each_kind_computes_its_formula():
     state.regs[7] = BASE + 0x48
     frame, stack, sp = state.frame, state.stack, BASE + 0x40
     # plain: base = r7 - 8; r4 = *(base), r7 = *(base + 4), pc = *(base + 8) & ~1, sp = base + 12
-    caller = apply(Rule(base=7, offset=-8, loads=((4, 0), (7, 4), (PC, 8)), end=12, pc_from_lr=False),
+    caller = apply(Offsets(base=7, offset=-8, loads=((4, 0), (7, 4), (PC, 8)), end=12, pc_from_lr=False),
                    frame, stack, True)
     assert (caller.r[4], caller.r[7], caller.pc, caller.sp) == (sp, sp + 4, sp + 8, sp + 12)
     # the word at r7 is no record (not above r7): a leaf, pc = lr
-    assert apply(Rule(base=7, leaf_unless_record=True), frame, stack, True).r == frame.with_core(pc=CODE[3] - 1).r
+    assert apply(Offsets(base=7, leaf_unless_record=True), frame, stack, True).r == frame.with_core(pc=CODE[3] - 1).r
     # scan: the first word from sp up that is a call site; sp just above it
     state.data = state.data[:0x48] + struct.pack("<I", CODE[5]) + state.data[0x4C:]
-    caller = apply(Rule(scan_window=16, scan_sites=ReturnAddresses(CODE)), state.frame, state.stack, True)
+    caller = apply(Scan(window=16, sites=ReturnAddresses(CODE)), state.frame, state.stack, True)
     assert (caller.pc, caller.sp) == (CODE[5] - 1, sp + 12)
     with pytest.raises(Defers):  # not in the window's 2 words, and no guard_failure: the step must say
-        apply(Rule(scan_window=8, scan_sites=ReturnAddresses(CODE)), state.frame, state.stack, True)
+        apply(Scan(window=8, sites=ReturnAddresses(CODE)), state.frame, state.stack, True)
     # failure: worded at the lookup pc
     with pytest.raises(UnwindFailure, match=f"no row at {frame.pc - 1:#x}"):
-        apply(failing("no_info", PcWording("no row at {pc:#x}", 1)), frame, stack, True)
+        apply(Fails("no_info", PcWording("no row at {pc:#x}", 1)), frame, stack, True)
     # chain: the first alternative that gives a caller; every one failing fails with the last's kind
-    assert apply(Rule(alternatives=(failing("no_info", "a"), LEAF)), frame, stack, True).pc == CODE[3] - 1
+    assert apply(Chain((Fails("no_info", "a"), LEAF)), frame, stack, True).pc == CODE[3] - 1
     with pytest.raises(ChainFailure, match="limit: a; b") as failed:
-        apply(Rule(alternatives=(failing("no_info", "a"), failing("limit", "b"))), frame, stack, True)
+        apply(Chain((Fails("no_info", "a"), Fails("limit", "b"))), frame, stack, True)
     assert [failure.reason for failure in failed.value.failures] == ["a", "b"]
 
 
 def test_a_rule_outside_it_blocks_holds_at_the_last_instruction_of_one_where_its_condition_holds():
-    leaf_outside = Rule(outside_it=True)
+    leaf_outside = Offsets(outside_it=True)
     for cpsr, holds in ((0, True), (0x0000_0400 | 0x0200_0000, False), (0x4000_0800, True), (0x0000_0800, False)):
         state = a_state(cpsr)  # not in a block; inside, not at its end; at the end of `it eq`, Z set and clear
         assert isinstance(applied(leaf_outside, state), Frame) == holds
@@ -323,8 +325,8 @@ def test_the_kernel_defers_where_apply_answers_only_where_said():
     (rule_in_it_block), and a chain's alternatives see the block. (Where
     every alternative fails, it defers too: `step` words the chain's failure.)"""
     state, last_taken = a_state(), a_state(0x4000_0800)
-    for rule, at in ((Rule(end=1 << 31), state), (Rule(alternatives=(Rule(alternatives=(LEAF,)),)), state),
-                     (Rule(alternatives=(Rule(outside_it=True),)), last_taken)):
+    for rule, at in ((Offsets(end=1 << 31), state), (Chain((Chain((LEAF,)),)), state),
+                     (Chain((Offsets(outside_it=True),)), last_taken)):
         caller = applied(rule, at)
         assert isinstance(caller, Frame) and kernel_answer(rule, at, shadow_of(caller)) is kernel.DEFER
 
@@ -346,7 +348,7 @@ def test_a_table_driven_step_is_its_rule_and_fails_at_a_load_as_the_read_does():
 
     def step() -> tuple[str, str]:
         try:
-            ByRule(Rule(loads=((PC, 0x1000),), pc_from_lr=False)).step(state.frame, state.stack, True)
+            ByRule(Offsets(loads=((PC, 0x1000),), pc_from_lr=False)).step(state.frame, state.stack, True)
         except BadRead as failure:
             return failure.kind, failure.reason
         raise AssertionError("the load outside the stack was read")

@@ -17,7 +17,7 @@ from harness.unwind import call_site_addresses
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.framepointer import FramePointerUnwinder
 from harness.unwind.registry import build_unwinders
-from harness.unwind.rule import LEAF, ReturnAddresses, Rule, RuleRange
+from harness.unwind.rule import LEAF, Chain, Fails, Offsets, ReturnAddresses, Rule, RuleRange, Scan
 from harness.unwind.scan import ChainUnwinder, ScanUnwinder
 from harness.unwind.walk import Unwinder
 from harness.verify import kernel
@@ -112,8 +112,8 @@ def test_the_chain_tries_each_method_where_the_one_before_fails():
 
 
 def test_the_chains_rule_holds_each_methods_rule_in_turn():
-    failing = Rule(failure=("no_info", "none"))
-    guarded = Rule(base=7, guard_failure=lambda *_: ("bad_read", "x"))
+    failing = Fails("no_info", "none")
+    guarded = Offsets(base=7, guard_failure=lambda *_: ("bad_read", "x"))
     chain = ChainUnwinder([Fixed("a", None, failing), Fixed("b", 0x2000, guarded), Fixed("c", 0x3000, LEAF)])
     assert chain.rule_at(0x1100, True).rule.alternatives == (failing, guarded, LEAF)  # the kernel goes on past both
     ends = ChainUnwinder([Fixed("a", None, failing), Fixed("b", None, None), Fixed("c", 0x3000, LEAF)])
@@ -123,8 +123,8 @@ def test_the_chains_rule_holds_each_methods_rule_in_turn():
 
 def test_a_chain_rule_packs_its_alternatives_after_its_header():
     sites = ReturnAddresses([0x3001, 0x2001])
-    scan = Rule(scan_window=256, scan_sites=sites, guard_failure=lambda *_: ("no_info", "x"))
-    packed_rule = pack_rule(Rule(alternatives=(LEAF, scan, None)), lambda table: 5 if table is sites else -1)
+    scan = Scan(window=256, sites=sites, guard_failure=lambda *_: ("no_info", "x"))
+    packed_rule = pack_rule(Chain((LEAF, scan, None)), lambda table: 5 if table is sites else -1)
     words = struct.unpack(f"<{len(packed_rule) // 4}i", packed_rule)
     header = 12  # abi.RULE_HEADER's fields
     assert words[:header] == (abi.CHAIN, 13, -1, 0, 0, 0, 3, 0, 0, 0, 0, 0)  # three alternatives

@@ -9,7 +9,7 @@ from typing import Iterator, Sequence
 from harness.errors import UnwindFailure
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import DWARF_D0
-from harness.unwind.rule import Rule, RuleRange, failing, step_by_rule
+from harness.unwind.rule import Fails, Offsets, Rule, RuleRange, step_by_rule
 from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
 from harness.unwind.walk import Unwinder
 
@@ -65,7 +65,7 @@ def _content(row: CfiRow) -> tuple:
 
 def _rule_of_content(content: tuple) -> Rule:
     if content[0] == "unusable":
-        return failing("unsupported", f"CFI at {content[1]:#x}: {content[2]}")
+        return Fails("unsupported", f"CFI at {content[1]:#x}: {content[2]}")
     return _rule_of_row(*content)
 
 
@@ -73,6 +73,6 @@ def _rule_of_content(content: tuple) -> Rule:
 def _rule_of_row(cfa_reg: int, cfa_offset: int, saved: tuple[tuple[int, int], ...]) -> Rule:
     """Registers at CFA + offset; pc from the lr column, sp = CFA (by the
     row's rules alone, which repeat from function to function)."""
-    return Rule(base=cfa_reg, offset=cfa_offset,
+    return Offsets(base=cfa_reg, offset=cfa_offset,
                 loads=tuple((reg, offset) for reg, offset in saved if reg < DWARF_D0),
                 vfp_loads=tuple((reg - DWARF_D0, offset) for reg, offset in saved if reg >= DWARF_D0))

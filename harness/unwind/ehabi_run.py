@@ -9,7 +9,7 @@ from functools import lru_cache
 from harness.formats import ehabi
 from harness.registers import PC
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Rule, failing, replayed_failure
+from harness.unwind.rule import Fails, Offsets, Rule, replayed_failure
 from harness.unwind.walk import check_caller
 
 
@@ -28,7 +28,7 @@ def rule_of_run(ops: tuple[ehabi.Op, ...]) -> Rule | None:
     """The kernel's rule for a run: its flat form, guarded by the vsp range
     it passes through (None where only the interpreter will do)."""
     if ops and isinstance(ops[0], ehabi.Refuse):  # an entry that refuses (v2's CANT_UNWIND): the interpreter's failure
-        return failing("no_info", "refuse to unwind")
+        return Fails("no_info", "refuse to unwind")
     flat, first = ehabi.flatten(ops), None
     if flat is None:
         split = ehabi.flatten_two(ops)
@@ -38,7 +38,7 @@ def rule_of_run(ops: tuple[ehabi.Op, ...]) -> Rule | None:
     # Where the guards are the interpreter's checks, the interpreter over the stack's addresses (every
     # register the base) words the failure: always bad_read (a read outside the stack, or vsp leaving it).
     replayable = first is None and _checks_its_start(ops)
-    return Rule(base=flat.base, loads=flat.loads, vfp_loads=flat.vfp_loads, end=flat.end,
+    return Offsets(base=flat.base, loads=flat.loads, vfp_loads=flat.vfp_loads, end=flat.end,
                 bounds=(flat.lowest, flat.highest), pc_from_lr=not flat.pc_popped,
                 pre_loads=first.loads if first else (), pre_bounds=(first.lowest, first.highest) if first else None,
                 guard_failure=replayed_failure(lambda base, sp, stack: ehabi.execute(ops, [base] * 16, [None] * 32, stack),

@@ -17,7 +17,7 @@ from harness.formats.elf import ElfImage
 from harness.program import ExidxSections
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Rule, RuleRange, failing
+from harness.unwind.rule import Fails, Rule, RuleRange
 from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
 from harness.unwind.walk import Unwinder
 
@@ -81,9 +81,9 @@ def _content(entry: ExidxEntry) -> tuple:
 
 def _rule_of_content(content: tuple) -> Rule | None:
     if content[0] == "cantunwind":
-        return failing("no_info", "EXIDX_CANTUNWIND")
+        return Fails("no_info", "EXIDX_CANTUNWIND")
     if content[0] == "unreadable":
-        return failing("corrupt_table", f"unreadable entry: {content[1]}")
+        return Fails("corrupt_table", f"unreadable entry: {content[1]}")
     return rule_of_run(content[1])
 
 

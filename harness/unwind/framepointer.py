@@ -29,7 +29,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from harness.registers import PC
-from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule, RuleRange, step_by_rule
+from harness.unwind.rule import EVERYWHERE, NOWHERE, Offsets, Rule, RuleRange, step_by_rule
 from harness.unwind.rule_map import RuleMap, everywhere
 from harness.unwind.walk import Restores, Unwinder
 
@@ -64,6 +64,6 @@ def record_problem(fp: int, sp: int, low: int, high: int) -> tuple[str, str]:
 
 @lru_cache(maxsize=None)
 def _record_rule(fp: int, innermost: bool) -> Rule:
-    return Rule(base=fp, loads=((fp, 0), (PC, 4)), end=8, bounds=(0, 8), pc_from_lr=False,
+    return Offsets(base=fp, loads=((fp, 0), (PC, 4)), end=8, bounds=(0, 8), pc_from_lr=False,
                 aligned=True, above_sp=True, leaf_unless_record=innermost,
                 guard_failure=None if innermost else record_problem, guard_kind=None if innermost else "bad_read")

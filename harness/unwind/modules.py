@@ -11,7 +11,7 @@ from typing import NamedTuple, Sequence
 
 from harness.errors import UnwindFailure
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, RuleRange, failing
+from harness.unwind.rule import EVERYWHERE, NOWHERE, Fails, PcWording, RuleRange
 from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
 
@@ -54,7 +54,7 @@ class PerModule(Unwinder):
             following = -2 - index + 1
             low = self.covered[following - 1].end if following > 0 else NOWHERE
             high = self.covered[following].start if following < len(self.covered) else EVERYWHERE
-            return RuleRange(failing("no_info", PcWording(self._refusal + " (pc {pc:#x})", 0)), low + shift,
+            return RuleRange(Fails("no_info", PcWording(self._refusal + " (pc {pc:#x})", 0)), low + shift,
                              high + shift)
         start, end, unwinder = self.covered[index]
         rule_at = unwinder.rule_at

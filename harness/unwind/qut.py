@@ -16,7 +16,7 @@ from harness.errors import UnwindFailure
 from harness.formats.qut import FrameRecord, Load, Mark, Op, QutTable, SetVsp, VspAdd, VspSet
 from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Defers, Rule, RuleRange, step_by_rule
+from harness.unwind.rule import Defers, Offsets, Rule, RuleRange, step_by_rule
 from harness.unwind.rule_map import RuleMap, found_in, partition_of, rule_maps
 from harness.unwind.walk import Restores, Unwinder, check_caller
 
@@ -103,7 +103,7 @@ def rule_of_ops(ops: tuple[Op, ...]) -> Rule | None:
             seen_load = True
         elif isinstance(op, Mark) and op.what == "end":
             pc_loaded = any(reg == PC for reg, _ in loads)
-            return Rule(base=base, offset=offset, loads=tuple(loads), pc_from_lr=not pc_loaded)
+            return Offsets(base=base, offset=offset, loads=tuple(loads), pc_from_lr=not pc_loaded)
         elif not (isinstance(op, Mark) and op.what == "dex pc"):
             return None
     return None

@@ -1,4 +1,4 @@
-"""One unwinder step at one pc, written down as data (`Rule`), and what it
+"""One unwinder step at one pc, written down as data (a `Rule`), and what it
 means (`apply`): the compiled verification kernel applies rules over the
 emulator's memory (harness/verify/csrc/rules.c; harness.verify.kernel
 packs them by harness/abi.py).
@@ -19,14 +19,14 @@ An unwinder whose rules state it steps by them (`step_by_rule`:
 framepointer, v1, scan, vmkunwind, dwarf, and qut where it has a rule);
 the others keep their own step, and say why.
 
-A rule is of one of four kinds (`kind_of`), each computing the formula
-below. Notation: r and d are the frame's core and d registers, sp = r[sp]
-the frame's; c is the caller (every register not named is the frame's);
+A rule (`Rule`) is one of four kinds, each a record of its own, and
+computes the formula below. Notation: r and d are the frame's core and d
+registers, sp = r[sp] the frame's; c is the caller (every register not named is the frame's);
 *a is the 32-bit word at a, *64 a the 64-bit one; S the stack [low, high]
 (a read of n bytes at a needs low <= a and a + n <= high, else the rule
 defers); check_caller is harness.unwind.walk.check_caller.
 
-CHAIN (`alternatives`):
+CHAIN (Chain: `alternatives`):
     c = apply(alternatives[0]), else apply(alternatives[1]), ... : the next
     is tried where one fails (UnwindFailure); one that defers (None, say)
     defers the chain; where every one fails, ChainFailure: the last one's
@@ -34,17 +34,17 @@ CHAIN (`alternatives`):
     it with its methods' names; in a library the tracer takes a failure
     whose last alternative is declared no_info as a stop.)
 
-SCAN (`scan_window` bytes, `scan_sites`):
-    a = the first of sp, sp + 4, ... < sp + scan_window with *a in scan_sites
+SCAN (Scan: `window` bytes, `sites`):
+    a = the first of sp, sp + 4, ... < sp + window with *a in sites
     c.pc = *a & ~1, c.sp = a + 4, then check_caller
     (the scan ends at the first word outside S; where no word is one of
     the sites, it fails with guard_failure(sp, sp, low, high), or defers
     without one).
 
-FAILURE (`failure` = (kind, reason)):
+FAILURE (Fails: `kind`, `reason`):
     raise UnwindFailure(kind, reason), a PcWording reason worded with r[pc].
 
-PLAIN (offsets from one base; everything else):
+PLAIN (Offsets: offsets from one base):
     r[reg] = *(sp + o)           for (reg, o) in pre_loads, first
                                  (defers unless sp % 4 == 0 and sp + pre_bounds,
                                  default (0, 0), lie in S)
@@ -82,7 +82,7 @@ from harness.unwind.frame import Frame, Stack, StackReader
 from harness.unwind.walk import Unwinder, check_caller
 
 
-class Rule(NamedTuple):  # a tuple: made a thousand times a program, compared and hashed in C
+class Offsets(NamedTuple):  # PLAIN; a tuple: made a thousand times a program, compared and hashed in C
     base: int = SP
     offset: int = 0
     index: int | None = None  # a register added to base's, modulo 2**32 (sp += rN)
@@ -96,7 +96,6 @@ class Rule(NamedTuple):  # a tuple: made a thousand times a program, compared an
     leaf_unless_record: bool = False
     outside_it: bool = False
     caller_aligned8: bool = False  # the caller's sp must be 8-byte aligned (Chrome's check), else the step fails
-    failure: tuple[str, str | PcWording] | None = None  # (UnwindFailure kind, reason)
     # Where a guard fails, the step fails (instead of deferring) with
     # guard_failure(base, frame sp, stack low, stack high) -> (kind, reason).
     guard_failure: Callable[[int, int, int, int], tuple[str, str]] | None = None
@@ -104,11 +103,28 @@ class Rule(NamedTuple):  # a tuple: made a thousand times a program, compared an
     # kernel then counts the rule's guard failures in a function as one
     # cause, and words each where its values are read (not per stop).
     guard_kind: str | None = None
-    scan_window: int = 0  # a scan: bytes from sp up (see the module)
-    scan_sites: ReturnAddresses | None = None  # a scan's return addresses
-    alternatives: tuple["Rule | None", ...] = ()  # a chain's rules, in the order tried (see the module)
     pre_loads: tuple[tuple[int, int], ...] = ()  # (core register, offset from the frame's sp), read first
     pre_bounds: tuple[int, int] | None = None  # (lowest, highest) offsets from sp that must lie in the stack
+
+
+class Scan(NamedTuple):  # SCAN
+    window: int  # bytes from sp up
+    sites: ReturnAddresses | None  # the return addresses it accepts (None: not known, it defers)
+    guard_failure: Callable[[int, int, int, int], tuple[str, str]] | None = None  # where no word is one, as Offsets'
+    guard_kind: str | None = None
+
+
+class Chain(NamedTuple):  # CHAIN
+    alternatives: tuple[Rule | None, ...]  # in the order tried
+
+
+class Fails(NamedTuple):  # FAILURE
+    kind: str  # an UnwindFailure kind
+    reason: str | PcWording
+
+
+Rule = Offsets | Scan | Chain | Fails
+"""A rule of one of the four kinds the module states."""
 
 
 class PcWording(NamedTuple):
@@ -146,7 +162,7 @@ class ReturnAddresses:
         return address in self.members
 
 
-def guards_hold(rule: Rule, base: int, sp: int, low: int, high: int) -> bool:
+def guards_hold(rule: Offsets, base: int, sp: int, low: int, high: int) -> bool:
     """Do the rule's guards pass for `base`, in a frame at sp of the stack
     [low, high] (a plain rule's guards: the module's formulas)?"""
     bounds = rule.bounds
@@ -154,11 +170,7 @@ def guards_hold(rule: Rule, base: int, sp: int, low: int, high: int) -> bool:
             and (not rule.aligned or base % 4 == 0) and (not rule.above_sp or base >= sp))
 
 
-def failing(kind: str, reason: str | PcWording) -> Rule:
-    return Rule(failure=(kind, reason))
-
-
-LEAF = Rule()  # pc = lr, every other register unchanged (a function's entry)
+LEAF = Offsets()  # pc = lr, every other register unchanged (a function's entry)
 
 
 NOWHERE, EVERYWHERE = -(1 << 40), 1 << 40  # bounds of ranges that extend without limit
@@ -192,9 +204,6 @@ def replayed_failure(replay: Callable[[int, int, StackReader], object], what: st
 
 # ------------------------------------------------------------ the meaning of a rule
 
-KINDS = ("chain", "scan", "failure", "plain")
-
-
 class Defers(Exception):
     """The rule cannot say for this frame: the unwinder's own step must.
     `failure`: what a step reading as the rule does would raise there,
@@ -214,28 +223,21 @@ class ChainFailure(UnwindFailure):
         self.failures = tuple(failures)
 
 
-def kind_of(rule: Rule) -> str:
-    """Which of KINDS the rule is (a field of a later kind is not read)."""
-    if rule.alternatives:
-        return "chain"
-    if rule.scan_window:
-        return "scan"
-    return "plain" if rule.failure is None else "failure"
-
-
 def apply(rule: Rule | None, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
     """The caller of `frame` by `rule` (None: always defers), as the
     module's formulas say; raises UnwindFailure, or Defers."""
+    kind = type(rule)
+    if kind is Offsets:
+        return _plain(rule, frame, stack, innermost)
+    if kind is Chain:
+        return _chain(rule.alternatives, frame, stack, innermost)
+    if kind is Scan:
+        return _scan(rule, frame, stack, innermost)
+    if kind is Fails:
+        raise UnwindFailure(rule.kind, rule.reason.at(frame.pc) if type(rule.reason) is PcWording else rule.reason)
     if rule is None:
         raise Defers("no rule: only the unwinder's step can say here")
-    if rule.alternatives:  # kind_of's order, inline: a step of every unwinder that steps by rule runs this
-        return _chain(rule.alternatives, frame, stack, innermost)
-    if rule.scan_window:
-        return _scan(rule, frame, stack, innermost)
-    if rule.failure is not None:
-        failure_kind, reason = rule.failure
-        raise UnwindFailure(failure_kind, reason.at(frame.pc) if isinstance(reason, PcWording) else reason)
-    return _plain(rule, frame, stack, innermost)
+    raise TypeError(f"{rule!r} is not a rule")
 
 
 def step_by_rule(unwinder: Unwinder, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
@@ -268,12 +270,12 @@ def _chain(alternatives: Sequence[Rule | None], frame: Frame, stack: StackReader
     raise ChainFailure(failures)
 
 
-def _scan(rule: Rule, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
-    sp, sites = frame.sp, rule.scan_sites
+def _scan(rule: Scan, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+    sp, sites = frame.sp, rule.sites
     if sites is None:
         raise Defers("a scan without its return addresses")
     members = sites.members  # a set: its test runs in C
-    for slot in range(sp, sp + rule.scan_window, 4):
+    for slot in range(sp, sp + rule.window, 4):
         if not (stack.contains(slot) and stack.contains(slot + 4)):
             break
         word = stack.read_u32(slot)
@@ -284,7 +286,7 @@ def _scan(rule: Rule, frame: Frame, stack: StackReader, innermost: bool) -> Fram
     return _guard_failed(rule, sp, frame, stack)
 
 
-def _plain(rule: Rule, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+def _plain(rule: Offsets, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
     sp = frame.sp
     regs = list(frame.r)
     if rule.pre_loads:
@@ -346,7 +348,7 @@ def _outside_it_block(cpsr: int) -> bool:
     return not state or (state & 0x7 == 0 and condition_holds(state >> 4, cpsr))
 
 
-def _guard_failed(rule: Rule, base: int, frame: Frame, stack: StackReader) -> Frame:
+def _guard_failed(rule: Offsets | Scan, base: int, frame: Frame, stack: StackReader) -> Frame:
     if rule.guard_failure is None:
         raise Defers(f"the rule's guards fail at base {base:#x}")
     raise UnwindFailure(*rule.guard_failure(base, frame.sp, stack.low, stack.high))

@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import NamedTuple
 
 from harness.errors import UnwindFailure
-from harness.unwind.rule import EVERYWHERE, LEAF, NOWHERE, PcWording, Rule, RuleRange, failing
+from harness.unwind.rule import EVERYWHERE, LEAF, NOWHERE, Fails, PcWording, Rule, RuleRange
 
 NO_ROW = -1  # the table has nothing for the pcs of a segment
 
@@ -119,7 +119,7 @@ def rule_maps(partition: Partition, values: Sequence, rule_of_value: Callable[[H
     `innermost_nothing` where given). Callers look up at pc - caller_shift,
     the innermost frame at pc."""
     def missing(shift: int) -> Rule:
-        return failing("no_info", PcWording(nothing, shift))
+        return Fails("no_info", PcWording(nothing, shift))
 
     return (RuleMap(partition, caller_shift, values, rule_of_value, missing(caller_shift)),
             RuleMap(partition, 0, values, rule_of_value, innermost_nothing or missing(0)))

@@ -24,7 +24,7 @@ from functools import partial
 
 from harness.errors import UnwindFailure
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import EVERYWHERE, NOWHERE, ReturnAddresses, Rule, RuleRange, step_by_rule
+from harness.unwind.rule import EVERYWHERE, NOWHERE, Chain, Fails, ReturnAddresses, Rule, RuleRange, Scan, step_by_rule
 from harness.unwind.rule_map import RuleMap, everywhere
 from harness.unwind.walk import PC_SP_ONLY, Unwinder
 
@@ -56,7 +56,7 @@ class ScanUnwinder(Unwinder):
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
         """rule_maps', made once (the step looks it up at every frame)."""
         if self._range is None:
-            self._range = RuleRange(Rule(scan_window=4 * self.window, scan_sites=ReturnAddresses(self.return_addresses),
+            self._range = RuleRange(Scan(window=4 * self.window, sites=ReturnAddresses(self.return_addresses),
                                          guard_failure=partial(nothing_found, self.window), guard_kind="no_info"),
                                     NOWHERE, EVERYWHERE)
         return self._range
@@ -126,6 +126,6 @@ class ChainUnwinder(Unwinder):
 def chain_rule(alternatives: Sequence[Rule | None]) -> Rule | None:
     """Methods' rules in turn, up to one without a rule (it defers); None
     where every method fails outright: `step` words the chain's failure."""
-    if all(rule is not None and rule.failure is not None for rule in alternatives):
+    if all(type(rule) is Fails for rule in alternatives):
         return None
-    return Rule(alternatives=tuple(alternatives))
+    return Chain(tuple(alternatives))

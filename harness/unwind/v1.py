@@ -16,7 +16,7 @@ from functools import cached_property, lru_cache, partial
 from harness.formats.chrome_v1 import V1Table
 from harness.registers import PC
 from harness.unwind.frame import StackReader
-from harness.unwind.rule import LEAF, Rule, RuleRange, replayed_failure, step_by_rule
+from harness.unwind.rule import LEAF, Offsets, Rule, RuleRange, replayed_failure, step_by_rule
 from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
 from harness.unwind.walk import PC_SP_ONLY, Unwinder
 
@@ -51,7 +51,7 @@ def _rule_of_row(found: tuple[int, int] | None) -> Rule:
     if found is None:
         return LEAF
     cfa_offset, ra_offset = found
-    return Rule(offset=cfa_offset, loads=((PC, -ra_offset),), pc_from_lr=False, bounds=(-ra_offset, 4 - ra_offset),
+    return Offsets(offset=cfa_offset, loads=((PC, -ra_offset),), pc_from_lr=False, bounds=(-ra_offset, 4 - ra_offset),
                 guard_failure=replayed_failure(partial(_read_return_address, ra_offset), "a v1 rule"),
                 guard_kind="bad_read")
 

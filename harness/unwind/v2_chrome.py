@@ -23,7 +23,7 @@ from harness.formats.chrome_v2.reader import V2Reader
 from harness.registers import CALLEE_SAVED, LR, PC, SP
 from harness.unwind.ehabi_run import rule_of_run
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import PcWording, Rule, RuleRange, failing, replayed_failure
+from harness.unwind.rule import Fails, PcWording, Rule, RuleRange, replayed_failure
 from harness.unwind.rule_map import RuleMap, rule_maps
 from harness.unwind.v2 import v2_partition
 from harness.unwind.walk import Restores, Unwinder, check_caller
@@ -119,7 +119,7 @@ def _check_vsp(vsp: int, frame_sp: int, stack: StackReader) -> None:
 def _rule_of_row(row: tuple[Run, str | None]) -> Rule | None:
     """A row's rule: (its run, why Chrome's runtime does not execute it, or None)."""
     run, unsupported = row
-    return chrome_rule(run) if unsupported is None else failing("unsupported", PcWording(unsupported, 0))
+    return chrome_rule(run) if unsupported is None else Fails("unsupported", PcWording(unsupported, 0))
 
 
 @lru_cache(maxsize=1 << 14)
@@ -137,8 +137,8 @@ def chrome_rule(run: Run) -> Rule | None:
     if rule is None:
         last = _from_the_last_base(run)
         rule = None if last is None else rule_of_run(last)
-    if rule is None:
-        return None
+    if rule is None or type(rule) is Fails:
+        return rule
     vsp, from_register, lowest, highest = 0, False, 0, 0
     for op in run:
         kind = type(op)  # the ops are NamedTuples, none subclassed
@@ -155,7 +155,7 @@ def chrome_rule(run: Run) -> Rule | None:
         if vsp < lowest:
             lowest = vsp
             if not from_register:
-                return failing("limit", "vsp went below the frame's sp")
+                return Fails("limit", "vsp went below the frame's sp")
         elif vsp > highest:
             highest = vsp
     bounds, offset, moved = rule.bounds, rule.offset + lowest, {}

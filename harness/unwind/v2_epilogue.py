@@ -33,7 +33,7 @@ from harness.thumb.epilogue import (
     ends_frame,
 )
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Rule, RuleRange
+from harness.unwind.rule import Offsets, Rule, RuleRange
 from harness.unwind.rule_map import RuleMap
 from harness.unwind.walk import Unwinder, check_caller
 
@@ -207,7 +207,7 @@ def rule_of(steps: tuple[Step, ...]) -> Rule | None:
             pc_from_lr = True
         else:
             return None
-    return Rule(base=base, offset=base_offset, index=index, loads=tuple(loads), vfp_loads=tuple(vfp_loads),
+    return Offsets(base=base, offset=base_offset, index=index, loads=tuple(loads), vfp_loads=tuple(vfp_loads),
                 end=offset, pc_from_lr=pc_from_lr, outside_it=True)
 
 

@@ -13,7 +13,7 @@ from functools import cached_property, lru_cache
 
 from harness.formats.vmkunwind import FP, VmkRow, VmkTable
 from harness.registers import PC, SP
-from harness.unwind.rule import Rule, RuleRange, step_by_rule
+from harness.unwind.rule import Offsets, Rule, RuleRange, step_by_rule
 from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
 from harness.unwind.walk import Restores, Unwinder
 
@@ -43,4 +43,4 @@ def _rule_of_row(row: VmkRow) -> Rule:
     """The kernel's form of a row: base sp or r7 plus the CFA offset, loads
     below it, caller sp = CFA."""
     loads = (((FP, -4 * row.r7_slot),) if row.r7_slot else ()) + (((PC, -4 * row.lr_slot),) if row.lr_slot else ())
-    return Rule(base=FP if row.base_r7 else SP, offset=row.cfa_offset, loads=loads, pc_from_lr=not row.lr_slot)
+    return Offsets(base=FP if row.base_r7 else SP, offset=row.cfa_offset, loads=loads, pc_from_lr=not row.lr_slot)

@@ -25,7 +25,18 @@ from typing import Callable, Sequence
 
 from harness import abi
 from harness.registers import CALLEE_SAVED, SP
-from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, ReturnAddresses, Rule, guards_hold
+from harness.unwind.rule import (
+    EVERYWHERE,
+    NOWHERE,
+    Chain,
+    Fails,
+    Offsets,
+    PcWording,
+    ReturnAddresses,
+    Rule,
+    Scan,
+    guards_hold,
+)
 from harness.unwind.rule_map import itself
 from harness.unwind.walk import Unwinder, caller_failure
 from harness.verify import rule_book
@@ -52,41 +63,45 @@ def pack_rule(rule: Rule, site_table: Callable[[ReturnAddresses], int] | None = 
     kernel cannot apply (offsets beyond its 32-bit fields, as a hostile
     table's vsp adjustment of 2**40; a scan with no `site_table`; a chain
     too long, or of chains): there `step` runs instead."""
-    if rule.alternatives:
+    kind = type(rule)
+    if kind is Offsets:
+        return pack_plain(rule)
+    if kind is Fails:  # the header of a plain rule that fails: how it is worded is Python's (StopKernel.outcome)
+        return _HEADER.pack(abi.PC_FROM_LR | abi.FAILS | (abi.NO_INFO if rule.kind == "no_info" else 0), SP, -1,
+                            0, 0, 0, 0, 0, 0, 0, 0, 0)
+    if kind is Chain:
         if len(rule.alternatives) > abi.CHAIN_METHODS:
             return None
-        packed = [None if alternative is None or alternative.alternatives else pack_rule(alternative, site_table)
+        packed = [None if alternative is None or type(alternative) is Chain else pack_rule(alternative, site_table)
                   for alternative in rule.alternatives]
         header = _HEADER.pack(abi.CHAIN, SP, -1, 0, 0, 0, len(packed), 0, 0, 0, 0, 0)
         return header + b"".join(struct.pack("<i", len(p or b"")) + (p or b"") for p in packed)
-    if rule.scan_window:
-        if site_table is None or rule.scan_sites is None:
-            return None
-        flags = abi.SCAN | (abi.GUARD_FAILS if rule.guard_failure is not None else 0) \
-            | (abi.GUARD_KIND_FIXED if rule.guard_kind is not None else 0) \
-            | (abi.NO_INFO if rule.guard_kind == "no_info" else 0)
-        return _HEADER.pack(flags, SP, site_table(rule.scan_sites), 0, 0, rule.scan_window, 0, 0, 0, 0, 0, 0)
-    return pack_plain(rule)
+    if site_table is None or rule.sites is None:  # a Scan
+        return None
+    flags = abi.SCAN | (abi.GUARD_FAILS if rule.guard_failure is not None else 0) \
+        | (abi.GUARD_KIND_FIXED if rule.guard_kind is not None else 0) \
+        | (abi.NO_INFO if rule.guard_kind == "no_info" else 0)
+    return _HEADER.pack(flags, SP, site_table(rule.sites), 0, 0, rule.window, 0, 0, 0, 0, 0, 0)
 
 
 # A rule packs as int32 fields: the header's, then its loads' (reg, offset) pairs.
 assert _HEADER.format == "<" + "1i" * len(abi.RULE_HEADER.fields) and _LOAD.format == "<1i1i"
 assert array("i").itemsize == 4 and sys.byteorder == "little"  # the loads, packed as the header is
+# The order the kernel reads a rule's fields in (Tracer.causes: a failure's kind, a guard's fixed kind).
+assert (Offsets._fields, Scan._fields, Fails._fields) == (abi.OFFSETS_FIELDS, abi.SCAN_FIELDS, abi.FAILS_FIELDS)
+assert len({len(kind._fields) for kind in (Offsets, Scan, Chain, Fails)}) == 4  # the kernel tells them by their size
 
 
-assert Rule._fields == abi.RULE_FIELDS  # the order the kernel reads a rule's fields in (Tracer.causes)
-
-
-def pack_plain(rule: Rule) -> bytes | None:
-    """A rule without alternatives or a scan, packed (made again at each
-    call: packing a rule costs less than hashing it for a cache)."""
-    failure, guard_kind = rule.failure, rule.guard_kind
+def pack_plain(rule: Offsets) -> bytes | None:
+    """An Offsets rule packed (made again at each call: packing a rule
+    costs less than hashing it for a cache)."""
+    guard_kind = rule.guard_kind
     flags = ((abi.BOUNDS if rule.bounds is not None else 0) | (abi.PC_FROM_LR if rule.pc_from_lr else 0)
              | (abi.ALIGNED if rule.aligned else 0) | (abi.ABOVE_SP if rule.above_sp else 0)
              | (abi.LEAF_UNLESS_RECORD if rule.leaf_unless_record else 0)
-             | (abi.OUTSIDE_IT if rule.outside_it else 0) | (abi.FAILS if failure is not None else 0)
+             | (abi.OUTSIDE_IT if rule.outside_it else 0)
              | (abi.GUARD_FAILS if rule.guard_failure is not None else 0)
-             | (abi.NO_INFO if (failure is not None and failure[0] == "no_info") or guard_kind == "no_info" else 0)
+             | (abi.NO_INFO if guard_kind == "no_info" else 0)
              | (abi.CALLER_ALIGNED8 if rule.caller_aligned8 else 0)
              | (abi.GUARD_KIND_FIXED if guard_kind is not None else 0))
     lowest, highest = rule.bounds or (0, 0)
@@ -256,7 +271,7 @@ class StopKernel:
         if isinstance(answer, abi.GuardFailure):
             return self.rule(answer.rule_id).guard_kind or "bad_read"
         if isinstance(answer, abi.FailingRule):
-            return self.rule(answer.rule_id).failure[0]
+            return self.rule(answer.rule_id).kind
         return self.outcome(answer).kind
 
     def outcome(self, answer: abi.Answer) -> Outcome:
@@ -270,13 +285,13 @@ class StopKernel:
         if isinstance(answer, abi.ChainFails):  # a stop in a library: counted, never logged
             return Outcome(answer.frame, "no_info", None, "every method fails, the last with no_info")
         rule = self.rule(answer.rule_id)
-        if isinstance(answer, abi.GuardFailure) and rule.caller_aligned8 and guards_hold(
+        if isinstance(answer, abi.GuardFailure) and type(rule) is Offsets and rule.caller_aligned8 and guards_hold(
                 rule, answer.base, answer.sp, answer.low, answer.high):
             kind, reason = "bad_read", f"caller sp {answer.base + rule.end:#x} is not 8-byte aligned"
         elif isinstance(answer, abi.GuardFailure):
             kind, reason = rule.guard_failure(answer.base, answer.sp, answer.low, answer.high)
         else:
-            kind, reason = rule.failure
+            kind, reason = rule.kind, rule.reason
             if isinstance(reason, PcWording):  # a rule over a range: worded for this frame's pc
                 reason = reason.at(answer.pc)
         return Outcome(answer.frame, kind, None, reason)

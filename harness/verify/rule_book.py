@@ -21,7 +21,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Hashable
 
-from harness.unwind.rule import Rule
+from harness.unwind.rule import Chain, Rule, Scan
 from harness.unwind.rule_map import NO_ROW, RuleMap, itself
 
 UNMADE = Ellipsis  # a packed rule not made yet (None: the kernel defers there)
@@ -117,8 +117,9 @@ class RuleBook:
 
 def names_sites(rule: Rule | None) -> bool:
     """Does the rule (or a chain's method) scan, with its Verifier's return addresses?"""
-    return rule is not None and (rule.scan_sites is not None or any(
-        alternative is not None and alternative.scan_sites is not None for alternative in rule.alternatives))
+    kind = type(rule)
+    return (kind is Scan and rule.sites is not None) or (kind is Chain and any(
+        type(alternative) is Scan and alternative.sites is not None for alternative in rule.alternatives))
 
 
 _current = RuleBook()

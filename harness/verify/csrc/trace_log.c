@@ -12,11 +12,12 @@ typedef struct {
     PyTypeObject *type;
 } CauseParts;
 
-/* The rule `id` of the book (borrowed), or NULL where it is none there. */
-static PyObject *book_rule(const CauseParts *parts, Py_ssize_t id) {
+/* The rule `id` of the book (borrowed), a tuple of `fields` (one kind's record: abi.OFFSETS_FIELDS...), or NULL
+ * where it is none there. */
+static PyObject *book_rule(const CauseParts *parts, Py_ssize_t id, Py_ssize_t fields) {
     if (id < 0 || id >= PyList_GET_SIZE(parts->rules)) return NULL;
     PyObject *rule = PyList_GET_ITEM(parts->rules, id);
-    return PyTuple_Check(rule) && PyTuple_GET_SIZE(rule) == RULE_FIELD_COUNT ? rule : NULL;
+    return PyTuple_Check(rule) && PyTuple_GET_SIZE(rule) == fields ? rule : NULL;
 }
 
 /* The kind and register name (borrowed both) of a cause Python words as StopKernel.kind_of does: a
@@ -36,15 +37,22 @@ static int kind_and_register(const CauseKey *key, const Answer *a, const CausePa
         *name = PyTuple_GET_ITEM(pair, 1);
         return 0;
     }
-    PyObject *rule = a->kind == ANSWER_FAILS || key->kind == MERGED_GUARD ? book_rule(parts, a->rule_id) : NULL;
-    if (!rule) return -1;
-    if (a->kind == ANSWER_FAILS) {
-        PyObject *failure = PyTuple_GET_ITEM(rule, RULE_FAILURE);
-        if (!PyTuple_Check(failure) || PyTuple_GET_SIZE(failure) < 1) return -1;
-        *kind = PyTuple_GET_ITEM(failure, 0);
+    if (a->kind == ANSWER_FAILS) {  /* a Fails rule's kind */
+        PyObject *rule = book_rule(parts, a->rule_id, FAILS_FIELD_COUNT);
+        if (!rule) return -1;
+        *kind = PyTuple_GET_ITEM(rule, FAILS_KIND);
         return 0;
     }
-    PyObject *guard_kind = PyTuple_GET_ITEM(rule, RULE_GUARD_KIND);
+    if (key->kind != MERGED_GUARD) return -1;
+    /* an Offsets rule's guard kind, or a Scan's */
+    PyObject *rule = book_rule(parts, a->rule_id, OFFSETS_FIELD_COUNT), *guard_kind;
+    if (rule) {
+        guard_kind = PyTuple_GET_ITEM(rule, OFFSETS_GUARD_KIND);
+    } else if ((rule = book_rule(parts, a->rule_id, SCAN_FIELD_COUNT))) {
+        guard_kind = PyTuple_GET_ITEM(rule, SCAN_GUARD_KIND);
+    } else {
+        return -1;
+    }
     const int some = PyObject_IsTrue(guard_kind);
     if (some < 0) return -1;
     *kind = some ? guard_kind : bad_read;
