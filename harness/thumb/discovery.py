@@ -2,19 +2,27 @@
 and each function's rows (harness.thumb.frame_analysis).
 
 Function starts come from addresses, never from unwind rules: the Thumb
-function symbols (`.symtab`, or `.dynsym` alone in a stripped library) and
-the ARM ones (glibc's memcpy, memmove, memset: analysed in ARM state),
-then the targets of the calls and tail calls the analysed paths make,
+function symbols (`.symtab`, or `.dynsym` alone in a stripped binary) and
+the ARM ones (glibc's memcpy, memmove, memset: analysed in ARM state);
+the Thumb code the data points at; the loader's entry points (e_entry,
+DT_INIT, DT_FINI); the start of every `.ARM.exidx` index entry (the
+linker writes one per function it has unwind information for, or
+CANTUNWIND; only the addresses are read, never the rules; ARM where the
+code reads so); then the targets of the calls and tail calls the analysed
+paths make and the Thumb code addresses they form or load (pc-relative;
+in code linked where it runs, from literal pools and movw/movt pairs),
 round after round, in the state the branch enters (`bl` keeps it, `blx`
-switches) unless a mapping symbol (`$a`, `$t`) says otherwise; in a
-function found so, code no path reaches that begins with a push of lr
-(after a call that never returns, the next function) starts one. A
-function found by a call ends where the next known function begins, or
-at a bound: the end of its section, or the start of an `.ARM.exidx`
-index entry (addresses the linker wrote for each function it had unwind
-information for; the table's rules are not read). Data the mapping
-symbols mark (`$d`: literal pools) is never decoded. Code between functions
-is not analysed: its rows refuse, where Chrome's tables would return to lr.
+switches) unless a mapping symbol (`$a`, `$t`) says otherwise. In a
+function found so (or named by a symbol of size 0), code no path reaches
+starts another function where, past its padding, it pushes lr within its
+first instructions (after a call that never returns, the next function),
+or where, analysed alone, every path of it returns or tail-calls a known
+start with no problem met, through none of the code around it (a leaf
+function no call reaches, in a run of functions whose index entries the
+linker merged). A function found so ends where the next known function
+begins, or at the end of its section. Data the mapping symbols mark (`$d`:
+literal pools) is never decoded. Code between functions is not analysed:
+its rows refuse, where Chrome's tables would return to lr.
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ NORETURN = frozenset({
     "_ZSt9terminatev", "_ZSt17__throw_bad_allocv", "_ZSt20__throw_length_errorPKc",
     "_ZSt20__throw_out_of_rangePKc", "_ZSt24__throw_out_of_range_fmtPKcz", "_ZSt19__throw_logic_errorPKc",
     "_ZSt21__throw_bad_array_new_lengthv"})
-FOUND = "fn_"  # names a function found by a call, by its address
+FOUND = "fn_"
+ORIGIN = {}  # names a function found by a call, by its address
 
 
 def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> tuple[FunctionCfi, ...]:
@@ -49,12 +58,22 @@ def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> tupl
     round (without symbols, the code after such a call is the next
     function, which the caller's frame must not describe)."""
     try:
-        return _all_analysed(code_map, code_at)
+        found, _ = _all_analysed(code_map, code_at)
+        return _with_gaps([found[start].function for start in sorted(found)])
     finally:
         forget_addresses()
 
 
-def _all_analysed(code_map: CodeMap, code_at) -> tuple[FunctionCfi, ...]:
+def function_starts(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> dict[int, bool]:
+    """Where analyse_all's functions start, each with whether it is ARM code."""
+    try:
+        found, arm = _all_analysed(code_map, code_at)
+        return {start: start in arm for start in sorted(found)}
+    finally:
+        forget_addresses()
+
+
+def _all_analysed(code_map: CodeMap, code_at) -> tuple[dict[int, Analysed], set[int]]:
     noreturn = frozenset(code_map.noreturn)  # through the PLT: known by name
     analyse = _analyser(code_map, code_at)
     found, arm = _discovered(code_map, code_at, analyse, noreturn)
@@ -67,10 +86,10 @@ def _all_analysed(code_map: CodeMap, code_at) -> tuple[FunctionCfi, ...]:
         for start, one in list(found.items()):
             # Analysed again where it calls one that never returns, unless
             # what it asked of noreturn is answered as before (the same analysis)
-            if (one.callees | one.arm_callees) & noreturn and one.asked & (noreturn - analysed_with[start]):
+            if (one.callees | one.arm_callees | one.branched) & noreturn and one.asked & (noreturn - analysed_with[start]):
                 found[start] = analyse(one.function.name, start, one.function.end, noreturn, start in arm)
                 analysed_with[start] = noreturn
-    return _with_gaps([found[start].function for start in sorted(found)])
+    return found, arm
 
 
 def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
@@ -79,6 +98,7 @@ def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
     among them) and the data its mapping symbols mark, in it."""
     labels = sorted({word & ~1 for word in code_map.pointers})
     modes = code_map.modes
+    unsized = frozenset(code_map.unsized)
 
     def analyse(name: str, start: int, end: int, noreturn: frozenset[int], arm: bool) -> Analysed:
         first = max(bisect_right(modes, (start, "~")) - 1, 0)
@@ -86,33 +106,40 @@ def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
         data = tuple((max(low, start), high) for (low, kind), (high, _) in zip(marks, marks[1:])
                      if kind == "d" and high > start)
         return analyse_calling(name, start, end, code_at, labels[bisect_left(labels, start):bisect_left(labels, end)],
-                               noreturn, bounded=not name.startswith(FOUND), arm=arm, data=data)
+                               noreturn, bounded=not name.startswith(FOUND) and start not in unsized, arm=arm,
+                               data=data)
 
     return analyse
 
 
 def _discovered(code_map: CodeMap, code_at, analyse, noreturn: frozenset[int]) -> tuple[dict[int, Analysed], set[int]]:
     """Every function the symbols name, the data points at (Thumb bit
-    set) or the analysed calls reach, analysed; and which are ARM code."""
-    symbols = {start: (end, name) for start, end, name in (*code_map.spans, *code_map.arm_spans)}
-    arm = {start for start, _, _ in code_map.arm_spans}
+    set), the loader enters, the `.ARM.exidx` index begins, or the
+    analysed calls reach, analysed; and which are ARM code."""
+    unsized = frozenset(code_map.unsized)  # their functions end as found ones do: the size is not known
+    symbols = {start: (end, name) for start, end, name in (*code_map.spans, *code_map.arm_spans)
+               if start not in unsized}
+    names = {start: name for start, _, name in (*code_map.spans, *code_map.arm_spans)}
     symbol_starts = sorted(symbols)
-    pointed = [word & ~1 for word in code_map.pointers if word & 1]
-    starts = sorted(set(symbol_starts).union(
-        word for word in pointed if _new_function(word, symbol_starts, symbols, code_map)))
+    first = _first_starts(code_map, code_at, symbol_starts, symbols)
+    arm = {start for start, in_arm in first.items() if in_arm}
+    starts = sorted(first)
     found: dict[int, Analysed] = {}
     pending, queued = list(reversed(starts)), set(starts)
     while pending:
         start = pending.pop()
-        end, name = symbols.get(start) or (_end_of(start, starts, code_map), f"{FOUND}{start:x}")
+        end, name = symbols.get(start) or (_end_of(start, starts, code_map), names.get(start, f"{FOUND}{start:x}"))
         found[start] = analyse(name, start, end, noreturn, start in arm)
         prologues = set() if start in symbols else \
-            {gap for gap in found[start].unreached if _pushes_lr(code_at, gap, start in arm)}
-        entered = [(target, False) for target in found[start].callees] \
+            {begun for low, high in found[start].unreached
+             if (begun := _begun(code_at, analyse, found[start], (low, high), start in arm, noreturn, queued))
+             is not None}
+        loaded = [word & ~1 for word in found[start].loaded if word & 1] if code_map.fixed else []
+        entered = [(target, False) for target in (*found[start].callees, *loaded)] \
             + [(target, True) for target in found[start].arm_callees] \
             + [(target, start in arm) for target in prologues]  # code of the same state
         for target, in_arm in sorted(entered):
-            if target in queued or not _new_function(target, symbol_starts, symbols, code_map):
+            if target in queued or not _new_function(target, symbol_starts, symbols, code_map, in_arm):
                 continue
             if _marked(code_map.modes, target, "a" if in_arm else "t"):
                 arm.add(target)
@@ -135,12 +162,101 @@ def _marked(modes: tuple[tuple[int, str], ...], address: int, entered: str) -> b
     return (modes[index][1] if index >= 0 and modes[index][1] != "d" else entered) == "a"
 
 
-def _pushes_lr(code_at, address: int, arm: bool) -> bool:
+def _first_starts(code_map: CodeMap, code_at, symbol_starts: list[int], symbols) -> dict[int, bool]:
+    """The starts known before any code is analysed, each with whether it
+    is ARM code: the symbols', then those of no symbol's function: the
+    Thumb code the data points at, the loader's entry points (bit 0 says
+    the state) and the `.ARM.exidx` index entries (whose addresses carry
+    no state: ARM only where the mapping symbols or the code say so)."""
+    first = {start: False for start, _, _ in code_map.spans}  # those of no size among them
+    first.update((start, True) for start, _, _ in code_map.arm_spans)
+    given = [(word & ~1, not word & 1) for word in code_map.entries] \
+        + [(word & ~1, False) for word in code_map.pointers if word & 1]
+    for bound in code_map.bounds:  # the linker's entry for a section may begin at its alignment padding
+        start = _past_padding(code_at, bound, _next_bound(code_map, bound), False)
+        given.append((start, _marked(code_map.modes, start, "a" if _looks_arm(code_at, start) else "t")))
+    for start, in_arm in given:
+        if start not in first and _new_function(start, symbol_starts, symbols, code_map, in_arm):
+            first[start] = in_arm
+    return first
+
+
+def _looks_arm(code_at, address: int) -> bool:
+    """Is the code at a start of unknown state ARM code: word-aligned, its
+    first three words instructions that always execute (condition AL)?
+    Thumb code reads so only where each second half-word is an unconditional
+    `b.n` or opens a 32-bit instruction of a few classes (floating point,
+    most of all: those read as coprocessor instructions in ARM state)."""
+    if address % 4:
+        return False
+    words = code_at(address, 12)
+    if len(words) < 12 or any(words[k] >> 4 != 0xE for k in (3, 7, 11)):
+        return False
+    decoded = [decode_one(words[k:k + 4], address + k, True) for k in (0, 4, 8)]
+    return all(insn is not None and not insn.op.startswith(COPROCESSOR) for insn in decoded)
+
+
+# ARM's reading of Thumb floating-point code: instructions rare at an ARM function's start
+COPROCESSOR = ("v", "stc", "ldc", "mcr", "mrc", "cdp")
+
+
+# `nop`, `nop.w`, zeros; ARM `nop`, `mov r0, r0`, zeros
+PADDING = {False: (b"\x00\xbf", b"\x00\x00", b"\xaf\xf3\x00\x80"),
+           True: (b"\x00\xf0\x20\xe3", b"\x00\x00\xa0\xe1", b"\x00" * 4)}
+
+
+def _begun(code_at, analyse, around: Analysed, gap: tuple[int, int], arm: bool, noreturn,
+           known: set[int]) -> int | None:
+    """Where a function begins in code `gap` [low, high) that no path of
+    the function found `around` it reaches, if one does: past the padding
+    there (`nop`, zeros), code that pushes lr among its first few
+    instructions, or code that, taken as a function of its own, has every
+    path end in a return or in a tail call to a `known` start (none runs
+    on past the function's code), with no problem met, and runs through none of the code `around` reaches (a
+    leaf function no call reaches; a C++ landing pad jumps back into its
+    function's body or pops the frame it does not have from there, and
+    fails so; code of the other state, read so, soon branches anywhere)."""
+    high = gap[1]
+    low = _past_padding(code_at, *gap, arm)
+    if low >= high:
+        return None
+    if _pushes_lr(code_at, low, high, arm):
+        return low
+    end = around.function.end
+    alone = analyse(f"{FOUND}{low:x}", low, end, noreturn, arm)
+    if not alone.returns or alone.falls_through or alone.function.problems or alone.branched \
+            or not known.issuperset(alone.callees | alone.arm_callees):
+        return None
+    bounds = [low, *(edge for span in alone.unreached for edge in span), end]  # what it runs through, in pairs
+    return low if all(any(gap_low <= ran_low and ran_high <= gap_high for gap_low, gap_high in around.unreached)
+                      for ran_low, ran_high in zip(bounds[::2], bounds[1::2]) if ran_low < ran_high) else None
+
+
+def _past_padding(code_at, low: int, high: int, arm: bool) -> int:
+    """The first address of [low, high) past the padding there (or high)."""
+    while low < high:
+        if code_at(low, 2) in PADDING[arm]:
+            low += 2
+        elif code_at(low, 4) in PADDING[arm]:
+            low += 4
+        else:
+            break
+    return low
+
+
+def _next_bound(code_map: CodeMap, address: int) -> int:
+    """The next `.ARM.exidx` entry's start after `address`, or the end of its section."""
+    later = bisect_right(code_map.bounds, address)
+    section = next((high for low, high in code_map.ranges if low <= address < high), address)
+    return min(code_map.bounds[later], section) if later < len(code_map.bounds) else section
+
+
+def _pushes_lr(code_at, address: int, end: int, arm: bool) -> bool:
     """Does the code at `address` push lr among its first few instructions,
-    before any branch or other change of sp: a prologue (GCC schedules a
-    `movs` or two ahead of the push)?"""
+    before any branch or other change of sp (GCC schedules a `movs` or two
+    ahead of the push)?"""
     for _ in range(6):
-        insn = decode_one(code_at(address, 4), address, arm)
+        insn = decode_one(code_at(address, 4), address, arm) if address < end else None
         if insn is None or insn.transfers or insn.op.startswith("it"):
             return False
         if SP in insn.writes or insn.op == "push":
@@ -149,9 +265,9 @@ def _pushes_lr(code_at, address: int, arm: bool) -> bool:
     return False
 
 
-def _new_function(target: int, symbol_starts: list[int], symbols, code_map: CodeMap) -> bool:
+def _new_function(target: int, symbol_starts: list[int], symbols, code_map: CodeMap, arm: bool = False) -> bool:
     """Is `target` code of no symbol's function (so the start of another)?"""
-    if target % 2 or not any(low <= target < high for low, high in code_map.ranges):
+    if target % (4 if arm else 2) or not any(low <= target < high for low, high in code_map.ranges):
         return False
     index = bisect_right(symbol_starts, target) - 1
     return index < 0 or target >= symbols[symbol_starts[index]][0]

@@ -34,8 +34,8 @@ from __future__ import annotations
 from typing import Callable, Iterable, NamedTuple
 
 from harness.program import CfiRow, FunctionCfi
-from harness.registers import LR, SP
-from harness.thumb.branch_tables import data_read, formed_address
+from harness.registers import LR, PC, SP
+from harness.thumb.branch_tables import data_read, formed_address, wide_constant
 from harness.thumb.disasm import Instruction, decode_one
 from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, lost, torn_down
 from harness.thumb.successors import Body, Path, successors
@@ -52,11 +52,19 @@ class Analysed(NamedTuple):
     function: FunctionCfi
     callees: frozenset[int]  # entered in Thumb state
     returns: bool
-    unreached: tuple[int, ...] = ()  # where code no path reaches begins
+    unreached: tuple[tuple[int, int], ...] = ()  # code no path reaches: [low, high)
     arm_callees: frozenset[int] = frozenset()  # entered in ARM state (`blx` from Thumb, `bl` or `b` from ARM)
     # the branch targets the analysis asked `noreturn` about: with the same
     # answers for these, another `noreturn` gives the same analysis
     asked: frozenset[int] = frozenset()
+    # conditional branches out of the function with the frame torn down:
+    # shared code of hand-written routines (libgcc's division by zero), not
+    # the starts of functions (compilers make no conditional tail calls)
+    branched: frozenset[int] = frozenset()
+    # the words its literal pools hold and its movw/movt pairs make (`ldr rX, =f`): in code
+    # linked where it runs, addresses
+    loaded: frozenset[int] = frozenset()
+    falls_through: bool = False  # a path runs on past its end (into whatever follows)
 
 
 class _Asked(frozenset):
@@ -108,7 +116,8 @@ def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int
                                 if any(lost(state) for state in states.values()))
     rows = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused)
     return Analysed(FunctionCfi(name, start, end, rows, tuple(analysis.problems)), frozenset(analysis.callees),
-                    analysis.returns, tuple(analysis.gaps()), frozenset(analysis.arm_callees), frozenset(watched.asked))
+                    analysis.returns, tuple(analysis.gap_spans()), frozenset(analysis.arm_callees), frozenset(watched.asked),
+                    frozenset(analysis.branched), frozenset(analysis.loaded), analysis.falls_through)
 
 
 def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes],
@@ -167,7 +176,10 @@ class _Analysis:
         self.calls: set[int] = set()  # addresses of calls on some path
         self.callees: set[int] = set()  # where its calls go, and code addresses it forms (see Analysed)
         self.arm_callees: set[int] = set()
+        self.branched: set[int] = set()  # see Analysed
+        self.loaded: set[int] = set()
         self.returns = False  # a path left by a return or a tail call
+        self.falls_through = False
         self.problems: list[str] = []
         self.refused: set[int] = set()
         # bytes of data: marked so ($d), or read as data (jump tables, literal pools)
@@ -181,7 +193,8 @@ class _Analysis:
         while pending:
             address, path = pending.pop()
             if address == self.end:  # falls through into the code after: it goes on there, no noreturn
-                self.returns = True  # (libgcc's `cmp r1, #0; beq div0` runs into its division routine)
+                self.returns = self.falls_through = True  # (libgcc's `cmp r1, #0; beq div0` runs into its
+                # division routine)
             if not self.start <= address < self.end or address in self.data:
                 continue  # data (a path into it is one no run takes: after a call that never returns)
             states = self.reached.setdefault(address, {})
@@ -217,12 +230,13 @@ class _Analysis:
                     if insn.imm is not None:  # `blx` switches state, `bl` keeps it
                         (self.arm_callees if (insn.op == "blx") != insn.arm else self.callees).add(insn.imm)
                 elif insn.op == "b" and not self.start <= insn.imm < self.end and torn_down(path.state):
-                    (self.arm_callees if insn.arm else self.callees).add(insn.imm)  # a tail call: a function
+                    (self.branched if insn.conditional else self.arm_callees if insn.arm else self.callees).add(
+                        insn.imm)  # a tail call: a function
                 elif insn.op == "add" and first_visit \
                         and (formed := formed_address(insn, self.code_at)) is not None and formed & 1:
                     self.callees.add(formed & ~1)  # a Thumb code address taken pc-relative: a function
                 if first_visit:
-                    self.data.update(data_read(insn, self.code_at))
+                    self._read(insn)
                 onward = list(successors(insn, path, self.body))
                 pending.extend(onward)
                 if not onward and insn.op not in ("udf", "bkpt", "bl", "blx") \
@@ -232,6 +246,16 @@ class _Analysis:
                 self._refuse(address, str(why))
                 if insn is not None and path.state != UNKNOWN:
                     self._unknown_onward(insn, path, pending)
+
+    def _read(self, insn: Instruction) -> None:
+        """What the code itself says at `insn`, once: the data it reads, and
+        the words it loads (a literal; a movw/movt pair) that may be addresses."""
+        read = data_read(insn, self.code_at)
+        self.data.update(read)
+        if insn.op == "ldr" and read and insn.mem[0] == PC and PC not in insn.writes:
+            self.loaded.add(int.from_bytes(self.code_at(min(read), 4), "little"))
+        elif (constant := wide_constant(insn, self.code_at)) is not None:
+            self.loaded.add(constant)
 
     def _unknown_onward(self, insn: Instruction, path: Path, pending: list) -> None:
         """Go on past an instruction whose effect is unknowable with no
@@ -246,6 +270,7 @@ class _Analysis:
         twin.reached = {address: dict(states) for address, states in self.reached.items()}
         twin.sizes, twin.calls, twin.data = dict(self.sizes), set(self.calls), set(self.data)
         twin.callees, twin.arm_callees, twin.returns = set(self.callees), set(self.arm_callees), self.returns
+        twin.branched, twin.loaded, twin.falls_through = set(self.branched), set(self.loaded), self.falls_through
         twin.problems, twin.refused = list(self.problems), set(self.refused)
         twin.visited, twin.decoded = self.visited, self.decoded  # what the code says, whatever the paths
         return twin
@@ -271,13 +296,17 @@ class _Analysis:
 
     def gaps(self) -> list[int]:
         """Where code no path reached begins (not data the code reads)."""
+        return [low for low, _ in self.gap_spans()]
+
+    def gap_spans(self) -> list[tuple[int, int]]:
+        """The code no path reached, [low, high) each (not data the code reads)."""
         found, covered = [], self.start
         extents = {**{a: 1 for a in self.data}, **self.sizes}
         for address in sorted(extents):
             if address > covered and covered not in self.data and covered % 2 == 0:
-                found.append(covered)
+                found.append((covered, address))
             covered = max(covered, address + extents[address])
-        return found + ([covered] if covered < self.end else [])
+        return found + ([(covered, self.end)] if covered < self.end else [])
 
 
 def _join(known: FrameState, other: FrameState) -> FrameState | None:
