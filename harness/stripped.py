@@ -37,6 +37,7 @@ from harness.runner import in_processes
 from harness.thumb.discovery import function_starts
 from harness.unwind import build_unwinders
 from harness.verify.stops import verify_program
+from harness.verify.tally import STOPPED_PREFIX
 
 STRIP = "arm-linux-gnueabihf-strip"
 UNWINDER = "v2-code"
@@ -112,7 +113,9 @@ def v2_code_failures(build: dict, every: int, stripped: bool) -> tuple[int, int]
         ok = result.fault is None and result.stdout_sha256 == entry["stdout_sha256"]
     if not ok:
         raise InputError(f"{build['name']}: the run went wrong: {result.fault or 'wrong output'}")
-    failed = sum(n for (name, _, _, kind), n in result.counts.items() if name == UNWINDER and kind is not None)
+    failed = sum(n for (name, _, _, kind), n in result.counts.items()
+                 if name == UNWINDER and kind is not None and not kind.startswith(STOPPED_PREFIX))  # a walk that
+    # stops in another module without tables there (the vectors page) has not failed
     verified = sum(n for (name, _, _, _), n in result.counts.items() if name == UNWINDER)
     return failed, verified
 

@@ -89,25 +89,30 @@ def _all_analysed(code_map: CodeMap, code_at) -> tuple[dict[int, Analysed], set[
             if (one.callees | one.arm_callees | one.branched) & noreturn and one.asked & (noreturn - analysed_with[start]):
                 found[start] = analyse(one.function.name, start, one.function.end, noreturn, start in arm)
                 analysed_with[start] = noreturn
+    for start, one in found.items():
+        # What no path reaches and starts no function may be a landing pad (entered by the unwinder)
+        if one.unreached and (one.function.name.startswith(FOUND) or start in code_map.unsized):
+            found[start] = analyse(one.function.name, start, one.function.end, noreturn, start in arm, pads=True)
     return found, arm
 
 
 def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
-    """analyse(name, start, end, noreturn, arm): one function's analysis,
-    with the labels the program's data holds (a computed goto's targets,
-    among them) and the data its mapping symbols mark, in it."""
+    """analyse(name, start, end, noreturn, arm, pads): one function's
+    analysis, with the labels the program's data holds (a computed goto's
+    targets, among them) and the data its mapping symbols mark, in it;
+    landing pads looked for where a symbol gives its end, or with `pads`."""
     labels = sorted({word & ~1 for word in code_map.pointers})
     modes = code_map.modes
     unsized = frozenset(code_map.unsized)
 
-    def analyse(name: str, start: int, end: int, noreturn: frozenset[int], arm: bool) -> Analysed:
+    def analyse(name: str, start: int, end: int, noreturn: frozenset[int], arm: bool, pads: bool = False) -> Analysed:
         first = max(bisect_right(modes, (start, "~")) - 1, 0)
         marks = [*modes[first:bisect_left(modes, (end, ""))], (end, "")]
         data = tuple((max(low, start), high) for (low, kind), (high, _) in zip(marks, marks[1:])
                      if kind == "d" and high > start)
         return analyse_calling(name, start, end, code_at, labels[bisect_left(labels, start):bisect_left(labels, end)],
-                               noreturn, bounded=not name.startswith(FOUND) and start not in unsized, arm=arm,
-                               data=data)
+                               noreturn, bounded=pads or (not name.startswith(FOUND) and start not in unsized),
+                               arm=arm, data=data)
 
     return analyse
 
