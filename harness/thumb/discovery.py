@@ -130,15 +130,16 @@ def _discovered(code_map: CodeMap, code_at, analyse, noreturn: frozenset[int]) -
     arm = {start for start, in_arm in first.items() if in_arm}
     starts = sorted(first)
     found: dict[int, Analysed] = {}
-    pending, queued = list(reversed(starts)), set(starts)
+    pending, queued, shared = list(reversed(starts)), set(starts), set()
     while pending:
         start = pending.pop()
         end, name = symbols.get(start) or (_end_of(start, starts, code_map), names.get(start, f"{FOUND}{start:x}"))
         found[start] = analyse(name, start, end, noreturn, start in arm)
+        shared.update(found[start].branched)
         prologues = set() if start in symbols else \
             {begun for low, high in found[start].unreached
-             if (begun := _begun(code_at, analyse, found[start], (low, high), start in arm, noreturn, queued))
-             is not None}
+             if (begun := _begun(code_at, analyse, found[start], (low, high), start in arm, noreturn,
+                                 (queued, shared))) is not None}
         loaded = [word & ~1 for word in found[start].loaded if word & 1] if code_map.fixed else []
         entered = [(target, False) for target in (*found[start].callees, *loaded)] \
             + [(target, True) for target in found[start].arm_callees] \
@@ -211,19 +212,22 @@ PADDING = {False: (b"\x00\xbf", b"\x00\x00", b"\xaf\xf3\x00\x80"),
 
 
 def _begun(code_at, analyse, around: Analysed, gap: tuple[int, int], arm: bool, noreturn,
-           known: set[int]) -> int | None:
+           seen: tuple[set[int], set[int]]) -> int | None:
     """Where a function begins in code `gap` [low, high) that no path of
     the function found `around` it reaches, if one does: past the padding
     there (`nop`, zeros), code that pushes lr among its first few
     instructions, or code that, taken as a function of its own, has every
-    path end in a return or in a tail call to a `known` start (none runs
-    on past the function's code), with no problem met, and runs through none of the code `around` reaches (a
+    path end in a return or in a tail call to a known start (none runs
+    on past the function's code), with no problem met, that no conditional
+    branch from another function enters (libgcc's shared division by
+    zero), and runs through none of the code `around` reaches (a
     leaf function no call reaches; a C++ landing pad jumps back into its
     function's body or pops the frame it does not have from there, and
     fails so; code of the other state, read so, soon branches anywhere)."""
     high = gap[1]
     low = _past_padding(code_at, *gap, arm)
-    if low >= high:
+    known, shared = seen  # the starts known, the targets of conditional branches out of functions
+    if low >= high or low in shared:
         return None
     if _pushes_lr(code_at, low, high, arm):
         return low
