@@ -120,45 +120,85 @@ def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
 def _discovered(code_map: CodeMap, code_at, analyse, noreturn: frozenset[int]) -> tuple[dict[int, Analysed], set[int]]:
     """Every function the symbols name, the data points at (Thumb bit
     set), the loader enters, the `.ARM.exidx` index begins, or the
-    analysed calls reach, analysed; and which are ARM code."""
-    unsized = frozenset(code_map.unsized)  # their functions end as found ones do: the size is not known
-    symbols = {start: (end, name) for start, end, name in (*code_map.spans, *code_map.arm_spans)
-               if start not in unsized}
-    names = {start: name for start, _, name in (*code_map.spans, *code_map.arm_spans)}
-    symbol_starts = sorted(symbols)
-    first = _first_starts(code_map, code_at, symbol_starts, symbols)
-    arm = {start for start, in_arm in first.items() if in_arm}
-    starts = sorted(first)
-    found: dict[int, Analysed] = {}
-    pending, queued, shared = list(reversed(starts)), set(starts), set()
-    while pending:
-        start = pending.pop()
-        end, name = symbols.get(start) or (_end_of(start, starts, code_map), names.get(start, f"{FOUND}{start:x}"))
-        found[start] = analyse(name, start, end, noreturn, start in arm)
-        shared.update(found[start].branched)
-        prologues = set() if start in symbols else \
-            {begun for low, high in found[start].unreached
-             if (begun := _begun(code_at, analyse, found[start], (low, high), start in arm, noreturn,
-                                 (queued, shared))) is not None}
-        loaded = [word & ~1 for word in found[start].loaded if word & 1] if code_map.fixed else []
-        entered = [(target, False) for target in (*found[start].callees, *loaded)] \
-            + [(target, True) for target in found[start].arm_callees] \
-            + [(target, start in arm) for target in prologues]  # code of the same state
-        for target, in_arm in sorted(entered):
-            if target in queued or not _new_function(target, symbol_starts, symbols, code_map, in_arm):
-                continue
-            if _marked(code_map.modes, target, "a" if in_arm else "t"):
-                arm.add(target)
-            insort(starts, target)
-            queued.add(target)
-            pending.append(target)
-            index = bisect_left(starts, target)
-            before = starts[index - 1] if index else None
-            if before is not None and before not in symbols and before in found \
-                    and found[before].function.end > target:
-                del found[before]  # a function found by a call ends earlier now: again
-                pending.append(before)
-    return found, arm
+    analysed calls reach, analysed; and which are ARM code. In code linked
+    where it runs, any word of the data or of a literal pool may look like
+    an address (an integer of sqlite3's): one is taken for a start only
+    once everything else is found, and only where it lies in code no path
+    of the function around it reaches."""
+    finder = _Finder(code_map, code_at, analyse, noreturn)
+    while True:
+        finder.drain()
+        taken = [target for target in sorted(finder.deferred - finder.queued) if finder.unreached(target)]
+        finder.deferred.clear()
+        if not taken:
+            return finder.found, finder.arm
+        for target in taken:
+            finder.add(target, False)
+
+
+class _Finder:
+    """The search for function starts: the starts known, the functions
+    analysed, those still to analyse."""
+
+    def __init__(self, code_map: CodeMap, code_at, analyse, noreturn: frozenset[int]):
+        self.code_map, self.code_at, self.analyse, self.noreturn = code_map, code_at, analyse, noreturn
+        unsized = frozenset(code_map.unsized)  # their functions end as found ones do: the size is not known
+        self.symbols = {start: (end, name) for start, end, name in (*code_map.spans, *code_map.arm_spans)
+                        if start not in unsized}
+        self.names = {start: name for start, _, name in (*code_map.spans, *code_map.arm_spans)}
+        self.symbol_starts = sorted(self.symbols)
+        first = _first_starts(code_map._replace(pointers=()) if code_map.fixed else code_map, code_at,
+                              self.symbol_starts, self.symbols)
+        self.deferred = {word & ~1 for word in code_map.pointers if word & 1} if code_map.fixed else set()
+        self.arm = {start for start, in_arm in first.items() if in_arm}
+        self.starts = sorted(first)
+        self.found: dict[int, Analysed] = {}
+        self.pending, self.queued, self.shared = list(reversed(self.starts)), set(self.starts), set()
+
+    def drain(self) -> None:
+        """Analyse every pending start, and the starts their code leads to."""
+        while self.pending:
+            start = self.pending.pop()
+            in_arm = start in self.arm
+            end, name = self.symbols.get(start) or (_end_of(start, self.starts, self.code_map),
+                                                    self.names.get(start, f"{FOUND}{start:x}"))
+            one = self.found[start] = self.analyse(name, start, end, self.noreturn, in_arm)
+            self.shared.update(one.branched)
+            begun = set() if start in self.symbols else \
+                {begun for gap in one.unreached if (begun := _begun(self.code_at, self.analyse, one, gap, in_arm,
+                                                                    self.noreturn, (self.queued, self.shared)))
+                 is not None}
+            if self.code_map.fixed:
+                self.deferred.update(word & ~1 for word in one.loaded if word & 1)
+            entered = [(target, False) for target in one.callees] + [(target, True) for target in one.arm_callees] \
+                + [(target, in_arm) for target in begun]  # code of the same state
+            for target, target_arm in sorted(entered):
+                self.add(target, target_arm)
+
+    def add(self, target: int, in_arm: bool) -> None:
+        """A start found: analysed next, with the function before it again
+        where that one, found without a symbol's end, ran past it."""
+        if target in self.queued or not _new_function(target, self.symbol_starts, self.symbols, self.code_map, in_arm):
+            return
+        if _marked(self.code_map.modes, target, "a" if in_arm else "t"):
+            self.arm.add(target)
+        insort(self.starts, target)
+        self.queued.add(target)
+        self.pending.append(target)
+        index = bisect_left(self.starts, target)
+        before = self.starts[index - 1] if index else None
+        if before is not None and before not in self.symbols and before in self.found \
+                and self.found[before].function.end > target:
+            del self.found[before]  # a function found by a call ends earlier now: again
+            self.pending.append(before)
+
+    def unreached(self, target: int) -> bool:
+        """Does `target` lie in no function found, or in code no path of
+        the one around it reaches?"""
+        index = bisect_right(self.starts, target) - 1
+        around = self.found.get(self.starts[index]) if index >= 0 else None
+        return around is None or target >= around.function.end \
+            or any(low <= target < high for low, high in around.unreached)
 
 
 def _marked(modes: tuple[tuple[int, str], ...], address: int, entered: str) -> bool:
