@@ -76,8 +76,9 @@ def function_starts(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> 
 def _all_analysed(code_map: CodeMap, code_at) -> tuple[dict[int, Analysed], set[int]]:
     noreturn = frozenset(code_map.noreturn)  # through the PLT: known by name
     analyse = _analyser(code_map, code_at)
-    found, arm = _discovered(code_map, code_at, analyse, noreturn)
-    analysed_with = dict.fromkeys(found, noreturn)  # the noreturn set each analysis had
+    found, arm, ended = _discovered(code_map, code_at, analyse, noreturn)
+    analysed_with = dict.fromkeys(found, noreturn)  # the noreturn set each analysis had (at least)
+    noreturn = ended
     while True:
         ended = noreturn.union(start for start, one in found.items() if not one.returns)
         if ended == noreturn:
@@ -117,21 +118,23 @@ def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
     return analyse
 
 
-def _discovered(code_map: CodeMap, code_at, analyse, noreturn: frozenset[int]) -> tuple[dict[int, Analysed], set[int]]:
+def _discovered(code_map: CodeMap, code_at, analyse,
+                noreturn: frozenset[int]) -> tuple[dict[int, Analysed], set[int], frozenset[int]]:
     """Every function the symbols name, the data points at (Thumb bit
     set), the loader enters, the `.ARM.exidx` index begins, or the
     analysed calls reach, analysed; and which are ARM code. In code linked
     where it runs, any word of the data or of a literal pool may look like
     an address (an integer of sqlite3's): one is taken for a start only
     once everything else is found, and only where it lies in code no path
-    of the function around it reaches."""
+    of the function around it reaches. Also the functions found never to
+    return (`noreturn`, and more: see _Finder.ended)."""
     finder = _Finder(code_map, code_at, analyse, noreturn)
     while True:
         finder.drain()
         taken = [target for target in sorted(finder.deferred - finder.queued) if finder.unreached(target)]
         finder.deferred.clear()
         if not taken:
-            return finder.found, finder.arm
+            return finder.found, finder.arm, finder.noreturn
         for target in taken:
             finder.add(target, False)
 
@@ -163,17 +166,29 @@ class _Finder:
             end, name = self.symbols.get(start) or (_end_of(start, self.starts, self.code_map),
                                                     self.names.get(start, f"{FOUND}{start:x}"))
             one = self.found[start] = self.analyse(name, start, end, self.noreturn, in_arm)
+            if start not in self.symbols and self.ended(one, in_arm):
+                one = self.found[start] = self.analyse(name, start, end, self.noreturn, in_arm)
             self.shared.update(one.branched)
             begun = set() if start in self.symbols else \
                 {begun for gap in one.unreached if (begun := _begun(self.code_at, self.analyse, one, gap, in_arm,
                                                                     self.noreturn, (self.queued, self.shared)))
-                 is not None}
+                 is not None}  # (start, ARM?)
             if self.code_map.fixed:
                 self.deferred.update(word & ~1 for word in one.loaded if word & 1)
             entered = [(target, False) for target in one.callees] + [(target, True) for target in one.arm_callees] \
-                + [(target, in_arm) for target in begun]  # code of the same state
+                + sorted(begun)
             for target, target_arm in sorted(entered):
                 self.add(target, target_arm)
+
+    def ended(self, one: Analysed, in_arm: bool) -> bool:
+        """Does a call of `one`, found without a symbol's end, return into
+        code that pushes lr (a prologue: the next function)? Its callee
+        then never returns (std::terminate, abort: in a static program no
+        PLT entry names them), and joins `noreturn`."""
+        ended = {target for target, after in one.call_sites if target not in self.noreturn
+                 and after < one.function.end and _pushes_lr(self.code_at, after, one.function.end, in_arm)}
+        self.noreturn = self.noreturn | ended
+        return bool(ended)
 
     def add(self, target: int, in_arm: bool) -> None:
         """A start found: analysed next, with the function before it again
@@ -227,16 +242,17 @@ def _first_starts(code_map: CodeMap, code_at, symbol_starts: list[int], symbols)
     return first
 
 
-def _looks_arm(code_at, address: int) -> bool:
+def _looks_arm(code_at, address: int, always: int = 3) -> bool:
     """Is the code at a start of unknown state ARM code: word-aligned, its
-    first three words instructions that always execute (condition AL)?
-    Thumb code reads so only where each second half-word is an unconditional
-    `b.n` or opens a 32-bit instruction of a few classes (floating point,
-    most of all: those read as coprocessor instructions in ARM state)."""
+    first three words ARM instructions, the first `always` of them ones that
+    always execute (condition AL)? Thumb code reads so only where each
+    second half-word is an unconditional `b.n` or opens a 32-bit
+    instruction of a few classes (floating point, most of all: those read
+    as coprocessor instructions in ARM state)."""
     if address % 4:
         return False
     words = code_at(address, 12)
-    if len(words) < 12 or any(words[k] >> 4 != 0xE for k in (3, 7, 11)):
+    if len(words) < 12 or any(words[k] >> 4 != 0xE for k in (3, 7, 11)[:always]):
         return False
     decoded = [decode_one(words[k:k + 4], address + k, True) for k in (0, 4, 8)]
     return all(insn is not None and not insn.op.startswith(COPROCESSOR) for insn in decoded)
@@ -252,7 +268,7 @@ PADDING = {False: (b"\x00\xbf", b"\x00\x00", b"\xaf\xf3\x00\x80"),
 
 
 def _begun(code_at, analyse, around: Analysed, gap: tuple[int, int], arm: bool, noreturn,
-           seen: tuple[set[int], set[int]]) -> int | None:
+           seen: tuple[set[int], set[int]]) -> tuple[int, bool] | None:
     """Where a function begins in code `gap` [low, high) that no path of
     the function found `around` it reaches, if one does: past the padding
     there (`nop`, zeros), code that pushes lr among its first few
@@ -263,22 +279,26 @@ def _begun(code_at, analyse, around: Analysed, gap: tuple[int, int], arm: bool, 
     zero), and runs through none of the code `around` reaches (a
     leaf function no call reaches; a C++ landing pad jumps back into its
     function's body or pops the frame it does not have from there, and
-    fails so; code of the other state, read so, soon branches anywhere)."""
+    fails so; code of the other state, read so, soon branches anywhere).
+    The code is in the state of the function around it, or ARM where it
+    reads so (glibc's ARM `__memcpy_neon` after Thumb code, its index
+    entry merged with those before it); with that state."""
     high = gap[1]
     low = _past_padding(code_at, *gap, arm)
     known, shared = seen  # the starts known, the targets of conditional branches out of functions
     if low >= high or low in shared:
         return None
+    arm = arm or _looks_arm(code_at, low, always=2)  # the analysis below must then hold in ARM state
     if _pushes_lr(code_at, low, high, arm):
-        return low
+        return low, arm
     end = around.function.end
     alone = analyse(f"{FOUND}{low:x}", low, end, noreturn, arm)
     if not alone.returns or alone.falls_through or alone.function.problems or alone.branched \
             or not known.issuperset(alone.callees | alone.arm_callees):
         return None
     bounds = [low, *(edge for span in alone.unreached for edge in span), end]  # what it runs through, in pairs
-    return low if all(any(gap_low <= ran_low and ran_high <= gap_high for gap_low, gap_high in around.unreached)
-                      for ran_low, ran_high in zip(bounds[::2], bounds[1::2]) if ran_low < ran_high) else None
+    return (low, arm) if all(any(gap_low <= ran_low and ran_high <= gap_high for gap_low, gap_high in around.unreached)
+                             for ran_low, ran_high in zip(bounds[::2], bounds[1::2]) if ran_low < ran_high) else None
 
 
 def _past_padding(code_at, low: int, high: int, arm: bool) -> int:

@@ -65,6 +65,7 @@ class Analysed(NamedTuple):
     # linked where it runs, addresses
     loaded: frozenset[int] = frozenset()
     falls_through: bool = False  # a path runs on past its end (into whatever follows)
+    call_sites: frozenset[tuple[int, int]] = frozenset()  # (target, return address) of its direct calls
 
 
 class _Asked(frozenset):
@@ -117,7 +118,8 @@ def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int
     rows = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused)
     return Analysed(FunctionCfi(name, start, end, rows, tuple(analysis.problems)), frozenset(analysis.callees),
                     analysis.returns, tuple(analysis.gap_spans()), frozenset(analysis.arm_callees), frozenset(watched.asked),
-                    frozenset(analysis.branched), frozenset(analysis.loaded), analysis.falls_through)
+                    frozenset(analysis.branched), frozenset(analysis.loaded), analysis.falls_through,
+                    frozenset(analysis.call_sites))
 
 
 def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes],
@@ -177,6 +179,7 @@ class _Analysis:
         self.callees: set[int] = set()  # where its calls go, and code addresses it forms (see Analysed)
         self.arm_callees: set[int] = set()
         self.branched: set[int] = set()  # see Analysed
+        self.call_sites: set[tuple[int, int]] = set()
         self.loaded: set[int] = set()
         self.returns = False  # a path left by a return or a tail call
         self.falls_through = False
@@ -229,6 +232,7 @@ class _Analysis:
                         self._refuse(address, f"'{insn.text}' calls with lr saved nowhere")
                     if insn.imm is not None:  # `blx` switches state, `bl` keeps it
                         (self.arm_callees if (insn.op == "blx") != insn.arm else self.callees).add(insn.imm)
+                        self.call_sites.add((insn.imm, address + insn.size))
                 elif insn.op == "b" and not self.start <= insn.imm < self.end and torn_down(path.state):
                     (self.branched if insn.conditional else self.arm_callees if insn.arm else self.callees).add(
                         insn.imm)  # a tail call: a function
@@ -271,6 +275,7 @@ class _Analysis:
         twin.sizes, twin.calls, twin.data = dict(self.sizes), set(self.calls), set(self.data)
         twin.callees, twin.arm_callees, twin.returns = set(self.callees), set(self.arm_callees), self.returns
         twin.branched, twin.loaded, twin.falls_through = set(self.branched), set(self.loaded), self.falls_through
+        twin.call_sites = set(self.call_sites)
         twin.problems, twin.refused = list(self.problems), set(self.refused)
         twin.visited, twin.decoded = self.visited, self.decoded  # what the code says, whatever the paths
         return twin
