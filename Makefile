@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup toolchains run test fixtures
 
-$(STAMP): pyproject.toml setup.py harness/verify/abi.py $(wildcard harness/verify/csrc/*.c harness/verify/csrc/kernel.h harness/unwind/csrc/*.c)
+$(STAMP): pyproject.toml setup.py harness/abi.py $(wildcard harness/verify/csrc/*.c harness/verify/csrc/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $(STAMP)
@@ -106,7 +106,17 @@ compare: setup
 stripped: setup toolchains
 	$(VENV)/bin/python -m harness.stripped --verify --every 50 --json reports/stripped.json
 
-# The README's figure tables (and docs/synthesis.md's comparison), regenerated
+# The rows from code beside the compiler's CFI on csmith's random programs:
+# COUNT programs from seed SEED, each built by gcc and clang in six flag sets,
+# judged by running where they disagree (docs/synthesis.md): reports/synth-fuzz.{json,md}.
+.PHONY: synth-fuzz
+SEED ?= 0
+COUNT ?= 300
+JOBS ?= 2
+synth-fuzz: setup toolchains linux-slice
+	$(VENV)/bin/python -m harness.synth_fuzz --seed $(SEED) --count $(COUNT) --jobs $(JOBS)
+
+# The README's figure tables (and those of docs/: bench.md, synthesis.md, comparators.md), regenerated
 # from reports/latest.json, reports/bench.json and reports/compare.json.
 readme: setup
 	$(VENV)/bin/python -m harness.report.figures

@@ -152,7 +152,7 @@ def prologue(plan: Plan) -> list[Insn]:
     return lines
 
 
-def epilogue(plan: Plan, addresses_needed: bool = False) -> list[Insn]:
+def epilogue(plan: Plan) -> list[Insn]:
     lines: list[Insn] = []
     if plan.frame_pointer and (plan.alloca or plan.locals):
         # With a frame pointer, compilers restore sp through it.

@@ -34,7 +34,7 @@ THROUGH_SIGNAL_FRAME = "through_signal_frame"
 SPAWNED_THREAD = "spawned_thread"
 STATE_TRAITS = (CXX_EXCEPTION, SIGNAL_HANDLER, THROUGH_SIGNAL_FRAME, SPAWNED_THREAD)  # by bit of abi.STOP_STATES
 NO_INFO = "no_info"  # the trait of stops outside every known function
-# Where code comes from, for a process (harness.linux.modules): the
+# Where code comes from, for a process (harness.linux_verify.modules): the
 # program's own, the C and C++ runtimes, the dynamic linker, PLT stubs, any
 # other library. Stops carry one as a trait; bare-metal programs none.
 MODULES = ("own", "libc", "libstdcxx", "libgcc", "ld.so", "plt", "lib")
@@ -106,7 +106,12 @@ def in_order(traits: Iterable[str]) -> list[str]:
     return [t for t in TRAITS if t in seen] + sorted(seen - set(TRAITS))
 
 
-Where = tuple[str, frozenset, str]  # (function, traits, position) of a stop's pc
+class Where(NamedTuple):
+    """Where a stop's pc is: the categories its stops are counted in."""
+
+    function: str
+    traits: frozenset
+    position: str
 
 
 def thread_trait(tid: int) -> str:
@@ -125,9 +130,10 @@ def where_in_state(where: Where, state: int, thread: int = 0) -> Where:
     process made (0: the process's first), labelled with it."""
     if not state:
         return where
-    function, traits, position = where
     label = {thread_trait(thread)} if thread else set()
-    return function, traits | label | {trait for bit, trait in enumerate(STATE_TRAITS) if state >> bit & 1}, position
+    return Where(where.function,
+                 where.traits | label | {trait for bit, trait in enumerate(STATE_TRAITS) if state >> bit & 1},
+                 where.position)
 
 
 class Classifier:
@@ -154,10 +160,10 @@ class Classifier:
         module = self.module_at(pc)
         if function is None:
             if module is None:
-                return (f"{pc:#x}", frozenset({NO_INFO}), "body"), pc, pc + 1
+                return Where(f"{pc:#x}", frozenset({NO_INFO}), "body"), pc, pc + 1
             label, name, low, high = module
-            return (name, frozenset({NO_INFO, label}), "body"), low, high
+            return Where(name, frozenset({NO_INFO, label}), "body"), low, high
         position, low, high = function.position_span(pc)
         if module is None:
-            return (function.name, function.traits, position), low, high
-        return (function.name, function.traits | {module[0]}, position), max(low, module[2]), min(high, module[3])
+            return Where(function.name, function.traits, position), low, high
+        return Where(function.name, function.traits | {module[0]}, position), max(low, module[2]), min(high, module[3])

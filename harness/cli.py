@@ -9,14 +9,15 @@ import os
 import sys
 
 from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED
-from harness import __version__, collector, commands, table_commands
+from harness import __version__, commands, gc_pause, table_commands
 from harness.commands import EXIT_BAD_INPUT, EXIT_FAILED
+from harness.emulation import guards
 from harness.errors import HarnessError, InputError
 from harness.formats import chrome_v2
-from harness.linux.corpus import CHOICES as LINUX_CHOICES
+from harness.linux_verify.corpus import CHOICES as LINUX_CHOICES
 from harness.runner import LINUX_LIMITS, Shard, parse_shard
-from harness.unwind import UNWINDER_NAMES
-from harness.verify import guards, kernel
+from harness.unwind.registry import FORMAT_NAMES, UNWINDER_NAMES
+from harness.verify import kernel
 from harness.verify.sampling import AUTO
 from harness.verify.stops import DEFAULT_LIMITS
 
@@ -42,7 +43,7 @@ def _seconds(text: str) -> float:
 
 
 def _limits(parser: argparse.ArgumentParser, linux: str = "") -> None:
-    """The limits of each program's run (harness.verify.abi.Limits): past
+    """The limits of each program's run (harness.abi.Limits): past
     one, the run ends as a fault at its pc. `linux`: what a Linux corpus
     program gets instead when no limit is given (run)."""
     defaults = DEFAULT_LIMITS
@@ -258,10 +259,10 @@ def _add_bench(subparsers) -> None:
 
 
 def _add_dump(subparsers) -> None:
-    dump_cmd = subparsers.add_parser("dump", help="readable listing of a v2 (or v1, vmkunwind, qut or call-sites) blob")
+    others = ", ".join(name for name in FORMAT_NAMES if name != "v2")
+    dump_cmd = subparsers.add_parser("dump", help=f"readable listing of a v2 (or {others}) blob")
     dump_cmd.add_argument("file", help="the blob to list")
-    dump_cmd.add_argument("--format", choices=("v2", "v1", "vmkunwind", "qut", "call-sites"), default="v2",
-                          help="v2 (default), v1, vmkunwind, qut or call-sites")
+    dump_cmd.add_argument("--format", choices=FORMAT_NAMES, default="v2", help=f"v2 (default), {others}")
     dump_cmd.add_argument("--layout", choices=("auto", *chrome_v2.LAYOUTS), default="auto",
                           help="the v2 blob's layout (default auto: whichever reads it, seed tried first)")
     dump_cmd.add_argument("--text-start", type=_address,
@@ -327,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("run", "verify-elf", "bench", "mutants") and not kernel.AVAILABLE:
         print("unwind-harness: note: the compiled kernel (harness/verify/csrc) is not built; verifying "
               "in Python alone, several times slower (`pip install -e .` builds it)", file=sys.stderr)
-    collector.settle()
+    gc_pause.settle()
     try:
         return args.handler(args)
     except InputError as error:

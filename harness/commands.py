@@ -9,16 +9,18 @@ import sys
 import time
 from functools import partial as bind
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 from generators.corpus import generate_program
-from harness.elf_program import elf_unwinder_names, program_from_elf
+from harness.abi import Limits
+from harness.elf_program import program_from_elf
 from harness.errors import InputError
 from harness.filesystem import check_output, read_input, write_output
 from harness.formats import chrome_v2
-from harness.linux.corpus import linux_entries
-from harness.linux.modules import own_tables, process_program
 from harness.linux.process import LinuxRun, LinuxSystem, is_linux_program
-from harness.linux.verify import Expected, sampling_of, verify_process_part
+from harness.linux_verify.corpus import linux_entries
+from harness.linux_verify.modules import own_tables, process_program
+from harness.linux_verify.verify import Expected, ProcessPart, sampling_of, verify_process_part
 from harness.manifest import elf_builds, expected_checksum
 from harness.report.baseline import RunIdentity, comparable_baseline, failing_unwinders, gate_outcome, identity_of
 from harness.report.ci import junit_xml, summary_markdown
@@ -31,10 +33,10 @@ from harness.report.terminal import print_table, print_verdict, verdict_line
 from harness.report.verdict import verdicts
 from harness.runner import Shard, all_names, assemble, in_processes, run_units, units_of
 from harness.shards import partial, read_partials
-from harness.unwind import UNWINDER_NAMES, build_unwinders, with_v2_tables
-from harness.verify.abi import Limits
+from harness.unwind import with_v2_tables
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders, meaningful
 from harness.verify.sampling import AUTO
-from harness.verify.stops import DEFAULT_LIMITS, verify_program
+from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 RUN_TITLE = "unwind-harness: generated corpus"
@@ -137,15 +139,29 @@ def _with_limits(config: dict, limits: Limits) -> dict:
     return config if limits == DEFAULT_LIMITS else {**config, "limits": list(limits)}
 
 
-def verify_elf_part(job: tuple) -> dict:
-    """One stop shard of a verify-elf run (a process of `--jobs`)."""
-    elf, entry, expected, text_start, names, v2_table, layout, every, shard, limits = job
-    program = program_from_elf(elf, entry, expected, text_start)
-    unwinders = elf_unwinders(program, names, v2_table, layout)
-    summary = summary_of(lambda: verify_program(program, unwinders, every=every, shard=(shard.index, shard.count),
-                                                limits=limits))
-    summary.sampling = sampling_of(every, summary.instructions)  # given: no first run to choose by
-    return {"index": shard.index, "kind": "stops", "summary": to_json(summary)}
+class ElfPart(NamedTuple):
+    """One stop shard of a verify-elf run of a bare-metal function (what a
+    worker of `--jobs` is sent)."""
+
+    elf: str
+    entry: str
+    expected: int | None  # the function's checksum, where known
+    text_start: int | None
+    names: list[str]  # the unwinders
+    v2_table: str | None  # given v2 tables, standing in for the ones built
+    layout: str | None
+    every: int
+    shard: Shard
+    limits: Limits
+
+
+def verify_elf_part(job: ElfPart) -> dict:
+    program = program_from_elf(job.elf, job.entry, job.expected, job.text_start)
+    unwinders = elf_unwinders(program, job.names, job.v2_table, job.layout)
+    how = Verify(every=job.every, shard=(job.shard.index, job.shard.count), limits=job.limits)
+    summary = summary_of(lambda: verify_program(program, unwinders, how))
+    summary.sampling = sampling_of(job.every, summary.instructions)  # given: no first run to choose by
+    return {"index": job.shard.index, "kind": "stops", "summary": to_json(summary)}
 
 
 def elf_summary(records: list[dict], elf: str) -> ProgramSummary:
@@ -164,13 +180,13 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
                              "SYMBOL to call a bare-metal function")
         run = LinuxRun(args.elf, tuple(args.args), args.sysroot, args.cwd or ".", args.stdin, args.lazy_binding)
         program = process_program(LinuxSystem(run))
-        names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
+        names = args.unwinder or meaningful(program, UNWINDER_NAMES)
         own_unwinders = bind(elf_unwinders, names=names, v2_table=args.v2_table, layout=args.layout)
         own_tables(program, own_unwinders)  # bad tables fail here, before any work
         expected = Expected(args.expect_exit, args.expect_stdout_sha256)
         every = AUTO if args.every == "auto" else args.every  # auto: chosen from the first run's instructions
-        return [(verify_process_part, (run, names, own_unwinders, every, part, limits, expected,
-                                       args.signal_frames)) for part in parts], \
+        return [(verify_process_part, ProcessPart(run, names, own_unwinders, every, (part.index, part.count),
+                                                  limits, expected, args.signal_frames)) for part in parts], \
             names, {"args": list(args.args), "sysroot": args.sysroot, "cwd": args.cwd, "stdin": args.stdin,
                     **({"signal_frames": True} if args.signal_frames else {})}
     if args.args or args.sysroot or args.stdin or args.cwd or args.signal_frames:
@@ -178,16 +194,17 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
                          "--stdin and --signal-frames are for Linux programs (run without --entry)")
     expected = args.expect if args.expect is not None else expected_checksum(args.elf, args.entry)
     program = program_from_elf(args.elf, args.entry, expected, args.text_start)
-    names = args.unwinder or elf_unwinder_names(program, UNWINDER_NAMES)
+    names = args.unwinder or meaningful(program, UNWINDER_NAMES)
     elf_unwinders(program, names, args.v2_table, args.layout)  # bad tables fail here, before any work
     every = 1 if args.every == "auto" else args.every  # no first run to count a bare-metal function's instructions
-    return [(verify_elf_part, (args.elf, args.entry, expected, args.text_start, names, args.v2_table, args.layout,
-                               every, part, limits)) for part in parts], names, {"entry": args.entry}
+    return [(verify_elf_part, ElfPart(args.elf, args.entry, expected, args.text_start, names, args.v2_table,
+                                      args.layout, every, part, limits)) for part in parts], names, {"entry": args.entry}
 
 
-def _run_job(job: tuple) -> dict:
-    worker, arguments = job
-    return worker(arguments)
+def _run_job(job: tuple[Callable[[NamedTuple], dict], NamedTuple]) -> dict:
+    """A worker and its part of the run, run in a process of the pool."""
+    worker, part = job
+    return worker(part)
 
 
 def cmd_verify_elf(args) -> int:
@@ -323,7 +340,7 @@ def cmd_merge(args) -> int:
 def cmd_bench(args) -> int:
     from rich.table import Table
 
-    from harness.bench import FULL, QUICK, run_bench, table_rows
+    from harness.bench.suite import FULL, QUICK, run_bench, table_rows
 
     console = _console()
     check_output(args.json)

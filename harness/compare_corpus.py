@@ -16,7 +16,7 @@ from collections import Counter
 from harness.compare_rows import compared_elf
 from harness.filesystem import write_output
 from harness.formats.elf import open_elf
-from harness.linux.corpus import ROOT, cache, executable_with_cfi, linux_entries, linux_run
+from harness.linux_verify.corpus import ROOT, cache, executable_with_cfi, linux_entries, linux_run
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.runner import in_processes
 

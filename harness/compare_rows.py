@@ -14,23 +14,23 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
+from harness.abi import Limits
 from harness.classify import OWN
 from harness.elf_program import code_reader, elf_functions, program_from_elf
 from harness.errors import HarnessError
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
-from harness.linux.modules import discover, module_program
 from harness.linux.process import LinuxRun
-from harness.linux.verify import verify_process
+from harness.linux_verify.modules import discover, module_program
+from harness.linux_verify.verify import verify_process
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import SP
 from harness.thumb.disasm import decode_one
-from harness.thumb.frame_analysis import frame_states
+from harness.thumb.frame_analysis import analyse, frame_states
 from harness.thumb.frame_effects import FP, FrameState
 from harness.unwind import code_cfi
 from harness.unwind.dwarf import DwarfUnwinder
-from harness.verify.abi import Limits
-from harness.verify.stops import verify_program
+from harness.verify.stops import Verify, verify_program
 
 
 class Disagreement(NamedTuple):
@@ -41,6 +41,28 @@ class Disagreement(NamedTuple):
     synthesized: str  # the analysis's
 
 
+class Refusal(NamedTuple):
+    """One reason the analysis gave for refusing (its `problems`), and the
+    instructions of its function it accounts for: those refused from its
+    address on, up to the next reason's (before the first: the first's)."""
+
+    function: str
+    start: int  # the function's
+    end: int
+    address: int  # where the analysis met the problem
+    reason: str
+    instructions: int
+
+
+# Refused where paths under different IT conditions meet with different
+# frames: no single row describes the pc, and the analysis names no problem.
+UNNAMED_REFUSAL = "frames differ under different conditions (no problem named)"
+
+# Per stop, the two judgements together (compiler right?, synthesized right?).
+OUTCOMES = {(True, True): "both right", (True, False): "compiler right", (False, True): "code right",
+            (False, False): "both wrong"}
+
+
 @dataclass
 class Comparison:
     functions: int = 0
@@ -49,6 +71,9 @@ class Comparison:
     disagreements: list[Disagreement] = field(default_factory=list)
     # address -> Counter of "compiler right", "compiler wrong", "synthesized right"...
     verdicts: dict[int, Counter] = field(default_factory=dict)
+    # address -> Counter of OUTCOMES' values: both judgements of each stop
+    outcomes: dict[int, Counter] = field(default_factory=dict)
+    refusals: list[Refusal] = field(default_factory=list)
 
 
 def agrees(row: CfiRow, state: FrameState) -> bool:
@@ -64,6 +89,9 @@ def compare(compiler: Sequence[FunctionCfi], code_at: Callable[[int, int], bytes
     for function in compiler:
         states = frame_states(function.start, function.end, code_at)
         found.functions += 1
+        refused = sorted(address for address, state in states.items() if state is None)
+        if refused:
+            found.refusals.extend(refusals(function, refused, code_at))
         for address in sorted(states):
             state, row = states[address], function.row_at(address)
             if state is None:
@@ -78,12 +106,26 @@ def compare(compiler: Sequence[FunctionCfi], code_at: Callable[[int, int], bytes
     return found
 
 
+def refusals(function: FunctionCfi, refused: Sequence[int], code_at: Callable[[int, int], bytes]) -> list[Refusal]:
+    """The reasons the analysis of `function` gives (its problems, the
+    analysis run again: only functions that refuse pay for it), each with
+    the `refused` instructions it accounts for."""
+    problems = analyse(function.name, function.start, function.end, code_at).problems
+    reasons = sorted((int(where, 16), why) for where, why in (p.split(": ", 1) for p in problems))
+    if not reasons:
+        return [Refusal(function.name, function.start, function.end, refused[0], UNNAMED_REFUSAL, len(refused))]
+    counts = Counter(max((n for n, (at, _) in enumerate(reasons) if at <= address), default=0)
+                     for address in refused)
+    return [Refusal(function.name, function.start, function.end, at, why, counts[n])
+            for n, (at, why) in enumerate(reasons)]
+
+
 def judge(found: Comparison, program, compiler: Sequence[FunctionCfi], synthesized: Sequence[FunctionCfi]) -> int:
     """Run `program` (bare metal) and, at every stop at a pc where the rows
     disagree, unwind one frame by each and check it against the shadow
     stack: found.verdicts per pc. The number of stops judged."""
     observe, judged = _observer(found, DwarfUnwinder(compiler), DwarfUnwinder(synthesized), 0)
-    verify_program(program, [], compiled=True, observe=observe, observe_at=_pcs(found, 0))
+    verify_program(program, [], how=Verify(compiled=True), observe=observe, observe_at=_pcs(found, 0))
     return judged[0]
 
 
@@ -101,7 +143,7 @@ def judge_process(found: Comparison, run: LinuxRun, limits: Limits = JUDGE_LIMIT
     program = module_program(executable)
     observe, judged = _observer(found, DwarfUnwinder(program.cfi["reference"]),
                                 DwarfUnwinder(code_cfi(program)), executable.base)
-    result = verify_process(run, [], lambda program: [], limits=limits, compiled=True, observe=observe,
+    result = verify_process(run, [], lambda program: [], Verify(limits=limits, compiled=True), observe=observe,
                             observe_at=_pcs(found, executable.base))
     return judged[0], result.fault
 
@@ -123,15 +165,17 @@ def _observer(found: Comparison, compiler: DwarfUnwinder, synthesized: DwarfUnwi
         judged[0] += 1
         caller = stop.expected[0]
         tally = found.verdicts.setdefault(stop.pc - base, Counter())
+        right = {}
         for name, unwinder in (("compiler", compiler), ("synthesized", synthesized)):
             try:
                 frame = unwinder.step(stop.frame, stop.stack, True)
                 # A caller that never resumes is judged on pc and sp only (docs/architecture.md).
-                right = (frame.r[15], frame.r[13]) == (caller.pc, caller.sp) and (
+                right[name] = (frame.r[15], frame.r[13]) == (caller.pc, caller.sp) and (
                     not caller.resumes or tuple(frame.r[4:12]) == tuple(caller.callee_saved))
             except HarnessError:  # a refusal or a bad read: not right
-                right = False
-            tally[f"{name} {'right' if right else 'wrong'}"] += 1
+                right[name] = False
+            tally[f"{name} {'right' if right[name] else 'wrong'}"] += 1
+        found.outcomes.setdefault(stop.pc - base, Counter())[OUTCOMES[right["compiler"], right["synthesized"]]] += 1
 
     return observe, judged
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Sequence
 
 from harness.classify import OWN, FrameFacts, FunctionInfo, traits_of
+from harness.code_origin import origin_spans
 from harness.errors import ElfError, InputError
 from harness.formats.arm_exidx import parse_sections, read_exidx_sections
 from harness.formats.dwarf_cfi import has_cfi, read_cfi
@@ -31,7 +31,6 @@ from harness.formats.elf import (
     text_base,
     unsized_functions,
 )
-from harness.origin import origin_spans
 from harness.program import CfiRow, CodeMap, FunctionCfi, Program, relocated
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb.disasm import moves_sp_by_register, sweep
@@ -89,7 +88,7 @@ def function_info(function: FunctionCfi, code: bytes, base: int) -> FunctionInfo
 def program_from_elf(path: str, entry: str, expected: int | None = None,
                      text_start: int | None = None) -> Program:
     """A bare-metal ELF run from its symbol `entry`; its code cut by origin
-    (harness.origin) where libraries were linked into it."""
+    (harness.code_origin) where libraries were linked into it."""
     image = open_elf(path)
     program = program_from_image(image, symbol_address(image, entry), expected, text_start)
     spans = [span for low, high in executable_ranges(image)
@@ -127,22 +126,6 @@ def _code_of(program: Program, function: FunctionCfi) -> bytes:
         raise ElfError(f"{program.name}: {function.name} [{function.start:#x}, {function.end:#x}) has CFI "
                        "but no PT_LOAD segment holds its code")
     return code
-
-
-def has_epilogue_cfi(program: Program) -> bool:
-    """Does the compiler describe its epilogues (a row that shrinks the frame)?"""
-    for function in program.cfi["reference"]:
-        for previous, row in zip(function.rows, function.rows[1:]):
-            if row.cfa_reg == previous.cfa_reg == SP and row.cfa_offset < previous.cfa_offset:
-                return True
-    return False
-
-
-def elf_unwinder_names(program, wanted: Sequence[str]) -> list[str]:
-    """`wanted`, but `v2-gcc` only where the compiler describes epilogues
-    (elsewhere its input is the same as `v2`'s)."""
-    described = has_epilogue_cfi(program)
-    return [n for n in wanted if described or n != "v2-gcc"]
 
 
 def code_reader(image):

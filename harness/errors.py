@@ -70,6 +70,11 @@ class ElfError(InputError):
     """An ELF file that is not a usable ARM ELF (not ARM, truncated, no CFI...)."""
 
 
+class ToolMissing(HarnessError):
+    """A program or package a command needs is not installed (csmith, a
+    cross compiler, the armhf sysroot): names it and how to get it."""
+
+
 class WorkerLost(HarnessError):
     """A worker process died (killed, out of memory) while it verified a
     program: the run is incomplete (exit code 1)."""

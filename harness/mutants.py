@@ -30,7 +30,8 @@ from harness.program import Program
 from harness.unwind.frame import Frame
 from harness.unwind.v2 import V2Unwinder
 from harness.unwind.walk import walk
-from harness.verify.stops import ObservedStop, verify_program
+from harness.verify.python_hook import ObservedStop
+from harness.verify.stops import verify_program
 
 OPERATORS = ("vsp_add", "insert_vsp_add", "drop_register", "add_register", "remove_op", "set_vsp",
              "vfp_count", "refuse", "flip_bit")

@@ -153,7 +153,7 @@ class Program:
     args: tuple[int, ...] = ()
     # .ARM.exidx/.ARM.extab: metadata beside the code, not in `segments`
     exidx: ExidxSections | None = None
-    # a process's modules, sorted and disjoint (harness.linux.modules); none for bare metal
+    # a process's modules, sorted and disjoint (harness.linux_verify.modules); none for bare metal
     modules: tuple[ModuleSpan, ...] = ()
     # where its functions are, for tables from code alone (harness.thumb.discovery);
     # none: the generator's `functions`

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 SP, LR, PC = 13, 14, 15
 CALLEE_SAVED = (4, 5, 6, 7, 8, 9, 10, 11)
-VFP_CALLEE_SAVED = tuple(range(8, 16))  # d8-d15
 DWARF_D0 = 256  # DWARF register number of d0 (d0-d31 are 256-287)
 
 

@@ -16,18 +16,18 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from generators.corpus import generate_program
-from harness.elf_program import elf_unwinder_names, program_from_elf
+from harness.abi import Limits
+from harness.elf_program import program_from_elf
 from harness.errors import WorkerLost
 from harness.formats import chrome_v2
 from harness.formats.elf import open_elf, section_size
-from harness.linux.corpus import run_linux_unit
+from harness.linux_verify.corpus import run_linux_unit
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.report.data import elf_group, report_data, with_timing
-from harness.report.sizes import CHROME_REFERENCE, add_size_rows, size_row
+from harness.report.sizes import add_size_rows, chrome_reference, size_row
 from harness.report.summary import from_json, summary_of, to_json
-from harness.unwind import UNWINDER_NAMES, build_unwinders
-from harness.verify.abi import Limits
-from harness.verify.stops import DEFAULT_LIMITS, verify_program
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders, meaningful
+from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Unit:
     seed: int = 0
     number: int = 0
     build: dict | None = field(default=None, hash=False)
-    limits: Limits = DEFAULT_LIMITS  # how far its program may run (harness.verify.abi.Limits)
+    limits: Limits = DEFAULT_LIMITS  # how far its program may run (harness.abi.Limits)
     linux: dict | None = field(default=None, hash=False)
     every: int = 1  # verify a Linux program at samples of this mean stride (harness.verify.sampling)
 
@@ -119,7 +119,8 @@ def _verified_unit(unit: Unit) -> dict:
         return run_linux_unit(unit.index, unit.linux, unit.names, unit.limits, unit.every)
     if unit.build is None:
         program = generate_program(unit.seed, unit.number)
-        summary = summary_of(lambda: verify_program(program, build_unwinders(program, unit.names), limits=unit.limits))
+        summary = summary_of(lambda: verify_program(program, build_unwinders(program, unit.names),
+                                                    Verify(limits=unit.limits)))
         return {"index": unit.index, "kind": "generated", "summary": to_json(summary),
                 "size": size_row(program.name, [program])}
     build = unit.build
@@ -127,9 +128,9 @@ def _verified_unit(unit: Unit) -> dict:
     # Named by its place in the repository, so reports do not depend on the checkout.
     program = replace(program_from_elf(str(path), build["entry"], build.get("expected_checksum")),
                       name=f"corpus/elf/{build['file']}")
-    names = elf_unwinder_names(program, unit.names)
+    names = meaningful(program, unit.names)
     unwinders = build_unwinders(program, names)
-    summary = summary_of(lambda: verify_program(program, unwinders, limits=unit.limits),
+    summary = summary_of(lambda: verify_program(program, unwinders, how=Verify(limits=unit.limits)),
                          with_cfi={f.name for f in program.functions})
     encoded = chrome_v2.encode(program.cfi["tables"], program.text_base, "drop")
     label = {"input": program.name, "build": path.stem,
@@ -200,7 +201,7 @@ def assemble(records: Sequence[dict], names: Sequence[str], seed: int, seconds: 
     compiled = [r for r in records if r["kind"] == "elf"]
     sizes = {"layout": "seed", "rows": [
         add_size_rows(f"generated corpus ({len(generated)} programs)", [r["size"] for r in generated]),
-        *(r["size"] for r in compiled), CHROME_REFERENCE],
+        *(r["size"] for r in compiled), chrome_reference()],
         "linux_rows": [r["size"] for r in records if r["kind"] == "linux" and r.get("size")]}
     summaries = [from_json(r["summary"]) for r in records]
     data = report_data([s for s, r in zip(summaries, records) if r["kind"] == "generated"], names, seed, "generated",

@@ -24,7 +24,6 @@ from harness.errors import FAILURE_KINDS, InputError
 from harness.filesystem import read_json
 from harness.report.data import ALL, SCHEMA, elf_group
 from harness.report.failing import parse_group
-from harness.report.sizes import FORMATS
 from harness.report.summary import SAMPLES_PER_UNWINDER, from_json
 from harness.runner import Shard
 from harness.schema import (
@@ -49,7 +48,7 @@ from harness.schema import (
     show,
     string,
 )
-from harness.unwind import CHAIN, UNWINDER_NAMES
+from harness.unwind.registry import CHAIN, SIZE_COLUMNS, UNWINDER_NAMES
 from harness.verify.failures import COMPARED_REGISTERS, MISMATCH_KINDS
 from harness.verify.tally import STOPPED_KINDS
 
@@ -152,7 +151,7 @@ _VERIFY_PROCESS = object_of({**_VERIFY, "args": list_of(string), "sysroot": opti
                              "cwd": optional(string), "stdin": optional(string)},
                             {**LIMITS, "signal_frames": BOOLEAN,  # with --signal-frames
                              "every_auto": BOOLEAN})  # the stride chosen from the first run (--every auto)
-# The stride of a program verified at samples, or chosen automatically (harness.linux.verify.sampling_of).
+# The stride of a program verified at samples, or chosen automatically (harness.linux_verify.verify.sampling_of).
 SAMPLING = object_of({"every": POSITIVE, "chosen": one_of(["auto", "given"])},
                      {"first_run_instructions": COUNT, "every_stop_up_to": POSITIVE, "samples": POSITIVE,
                       "why": string})
@@ -174,7 +173,8 @@ CULPRITS = object_of({"innermost": COUNT, "deeper": COUNT, "traits": map_of(TRAI
 CHAIN_METHODS = map_of(one_of(UNWINDER_NAMES, "an unwinder's name"),
                        map_of(one_of(CHAIN, "a method of the chain"), object_of({"frames": COUNT, "right": COUNT})))
 SIZE = object_of({"input": string, "functions": POSITIVE, "addresses": POSITIVE, "v1_refused": COUNT,
-                "epilogues_inside": COUNT, "bytes": object_of({name: optional(COUNT) for name in FORMATS})})
+                "epilogues_inside": COUNT,  # bytes: a count or null per column of the registered formats
+                "bytes": lambda value, where: object_of(dict.fromkeys(SIZE_COLUMNS, optional(COUNT)))(value, where)})
 RESULT_ROW = object_of({"unwinder": string, "category": one_of((ALL, *TRAITS, NO_INFO, *STATE_TRAITS, *MODULES), "a category"),
                         "position": one_of((*POSITIONS, ALL)), "stops": COUNT, "failed": COUNT,
                         "failure_kinds": map_of(KIND, COUNT), "stopped": COUNT,

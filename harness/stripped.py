@@ -30,13 +30,13 @@ from harness.errors import InputError
 from harness.filesystem import write_output
 from harness.formats.arm_exidx import read_exidx_sections
 from harness.formats.elf import ElfImage, function_spans, open_elf
-from harness.linux.corpus import ROOT, cache, linux_entries, linux_run
-from harness.linux.verify import Expected, verify_process
+from harness.linux_verify.corpus import ROOT, cache, linux_entries, linux_run
+from harness.linux_verify.verify import Expected, verify_process
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.runner import in_processes
 from harness.thumb.discovery import function_starts
-from harness.unwind import build_unwinders
-from harness.verify.stops import verify_program
+from harness.unwind.registry import build_unwinders
+from harness.verify.stops import Verify, verify_program
 from harness.verify.tally import STOPPED_PREFIX
 
 STRIP = "arm-linux-gnueabihf-strip"
@@ -98,7 +98,7 @@ def v2_code_failures(build: dict, every: int, stripped: bool) -> tuple[int, int]
         if stripped:
             stripped_image = replace(image, stripped=True)
             program = replace(program, code_map=code_map(stripped_image, read_exidx_sections(stripped_image)))
-        result = verify_program(program, build_unwinders(program, [UNWINDER]), every=every)
+        result = verify_program(program, build_unwinders(program, [UNWINDER]), Verify(every=every))
         ok = result.fault is None and result.result == result.expected
     else:
         with tempfile.TemporaryDirectory() as directory:
@@ -108,7 +108,7 @@ def v2_code_failures(build: dict, every: int, stripped: bool) -> tuple[int, int]
                 subprocess.run([STRIP, "-o", str(copy), run.program], check=True)
                 run = replace(run, program=str(copy))
             entry = build["linux"]
-            result = verify_process(run, [UNWINDER], partial(build_unwinders, names=[UNWINDER]), every=every,
+            result = verify_process(run, [UNWINDER], partial(build_unwinders, names=[UNWINDER]), Verify(every=every),
                                     expected=Expected(entry["exit_status"], entry["stdout_sha256"]))
         ok = result.fault is None and result.stdout_sha256 == entry["stdout_sha256"]
     if not ok:

@@ -15,8 +15,8 @@ from harness.filesystem import check_output, read_input, write_output
 from harness.formats import chrome_v2
 from harness.formats.arm_exidx import parse_sections, read_exidx_sections, require_exidx_sections
 from harness.formats.breakpad import module_id, read_symbol_file, symbol_file
-from harness.formats.call_sites import CallSites, dump_call_sites, encode_call_sites, mapped_return_addresses
-from harness.formats.chrome_v1 import V1Encoded, V1Table, dump_v1, encode_v1
+from harness.formats.call_sites import encode_call_sites, mapped_return_addresses
+from harness.formats.chrome_v1 import V1Encoded, encode_v1
 from harness.formats.chrome_v2.dump import dump
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import (
@@ -28,10 +28,11 @@ from harness.formats.elf import (
     section_data,
     text_base,
 )
-from harness.formats.qut import QutTable, dump_qut, encode_from_cfi, encode_from_exidx
-from harness.formats.vmkunwind import VmkTable, dump_vmkunwind, encode_vmkunwind
+from harness.formats.qut import encode_from_cfi, encode_from_exidx
+from harness.formats.vmkunwind import encode_vmkunwind
 from harness.linux.process import LinuxRun
 from harness.thumb.discovery import coverage_lines
+from harness.unwind.registry import table_format
 
 
 def _rows(args) -> tuple[list, int, object, tuple]:
@@ -172,15 +173,13 @@ def cmd_export_breakpad(args) -> int:
 
 
 def cmd_dump(args) -> int:
-    listings = {"vmkunwind": (VmkTable, dump_vmkunwind), "qut": (QutTable, dump_qut), "v1": (V1Table, dump_v1),
-                "call-sites": (CallSites, dump_call_sites)}
-    if args.format in listings:
-        table_class, listing = listings[args.format]
+    listed = table_format(args.format)
+    if listed.read is not None:
         try:
-            table = table_class.from_blob(read_input(args.file, f"{args.format} blob"))
+            table = listed.read(read_input(args.file, f"{args.format} blob"))
         except InputError as error:
             raise InputError(f"{args.file}: {error}") from None
-        sys.stdout.write(listing(table, args.text_start))
+        sys.stdout.write(listed.listing(table, args.text_start))
         return EXIT_OK
     reader, layout = read_v2_table(args.file, args.layout)
     sys.stdout.write(dump(reader, args.text_start, layout))

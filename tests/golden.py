@@ -3,7 +3,7 @@ that a change meant to move code without changing behaviour can be checked
 byte for byte (tests/golden.json holds the digests).
 
     python tests/golden.py check          # encode, dump: the test suite runs this part
-    python tests/golden.py check --all    # also the main job's reports, verify-elf, merge, mutants
+    python tests/golden.py check --all    # also the main job's and the Linux slice's reports, verify-elf, merge, mutants
     python tests/golden.py record [--all] # after a change that is meant to change outputs
 
 Outputs come from the command line alone (`harness.cli.main`, in this
@@ -40,6 +40,19 @@ def _cli(argv: list[str]) -> tuple[int, str]:
     return status, out.getvalue()
 
 
+def _report(path: Path) -> bytes:
+    """A JSON report's bytes without the wall-clock seconds of its `timing`
+    blocks, the one part that differs from run to run."""
+    def strip(data):
+        if isinstance(data, list):
+            return [strip(item) for item in data]
+        if not isinstance(data, dict):
+            return data
+        return {key: {k: v for k, v in value.items() if k != "seconds"} if key == "timing" else strip(value)
+                for key, value in data.items()}
+    return json.dumps(strip(json.loads(path.read_bytes())), indent=1).encode()
+
+
 def _name(elf: Path) -> str:
     return str(elf.relative_to(ROOT))
 
@@ -66,22 +79,27 @@ def table_outputs(work: Path) -> Iterator[tuple[str, bytes]]:
 
 
 def run_outputs(work: Path) -> Iterator[tuple[str, bytes]]:
-    """The main job's reports (whole and sharded then merged), verify-elf
-    and the mutation check."""
+    """The main job's reports (whole and sharded then merged), the Linux
+    slice's, verify-elf and the mutation check."""
     reports = work / "reports"
     _cli(["run", "--reports", str(reports), "--jobs", "2"])
-    for suffix in ("json", "md", "png"):
+    yield "run: latest.json", _report(reports / "latest.json")
+    for suffix in ("md", "png"):
         yield f"run: latest.{suffix}", (reports / f"latest.{suffix}").read_bytes()
+    linux = work / "linux"
+    _cli(["run", "--linux", "slice", "--reports", str(linux), "--jobs", "2"])
+    yield "run --linux slice: latest.json", _report(linux / "latest.json")
+    yield "run --linux slice: latest.md", (linux / "latest.md").read_bytes()
     shards = [work / f"shard{k}.json" for k in range(3)]
     for index, shard in enumerate(shards):
         _cli(["run", "--programs", "6", "--shard", f"{index}/3", "--json", str(shard), "--jobs", "1"])
     merged = work / "merged"
     _cli(["merge", *map(str, shards), "--reports", str(merged)])
-    yield "run --programs 6, 3 shards merged: latest.json", (merged / "latest.json").read_bytes()
+    yield "run --programs 6, 3 shards merged: latest.json", _report(merged / "latest.json")
     for elf in ("corpus/fixtures/calls-clang-nofp.elf", "corpus/fixtures/vfp-gcc-fp.elf"):
         out = work / "verify.json"
         status, _ = _cli(["verify-elf", elf, "--entry", "entry", "--json", str(out), "--jobs", "2"])
-        yield f"verify-elf {elf}: exit {status}", out.read_bytes()
+        yield f"verify-elf {elf}: exit {status}", _report(out)
     out = work / "mutants.json"
     status, _ = _cli(["mutants", "--programs", "2", "--per-program", "6", "--json", str(out)])
     yield f"mutants 2 x 6: exit {status}", out.read_bytes()

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from harness.emulation.machine import BadAddress, Context
+from harness.linux.call_table import CALLS
 from harness.linux.files import GuestFiles
 from harness.linux.kernel import LinuxKernel
-from harness.linux.machine import BadAddress, Context
 from harness.linux.memory import AddressSpace
-from harness.linux.table import CALLS
 
 PAGE = 0x1000
 SCRATCH = 0x20000  # a mapped page the tests pass buffers in
 
 
 class PageMachine:
-    """harness.linux.machine.Machine over a dict of pages."""
+    """harness.emulation.machine.Machine over a dict of pages."""
 
     def __init__(self):
         self.pages: dict[int, bytearray] = {}

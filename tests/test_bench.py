@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.bench import snapshot
+from harness.bench.step_cost import snapshot
 from harness.cli import main
 from harness.errors import BadRead
 from harness.manifest import elf_builds
@@ -90,11 +90,11 @@ def test_epilogue_rows_stay_within_a_fifth_of_drop_on_compiled_builds(figures):
 def test_the_longest_program_leaves_out_what_emulation_alone_cannot_run(monkeypatch, capsys):
     """Threads' time slices need a hook: emulation alone cannot run such a
     program, so the bench chooses among the others, and says which it left out."""
-    from harness import bench_sampling
-    from harness.linux.corpus import linux_entries
+    from harness.bench import sampled
+    from harness.linux_verify.corpus import linux_entries
 
     slice_entries = {entry["name"]: entry for entry in linux_entries("slice")}
     chosen = [slice_entries["cthreads-gcc-O2-nofp"], slice_entries["cwc-clang-Os-nofp"]]
-    monkeypatch.setattr(bench_sampling, "linux_entries", lambda which: chosen)
-    assert bench_sampling.longest_program().label == "cwc-clang-Os-nofp"
+    monkeypatch.setattr(sampled, "linux_entries", lambda which: chosen)
+    assert sampled.longest_program().label == "cwc-clang-Os-nofp"
     assert "note: cthreads-gcc-O2-nofp cannot run by emulation alone" in capsys.readouterr().err

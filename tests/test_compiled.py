@@ -18,7 +18,7 @@ from harness.formats.chrome_v2.encoder import cover_text
 from harness.formats.chrome_v2.grouping import group_at_excursions
 from harness.formats.chrome_v2.layout import serialize
 from harness.formats.chrome_v2.tables import build_tables
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import verify_program
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -27,7 +27,7 @@ from harness.formats.chrome_v2.chrome_builder import chrome_function_unwind
 from harness.formats.chrome_v2.layout import serialize
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf, text_base
-from harness.linux.corpus import cache
+from harness.linux_verify.corpus import cache
 from harness.manifest import ELF_CORPUS
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import DWARF_D0, LR, SP
@@ -147,7 +147,7 @@ def test_the_return_address_is_looked_up_as_it_is():
     next function's first, where nothing is found."""
     functions = [push_then_sub("f", 0x1000, 0x1010), push_then_sub("g", 0x1010, 0x1020)]
     unwinder = V1Unwinder(V1Table.from_blob(encode_v1(functions, BASE).blob), BASE)
-    assert unwinder.row_of(0x1010, innermost=True) is None
+    assert unwinder.table.lookup(0x1010 - BASE) is None
     stack = Stack(0x7000, bytes(0x30))
     with pytest.raises(UnwindFailure) as caught:
         unwinder.step(make_frame(pc=0x1010, sp=0x7000, lr=0x2001), stack, innermost=False)

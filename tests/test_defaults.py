@@ -10,14 +10,10 @@ import json
 
 import pytest
 
-from harness import commands
+from harness import abi, commands
 from harness.cli import build_parser, main
 from harness.commands import limits_of
-from harness.linux.corpus import linux_entries, linux_run
-from harness.linux.verify import sampling_of
-from harness.report.data import without_seconds
-from harness.verify import abi
-from harness.verify.guards import (
+from harness.emulation.guards import (
     CLOCK_BASE,
     CLOCK_PER_INSTRUCTION,
     CLOCK_PER_SAMPLE,
@@ -26,6 +22,9 @@ from harness.verify.guards import (
     clocked,
     scaled_seconds,
 )
+from harness.linux_verify.corpus import linux_entries, linux_run
+from harness.linux_verify.verify import sampling_of
+from harness.report.data import without_seconds
 from harness.verify.sampling import AUTO, AutoStride
 from harness.verify.stops import DEFAULT_LIMITS
 

@@ -1,4 +1,4 @@
-"""ARM EHABI compact unwind instructions (harness.ehabi): encode, decode, text, execute."""
+"""ARM EHABI compact unwind instructions (harness.formats.ehabi): encode, decode, text, execute."""
 
 from __future__ import annotations
 

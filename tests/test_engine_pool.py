@@ -1,4 +1,4 @@
-"""Engines kept between bare-metal runs (harness.verify.engine_pool): one
+"""Engines kept between bare-metal runs (harness.emulation.engine_pool): one
 given back reads as a new one and runs as one; engines a fault stopped, a
 process's, and those still read from are not given back."""
 
@@ -9,11 +9,11 @@ from unicorn import UcError
 from unicorn import arm_const as arm
 
 from generators.corpus import generate_program
+from harness.emulation import engine_pool
+from harness.emulation.emulator import Emulator
+from harness.emulation.guards import EmulationFault
 from harness.report.summary import summarize, to_json
-from harness.unwind import build_unwinders
-from harness.verify import engine_pool
-from harness.verify.emulator import Emulator
-from harness.verify.guards import EmulationFault
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import DEFAULT_BUDGET, verify_program
 
 REGISTER_IDS = {name: getattr(arm, name) for name in dir(arm)

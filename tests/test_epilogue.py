@@ -16,10 +16,10 @@ from harness.thumb import epilogue
 from harness.thumb.disasm import decode_one
 from harness.thumb.encoding import condition_holds, it_state, may_start_epilogue
 from harness.thumb.epilogue import Branch, Restore, classify, find_epilogues
-from harness.unwind import build_unwinders
 from harness.unwind.frame import Frame, Stack
+from harness.unwind.registry import build_unwinders
 from harness.unwind.v2_epilogue import EpilogueSimulator
-from harness.verify.stops import verify_program
+from harness.verify.stops import Verify, verify_program
 
 BASE = 0x100000
 LEAF = Plan("leaf", "leaf", saves_lr=False, return_form="bx_lr", constants=(5,))
@@ -69,7 +69,8 @@ def test_each_epilogue_form_is_simulated_from_each_offset(name):
     v2_plus.simulator.simulate = recording
     epilogue_stops = []
     f = next(i for i in program.functions if i.name == "f")
-    result = verify_program(program, [v2_plus, v2_synth], compiled=False, observe=lambda stop: epilogue_stops.append(stop.pc)
+    result = verify_program(program, [v2_plus, v2_synth],
+                            how=Verify(compiled=False), observe=lambda stop: epilogue_stops.append(stop.pc)
                             if f.start <= stop.pc < f.end and f.position(stop.pc) == "epilogue" else None)
     assert result.self_check_ok
     assert result.failures == []

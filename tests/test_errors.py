@@ -26,6 +26,8 @@ import pytest
 import harness
 from generators.ehabi_writer import write_exidx
 from harness.cli import main
+from harness.emulation.emulator import Emulator
+from harness.emulation.guards import EmulationFault
 from harness.errors import (
     FAILURE_KINDS,
     BadRead,
@@ -60,17 +62,15 @@ from harness.unwind.ehabi_run import caller_by_run
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.v2 import V2Unwinder
 from harness.unwind.v2_chrome import ChromeV2Unwinder
-from harness.verify.emulator import Emulator
-from harness.verify.guards import EmulationFault
 
 ROOT = Path(__file__).resolve().parent.parent
 ELF = ROOT / "corpus" / "fixtures" / "calls-clang-nofp.elf"  # small, fast to verify
 
 # error class -> the test that covers it ("file::test" for one in another file).
 COVERAGE = {
-    "harness.linux.table.GuestError": "test_linux_syscalls.py::test_symlink_loops_end_with_eloop",
-    "harness.linux.machine.BadAddress": "test_linux_syscalls.py::test_readlink_of_the_executable_and_a_bad_buffer",
-    "harness.linux.table.SystemCallFault": "test_linux_syscalls.py::test_an_unknown_system_call_is_a_fault_naming_it",
+    "harness.linux.call_table.GuestError": "test_linux_syscalls.py::test_symlink_loops_end_with_eloop",
+    "harness.emulation.machine.BadAddress": "test_linux_syscalls.py::test_readlink_of_the_executable_and_a_bad_buffer",
+    "harness.linux.call_table.SystemCallFault": "test_linux_syscalls.py::test_an_unknown_system_call_is_a_fault_naming_it",
     "harness.errors.HarnessError": "test_every_typed_error_is_a_harness_error",  # base, never raised itself
     "harness.errors.InputError": "test_input_error",
     "harness.errors.EhabiError": "test_every_typed_error_is_a_harness_error",  # base, never raised itself
@@ -88,11 +88,12 @@ COVERAGE = {
     "harness.formats.arm_exidx.ExidxError": "test_exidx_error",  # also test_exidx.py (every malformation)
     "harness.formats.breakpad.BreakpadError":
         "test_breakpad.py::test_a_file_that_is_not_a_symbol_file_is_a_one_line_error",
-    "harness.verify.guards.EmulationFault": "test_emulation_fault",
-    "harness.verify.guards.ImpreciseFault":
+    "harness.emulation.guards.EmulationFault": "test_emulation_fault",
+    "harness.emulation.guards.ImpreciseFault":
         "test_linux_signals.py::test_a_fault_in_a_run_from_block_entries_is_named_and_a_process_runs_from_every_instruction",
-    "harness.verify.placement.NoRoom": "test_placement.py::test_a_program_that_leaves_no_room_is_refused",
+    "harness.emulation.placement.NoRoom": "test_placement.py::test_a_program_that_leaves_no_room_is_refused",
     "harness.errors.WorkerLost": "test_worker_lost",
+    "harness.errors.ToolMissing": "test_synth_fuzz.py::test_a_missing_csmith_is_named",
     # Internal: caught where raised and turned into a report line; they never escape.
     "harness.formats.chrome_v1.Refused": "test_refused",
     "harness.formats.qut.Inexpressible": "test_qut.py::test_states_qut_cannot_express_are_refused",
@@ -101,10 +102,16 @@ COVERAGE = {
     "harness.formats.chrome_v2.encoder.InexpressibleState": "test_inexpressible_state",
     "harness.formats.chrome_v2.synthesize.Unsynthesizable": "test_unsynthesizable",
     "harness.thumb.frame_effects.Unknowable": "test_unknowable",
+    # A call that must wait on files: the kernel blocks its thread (harness.linux.kernel._attempt)
+    "harness.linux.threads.Blocked": "test_linux_waits.py::test_a_read_of_an_empty_pipe_waits_until_another_thread_writes",
+    # A rule that cannot say for a frame: whoever applies it runs the unwinder's step instead.
+    "harness.unwind.rule.Defers": "test_rule_apply.py::test_each_kind_computes_its_formula",
+    "harness.unwind.rule.ChainFailure": "test_rule_apply.py::test_each_kind_computes_its_formula",
 }
 INTERNAL = {"harness.formats.chrome_v1.Refused", "harness.formats.chrome_v2.encoder.InexpressibleState",
             "harness.formats.vmkunwind.Inexpressible", "harness.formats.qut.Inexpressible",
-            "harness.formats.chrome_v2.synthesize.Unsynthesizable", "harness.thumb.frame_effects.Unknowable"}
+            "harness.formats.chrome_v2.synthesize.Unsynthesizable", "harness.thumb.frame_effects.Unknowable",
+            "harness.linux.threads.Blocked", "harness.unwind.rule.Defers"}
 
 
 def raised(call, *args, **kwargs) -> Exception:

@@ -7,11 +7,22 @@ from __future__ import annotations
 
 from collections import Counter
 
-from harness.report.failing import Group, combined, digest, from_json, new_failures, to_json, uncovered
+from harness.classify import Where
+from harness.report.failing import (
+    PCS_PER_UNWINDER,
+    Group,
+    combined,
+    digest,
+    digest_groups,
+    from_json,
+    new_failures,
+    to_json,
+    uncovered,
+)
 from harness.verify.failures import FailureCause, FailureLog, ranges_of
 from harness.verify.tally import Tally
 
-BODY = ("f", frozenset(), "body")
+BODY = Where("f", frozenset(), "body")
 BAD_READ = FailureCause("v2", "bad_read", 0, "f", None, "", frozenset())
 LIMIT = FailureCause("exidx", "limit", 0, "f", None, "", frozenset())
 IN_LIBC = FailureCause("v2", "no_info", 1, "memcpy", None, "", frozenset({"libc"}))  # an honest stop
@@ -37,56 +48,24 @@ def test_counts_come_from_the_tally_and_pcs_only_from_a_complete_log():
                      "exidx": {("f", "body", "limit"): Group(2, None)}}
 
 
-def test_the_kernels_digest_groups_are_pythons():
-    """The C twin makes a digest's groups as digest_groups does: for the
-    runs of generated programs and clang -O2, and for an unwinder whose
-    walks were not all logged (no pcs), one past the cap (no pcs), a
-    complete one with a group none of whose walks was logged (none), and
-    groups it cannot read (TypeError, ValueError)."""
-    import pytest
+def test_a_groups_pcs_are_kept_where_its_unwinders_walks_were_all_logged_within_the_cap():
+    """digest_groups keeps no pcs for an unwinder whose walks were not all
+    logged, or are more than the cap; and for a complete one, none (an
+    empty tuple) for a group none of whose walks was logged."""
+    def groups(stops, logged, cap=PCS_PER_UNWINDER):
+        return digest_groups(list(stops), list(stops.values()), [logged.get(key) for key in stops], cap)
 
-    from generators.corpus import generate_program
-    from harness.elf_program import program_from_elf
-    from harness.manifest import ELF_CORPUS, elf_builds
-    from harness.report.failing import PCS_PER_UNWINDER, _compiled_digest_groups, digest_groups, group_key
-    from harness.unwind import build_unwinders
-    from harness.verify.stops import verify_program
-
-    def both(stops, logged, cap=PCS_PER_UNWINDER):
-        keys, walks, logged = list(stops), list(stops.values()), [logged.get(key) for key in stops]
-        made = _compiled_digest_groups(keys, walks, logged, cap, Group)
-        assert made == digest_groups(keys, walks, logged, cap) and list(made) == list(
-            digest_groups(keys, walks, logged, cap))
-        return made
-
-    elf = next(build for build in elf_builds() if build["file"] == "clang-O2-fp.elf")
-    programs = [generate_program(0, number) for number in range(3)]
-    programs.append(program_from_elf(str(ELF_CORPUS / elf["file"]), elf["entry"], elf["expected_checksum"]))
-    for program in programs:
-        result = verify_program(program, build_unwinders(program))
-        key = group_key(result.tally)
-        groups = result.tally.grouped(key)
-        logged = result.failure_log.logged_pcs(key, groups)
-        made = both(dict(zip(groups.keys, groups.walks)), {k: v for k, v in zip(groups.keys, logged) if v})
-        assert any(group.pcs for groups in made.values() for group in groups.values())
     stops = {("v2", "f", "body", "bad_read"): 3, ("v2", "g", "body", "limit"): 1, ("exidx", "f", "body", "limit"): 2}
     logged = {("v2", "f", "body", "bad_read"): (3, ((0x100, 0x102),)), ("exidx", "f", "body", "limit"): (1, ())}
     every_one = {**logged, ("v2", "g", "body", "limit"): (1, ((0x300, 0x300),))}
-    assert both(stops, every_one, cap=3) == {
+    assert groups(stops, every_one, cap=3) == {
         "v2": {("f", "body", "bad_read"): Group(3, None), ("g", "body", "limit"): Group(1, None)},  # 4 > 3
         "exidx": {("f", "body", "limit"): Group(2, None)}}
-    assert both(stops, every_one, cap=4)["v2"][("g", "body", "limit")] == Group(1, ((0x300, 0x300),))
+    assert groups(stops, every_one, cap=4)["v2"][("g", "body", "limit")] == Group(1, ((0x300, 0x300),))
     stops[("v2", "f", "body", "bad_read")] = 4  # v2's walks: 5, all logged but the one of g's
     logged[("v2", "f", "body", "bad_read")] = (5, ((0x100, 0x102),))
-    assert both(stops, logged)["v2"] == {("f", "body", "bad_read"): Group(4, ((0x100, 0x102),)),
-                                         ("g", "body", "limit"): Group(1, ())}
-    for bad in (["v2"], [()]):
-        with pytest.raises(TypeError):
-            _compiled_digest_groups(bad, [1], [None], 1, Group)
-    with pytest.raises(TypeError):
-        _compiled_digest_groups([("v2", "f", "body", "bad_read")], [5], [5], 1, Group)
-    with pytest.raises(ValueError):
-        _compiled_digest_groups([("v2", "f", "body", "bad_read")], [5], [], 1, Group)
+    assert groups(stops, logged)["v2"] == {("f", "body", "bad_read"): Group(4, ((0x100, 0x102),)),
+                                           ("g", "body", "limit"): Group(1, ())}
 
 
 def test_shards_combine_into_the_digest_of_the_whole():

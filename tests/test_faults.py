@@ -14,8 +14,8 @@ from harness.classify import FunctionInfo
 from harness.cli import main
 from harness.program import CfiRow, FunctionCfi, Program
 from harness.registers import LR, SP
-from harness.unwind import build_unwinders
-from harness.verify.stops import verify_program
+from harness.unwind.registry import build_unwinders
+from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
 BASE = 0x100000
 PROLOGUE = ["push {r4, lr}", "movs r4, #1"]  # a frame, so the unwinders have work before the fault
@@ -45,7 +45,8 @@ def faulty(kind: str) -> Program:
 def test_fault_names_pc_and_cause_and_keeps_the_stops_before(kind, compiled):
     _, cause, pc = FAULTS[kind]
     program = faulty(kind)
-    result = verify_program(program, build_unwinders(program, ["v2", "dwarf"]), budget=500, compiled=compiled)
+    result = verify_program(program, build_unwinders(program, ["v2", "dwarf"]),
+                            how=Verify(limits=DEFAULT_LIMITS._replace(instructions=500), compiled=compiled))
     assert result.fault is not None and not result.self_check_ok
     assert cause in result.fault
     if pc is not None:

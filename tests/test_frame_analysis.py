@@ -19,13 +19,13 @@ from harness.elf_program import code_reader as load_code
 from harness.formats.arm_exidx import read_exidx_sections
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import function_spans, mapping_symbols, open_elf, thumb_functions
-from harness.linux.corpus import cache
+from harness.linux_verify.corpus import cache
 from harness.program import CfiRow, CodeMap
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb import discovery
 from harness.thumb.discovery import GAP, analyse_all, coverage_lines
 from harness.thumb.frame_analysis import analyse, analyse_calling, frame_states
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import verify_program
 
 BASE = 0x100000

@@ -33,10 +33,10 @@ from harness.manifest import elf_builds
 from harness.report.markdown import markdown
 from harness.runner import Shard, Unit, assemble, run_unit
 from harness.shards import partial, read_partials
-from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.unwind.exidx import ExidxUnwinder
 from harness.unwind.frame import Frame, Stack
 from harness.unwind.qut import QutUnwinder
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
 from harness.unwind.v2 import V2Unwinder
 from harness.unwind.vmkunwind import VmkunwindUnwinder
 from harness.unwind.walk import walk

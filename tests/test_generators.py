@@ -16,8 +16,8 @@ from harness.formats.arm_exidx import parse_sections
 from harness.formats.chrome_v2.encoder import InexpressibleState, state_instructions
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import DWARF_D0, LR, PC, SP
-from harness.unwind import build_unwinders
 from harness.unwind.exidx import exidx_unwinder_for
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import verify_program
 
 

@@ -4,11 +4,11 @@ returns."""
 
 from generators.assembler import assemble
 from harness.classify import FunctionInfo
+from harness.emulation.emulator import SENTINEL, STACK_TOP
 from harness.program import Program
 from harness.thumb.encoding import call_length
-from harness.unwind import build_unwinders
-from harness.verify.emulator import SENTINEL, STACK_TOP
-from harness.verify.stops import verify_program
+from harness.unwind.registry import build_unwinders
+from harness.verify.stops import Verify, verify_program
 
 BASE = 0x100000
 MAIN = [  # @ 0x100000
@@ -45,7 +45,7 @@ def program(source: list[str], spans: tuple[tuple[str, int, int], ...]) -> Progr
 
 def frames_at_each_stop(compiled: bool, source=SOURCE, spans=(("main", 0, 0xC), ("f", 0xC, 0x24), ("g", 0x24, 0x28))):
     seen = []
-    result = verify_program(program(source, spans), [], compiled=compiled, observe=lambda stop: seen.append(
+    result = verify_program(program(source, spans), [], how=Verify(compiled=compiled), observe=lambda stop: seen.append(
         (stop.pc, [(f.pc, f.sp, f.callee_saved[:2]) for f in reversed(stop.expected)])))
     assert result.self_check_ok and result.result == 4
     return seen
@@ -162,14 +162,14 @@ def test_a_frame_that_never_resumes_is_marked_from_an_earlier_run(compiled):
     pc and sp only."""
     program_ = program(NORETURN_SOURCE, (("main", 0, 0xC), ("f", 0xC, 0x14), ("h", 0x14, 0x18)))
     seen = {}
-    result = verify_program(program_, build_unwinders(program_, ["framepointer"]), compiled=compiled,
-                            observe=lambda stop: seen.setdefault(stop.pc, [f.resumes for f in stop.expected]))
+    result = verify_program(program_, build_unwinders(program_, ["framepointer"]),
+                            how=Verify(compiled=compiled), observe=lambda stop: seen.setdefault(stop.pc, [f.resumes for f in stop.expected]))
     assert result.self_check_ok
     assert seen[0x100014] == [False, True, True]  # innermost first: f (for h), main (for f), the sentinel
     assert seen[0x10000E] == [True, True]
     alone = {}  # no unwinder, an observer only (encode --compare judges so): the frames it sees are marked too
-    verify_program(program_, [], compiled=compiled,
-                   observe=lambda stop: alone.setdefault(stop.pc, [f.resumes for f in stop.expected]))
+    verify_program(program_, [],
+                   how=Verify(compiled=compiled), observe=lambda stop: alone.setdefault(stop.pc, [f.resumes for f in stop.expected]))
     assert alone[0x100014] == [False, True, True]
 
 

@@ -16,11 +16,11 @@ import pytest
 from linux_calls import SCRATCH, PageMachine, call, open_path, put_string
 
 from harness.linux import calls_io, files, memory
+from harness.linux.call_table import CALLS, SystemCallFault
 from harness.linux.contents import MAX_FILE_SIZE, PAGE
 from harness.linux.files import GuestFiles
 from harness.linux.kernel import LinuxKernel
 from harness.linux.memory import AddressSpace
-from harness.linux.table import CALLS, SystemCallFault
 
 O_WRONLY_CREAT = 0o1 | 0o100
 O_NONBLOCK = 0o4000

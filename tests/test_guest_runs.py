@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.linux.modules import discover, process_program
+from harness import abi
+from harness.emulation.emulator import Emulator
+from harness.emulation.guards import EmulationFault, resident_bytes
 from harness.linux.process import LinuxRun, LinuxSystem
-from harness.linux.verify import verify_process
-from harness.verify import abi
-from harness.verify.emulator import Emulator
-from harness.verify.guards import EmulationFault, resident_bytes
-from harness.verify.stops import verify_program
+from harness.linux_verify.modules import discover, process_program
+from harness.linux_verify.verify import verify_process
+from harness.verify.stops import Verify, verify_program
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("UNWIND_HARNESS_CACHE", Path.home() / ".cache" / "unwind-harness"))
@@ -41,7 +41,7 @@ def the_run(name: str, tmp_path, *args: str) -> LinuxRun:
 def _verified_alone(run: LinuxRun, limits: abi.Limits):
     """The verified run by itself (its first run skipped: told nothing resumes)."""
     system = LinuxSystem(run)
-    return verify_program(process_program(system), [], system=system, limits=limits, resumes=None)
+    return verify_program(process_program(system), [], how=Verify(limits=limits), system=system, resumes=None)
 
 
 @pytest.mark.parametrize("way", ["syscall_loop", "getrandom_loop", "spin_loop"])
@@ -59,7 +59,7 @@ def test_the_clock_ends_the_first_run_and_the_verified_run(way, tmp_path):
 def test_a_first_run_past_the_clock_ends_the_verification_at_once(tmp_path):
     started = time.monotonic()
     result = verify_process(the_run("syscall_loop", tmp_path), ["framepointer"], lambda program: [],
-                            limits=abi.Limits(seconds=SECONDS))
+                            how=Verify(limits=abi.Limits(seconds=SECONDS)))
     assert f"more than {SECONDS:g} seconds" in result.fault
     assert result.stops == 0  # the first run passed the clock: nothing was verified after it
     assert time.monotonic() - started < SECONDS + SLACK
@@ -82,7 +82,8 @@ def test_the_instruction_budget_ends_the_verified_run_after_a_first_run_that_met
     limits = abi.Limits(instructions=20_000)
     first = discover(the_run("spin_loop", tmp_path), limits)
     assert first.resumes is None and first.modules  # faulted, and still knows the program
-    result = verify_process(the_run("spin_loop", tmp_path), ["framepointer"], lambda program: [], limits=limits)
+    result = verify_process(the_run("spin_loop", tmp_path), ["framepointer"], lambda program: [],
+                            how=Verify(limits=limits))
     assert "more than 20000 instructions" in result.fault and result.stops > 0
 
 
@@ -108,7 +109,7 @@ def test_the_depth_self_loop_and_budget_guards_hold_in_both_runs(tmp_path, name,
     limits = abi.Limits(instructions=100_000, depth=1_000)
     first = discover(the_run(name, tmp_path), limits)
     assert first.resumes is None and first.modules
-    result = verify_process(the_run(name, tmp_path), ["framepointer"], lambda program: [], limits=limits)
+    result = verify_process(the_run(name, tmp_path), ["framepointer"], lambda program: [], how=Verify(limits=limits))
     assert cause in result.fault and result.stops > 0
 
 
@@ -122,8 +123,8 @@ def test_a_runaway_under_an_automatic_stride_ends_at_the_budget(tmp_path):
     first = discover(the_run("spin_loop", tmp_path), limits)
     assert first.resumes is None and 200_000 <= first.instructions < 200_100  # counted to the fault's block
     auto = AutoStride(every_stop=1_000, samples=100)
-    result = verify_process(the_run("spin_loop", tmp_path), ["framepointer"], lambda program: [], every=auto,
-                            limits=limits)
+    result = verify_process(the_run("spin_loop", tmp_path), ["framepointer"], lambda program: [],
+                            how=Verify(every=auto, limits=limits))
     assert "more than 200000 instructions" in result.fault
     assert result.sampling["every"] == auto.every(first.instructions) in (2_000, 2_001)
     assert 50 < result.stops < 150  # about 100 samples

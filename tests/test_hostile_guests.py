@@ -213,8 +213,8 @@ PLAIN_RUN = f"""
 import json, sys
 from harness.errors import HarnessError
 from harness.linux.process import LinuxRun, LinuxSystem
-from harness.verify.abi import Limits
-from harness.verify.emulator import Emulator
+from harness.abi import Limits
+from harness.emulation.emulator import Emulator
 program, cwd, *args = sys.argv[1:]
 system = LinuxSystem(LinuxRun(program, tuple(args), cwd=cwd))
 fault = None
@@ -469,10 +469,10 @@ def test_programs_behave_under_qemu_as_they_claim(tmp_path):
 
 DISCOVER = f"""
 import json, sys, time
-from harness.linux.modules import discover
+from harness.linux_verify.modules import discover
 from harness.linux.process import LinuxRun
-from harness.verify.abi import Limits
-from harness.verify.guards import EmulationFault
+from harness.abi import Limits
+from harness.emulation.guards import EmulationFault
 program, cwd, *args = sys.argv[1:]
 started = time.monotonic()
 try:

@@ -4,6 +4,7 @@ or defers to it; and it is what the verifier uses."""
 from __future__ import annotations
 
 import random
+from collections import namedtuple
 from functools import lru_cache
 from pathlib import Path
 
@@ -12,25 +13,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from generators.corpus import generate_program
+from harness import abi
 from harness.elf_program import program_from_elf
+from harness.emulation.emulator import SENTINEL, Emulator
 from harness.errors import UnwindFailure
 from harness.formats import ehabi
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.registers import SP
 from harness.report.failing import group_key
 from harness.thumb.encoding import may_start_epilogue
-from harness.unwind import UNWINDER_NAMES, build_unwinders
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, Stack
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
 from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, Rule, RuleRange
 from harness.unwind.v2_chrome import ChromeV2Unwinder, chrome_rule
-from harness.unwind.walk import ALL_CALLEE_SAVED, walk
-from harness.verify import abi, kernel, stops
-from harness.verify.emulator import SENTINEL, Emulator
+from harness.unwind.walk import ALL_CALLEE_SAVED, Unwinder, walk
+from harness.verify import kernel, stops
 from harness.verify.failures import FailureCause, FailureLog, difference, failure_of, logged_pcs
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.verify.kernel import pack_rule
-from harness.verify.stops import DEFAULT_BUDGET, verify_program
+from harness.verify.stops import DEFAULT_BUDGET, Verify, verify_program
 from harness.verify.tally import KeyParts, Tally
 from harness.verify.verification import Verification
 from harness.verify.walks import INVENTED, first_difference
@@ -44,10 +46,10 @@ def test_the_kernel_is_built():
 
 
 def test_the_kernel_was_built_from_the_declared_boundary():
-    """csrc/abi.h, which the kernel includes, is what harness/verify/abi.py
+    """harness/verify/csrc/abi.h, which the kernel includes, is what harness/abi.py
     declares: setup.py writes it at build time."""
-    built = (Path(abi.__file__).parent / "csrc" / "abi.h").read_text()
-    assert built == abi.header(), "harness/verify/abi.py changed since the build: reinstall with `pip install -e .`"
+    built = (Path(kernel.__file__).parent / "csrc" / "abi.h").read_text()
+    assert built == abi.header(), "harness/abi.py changed since the build: reinstall with `pip install -e .`"
 
 
 def test_answers_come_back_as_named_records():
@@ -58,8 +60,8 @@ def test_answers_come_back_as_named_records():
 
 
 def same_results(program, every: int = 1):
-    fast = verify_program(program, build_unwinders(program), every=every, compiled=True)
-    slow = verify_program(program, build_unwinders(program), every=every, compiled=False)
+    fast = verify_program(program, build_unwinders(program), how=Verify(every=every, compiled=True))
+    slow = verify_program(program, build_unwinders(program), how=Verify(every=every, compiled=False))
     assert fast.stops == slow.stops > 0
     assert fast.counts == slow.counts
     assert fast.failures == slow.failures
@@ -83,7 +85,7 @@ def test_a_run_that_must_run_again_gives_what_one_that_knew_gives(monkeypatch):
     real = stops._run_compiled
     monkeypatch.setattr(stops, "judged_differently", lambda *args: True)
     monkeypatch.setattr(stops, "_run_compiled", lambda *args, **kwargs: runs.append(
-        args[9] if len(args) > 9 else kwargs.get("resumes")) or real(*args, **kwargs))
+        args[2] if len(args) > 2 else kwargs.get("resumes")) or real(*args, **kwargs))
     twice = same_results(program)
     assert runs[0] is None and isinstance(runs[1], bytes) and len(runs) == 2  # without, then with what resumed
     assert (twice.counts, twice.failures, twice.methods) == (once.counts, once.failures, once.methods)
@@ -113,8 +115,8 @@ def test_the_first_failures_of_each_unwinder_are_those_of_the_whole_log():
     head of each unwinder's failures in the full log, as the Python hook
     gives them."""
     program = generate_program(0, 3)
-    fast = verify_program(program, build_unwinders(program), compiled=True)
-    slow = verify_program(program, build_unwinders(program), compiled=False)
+    fast = verify_program(program, build_unwinders(program), how=Verify(compiled=True))
+    slow = verify_program(program, build_unwinders(program), how=Verify(compiled=False))
     for count in (1, 3):
         first = fast.failure_log.first(count)
         assert first == FailureLog(entries=list(fast.failure_log)).first(count)
@@ -137,7 +139,7 @@ def test_the_pcs_a_digest_reads_from_the_tracer_are_those_of_the_whole_log(key, 
     to Python merged in: the same failures counted, at the same pcs, as the
     log's entries one by one give."""
     program = generate_program(0, number)
-    result = verify_program(program, build_unwinders(program), compiled=True)
+    result = verify_program(program, build_unwinders(program), how=Verify(compiled=True))
     key = key(result.tally)
     groups = result.tally.grouped(key)
     grouped = result.failure_log.logged_pcs(key, groups)  # before the entries are built: the tracer's grouping
@@ -159,7 +161,7 @@ def test_a_truncated_log_gives_the_digest_the_pcs_of_its_entries(monkeypatch, ca
     building entries) are those of exactly the entries the log holds."""
     monkeypatch.setattr(abi, "FAILURE_LOG_CAP", cap)
     program = generate_program(0, 3)
-    result = verify_program(program, build_unwinders(program), compiled=True)
+    result = verify_program(program, build_unwinders(program), how=Verify(compiled=True))
     key = pair_key(result.tally)
     groups = result.tally.grouped(key)
     grouped = result.failure_log.logged_pcs(key, groups)
@@ -175,7 +177,7 @@ def test_guard_failures_of_one_kind_are_one_cause_per_function_each_worded_with_
     not one per stop, and words each logged failure with its own values,
     as `step` does (test_generated_programs_verify_the_same_with_the_kernel)."""
     program = generate_program(0, 1)
-    result = verify_program(program, build_unwinders(program, ["scan", "framepointer"]), compiled=True)
+    result = verify_program(program, build_unwinders(program, ["scan", "framepointer"]), how=Verify(compiled=True))
     for name in ("scan", "framepointer"):
         causes = {cause for _, cause in result.failure_tally if cause.unwinder == name}
         failing = [failure for failure in result.failures if failure.unwinder == name]
@@ -196,7 +198,7 @@ def test_the_kernel_answers_most_walks_itself(monkeypatch):
     monkeypatch.setattr(Verification, "walk", spying)
     program = generate_program(0, 1)
     unwinders = build_unwinders(program)
-    result = verify_program(program, unwinders, compiled=True)
+    result = verify_program(program, unwinders, how=Verify(compiled=True))
     walks = result.stops * len(unwinders)
     assert len(deferred) < 0.01 * walks
     assert len(result.failure_log) + len(deferred) < walks
@@ -207,8 +209,8 @@ def test_the_kernel_answers_most_walks_itself(monkeypatch):
 
 def observed(program, compiled: bool) -> list[tuple]:
     seen = []
-    verify_program(program, [], compiled=compiled,
-                   observe=lambda stop: seen.append((stop.pc, stop.frame, stop.expected)))
+    verify_program(program, [],
+                   how=Verify(compiled=compiled), observe=lambda stop: seen.append((stop.pc, stop.frame, stop.expected)))
     return seen
 
 
@@ -233,11 +235,11 @@ def test_observe_at_shows_the_stops_at_those_pcs_only(compiled):
     every = observed(program, compiled)
     wanted = {pc for pc, _, _ in every[10:200:17]} | {0x4}  # 0x4: never a stop
     seen = []
-    verify_program(program, [], compiled=compiled, observe_at=wanted,
-                   observe=lambda stop: seen.append((stop.pc, stop.frame, stop.expected)))
+    verify_program(program, [],
+                   how=Verify(compiled=compiled), observe_at=wanted, observe=lambda stop: seen.append((stop.pc, stop.frame, stop.expected)))
     assert seen == [stop for stop in every if stop[0] in wanted] and len(seen) >= 12
     none = []
-    verify_program(program, [], compiled=compiled, observe_at=(), observe=none.append)
+    verify_program(program, [], how=Verify(compiled=compiled), observe_at=(), observe=none.append)
     assert none == []
 
 
@@ -253,7 +255,7 @@ def test_the_compiled_hook_makes_the_stops_an_it_block_skips():
         executed += 1
 
     Emulator(program.segments).call(program.entry, count, DEFAULT_BUDGET, program.args)
-    assert verify_program(program, [], compiled=True).stops > executed
+    assert verify_program(program, [], how=Verify(compiled=True)).stops > executed
 
 
 def test_an_error_raised_in_a_callback_ends_the_run_and_reaches_the_caller():
@@ -267,8 +269,8 @@ def test_an_error_raised_in_a_callback_ends_the_run_and_reaches_the_caller():
     program = generate_program(0, 0)
     target = program.functions[1].start
     with pytest.raises(Stop):
-        verify_program(program, build_unwinders(program, ["v2"]), compiled=True, observe=observe)
-    assert verify_program(program, build_unwinders(program, ["v2"]), compiled=True).self_check_ok
+        verify_program(program, build_unwinders(program, ["v2"]), how=Verify(compiled=True), observe=observe)
+    assert verify_program(program, build_unwinders(program, ["v2"]), how=Verify(compiled=True)).self_check_ok
 
 
 def test_a_tracer_is_set_up_once_and_runs_once():
@@ -276,14 +278,20 @@ def test_a_tracer_is_set_up_once_and_runs_once():
     emulator = Emulator(program.segments)
     engine = emulator.engine(program.uses_vfp)
 
-    def tracer(**changed):
-        arguments = dict(engine=engine, verifier=None, sentinel=SENTINEL, uses_vfp=program.uses_vfp, every=1,
-                         shard_index=0, shard_count=1, classify=lambda pc: (0, 0), slow=lambda *stop: None,
-                         observe_all=False)
-        return kernel.Tracer(**{**arguments, **changed})
+    record = abi.TraceSettings(engine=engine, verifier=None, sentinel=SENTINEL, uses_vfp=program.uses_vfp,
+                               every=1, shard=(0, 1), classify=lambda pc: (0, 0), slow=lambda *stop: None,
+                               observe_all=False)
 
-    with pytest.raises(ValueError, match="shard_index below shard_count"):
-        tracer(shard_index=1)
+    def tracer(**changed):
+        return kernel.Tracer(record._replace(**changed))
+
+    with pytest.raises(ValueError, match="shard an index below a positive count"):
+        tracer(shard=(1, 1))
+    with pytest.raises(TypeError, match="shard must be a tuple"):
+        tracer(shard=[0, 1])
+    without_by_blocks = namedtuple("Settings", abi.TraceSettings._fields[:-1])(*record[:-1])
+    with pytest.raises(AttributeError, match="by_blocks"):  # read by name: a record without the field is refused
+        kernel.Tracer(without_by_blocks)
     with pytest.raises(ValueError, match="register ids"):
         tracer(engine=engine._replace(registers=engine.registers[:5]))
     with pytest.raises(TypeError, match="Verifier or None"):
@@ -457,7 +465,7 @@ def kernel_agrees_past_the_first_frame(state) -> None:
     assert [n for _, _, n in stop_kernel.verifier.invented()] == ([1] if want == INVENTED else [])
 
 
-class _Gives:
+class _Gives(Unwinder):
     """An unwinder whose every step gives `caller`, or fails (None)."""
 
     name = "gives"
@@ -501,7 +509,7 @@ def test_rules_pack_to_what_the_kernel_reads():
     assert words[7:12] == [1, 0, 2, 0, 8] and words[12:] == [8, 0, 9, 4, 14, 4]
 
 
-@pytest.mark.skipif(kernel.pack_plain is None, reason="the compiled kernel is not built")
+@pytest.mark.skipif(not kernel.AVAILABLE, reason="the compiled kernel is not built")
 def test_the_kernels_causes_are_pythons(monkeypatch):
     """Tracer.causes, given the parts, makes a mismatch's, a failure rule's
     and a merged guard failure's cause as Verification.kernel_causes makes
@@ -546,38 +554,15 @@ def test_the_kernels_causes_are_pythons(monkeypatch):
         tracers[-1].causes([], [], {}, FailureCause)
 
 
-def test_the_kernels_packing_is_pythons():
-    """Every plain rule a run of generated and compiled programs makes,
-    and rules at the edges (values past int32, each flag alone, no_info
-    failures and guard kinds), pack alike in C and in Python."""
-    from harness.verify import rule_book
-    for number in range(6):
-        program, unwinders = unwinders_of(number)
-        verify_program(program, unwinders)
-    elf = next(build for build in elf_builds() if build["file"] == "clang-O2-fp.elf")
-    program = program_from_elf(str(ELF_CORPUS / elf["file"]), elf["entry"], elf["expected_checksum"])
-    verify_program(program, build_unwinders(program))
-    made = [rule for rule in rule_book.current().rules
-            if rule is not None and not rule.alternatives and not rule.scan_window]
-
-    def guard(base, sp, low, high):
-        return "bad_read", "no"
-
-    edges = [Rule(offset=1 << 31), Rule(offset=-(1 << 31)), Rule(end=(1 << 31) - 1), Rule(loads=((4, 1 << 40),)),
-             Rule(bounds=(-(1 << 31) - 1, 0)), Rule(pre_bounds=(0, 1 << 64)), Rule(index=0), Rule(index=None),
-             Rule(failure=("no_info", PcWording("x {pc}", 1))), Rule(failure=("bad_read", "y")),
-             Rule(guard_failure=guard, guard_kind="no_info"), Rule(guard_failure=guard), Rule(guard_kind="bad_read"),
-             Rule(vfp_loads=((8, 0), (9, 8)), pre_loads=((8, 0),), pre_bounds=(0, 4))]
-    edges += [Rule(**{flag: True}) for flag in ("aligned", "above_sp", "leaf_unless_record", "outside_it",
-                                                "caller_aligned8")] + [Rule(pc_from_lr=False)]
-    assert len(made) > 500
-    for rule in made + edges:
-        assert kernel.pack_plain(rule) == kernel.pack_plain_in_python(rule), rule
-    assert kernel.pack_plain(Rule(offset=1 << 31)) is None
+def test_a_rule_with_a_value_past_int32_is_left_to_step():
+    """The kernel's fields are int32: a plain rule with a value past them
+    packs to None (its unwinder's step runs there), one at their edge packs."""
+    for rule in (Rule(offset=1 << 31), Rule(offset=-(1 << 31) - 1), Rule(loads=((4, 1 << 40),)),
+                 Rule(bounds=(-(1 << 31) - 1, 0)), Rule(pre_bounds=(0, 1 << 64))):
+        assert pack_rule(rule) is None, rule
+    assert pack_rule(Rule(offset=-(1 << 31), end=(1 << 31) - 1)) is not None
     with pytest.raises(TypeError):
-        kernel.pack_plain(Rule(offset="four"))
-    with pytest.raises(TypeError):
-        kernel.pack_plain((1, 2))
+        pack_rule(Rule(offset="four"))
 
 
 def test_a_failing_rule_is_reported_with_its_reason():
@@ -713,7 +698,7 @@ FLAT_RUNS = ((ehabi.VspAdd(16), ehabi.Pop((4, 5, 14)), ehabi.FINISH),
              (ehabi.Pop((4, 5, 6, 7, 14)), ehabi.VspAdd(8), ehabi.FINISH))
 
 
-class RunUnwinder:
+class RunUnwinder(Unwinder):
     """One EHABI run everywhere, stepped as `exidx` does, or as Chrome's runtime does."""
 
     def __init__(self, run, chrome: bool):

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from harness.errors import InputError
-from harness.linux import corpus
-from harness.linux.corpus import build_label, linux_entries
+from harness.linux_verify import corpus
+from harness.linux_verify.corpus import build_label, linux_entries
 from harness.report.baseline import regressions
 
 ENTRY = {"name": "demo-gcc-O2-fp", "path": "bin/demo-gcc-O2-fp", "args": [], "stdin": None, "cwd": None,
@@ -73,7 +73,7 @@ def test_linux_every_samples_each_program_and_says_so():
     """run --linux-every N verifies a Linux program at samples of mean stride N; its
     group records N and the table shows it; no baseline from a sample."""
     from harness.cli import main
-    from harness.linux.corpus import run_linux_unit
+    from harness.linux_verify.corpus import run_linux_unit
     from harness.report.tables import linux_cells
     from harness.runner import LINUX_LIMITS
 
@@ -92,7 +92,7 @@ def test_a_programs_report_does_not_depend_on_where_the_cache_is(tmp_path, monke
     """The cache reached by a longer path (here a link in a deep directory)
     gives the same record: neither argv[0] nor /proc/self/exe (which static
     glibc reads at start-up) is the host's path."""
-    from harness.linux.corpus import cache, run_linux_unit
+    from harness.linux_verify.corpus import cache, run_linux_unit
     from harness.runner import LINUX_LIMITS
 
     entry = next(e for e in linux_entries("slice") if e["name"] == name)

@@ -9,19 +9,21 @@ from collections import Counter
 import pytest
 from test_linux_process import build, sysroot
 
+from harness.abi import Limits
 from harness.classify import MODULES, NO_INFO, OWN
 from harness.errors import UnwindFailure
-from harness.linux.modules import discover, label_of
 from harness.linux.process import LinuxRun
-from harness.linux.verify import verify_process
+from harness.linux_verify.modules import discover, label_of
+from harness.linux_verify.verify import verify_process
 from harness.report.data import result_rows
 from harness.report.summary import summarize
-from harness.unwind import build_unwinders
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.modules import Covered, PerModule
+from harness.unwind.registry import build_unwinders
 from harness.unwind.rule import LEAF, RuleRange
-from harness.verify.abi import Limits
+from harness.unwind.walk import Unwinder
 from harness.verify.failures import FailureCause, failure_of
+from harness.verify.stops import Verify
 from harness.verify.tally import counted_kind, is_stop
 
 
@@ -82,7 +84,7 @@ def test_a_refusal_in_the_programs_own_code_stays_a_failure():
     assert counted_kind(cause._replace(culprit_traits=frozenset({NO_INFO}))) == "no_info"  # bare metal
 
 
-class _Leaf:
+class _Leaf(Unwinder):
     """An unwinder that knows every pc of its module: return to lr."""
 
     name = "leaf"
@@ -116,8 +118,8 @@ def test_both_hooks_count_a_process_alike():
     where the Python hook runs each module's step: the same counts."""
     names = ["dwarf", "exidx", "v2+epilogue"]
     run = LinuxRun(build("throw.cc", "-Wl,-z,now"), (), sysroot())
-    compiled = verify_process(run, names, own_unwinders(names), every=5, compiled=True)
-    in_python = verify_process(run, names, own_unwinders(names), every=5, compiled=False)
+    compiled = verify_process(run, names, own_unwinders(names), how=Verify(every=5, compiled=True))
+    in_python = verify_process(run, names, own_unwinders(names), how=Verify(every=5, compiled=False))
     assert compiled.fault is None and compiled.stops > 10_000
     assert compiled.counts == in_python.counts
     # Walks stopped in a library are tallied, never logged (the compiled
@@ -136,8 +138,8 @@ def test_a_scan_that_finds_nothing_in_a_library_is_a_stop_both_hooks_leave_unlog
     refusal of one kind: in a library, a stop, which the compiled tracer
     tallies without logging, as the Python hook does."""
     run = LinuxRun(build("throw.cc", "-Wl,-z,now"), (), sysroot())
-    compiled = verify_process(run, ["scan"], own_unwinders(["scan"]), every=50, compiled=True)
-    in_python = verify_process(run, ["scan"], own_unwinders(["scan"]), every=50, compiled=False)
+    compiled = verify_process(run, ["scan"], own_unwinders(["scan"]), how=Verify(every=50, compiled=True))
+    in_python = verify_process(run, ["scan"], own_unwinders(["scan"]), how=Verify(every=50, compiled=False))
     assert compiled.counts == in_python.counts
     assert any(kind == "stopped:libc" for (_, _, _, kind) in compiled.counts)
     assert not any(is_stop(entry[3]) for entry in compiled.failure_log)
@@ -150,7 +152,7 @@ def test_stops_between_a_throw_and_its_landing_pad_are_cxx_exception():
     its way count as cxx_exception; the program's own code (its cleanups
     run at landing pads, from where _Unwind_Resume raises again) never."""
     run = LinuxRun(build("throw.cc", "-Wl,-z,now"), (), sysroot())
-    result = verify_process(run, ["dwarf"], own_unwinders(["dwarf"]), every=3)
+    result = verify_process(run, ["dwarf"], own_unwinders(["dwarf"]), how=Verify(every=3))
     assert result.fault is None
     flying, grounded = Counter(), Counter()
     for (_unwinder, traits, _position, _kind), stops in result.counts.items():
@@ -167,7 +169,7 @@ def test_an_executable_without_cfi_is_verified_and_its_refusals_are_own_failures
     names = ["v2", "dwarf", "exidx", "framepointer"]
     run = LinuxRun(build("calls.c", "-g0", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-s",
                          "-Wl,-z,now"), (), sysroot())
-    result = verify_process(run, names, own_unwinders(names), every=11)
+    result = verify_process(run, names, own_unwinders(names), how=Verify(every=11))
     assert result.fault is None and result.result == 0
     own_refusals = sum(n for (unwinder, traits, _, kind), n in result.counts.items()
                        if unwinder == "dwarf" and OWN in traits and kind == "no_info")

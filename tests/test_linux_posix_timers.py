@@ -18,14 +18,14 @@ from test_linux_process import build, qemu
 from test_linux_threads import MAIN, WORD, _running, _spawn
 
 from harness.linux import calls_timers, signals
+from harness.linux.call_table import SystemCallFault
 from harness.linux.calls_threads import FUTEX_WAIT
-from harness.linux.modules import process_program
 from harness.linux.posix_timers import KTIME_MAX, SI_TIMER, SIGEV_NONE, SIGEV_SIGNAL, SIGEV_THREAD, SIGEV_THREAD_ID
 from harness.linux.process import LinuxRun, LinuxSystem
-from harness.linux.table import SystemCallFault
-from harness.linux.verify import verify_process
-from harness.unwind import build_unwinders
-from harness.verify.stops import verify_program
+from harness.linux_verify.modules import process_program
+from harness.linux_verify.verify import verify_process
+from harness.unwind.registry import build_unwinders
+from harness.verify.stops import Verify, verify_program
 
 EVENT, CREATED, SPEC, OLD, INFO, SET = (SCRATCH + offset for offset in (0x600, 0x680, 0x700, 0x740, 0x800, 0x900))
 REALTIME, MONOTONIC, PROCESS_CPU, THREAD_CPU, BOOTTIME = 0, 1, 2, 3, 7
@@ -418,7 +418,7 @@ EXPECTED = (b"monotonic hits at least 3: 1, cpu-time hits at least 2: 1, siginfo
 
 def _timed_run(program: str, every: int, compiled: bool) -> int:
     system = LinuxSystem(LinuxRun(program))
-    result = verify_program(process_program(system), [], system=system, every=every, compiled=compiled)
+    result = verify_program(process_program(system), [], how=Verify(every=every, compiled=compiled), system=system)
     assert result.fault is None
     assert (system.outcome().exit_status, system.outcome().stdout) == (0, EXPECTED)
     return result.instructions
@@ -441,5 +441,6 @@ def test_the_python_hook_places_posix_timers_as_the_compiled_one():
 
 def test_a_verified_run_of_timers_repeats_its_first_runs_schedule():
     program = build("posix_timers.c", "-static")
-    result = verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]), every=97)
+    result = verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]),
+                            how=Verify(every=97))
     assert result.fault is None and result.self_check_ok and result.stops > 1000

@@ -22,11 +22,11 @@ import pytest
 
 from harness.cli import main
 from harness.formats.elf import code_pointers, executable_ranges, function_symbols, open_elf, thumb_functions
-from harness.linux.modules import process_program
 from harness.linux.process import LinuxRun, LinuxSystem
+from harness.linux_verify.modules import process_program
 from harness.report.data import without_seconds
-from harness.unwind import build_unwinders
-from harness.verify.stops import verify_program
+from harness.unwind.registry import build_unwinders
+from harness.verify.stops import Verify, verify_program
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "tests" / "linux_src"
@@ -69,8 +69,8 @@ def run_process(program: str, args=(), stdin_path: str | None = None, root: str 
     """(result, the system) of one verified run."""
     system = LinuxSystem(LinuxRun(program, tuple(args), root, ".", stdin_path, lazy))
     built = process_program(system)
-    result = verify_program(built, build_unwinders(built, list(unwinders)), compiled=compiled, observe=observe,
-                            system=system)
+    result = verify_program(built, build_unwinders(built, list(unwinders)),
+                            how=Verify(compiled=compiled), observe=observe, system=system)
     return result, system
 
 
@@ -188,7 +188,7 @@ def _chains(program: str, root=None, compiled=False):
     system = LinuxSystem(LinuxRun(program, (), root))
     system_box.append(Names(system))
     built = process_program(system)
-    result = verify_program(built, [], compiled=compiled, observe=observe, system=system)
+    result = verify_program(built, [], how=Verify(compiled=compiled), observe=observe, system=system)
     assert result.fault is None
     return seen
 
@@ -310,7 +310,7 @@ def test_the_clock_moves_with_the_instructions_alike_in_every_kind_of_run(tmp_pa
     for every, compiled in ((1, True), (1000, True), (1, False)):
         system = LinuxSystem(LinuxRun(program))
         built = process_program(system)
-        result = verify_program(built, [], compiled=compiled, system=system, every=every)
+        result = verify_program(built, [], how=Verify(compiled=compiled, every=every), system=system)
         assert result.fault is None
         outputs.add((system.outcome().stdout, result.instructions))
     assert len(outputs) == 1 and next(iter(outputs))[0] == expected  # the same output after as many instructions

@@ -19,18 +19,18 @@ from linux_calls import SCRATCH, call, made_kernel, made_roots, open_path
 from test_linux_process import Names, build, qemu
 
 from harness.cli import main
+from harness.emulation.machine import Context
 from harness.linux import signals
-from harness.linux.machine import Context
-from harness.linux.modules import process_program
+from harness.linux.call_table import SystemCallFault
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.signals import Action
-from harness.linux.table import SystemCallFault
-from harness.linux.verify import verify_process
-from harness.unwind import build_unwinders
+from harness.linux_verify.modules import process_program
+from harness.linux_verify.verify import verify_process
 from harness.unwind.frame import Frame, Stack
+from harness.unwind.registry import build_unwinders
 from harness.unwind.sigframes import SignalFrames, trampolines_in
-from harness.unwind.walk import without_scratch
-from harness.verify.stops import verify_program
+from harness.unwind.walk import Unwinder, without_scratch
+from harness.verify.stops import Verify, verify_program
 
 EXPECTED_OUTPUT = (b"while blocked: 106\nafter unblock: 107\nreset: 1\nnested: 4\non the alternate stack: 1\n"
                    b"registers kept: 1\njumped: 7\nhits: 108\n")
@@ -68,7 +68,7 @@ def _stops(compiled: bool) -> tuple[list, Names]:
     def observe(stop):
         seen.append((stop.pc, stop.frame.r, tuple((f.pc, f.sp, f.callee_saved) for f in stop.expected)))
 
-    result = verify_program(process_program(system), [], compiled=compiled, observe=observe, system=system)
+    result = verify_program(process_program(system), [], how=Verify(compiled=compiled), observe=observe, system=system)
     assert result.fault is None and system.outcome().exit_status == 0
     return seen, names
 
@@ -218,7 +218,7 @@ def test_trampolines_are_found_by_their_instructions_where_aligned():
     assert trampolines_in([(0x1000, code)]) == {0x1004: True, 0x100E: False, 0x1012: True}
 
 
-class _Step:
+class _Step(Unwinder):
     """An unwinder whose step returns `caller` and records how it was asked."""
 
     name, restores = "inner", None
@@ -306,7 +306,7 @@ def test_a_fault_runs_its_handler_as_under_qemu_and_its_caller_is_the_faulting_s
     program = build("segv_handler.c", "-static")
     assert qemu(program) == (0, b"caught 11\n")
     result = verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]),
-                            compiled=compiled)
+                            how=Verify(compiled=compiled))
     assert result.fault is None and result.self_check_ok and result.result == 0
     system = LinuxSystem(LinuxRun(program))
     names = Names(system)
@@ -316,7 +316,7 @@ def test_a_fault_runs_its_handler_as_under_qemu_and_its_caller_is_the_faulting_s
         if names(stop.pc) == "caught":
             in_handler.append([(names(frame.pc), frame.signal) for frame in stop.expected])
 
-    verify_program(process_program(system), [], compiled=compiled, observe=observe, system=system)
+    verify_program(process_program(system), [], how=Verify(compiled=compiled), observe=observe, system=system)
     assert system.outcome().stdout == b"caught 11\n"
     assert in_handler and all(callers[0] == ("main", True) for callers in in_handler)
 
@@ -327,9 +327,10 @@ def test_a_fault_in_a_run_from_block_entries_is_named_and_a_process_runs_from_ev
     run, verifies such a process from every instruction, sampled too."""
     program = build("segv_handler.c", "-static")
     system = LinuxSystem(LinuxRun(program))
-    result = verify_program(process_program(system), [], system=system, hooks="block", every=97)
+    result = verify_program(process_program(system), [], how=Verify(hooks="block", every=97), system=system)
     assert "the program takes a fault (unmapped access at 0x10) inside a block run" in result.fault
-    result = verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]), every=97)
+    result = verify_process(LinuxRun(program), ["dwarf"], lambda built: build_unwinders(built, ["dwarf"]),
+                            how=Verify(every=97))
     assert result.fault is None and result.self_check_ok and result.stops > 100
 
 
@@ -375,5 +376,5 @@ def test_a_fault_inside_an_it_block_returns_into_it(compiled):
     program = build("it_fault.c", "-static")
     assert qemu(program) == (0, b"pick 42\n")
     system = LinuxSystem(LinuxRun(program))
-    result = verify_program(process_program(system), [], system=system, compiled=compiled)
+    result = verify_program(process_program(system), [], how=Verify(compiled=compiled), system=system)
     assert result.fault is None and (system.outcome().exit_status, system.outcome().stdout) == (0, b"pick 42\n")

@@ -13,12 +13,12 @@ import struct
 import pytest
 from linux_calls import PAGE, SCRATCH, PageMachine, call, open_path, put_string
 
+from harness.linux.call_table import CALLS, SystemCallFault
 from harness.linux.calls_files import STAT64
 from harness.linux.files import WORKDIR, GuestError, GuestFiles
 from harness.linux.kernel import FIXED_TIME, LinuxKernel
 from harness.linux.memory import AddressSpace
 from harness.linux.signals import deliver_pending
-from harness.linux.table import CALLS, SystemCallFault
 
 # ------------------------------------------------------------- paths
 
@@ -270,13 +270,27 @@ def test_a_pipe_carries_bytes_and_poll_sees_them(kernel):
     assert call(kernel, "poll", SCRATCH + 0x100, 2, 0) == 2
     assert call(kernel, "read", read_end, SCRATCH + 0x300, 16) == 4
     assert kernel.machine.read(SCRATCH + 0x300, 4) == b"ping"
-    with pytest.raises(SystemCallFault, match="empty pipe .* wait forever"):  # drained, and a writer open
-        call(kernel, "read", read_end, SCRATCH + 0x300, 16)
+    start = kernel.now_ns()
     kernel.machine.write(SCRATCH + 0x100, struct.pack("<ihh", read_end, 1, 0))
-    with pytest.raises(SystemCallFault, match="wait forever"):
-        call(kernel, "poll", SCRATCH + 0x100, 1, (-1) & 0xFFFFFFFF)
+    assert call(kernel, "poll", SCRATCH + 0x100, 1, 20) == 0  # drained: nothing in 20 ms, on the emulated clock
+    assert kernel.now_ns() == start + 20_000_000
+    with pytest.raises(SystemCallFault, match="empty pipe \\(fd 3\\) with no other thread: it would wait forever"):
+        call(kernel, "read", read_end, SCRATCH + 0x300, 16)  # a writer open, and no one to write
+
+
+def test_a_pipe_without_writers_reads_as_ended_and_polls_forever_with_one_thread(kernel):
+    assert call(kernel, "pipe2", SCRATCH, 0) == 0
+    read_end, write_end = struct.unpack("<ii", kernel.machine.read(SCRATCH, 8))
+    kernel.machine.write(SCRATCH + 0x100, struct.pack("<ihh", read_end, 1, 0))
     assert call(kernel, "close", write_end) == 0
     assert call(kernel, "read", read_end, SCRATCH + 0x300, 16) == 0  # no writer left: the end of the file
+    assert call(kernel, "poll", SCRATCH + 0x100, 1, (-1) & 0xFFFFFFFF) == 1  # hung up: POLLHUP
+    assert struct.unpack("<ihh", kernel.machine.read(SCRATCH + 0x100, 8))[2] == 0x10
+    assert call(kernel, "pipe2", SCRATCH, 0) == 0
+    read_end = struct.unpack("<ii", kernel.machine.read(SCRATCH, 8))[0]
+    kernel.machine.write(SCRATCH + 0x100, struct.pack("<ihh", read_end, 1, 0))
+    with pytest.raises(SystemCallFault, match="poll on fd 4 with nothing ready with no other thread"):
+        call(kernel, "poll", SCRATCH + 0x100, 1, (-1) & 0xFFFFFFFF)
 
 
 def test_sockets_are_refused(kernel):

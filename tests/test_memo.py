@@ -17,12 +17,12 @@ from generators.assembler import assemble
 from generators.corpus import generate_program
 from harness.classify import FunctionInfo
 from harness.linux.process import LinuxRun
-from harness.linux.verify import verify_process
+from harness.linux_verify.verify import verify_process
 from harness.program import CfiRow, FunctionCfi, Program
-from harness.unwind import UNWINDER_NAMES, build_unwinders
+from harness.unwind.registry import UNWINDER_NAMES, build_unwinders
 from harness.verify import kernel
 from harness.verify.kernel import StopKernel
-from harness.verify.stops import verify_program
+from harness.verify.stops import Verify, verify_program
 
 pytestmark = pytest.mark.skipif(not kernel.AVAILABLE, reason="the memo is the compiled kernel's")
 BASE = 0x100000
@@ -94,7 +94,7 @@ def test_a_process_concludes_the_same_with_outer_walks_kept(monkeypatch, verifie
 def test_a_sampled_run_keeps_no_outer_walk(verifiers):
     """Samples lie far apart: the memo would compare a changed stack for nothing."""
     program = generate_program(0, 3)
-    verify_program(program, build_unwinders(program), every=7)
+    verify_program(program, build_unwinders(program), how=Verify(every=7))
     assert verifiers and all(reused(v) == 0 for v in verifiers)
 
 

@@ -121,9 +121,9 @@ def test_an_error_in_a_worker_reaches_the_user_as_one_line(tmp_path, monkeypatch
 def test_typed_errors_pickle_with_their_fields():
     import pickle
 
+    from harness.emulation.guards import EmulationFault
     from harness.errors import BadRead, CorruptTable, EhabiError, UnwindFailure
     from harness.formats.arm_exidx import ExidxError
-    from harness.verify.guards import EmulationFault
 
     for error in (ExidxError(".ARM.exidx", 8, "bad word", "x.elf"), CorruptTable("header", "short", 0, "v1"),
                   EhabiError("spare", 2), BadRead(0x10, 4, 0, 8), UnwindFailure("no_info", "none"),

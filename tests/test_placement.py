@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.elf_program import program_from_elf
+from harness.emulation.emulator import Emulator
+from harness.emulation.placement import DEFAULT, PAGE, RESERVED, NoRoom, pages_of, place
 from harness.errors import InputError
-from harness.unwind import build_unwinders
-from harness.verify.emulator import Emulator
-from harness.verify.placement import DEFAULT, PAGE, RESERVED, NoRoom, pages_of, place
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import verify_program
 
 FIXTURES = Path(__file__).resolve().parent.parent / "corpus" / "fixtures"

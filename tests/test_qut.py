@@ -31,9 +31,9 @@ from harness.formats.qut import (
 )
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR, PC, SP
-from harness.unwind import build_unwinders
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.qut import QutUnwinder, rule_of_ops
+from harness.unwind.registry import build_unwinders
 from harness.verify.stops import verify_program
 
 BASE = 0x1000

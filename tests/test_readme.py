@@ -4,6 +4,7 @@ and the documents it points to exist."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -36,3 +37,16 @@ def test_the_documents_it_points_to_exist():
     for name in re.findall(r"`(?:docs/)?(\w+\.md)`", README):
         if name not in ("latest.md",):
             assert (ROOT / "docs" / name).exists() or (ROOT / name).exists(), name
+
+
+def test_the_bench_page_is_its_method_and_generated_figures():
+    """docs/bench.md says how each figure is measured and gives the figures
+    of reports/bench.json in generated blocks (checked above), one a
+    section; no figure of the last run is typed by hand beside them."""
+    text = (ROOT / "docs" / "bench.md").read_text()
+    bench = json.loads((ROOT / "reports" / "bench.json").read_text())
+    prose = figures.BLOCK.sub("", text)
+    typed = [f"{bench['verifier_overhead_ratio']:.3f}", f"{bench['sampled_over_bare']:.3f}",
+             f"{bench['encoder']['blob_bytes']:,}"]
+    assert not [figure for figure in typed if figure in prose]
+    assert {m[1] for m in figures.BLOCK.findall(text)} == set(figures.DOC_BLOCKS["bench.md"])

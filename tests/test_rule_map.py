@@ -14,12 +14,12 @@ from harness.elf_program import program_from_elf
 from harness.errors import UnwindFailure
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.thumb.encoding import may_start_epilogue
-from harness.unwind import build_unwinders, rule_map
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder
 from harness.unwind.qut import QutUnwinder
+from harness.unwind.registry import build_unwinders
 from harness.unwind.rule import EVERYWHERE, NOWHERE
-from harness.unwind.rule_map import NO_ROW, partition_in_python, partition_of
+from harness.unwind.rule_map import NO_ROW, partition_of
 from harness.unwind.v1 import V1Unwinder
 from harness.unwind.v2 import V2Unwinder, v2_partition
 from harness.unwind.v2_chrome import ChromeV2Unwinder
@@ -58,82 +58,19 @@ def test_a_later_segment_at_the_same_start_replaces_the_earlier_and_equal_neighb
     assert segments(only_none) == [(NOWHERE, NO_ROW)]
 
 
-needs_twin = pytest.mark.skipif(rule_map._compiled_partition_of is None, reason="csrc/rule_map.c is not built")
-
-
-@needs_twin
-def test_the_compiled_partition_is_the_python_one():
-    """Random segments (repeated starts, None, values alike and not, a value
-    met again later, starts moved by a base) and every table's of a
-    generated program and a compiled one: both loops give the same starts,
-    rows and values."""
-    rng = random.Random(5)
-    cases = []
-    for _ in range(2000):
-        start, segments = rng.randrange(-8, 8), []
-        for _ in range(rng.randrange(0, 12)):
-            start += rng.choice((0, 0, 2, 4, 1 << 33))
-            segments.append((start, rng.choice((None, "a", "b", ("c", 1), 7, 7.0))))
-        cases.append(segments)
-    cases += [table_segments(unwinder) for program in list(programs())[1:3] for unwinder in table_unwinders(program)]
-    assert sum(map(len, cases)) > 10_000
-    for segments in cases:
-        base = rng.choice((0, 0x7000_0000, -6))
-        (partition, values), (expected, expected_values) = partition_of(segments, base), \
-            partition_in_python(segments, base)
-        assert (partition.starts, partition.rows, values) == (expected.starts, expected.rows, expected_values)
-        assert partition.starts.typecode == partition.rows.typecode == "q"
-
-
-@needs_twin
-def test_the_compiled_partition_refuses_what_is_no_segment():
-    with pytest.raises(ValueError, match="a segment must be a .start, value. pair"):
-        partition_of([(1, "a", 2)])
-    with pytest.raises(TypeError):
-        partition_of([("one", "a")])
-    with pytest.raises(OverflowError):
-        partition_of([(1 << 70, "a")])
-    with pytest.raises(OverflowError):
-        partition_of([(1, "a")], (1 << 63) - 1)
-    with pytest.raises(TypeError):
-        partition_of([(1, ["a list, unhashable"])])
-
-
-@needs_twin
-def test_the_compiled_v2_partition_is_that_of_the_readers_segments():
-    """v2_partition's loop in C gives what partition_of gives over the
-    reader's segments (its reference), for every v2 table of generated
-    programs (one crossing a page among them) and compiled ones, at bases
-    0 and the text's; and refuses an offset list it cannot read."""
-    from harness.unwind._rule_map import v2_partition_of
-
-    readers = [(u.reader, u.text_base) for program in [*programs(), generate_program(0, 27)]
-               for u in build_unwinders(program) if isinstance(u, (V2Unwinder, ChromeV2Unwinder))]
-    assert len(readers) > 15 and any(len(reader.tables.page_table) > 1 for reader, _ in readers)
-    for reader, text_base in readers:
-        for base in (0, text_base):
-            partition, values = v2_partition(reader, base)
-            expected, expected_values = partition_in_python(reader.segments(), base)
-            assert (partition.starts, partition.rows, values) == (expected.starts, expected.rows, expected_values)
-    with pytest.raises(TypeError, match="offset list"):
-        v2_partition_of([0], 8, [[(0, 1)]], 0, NOWHERE, NO_ROW)
-    with pytest.raises(ValueError, match="an offset list for each of 2 entries"):
-        v2_partition_of([0, 4], 8, [((0, 1),)], 0, NOWHERE, NO_ROW)
-
-
 # ------------------------------------------------------------ partitions against the lookups
 
 
 def looked_up(unwinder, lookup_pc: int):
-    """What the unwinder's own lookup (its step's) finds at lookup_pc, as the
+    """What the unwinder's table finds at lookup_pc by its own lookup, as the
     value its partition numbers rows by; None where nothing."""
     if isinstance(unwinder, (V2Unwinder, ChromeV2Unwinder)):
         found = unwinder.reader.lookup(lookup_pc - unwinder.text_base) if lookup_pc >= unwinder.text_base else None
         return None if found is None else found.instruction_index  # as v2_partition numbers rows
-    if isinstance(unwinder, V1Unwinder):
-        return unwinder.row_of(lookup_pc, innermost=True)
-    lookup = {DwarfUnwinder: "row_of", ExidxUnwinder: "entry_for", VmkunwindUnwinder: "row_of",
-              QutUnwinder: "ops_of"}[type(unwinder)]
+    if isinstance(unwinder, (V1Unwinder, VmkunwindUnwinder)):
+        return unwinder.table.lookup_range(lookup_pc - unwinder.text_base)[0] if lookup_pc >= unwinder.text_base \
+            else None
+    lookup = {DwarfUnwinder: "row_of", ExidxUnwinder: "entry_for", QutUnwinder: "ops_of"}[type(unwinder)]
     try:
         found = getattr(unwinder, lookup)(lookup_pc)
     except UnwindFailure:

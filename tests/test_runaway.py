@@ -3,7 +3,7 @@ in both hooks and whatever `--every`: an instruction that branches to
 itself at once, a loop at the instruction limit, endless recursion at the
 depth limit, anything at the clock or memory limit; and a run that fails at
 every stop logs only so many failures one by one, while its counts stay
-exact (harness.verify.abi.Limits, FAILURE_LOG_CAP)."""
+exact (harness.abi.Limits, FAILURE_LOG_CAP)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,16 @@ from pathlib import Path
 import pytest
 
 from generators.assembler import assemble
+from harness import abi
 from harness.classify import FunctionInfo
 from harness.cli import main
+from harness.emulation import guards
 from harness.formats.elf import open_elf, symbol_address
 from harness.program import CfiRow, FunctionCfi, Program
 from harness.registers import LR, SP
-from harness.unwind import build_unwinders
-from harness.verify import abi, guards
+from harness.unwind.registry import build_unwinders
 from harness.verify.sampling import sampled_stops
-from harness.verify.stops import DEFAULT_LIMITS, verify_program
+from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
 BASE = 0x100000
 PROLOGUE = ["push {r4, lr}", "movs r4, #1"]  # a frame, so the unwinders have work before the loop
@@ -46,7 +47,7 @@ def program(name: str, body: list[str], saved: int = 4) -> Program:
 def run(prog: Program, compiled: bool, names=("v2", "dwarf"), **options):
     """(result, seconds) of verifying `prog`."""
     started = time.perf_counter()
-    result = verify_program(prog, build_unwinders(prog, list(names)), compiled=compiled, **options)
+    result = verify_program(prog, build_unwinders(prog, list(names)), Verify(compiled=compiled, **options))
     return result, time.perf_counter() - started
 
 
@@ -76,9 +77,9 @@ def test_a_loop_that_changes_a_register_runs_to_the_instruction_limit(compiled):
     assert result.stops == 1000 and passed(result) == 2000
 
 
-def test_budget_still_names_the_instruction_limit(compiled):
+def test_an_instruction_limit_names_itself(compiled):
     result, _ = run(program("two-instruction-loop", ["movs r4, #1", "adds r0, #1", "b #0x100004"]), compiled,
-                    budget=300)
+                    limits=DEFAULT_LIMITS._replace(instructions=300))
     assert result.fault.endswith("more than 300 instructions (runaway loop?)")
 
 

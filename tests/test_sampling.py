@@ -15,18 +15,20 @@ from generators.assembler import assemble
 from generators.corpus import generate_program
 from harness.classify import FunctionInfo
 from harness.elf_program import program_from_elf
-from harness.linux.corpus import linux_entries, linux_run
-from harness.linux.modules import discover
-from harness.linux.verify import verify_process
+from harness.emulation import engine_pool
+from harness.emulation.emulator import Emulator
+from harness.linux_verify.corpus import linux_entries, linux_run
+from harness.linux_verify.modules import discover
+from harness.linux_verify.verify import verify_process
 from harness.manifest import ELF_CORPUS, elf_builds
 from harness.program import Program
 from harness.runner import LINUX_LIMITS
-from harness.unwind import build_unwinders
-from harness.verify import engine_pool, kernel
-from harness.verify.emulator import Emulator
+from harness.unwind.registry import build_unwinders
+from harness.verify import kernel
 from harness.verify.failures import ProgramResult
+from harness.verify.python_hook import RunParts
 from harness.verify.sampling import chooser, sampled_stops, strides
-from harness.verify.stops import DEFAULT_LIMITS, _run_compiled, verify_program
+from harness.verify.stops import DEFAULT_LIMITS, Verify, _run_compiled, verify_program
 from harness.verify.verification import Verification
 
 BASE = 0x100000
@@ -48,16 +50,18 @@ def test_every_one_is_every_stop_and_shards_split_the_samples():
     assert all(abs(len(shard) - len(samples) / 3) <= 1 for shard in shards)  # the i-th sample is shard i % 3's
 
 
-def observed_run(run, hooks: str) -> tuple:
-    """A run's results and every stop it showed its observer."""
+def observed_run(run, hooks: str, how: Verify = Verify()) -> tuple:
+    """A run's results and every stop it showed its observer (verified as
+    `how` says, by `hooks`)."""
     seen = []
-    result = run(hooks=hooks, observe=lambda stop: seen.append((stop.pc, stop.frame.r, stop.frame.d, stop.expected)))
+    result = run(how=how._replace(hooks=hooks),
+                 observe=lambda stop: seen.append((stop.pc, stop.frame.r, stop.frame.d, stop.expected)))
     return result, seen
 
 
-def assert_same_runs(run) -> None:
-    blocks, by_blocks = observed_run(run, "block")
-    instructions, by_instructions = observed_run(run, "instruction")
+def assert_same_runs(run, how: Verify = Verify()) -> None:
+    blocks, by_blocks = observed_run(run, "block", how)
+    instructions, by_instructions = observed_run(run, "instruction", how)
     assert blocks.stops == instructions.stops > 0 and blocks.fault is None and blocks.self_check_ok
     assert by_blocks == by_instructions  # pc, registers and the whole shadow stack at every stop
     assert blocks.counts == instructions.counts and blocks.failures == instructions.failures
@@ -81,8 +85,9 @@ def test_block_hooks_find_the_same_frames_that_resume(index):
     found = []
     for by_blocks in (False, True):
         result = ProgramResult(program.name)
-        found.append(_run_compiled(program, [], Emulator(program.segments), Verification(program, [], True, result),
-                                   result, DEFAULT_LIMITS, None, 1, (0, 1), by_blocks=by_blocks)[0])
+        found.append(_run_compiled(RunParts(program, [], Emulator(program.segments),
+                                            Verification(program, [], True, result), result, DEFAULT_LIMITS, 1,
+                                            (0, 1), by_blocks))[0])
     assert found[0] == found[1] and any(found[0])
 
 
@@ -105,8 +110,8 @@ def test_sampled_stops_are_those_of_a_run_that_stops_at_every_instruction(every)
     program = program_from_elf(str(ELF_CORPUS / "clang-O2-fp.elf"), "entry")
     unwinders = ["v2", "exidx", "framepointer", "chain"]
     full, seen = observed_run(partial(verify_program, program, build_unwinders(program, unwinders)), "instruction")
-    sampled, picked = observed_run(partial(verify_program, program, build_unwinders(program, unwinders), every=every),
-                                   "auto")
+    sampled, picked = observed_run(partial(verify_program, program, build_unwinders(program, unwinders)), "auto",
+                                   Verify(every=every))
     numbers = list(itertools.islice(sampled_stops(every), sampled.stops))
     assert picked == [seen[n] for n in numbers]
     assert {f for f in sampled.failures} == {f for f in full.failures if f.stop in set(numbers)}
@@ -119,14 +124,14 @@ def test_block_hooks_keep_the_shadow_stack_in_linux_processes(entry):
     program takes, which block entries do not place: such a run ends there,
     named, and the process is verified from every instruction."""
     names = ["v2", "chain"]
-    run = partial(verify_process, linux_run(entry), names, partial(build_unwinders, names=names), every=97,
-                  limits=LINUX_LIMITS)
+    how = Verify(every=97, limits=LINUX_LIMITS)
+    run = partial(verify_process, linux_run(entry), names, partial(build_unwinders, names=names))
     if not discover(linux_run(entry), LINUX_LIMITS).exact_faults:
-        assert_same_runs(run)
+        assert_same_runs(run, how)
         return
-    blocks, _ = observed_run(run, "block")
+    blocks, _ = observed_run(run, "block", how)
     assert "inside a block run without the per-instruction hook" in blocks.fault
-    verified = run()
+    verified = run(how)
     assert verified.fault is None and verified.self_check_ok and verified.stops > 0
 
 
@@ -144,7 +149,7 @@ def test_a_program_that_rewrites_its_code_runs_the_new_code(every):
     info = (FunctionInfo("main", BASE, BASE + len(code), BASE + 2, (), frozenset({"no_frame_pointer"})),)
     program = Program("rewrites", ((BASE, code),), BASE, BASE, info, expected_result=3)
     assert program.code_spans() == ((BASE, BASE + len(code)),)
-    result = verify_program(program, build_unwinders(program, ["framepointer"]), every=every)
+    result = verify_program(program, build_unwinders(program, ["framepointer"]), how=Verify(every=every))
     assert (result.fault, result.result) == (None, 3)
 
 
@@ -155,13 +160,13 @@ def test_an_engine_is_freed_once_its_run_is_over_though_its_result_lives():
     dropped when the run ends, and the run's engine hooks are removed, so
     that a process verifying many programs does not hold their translated
     code (a few hundred MB in the test suite): the emulator goes, and its
-    engine is given back, reset (harness.verify.engine_pool)."""
+    engine is given back, reset (harness.emulation.engine_pool)."""
     program = generate_program(0, 1)
     emulator = Emulator(program.segments)
     result = ProgramResult(program.name)
-    _run_compiled(program, build_unwinders(program, ["v2", "framepointer"]), emulator,
-                  Verification(program, build_unwinders(program, ["v2", "framepointer"]), True, result), result,
-                  DEFAULT_LIMITS, None, 7, (0, 1), by_blocks=True)
+    unwinders = build_unwinders(program, ["v2", "framepointer"])
+    _run_compiled(RunParts(program, unwinders, emulator, Verification(program, unwinders, True, result), result,
+                           DEFAULT_LIMITS, 7, (0, 1), True))
     gone, engine = weakref.ref(emulator), emulator._engine
     del emulator
     assert result.stops and result.failure_log.first(1) and gone() is None

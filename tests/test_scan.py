@@ -10,17 +10,20 @@ import struct
 import pytest
 
 from generators.corpus import generate_program
+from harness import abi
 from harness.errors import CorruptTable, UnwindFailure
 from harness.formats.call_sites import CallSites, dump_call_sites, encode_call_sites, return_addresses
-from harness.unwind import build_unwinders, call_site_addresses
+from harness.unwind import call_site_addresses
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.framepointer import FramePointerUnwinder
+from harness.unwind.registry import build_unwinders
 from harness.unwind.rule import LEAF, ReturnAddresses, Rule, RuleRange
 from harness.unwind.scan import ChainUnwinder, ScanUnwinder
-from harness.verify import abi, kernel
+from harness.unwind.walk import Unwinder
+from harness.verify import kernel
 from harness.verify.groundtruth import ShadowFrame, packed
 from harness.verify.kernel import pack_rule
-from harness.verify.stops import verify_program
+from harness.verify.stops import Verify, verify_program
 
 BASE = 0x1000
 
@@ -86,7 +89,7 @@ def test_no_return_address_in_the_window_is_no_info():
     assert 0x9001 in scanner_told.return_addresses
 
 
-class Fixed:
+class Fixed(Unwinder):
     """A method that always gives `pc`, or fails."""
 
     def __init__(self, name: str, pc: int | None, rule: Rule | None = None):
@@ -193,8 +196,8 @@ def test_in_a_process_the_other_methods_take_the_system_libraries(monkeypatch):
     not. The kernel walks the chain itself: few walks defer to Python."""
     from functools import partial
 
-    from harness.linux.corpus import linux_entries, linux_run
-    from harness.linux.verify import verify_process
+    from harness.linux_verify.corpus import linux_entries, linux_run
+    from harness.linux_verify.verify import verify_process
     from harness.report.summary import methods_json
     from harness.runner import LINUX_LIMITS
     from harness.verify.verification import Verification
@@ -204,8 +207,8 @@ def test_in_a_process_the_other_methods_take_the_system_libraries(monkeypatch):
     monkeypatch.setattr(Verification, "walk", lambda self, number, pc, indices, *rest:
                         (deferred.extend(indices), real(self, number, pc, indices, *rest))[1])
     entry = next(e for e in linux_entries("slice") if e["name"] == "cxxexc-gcc-O2-fp")
-    result = verify_process(linux_run(entry), ["chain"], partial(build_unwinders, names=["chain"]), every=1000,
-                            limits=LINUX_LIMITS)
+    result = verify_process(linux_run(entry), ["chain"], partial(build_unwinders, names=["chain"]),
+                            how=Verify(every=1000, limits=LINUX_LIMITS))
     methods = methods_json(result.methods)["chain"]
     assert list(methods) == ["v2", "exidx", "framepointer", "scan"]  # in the chain's order
     assert methods["v2"]["frames"] == methods["v2"]["right"] > 0
@@ -226,7 +229,7 @@ def test_a_chain_refusing_in_a_library_is_counted_by_the_kernel_as_by_step(monke
     from test_linux_process import build, sysroot
 
     from harness.linux.process import LinuxRun
-    from harness.linux.verify import verify_process
+    from harness.linux_verify.verify import verify_process
     from harness.verify.verification import Verification
 
     deferred = []
@@ -235,9 +238,9 @@ def test_a_chain_refusing_in_a_library_is_counted_by_the_kernel_as_by_step(monke
                         (deferred.extend(indices), real(self, number, pc, indices, *rest))[1])
     run = LinuxRun(build("calls.c", "-Wl,-z,now"), (), sysroot())
     chain = partial(build_unwinders, names=["chain"])
-    compiled = verify_process(run, ["chain"], chain, every=3, compiled=True)
+    compiled = verify_process(run, ["chain"], chain, how=Verify(every=3, compiled=True))
     assert not deferred
-    in_python = verify_process(run, ["chain"], chain, every=3, compiled=False)
+    in_python = verify_process(run, ["chain"], chain, how=Verify(every=3, compiled=False))
     stopped = sum(n for (_, _, _, kind), n in compiled.counts.items() if kind == "stopped:ld.so")
     assert compiled.fault is None and stopped > 1000
     assert (compiled.counts, compiled.failures, compiled.methods) == \

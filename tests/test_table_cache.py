@@ -10,7 +10,7 @@ import pytest
 
 from harness import table_cache
 from harness.elf_program import program_from_elf
-from harness.unwind import build_unwinders
+from harness.unwind.registry import build_unwinders
 
 ROOT = Path(__file__).resolve().parent.parent
 ELF = ROOT / "corpus" / "elf" / "clang-O2-fp.elf"

@@ -1,26 +1,20 @@
 """A run's tally by ids (harness.verify.tally): sums and groups by keys made
-of the where's and the cause's parts, the kernel's C twins of `sum_by` and
-`group_by` held to the references, and the (where, cause) counter a tally
-stands for."""
+of the where's and the cause's parts, and the (where, cause) counter a
+tally stands for."""
 
 from __future__ import annotations
 
-import random
 from array import array
 from collections import Counter
 
-import pytest
-
-from harness.verify import kernel
+from harness.classify import Where
 from harness.verify.failures import FailureCause
-from harness.verify.tally import Grouping, KeyParts, Tally, counted_kind, group_by, sum_by
+from harness.verify.tally import Grouping, KeyParts, Tally, counted_kind
 
-BODY, LEAF = ("f", frozenset(), "body"), ("g", frozenset({"leaf"}), "epilogue")
+BODY, LEAF = Where("f", frozenset(), "body"), Where("g", frozenset({"leaf"}), "epilogue")
 BAD_READ = FailureCause("v2", "bad_read", 0, "f", None, "", frozenset())
 WRONG_R4 = FailureCause("exidx", "wrong_register", 1, "g", "r4", "", frozenset())
 IN_LIBC = FailureCause("v2", "no_info", 1, "memcpy", None, "", frozenset({"libc"}))  # an honest stop
-
-needs_kernel = pytest.mark.skipif(not kernel.AVAILABLE, reason="the compiled kernel is not built")
 
 
 def test_sums_add_up_entries_by_their_key_and_leave_out_a_none_part():
@@ -43,7 +37,6 @@ def test_groups_number_each_key_once_in_the_order_of_its_first_entry():
     key = KeyParts(tally.failing, [(where[0],) for where in tally.wheres], tally.kind_parts, None)
     assert tally.grouped(key) == Grouping([("exidx", "g", "wrong_register"), ("v2", "f", "bad_read")], [2, 7],
                                           array("q", [0, 1, -1, 1]).tobytes())
-    assert tally.grouped(key) == group_by(tally.entries, *key[:3])
     assert tally.grouped(KeyParts([()] * 4, [None, ()], [()] * 4, None)) == Grouping(
         [()], [9], array("q", [0, -1, 0, -1]).tobytes())
 
@@ -55,46 +48,3 @@ def test_a_tally_stands_for_its_counter():
     tally.add(Counter({(BODY, BAD_READ): 1}))  # what was made of the causes before is made again
     assert tally.counter() == counted + Counter({(BODY, BAD_READ): 1})
     assert tally.kinds == [counted_kind(cause) for cause in tally.causes] and tally.logged() == 6
-
-
-def random_tallies(seed: int):
-    """200 random tallies' (entries, heads, middles, tails), parts None or tuples."""
-    rng = random.Random(seed)
-    parts = [None, (), ("a",), ("b", 1), (2,)]
-    for _ in range(200):
-        wheres, causes = rng.randrange(1, 6), rng.randrange(1, 6)
-        yield ([(rng.randrange(wheres), rng.randrange(causes), rng.randrange(1, 1 << 40)) for _ in range(20)],
-               [rng.choice(parts) for _ in range(causes)], [rng.choice(parts) for _ in range(wheres)],
-               [rng.choice(parts[1:]) for _ in range(causes)])
-
-
-@needs_kernel
-def test_the_kernels_sum_by_is_the_references():
-    from harness.verify._kernel import sum_by as compiled
-
-    for entries, heads, middles, tails in random_tallies(21):
-        start = {("a", "a"): 5}
-        assert compiled(dict(start), entries, heads, middles, tails) == sum_by(dict(start), entries, heads, middles,
-                                                                               tails)
-
-
-@needs_kernel
-def test_the_kernels_sum_by_names_a_bad_entry():
-    from harness.verify._kernel import sum_by as compiled
-
-    with pytest.raises(IndexError, match="where id 3 is past the 1 wheres given"):
-        compiled({}, [(3, 0, 1)], [()], [()], [()])
-    with pytest.raises(TypeError, match="tuples"):
-        compiled({}, [(0, 0, 1)], [["a"]], [()], [()])
-
-
-@needs_kernel
-def test_the_kernels_group_by_is_the_references():
-    from harness.verify._kernel import group_by as compiled
-
-    for entries, heads, middles, tails in random_tallies(27):
-        assert Grouping(*compiled(entries, heads, middles, tails)) == group_by(entries, heads, middles, tails)
-    with pytest.raises(IndexError, match="cause id 2 is past the 1 causes given"):
-        compiled([(0, 2, 1)], [()], [()], [()])
-    with pytest.raises(TypeError, match="a tally entry must be a tuple"):
-        compiled([(0, 0)], [()], [()], [()])

@@ -1,4 +1,4 @@
-"""Unsigned LEB128 (harness.uleb128)."""
+"""Unsigned LEB128 (harness.formats.uleb128)."""
 
 import pytest
 from hypothesis import given

@@ -260,7 +260,7 @@ def test_v1_fails_only_where_its_format_says_it_must():
     # is the innermost frame in a prologue or epilogue (no row yet / rows
     # dropped). Where v1 holds a function's rows, its bodies unwind exactly.
     from generators.corpus import generate_program
-    from harness.unwind import build_unwinders
+    from harness.unwind.registry import build_unwinders
 
     program = generate_program(0, 1)
     encoded = encode_v1(program.cfi["tables"], program.text_base)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from harness.bench_scale import synthetic_text
+from harness.bench.scale import synthetic_text
 from harness.formats import ehabi
 from harness.formats.chrome_v2 import V2Reader, encode
 from harness.formats.chrome_v2.layout import parse, serialize

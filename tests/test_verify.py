@@ -13,10 +13,10 @@ from harness.formats.chrome_v2.layout import serialize
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.formats.chrome_v2.tables import build_tables
 from harness.program import CfiRow, FunctionCfi
-from harness.unwind import COMPARATORS, UNWINDER_NAMES, build_unwinders
 from harness.unwind.dwarf import DwarfUnwinder
+from harness.unwind.registry import build_unwinders
 from harness.unwind.v2 import V2Unwinder
-from harness.verify.stops import verify_program
+from harness.verify.stops import Verify, verify_program
 
 
 @lru_cache(maxsize=None)
@@ -126,7 +126,7 @@ def test_corrupt_register_save_in_cfi_gives_wrong_register():
 def test_memo_changes_no_verdict():
     p = generate_program(0, 0)
     fast = verify_program(p, build_unwinders(p))
-    slow = verify_program(p, build_unwinders(p), memoize=False)
+    slow = verify_program(p, build_unwinders(p), how=Verify(memoize=False))
     assert fast.counts == slow.counts
     assert fast.failures == slow.failures
     assert fast.stops == slow.stops > 0
@@ -135,7 +135,7 @@ def test_memo_changes_no_verdict():
 def test_measured_properties_of_a_small_corpus():
     """What the report must show, measured on two programs: of the
     unwinders built from full CFI, only v2 fails, and only in epilogues."""
-    names = [n for n in UNWINDER_NAMES if n not in COMPARATORS]
+    names = ["v2", "v2+epilogue", "v2-synth", "v2-gcc", "v2-code", "dwarf"]  # ours, from the CFI or the code
     results = [verify_program(p, build_unwinders(p, names)) for p in (generate_program(7, 0), generate_program(7, 1))]
     assert all(r.self_check_ok for r in results)
     failures = [f for r in results for f in r.failures]
@@ -154,7 +154,7 @@ def test_walks_in_python_that_fail_alike_share_a_cause_and_keep_their_wording():
     from harness.verify.failures import FailureCause, WalkLog, failure_of, generic
 
     log = WalkLog()
-    where: Where = ("f", frozenset(), "body")
+    where = Where("f", frozenset(), "body")
     wordings = [f"vsp {0x7eff0000 + 8 * n:#x} went below the frame's sp {0x7eff0100 + 8 * n:#x}" for n in range(3)]
     for number, wording in enumerate(wordings):
         cause = FailureCause("v2-chrome", "limit", 0, "f", None, generic(wording), frozenset())

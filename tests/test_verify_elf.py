@@ -5,14 +5,15 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from harness.bench_overhead import emulation_alone
+from harness.bench.overhead import emulation_alone
 from harness.cli import main
 from harness.commands import elf_unwinders, expected_checksum
-from harness.elf_program import has_epilogue_cfi, program_from_elf, prologue_end
+from harness.elf_program import program_from_elf, prologue_end
 from harness.formats import chrome_v2, ehabi
 from harness.formats.chrome_v2.encoder import AddressUnwind, cover_text
 from harness.formats.chrome_v2.layout import serialize
 from harness.formats.chrome_v2.tables import build_tables
+from harness.unwind import has_epilogue_cfi
 from harness.verify.sampling import sampled_stops
 from harness.verify.stops import verify_program
 

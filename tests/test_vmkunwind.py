@@ -15,8 +15,8 @@ from harness.errors import CorruptTable, UnwindFailure
 from harness.formats.vmkunwind import Inexpressible, VmkRow, VmkTable, dump_vmkunwind, encode_vmkunwind, vmk_row
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR, SP
-from harness.unwind import build_unwinders
 from harness.unwind.frame import Stack, make_frame
+from harness.unwind.registry import build_unwinders
 from harness.unwind.vmkunwind import VmkunwindUnwinder
 from harness.verify.stops import verify_program
 

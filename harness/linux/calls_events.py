@@ -1,10 +1,12 @@
-"""Waiting for events (harness.linux.table): eventfd, epoll, select, and
-the event sources a sandboxed kernel refuses (inotify, sockets).
-Whatever is ready is ready now, by the rules poll follows
-(harness.linux.calls_pipes.readiness); a wait with nothing ready and no
-end would block, which only futex waits and sleeps do here, so it ends
-the run as a fault (harness.linux.threads.file_wait), and a wait with a
-timeout returns at once having found nothing (the clock is not moved).
+"""Waiting for events (harness.linux.call_table): eventfd, epoll, and the
+event sources a sandboxed kernel refuses (inotify, sockets). Whatever is
+ready is ready by the rules poll follows (harness.linux.calls_pipes.readiness).
+A read of an eventfd at 0 or a write that would pass its counter's
+limit, and an epoll_wait with nothing ready, wait (harness.linux.threads.Blocked)
+until another thread makes them ready or, for epoll_wait, until its
+timeout ends on the emulated clock (then 0). A signal ends the wait:
+eventfd's read and write with ERESTARTSYS (restarted under SA_RESTART),
+epoll_wait with EINTR whatever the handler asks, as Linux's ep_poll.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import errno
 import stat
 import struct
 
-from harness.linux.calls_pipes import POLLHUP, POLLIN, POLLOUT, readiness
-from harness.linux.files import MAX_FDS, Device, GuestError, Node, OpenFile, inode_of
-from harness.linux.table import SystemCallFault, handles, signed
-from harness.linux.threads import file_wait
+from harness.linux.call_table import SystemCallFault, handles, signed
+from harness.linux.calls_io import fds_named
+from harness.linux.calls_pipes import POLLHUP, TIMESPEC64, Timeout, read_timeout, readiness
+from harness.linux.files import Device, GuestError, Node, OpenFile, inode_of
+from harness.linux.signals import wait_mask
+from harness.linux.threads import Blocked, Wait
 
 O_RDWR, O_NONBLOCK, O_CLOEXEC = 2, 0o4000, 0o2000000  # ARM's values
 EFD_SEMAPHORE = 1
@@ -42,23 +46,23 @@ def _anonymous(kernel, kind: str, device: Device, flags: int) -> int:
 class EventCounter(Device):
     """An eventfd: a 64-bit counter. A read takes it whole (one, with
     EFD_SEMAPHORE), a write adds to it; a read of 0 or a write that would
-    pass COUNTER_MAX would block (a fault: harness.linux.threads.file_wait),
-    or fails with EAGAIN under O_NONBLOCK."""
+    pass COUNTER_MAX waits until another thread's write or read makes it
+    possible (the call then runs again), or fails with EAGAIN under O_NONBLOCK."""
 
     def __init__(self, value: int, semaphore: bool):
         self.value, self.semaphore = value, semaphore
         self.opened: OpenFile | None = None  # the description, for O_NONBLOCK as F_SETFL leaves it
 
-    def _wait(self, kernel, what: str) -> None:
+    def _wait(self, kernel, what: str, ready) -> None:
         if self.opened.flags & O_NONBLOCK:
             raise GuestError(errno.EAGAIN)
-        raise file_wait(kernel, what)
+        raise Blocked(Wait(files=f"{what} ({fds_named(kernel, [self.opened])})", ready=ready))
 
     def read(self, kernel, count: int) -> bytes:
         if count < 8:
             raise GuestError(errno.EINVAL)
         if not self.value:
-            self._wait(kernel, "read of an eventfd whose counter is 0")
+            self._wait(kernel, "read of an eventfd whose counter is 0", lambda: self.value > 0)
         taken = 1 if self.semaphore else self.value
         self.value -= taken
         return struct.pack("<Q", taken)
@@ -70,7 +74,7 @@ class EventCounter(Device):
         if added > COUNTER_MAX:
             raise GuestError(errno.EINVAL)
         if self.value + added > COUNTER_MAX:
-            self._wait(kernel, "write to an eventfd whose counter is full")
+            self._wait(kernel, "write to an eventfd whose counter is full", lambda: self.value + added <= COUNTER_MAX)
         self.value += added
         return 8
 
@@ -169,110 +173,69 @@ def sys_epoll_ctl(kernel, epfd, operation, fd, event):
     return 0
 
 
-def _epoll_wait(kernel, epfd: int, address: int, most: int, forever: bool) -> int:
+def _epoll_wait(kernel, epfd: int, address: int, most: int, timeout: Timeout) -> int:
     """What is ready of the set, up to `most` entries written at `address`."""
     epoll = _epoll(kernel, epfd)
     if signed(most) <= 0 or most > 0x7FFFFFFF // EPOLL_EVENT.size:
         raise GuestError(errno.EINVAL)
     kernel.machine.read(address, EPOLL_EVENT.size)  # EFAULT before anything is taken
+    return _epoll_found(kernel, epoll, address, most, timeout)
+
+
+def _ready_interests(kernel, epoll: Epoll) -> list[tuple[int, Interest]]:
+    """(events ready, interest) of the set's files still open, in its order."""
     open_files = list(kernel.fds.values())
     found = []
+    for interest in epoll.interests.values():
+        if any(opened is interest.opened for opened in open_files):
+            ready = readiness(kernel, interest.opened, interest.events) & interest.events
+            if ready:
+                found.append((ready, interest))
+    return found
+
+
+def _epoll_found(kernel, epoll: Epoll, address: int, most: int, timeout: Timeout) -> int:
+    """The ready files written at `address`; with none, a wait (its call goes on here)."""
+    open_files = list(kernel.fds.values())
     for fd, interest in list(epoll.interests.items()):
         if not any(opened is interest.opened for opened in open_files):
             del epoll.interests[fd]  # its file was closed: Linux drops it from the set
-            continue
-        ready = readiness(kernel, interest.opened, interest.events) & interest.events
-        if ready and len(found) < most:
-            found.append((ready, interest))
+    found = _ready_interests(kernel, epoll)[:most]
     for index, (ready, interest) in enumerate(found):
         kernel.machine.write(address + EPOLL_EVENT.size * index, EPOLL_EVENT.pack(ready, interest.data))
         if interest.events & EPOLLONESHOT:
             interest.events = 0  # reported once: silent until EPOLL_CTL_MOD
-    if not found and forever:
-        raise file_wait(kernel, f"epoll_wait on {len(epoll.interests)} files with nothing ready")
+    if not found and not timeout.over(kernel):
+        watched = fds_named(kernel, [interest.opened for interest in epoll.interests.values()])
+        raise Blocked(Wait(files=f"epoll_wait on {watched if epoll.interests else 'an empty set'} with nothing ready",
+                           deadline_ns=timeout.deadline, ready=lambda: bool(_ready_interests(kernel, epoll)),
+                           again=lambda: _epoll_found(kernel, epoll, address, most, timeout),
+                           interrupted=lambda: -errno.EINTR))
     return len(found)
 
 
-def _sigset(size: int, mask: int) -> None:
-    if mask and size != 8:
-        raise GuestError(errno.EINVAL)
+def _milliseconds(kernel, timeout: int) -> Timeout:
+    milliseconds = signed(timeout)
+    return Timeout(None if milliseconds < 0 else kernel.now_ns() + milliseconds * 1_000_000)
 
 
 @handles(252, "epoll_wait")
 def sys_epoll_wait(kernel, epfd, events, most, timeout):
-    return _epoll_wait(kernel, epfd, events, most, signed(timeout) < 0)
+    return _epoll_wait(kernel, epfd, events, most, _milliseconds(kernel, timeout))
 
 
 @handles(346, "epoll_pwait")
 def sys_epoll_pwait(kernel, epfd, events, most, timeout, mask, size):
-    _sigset(size, mask)
-    return _epoll_wait(kernel, epfd, events, most, signed(timeout) < 0)
+    """epoll_wait under the signal mask at `mask` (signals.wait_mask)."""
+    wait_mask(kernel, mask, size)
+    return _epoll_wait(kernel, epfd, events, most, _milliseconds(kernel, timeout))
 
 
 @handles(441, "epoll_pwait2")
 def sys_epoll_pwait2(kernel, epfd, events, most, timeout, mask, size):
-    _sigset(size, mask)
-    return _epoll_wait(kernel, epfd, events, most, not timeout)
-
-
-# ---- select
-
-
-def _select(kernel, count: int, sets: tuple[int, int, int], forever: bool) -> int:
-    """select over the three fd_sets (read, write, except) of `count` bits:
-    EBADF for a descriptor not open, each set rewritten with the ready ones."""
-    count = signed(count)
-    if count < 0:
-        raise GuestError(errno.EINVAL)
-    count = min(count, MAX_FDS)
-    size = (count + 31) // 32 * 4
-    wanted = [int.from_bytes(kernel.machine.read(address, size), "little") if address and size else 0
-              for address in sets]
-    ready_sets, total = [0, 0, 0], 0
-    for fd in range(count):
-        if not any(bits >> fd & 1 for bits in wanted):
-            continue
-        opened = kernel.fds.get(fd)
-        if opened is None:
-            raise GuestError(errno.EBADF)
-        answer = readiness(kernel, opened, POLLIN | POLLOUT)
-        for which, mask in ((0, POLLIN | POLLHUP), (1, POLLOUT)):  # no file here has exceptions (POLLPRI)
-            if wanted[which] >> fd & 1 and answer & mask:
-                ready_sets[which] |= 1 << fd
-                total += 1
-    if not total and forever:
-        raise file_wait(kernel, f"select on {count} descriptors with nothing ready")
-    for address, bits in zip(sets, ready_sets):
-        if address and size:
-            kernel.machine.write(address, bits.to_bytes(size, "little"))
-    return total
-
-
-def _timeout(kernel, address: int, layout: struct.Struct, ready: int) -> None:
-    """Linux writes back the time left: none, when nothing was ready."""
-    if address and not ready:
-        kernel.machine.write(address, bytes(layout.size))
-
-
-@handles(142, "_newselect")
-def sys_newselect(kernel, count, reads, writes, errors, timeout):
-    ready = _select(kernel, count, (reads, writes, errors), not timeout)
-    _timeout(kernel, timeout, struct.Struct("<ii"), ready)
-    return ready
-
-
-@handles(335, "pselect6")
-def sys_pselect6(kernel, count, reads, writes, errors, timeout, mask):
-    ready = _select(kernel, count, (reads, writes, errors), not timeout)
-    _timeout(kernel, timeout, struct.Struct("<ii"), ready)
-    return ready
-
-
-@handles(413, "pselect6_time64")
-def sys_pselect6_time64(kernel, count, reads, writes, errors, timeout, mask):
-    ready = _select(kernel, count, (reads, writes, errors), not timeout)
-    _timeout(kernel, timeout, struct.Struct("<qi4x"), ready)
-    return ready
+    ends = read_timeout(kernel, timeout, TIMESPEC64)
+    wait_mask(kernel, mask, size)
+    return _epoll_wait(kernel, epfd, events, most, ends)
 
 
 # ---- what a sandbox without network or file watches refuses

@@ -1,4 +1,4 @@
-"""fcntl64 and memfd_create (harness.linux.table): descriptors, status
+"""fcntl64 and memfd_create (harness.linux.call_table): descriptors, status
 flags, record locks, a pipe's size, a memfd and its seals. One process, one thread: every lock is
 granted and no other holds one. A command Linux 6.1 has that the harness
 does not emulate (owners, signals, leases, notifications, hints) ends the
@@ -11,11 +11,11 @@ import errno
 import stat
 import struct
 
+from harness.emulation.machine import BadAddress, read_c_string
+from harness.linux.call_table import SystemCallFault, handles
 from harness.linux.calls_files import O_APPEND, O_NONBLOCK
 from harness.linux.calls_io import PIPE_CAPACITY
 from harness.linux.files import MAX_FDS, NAME_MAX, Contents, GuestError, Node, OpenFile, inode_of
-from harness.linux.machine import BadAddress, read_c_string
-from harness.linux.table import SystemCallFault, handles
 
 F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL = 0, 1, 2, 3, 4
 F_GETLK, F_SETLK, F_SETLKW, F_GETLK64, F_SETLK64, F_SETLKW64 = 5, 6, 7, 12, 13, 14

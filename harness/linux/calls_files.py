@@ -1,4 +1,4 @@
-"""System calls on files and file descriptors (harness.linux.table).
+"""System calls on files and file descriptors (harness.linux.call_table).
 
 Paths go through harness.linux.files (the sysroot and the working
 directory, nothing else); contents live in memory.
@@ -10,9 +10,9 @@ import errno
 import stat
 import struct
 
+from harness.emulation.machine import BadAddress, read_c_string
+from harness.linux.call_table import handles, signed
 from harness.linux.files import MAX_FDS, GuestError, Node, OpenFile, as_bytes
-from harness.linux.machine import BadAddress, read_c_string
-from harness.linux.table import handles, signed
 
 AT_FDCWD = -100
 AT_SYMLINK_NOFOLLOW = 0x100
@@ -155,7 +155,7 @@ def sys_statx(kernel, dirfd, path, flags, mask, buffer):
 
 
 def _readlink(kernel, guest: str, buffer: int, size: int) -> int:
-    node = kernel.files.lookup(guest, follow_last=False)[1]  # /proc/self/exe too (harness.linux.special)
+    node = kernel.files.lookup(guest, follow_last=False)[1]  # /proc/self/exe too (harness.linux.special_files)
     if not stat.S_ISLNK(node.mode):
         raise GuestError(errno.EINVAL)
     target = bytes(node.data)

@@ -1,4 +1,4 @@
-"""System calls on the file system itself (harness.linux.table): its
+"""System calls on the file system itself (harness.linux.call_table): its
 figures (statfs), directories, renames, sizes, modes, owners and the
 calls that only ask for data to be safe (fsync). Files live in memory
 (harness.linux.files): the file system is one tmpfs of FileStore's cap,
@@ -16,10 +16,10 @@ import errno
 import stat
 import struct
 
+from harness.emulation.machine import read_c_string
+from harness.linux.call_table import SystemCallFault, handles, signed
 from harness.linux.calls_files import AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, _at, _path
 from harness.linux.files import NAME_MAX, GuestError, Node, OpenFile
-from harness.linux.machine import read_c_string
-from harness.linux.table import SystemCallFault, handles, signed
 
 AT_REMOVEDIR = 0x200
 RENAME_NOREPLACE = 1

@@ -1,7 +1,13 @@
 """System calls that move a file's bytes: read, write and their
-positioned and vectored forms, and seeks (harness.linux.table). Regular
+positioned and vectored forms, and seeks (harness.linux.call_table). Regular
 files hold their bytes in files.Contents; a pipe (or stdout, stderr) is a
 buffer of at most PIPE_CAPACITY bytes; a device answers by itself.
+
+A read of an empty pipe that has a writer, and a write to a pipe without
+room, wait (harness.linux.threads.Blocked) until another thread makes
+them possible, as Linux's pipe_read and pipe_write; a signal ends the
+wait with ERESTARTSYS (restarted under SA_RESTART), or, where a write
+moved some bytes already, with their count.
 
 One call moves MAX_TRANSFER bytes at most, all its buffers together (a
 short count, as Linux past MAX_RW_COUNT): a guest asking for gigabytes
@@ -14,20 +20,42 @@ import errno
 import stat
 import struct
 
+from harness.linux.call_table import handles, signed
 from harness.linux.calls_files import O_NONBLOCK
 from harness.linux.contents import MAX_FILE_SIZE
 from harness.linux.files import GuestError, Node
 from harness.linux.loader import KUSER_PAGE
-from harness.linux.table import handles, signed
-from harness.linux.threads import file_wait
+from harness.linux.threads import Blocked, Wait
 
 MAX_TRANSFER = 16 << 20  # bytes one read or write call moves at most
 PIPE_CAPACITY = 1 << 16  # bytes a pipe holds (Linux's default)
+PIPE_BUF = 4096  # a write of at most this many bytes to a pipe is all or nothing (atomic)
 USER_TOP = KUSER_PAGE  # where user memory ends: above it, the vectors page and the kernel's
+SIGPIPE = 13
 
 
 def has_writer(kernel, pipe: Node) -> bool:
     return any(opened.node is pipe and opened.writable for opened in kernel.fds.values())
+
+
+def has_reader(kernel, pipe: Node) -> bool:
+    return any(opened.node is pipe and opened.readable for opened in kernel.fds.values())
+
+
+def named_fds(fds: list[int]) -> str:
+    """Descriptors as a wait's name says them ("fd 3", "fds 3, 4"; the first 8)."""
+    shown = ", ".join(str(fd) for fd in fds[:8]) + (f" and {len(fds) - 8} more" if len(fds) > 8 else "")
+    return f"fd {shown}" if len(fds) == 1 else f"fds {shown or 'none'}"
+
+
+def fds_named(kernel, files) -> str:
+    """The descriptors of the open files `files` (descriptions), named."""
+    return named_fds([fd for fd, opened in kernel.fds.items() if any(opened is file for file in files)])
+
+
+def _pipe(kernel, node: Node) -> bool:
+    """Is `node` a pipe the program made (stdout and stderr are FIFOs nothing reads back)?"""
+    return stat.S_ISFIFO(node.mode) and node is not kernel.stdout and node is not kernel.stderr
 
 
 def _user_range(buffer: int, count: int) -> None:
@@ -52,10 +80,11 @@ def _read_into(kernel, opened, buffer: int, count: int, offset: int | None = Non
     elif stat.S_ISFIFO(node.mode):  # a pipe: reading drains it
         if offset is not None:
             raise GuestError(errno.ESPIPE)
-        if not node.data and count and node not in (kernel.stdout, kernel.stderr) and has_writer(kernel, node):
+        if not node.data and count and _pipe(kernel, node) and has_writer(kernel, node):
             if opened.flags & O_NONBLOCK:
                 raise GuestError(errno.EAGAIN)
-            raise file_wait(kernel, "read from an empty pipe")
+            raise Blocked(Wait(files=f"read from an empty pipe ({fds_named(kernel, [opened])})",
+                               ready=lambda: bool(node.data) or not has_writer(kernel, node)))
         data = bytes(node.data[:count])
         del node.data[: len(data)]
     else:
@@ -81,18 +110,43 @@ def _write_from(kernel, opened, buffer: int, count: int, offset: int | None = No
     if node.device is not None:
         return node.device.write(kernel, data)
     if stat.S_ISFIFO(node.mode):
-        room = PIPE_CAPACITY - len(node.data)
-        if data and not room:
-            if opened.flags & O_NONBLOCK:
-                raise GuestError(errno.EAGAIN)
-            raise file_wait(kernel, f"write to a full pipe ({PIPE_CAPACITY} bytes buffered)")
-        node.data += data[:room]
-        return min(len(data), room)
+        return _pipe_write(kernel, opened, data) if data else 0
     start = len(node.data) if opened.append else opened.position if offset is None else offset
     written = node.data.write(start, data)
     if offset is None:
         opened.position = start + written
     return written
+
+
+def _pipe_write(kernel, opened, data: bytes, done: int = 0) -> int:
+    """`data` written to a pipe, `done` bytes of the call's written before
+    (Linux's pipe_write): with no reader left, SIGPIPE and EPIPE; a write
+    of PIPE_BUF bytes or fewer goes in whole or waits for room, a longer
+    one puts in what fits and waits for room for the rest; O_NONBLOCK:
+    EAGAIN where nothing was written. The call's count once all is in."""
+    node = opened.node
+    if not has_reader(kernel, node):
+        kernel.signal_thread(kernel.threads.current, SIGPIPE, 0)  # SI_USER, as send_sig
+        if done:
+            return done
+        raise GuestError(errno.EPIPE)
+    room = PIPE_CAPACITY - len(node.data)
+    atomic = not done and len(data) <= PIPE_BUF
+    if room >= len(data) or (room and not atomic):
+        node.data += data[:room]
+        done += min(room, len(data))
+        data = data[room:]
+    if not data:
+        return done
+    if opened.flags & O_NONBLOCK:
+        if done:
+            return done
+        raise GuestError(errno.EAGAIN)
+    needed = len(data) if atomic else 1
+    raise Blocked(Wait(files=f"write to a full pipe ({fds_named(kernel, [opened])}, {len(node.data)} bytes buffered)",
+                       ready=lambda: PIPE_CAPACITY - len(node.data) >= needed or not has_reader(kernel, node),
+                       again=lambda: _pipe_write(kernel, opened, data, done),
+                       interrupted=(lambda: done) if done else None))
 
 
 @handles(3, "read")
@@ -136,11 +190,17 @@ def _vector(kernel, vector: int, count: int) -> list[tuple[int, int]]:
 
 def _each_buffer(kernel, fd: int, vector: int, count: int, move) -> int:
     """readv/writev: `move(opened, base, length)` over the buffers in turn,
-    MAX_TRANSFER bytes at most in all, up to the first short one."""
+    MAX_TRANSFER bytes at most in all, up to the first short one (or one
+    that would wait, once some bytes moved)."""
     opened, total = kernel.file(fd), 0
     for base, length in _vector(kernel, vector, count):
         length = min(length, MAX_TRANSFER - total)
-        moved = move(kernel, opened, base, length) if length else 0
+        try:
+            moved = move(kernel, opened, base, length) if length else 0
+        except Blocked:
+            if not total:
+                raise
+            break
         total += moved
         if moved < length or total >= MAX_TRANSFER:
             break
@@ -154,7 +214,16 @@ def sys_readv(kernel, fd, vector, count):
 
 @handles(146, "writev")
 def sys_writev(kernel, fd, vector, count):
-    return _each_buffer(kernel, fd, vector, count, _write_from)
+    """A pipe takes the buffers as one write (its room and atomicity count the whole)."""
+    opened = kernel.file(fd)
+    if not opened.writable or not _pipe(kernel, opened.node):
+        return _each_buffer(kernel, fd, vector, count, _write_from)
+    data = bytearray()
+    for base, length in _vector(kernel, vector, count):
+        length = min(length, MAX_TRANSFER - len(data))
+        _user_range(base, length)
+        data += kernel.machine.read(base, length) if length else b""
+    return _pipe_write(kernel, opened, bytes(data)) if data else 0
 
 
 def _seek(opened, offset: int, whence: int) -> int:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import errno
 import stat
 
+from harness.emulation.placement import PAGE, RESERVED
+from harness.linux.call_table import SystemCallFault, handles
 from harness.linux.files import GuestError
 from harness.linux.loader import KUSER_PAGE
 from harness.linux.memory import MAX_MAPPED, MAX_MAPPINGS, page_up, without
-from harness.linux.table import SystemCallFault, handles
-from harness.verify.placement import PAGE, RESERVED
 
 MAP_FIXED, MAP_ANONYMOUS = 0x10, 0x20
 MAP_FIXED_NOREPLACE = 0x100000

@@ -1,4 +1,4 @@
-"""prctl and personality (harness.linux.table): the settings a process
+"""prctl and personality (harness.linux.call_table): the settings a process
 keeps about itself, as Linux 6.1 on ARM answers them. An option Linux
 has that changes what the harness does not emulate (seccomp, the memory
 map, capabilities, I/O flushing) ends the run as a fault naming it; one
@@ -10,8 +10,8 @@ import errno
 import struct
 from dataclasses import dataclass
 
+from harness.linux.call_table import SystemCallFault, handles
 from harness.linux.files import GuestError
-from harness.linux.table import SystemCallFault, handles
 
 PR_SET_PDEATHSIG, PR_GET_PDEATHSIG, PR_GET_DUMPABLE, PR_SET_DUMPABLE = 1, 2, 3, 4
 PR_GET_KEEPCAPS, PR_SET_KEEPCAPS = 7, 8

@@ -7,16 +7,14 @@ import errno
 import struct
 
 from harness.linux import signals
+from harness.linux.call_table import ARM_PRIVATE, handles, signed
 from harness.linux.files import GuestError
 from harness.linux.posix_timers import MAX_TIMERS, clock_of
-from harness.linux.table import ARM_PRIVATE, handles, signed
-from harness.linux.threads import Wait
 
 UTS_FIELDS = (b"Linux", b"unwind-harness", b"6.1.0", b"#1 SMP", b"armv7l", b"(none)")  # struct utsname
 RLIMIT_STACK, RLIMIT_NOFILE, RLIMIT_SIGPENDING = 3, 7, 11
 RLIM_INFINITY = (1 << 64) - 1
 NSEC = 1_000_000_000
-TIMER_ABSTIME = 1
 GRND_RANDOM, GRND_INSECURE = 0x2, 0x4
 GRND_FLAGS = 0x1 | GRND_RANDOM | GRND_INSECURE  # GRND_NONBLOCK too
 PID = 4242  # the process's pid and tid, whatever the host's
@@ -43,8 +41,8 @@ def _send(kernel, target: int, signal: int, code: int, thread: bool = False) -> 
     """kill (to this process: its pid, 0 or -1, every process it may
     signal, itself alone here) or tgkill/tkill (to one of its threads): the
     signal is pending, delivered when the target next returns to user mode;
-    a target that waits is woken (EINTR) to take it. Any other process or
-    thread does not exist (ESRCH)."""
+    its wait ends where the target does not block it (harness.linux.kernel's
+    signal_thread). Any other process or thread does not exist (ESRCH)."""
     if not 0 <= signal <= 64:
         raise GuestError(errno.EINVAL)
     if thread:
@@ -147,41 +145,6 @@ def sys_clock_getres_time64(kernel, clock, address):
     return 0
 
 
-@handles(162, "nanosleep")
-def sys_nanosleep(kernel, request, remaining):
-    seconds, nanoseconds = struct.unpack("<iI", kernel.machine.read(request, 8))
-    return _sleep(kernel, seconds, nanoseconds)
-
-
-@handles(265, "clock_nanosleep")
-def sys_clock_nanosleep(kernel, clock, flags, request, remaining):
-    return _sleep_until(kernel, flags, *struct.unpack("<iI", kernel.machine.read(request, 8)))
-
-
-@handles(407, "clock_nanosleep_time64")
-def sys_clock_nanosleep_time64(kernel, clock, flags, request, remaining):
-    return _sleep_until(kernel, flags, *struct.unpack("<qI4x", kernel.machine.read(request, 16)))
-
-
-def _sleep_until(kernel, flags: int, seconds: int, nanoseconds: int) -> int:
-    if flags & TIMER_ABSTIME:  # until that time: as long as is left of it
-        if not 0 <= nanoseconds < NSEC:
-            raise GuestError(errno.EINVAL)
-        left = max(0, seconds * NSEC + nanoseconds - kernel.now_ns())
-        seconds, nanoseconds = divmod(left, NSEC)
-    return _sleep(kernel, seconds, nanoseconds)
-
-
-def _sleep(kernel, seconds: int, nanoseconds: int) -> int:
-    """The thread waits the time asked: other threads run meanwhile, and
-    where none is ready the clock jumps (harness.linux.threads)."""
-    if seconds < 0 or not 0 <= nanoseconds < NSEC:
-        raise GuestError(errno.EINVAL)
-    if seconds or nanoseconds:
-        kernel.threads.block(Wait(None, deadline_ns=kernel.now_ns() + seconds * NSEC + nanoseconds))
-    return 0
-
-
 @handles(43, "times")
 def sys_times(kernel, buffer):
     ticks = kernel.ticks
@@ -199,8 +162,8 @@ def sys_rt_sigaction(kernel, signal, action, old_action, set_size):
         kernel.machine.write(old_action, kernel.signals.action(signal).packed())
     if new is not None:
         kernel.signals.actions[signal] = new
-        if new.handler == signals.SIG_IGN or new.handler == signals.SIG_DFL and signal in signals.IGNORED_BY_DEFAULT:
-            signals.discard(kernel.threads.all, signal)  # as Linux flushes what is pending of a signal now ignored
+        if signals.ignored(new, signal):  # Linux flushes it from every thread's pending signals (do_sigaction)
+            signals.discard(kernel.threads.all, signal)
     return 0
 
 

@@ -5,7 +5,10 @@ run; glibc's SIGEV_THREAD helper thread takes its timers' signals so.
 With none pending, the thread waits (SignalWait) until a signal of the
 set is sent to it, which ends the call at once with that signal
 (`takes`), or until its timeout (EAGAIN); a signal outside the set that
-it does not block ends the wait with EINTR, its handler then running. It
+it does not block ends the wait with EINTR, its handler then running: the
+call is not restarted, whatever SA_RESTART says (do_sigtimedwait returns
+EINTR itself, not a restart code). One the process ignores is dropped as
+it is sent (harness.linux.kernel's signal_thread) and ends no wait. It
 takes the signals pending on its own thread: a signal sent to the process
 is pending on the thread chosen when it was sent (one that does not block
 it, or that waits for it: harness.linux.kernel's signal_process).
@@ -17,10 +20,10 @@ import errno
 import struct
 from dataclasses import dataclass
 
+from harness.emulation.machine import BadAddress
 from harness.linux import signals
-from harness.linux.machine import BadAddress
+from harness.linux.call_table import GuestError, handles
 from harness.linux.posix_timers import KTIME_MAX
-from harness.linux.table import GuestError, handles
 from harness.linux.threads import Thread, Wait
 
 NSEC = 1_000_000_000
@@ -33,9 +36,14 @@ class SignalWait(Wait):
 
     wanted: int = 0
     info: int = 0
+    restart: int = errno.EINTR  # no restart code: EINTR whatever the handler asks (do_sigtimedwait)
 
     def timed_out(self) -> int:
         return -errno.EAGAIN
+
+    def named(self) -> str:
+        wanted = ", ".join(str(signal) for signal in range(1, 65) if self.wanted >> (signal - 1) & 1)
+        return f"in rt_sigtimedwait for signals {wanted or 'none'}"
 
 
 def waits_for(thread: Thread, signal: int) -> bool:

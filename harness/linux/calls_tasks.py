@@ -1,5 +1,5 @@
 """System calls about other processes and the scheduler
-(harness.linux.table). The process is alone: pid PID, leading its own
+(harness.linux.call_table). The process is alone: pid PID, leading its own
 process group in the session of the shell that started it, with one CPU
 and the normal policy, as root; it can make no other process (fork
 fails as in a sandbox that allows one task, exec as on a file system
@@ -10,10 +10,10 @@ from __future__ import annotations
 import errno
 import struct
 
+from harness.linux.call_table import handles, signed
 from harness.linux.calls_files import _at, _path
 from harness.linux.calls_process import PID
 from harness.linux.files import GuestError
-from harness.linux.table import handles, signed
 
 SESSION = 1  # the session it is in, not its own: it leads only its process group
 SCHED_OTHER, SCHED_FIFO, SCHED_RR, SCHED_BATCH, SCHED_IDLE, SCHED_DEADLINE = 0, 1, 2, 3, 5, 6

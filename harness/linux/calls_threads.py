@@ -1,6 +1,11 @@
 """System calls on threads (harness.linux.threads runs them): clone as
 glibc's pthread_create makes one, thread exit, futexes, ids, sleeps and
 yields. A call that waits blocks its thread; the scheduler runs another.
+A signal ends a wait as Linux's: an untimed futex wait returns
+ERESTARTSYS (restarted under SA_RESTART, else EINTR), a timed one and a
+relative sleep ERESTART_RESTARTBLOCK (EINTR where a handler runs, else
+restart_syscall goes on to the same deadline; the sleep writes the time
+left), an absolute sleep ERESTARTNOHAND (harness.linux.signals._restart).
 Priority-inheritance futexes end the run as a fault naming them."""
 
 from __future__ import annotations
@@ -9,9 +14,10 @@ import errno
 import struct
 from dataclasses import replace
 
+from harness.emulation.machine import BadAddress
+from harness.linux.call_table import SystemCallFault, handles
 from harness.linux.files import GuestError
-from harness.linux.machine import BadAddress
-from harness.linux.table import SystemCallFault, handles
+from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND
 from harness.linux.threads import FUTEX_BITSET_ANY, MAX_THREADS, Wait
 
 CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND = 0x100, 0x200, 0x400, 0x800
@@ -22,6 +28,9 @@ EXIT_SIGNAL = 0xFF  # the low byte: the signal a child process sends its parent 
 THREAD_FLAGS = (CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM | CLONE_SETTLS
                 | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID | CLONE_DETACHED | CLONE_CHILD_SETTID)
 NSEC = 1_000_000_000
+TIMER_ABSTIME = 1
+TIMESPEC, TIMESPEC64 = "<iI", "<qI4x"  # struct timespec (old_timespec32), __kernel_timespec: as read
+REMAINING = {TIMESPEC: "<ii", TIMESPEC64: "<qq"}  # as written
 
 FUTEX_WAIT, FUTEX_WAKE, FUTEX_FD, FUTEX_REQUEUE, FUTEX_CMP_REQUEUE, FUTEX_WAKE_OP = 0, 1, 2, 3, 4, 5
 FUTEX_WAIT_BITSET, FUTEX_WAKE_BITSET = 9, 10
@@ -117,12 +126,12 @@ def sys_sched_yield(kernel):
 
 @handles(240, "futex")
 def sys_futex(kernel, address, operation, value, timeout, address2, value3):
-    return _futex(kernel, address, operation, value, timeout, address2, value3, "<iI")
+    return _futex(kernel, address, operation, value, timeout, address2, value3, TIMESPEC)
 
 
 @handles(422, "futex_time64")
 def sys_futex_time64(kernel, address, operation, value, timeout, address2, value3):
-    return _futex(kernel, address, operation, value, timeout, address2, value3, "<qI4x")
+    return _futex(kernel, address, operation, value, timeout, address2, value3, TIMESPEC64)
 
 
 def _futex(kernel, address: int, operation: int, value: int, timeout: int, address2: int, value3: int,
@@ -140,16 +149,8 @@ def _futex(kernel, address: int, operation: int, value: int, timeout: int, addre
             raise GuestError(errno.EINVAL)
         deadline = None
         if timeout:
-            seconds, nanoseconds = struct.unpack(timespec, kernel.machine.read(timeout, struct.calcsize(timespec)))
-            if seconds < 0 or not 0 <= nanoseconds < NSEC:
-                raise GuestError(errno.EINVAL)
-            deadline = seconds * NSEC + nanoseconds + (kernel.now_ns() if command == FUTEX_WAIT else 0)
-        if _word(kernel, address) != value:
-            raise GuestError(errno.EAGAIN)
-        if deadline is not None and deadline <= kernel.now_ns():
-            raise GuestError(errno.ETIMEDOUT)
-        threads.block(Wait(address, bitset, deadline))
-        return 0
+            deadline = _timespec(kernel, timeout, timespec) + (kernel.now_ns() if command == FUTEX_WAIT else 0)
+        return _futex_wait(kernel, address, value, bitset, deadline)
     if command in (FUTEX_WAKE, FUTEX_WAKE_BITSET):
         bitset = FUTEX_BITSET_ANY if command == FUTEX_WAKE else value3
         if not bitset:
@@ -163,6 +164,36 @@ def _futex(kernel, address: int, operation: int, value: int, timeout: int, addre
     if command == FUTEX_WAKE_OP:
         return _wake_op(kernel, address, value, timeout, address2, value3)
     raise GuestError(errno.ENOSYS)  # FUTEX_FD (gone since Linux 2.6.26) and unknown commands
+
+
+def _futex_wait(kernel, address: int, value: int, bitset: int, deadline: int | None) -> int:
+    """Wait on the word at `address` while it holds `value`, until woken
+    or `deadline`; a signal ends an untimed wait with ERESTARTSYS, a timed
+    one with ERESTART_RESTARTBLOCK, whose restart waits again to the same
+    deadline (futex_wait_restart)."""
+    if _word(kernel, address) != value:
+        raise GuestError(errno.EAGAIN)
+    if deadline is None:
+        kernel.threads.block(Wait(address, bitset))
+        return 0
+    if deadline <= kernel.now_ns():
+        raise GuestError(errno.ETIMEDOUT)
+    thread = kernel.threads.current
+
+    def interrupted() -> int:
+        thread.restart_block = lambda: _futex_wait(kernel, address, value, bitset, deadline)
+        return -ERESTART_RESTARTBLOCK
+
+    kernel.threads.block(Wait(address, bitset, deadline, ERESTART_RESTARTBLOCK, interrupted=interrupted))
+    return 0
+
+
+def _timespec(kernel, address: int, layout: str) -> int:
+    """A timespec's nanoseconds; EINVAL where Linux finds it invalid."""
+    seconds, nanoseconds = struct.unpack(layout, kernel.machine.read(address, struct.calcsize(layout)))
+    if seconds < 0 or not 0 <= nanoseconds < NSEC:
+        raise GuestError(errno.EINVAL)
+    return seconds * NSEC + nanoseconds
 
 
 def _word(kernel, address: int) -> int:
@@ -191,3 +222,68 @@ def _wake_op(kernel, address: int, count: int, count2: int, address2: int, encod
              signed_old > compare, signed_old >= compare)[cmp]
     threads = kernel.threads
     return threads.wake_futex(address, count) + (threads.wake_futex(address2, count2) if holds else 0)
+
+
+# ---- sleeps
+
+
+@handles(162, "nanosleep")
+def sys_nanosleep(kernel, request, remaining):
+    return _sleep(kernel, _timespec(kernel, request, TIMESPEC), False, remaining, TIMESPEC)
+
+
+@handles(265, "clock_nanosleep")
+def sys_clock_nanosleep(kernel, clock, flags, request, remaining):
+    return _sleep(kernel, _timespec(kernel, request, TIMESPEC), flags & TIMER_ABSTIME, remaining, TIMESPEC)
+
+
+@handles(407, "clock_nanosleep_time64")
+def sys_clock_nanosleep_time64(kernel, clock, flags, request, remaining):
+    return _sleep(kernel, _timespec(kernel, request, TIMESPEC64), flags & TIMER_ABSTIME, remaining, TIMESPEC64)
+
+
+@handles(0, "restart_syscall")
+def sys_restart_syscall(kernel):
+    """The call a signal interrupted with ERESTART_RESTARTBLOCK and no
+    handler goes on where it left off (the same deadline); with none to go
+    on (after a handler's sigreturn, or never), EINTR (do_no_restart_syscall)."""
+    again = kernel.threads.current.restart_block
+    if again is None:
+        raise GuestError(errno.EINTR)
+    return again()
+
+
+def _sleep(kernel, requested: int, absolute: int, remaining: int, layout: str) -> int:
+    """The thread waits `requested` ns from now, or until that time where
+    `absolute` (TIMER_ABSTIME): other threads run meanwhile, and where
+    none is ready the clock jumps (harness.linux.threads)."""
+    if absolute:
+        if requested > kernel.now_ns():
+            kernel.threads.block(Wait(deadline_ns=requested, restart=ERESTARTNOHAND))
+        return 0
+    return _sleep_until(kernel, kernel.now_ns() + requested, remaining, layout)
+
+
+def _sleep_until(kernel, deadline: int, remaining: int, layout: str) -> int:
+    """A relative sleep to `deadline`: a signal ends it with
+    ERESTART_RESTARTBLOCK, having written the time left at `remaining`
+    where given (0 where none is left: the sleep is over), as Linux's
+    do_nanosleep."""
+    if deadline <= kernel.now_ns():
+        return 0
+    thread = kernel.threads.current
+
+    def interrupted() -> int:
+        left = deadline - kernel.now_ns()
+        if remaining:
+            if left <= 0:
+                return 0
+            try:
+                kernel.machine.write(remaining, struct.pack(REMAINING[layout], *divmod(left, NSEC)))
+            except BadAddress:
+                return -errno.EFAULT
+        thread.restart_block = lambda: _sleep_until(kernel, deadline, remaining, layout)
+        return -ERESTART_RESTARTBLOCK
+
+    kernel.threads.block(Wait(deadline_ns=deadline, restart=ERESTART_RESTARTBLOCK, interrupted=interrupted))
+    return 0

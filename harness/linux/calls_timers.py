@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import struct
 
+from harness.linux.call_table import GuestError, handles, signed
 from harness.linux.posix_timers import (
     ALARM_CLOCKS,
     INT_MAX,
@@ -22,7 +23,6 @@ from harness.linux.posix_timers import (
     has_timers,
     known_clock,
 )
-from harness.linux.table import GuestError, handles, signed
 from harness.linux.threads import Thread
 
 SIGEVENT = struct.Struct("<Iiii")  # sigev_value, sigev_signo, sigev_notify, sigev_notify_thread_id

@@ -1,4 +1,4 @@
-"""Extended attributes (harness.linux.table): no file has any, and none
+"""Extended attributes (harness.linux.call_table): no file has any, and none
 can be kept, except an access ACL that says no more than the file's mode
 (what sed -i and cp -p copy from file to file): a tmpfs with POSIX ACLs
 keeps such an ACL as the mode alone, and so does the harness. Any other
@@ -10,11 +10,11 @@ import errno
 import stat
 import struct
 
+from harness.emulation.machine import read_c_string
+from harness.linux.call_table import SystemCallFault, handles
 from harness.linux.calls_files import _path
 from harness.linux.calls_fs import _chmod
 from harness.linux.files import NAME_MAX, GuestError
-from harness.linux.machine import read_c_string
-from harness.linux.table import SystemCallFault, handles
 
 ACL_ACCESS = b"system.posix_acl_access"
 ACL_VERSION = 2

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 
-from harness.linux.table import GuestError
+from harness.linux.call_table import GuestError
 
 PAGE = 0x1000
 STORE_CAP = 256 << 20  # bytes the guest's files may hold in memory together (then ENOSPC, as a full tmpfs)

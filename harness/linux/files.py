@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from harness.errors import InputError
 from harness.filesystem import read_input
+from harness.linux.call_table import GuestError, SystemCallFault
 from harness.linux.contents import Contents, FileStore
-from harness.linux.table import GuestError, SystemCallFault
 
 WORKDIR = "/work"  # the working directory as the guest sees it
 MAX_SYMLINKS = 40  # as Linux (ELOOP past it)
@@ -110,7 +110,7 @@ class GuestFiles:
         self._read: dict[str, bytes] = {}  # guest path -> the host file's bytes, read once a run
         self.store = FileStore()
         # (path, follow_last) -> (path, node) of a file the kernel makes (/dev, /proc:
-        # harness.linux.special), None for the others; set by the process's kernel.
+        # harness.linux.special_files), None for the others; set by the process's kernel.
         self.special = None
 
     def contents(self, data: bytes = b"") -> Contents:

@@ -15,7 +15,9 @@ import hashlib
 import stat
 import weakref
 from functools import partial
+from typing import Callable
 
+from harness.emulation.machine import BadAddress, Machine, Switch
 from harness.linux import (  # noqa: F401  (they register the handlers)
     calls_events,
     calls_fcntl,
@@ -33,18 +35,17 @@ from harness.linux import (  # noqa: F401  (they register the handlers)
     calls_xattr,
     timers,
 )
+from harness.linux.call_names import NAMES
+from harness.linux.call_table import CALLS, SystemCallFault
 from harness.linux.calls_prctl import Settings
 from harness.linux.calls_process import PID
 from harness.linux.files import MAX_FDS, WORKDIR, GuestError, GuestFiles, Node, OpenFile, as_bytes, inode_of
-from harness.linux.machine import BadAddress, Machine
 from harness.linux.maps import Vmas
 from harness.linux.memory import AddressSpace
-from harness.linux.names import NAMES
 from harness.linux.posix_timers import CpuTimes
 from harness.linux.signals import Signals
-from harness.linux.special import DEV_MODE, Image, Null, SpecialFiles
-from harness.linux.table import CALLS, SystemCallFault
-from harness.linux.threads import Alarm, Switch, Thread, Threads
+from harness.linux.special_files import DEV_MODE, Image, Null, SpecialFiles
+from harness.linux.threads import Alarm, Blocked, Thread, Threads
 
 FIXED_TIME = 1_700_000_000  # seconds since the epoch the clock starts at (2023-11-14)
 NS_PER_INSTRUCTION = 1
@@ -108,13 +109,32 @@ class LinuxKernel:
             which = f"{name} ({number}, {number:#x})" if name else f"{number} ({number:#x})"
             raise SystemCallFault(f"unknown system call {which} at pc {pc:#x}")
         self.calls[handler.name] = self.calls.get(handler.name, 0) + 1
+        self.threads.current.orig_r0 = args[0]
+        arguments = args[: handler.arity]
+        return self._attempt(lambda: handler.run(self, *arguments)) & 0xFFFFFFFF
+
+    def _attempt(self, run: Callable[[], int]) -> int:
+        """`run` a call, or a waiting call's going on: its result (a negative
+        errno for a GuestError). Where it must wait on files (Blocked), the
+        thread waits, to go on with `Wait.again` (else `run` again) once
+        they are ready or at the wait's deadline, under the signal mask the
+        call asked for (signals.wait_mask), the thread's own back once the
+        call is over or a signal's delivery ends it."""
         try:
-            result = handler.run(self, *args[: handler.arity])
+            result = run()
+        except Blocked as blocked:
+            wait = blocked.wait
+            again = wait.again or run
+            wait.again = lambda: self._attempt(again)
+            self.threads.block(wait)
+            return 0
         except GuestError as error:
             result = -error.code
         except BadAddress:
             result = -errno.EFAULT
-        return result & 0xFFFFFFFF
+        if not self.threads.current.interrupted:  # the call is over: a mask it ran under goes (wait_mask)
+            self.signals.restore_mask()
+        return result
 
     def reschedule(self) -> Switch | None:
         """After a system call: the thread that runs next, where it is
@@ -123,7 +143,7 @@ class LinuxKernel:
         if len(threads.all) == 1 and threads.current.wait is None:  # most processes, at most calls
             threads.yielded = False
             return None
-        return self._switched(threads.reschedule(self.machine, self.machine.instructions(), self.now_ns(),
+        return self._switched(threads.reschedule(self.machine, self.machine.instructions(), self.now_ns,
                                                  self._sleep, Alarm(partial(self.timers.real_due, self), self._ring)))
 
     def _sleep(self, nanoseconds: int) -> None:
@@ -164,7 +184,7 @@ class LinuxKernel:
         threads = self.threads
         if threads.slice_end() is None or self.machine.instructions() < threads.slice_end():
             return None
-        return self._switched(threads.reschedule(self.machine, self.machine.instructions(), self.now_ns(),
+        return self._switched(threads.reschedule(self.machine, self.machine.instructions(), self.now_ns,
                                                  self._sleep))
 
     def expire_timers(self) -> bool:
@@ -174,20 +194,30 @@ class LinuxKernel:
     def signal_process(self, signal: int, code: int, timer=None) -> None:
         """`signal` sent to the process: the thread that takes it is the
         running one where it does not block it, else the first that does
-        not or that waits for it in rt_sigtimedwait (else the running one);
-        a thread that waits is woken (EINTR). `timer`: the POSIX timer
-        whose signal it is."""
+        not or that waits for it in rt_sigtimedwait (else the running one).
+        It is dropped as it is sent where the process ignores it and the
+        thread group's leader does not block it (sig_ignored, asked of the
+        task the pid names). `timer`: the POSIX timer whose signal it is."""
         threads = self.threads
+        if threads.all[0].signals.ignores(signal):
+            return
         takers = [threads.current] + [thread for thread in threads.live() if thread is not threads.current]
         bit = 1 << (signal - 1)
         taker = next((thread for thread in takers
                       if not thread.signals.blocked & bit or calls_sigwait.waits_for(thread, signal)), threads.current)
-        self.signal_thread(taker, signal, code, timer)
+        self._queue(taker, signal, code, timer)
 
     def signal_thread(self, thread: Thread, signal: int, code: int, timer=None) -> None:
+        """`signal` sent to `thread` (tgkill, SIGPIPE, a SIGEV_THREAD_ID
+        timer's): dropped as it is sent where the process ignores it and the
+        thread does not block it (sig_ignored): it ends no wait."""
+        if not thread.signals.ignores(signal):
+            self._queue(thread, signal, code, timer)
+
+    def _queue(self, thread: Thread, signal: int, code: int, timer) -> None:
         """`signal` pending on `thread`: taken at once where it waits for it
-        in rt_sigtimedwait, else the thread is woken (EINTR) where it waits
-        and does not block it."""
+        in rt_sigtimedwait, else its wait ends where it does not block it
+        (threads.interrupt: the call returns its restart code)."""
         thread.signals.send(signal, code, timer)
         if calls_sigwait.takes(self, thread, signal):
             return

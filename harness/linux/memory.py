@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import insort
 
-from harness.verify.placement import ADDRESS_SPACE, PAGE, RESERVED
+from harness.emulation.placement import ADDRESS_SPACE, PAGE, RESERVED
 
 MAX_MAPPED = 1 << 30  # bytes of anonymous and file mappings a program may hold (then ENOMEM)
 # Mappings a program may hold at once (then ENOMEM, as Linux past vm.max_map_count,

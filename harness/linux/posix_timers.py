@@ -23,7 +23,7 @@ import errno
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from harness.linux.table import GuestError
+from harness.linux.call_table import GuestError
 from harness.linux.threads import Thread
 
 SIGEV_SIGNAL, SIGEV_NONE, SIGEV_THREAD, SIGEV_THREAD_ID = 0, 1, 2, 4

@@ -13,6 +13,8 @@ import hashlib
 import posixpath
 from dataclasses import dataclass
 
+from harness.emulation.machine import Context, Machine, Switch
+from harness.emulation.placement import PAGE, Placement, pages_of, place
 from harness.errors import InputError
 from harness.filesystem import read_input
 from harness.formats.elf import open_elf
@@ -28,13 +30,10 @@ from harness.linux.loader import (
     place_executable,
     place_interpreter,
 )
-from harness.linux.machine import Context, Machine
 from harness.linux.maps import VECTORS, Vma, loaded
 from harness.linux.memory import AddressSpace, page_up
 from harness.linux.signals import deliver_pending
-from harness.linux.special import Image, exec_image
-from harness.linux.threads import Switch
-from harness.verify.placement import PAGE, Placement, pages_of, place
+from harness.linux.special_files import Image, exec_image
 
 KUSER_SIZE = 0x1000  # the vectors page; the rest above it is the kernel's (placement.RESERVED): never mapped
 
@@ -137,7 +136,7 @@ class LinuxSystem:
         return sp
 
     def _image(self, machine: Machine, sp: int, placement: Placement, executable: str) -> Image:
-        """What exec left that /proc shows (harness.linux.special.Image)."""
+        """What exec left that /proc shows (harness.linux.special_files.Image)."""
         program = loaded(self.executable.path, self.executable.base, executable)
         vmas = program.vmas
         if self.interpreter is not None:

@@ -12,7 +12,6 @@ from harness.linux.memory import page_up
 from harness.linux.signals import SIG_DFL, SIG_IGN
 
 PAGE = 0x1000
-SIGNALS = 64
 # /proc/sys files programs read (glibc, Debian's tools), with the values of
 # a default Debian 6.1 kernel. A file not here does not exist (ENOENT).
 SYSCTLS: dict[tuple[str, ...], str] = {

@@ -4,8 +4,8 @@ mask, pending signals and alternate stack; the frame a handler runs on.
 
 A signal sent by the process to itself (kill, tgkill, tkill: raise and
 abort) is pending on the thread that takes it until that thread next
-returns from a system call (the sender's call, or the call a waiting
-thread is woken from with EINTR), and is then delivered, as a kernel
+returns from a system call (the sender's call, or the call whose wait
+the signal ended), and is then delivered, as a kernel
 delivers on its way back to user mode: its handler
 runs on a frame that holds the interrupted context (`rt_sigframe` with
 SA_SIGINFO, `sigframe` without), returning through `sa_restorer` (glibc's)
@@ -13,6 +13,12 @@ or the kernel's own trampoline (TRAMPOLINES, in the vectors page), whose
 `sigreturn` restores that context. A signal whose action is the default
 ends the process, or is dropped where the default is to ignore it; a stop
 signal, with no job control to resume it, ends the run as a fault.
+A signal the process ignores is dropped as it is sent and ends no wait
+(harness.linux.kernel's signal_thread; a POSIX timer does not queue it).
+A wait it ends makes its call return a restart code, which the delivery
+turns into what Linux gives the program (`_restart`): EINTR, or the call
+run again (SA_RESTART, or no handler to run); rt_sigtimedwait returns
+EINTR itself (harness.linux.calls_sigwait).
 A faulting instruction raises its signal at once (`fault`: SIGSEGV and
 SIGBUS from an access, SIGILL and SIGTRAP from the instruction), as Linux
 forces it. A POSIX timer's signal (harness.linux.posix_timers) carries
@@ -22,13 +28,14 @@ the list, where Linux also arms a periodic timer again.
 
 from __future__ import annotations
 
+import errno
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from harness.emulation.machine import BadAddress, Context
+from harness.linux.call_table import GuestError, SystemCallFault
 from harness.linux.loader import KUSER_PAGE, TRAMPOLINE_OFFSET
-from harness.linux.machine import BadAddress, Context
-from harness.linux.table import SystemCallFault
 
 SA_SIGINFO, SA_ONSTACK, SA_RESTART = 0x4, 0x08000000, 0x10000000
 SA_NODEFER, SA_RESETHAND, SA_RESTORER = 0x40000000, 0x80000000, 0x04000000
@@ -43,6 +50,10 @@ SIGILL, SIGTRAP, SIGBUS = 4, 5, 7
 FAULTS = {"unmapped": (SIGSEGV, 1), "protected": (SIGSEGV, 2),  # SEGV_MAPERR, SEGV_ACCERR
           "unaligned": (SIGBUS, 1), "undefined": (SIGILL, 1), "breakpoint": (SIGTRAP, 1)}  # BUS_ADRALN, ILL_ILLOPC, TRAP_BRKPT
 SS_ONSTACK, SS_DISABLE = 1, 2
+THUMB = 0x20  # cpsr's T bit
+# What an interrupted call returns (include/linux/errno.h: the kernel's own; harness.linux.threads.Wait)
+ERESTARTSYS, ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 512, 514, 516
+RESTART_SYSCALL = 0  # the call that goes on with a call's restart block
 MINSIGSTKSZ = 2048
 
 # The kernel's return trampolines for a handler without sa_restorer (in the
@@ -105,6 +116,7 @@ class Signals:
     blocked: int = 0  # bit (signal - 1)
     pending: list[Pending] = field(default_factory=list)  # in the order sent
     altstack: tuple[int, int, int] = (0, SS_DISABLE, 0)  # ss_sp, ss_flags, ss_size
+    saved_mask: int | None = None  # the mask to come back to after a wait that runs under another (wait_mask)
 
     def action(self, signal: int) -> Action:
         return self.actions.get(signal, DEFAULT)
@@ -112,9 +124,7 @@ class Signals:
     def ignores(self, signal: int) -> bool:
         """Whether `signal` sent now would be dropped (sig_ignored: a blocked
         signal never is, its action may change before it is unblocked)."""
-        action = self.action(signal)
-        return not self.blocked >> (signal - 1) & 1 and (
-            action.handler == SIG_IGN or action.handler == SIG_DFL and signal in IGNORED_BY_DEFAULT)
+        return not self.blocked >> (signal - 1) & 1 and ignored(self.action(signal), signal)
 
     def send(self, signal: int, code: int, timer=None) -> None:
         """`signal` sent to the process; a standard signal already pending is
@@ -123,6 +133,15 @@ class Signals:
         if timer is None and signal < 32 and any(pending.signal == signal for pending in self.pending):
             return
         self.pending.append(Pending(signal, code, timer))
+
+    def restore_mask(self) -> None:
+        """The call that ran under another mask is over: the thread's own again."""
+        if self.saved_mask is not None:
+            self.blocked, self.saved_mask = self.saved_mask, None
+
+    def deliverable(self) -> bool:
+        """Is a signal pending that is not blocked (one that ends a wait)?"""
+        return any(not self.blocked >> (pending.signal - 1) & 1 for pending in self.pending)
 
     def take(self, signals: int) -> Pending | None:
         """The first pending signal of the set `signals` (bit signal - 1), taken off the list."""
@@ -157,23 +176,75 @@ def discard(threads, signal: int) -> None:
                 pending.timer.queued = False
 
 
+def ignored(action: Action, signal: int) -> bool:
+    """Does `action` drop `signal` (SIG_IGN, or the default of one ignored by default)?"""
+    return action.handler == SIG_IGN or (action.handler == SIG_DFL and signal in IGNORED_BY_DEFAULT)
+
+
 def deliver_pending(kernel) -> Context | None:
-    """Deliver the first pending signal that is not blocked, as a kernel on
-    its way back to user mode: the context it interrupts (for the shadow
-    stack: the handler's caller) where a handler now runs, else None."""
-    taken = kernel.signals.next_deliverable()
-    if taken is None:
-        return None
-    signal, info = taken.signal, siginfo(kernel, taken)  # taken off the list first, as get_signal does
-    action = kernel.signals.action(signal)
-    if action.handler == SIG_IGN or (action.handler == SIG_DFL and signal in IGNORED_BY_DEFAULT):
-        return None
-    if action.handler == SIG_DFL:
-        if signal in STOPPING:
-            raise SystemCallFault(f"signal {signal} would stop the process, and nothing could continue it")
-        kernel.end(-signal)
-        return None
-    return _run_handler(kernel, signal, action, info)
+    """Deliver the first pending signal that is not blocked and not
+    ignored (those are dropped), as a kernel on its way back to user mode
+    (do_signal): the context it interrupts (for the shadow stack: the
+    handler's caller) where a handler now runs, else None. A call a signal
+    interrupted is restarted or fails first (`_restart`)."""
+    thread = kernel.threads.current
+    interrupted, thread.interrupted = thread.interrupted, False
+    while (taken := kernel.signals.next_deliverable()) is not None:
+        signal, info = taken.signal, siginfo(kernel, taken)  # as get_signal: a timer's rearmed
+        action = kernel.signals.action(signal)
+        if ignored(action, signal):
+            continue
+        if action.handler == SIG_DFL:
+            if signal in STOPPING:
+                raise SystemCallFault(f"signal {signal} would stop the process, and nothing could continue it")
+            kernel.end(-signal)
+            return None
+        if interrupted:
+            _restart(kernel, thread, action.flags)
+        return _run_handler(kernel, signal, action, info)
+    if interrupted:
+        _restart(kernel, thread, None)
+    kernel.signals.restore_mask()
+    return None
+
+
+def wait_mask(kernel, address: int, size: int) -> None:
+    """The signal mask a wait runs under, where given (ppoll, pselect6,
+    epoll_pwait: set_user_sigmask): the thread's own comes back as the call
+    returns or, where a signal ends the wait, as it is delivered (a
+    handler's frame keeps the thread's own for its sigreturn)."""
+    if not address:
+        return
+    if size != 8:
+        raise GuestError(errno.EINVAL)
+    mask = struct.unpack("<Q", kernel.machine.read(address, 8))[0]
+    state = kernel.signals
+    state.saved_mask = state.blocked
+    state.blocked = mask & ~UNBLOCKABLE
+
+
+def _restart(kernel, thread, flags: int | None) -> None:
+    """A call a signal interrupted, its r0 the kernel's restart code, on
+    its way back to user mode (arch/arm/kernel/signal.c do_signal): where a
+    handler runs (its `flags`), the call fails with EINTR, unless it asked
+    for ERESTARTSYS and the handler has SA_RESTART; otherwise the call runs
+    again: the pc back on its svc (2 bytes in Thumb, 4 in ARM), r0 as the
+    call had it, and for ERESTART_RESTARTBLOCK without a handler r7 the
+    number of restart_syscall, which goes on where the call left off. The
+    handler's frame keeps that context, so its sigreturn returns to the svc."""
+    context = kernel.machine.context()
+    code = -(context.r[0] - (1 << 32) if context.r[0] & 0x80000000 else context.r[0])
+    if code not in (ERESTARTSYS, ERESTARTNOHAND, ERESTART_RESTARTBLOCK):
+        return  # the call ended otherwise (a sleep with no time left, a partial write, EINTR of epoll_wait)
+    registers = list(context.r)
+    if flags is not None and (code != ERESTARTSYS or not flags & SA_RESTART):
+        registers[0] = -errno.EINTR & 0xFFFFFFFF
+    else:
+        registers[0] = thread.orig_r0
+        registers[15] -= 2 if context.cpsr & THUMB else 4
+        if flags is None and code == ERESTART_RESTARTBLOCK:
+            registers[7] = RESTART_SYSCALL
+    kernel.machine.resume(replace(context, r=tuple(registers)))
 
 
 def fault(kernel, signal: int, code: int, address: int) -> Context | None:
@@ -215,9 +286,10 @@ def _run_handler(kernel, signal: int, action: Action, info: bytes, address: int 
     at = ucontext - frame
     stack_flags = SS_ONSTACK if on_altstack else ss_flags
     struct.pack_into("<IIIiI", image, at, 0, 0, ss_sp, stack_flags, ss_size)
-    SIGCONTEXT.pack_into(image, at + MCONTEXT_AT, 0, 0, signals.blocked & 0xFFFFFFFF, *interrupted.r,
+    kept = signals.blocked if signals.saved_mask is None else signals.saved_mask  # sigmask_to_save
+    SIGCONTEXT.pack_into(image, at + MCONTEXT_AT, 0, 0, kept & 0xFFFFFFFF, *interrupted.r,
                          interrupted.cpsr, address)
-    struct.pack_into("<Q", image, at + MASK_AT, signals.blocked)
+    struct.pack_into("<Q", image, at + MASK_AT, kept)
     VFP.pack_into(image, at + REGSPACE_AT, VFP_MAGIC, VFP_SIZE, *interrupted.d, interrupted.fpscr, 0x40000000, 0, 0)
     try:
         machine.write(frame, bytes(image))
@@ -233,6 +305,7 @@ def _run_handler(kernel, signal: int, action: Action, info: bytes, address: int 
     machine.resume(Context(tuple(registers), cpsr, interrupted.d, interrupted.fpscr))
     signals.blocked |= action.mask | (0 if action.flags & SA_NODEFER else 1 << (signal - 1))
     signals.blocked &= ~UNBLOCKABLE
+    signals.saved_mask = None  # the frame has it
     if action.flags & SA_RESETHAND:
         signals.actions.pop(signal, None)
     return interrupted
@@ -260,4 +333,5 @@ def sigreturn(kernel, rt: bool) -> int:
     cpsr = current.cpsr & ~STATUS_USER_BITS | cpsr & STATUS_USER_BITS
     machine.resume(Context(tuple(registers), cpsr, tuple(d), fpscr))
     kernel.signals.blocked = mask & ~UNBLOCKABLE
+    kernel.threads.current.restart_block = None  # restart_syscall now fails with EINTR, as after Linux's sigreturn
     return registers[0]

@@ -1,17 +1,31 @@
 """The threads of one process, and the one scheduler that runs them all on
 the one engine, deterministically.
 
-A thread runs until it blocks (a futex wait, a sleep), exits, yields, or
-has had QUANTUM instructions since it got the processor while another is
-ready: the hook that follows the run stops before the instruction at
-which its time slice ends (the kernel's deadline), as a timer interrupt
-would. The next ready thread in creation order after it then runs: the
-whole user context (core and VFP registers, TLS) of the thread leaving is
-kept, the next one's restored. Every decision depends on the instructions
-run and the calls made, both the same in every run of the program, so a
-run repeats byte for byte. When no thread is ready, the clock jumps to
-the earliest deadline of one that waits (or of the process's alarm); with
-none, every thread waits on another: the run ends as a deadlock, named.
+A thread runs until it blocks (a futex wait, a sleep, a wait on files,
+a wait for a signal in rt_sigtimedwait), exits, yields, or has had QUANTUM
+instructions since it got the processor while another is ready: the hook
+that follows the run stops before the instruction at which its time slice
+ends (the kernel's deadline), as a timer interrupt would. The next ready
+thread in creation order after it then runs: the whole user context (core
+and VFP registers, TLS) of the thread leaving is kept, the next one's
+restored. Every decision depends on the instructions run and the calls
+made, both the same in every run of the program, so a run repeats byte
+for byte. When no thread is ready, the clock jumps to the earliest
+deadline of one that waits, or of the process's alarm or a POSIX timer
+whose signal wakes a thread (`Alarm`); with none, every thread waits on
+another: the run ends as a deadlock, each wait named.
+
+A wait on files (a pipe, an eventfd, poll, select, epoll) keeps what would
+make them ready (`Wait.ready`), asked at every reschedule: once it holds,
+or at the wait's deadline, the thread is ready again, and when it next gets
+the processor its call goes on (`Wait.again`, run as that thread, in the
+kernel): it finds its files ready and completes, finds them taken by a
+thread that ran first and waits again, or returns what its timeout
+returns. A signal ends a wait as Linux's does: the call returns one of the
+kernel's restart codes (`Wait.restart`), which the delivery turns into
+EINTR or into the call run again (harness.linux.signals.deliver_pending);
+rt_sigtimedwait returns EINTR itself, as do_sigtimedwait does
+(harness.linux.calls_sigwait.SignalWait).
 """
 
 from __future__ import annotations
@@ -20,9 +34,9 @@ import errno
 from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
-from harness.linux.machine import Context, Machine
-from harness.linux.signals import Signals
-from harness.linux.table import SystemCallFault
+from harness.emulation.machine import Context, Machine, Switch
+from harness.linux.call_table import SystemCallFault
+from harness.linux.signals import ERESTARTSYS, Signals
 
 QUANTUM = 1 << 20  # instructions (about a millisecond on the emulated clock: a time slice)
 MAX_THREADS = 1024  # live at once, then clone fails with EAGAIN (as past RLIMIT_NPROC)
@@ -32,16 +46,39 @@ FUTEX_BITSET_ANY = 0xFFFFFFFF
 @dataclass
 class Wait:
     """Why a thread does not run: a futex word (with the bits a wake must
-    share), or a sleep (futex None); until `deadline_ns` on the emulated
-    clock (None: until woken)."""
+    share), files (`files` names them, `ready` says when they are), a
+    sleep (neither), or signals (calls_sigwait.SignalWait); until
+    `deadline_ns` on the emulated clock (None: until woken). A signal ends
+    it: its call returns -`restart`, or what `interrupted` returns (a sleep
+    writes the time left first)."""
 
-    futex: int | None
+    futex: int | None = None
     bitset: int = FUTEX_BITSET_ANY
     deadline_ns: int | None = None
+    restart: int = ERESTARTSYS
+    files: str = ""
+    ready: Callable[[], bool] | None = None
+    again: Callable[[], int] | None = None  # the call going on once ready or at its deadline: its result
+    interrupted: Callable[[], int] | None = None
 
     def timed_out(self) -> int:
-        """The call's result where its deadline comes first: a sleep's 0, a futex wait's ETIMEDOUT."""
+        """The call's result where its deadline comes first: a sleep's 0, a
+        futex wait's ETIMEDOUT (a call on files goes on instead: `again`)."""
         return 0 if self.futex is None else -errno.ETIMEDOUT
+
+    def named(self) -> str:
+        """The wait, as a deadlock's fault names it."""
+        return f"on the futex at {self.futex:#x}" if self.futex is not None else f"on {self.files}"
+
+
+class Blocked(Exception):
+    """Raised by a call that must wait on files: the kernel blocks the
+    thread on `wait`; without `wait.again`, the call runs again as it was
+    made once the files are ready (harness.linux.kernel)."""
+
+    def __init__(self, wait: Wait):
+        super().__init__(wait.files)
+        self.wait = wait
 
 
 @dataclass(eq=False)
@@ -54,31 +91,17 @@ class Thread:
     clear_child_tid: int = 0  # zeroed and woken at its exit (CLONE_CHILD_CLEARTID, set_tid_address)
     wait: Wait | None = None
     exited: bool = False
-
-
-def file_wait(kernel, what: str) -> SystemCallFault:
-    """The fault for a call that would block on a file (a pipe, an eventfd,
-    poll): only futex waits and sleeps block a thread here."""
-    if len(kernel.threads.live()) == 1:
-        return SystemCallFault(f"{what} with no other thread: it would wait forever")
-    return SystemCallFault(f"{what}: it would wait for another thread, and a wait on files is not emulated "
-                           "(only futex waits and sleeps block a thread)")
+    orig_r0: int = 0  # r0 as its last call was made (ARM_ORIG_r0): what a restart gives the call again
+    interrupted: bool = False  # a signal ended its wait: the delivery restarts its call or makes it fail
+    again: Callable[[], int] | None = None  # its call, to go on when it next runs (Wait.again)
+    restart_block: Callable[[], int] | None = None  # what restart_syscall goes on with (a sleep's rest)
 
 
 class Alarm(NamedTuple):
-    """A timer that can end a wait of the whole process (ITIMER_REAL)."""
+    """The timers that can end a wait of the whole process (ITIMER_REAL, POSIX timers on the emulated clock)."""
 
     due: Callable[[], int | None]  # its due time on the emulated clock (None: not armed)
     ring: Callable[[], object]  # it expires: its signal is sent
-
-
-class Switch(NamedTuple):
-    """The thread the processor went to at a system call, for the hook that
-    follows the run (its shadow stack, its stack's bounds)."""
-
-    left: int  # the tid of the thread that stopped running
-    tid: int
-    stack_top: int  # the top of the stack of the thread that runs now (0: the process's initial stack)
 
 
 @dataclass
@@ -124,9 +147,7 @@ class Threads:
         """A waiting thread is ready again; its call returns `result`."""
         thread.wait = None
         self.waiting.remove(thread)
-        registers = list(thread.context.r)
-        registers[0] = result & 0xFFFFFFFF
-        thread.context = replace(thread.context, r=tuple(registers))
+        _set_r0(thread, result)
 
     def wake_futex(self, address: int, count: int, bitset: int = FUTEX_BITSET_ANY) -> int:
         """Wake up to `count` threads waiting on the word at `address` whose
@@ -150,32 +171,35 @@ class Threads:
         return moved
 
     def interrupt(self, thread: Thread) -> None:
-        """A signal for a waiting thread: its wait ends with EINTR, so that the handler runs."""
-        if thread.wait is not None:
-            self.wake(thread, -errno.EINTR)
+        """A signal for a waiting thread: its wait ends with its restart
+        code (or what the wait's `interrupted` returns), which the signal's
+        delivery, when the thread next runs, makes EINTR or a restart."""
+        wait = thread.wait
+        if wait is None:
+            return
+        self.wake(thread, wait.interrupted() if wait.interrupted is not None else -wait.restart)
+        thread.interrupted = True
 
-    def reschedule(self, machine: Machine, instructions: int, now_ns: int, sleep,
+    def reschedule(self, machine: Machine, instructions: int, clock: Callable[[], int], sleep,
                    alarm: Alarm | None = None) -> Switch | None:
         """After a system call of the current thread: the thread to run next,
         switched to where it is another (None: the current one goes on).
-        `sleep(ns)` moves the clock on while no thread is ready, to a wait's
-        end or to `alarm`'s."""
+        `clock()` is the emulated time; `sleep(ns)` moves it on while no
+        thread is ready, to a wait's end or to `alarm`'s."""
         current = self.current
         if current.wait is not None:
             current.context = machine.context()  # kept at once: a wake sets its r0
-        self._time_out(now_ns)
+            if current.signals.deliverable():  # a signal came during the call: the wait ends at once
+                self.interrupt(current)
+        self._end_waits(clock())
         must = current.exited or current.wait is not None
         if not must and not self.yielded and instructions - self.scheduled_at < QUANTUM:
             return None
         self.yielded = False
-        chosen = self._next_ready()
-        if chosen is None and must:
-            chosen = self._earliest_deadline(now_ns, sleep, alarm)
         self.scheduled_at = instructions
-        if chosen is None:
-            return None
+        chosen = self._choose(clock, sleep, alarm)
         if chosen is current:
-            if current.context is not None:  # it waited, and its deadline came first: on, with its result
+            if current.context is not None:  # it waited, and its wait ended first: on, with its result
                 machine.resume(current.context)
                 current.context = None
             return None
@@ -187,6 +211,31 @@ class Threads:
         self.current = chosen
         return Switch(current.tid, chosen.tid, chosen.stack_top)
 
+    def _choose(self, clock: Callable[[], int], sleep, alarm: Alarm | None) -> Thread:
+        """The thread to run: the next ready one, or the one whose wait ends
+        first; one whose call goes on (Wait.again) and waits again is passed over."""
+        while True:
+            chosen = self._next_ready() or self._earliest_deadline(clock, sleep, alarm)
+            if chosen.again is None or self._go_on(chosen):
+                return chosen
+
+    def _go_on(self, thread: Thread) -> bool:
+        """`thread`'s call goes on, run as that thread: whether it completed
+        (its result in r0), else it waits again (interrupted at once where a
+        signal for it came meanwhile)."""
+        again, thread.again = thread.again, None
+        running, self.current = self.current, thread
+        try:
+            result = again()
+        finally:
+            self.current = running
+        if thread.wait is None:
+            _set_r0(thread, result)
+            return True
+        if thread.signals.deliverable():
+            self.interrupt(thread)
+        return False
+
     def _next_ready(self) -> Thread | None:
         """The first ready thread after the current one, in creation order
         (the current one last)."""
@@ -196,13 +245,27 @@ class Threads:
                 return thread
         return None
 
-    def _time_out(self, now_ns: int) -> None:
+    def _end_waits(self, now_ns: int) -> None:
+        """Waits whose deadline has come, or whose files are ready, end."""
         for thread in list(self.waiting):
-            deadline = thread.wait.deadline_ns
-            if deadline is not None and deadline <= now_ns:
-                self.wake(thread, thread.wait.timed_out())
+            wait = thread.wait
+            if (wait.deadline_ns is not None and wait.deadline_ns <= now_ns) or (wait.ready is not None
+                                                                                 and wait.ready()):
+                self._end(thread)
 
-    def _earliest_deadline(self, now_ns: int, sleep, alarm: Alarm | None) -> Thread:
+    def _end(self, thread: Thread) -> None:
+        """`thread`'s wait is over without a wake: a sleep returns 0, a
+        futex wait ETIMEDOUT, a signal wait EAGAIN (Wait.timed_out), a call
+        on files goes on when the thread runs."""
+        wait = thread.wait
+        if wait.again is None:
+            self.wake(thread, wait.timed_out())
+            return
+        thread.wait = None
+        self.waiting.remove(thread)
+        thread.again = wait.again
+
+    def _earliest_deadline(self, clock: Callable[[], int], sleep, alarm: Alarm | None) -> Thread:
         """No thread is ready: the clock jumps to the first deadline, a
         wait's, whose thread wakes, or the alarm's, whose signal wakes the
         thread that takes it; with neither (or an alarm no thread takes),
@@ -213,8 +276,7 @@ class Threads:
             due = alarm.due() if alarm is not None else None
             if due is None or (first is not None and first.wait.deadline_ns <= due):
                 break
-            sleep(max(0, due - now_ns))
-            now_ns = max(now_ns, due)
+            sleep(max(0, due - clock()))
             alarm.ring()
             woken = self._next_ready()
             if woken is not None:
@@ -222,9 +284,21 @@ class Threads:
             if first is None:
                 raise SystemCallFault("every thread waits, and the timer's signal wakes none: a deadlock")
         if first is None:
-            waits = ", ".join(f"thread {thread.tid} on the futex at {thread.wait.futex:#x}"
-                              for thread in self.waiting if thread.wait.futex is not None)
-            raise SystemCallFault(f"every thread waits and none has a deadline: a deadlock ({waits or 'none'})")
-        sleep(max(0, first.wait.deadline_ns - now_ns))
-        self.wake(first, first.wait.timed_out())
+            raise self._deadlock()
+        sleep(max(0, first.wait.deadline_ns - clock()))
+        self._end(first)
         return first
+
+    def _deadlock(self) -> SystemCallFault:
+        """Every thread waits and none has a deadline: the fault names each wait."""
+        live = self.live()
+        if len(live) == 1 and live[0].wait.files:
+            return SystemCallFault(f"{live[0].wait.files} with no other thread: it would wait forever")
+        waits = ", ".join(f"thread {thread.tid} {thread.wait.named()}" for thread in self.waiting)
+        return SystemCallFault(f"every thread waits and none has a deadline: a deadlock ({waits or 'none'})")
+
+
+def _set_r0(thread: Thread, result: int) -> None:
+    registers = list(thread.context.r)
+    registers[0] = result & 0xFFFFFFFF
+    thread.context = replace(thread.context, r=tuple(registers))

@@ -5,7 +5,7 @@ instructions run and time slept), ITIMER_VIRTUAL and ITIMER_PROF the
 process's CPU time (its instructions: no time in the kernel is counted).
 A timer expires at an exact instruction: the hook that follows the run
 stops before the instruction at which its clock reaches the timer's
-due time (harness.verify.emulator), the signal is sent to the process,
+due time (harness.emulation.emulator), the signal is sent to the process,
 and a handler runs there, interrupting whatever ran, as a device's timer
 interrupt does. The process's POSIX timers (harness.linux.posix_timers)
 expire with them. Where every thread waits, the clock jumps to the first
@@ -19,9 +19,9 @@ import errno
 import struct
 from dataclasses import dataclass
 
+from harness.linux.call_table import handles
 from harness.linux.files import GuestError
 from harness.linux.posix_timers import PosixTimers
-from harness.linux.table import handles
 
 ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF = 0, 1, 2
 SIGALRM, SIGVTALRM, SIGPROF = 14, 26, 27

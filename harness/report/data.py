@@ -13,7 +13,7 @@ from harness import __version__
 from harness.classify import MODULES, OWN, POSITIONS, SPAWNED_THREAD, THREAD_PREFIX, TRAITS, in_order
 from harness.report.failing import to_json as failing_json
 from harness.report.summary import Culprits, ProgramSummary, combine, methods_json
-from harness.unwind import RESTORES  # what each unwinder is checked on
+from harness.unwind.registry import strategy
 from harness.verify.tally import STOPPED_PREFIX
 
 ALL = "all"
@@ -125,7 +125,7 @@ def report_data(summaries: Sequence[ProgramSummary], unwinders: Sequence[str], s
         "seed": seed,
         "input": source,
         "results": result_rows(summaries, unwinders),
-        "checked": {u: RESTORES[u].describe() for u in unwinders},
+        "checked": {u: strategy(u).restores.describe() for u in unwinders},
         "programs": [
             {"name": s.program, "stops": s.stops, "result": s.result, "expected": s.expected,
              "self_check": s.self_check, **process_fields(s), **({} if s.sampling is None else

@@ -20,11 +20,6 @@ from harness.classify import Where
 from harness.verify.failures import FailureCause, FailureLog, Ranges, merged
 from harness.verify.tally import STOPPED_PREFIX, KeyParts, Tally, counted_kind
 
-try:
-    from harness.verify._kernel import digest_groups as _compiled_digest_groups
-except ImportError:  # not built
-    _compiled_digest_groups = None
-
 PCS_PER_UNWINDER = 100_000
 GroupKey = tuple[str, str, str]  # (function, position, kind)
 
@@ -55,8 +50,8 @@ def group_key(tally: Tally) -> KeyParts:
     kind) of its where and cause; none for a stop in a library."""
     def of(where: Where, cause: FailureCause) -> tuple | None:
         kind = counted_kind(cause)
-        return None if kind.startswith(STOPPED_PREFIX) else (cause.unwinder, where[0], where[2], kind)
-    return KeyParts(tally.failing, [(where[0], where[2]) for where in tally.wheres], tally.kind_parts, of)
+        return None if kind.startswith(STOPPED_PREFIX) else (cause.unwinder, where.function, where.position, kind)
+    return KeyParts(tally.failing, [(where.function, where.position) for where in tally.wheres], tally.kind_parts, of)
 
 
 def digest(tally: Tally, log: FailureLog) -> dict[str, dict[GroupKey, Group]]:
@@ -64,18 +59,17 @@ def digest(tally: Tally, log: FailureLog) -> dict[str, dict[GroupKey, Group]]:
     those its failure `log` holds (every logged failure is tallied)."""
     key = group_key(tally)
     groups = tally.grouped(key)
-    return (_compiled_digest_groups or digest_groups)(groups.keys, groups.walks, log.logged_pcs(key, groups),
-                                                      PCS_PER_UNWINDER, Group)
+    return digest_groups(groups.keys, groups.walks, log.logged_pcs(key, groups))
 
 
 def digest_groups(keys: Sequence[tuple], walks: Sequence[int], logged: Sequence[tuple | None],
-                  cap: int = PCS_PER_UNWINDER, group_of: type = Group) -> dict[str, dict[GroupKey, Group]]:
+                  cap: int = PCS_PER_UNWINDER) -> dict[str, dict[GroupKey, Group]]:
     """unwinder -> (function, position, kind) -> Group, of the failing walks
     by group, keys[g] (unwinder, function, position, kind), and those logged
     (logged[g]: (failures, ranges), or None): each group's pcs where every
     failing walk of its unwinder was logged, and they are at most `cap`;
     else None. In the order of `keys` (what a report writes of a digest is
-    sorted). C twin: csrc/module.c."""
+    sorted)."""
     totals: dict[str, int] = {}  # failing walks per unwinder
     counted: dict[str, int] = {}  # logged failing walks per unwinder
     for key, count, found in zip(keys, walks, logged):
@@ -88,7 +82,7 @@ def digest_groups(keys: Sequence[tuple], walks: Sequence[int], logged: Sequence[
         pcs = None
         if key[0] in complete:
             pcs = () if found is None else found[1]
-        out.setdefault(key[0], {})[key[1:]] = group_of(count, pcs)
+        out.setdefault(key[0], {})[key[1:]] = Group(count, pcs)
     return out
 
 

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Callable
 
 from harness.classify import POSITIONS, SIGNAL_HANDLER, SPAWNED_THREAD, THROUGH_SIGNAL_FRAME
+from harness.report import bench_doc
 from harness.report.data import ALL, index_rows
 from harness.report.tables import chain_cells, table_lines
+from harness.unwind.registry import Strategy, strategies
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 # The reports the figures come from, by name, in reports/.
@@ -132,9 +134,9 @@ def chrome(reports: dict) -> list[str]:
     return lines
 
 
-COMPARED = ("v2", "v1", "exidx", "qut", "vmkunwind", "framepointer", "scan", "chain")
-SIZE_OF = {"v2": "v2 drop", "v1": "v1", "exidx": "exidx+extab", "qut": "qut", "vmkunwind": "vmkunwind",
-           "scan": "call sites"}
+def _compared() -> tuple[Strategy, ...]:
+    """The ways of unwinding the README compares (harness.unwind.registry)."""
+    return tuple(s for s in strategies() if s.compared)
 
 
 def _comparator_cells(results: list[list[dict]], sized: list[dict]) -> list[str]:
@@ -144,18 +146,20 @@ def _comparator_cells(results: list[list[dict]], sized: list[dict]) -> list[str]
     indexes = [index_rows(rows) for rows in results]
     functions = sum(row["functions"] for row in sized)
     cells = []
-    for name in COMPARED:
+    for compared in _compared():
+        name = compared.name
         rows = [index[(name, ALL, ALL)] for index in indexes if (name, ALL, ALL) in index]
         cell = _percent_of(rows) if rows else "n/a"
-        size = [row["bytes"].get(SIZE_OF.get(name, "")) for row in sized]
-        if sized and functions and name in SIZE_OF and None not in size:
+        size = [row["bytes"].get(compared.size_column or "") for row in sized]
+        if sized and functions and compared.size_column and None not in size:
             cell += f", {sum(size) / functions:.1f} B/fn"
         cells.append(cell)
     return cells
 
 
 def _comparator_header(what: str) -> list[str]:
-    return [f"| {what} | " + " | ".join(f"`{u}`" for u in COMPARED) + " |", "|---|" + "---|" * len(COMPARED)]
+    compared = _compared()
+    return [f"| {what} | " + " | ".join(f"`{u.name}`" for u in compared) + " |", "|---|" + "---|" * len(compared)]
 
 
 def comparators(reports: dict) -> list[str]:
@@ -253,7 +257,8 @@ BLOCKS: dict[str, Callable[[dict], list[str]]] = {
     "comparators": comparators, "signals": signals}
 # The blocks of docs/, by document.
 DOC_BLOCKS: dict[str, dict[str, Callable[[dict], list[str]]]] = {
-    "synthesis.md": {"compare-builds": compare_builds},
+    "bench.md": bench_doc.BLOCKS,
+    "synthesis.md": {"compare-builds": compare_builds, "bench-synthesis": bench_doc.synthesis},
     "comparators.md": {"chrome": chrome, "chain-methods": chain_methods, "by-build": comparators_by_build}}
 
 

@@ -132,7 +132,7 @@ def linux_lines(groups: list[dict]) -> list[str]:
            "program's own code; stopped: walks that refused honestly (no_info) in a library without the "
            "unwinder's tables, every frame before right (not failures); own failed: the failed stops of "
            "the program's own code. Per program below, each unwinder's failed / stopped stops per "
-           "category: where the innermost pc is (the module its code comes from, harness.origin; "
+           "category: where the innermost pc is (the module its code comes from, harness.code_origin; "
            "`cxx_exception`: an exception on its way to its landing pad; `signal_handler`: in a signal "
            "handler's own code; `through_signal_frame`: a signal frame below the stop; `spawned_thread`: in a "
            "thread the process made).", "",

@@ -15,17 +15,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from harness.collector import collector_paused
+from harness.gc_pause import collector_paused
 from harness.report.failing import combined, digest
 from harness.report.failing import from_json as failing_from_json
 from harness.report.failing import to_json as failing_json
-from harness.unwind import CHAIN
-from harness.verify.failures import FailureCause, ProgramResult, detail_of, killed, self_check_ok
-
-try:
-    from harness.verify._kernel import blame as _compiled_blame
-except ImportError:  # not built
-    _compiled_blame = None
+from harness.unwind.registry import CHAIN
+from harness.verify.failures import FailureCause, LogEntry, ProgramResult, detail_of, killed, self_check_ok
 
 SAMPLES_PER_UNWINDER = 10
 CountKey = tuple[str, frozenset, str, "str | None"]  # (unwinder, traits, position, failure kind)
@@ -95,13 +90,14 @@ def signal_name(number: int) -> str:
         return "no such signal"
 
 
-def sample(entry: tuple, program: str) -> dict:
-    """A failure log entry (stop, pc, where, cause, values) as a summary
-    keeps it (without a Failure record between: a run keeps tens)."""
-    stop, pc, where, cause, values = entry
+def sample(entry: LogEntry, program: str) -> dict:
+    """A failure log entry as a summary keeps it (without a Failure record
+    between: a run keeps tens)."""
+    cause = entry.cause
     return {
-        "program": program, "stop": stop, "pc": f"{pc:#x}", "function": where[0], "position": where[2],
-        "kind": cause.kind, "frame": cause.frame, "culprit": cause.culprit, "detail": detail_of(cause, values),
+        "program": program, "stop": entry.stop, "pc": f"{entry.pc:#x}", "function": entry.where.function,
+        "position": entry.where.position, "kind": cause.kind, "frame": cause.frame, "culprit": cause.culprit,
+        "detail": detail_of(cause, entry.detail),
     }
 
 
@@ -110,9 +106,7 @@ def blame(entries: Sequence[tuple], causes: Sequence[FailureCause]) -> tuple[dic
     walks) over `causes`) by what a summary keeps of their cause: unwinder
     -> register -> stops (a wrong register's), and unwinder -> [stops whose
     innermost frame went wrong, stops where a caller did, culprit trait ->
-    stops]. Each in the order its first cause comes. C twin:
-    csrc/module.c (a run has hundreds of causes: these loops were a fifth
-    of its summary)."""
+    stops]. Each in the order its first cause comes."""
     stops_of = [0] * len(causes)
     for _, number, walks in entries:
         stops_of[number] += walks
@@ -152,17 +146,17 @@ def summarize(result: ProgramResult, with_cfi: set[str] | None = None) -> Progra
                              expected_stdout_sha256=result.expected_stdout_sha256, methods=Counter(result.methods),
                              sampling=result.sampling, invented=Counter(result.invented))
     for entry in result.failure_log.first(SAMPLES_PER_UNWINDER):  # walks stopped in a library are not logged
-        summary.samples.setdefault(entry[3].unwinder, []).append(sample(entry, result.program))
+        summary.samples.setdefault(entry.cause.unwinder, []).append(sample(entry, result.program))
     tally = result.tally
     summary.failing = digest(tally, result.failure_log)
     if with_cfi is not None:  # failing walks where the stop's function or the culprit has no CFI
         every = tally.sums(tally.unwinders)
         both = tally.sums([unwinder if cause.culprit in with_cfi else None
                            for unwinder, cause in zip(tally.unwinders, tally.causes)],
-                          [() if where[0] in with_cfi else None for where in tally.wheres])
+                          [() if where.function in with_cfi else None for where in tally.wheres])
         summary.without_cfi.update({unwinder: stops - both.get((unwinder,), 0) for (unwinder,), stops in every.items()
                                     if stops > both.get((unwinder,), 0)})
-    registers, blamed = (_compiled_blame or blame)(tally.entries, tally.causes)
+    registers, blamed = blame(tally.entries, tally.causes)
     for unwinder, counts in registers.items():
         summary.wrong_registers[unwinder] = Counter(counts)
     for unwinder, (innermost, deeper, traits) in blamed.items():

@@ -7,8 +7,7 @@ from typing import Callable
 
 from harness.classify import OWN, POSITIONS
 from harness.report.data import ALL, index_rows
-from harness.report.sizes import FORMATS
-from harness.unwind import CHAIN
+from harness.unwind.registry import CHAIN, SIZE_COLUMNS
 
 
 def table_lines(header: list[str]) -> list[str]:
@@ -89,14 +88,14 @@ def _size(value: int | None) -> str:
 
 def size_cells(sizes: dict) -> tuple[list[str], list[list[str]], list[list[str]]]:
     """Header, then rows of bytes, and rows of bytes per function / per address."""
-    header = ["input", "functions", "addresses", *FORMATS]
+    header = ["input", "functions", "addresses", *SIZE_COLUMNS]
     totals, ratios = [], []
     for row in sizes["rows"]:
         first = [short_label(row["input"]), f"{row['functions']:,}", f"{row['addresses']:,}"]
-        values = [row["bytes"].get(name) for name in FORMATS]  # a report from before a format: n/a
+        values = [row["bytes"].get(name) for name in SIZE_COLUMNS]  # a report from before a format: n/a
         refused = row.get("v1_refused")
         totals.append(first + [_size(v) + (f" ({refused} refused)" if name == "v1" and refused else "")
-                               for name, v in zip(FORMATS, values)])
+                               for name, v in zip(SIZE_COLUMNS, values)])
         ratios.append(first + ["n/a" if v is None else
                                f"{v / row['functions']:.2f} / {v / row['addresses']:.2f}"
                                for v in values])

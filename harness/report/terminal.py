@@ -68,7 +68,7 @@ def _print(console, title: str, header: list[str], body: list[list[str]], left: 
 
 def print_verdict(data: dict, console) -> None:
     """The verdict block: one row per unwinder, the programs not verified,
-    then the gate's outcome (harness.report.gate)."""
+    then the gate's outcome (harness.report.baseline)."""
     header, body = verdict_cells(data["verdict"])
     _print(console, "Verdict: failed stops over every stop of the run", header, body)
     for line in not_verified(data):

@@ -168,7 +168,3 @@ def _data_processing_teardown(first: int, rd: int) -> bool:
                 or (first & 0xFBE0 == 0xF1A0 or first & 0xFBF0 == 0xF2A0) and rn in FRAME_POINTERS  # sub
                 or first & 0xFFEF == 0xEA4F)  # mov.w sp, rm
     return rd in FRAME_POINTERS and add_immediate and rn == rd
-
-
-class EpilogueSimulator:
-    """Recognises and executes the epilogue ahead of a stop, or declines."""

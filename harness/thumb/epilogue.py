@@ -169,10 +169,6 @@ def _it_governing(window: list[tuple[int, int, str]], index: int) -> int | None:
     return None
 
 
-def _in_it_block(window: list[tuple[int, int, str]], index: int) -> bool:
-    return _it_governing(window, index) is not None
-
-
 def find_epilogues(code: bytes, start: int, end: int, conditional: bool = False):
     """(prelude, instructions, steps) of every unconditional epilogue of the
     function [start, end) whose bytes are `code`: the instructions from its

@@ -1,4 +1,6 @@
-"""Unwinding strategies, built by name for a program (names in ARCHITECTURE.md).
+"""Unwinding strategies, built by name for a program (names in ARCHITECTURE.md),
+and the harness's own entries in the registry (harness.unwind.registry):
+every unwinder and every table format it writes, declared once, here.
 
 One module per strategy: v2, v2_epilogue, v2_chrome, dwarf, v1, exidx, framepointer,
 vmkunwind, qut, scan (and the chain);
@@ -9,29 +11,38 @@ share (ehabi_run)."""
 from __future__ import annotations
 
 from array import array
-from typing import Callable
+from typing import Callable, Sequence
 
 from harness import table_cache
 from harness.errors import EncodeError
 from harness.formats import chrome_v2
 from harness.formats.arm_exidx import parse_sections
-from harness.formats.call_sites import CallSites, encode_call_sites, mapped_return_addresses, return_addresses
-from harness.formats.chrome_v1 import V1Table, encode_v1
-from harness.formats.qut import QutTable, encode_from_cfi, encode_from_exidx
-from harness.formats.vmkunwind import VmkTable, encode_vmkunwind
+from harness.formats.call_sites import (
+    CallSites,
+    dump_call_sites,
+    encode_call_sites,
+    mapped_return_addresses,
+    return_addresses,
+)
+from harness.formats.chrome_v1 import V1Table, dump_v1, encode_v1
+from harness.formats.chrome_v2.grouping import epilogues_inside
+from harness.formats.qut import QutTable, dump_qut, encode_from_cfi, encode_from_exidx
+from harness.formats.vmkunwind import VmkTable, dump_vmkunwind, encode_vmkunwind
 from harness.program import CodeMap, FunctionCfi, Program
+from harness.registers import SP
 from harness.thumb.discovery import analyse_all
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder_for
 from harness.unwind.framepointer import FramePointerUnwinder
 from harness.unwind.qut import QutUnwinder
+from harness.unwind.registry import CHAIN, Measured, Strategy, TableFormat, UnwinderOf, register
 from harness.unwind.scan import ChainUnwinder, ScanUnwinder
 from harness.unwind.v1 import V1Unwinder
 from harness.unwind.v2 import V2Unwinder
 from harness.unwind.v2_chrome import ChromeV2Unwinder
 from harness.unwind.v2_epilogue import EpilogueFirst, EpilogueSimulator
 from harness.unwind.vmkunwind import VmkunwindUnwinder
-from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
+from harness.unwind.walk import ALL_CALLEE_SAVED, Unwinder
 
 
 def _v2_unwinder(program: Program, flavour: str, policy: str, name: str) -> Unwinder:
@@ -69,16 +80,15 @@ def code_cfi(program: Program) -> tuple[FunctionCfi, ...]:
     return tuple(f for f in analyse_all(code_map, program.code) if f.start >= program.text_base)
 
 
-def _v2_epilogue(program: Program, tables: Unwinder | None = None) -> Unwinder:
-    """v2's tables (`tables`, where v2 is built already) under the simulation."""
-    tables = tables or _v2_unwinder(program, "tables", "drop", "v2")
+def _v2_epilogue(program: Program, tables: Unwinder) -> Unwinder:
+    """v2's tables under the simulation."""
 
     def same_function(pc: int, target: int) -> bool:
         here = tables.reader.lookup(pc - program.text_base)
         there = tables.reader.lookup(target - program.text_base)
         return here is not None and there is not None and here.function_index == there.function_index
 
-    reader = getattr(tables, "reader", None)  # none where the program has no tables
+    reader = tables.reader  # none where the program has no tables
     starts, end = reader.function_starts() if reader is not None else ([], 0)
     functions = (array("q", [program.text_base + start for start in starts]), program.text_base + end) if starts \
         else None
@@ -148,11 +158,8 @@ def _scan(program: Program) -> Unwinder:
     return ScanUnwinder(program.text_base + offset for offset in sites.offsets)
 
 
-CHAIN = ("v2", "exidx", "framepointer", "scan")  # what a profiler ships, in the order it tries them
-
-
-def _chain(program: Program) -> Unwinder:
-    return ChainUnwinder([BUILDERS[name](program) for name in CHAIN])
+def _chain(program: Program, unwinder_of: UnwinderOf) -> Unwinder:
+    return ChainUnwinder([unwinder_of(name) for name in CHAIN])
 
 
 def _exidx(program: Program) -> Unwinder:
@@ -161,10 +168,38 @@ def _exidx(program: Program) -> Unwinder:
     return exidx_unwinder_for(program.exidx)
 
 
+def _process_scan(programs: Sequence[Program]) -> Unwinder:
+    return ScanUnwinder(address for program in programs for address in call_site_addresses(program))
+
+
+def has_epilogue_cfi(program: Program) -> bool:
+    """Does the compiler describe its epilogues (a row that shrinks the frame)?"""
+    for function in program.cfi["reference"]:
+        for previous, row in zip(function.rows, function.rows[1:]):
+            if row.cfa_reg == previous.cfa_reg == SP and row.cfa_offset < previous.cfa_offset:
+                return True
+    return False
+
+
+def _has_cfi(program: Program) -> bool:
+    return bool(program.cfi.get("reference"))
+
+
+def _has_code_to_start_from(program: Program) -> bool:
+    """Any Thumb function to start from: a symbol, or data pointing at one."""
+    code_map = program.code_map
+    return code_map is not None and (bool(code_map.spans) or any(word & 1 for word in code_map.pointers))
+
+
+def _alone(build: Callable[[Program], Unwinder]) -> Callable[[Program, UnwinderOf], Unwinder]:
+    """A strategy built from its program alone."""
+    return lambda program, unwinder_of: build(program)
+
+
 # A program carries two CFI flavours: `tables`, what v2 is built from (for
 # generated programs clang style, without epilogue rows), and `reference`,
 # complete CFI (generated: gcc style, with epilogue rows; an ELF's own CFI
-# serves as both).
+# serves as both). Each strategy below, in the order the reports show them:
 # v2: `tables`, Chrome's `drop` policy.
 # v2+epilogue: v2, plus simulating the epilogue ahead of the innermost pc.
 # v2-synth: `tables` plus epilogue rows synthesized from disassembly.
@@ -179,52 +214,70 @@ def _exidx(program: Program) -> Unwinder:
 # qut: WeChat's Quicken Unwind Tables, from `reference` or else the EXIDX (pc, sp, r4, r7, r10, r11).
 # scan: the first word up the stack that follows a call (pc and sp only).
 # chain: v2, exidx, framepointer, scan: each where the one before has no entry or fails (pc and sp only).
-BUILDERS: dict[str, Callable[[Program], Unwinder]] = {
-    "v2": _v2("v2", "tables", "drop"),
-    "v2+epilogue": _v2_epilogue,
-    "v2-synth": _v2("v2-synth", "tables", "synthesize"),
-    "v2-gcc": _v2("v2-gcc", "reference", "keep"),
-    "v2-code": _v2("v2-code", "code", "keep"),
-    "v2-chrome": _v2_chrome,
-    "dwarf": _dwarf,
-    "v1": _v1,
-    "exidx": _exidx,
-    "framepointer": lambda program: FramePointerUnwinder(),
-    "vmkunwind": _vmkunwind,
-    "qut": _qut,
-    "scan": _scan,
-    "chain": _chain,
-}
-UNWINDER_NAMES = tuple(BUILDERS)
-# What Chrome ships, and other formats, beside v2.
-COMPARATORS = ("v2-chrome", "v1", "exidx", "framepointer", "vmkunwind", "qut", "scan", "chain")
-# What each is checked on besides pc and sp (see harness.unwind.walk.Restores).
-RESTORES: dict[str, Restores] = {
-    **dict.fromkeys(BUILDERS, ALL_CALLEE_SAVED),
-    "v1": V1Unwinder.restores,
-    "v2-chrome": ChromeV2Unwinder.restores,
-    "framepointer": FramePointerUnwinder().restores,
-    "vmkunwind": VmkunwindUnwinder.restores,
-    "qut": QutUnwinder.restores,
-    "scan": ScanUnwinder.restores,
-    "chain": ChainUnwinder.restores,
-}
+register(
+    Strategy("v2", _alone(_v2("v2", "tables", "drop")), ALL_CALLEE_SAVED, _has_cfi, chain_place=0,
+             size_column="v2 drop", compared=True),
+    Strategy("v2+epilogue", lambda program, unwinder_of: _v2_epilogue(program, unwinder_of("v2")),
+             ALL_CALLEE_SAVED, _has_cfi),
+    Strategy("v2-synth", _alone(_v2("v2-synth", "tables", "synthesize")), ALL_CALLEE_SAVED, _has_cfi),
+    Strategy("v2-gcc", _alone(_v2("v2-gcc", "reference", "keep")), ALL_CALLEE_SAVED, _has_cfi,
+             only_where=has_epilogue_cfi),  # elsewhere its input is v2's
+    Strategy("v2-code", _alone(_v2("v2-code", "code", "keep")), ALL_CALLEE_SAVED, _has_code_to_start_from),
+    Strategy("v2-chrome", _alone(_v2_chrome), ChromeV2Unwinder.restores),  # the executable's tables alone
+    Strategy("dwarf", _alone(_dwarf), ALL_CALLEE_SAVED, _has_cfi),
+    Strategy("v1", _alone(_v1), V1Unwinder.restores, _has_cfi, size_column="v1", compared=True),
+    Strategy("exidx", _alone(_exidx), ALL_CALLEE_SAVED, lambda program: program.exidx is not None, chain_place=1,
+             size_column="exidx+extab", compared=True),
+    Strategy("framepointer", _alone(lambda program: FramePointerUnwinder()), FramePointerUnwinder().restores,
+             signal_frames=False, chain_place=2, compared=True),
+    Strategy("vmkunwind", _alone(_vmkunwind), VmkunwindUnwinder.restores, _has_cfi, size_column="vmkunwind",
+             compared=True),
+    Strategy("qut", _alone(_qut), QutUnwinder.restores,  # from the CFI, else the EXIDX (qut_tables)
+             lambda program: program.exidx is not None or _has_cfi(program), size_column="qut", compared=True),
+    Strategy("scan", _alone(_scan), ScanUnwinder.restores, process_build=_process_scan, signal_frames=False,
+             chain_place=3, size_column="call sites", compared=True),
+    Strategy("chain", _chain, ChainUnwinder.restores, signal_frames=False, compared=True),
+)
 
 
-def build_unwinders(program: Program, names=UNWINDER_NAMES) -> list[Unwinder]:
-    """The unwinders `names` over `program`'s tables. The chain's methods,
-    and v2+epilogue's tables, are the unwinders of those names where they
-    are built too: their tables are built once, and the rules of their rows
-    made once."""
-    built: dict[str, Unwinder] = {}
-    for name in names:
-        if name == "chain":
-            built[name] = ChainUnwinder([built.get(method) or BUILDERS[method](program) for method in CHAIN])
-        elif name == "v2+epilogue":
-            built[name] = _v2_epilogue(program, built.get("v2"))
-        else:
-            built[name] = BUILDERS[name](program)
-    return [built[name] for name in names]
+def _v2_sizes(program: Program, layout: str) -> Measured:
+    """v2 under each epilogue policy, each from the CFI flavour its unwinder
+    reads; the design's units (functions, address entries) from `drop`."""
+    sizes, counts = {}, {"functions": 0, "addresses": 0, "epilogues_inside": 0}
+    for policy, flavour in POLICY_SOURCES.items():
+        encoded = chrome_v2.encode(program.cfi[flavour], program.text_base, policy, code_at=program.code,
+                                   layout=layout)
+        sizes[f"v2 {policy}"] = len(encoded.blob())
+        if policy == "drop":
+            counts["functions"], counts["addresses"] = len(encoded.functions), encoded.addresses
+        elif policy == "synthesize":
+            counts["epilogues_inside"] = sum(epilogues_inside(f) for f in encoded.functions)
+    return Measured(sizes, counts)
+
+
+def _v1_sizes(program: Program, layout: str) -> Measured:
+    v1 = encode_v1(program.cfi["tables"], program.text_base)
+    return Measured({"v1": len(v1.blob)}, {"v1_refused": len(v1.refused)})
+
+
+def _sized(column: str, blob_of: Callable[[Program], bytes]) -> Callable[[Program, str], Measured]:
+    return lambda program, layout: Measured({column: len(blob_of(program))}, {})
+
+
+# The formats this tool writes, in the size table's order (after the
+# compiler's own .debug_frame and .ARM.exidx + .ARM.extab).
+POLICY_SOURCES = {"drop": "tables", "keep": "reference", "synthesize": "tables"}  # the CFI each v2 policy reads
+register(
+    TableFormat("v1", ("v1",), _v1_sizes, V1Table.from_blob, dump_v1),
+    TableFormat("v2", tuple(f"v2 {policy}" for policy in POLICY_SOURCES), _v2_sizes),  # dump: by layout
+    TableFormat("vmkunwind", ("vmkunwind",),
+                _sized("vmkunwind", lambda p: encode_vmkunwind(p.cfi["reference"], p.text_base).blob),
+                VmkTable.from_blob, dump_vmkunwind),
+    TableFormat("qut", ("qut",), _sized("qut", lambda p: qut_tables(p).blob), QutTable.from_blob, dump_qut),
+    TableFormat("call-sites", ("call sites",),
+                _sized("call sites", lambda p: encode_call_sites(call_site_addresses(p), p.text_base)),
+                CallSites.from_blob, dump_call_sites),
+)
 
 
 def with_v2_tables(unwinders: list[Unwinder], reader: chrome_v2.V2Reader, text_base: int,

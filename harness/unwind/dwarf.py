@@ -8,54 +8,28 @@ from typing import Iterator, Sequence
 
 from harness.errors import UnwindFailure
 from harness.program import CfiRow, FunctionCfi
-from harness.registers import DWARF_D0, LR, PC, SP
-from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Rule, RuleRange, failing
+from harness.registers import DWARF_D0
+from harness.unwind.rule import Rule, RuleRange, failing, step_by_rule
 from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
-from harness.unwind.walk import check_caller
+from harness.unwind.walk import Unwinder
 
 
-class DwarfUnwinder:
-    def __init__(self, functions: Sequence[FunctionCfi], name: str = "dwarf", cache_rows: bool = True):
+class DwarfUnwinder(Unwinder):
+    def __init__(self, functions: Sequence[FunctionCfi], name: str = "dwarf"):
         self.name = name
-        self.cache_rows = cache_rows  # keep each pc's row (off: find it every time)
         self.functions = sorted(functions, key=lambda f: f.start)
         self.starts = [f.start for f in self.functions]
-        self._rows: dict[int, CfiRow] = {}
-
-    def row_for(self, pc: int) -> CfiRow:
-        row = self._rows.get(pc)
-        if row is None:
-            row = self.row_of(pc)
-            if self.cache_rows:
-                self._rows[pc] = row
-        return row
 
     def row_of(self, pc: int) -> CfiRow:
-        """The row in force at pc."""
+        """The row in force at pc (what `segments` lists, found pc by pc)."""
         index = bisect_right(self.starts, pc) - 1
         if index < 0 or pc >= self.functions[index].end:
             raise UnwindFailure("no_info", f"no CFI covers pc {pc:#x}")
         return self.functions[index].row_at(pc)
 
-    def usable_row(self, lookup_pc: int) -> CfiRow:
-        return _usable(self.row_for(lookup_pc))
-
-    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
-        row = self.usable_row(frame.pc if innermost else frame.pc - 1)
-        cfa = frame.r[row.cfa_reg] + row.cfa_offset
-        regs = list(frame.r)
-        dregs = list(frame.d)
-        for reg, offset in row.saved:
-            if reg >= DWARF_D0:
-                dregs[reg - DWARF_D0] = stack.read_u64(cfa + offset)
-            else:
-                regs[reg] = stack.read_u32(cfa + offset)
-        regs[PC] = regs[LR] & ~1  # the return address column is lr
-        regs[SP] = cfa
-        caller = Frame(r=tuple(regs), d=tuple(dregs))
-        check_caller(frame, caller, innermost)
-        return caller
+    # Its rule's (harness.unwind.rule.apply): a load outside the stack fails as a read there.
+    # A row's core registers are read before its d registers, as `saved` is sorted by register.
+    step = step_by_rule
 
     def segments(self) -> Iterator[tuple[int, CfiRow | None]]:
         """What `row_of` finds, pc by pc: (first pc, row or None) in
@@ -93,12 +67,6 @@ def _rule_of_content(content: tuple) -> Rule:
     if content[0] == "unusable":
         return failing("unsupported", f"CFI at {content[1]:#x}: {content[2]}")
     return _rule_of_row(*content)
-
-
-def _usable(row: CfiRow) -> CfiRow:
-    if row.problem:
-        raise UnwindFailure("unsupported", f"CFI at {row.address:#x}: {row.problem}")
-    return row
 
 
 @lru_cache(maxsize=1 << 16)

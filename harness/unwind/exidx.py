@@ -19,9 +19,10 @@ from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import Rule, RuleRange, failing
 from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
+from harness.unwind.walk import Unwinder
 
 
-class ExidxUnwinder:
+class ExidxUnwinder(Unwinder):
     def __init__(self, entries: Sequence[ExidxEntry], name: str = "exidx",
                  end: int | None = None):
         """`end`: where the last entry's function ends (unbounded if None)."""
@@ -45,6 +46,7 @@ class ExidxUnwinder:
             raise UnwindFailure("corrupt_table", f"unreadable entry: {entry.problem}")
         return entry.ops
 
+    # Its own step (the EHABI interpreter): a run no rule states (rule_of_run's None) only it can follow.
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         # Return addresses are looked up one byte earlier, as in the siblings.
         lookup_pc = frame.pc if innermost else frame.pc - 1

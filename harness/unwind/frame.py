@@ -49,7 +49,7 @@ class StackReader(Protocol):
     """The only memory an unwinder reads: the stack [low, high) of one stop.
     A read outside it raises BadRead (a `bad_read` UnwindFailure).
     Implementations: `Stack` (a copy) and the emulator's live stack
-    (harness.verify.livestack.LiveStack)."""
+    (harness.emulation.livestack.LiveStack)."""
 
     low: int
     high: int

@@ -28,55 +28,31 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from harness.errors import UnwindFailure
-from harness.registers import LR, PC, SP
-from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Rule, RuleRange
+from harness.registers import PC
+from harness.unwind.rule import EVERYWHERE, NOWHERE, Rule, RuleRange, step_by_rule
 from harness.unwind.rule_map import RuleMap, everywhere
-from harness.unwind.walk import Restores, check_caller
+from harness.unwind.walk import Restores, Unwinder
 
 
-class FramePointerUnwinder:
+class FramePointerUnwinder(Unwinder):
     def __init__(self, fp_reg: int = 7, name: str = "framepointer"):
         self.fp_reg = fp_reg
         self.name = name
         self.restores = Restores((fp_reg,), vfp=False)  # checked on pc, sp and the chain register
+        self._ranges = tuple(RuleRange(_record_rule(fp_reg, innermost), NOWHERE, EVERYWHERE)
+                             for innermost in (False, True))
 
-    def _record_in_stack(self, fp: int, frame: Frame, stack: StackReader) -> bool:
-        """Could a {fp, lr} record start at `fp`: aligned, at or above sp, inside the stack?"""
-        return fp % 4 == 0 and fp >= frame.sp and stack.contains(fp) and stack.contains(fp + 8)
-
-    def _looks_like_record(self, fp: int, frame: Frame, stack: StackReader) -> bool:
-        """The seed's test: the saved-fp word is 0 or a higher stack address, not code."""
-        if not self._record_in_stack(fp, frame, stack):
-            return False
-        saved_fp = stack.read_u32(fp)
-        return saved_fp == 0 or saved_fp > fp
-
-    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
-        fp = frame.r[self.fp_reg]
-        regs = list(frame.r)
-        if innermost and not self._looks_like_record(fp, frame, stack):
-            # Leaf: no record pushed yet; r7 is still the caller's.
-            regs[PC] = frame.r[LR] & ~1
-        else:
-            if not self._record_in_stack(fp, frame, stack):
-                raise UnwindFailure(*record_problem(fp, frame.sp, stack.low, stack.high))
-            regs[self.fp_reg] = stack.read_u32(fp)  # BadRead is a bad_read UnwindFailure
-            regs[PC] = stack.read_u32(fp + 4) & ~1
-            regs[SP] = fp + 8
-        caller = Frame(r=tuple(regs), d=frame.d)
-        check_caller(frame, caller, innermost)
-        return caller
+    step = step_by_rule  # its rule's (harness.unwind.rule.apply), which never defers
 
     @property
     def rule_maps(self) -> tuple[RuleMap, RuleMap]:
-        """The same record step at every pc: the guards are `_record_in_stack`,
-        and at the innermost frame the seed's test picks record or leaf."""
+        """The same record step at every pc: the guards are that a record fits
+        at fp (aligned, at or above sp, inside the stack), and at the innermost
+        frame the seed's test picks record or leaf."""
         return everywhere(_record_rule(self.fp_reg, False), _record_rule(self.fp_reg, True))
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        return self.rule_maps[innermost].rule_at(pc)
+        return self._ranges[innermost]  # rule_maps' (made once: the step looks it up at every frame)
 
 
 def record_problem(fp: int, sp: int, low: int, high: int) -> tuple[str, str]:

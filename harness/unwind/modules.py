@@ -12,7 +12,7 @@ from typing import NamedTuple, Sequence
 from harness.errors import UnwindFailure
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, RuleRange, failing
-from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder, restores_of
+from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder
 
 
 class Covered(NamedTuple):
@@ -23,14 +23,14 @@ class Covered(NamedTuple):
     unwinder: Unwinder
 
 
-class PerModule:
+class PerModule(Unwinder):
     """The step of whichever module holds the frame's code; no_info outside them."""
 
     def __init__(self, name: str, covered: Sequence[Covered]):
         self.name = name
         self.covered = tuple(sorted(covered))
         self._starts = [c.start for c in self.covered]
-        self.restores: Restores = restores_of(self.covered[0].unwinder) if self.covered else ALL_CALLEE_SAVED
+        self.restores: Restores = self.covered[0].unwinder.restores if self.covered else ALL_CALLEE_SAVED
         self._refusal = f"no module with {name} tables holds this code"
 
     def _find(self, lookup: int) -> int:
@@ -57,7 +57,7 @@ class PerModule:
             return RuleRange(failing("no_info", PcWording(self._refusal + " (pc {pc:#x})", 0)), low + shift,
                              high + shift)
         start, end, unwinder = self.covered[index]
-        rule_at = getattr(unwinder, "rule_at", None)
+        rule_at = unwinder.rule_at
         if rule_at is None:
             return RuleRange(None, start + shift, end + shift)  # its own step decides
         found = rule_at(pc, innermost)

@@ -16,12 +16,12 @@ from harness.errors import UnwindFailure
 from harness.formats.qut import FrameRecord, Load, Mark, Op, QutTable, SetVsp, VspAdd, VspSet
 from harness.registers import LR, PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Rule, RuleRange
+from harness.unwind.rule import Defers, Rule, RuleRange, step_by_rule
 from harness.unwind.rule_map import RuleMap, found_in, partition_of, rule_maps
-from harness.unwind.walk import Restores, check_caller
+from harness.unwind.walk import Restores, Unwinder, check_caller
 
 
-class QutUnwinder:
+class QutUnwinder(Unwinder):
     restores = Restores((4, 7, 10, 11), vfp=False)
 
     def __init__(self, table: QutTable, text_base: int, source: str, name: str = "qut"):
@@ -38,6 +38,17 @@ class QutUnwinder:
         return f"QUT (from {self.source}) has no entry for pc {{pc:#x}}"
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        """Its rule's (harness.unwind.rule.apply: a load outside the stack
+        fails as a read there); where no rule states the entry (an absolute
+        vsp, finish, a loaded sp, another order than the encoder's:
+        `rule_of_ops` gives None), its own: the entry's ops run here."""
+        try:
+            return step_by_rule(self, frame, stack, innermost)
+        except Defers:  # no rule: a QUT rule defers nowhere else (but at a load, which fails)
+            return self._run_ops(frame, stack, innermost)
+
+    def _run_ops(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        """The entry's ops, run in order with vsp starting at sp."""
         ops = self.ops_of(frame.pc if innermost else frame.pc - 1)
         regs = list(frame.r)
         vsp, loaded = frame.sp, set()
@@ -77,7 +88,7 @@ class QutUnwinder:
 def rule_of_ops(ops: tuple[Op, ...]) -> Rule | None:
     """The kernel's rule for a run in the encoder's order (a vsp rule, vsp
     additions, loads below the final vsp, end); None for any other order,
-    a loaded sp, an absolute vsp or finish, which `step` alone follows."""
+    a loaded sp, an absolute vsp or finish, which `step` runs as ops."""
     base, offset, loads, seen_load = SP, 0, [], False
     for number, op in enumerate(ops):
         if isinstance(op, (SetVsp, FrameRecord)) and number == 0:

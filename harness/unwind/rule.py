@@ -1,56 +1,85 @@
-"""One unwinder step at one pc, written down as data, for the compiled
-verification kernel (harness/verify/csrc/rules.c; harness.verify.kernel
-packs rules by harness/verify/abi.py).
+"""One unwinder step at one pc, written down as data (`Rule`), and what it
+means (`apply`): the compiled verification kernel applies rules over the
+emulator's memory (harness/verify/csrc/rules.c; harness.verify.kernel
+packs them by harness/abi.py).
 
-Each unwinder's `step` stays the definition. Its `rule_at(pc, innermost)`
-gives a RuleRange: the rule for a frame at pc, and the pcs around it that
-share it (a table's unwinder finds it by its table's rows:
-harness.unwind.rule_map). A rule describes the step as fixed offsets from one base
-register: what the step does for every register and stack state, *except*
-where the rule's guards fail, and there the kernel defers to `step`.
-`None` means "always defer" (an EHABI run only the interpreter can follow,
-an epilogue that moves r7, or sets sp from a register after its first
-instruction). tests/test_kernel.py holds the kernel to `step` on random
-frames and stacks for the rules of real programs.
+An unwinder's `rule_at(pc, innermost)` gives a RuleRange: the rule for a
+frame at pc, and the pcs around it that share it (a table's unwinder finds
+it by its table's rows: harness.unwind.rule_map). `None` means "always
+defer" (an EHABI run only the interpreter can follow, an epilogue that
+moves r7, or sets sp from a register after its first instruction).
 
-The kernel applies a rule as follows (`base` is r[base] + offset, or with
-an `index` register, (r[base] + r[index]) mod 2**32 + offset):
-0. `pre_loads` read the stack at the frame's sp + offset first (the kernel
-   defers unless sp is 4-byte aligned and `pre_bounds` lie in the stack),
-   and `base` is taken after them;
-1. a failure rule fails the step with its (kind, reason);
-2. guards: `bounds` (both base + lowest and base + highest inside the
-   stack), `aligned` (base % 4 == 0), `above_sp` (base >= sp). If one fails,
-   a `leaf_unless_record` rule takes the leaf step (pc = lr), a rule with a
-   `guard_failure` fails with it, and any other rule defers; a
-   `leaf_unless_record` rule whose guards pass also takes the
-   leaf step unless the word at base is 0 or above base (a saved frame
-   pointer, not code); an `outside_it` rule defers inside an IT block;
-3. each load reads the stack at base + offset (a read outside it defers);
-4. pc = (lr if `pc_from_lr` else the loaded pc) & ~1, sp = base + end;
-5. the caller must pass harness.unwind.walk.check_caller, or the step
-   fails as check_caller words it (with `caller_aligned8`, it must first
-   have an 8-byte aligned sp, or the step fails with bad_read, as
-   Chrome's does).
-A scan rule (`scan_window` bytes, `scan_sites`) is none of the above: the
-first word of the window from sp up that is one of the sites is the
-caller's pc, and sp lies just above it (harness.unwind.scan); where no
-word is, it fails with its `guard_failure` (base: the frame's sp).
-A chain rule (`alternatives`) applies each of its rules in turn, and takes
-the first caller one gives: the next is tried where one fails (a failure
-rule, a failed guard, a caller check_caller rejects); an alternative that
-defers (None, say) defers the chain, and so does the failure of every one.
+`apply(rule, frame, stack, innermost)` is the reference interpreter of a
+rule: it gives the caller frame, or raises UnwindFailure as a step would,
+or raises `Defers` where the rule cannot say (the kernel's DEFER: the
+unwinder's own step runs there). The kernel is held to it on random
+rules, frames and stacks of every kind, and it to each unwinder's step
+wherever the unwinder's rule does not defer (tests/test_rule_apply.py).
+An unwinder whose rules state it steps by them (`step_by_rule`:
+framepointer, v1, scan, vmkunwind, dwarf, and qut where it has a rule);
+the others keep their own step, and say why.
+
+A rule is of one of four kinds (`kind_of`), each computing the formula
+below. Notation: r and d are the frame's core and d registers, sp = r[sp]
+the frame's; c is the caller (every register not named is the frame's);
+*a is the 32-bit word at a, *64 a the 64-bit one; S the stack [low, high]
+(a read of n bytes at a needs low <= a and a + n <= high, else the rule
+defers); check_caller is harness.unwind.walk.check_caller.
+
+CHAIN (`alternatives`):
+    c = apply(alternatives[0]), else apply(alternatives[1]), ... : the next
+    is tried where one fails (UnwindFailure); one that defers (None, say)
+    defers the chain; where every one fails, ChainFailure: the last one's
+    kind, every one's reason. (The kernel defers there, and the step words
+    it with its methods' names; in a library the tracer takes a failure
+    whose last alternative is declared no_info as a stop.)
+
+SCAN (`scan_window` bytes, `scan_sites`):
+    a = the first of sp, sp + 4, ... < sp + scan_window with *a in scan_sites
+    c.pc = *a & ~1, c.sp = a + 4, then check_caller
+    (the scan ends at the first word outside S; where no word is one of
+    the sites, it fails with guard_failure(sp, sp, low, high), or defers
+    without one).
+
+FAILURE (`failure` = (kind, reason)):
+    raise UnwindFailure(kind, reason), a PcWording reason worded with r[pc].
+
+PLAIN (offsets from one base; everything else):
+    r[reg] = *(sp + o)           for (reg, o) in pre_loads, first
+                                 (defers unless sp % 4 == 0 and sp + pre_bounds,
+                                 default (0, 0), lie in S)
+    base = r[base] + offset      (with an index: (r[base] + r[index]) mod 2**32 + offset)
+    guards: base + bounds in S, base % 4 == 0 (`aligned`), base >= sp (`above_sp`);
+            where one fails: guard_failure(base, sp, low, high), or defers without one
+    leaf_unless_record: c = r with c.pc = r[lr] & ~1 (a leaf) unless the guards
+            hold and *base is 0 or above base (a saved frame pointer); else on as below
+    outside_it: defers where frame.cpsr is inside an IT block, but at its last
+            instruction where its condition holds (which executes as outside one)
+    c[reg] = *(base + o)         for (reg, o) in loads
+    c.d[n] = *64(base + o)       for (n, o) in vfp_loads
+    c.pc = (c[lr] if pc_from_lr else c[pc]) & ~1
+    c.sp = base + end
+    caller_aligned8: c.sp % 8 == 0, else bad_read; then check_caller.
+
+A rule names core registers 0-15 and d registers 0-31 only, and packs in
+int32 fields (harness.verify.kernel.pack_rule): elsewhere the kernel
+defers. It also defers, where no unwinder makes such a rule, at a chain
+inside a chain, and at a chain's `outside_it` alternative at the last
+instruction of an IT block (it runs that instruction as outside its block
+for the walk's own rule alone: rules.c, rule_in_it_block).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Callable, NamedTuple
 
-from harness.errors import UnwindFailure
-from harness.registers import SP
-from harness.unwind.frame import Stack, StackReader
+from harness.errors import BadRead, UnwindFailure
+from harness.registers import LR, PC, SP
+from harness.thumb.encoding import condition_holds, it_state
+from harness.unwind.frame import Frame, Stack, StackReader
+from harness.unwind.walk import Unwinder, check_caller
 
 
 class Rule(NamedTuple):  # a tuple: made a thousand times a program, compared and hashed in C
@@ -98,10 +127,12 @@ class ReturnAddresses:
     Tens of thousands in a process: hashed once, so that rules holding them
     hash and compare in constant time wherever one scan object is shared."""
 
-    __slots__ = ("addresses", "packed", "_hash")
+    __slots__ = ("addresses", "packed", "members", "_hash")
 
     def __init__(self, addresses: Iterable[int]):
-        self.addresses = tuple(sorted(set(addresses)))
+        # `members`, for apply's scan: the frozenset given (a scan unwinder's own), else one made
+        self.members = addresses if isinstance(addresses, frozenset) else frozenset(addresses)
+        self.addresses = tuple(sorted(self.members))
         self.packed = struct.pack(f"<{len(self.addresses)}I", *self.addresses)
         self._hash = hash(self.addresses)
 
@@ -111,12 +142,15 @@ class ReturnAddresses:
     def __eq__(self, other) -> bool:
         return self is other or (isinstance(other, ReturnAddresses) and self.addresses == other.addresses)
 
+    def __contains__(self, address: int) -> bool:
+        return address in self.members
+
 
 def guards_hold(rule: Rule, base: int, sp: int, low: int, high: int) -> bool:
     """Do the rule's guards pass for `base`, in a frame at sp of the stack
-    [low, high] (step 2 of the module's list)?"""
-    inside = lambda address: low <= address <= high  # noqa: E731
-    return ((rule.bounds is None or (inside(base + rule.bounds[0]) and inside(base + rule.bounds[1])))
+    [low, high] (a plain rule's guards: the module's formulas)?"""
+    bounds = rule.bounds
+    return ((bounds is None or (low <= base + bounds[0] <= high and low <= base + bounds[1] <= high))
             and (not rule.aligned or base % 4 == 0) and (not rule.above_sp or base >= sp))
 
 
@@ -154,3 +188,170 @@ def replayed_failure(replay: Callable[[int, int, StackReader], object], what: st
             return failed.kind, failed.reason
         raise AssertionError(f"the guards of {what} failed where its step does not")
     return failure
+
+
+# ------------------------------------------------------------ the meaning of a rule
+
+KINDS = ("chain", "scan", "failure", "plain")
+
+
+class Defers(Exception):
+    """The rule cannot say for this frame: the unwinder's own step must.
+    `failure`: what a step reading as the rule does would raise there,
+    where that is known (a read outside the stack: its BadRead)."""
+
+    def __init__(self, why: str, failure: UnwindFailure | None = None):
+        super().__init__(why)
+        self.failure = failure
+
+
+class ChainFailure(UnwindFailure):
+    """Every alternative of a chain rule failed: the last one's kind, each
+    one's reason in turn (`failures`, to be worded with their methods' names)."""
+
+    def __init__(self, failures: Sequence[UnwindFailure]):
+        super().__init__(failures[-1].kind, "; ".join(failure.reason for failure in failures))
+        self.failures = tuple(failures)
+
+
+def kind_of(rule: Rule) -> str:
+    """Which of KINDS the rule is (a field of a later kind is not read)."""
+    if rule.alternatives:
+        return "chain"
+    if rule.scan_window:
+        return "scan"
+    return "plain" if rule.failure is None else "failure"
+
+
+def apply(rule: Rule | None, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+    """The caller of `frame` by `rule` (None: always defers), as the
+    module's formulas say; raises UnwindFailure, or Defers."""
+    if rule is None:
+        raise Defers("no rule: only the unwinder's step can say here")
+    if rule.alternatives:  # kind_of's order, inline: a step of every unwinder that steps by rule runs this
+        return _chain(rule.alternatives, frame, stack, innermost)
+    if rule.scan_window:
+        return _scan(rule, frame, stack, innermost)
+    if rule.failure is not None:
+        failure_kind, reason = rule.failure
+        raise UnwindFailure(failure_kind, reason.at(frame.pc) if isinstance(reason, PcWording) else reason)
+    return _plain(rule, frame, stack, innermost)
+
+
+def step_by_rule(unwinder: Unwinder, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+    """The step of an unwinder whose rules state it: apply(unwinder.rule_at(pc)),
+    a load that leaves the stack failing as a read there does (its BadRead).
+    Defers (an unwinder's own step must say) where the rule defers otherwise."""
+    try:
+        return apply(unwinder.rule_at(frame.pc, innermost).rule, frame, stack, innermost)
+    except Defers as defers:
+        if defers.failure is None:
+            raise
+        raise _taken(defers) from None
+
+
+def _taken(defers: Defers) -> UnwindFailure:
+    """The failure a Defers holds, taken from it: raised while it is handled,
+    the failure's context is the Defers, and no reference cycle may wait
+    for the collector (harness.collector)."""
+    failure, defers.failure = defers.failure, None
+    return failure
+
+
+def _chain(alternatives: Sequence[Rule | None], frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+    failures = []
+    for alternative in alternatives:
+        try:
+            return apply(alternative, frame, stack, innermost)
+        except UnwindFailure as failure:  # Defers is none: it defers the chain
+            failures.append(failure)
+    raise ChainFailure(failures)
+
+
+def _scan(rule: Rule, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+    sp, sites = frame.sp, rule.scan_sites
+    if sites is None:
+        raise Defers("a scan without its return addresses")
+    members = sites.members  # a set: its test runs in C
+    for slot in range(sp, sp + rule.scan_window, 4):
+        if not (stack.contains(slot) and stack.contains(slot + 4)):
+            break
+        word = stack.read_u32(slot)
+        if word in members:
+            regs = list(frame.r)
+            regs[PC], regs[SP] = word & ~1, slot + 4
+            return _checked(frame, Frame(r=tuple(regs), d=frame.d), innermost)
+    return _guard_failed(rule, sp, frame, stack)
+
+
+def _plain(rule: Rule, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+    sp = frame.sp
+    regs = list(frame.r)
+    if rule.pre_loads:
+        lowest, highest = rule.pre_bounds or (0, 0)
+        if sp % 4 or not (stack.contains(sp + lowest) and stack.contains(sp + highest)):
+            raise Defers(f"sp {sp:#x} is misaligned, or its loads' bounds leave the stack")
+        for reg, offset in rule.pre_loads:
+            regs[reg] = _read(stack, sp + offset, 4)
+    base = regs[rule.base] if rule.index is None else (regs[rule.base] + regs[rule.index]) & 0xFFFF_FFFF
+    base += rule.offset
+    guarded = guards_hold(rule, base, sp, stack.low, stack.high)
+    if rule.leaf_unless_record:
+        if not (guarded and _is_record(stack, base)):
+            regs[PC] = regs[LR] & ~1
+            return _checked(frame, Frame(r=tuple(regs), d=frame.d), innermost)
+    elif not guarded:
+        return _guard_failed(rule, base, frame, stack)
+    if rule.outside_it and not _outside_it_block(frame.cpsr):
+        raise Defers("inside an IT block, where the rule's instructions may not run")
+    dregs = frame.d
+    try:  # one try for every load (where one leaves the stack, the rule defers: _read)
+        for reg, offset in rule.loads:
+            regs[reg] = stack.read_u32(base + offset)
+        if rule.vfp_loads:
+            dregs = list(dregs)
+            for number, offset in rule.vfp_loads:
+                dregs[number] = stack.read_u64(base + offset)
+            dregs = tuple(dregs)
+    except BadRead as outside:
+        raise Defers(f"a load at {outside.address:#x} leaves the stack", outside) from None
+    regs[PC] = (regs[LR] if rule.pc_from_lr else regs[PC]) & ~1
+    regs[SP] = base + rule.end
+    if rule.caller_aligned8 and regs[SP] % 8:
+        raise UnwindFailure("bad_read", f"caller sp {regs[SP]:#x} is not 8-byte aligned")
+    return _checked(frame, Frame(r=tuple(regs), d=dregs), innermost)
+
+
+def _read(stack: StackReader, address: int, size: int) -> int:
+    try:
+        return stack.read_u32(address) if size == 4 else stack.read_u64(address)
+    except BadRead as outside:
+        raise Defers(f"a load at {address:#x} leaves the stack", outside) from None
+
+
+def _is_record(stack: StackReader, base: int) -> bool:
+    """Is the word at base a saved frame pointer (0, the chain's end, or a
+    higher address), not code?"""
+    try:
+        saved = stack.read_u32(base)
+    except BadRead:
+        return False
+    return saved == 0 or saved > base
+
+
+def _outside_it_block(cpsr: int) -> bool:
+    """Does the instruction at pc run as outside an IT block: none, or the
+    block's last instruction, where its condition holds?"""
+    state = it_state(cpsr)
+    return not state or (state & 0x7 == 0 and condition_holds(state >> 4, cpsr))
+
+
+def _guard_failed(rule: Rule, base: int, frame: Frame, stack: StackReader) -> Frame:
+    if rule.guard_failure is None:
+        raise Defers(f"the rule's guards fail at base {base:#x}")
+    raise UnwindFailure(*rule.guard_failure(base, frame.sp, stack.low, stack.high))
+
+
+def _checked(callee: Frame, caller: Frame, innermost: bool) -> Frame:
+    check_caller(callee, caller, innermost)
+    return caller

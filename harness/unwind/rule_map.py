@@ -25,11 +25,6 @@ from typing import NamedTuple
 from harness.errors import UnwindFailure
 from harness.unwind.rule import EVERYWHERE, LEAF, NOWHERE, PcWording, Rule, RuleRange, failing
 
-try:
-    from harness.unwind._rule_map import partition_of as _compiled_partition_of
-except ImportError:  # not built: partitions are made in Python
-    _compiled_partition_of = None
-
 NO_ROW = -1  # the table has nothing for the pcs of a segment
 
 
@@ -52,20 +47,7 @@ def partition_of(segments: Iterable[tuple[int, Hashable | None]], base: int = 0)
     """The partition of (start, value) pairs in increasing start order, each
     value holding from base + start up to the next one (a later pair at the
     same start replaces the earlier; None: no row), and the distinct values
-    by row number. Before the first start there is no row. Looped in C where
-    the twin is built (csrc/rule_map.c)."""
-    if _compiled_partition_of is None:
-        return partition_in_python(segments, base)
-    return partition_made(*_compiled_partition_of(segments, base, NOWHERE, NO_ROW))
-
-
-def partition_made(starts: bytes, rows: bytes, values: list) -> tuple[Partition, list]:
-    """A partition the compiled twin made, its starts and rows as native int64 bytes."""
-    return Partition(array("q", starts), array("q", rows)), values  # bytes: read as the array's own
-
-
-def partition_in_python(segments: Iterable[tuple[int, Hashable | None]], base: int = 0) -> tuple[Partition, list]:
-    """partition_of, in Python: the reference of its compiled twin."""
+    by row number. Before the first start there is no row."""
     starts, rows = [NOWHERE], [NO_ROW]
     values: list = []
     numbers: dict = {}

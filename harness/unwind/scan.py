@@ -23,56 +23,45 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 
 from harness.errors import UnwindFailure
-from harness.registers import PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import EVERYWHERE, NOWHERE, ReturnAddresses, Rule, RuleRange
+from harness.unwind.rule import EVERYWHERE, NOWHERE, ReturnAddresses, Rule, RuleRange, step_by_rule
 from harness.unwind.rule_map import RuleMap, everywhere
-from harness.unwind.walk import PC_SP_ONLY, Unwinder, check_caller
+from harness.unwind.walk import PC_SP_ONLY, Unwinder
 
 WINDOW_WORDS = 64  # how far up a scan reads: 256 bytes
 
 
-class ScanUnwinder:
+class ScanUnwinder(Unwinder):
     restores = PC_SP_ONLY
 
     def __init__(self, return_addresses: Iterable[int], name: str = "scan", window: int = WINDOW_WORDS):
         self.return_addresses = frozenset(return_addresses)
         self.window = window
         self.name = name
-        self._rule: Rule | None = None
+        self._range: RuleRange | None = None
 
     def entered_from(self, return_address: int) -> None:
         """Accept the address a bare-metal entry returns to (the harness's
         sentinel: no call in the program precedes it), as a profiler knows
         where its threads start."""
         self.return_addresses |= {return_address}
-        self._rule = None
+        self._range = None
 
     @property
     def rule_maps(self) -> tuple[RuleMap, RuleMap]:
         """The same scan everywhere, in the kernel's form."""
-        if self._rule is None:
-            self._rule = Rule(scan_window=4 * self.window, scan_sites=ReturnAddresses(self.return_addresses),
-                              guard_failure=partial(nothing_found, self.window), guard_kind="no_info")
-        return everywhere(self._rule, self._rule)
+        rule = self.rule_at(0, False).rule
+        return everywhere(rule, rule)
 
     def rule_at(self, pc: int, innermost: bool) -> RuleRange:
-        return self.rule_maps[innermost].rule_at(pc)
+        """rule_maps', made once (the step looks it up at every frame)."""
+        if self._range is None:
+            self._range = RuleRange(Rule(scan_window=4 * self.window, scan_sites=ReturnAddresses(self.return_addresses),
+                                         guard_failure=partial(nothing_found, self.window), guard_kind="no_info"),
+                                    NOWHERE, EVERYWHERE)
+        return self._range
 
-    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
-        slot = frame.sp
-        for _ in range(self.window):
-            if not (stack.contains(slot) and stack.contains(slot + 4)):
-                break
-            word = stack.read_u32(slot)
-            slot += 4
-            if word in self.return_addresses:
-                regs = list(frame.r)
-                regs[PC], regs[SP] = word & ~1, slot
-                caller = Frame(r=tuple(regs), d=frame.d)
-                check_caller(frame, caller, innermost)
-                return caller
-        raise UnwindFailure(*nothing_found(self.window, frame.sp, frame.sp, stack.low, stack.high))
+    step = step_by_rule  # its rule's (harness.unwind.rule.apply), which never defers
 
 
 def nothing_found(window: int, base: int, sp: int, low: int, high: int) -> tuple[str, str]:
@@ -81,7 +70,7 @@ def nothing_found(window: int, base: int, sp: int, low: int, high: int) -> tuple
     return "no_info", f"no return address in the {window} words from sp {sp:#x} up"
 
 
-class ChainUnwinder:
+class ChainUnwinder(Unwinder):
     restores = PC_SP_ONLY
 
     def __init__(self, methods: Sequence[Unwinder], name: str = "chain"):
@@ -94,8 +83,10 @@ class ChainUnwinder:
 
     def entered_from(self, return_address: int) -> None:
         for method in self.methods:
-            getattr(method, "entered_from", lambda address: None)(return_address)
+            if method.entered_from is not None:
+                method.entered_from(return_address)
 
+    # Its own step: its failure names every method (a chain rule's ChainFailure cannot), and its methods may have none.
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         return self.step_by(frame, stack, innermost)[0]
 
@@ -119,7 +110,7 @@ class ChainUnwinder:
         low, high = NOWHERE, EVERYWHERE
         alternatives: list[Rule | None] = []
         for method in self.methods:
-            rule_at = getattr(method, "rule_at", None)
+            rule_at = method.rule_at
             if rule_at is None:  # its own step decides, at this pc alone
                 alternatives.append(None)
                 low, high = max(low, pc), min(high, pc + 1)

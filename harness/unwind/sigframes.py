@@ -22,7 +22,7 @@ from typing import Iterable
 
 from harness.errors import UnwindFailure
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.walk import Restores, Unwinder, restores_of
+from harness.unwind.walk import Restores, Unwinder
 
 # The trampolines' instructions, whether each is rt_sigreturn's, and their
 # alignment. libunwindstack knows the ARM and 16-bit Thumb forms; Debian's
@@ -57,7 +57,7 @@ def trampolines_in(segments: Iterable[tuple[int, bytes]]) -> dict[int, bool]:
     return found
 
 
-class SignalFrames:
+class SignalFrames(Unwinder):
     """`unwinder`, crossing signal frames: a step that lands on a trampoline
     (or starts in one) gives the interrupted context instead. No rules for
     the compiled kernel: its walks run in Python (an option for measuring)."""
@@ -65,7 +65,7 @@ class SignalFrames:
     def __init__(self, unwinder: Unwinder, trampolines: dict[int, bool]):
         self.unwinder = unwinder
         self.name = unwinder.name
-        self.restores: Restores = restores_of(unwinder)
+        self.restores: Restores = unwinder.restores
         self._trampolines = trampolines
         self._starts = sorted(trampolines)
         # The registers (r4-r11, sp, lr, pc) of the context the last crossing

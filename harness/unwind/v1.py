@@ -13,16 +13,15 @@ from __future__ import annotations
 
 from functools import cached_property, lru_cache, partial
 
-from harness.errors import UnwindFailure
 from harness.formats.chrome_v1 import V1Table
-from harness.registers import LR, PC, SP
-from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import LEAF, Rule, RuleRange, replayed_failure
+from harness.registers import PC
+from harness.unwind.frame import StackReader
+from harness.unwind.rule import LEAF, Rule, RuleRange, replayed_failure, step_by_rule
 from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
-from harness.unwind.walk import PC_SP_ONLY, check_caller
+from harness.unwind.walk import PC_SP_ONLY, Unwinder
 
 
-class V1Unwinder:
+class V1Unwinder(Unwinder):
     restores = PC_SP_ONLY
 
     def __init__(self, table: V1Table, text_base: int, name: str = "v1"):
@@ -30,27 +29,7 @@ class V1Unwinder:
         self.text_base = text_base
         self.name = name
 
-    def row_of(self, pc: int, innermost: bool) -> tuple[int, int] | None:
-        """(CFA offset, RA offset) for the frame at pc (None: take pc from
-        lr). A caller's pc is looked up as it is (Chrome's Unwind does not
-        step back into the call)."""
-        found = self.table.lookup(pc - self.text_base) if pc >= self.text_base else None
-        if found is None and not innermost:
-            raise UnwindFailure("no_info", f"v1 has no row for pc {pc:#x}")
-        return found
-
-    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
-        found = self.row_of(frame.pc, innermost)
-        regs = list(frame.r)
-        if found is None:
-            regs[PC] = frame.r[LR] & ~1
-        else:
-            cfa_offset, ra_offset = found
-            regs[SP] = frame.sp + cfa_offset
-            regs[PC] = stack.read_u32(regs[SP] - ra_offset) & ~1
-        caller = Frame(r=tuple(regs), d=frame.d)
-        check_caller(frame, caller, innermost)
-        return caller
+    step = step_by_rule  # its rule's (harness.unwind.rule.apply), which never defers
 
     @cached_property
     def rule_maps(self) -> tuple[RuleMap, RuleMap]:
@@ -67,8 +46,8 @@ class V1Unwinder:
 @lru_cache(maxsize=None)
 def _rule_of_row(found: tuple[int, int] | None) -> Rule:
     """sp += CFA offset, pc = [sp - RA offset]; with no row, pc = lr.
-    Where the return address lies outside the stack, the step's read
-    fails: the rule fails there too, in the read's words."""
+    Where the return address lies outside the stack, the rule fails as
+    a read there does, in its words (a guard: it never defers)."""
     if found is None:
         return LEAF
     cfa_offset, ra_offset = found

@@ -14,13 +14,9 @@ from harness.formats import ehabi
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import NOWHERE, RuleRange
-from harness.unwind.rule_map import NO_ROW, RuleMap, partition_made, partition_of, rule_maps
-
-try:
-    from harness.unwind._rule_map import v2_partition_of as _compiled_v2_partition_of
-except ImportError:  # not built: partitions are made in Python
-    _compiled_v2_partition_of = None
+from harness.unwind.rule import RuleRange
+from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
+from harness.unwind.walk import Unwinder
 
 Run = tuple[ehabi.Op, ...]
 
@@ -71,7 +67,7 @@ class NoCache(PcCache):
         pass
 
 
-class V2Unwinder:
+class V2Unwinder(Unwinder):
     def __init__(self, reader: V2Reader, text_base: int, name: str = "v2", cache: PcCache | None = None):
         self.reader = reader
         self.text_base = text_base
@@ -95,6 +91,7 @@ class V2Unwinder:
             raise UnwindFailure("no_info", f"no v2 entry covers pc {pc:#x}")
         return self.reader.run(found.instruction_index), self.text_base + found.low, self.text_base + found.high
 
+    # Its own step (the EHABI interpreter): a run no rule states (rule_of_run's None) only it can follow.
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         # A return address may be the first byte after a call to a function
         # that never returns, so callers are looked up one byte earlier.
@@ -114,10 +111,5 @@ class V2Unwinder:
 
 def v2_partition(reader: V2Reader, text_base: int):
     """The Partition of the pcs a v2 table covers, and the instruction index
-    of each row: rule_map.partition_of over the reader's segments, looped
-    in C where built (its generator was most of the partition's time)."""
-    if _compiled_v2_partition_of is None:
-        return partition_of(reader.segments(), text_base)
-    starts, pages_end = reader.function_starts()
-    return partition_made(*_compiled_v2_partition_of(starts, pages_end, reader.entry_offset_lists(), text_base,
-                                                     NOWHERE, NO_ROW))
+    of each row: rule_map.partition_of over the reader's segments."""
+    return partition_of(reader.segments(), text_base)

@@ -26,12 +26,12 @@ from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import PcWording, Rule, RuleRange, failing, replayed_failure
 from harness.unwind.rule_map import RuleMap, rule_maps
 from harness.unwind.v2 import v2_partition
-from harness.unwind.walk import Restores, check_caller
+from harness.unwind.walk import Restores, Unwinder, check_caller
 
 Run = tuple[ehabi.Op, ...]
 
 
-class ChromeV2Unwinder:
+class ChromeV2Unwinder(Unwinder):
     restores = Restores(CALLEE_SAVED, vfp=False)
 
     def __init__(self, reader: V2Reader, text_base: int, name: str = "v2-chrome"):
@@ -63,6 +63,7 @@ class ChromeV2Unwinder:
         return f"at pc {{pc:#x}}: instruction {outside[0]:#04x} is not one Chrome's runtime executes" \
             if outside else None
 
+    # Its own step (Chrome's runtime): a run no rule states (chrome_rule's None) only the runtime can follow.
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         regs, vsp, popped_pc = _executed(self._found(frame.pc)[0], list(frame.r), frame.sp, frame.pc, stack)
         regs[SP] = vsp

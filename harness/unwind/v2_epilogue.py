@@ -35,7 +35,7 @@ from harness.thumb.epilogue import (
 from harness.unwind.frame import Frame, StackReader
 from harness.unwind.rule import Rule, RuleRange
 from harness.unwind.rule_map import RuleMap
-from harness.unwind.walk import check_caller
+from harness.unwind.walk import Unwinder, check_caller
 
 # (instruction, step) by the instruction's bytes, for those whose decoding
 # does not depend on their address (its address is the first one met: a
@@ -211,7 +211,7 @@ def rule_of(steps: tuple[Step, ...]) -> Rule | None:
                 end=offset, pc_from_lr=pc_from_lr, outside_it=True)
 
 
-class EpilogueFirst:
+class EpilogueFirst(Unwinder):
     """At the innermost frame, simulate the epilogue ahead if there is one;
     otherwise (and for every caller frame) use the fallback unwinder."""
 
@@ -220,6 +220,7 @@ class EpilogueFirst:
         self.fallback = fallback
         self.name = name
 
+    # Its own step: an epilogue no rule states (rule_of's None) only the simulator can follow, and the tables' too.
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         if innermost:
             caller = self.simulator.simulate(frame, stack)

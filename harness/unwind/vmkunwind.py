@@ -12,14 +12,13 @@ from __future__ import annotations
 from functools import cached_property, lru_cache
 
 from harness.formats.vmkunwind import FP, VmkRow, VmkTable
-from harness.registers import LR, PC, SP
-from harness.unwind.frame import Frame, StackReader
-from harness.unwind.rule import Rule, RuleRange
-from harness.unwind.rule_map import RuleMap, found_in, partition_of, rule_maps
-from harness.unwind.walk import Restores, check_caller
+from harness.registers import PC, SP
+from harness.unwind.rule import Rule, RuleRange, step_by_rule
+from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
+from harness.unwind.walk import Restores, Unwinder
 
 
-class VmkunwindUnwinder:
+class VmkunwindUnwinder(Unwinder):
     restores = Restores((FP,), vfp=False)
 
     def __init__(self, table: VmkTable, text_base: int, name: str = "vmkunwind"):
@@ -27,21 +26,7 @@ class VmkunwindUnwinder:
         self.text_base = text_base
         self.name = name
 
-    def row_of(self, lookup_pc: int) -> VmkRow:
-        """The row at `lookup_pc`; UnwindFailure no_info where the table has none."""
-        return found_in(self.table.lookup_range, self.text_base, lookup_pc, "vmkunwind has no row for pc {pc:#x}")
-
-    def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
-        row = self.row_of(frame.pc if innermost else frame.pc - 1)
-        cfa = (frame.r[FP] if row.base_r7 else frame.sp) + row.cfa_offset
-        regs = list(frame.r)
-        if row.r7_slot:
-            regs[FP] = stack.read_u32(cfa - 4 * row.r7_slot)
-        regs[PC] = (stack.read_u32(cfa - 4 * row.lr_slot) if row.lr_slot else frame.r[LR]) & ~1
-        regs[SP] = cfa
-        caller = Frame(r=tuple(regs), d=frame.d)
-        check_caller(frame, caller, innermost)
-        return caller
+    step = step_by_rule  # its rule's (harness.unwind.rule.apply): a load outside the stack fails as a read there
 
     @cached_property
     def rule_maps(self) -> tuple[RuleMap, RuleMap]:

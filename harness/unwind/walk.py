@@ -5,7 +5,7 @@ strategy shares (Chrome's unwinder applies the same ones), and the walk."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Callable, Iterator
 
 from harness.errors import UnwindFailure
 from harness.registers import CALLEE_SAVED, reg_name
@@ -32,12 +32,36 @@ ALL_CALLEE_SAVED = Restores()
 PC_SP_ONLY = Restores((), False)
 
 
-class Unwinder(Protocol):
+class Unwinder:
+    """What the walk, the verifier and the reports know of an unwinder:
+    its name and `step` (required), what it restores, and the optional
+    capabilities below, each declared here with the value that means "not
+    offered", so that no caller has to probe for them."""
+
     name: str
-    restores: Restores  # optional: ALL_CALLEE_SAVED when absent
+    restores: Restores = ALL_CALLEE_SAVED
+    # Its step as data: rule_at(pc, innermost) -> harness.unwind.rule.RuleRange, whose rule
+    # None means "only `step` can say, at this pc". Without it, `step` runs at every stop.
+    rule_at: Callable[[int, bool], tuple] | None = None
+    # Its table's rules by pc range (two harness.unwind.rule_map.RuleMap: caller frames', the
+    # innermost frame's): the compiled kernel looks pcs up there instead of calling rule_at.
+    rule_maps: tuple | None = None
+    # The harness.unwind.v2_epilogue.EpilogueSimulator run at the innermost frame before the
+    # tables (v2+epilogue).
+    simulator: object | None = None
+    # A chain's methods in the order it tries them, and its step naming the method
+    # that gave each caller: step_by(frame, stack, innermost) -> (caller, method name).
+    methods: tuple[Unwinder, ...] = ()
+    step_by: Callable[[Frame, StackReader, bool], tuple[Frame, str]] | None = None
+    # Told the return address of the walk's outermost frame before a run (a scan
+    # accepts the harness's own sentinel there as a call site).
+    entered_from: Callable[[int], None] | None = None
+    # The harness.formats.chrome_v2.V2Reader behind it, for tables shared with v2+epilogue.
+    reader: object | None = None
 
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
         """The caller of `frame`, or raise UnwindFailure."""
+        raise NotImplementedError
 
 
 def check_caller(callee: Frame, caller: Frame, innermost: bool) -> None:
@@ -54,10 +78,6 @@ def caller_failure(caller_sp: int, callee_sp: int) -> tuple[str, str]:
     if caller_sp % 4:
         return "bad_read", f"caller sp {caller_sp:#x} is not 4-byte aligned"
     return "limit", f"caller sp {caller_sp:#x} does not rise above callee sp {callee_sp:#x}"
-
-
-def restores_of(unwinder: Unwinder) -> Restores:
-    return getattr(unwinder, "restores", ALL_CALLEE_SAVED)
 
 
 def without_scratch(frame: Frame) -> Frame:

@@ -1,4 +1,5 @@
-"""Verification by emulation: Unicorn (`emulator`), the shadow call stack
-(`groundtruth`), the compiled kernel (`kernel`, `csrc/`, and `abi`, the
-boundary declared once), walks compared with the shadow stack (`walks`),
-failure records (`failures`) and the per-stop loop (`stops`)."""
+"""Verification by emulation: the shadow call stack (`groundtruth`), the
+compiled kernel (`kernel`, `csrc/`; its boundary is harness.abi), walks
+compared with the shadow stack (`walks`), failure records (`failures`),
+which stops a run verifies (`sampling`) and the per-stop loop (`stops`),
+over a run of harness.emulation."""

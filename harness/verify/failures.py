@@ -96,10 +96,20 @@ class FailureLog:
         seen: Counter = Counter()
         kept = []
         for entry in self.entries():
-            seen[entry[3].unwinder] += 1
-            if seen[entry[3].unwinder] <= count:
+            seen[entry.cause.unwinder] += 1
+            if seen[entry.cause.unwinder] <= count:
                 kept.append(entry)
         return kept
+
+
+class LogEntry(NamedTuple):
+    """A failing walk as the failure log keeps it."""
+
+    stop: int
+    pc: int
+    where: Where
+    cause: FailureCause
+    detail: object  # its wording, or the values it is worded from (harness.verify.kernel.StopKernel.worded)
 
 
 RANGE_GAP = 4  # pcs this many bytes apart or nearer (a Thumb-2 instruction) share a range
@@ -231,14 +241,14 @@ class WalkLog:
             return None
         return _worded(cause.detail, list(zip(self.values[start:end], self.forms[start:end])))
 
-    def entries(self) -> list[tuple[int, int, tuple]]:
+    def entries(self) -> list[tuple[int, int, LogEntry]]:
         """(stop, unwinder, failure log entry) of each, built now."""
         wheres, causes = list(self._wheres), list(self._causes)
         out = []
         for n, (number, unwinder, pc, where, cause_id) in enumerate(
                 zip(self.numbers, self.unwinders, self.pcs, self.where_ids, self.cause_ids)):
             cause = causes[cause_id]
-            out.append((number, unwinder, (number, pc, wheres[where], cause, self._wording(n, cause))))
+            out.append((number, unwinder, LogEntry(number, pc, wheres[where], cause, self._wording(n, cause))))
         return out
 
     def failures(self) -> Iterator[tuple[Where, FailureCause, int]]:
@@ -275,7 +285,7 @@ class ProgramResult:
     # a Linux process (harness.linux): what it wrote to stdout, and what it must have
     stdout_sha256: str | None = None
     expected_stdout_sha256: str | None = None
-    sampling: dict | None = None  # the stride chosen automatically (harness.linux.verify.sampling_of)
+    sampling: dict | None = None  # the stride chosen automatically (harness.linux_verify.verify.sampling_of)
 
     @property
     def failure_tally(self) -> Counter:
@@ -307,7 +317,7 @@ def killed(result: int | None) -> bool:
 
 def failure_of(stop: int, pc: int, where: Where, cause: FailureCause, values: tuple[int, int] | str | None) -> Failure:
     """The full record of one entry of a failure log."""
-    return Failure(cause.unwinder, stop, pc, where[0], where[2], cause.kind, cause.frame, cause.culprit,
+    return Failure(cause.unwinder, stop, pc, where.function, where.position, cause.kind, cause.frame, cause.culprit,
                    cause.register, detail_of(cause, values), cause.culprit_traits)
 
 

@@ -43,7 +43,9 @@ unwind that found no handler).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
+from harness import abi
 from harness.program import Program
 from harness.thumb.encoding import (
     arm_call_length,
@@ -54,7 +56,6 @@ from harness.thumb.encoding import (
     it_block_length,
     return_kind,
 )
-from harness.verify import abi
 
 # The entry points that start an exception's unwinding: libstdc++'s throw
 # and rethrow, libgcc's raise, resume (from a cleanup landing pad) and
@@ -200,7 +201,7 @@ class ThreadStacks:
 
     def interrupted(self, context, uses_vfp: bool) -> None:
         """A signal handler starts in the running thread: the context
-        (harness.linux.machine.Context) it interrupts is its caller."""
+        (harness.emulation.machine.Context) it interrupts is its caller."""
         vfp = tuple(context.d[8:16]) if uses_vfp else None
         self.shadow.interrupted(context.r[15], context.r[13], tuple(context.r[4:12]), vfp)
 
@@ -300,11 +301,20 @@ class ShadowStack:
         self._pending = ShadowFrame(pc + length, regs[13], tuple(regs[4:12]), vfp, self._serials.next())
 
 
-def decode(code: bytes, thumb: bool) -> tuple[int, int, bool, int, bytes, int]:
-    """What ground truth needs of the instruction `code` in its state: (call
-    length, IT block length, a return-kind instruction, its size, first
-    half-word, condition: an ARM instruction's, 0xE in Thumb where IT
-    decides). C twin: trace.c: decoded()."""
+class Decoded(NamedTuple):
+    """What ground truth needs of an instruction in its state."""
+
+    call_length: int  # of a call (0: not one)
+    it_length: int  # of the IT block it opens (0: not an IT)
+    returns: bool  # a return-kind instruction
+    size: int
+    first_halfword: bytes
+    condition: int  # an ARM instruction's; 0xE in Thumb, where IT decides
+
+
+def decode(code: bytes, thumb: bool) -> Decoded:
+    """What ground truth needs of the instruction `code`. C twin: trace.c: decoded()."""
     if not thumb:
-        return arm_call_length(code), 0, arm_return_kind(code), 4, code[:2], code[3] >> 4 if len(code) > 3 else 0xE
-    return call_length(code), it_block_length(code), return_kind(code), instruction_size(code), code[:2], 0xE
+        return Decoded(arm_call_length(code), 0, arm_return_kind(code), 4, code[:2],
+                       code[3] >> 4 if len(code) > 3 else 0xE)
+    return Decoded(call_length(code), it_block_length(code), return_kind(code), instruction_size(code), code[:2], 0xE)

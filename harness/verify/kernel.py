@@ -2,13 +2,13 @@
 
 The Tracer is the per-instruction hook of a verified run: it follows the
 shadow stack (as harness.verify.groundtruth defines it), ends a runaway run
-at one of its limits (harness.verify.abi.Limits, as the Python hook does:
+at one of its limits (harness.abi.Limits, as the Python hook does:
 `run` reports the guard and the pc) and, at every stop,
 lets the Verifier walk every unwinder by its rules (harness.unwind.rule)
 over the emulator's stack memory and compare each caller frame with the
 shadow stack. The Verifier counts the walks that match every frame (per
 stop class, read back with `passes`) and answers for the others with a
-record of harness.verify.abi (a failing rule, a mismatch, a guard failure,
+record of harness.abi (a failing rule, a mismatch, a guard failure,
 a caller check_caller rejects)
 or DEFER: the verifier then runs the unwinder's own Python step for that
 stop, so the kernel only ever repeats what `step` would say, faster.
@@ -20,17 +20,18 @@ import struct
 from collections import Counter
 from typing import Callable, Sequence
 
+from harness import abi
 from harness.registers import CALLEE_SAVED, SP
 from harness.unwind.rule import EVERYWHERE, NOWHERE, PcWording, ReturnAddresses, Rule, guards_hold
 from harness.unwind.rule_map import itself
-from harness.unwind.walk import Unwinder, caller_failure, restores_of
-from harness.verify import abi, rule_book
-from harness.verify.failures import Outcome
+from harness.unwind.walk import Unwinder, caller_failure
+from harness.verify import rule_book
+from harness.verify.failures import LogEntry, Outcome
 
 try:
-    from harness.verify._kernel import Tracer, Verifier, may_start_epilogue, pack_plain
+    from harness.verify._kernel import Tracer, Verifier, may_start_epilogue
 except ImportError:  # not built: the verifier runs in Python alone
-    Tracer = Verifier = may_start_epilogue = pack_plain = None
+    Tracer = Verifier = may_start_epilogue = None
 
 AVAILABLE = Verifier is not None
 DEFER = False  # the kernel's answer where the unwinder's own step must run
@@ -62,7 +63,7 @@ def pack_rule(rule: Rule, site_table: Callable[[ReturnAddresses], int] | None = 
             | (abi.GUARD_KIND_FIXED if rule.guard_kind is not None else 0) \
             | (abi.NO_INFO if rule.guard_kind == "no_info" else 0)
         return _HEADER.pack(flags, SP, site_table(rule.scan_sites), 0, 0, rule.scan_window, 0, 0, 0, 0, 0, 0)
-    return _pack_plain(rule)
+    return pack_plain(rule)
 
 
 # A rule packs as int32 fields: the header's, then its loads' (reg, offset) pairs.
@@ -70,12 +71,12 @@ assert _HEADER.format == "<" + "1i" * len(abi.RULE_HEADER.fields) and _LOAD.form
 INT32_LOW, INT32_HIGH = -(1 << 31), (1 << 31) - 1
 
 
-assert Rule._fields == abi.RULE_FIELDS  # the order the kernel's pack_plain reads them in
+assert Rule._fields == abi.RULE_FIELDS  # the order the kernel reads a rule's fields in (Tracer.causes)
 
 
-def pack_plain_in_python(rule: Rule) -> bytes | None:
-    """A rule without alternatives or a scan, packed: the reference of the
-    kernel's twin (csrc/module.c)."""
+def pack_plain(rule: Rule) -> bytes | None:
+    """A rule without alternatives or a scan, packed (made again at each
+    call: packing a rule costs less than hashing it for a cache)."""
     failure, guard_kind = rule.failure, rule.guard_kind
     flags = ((abi.BOUNDS if rule.bounds is not None else 0) | (abi.PC_FROM_LR if rule.pc_from_lr else 0)
              | (abi.ALIGNED if rule.aligned else 0) | (abi.ABOVE_SP if rule.above_sp else 0)
@@ -96,10 +97,6 @@ def pack_plain_in_python(rule: Rule) -> bytes | None:
     return struct.pack(f"<{len(values)}i", *values)
 
 
-# A plain rule packed in C where the kernel is built (packing a rule costs less than hashing it: nothing is kept).
-_pack_plain = pack_plain_in_python if pack_plain is None else pack_plain
-
-
 def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[Unwinder], book: rule_book.RuleBook,
                  numbered: dict[int, tuple], own: list[int]) -> None:
     """Tell the kernel where `unwinder`'s rules come from (csrc/sources.c):
@@ -107,9 +104,7 @@ def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[U
     epilogue may start ahead, its code), or its chain's methods' (a method
     that is one of `unwinders` before it, with that unwinder's rules); by
     default, Python's rule_at."""
-    maps = getattr(unwinder, "rule_maps", None)
-    methods = getattr(unwinder, "methods", ())
-    simulator = getattr(unwinder, "simulator", None)
+    maps, methods, simulator = unwinder.rule_maps, unwinder.methods, unwinder.simulator
     if maps is not None:
         # an epilogue simulator's innermost frame: its tables' partition where its code shows none may start
         for innermost in (0, 1) if simulator is None or simulator.segments else (0,):
@@ -117,10 +112,10 @@ def _set_sources(verifier, index: int, unwinder: Unwinder, unwinders: Sequence[U
                              book.numbers_of(maps[innermost], numbered, own), book.packed)
         if simulator is not None and simulator.segments:
             verifier.set_epilogue(index, tuple(simulator.segments), book.plans, simulator.functions)
-    elif hasattr(unwinder, "step_by") and all(hasattr(m, "rule_maps") for m in methods) \
+    elif unwinder.step_by is not None and all(m.rule_maps is not None for m in methods) \
             and 0 < len(methods) <= abi.CHAIN_METHODS:
         walked = {id(u): number for number, u in enumerate(unwinders[:index])
-                  if hasattr(u, "rule_maps") and not hasattr(u, "simulator")}
+                  if u.rule_maps is not None and u.simulator is None}
         for innermost in (0, 1):
             verifier.set_chain(index, innermost, tuple(
                 (*_partition_of(m.rule_maps[innermost]), walked.get(id(m), -1),
@@ -132,7 +127,7 @@ def _partition_of(rule_map) -> tuple:
 
 
 def _restores(unwinder: Unwinder) -> tuple[int, bool]:
-    restores = restores_of(unwinder)
+    restores = unwinder.restores
     assert set(restores.core) <= set(CALLEE_SAVED)
     return sum(1 << reg for reg in restores.core), restores.vfp
 
@@ -154,7 +149,7 @@ class StopKernel:
         self.book = rule_book.current()
         self._own: list[int] = []  # numbers of the rules the book holds for this kernel alone
         self._own_rules: dict[int, Rule] = {}  # and those rules, once the book has let them go (`release`)
-        self._rule_at = [getattr(u, "rule_at", None) for u in self.unwinders]
+        self._rule_at = [u.rule_at for u in self.unwinders]
         self.verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide,
                                  self._provide_book, self._provide_plan)
         numbered: dict[int, tuple] = {}  # rows' numbers by their values (which both maps of a table share)
@@ -235,18 +230,19 @@ class StopKernel:
         low, high) or a rejected caller's ("caller", caller sp, callee sp) turned
         into its wording, as `step` words it."""
         out = []
-        for entry in entries:
-            values = entry[4]
+        for entry in map(LogEntry._make, entries):
+            values = entry.detail
             if isinstance(values, tuple) and values[0] == "fails":
                 _, rule_id, pc = values
-                entry = (*entry[:4], self.outcome(abi.FailingRule(entry[3].frame, abi.FAILS_ANSWER, rule_id, pc))[3])
+                entry = entry._replace(detail=self.outcome(abi.FailingRule(entry.cause.frame, abi.FAILS_ANSWER,
+                                                                           rule_id, pc))[3])
             elif isinstance(values, tuple) and values[0] == "guard":
                 _, rule_id, base, sp, low, high = values
-                answer = abi.GuardFailure(entry[3].frame, abi.GUARD_FAILS_ANSWER, rule_id, base, sp, low, high,
-                                          entry[1])
-                entry = (*entry[:4], self.outcome(answer)[3])
+                answer = abi.GuardFailure(entry.cause.frame, abi.GUARD_FAILS_ANSWER, rule_id, base, sp, low, high,
+                                          entry.pc)
+                entry = entry._replace(detail=self.outcome(answer)[3])
             elif isinstance(values, tuple) and values[0] == "caller":
-                entry = (*entry[:4], caller_failure(values[1], values[2])[1])
+                entry = entry._replace(detail=caller_failure(values[1], values[2])[1])
             out.append(entry)
         return out
 

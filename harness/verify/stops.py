@@ -8,21 +8,19 @@ the compiled hook); expected values come from the shadow stack alone
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Collection, NamedTuple, Sequence
 
-from harness.collector import collector_paused
+from harness import abi
+from harness.emulation.emulator import Emulator
+from harness.emulation.guards import EmulationFault, ImpreciseFault, as_limits, clocked
+from harness.emulation.process_machine import RunEvents
+from harness.gc_pause import collector_paused
 from harness.program import Program
-from harness.thumb.encoding import executes, instruction_size, with_it_state
-from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
-from harness.verify import abi, kernel
-from harness.verify.emulator import Emulator
+from harness.verify import kernel
 from harness.verify.failures import RANGE_GAP, FailureLog, LoggedPcs, ProgramResult, quiet_ranges
-from harness.verify.groundtruth import ShadowFrame, ThreadStacks, decode, has_bit, raise_entries, unpacked
-from harness.verify.guards import EmulationFault, ImpreciseFault, as_limits, clocked, guard_cause
-from harness.verify.process_machine import RunEvents
-from harness.verify.sampling import chooser
+from harness.verify.groundtruth import ShadowFrame, has_bit, raise_entries, unpacked
+from harness.verify.python_hook import ObservedStop, RunParts, frame_of, run_in_python
 from harness.verify.tally import Grouping, KeyParts, Tally
 from harness.verify.verification import Verification
 
@@ -30,78 +28,68 @@ LEARN = object()  # verify_program's `resumes`: learn them from a first run
 DEFAULT_LIMITS = abi.Limits()  # how far a program may run before it counts as runaway
 DEFAULT_BUDGET = DEFAULT_LIMITS.instructions
 HOOKS = ("auto", "instruction", "block")  # verify_program's `hooks`
-VFP_NONE = (None,) * 8
-D_TAIL = (None,) * 16
 
 
-@dataclass(frozen=True)
-class ObservedStop:
-    """What a verified stop looked like: registers, the stack reader, and the
-    shadow frames, innermost first (the expected callers)."""
+class Verify(NamedTuple):
+    """How a program is verified: which of its stops, under which limits, by which hook."""
 
-    pc: int
-    frame: Frame
-    stack: object  # the emulator's live stack reader, valid during the call only
-    expected: tuple[ShadowFrame, ...]
-
-
-def _frame(pc: int, regs, cpsr: int, vfp) -> Frame:
-    return Frame(r=tuple(regs[:15]) + (pc,), d=(None,) * 8 + (vfp or VFP_NONE) + D_TAIL, cpsr=cpsr)
+    every: int = 1  # N > 1: at samples of mean stride N (harness.verify.sampling; a process's may be an AutoStride)
+    shard: tuple[int, int] = (0, 1)  # (I, N): the I-th of every N of those stops, so that N runs split the work
+    limits: abi.Limits = DEFAULT_LIMITS
+    compiled: bool | None = None  # the compiled hook (default: where it is built), or the Python one
+    hooks: str = "auto"  # HOOKS
+    memoize: bool = True  # the Python hook keeps outer walks proven at the stop before
 
 
-def verify_program(program: Program, unwinders: Sequence[Unwinder],
-                   budget: int | None = None, memoize: bool = True,
+def verify_program(program: Program, unwinders: Sequence[Unwinder], how: Verify = Verify(), system=None,
                    observe: Callable[[ObservedStop], None] | None = None,
-                   every: int = 1, shard: tuple[int, int] = (0, 1),
-                   compiled: bool | None = None, limits: abi.Limits = DEFAULT_LIMITS,
-                   system=None, observe_at: Collection[int] | None = None,
-                   hooks: str = "auto", resumes: bytes | None | object = LEARN) -> ProgramResult:
-    """Run `program`, verifying every unwinder at every stop (with `every`
-    N > 1, at samples of mean stride N: harness.verify.sampling). With
-    `shard` (I, N), only the I-th of every N of those stops is verified, so
-    that N runs split the work and together verify each stop once. `hooks`:
-    "instruction" follows the shadow stack from a hook before every
-    instruction, the reference; "block" (compiled hook only) from one at
-    each translation block's entry (csrc/trace.c), as "auto" does for a
-    sampled run (every > 1).
+                   observe_at: Collection[int] | None = None,
+                   resumes: bytes | None | object = LEARN) -> ProgramResult:
+    """Run `program`, verifying every unwinder at the stops `how` selects.
+    Its `hooks`: "instruction" follows the shadow stack from a hook before
+    every instruction, the reference; "block" (compiled hook only) from one
+    at each translation block's entry (csrc/trace_hooks.c), as "auto" does
+    for a sampled run (every > 1).
 
-    A run past one of `limits` (instructions, or `budget` when given;
-    seconds; the process's peak memory; nested calls), or stuck in an
-    instruction that branches to itself, ends as a fault at its pc, as an
-    engine error does: the stops before it are verified and counted.
+    A run past one of its `limits` (instructions, seconds, the process's
+    peak memory, nested calls), or stuck in an instruction that branches to
+    itself, ends as a fault at its pc, as an engine error does: the stops
+    before it are verified and counted.
 
-    `compiled` (default: when built) runs the compiled hook (harness.verify.kernel):
-    the shadow stack and every walk the rules answer in C, each unwinder's
-    Python step only where they defer; `compiled=False` runs the hook in
-    Python, every walk by `step`. With `system` (harness.linux.process.LinuxSystem)
-    the program is a process: it starts where the system says, ends when it
-    exits (its status is the result), and its first frame has no caller to
-    compare. `memoize=False` (Python hook only) re-walks every frame at every
-    stop; `observe` sees each verified stop, or with `observe_at` those at
-    these pcs only (the others cost no Python work beyond a set lookup).
-    `resumes`: which frames resume, where a first run of the same program
-    told (placed_ground_truth; None: that run faulted); by default a process's
+    The compiled hook (harness.verify.kernel) follows the shadow stack and
+    answers every walk the rules answer in C, each unwinder's Python step
+    only where they defer; the Python hook walks every unwinder by `step`
+    (`memoize=False`: re-walking every frame at every stop). With `system`
+    (harness.linux.process.LinuxSystem) the program is a process: it starts
+    where the system says, ends when it exits (its status is the result),
+    and its first frame has no caller to compare. `observe` sees each
+    verified stop, or with `observe_at` those at these pcs only (the others
+    cost no Python work beyond a set lookup). `resumes`: which frames
+    resume, where a first run of the same program told
+    (placed_ground_truth; None: that run faulted); by default a process's
     verification learns them from a run of its own first."""
-    compiled, by_blocks = _hooks_of(compiled, memoize, hooks, every)
-    limits = as_limits(clocked(limits if budget is None else limits._replace(instructions=budget), every=every))
+    compiled, by_blocks = _hooks_of(how.compiled, how.memoize, how.hooks, how.every)
+    limits = as_limits(clocked(how.limits, every=how.every))
     emulator = Emulator(program.segments) if system is None else Emulator(system.segments, system, system.placement)
     result = ProgramResult(program.name, expected=program.expected_result)
     _announce_sentinel(unwinders, emulator)
-    run = Verification(program, unwinders, memoize, result, past_bottom=system is not None)
+    run = RunParts(program, unwinders, emulator,
+               Verification(program, unwinders, how.memoize, result, past_bottom=system is not None), result, limits,
+               how.every, how.shard, by_blocks)
     # The per-stop loop allocates much and keeps little, so the collector
     # would mostly rescan the long-lived tables: a fifth of the run time.
     with collector_paused():
         try:
             if compiled and observe is None and system is None:
-                run, result = _run_once_if_it_can(program, unwinders, memoize, emulator, run, result, limits, every,
-                                                  shard, by_blocks)
+                run = _run_once_if_it_can(run, how.memoize)
             else:
-                _run_after_ground_truth(program, unwinders, system, emulator, run, result, limits, observe, observe_at,
-                                        every, shard, compiled, by_blocks, resumes)
+                _run_after_ground_truth(run, system, observe, observe_at, compiled, resumes)
         except EmulationFault as fault:
             result.fault = str(fault)
+        result = run.result
         tally = result.tally  # (unwinder, traits, position, kind) -> failing walks
-        tally.sums(tally.unwinders, [where[1:] for where in tally.wheres], tally.kind_parts, into=result.counts)
+        tally.sums(tally.unwinders, [(where.traits, where.position) for where in tally.wheres], tally.kind_parts,
+                   into=result.counts)
         if system is not None:
             result.stdout_sha256 = system.outcome().stdout_sha256
     return result
@@ -124,7 +112,8 @@ def _announce_sentinel(unwinders: Sequence[Unwinder], emulator: Emulator) -> Non
     (harness.unwind.scan) is told it, as a profiler knows where its threads start."""
     if emulator.system is None:
         for unwinder in unwinders:
-            getattr(unwinder, "entered_from", lambda address: None)(emulator.placement.sentinel | 1)
+            if unwinder.entered_from is not None:
+                unwinder.entered_from(emulator.placement.sentinel | 1)
 
 
 def _only_at(observe, wanted: frozenset[int] | None):
@@ -134,26 +123,21 @@ def _only_at(observe, wanted: frozenset[int] | None):
     return lambda stop: stop.pc in wanted and observe(stop)
 
 
-def _run_after_ground_truth(program: Program, unwinders: Sequence[Unwinder], system, emulator: Emulator,
-                            run: Verification, result: ProgramResult, limits: abi.Limits, observe, observe_at,
-                            every: int, shard: tuple[int, int], compiled: bool, by_blocks: bool,
+def _run_after_ground_truth(run: RunParts, system, observe, observe_at, compiled: bool,
                             resumes: bytes | None | object) -> None:
     """The verified run after a first of ground truth alone, which tells the
     frames that never resume (for the walks, and for an observer, which
     judges frames alike): `resumes`, or learnt here."""
     if resumes is LEARN:
-        resumes = _resuming_frames(program, system, compiled, limits) if unwinders or observe else None
+        resumes = _resuming_frames(run.program, system, compiled, run.limits) if run.unwinders or observe else None
     wanted = None if observe_at is None else frozenset(observe_at)
     if compiled:
-        _run_compiled(program, unwinders, emulator, run, result, limits, observe, every, shard, resumes, wanted,
-                      by_blocks)
+        _run_compiled(run, observe, resumes, wanted)
     else:
-        _run_in_python(program, emulator, run, result, limits, _only_at(observe, wanted), every, shard, resumes)
+        run_in_python(run, _only_at(observe, wanted), resumes)
 
 
-def _run_once_if_it_can(program: Program, unwinders: Sequence[Unwinder], memoize: bool, emulator: Emulator,
-                        run: Verification, result: ProgramResult, limits: abi.Limits, every: int,
-                        shard: tuple[int, int], by_blocks: bool) -> tuple[Verification, ProgramResult]:
+def _run_once_if_it_can(run: RunParts, memoize: bool) -> RunParts:
     """The compiled hook's run of a bare-metal program, once where that will
     do: it compares every frame's registers (not knowing yet which frames
     never resume) and records which resumed, and which a walk found a wrong
@@ -162,16 +146,16 @@ def _run_once_if_it_can(program: Program, unwinders: Sequence[Unwinder], memoize
     differently: then it runs again, knowing. A bare-metal program returns
     to the harness, so that is rare (a longjmp, an exception); a process
     ends in exit, frames below it never resume, and a first run of ground
-    truth alone is cheaper there. The run and its result."""
-    resumed, questioned = _run_compiled(program, unwinders, emulator, run, result, limits, None, every, shard,
-                                        by_blocks=by_blocks)
-    if not judged_differently(questioned, run.questioned, resumed):
-        return run, result
+    truth alone is cheaper there. The run that counts."""
+    resumed, questioned = _run_compiled(run)
+    if not judged_differently(questioned, run.verification.questioned, resumed):
+        return run
+    program = run.program
     again = ProgramResult(program.name, expected=program.expected_result)
-    run = Verification(program, unwinders, memoize, again)
-    _run_compiled(program, unwinders, Emulator(program.segments), run, again, limits, None, every, shard, resumed,
-                  by_blocks=by_blocks)
-    return run, again
+    run = run._replace(emulator=Emulator(program.segments),
+                       verification=Verification(program, run.unwinders, memoize, again), result=again)
+    _run_compiled(run, resumes=resumed)
+    return run
 
 
 def judged_differently(questioned: bytes, questioned_in_python: set[int], resumed: bytes) -> bool:
@@ -220,24 +204,20 @@ def ground_truth_run(program: Program, system, compiled: bool, limits: abi.Limit
     process takes is an ImpreciseFault."""
     emulator = Emulator(program.segments) if system is None else Emulator(system.segments, system, system.placement)
     result = ProgramResult(program.name)
-    run = Verification(program, [], True, result)
+    run = RunParts(program, [], emulator, Verification(program, [], True, result), result, limits, 1, (0, 1), by_blocks)
     try:
-        if compiled:
-            resumes = _run_compiled(program, [], emulator, run, result, limits, None, 1, (0, 1), by_blocks=by_blocks)[0]
-        else:
-            resumes = _run_in_python(program, emulator, run, result, limits, None, 1, (0, 1))
+        resumes = _run_compiled(run)[0] if compiled else run_in_python(run)
     except EmulationFault as fault:
         return GroundTruth(None, result.instructions, fault)
     return GroundTruth(resumes, result.instructions, None)
 
 
-def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emulator, run: Verification,
-                  result: ProgramResult, limits: abi.Limits, observe, every: int, shard: tuple[int, int],
-                  resumes: bytes | None = None, wanted: frozenset[int] | None = None,
-                  by_blocks: bool = False) -> tuple[bytes, bytes]:
+def _run_compiled(parts: RunParts, observe=None, resumes: bytes | None = None,
+                  wanted: frozenset[int] | None = None) -> tuple[bytes, bytes]:
     """The compiled hook's run; the frames that resumed, and (without
     `resumes`) those a walk found a wrong register of (a bit per serial)."""
-    stop_kernel = kernel.StopKernel(unwinders, *emulator.stack_memory) if unwinders else None
+    program, emulator, run, result = parts.program, parts.emulator, parts.verification, parts.result
+    stop_kernel = kernel.StopKernel(parts.unwinders, *emulator.stack_memory) if parts.unwinders else None
     shadow_frames: dict[int, ShadowFrame] = {}  # serial -> frame, unpacked once
     compare_bottom = emulator.system is None
     if stop_kernel is not None:
@@ -256,7 +236,7 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
             expected.append(frame)
         if not compare_bottom:
             expected.pop()  # a process's first frame: no caller to compare
-        frame, stack = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13])
+        frame, stack = frame_of(pc, regs, cpsr, vfp), emulator.stack(regs[13])
         if deferred:
             run.walk(number, pc, deferred, frame, stack, expected, state, thread)
         if observe is not None and (wanted is None or pc in wanted):
@@ -264,10 +244,12 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
 
     # The kernel calls `slow` at the stops observed (only at `wanted`, when given) and where a walk deferred.
     observe_all = observe is not None and (wanted is None or bool(wanted))
-    tracer = kernel.Tracer(emulator.engine(program.uses_vfp), stop_kernel and stop_kernel.verifier,
-                           emulator.placement.sentinel, program.uses_vfp, every, *shard, run.ids, slow,
-                           observe_all, compare_bottom, raise_entries(program), quiet_ranges(program),
-                           resumes, tuple(sorted(wanted or ())), by_blocks)
+    tracer = kernel.Tracer(abi.TraceSettings(
+        engine=emulator.engine(program.uses_vfp), verifier=stop_kernel and stop_kernel.verifier,
+        sentinel=emulator.placement.sentinel, uses_vfp=program.uses_vfp, every=parts.every, shard=parts.shard,
+        classify=run.ids, slow=slow, observe_all=observe_all, compare_bottom=compare_bottom,
+        raises=raise_entries(program), quiet=quiet_ranges(program), resumes=resumes,
+        observed=tuple(sorted(wanted or ())), by_blocks=parts.by_blocks))
     cap = run.log_cap
 
     def on_signal(interrupted) -> None:
@@ -276,9 +258,9 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
 
     emulator.follow(RunEvents(lambda: tracer.seen, on_signal,
                               lambda switch: tracer.switch(switch.left, switch.tid, switch.stack_top),
-                              tracer.faulted, not by_blocks, tracer.set_deadline))
+                              tracer.faulted, not parts.by_blocks, tracer.set_deadline))
     try:
-        result.result = emulator.call_traced(program.entry, tracer, limits, program.args, cap, program.code_spans())
+        result.result = emulator.call_traced(program.entry, tracer, parts.limits, program.args, cap, program.code_spans())
     finally:  # the stops before a fault count too
         result.stops, result.instructions = tracer.stops, tracer.seen
         causes = run.kernel_causes(stop_kernel, tracer.causes(*run.cause_parts(stop_kernel)))
@@ -286,9 +268,9 @@ def _run_compiled(program: Program, unwinders: Sequence[Unwinder], emulator: Emu
         result.tally = tally = Tally(list(run.wheres), list(causes), tracer.tally())
         tally.add(run.tally())
         result.failure_log = _merged_log(tracer, run, stop_kernel, causes, tally.logged() > cap)
-        if stop_kernel is not None:
+        if stop_kernel is not None:  # its counts; then no cycle through its providers, its own rules out of the book
             run.add_kernel_counts(stop_kernel)
-            stop_kernel.release()  # no cycle through its providers, its own rules out of the process's book
+            stop_kernel.release()
     return tracer.resumed(), tracer.questioned()
 
 
@@ -307,89 +289,3 @@ def _merged_log(tracer, run: Verification, stop_kernel, causes: list, truncated:
                       truncated=truncated, pcs=logged_pcs)
 
 
-def _checker(emulator: Emulator, run: Verification, result: ProgramResult, observe, every: int,
-             shard: tuple[int, int]) -> Callable:
-    """check(pc, regs, cpsr, vfp, shadow frames, stop state): verify every unwinder at one
-    stop of the Python hook, if it is one of those to verify (regs: r0-r14
-    at least)."""
-    every_walk = range(len(run.walks))
-    seen = 0
-    verified = chooser(every, shard)
-
-    def check(pc: int, regs, cpsr: int, vfp, frames: list[ShadowFrame], state: int, thread: int) -> None:
-        nonlocal seen
-        number = seen
-        seen = result.instructions = seen + 1
-        if not verified(number):
-            return
-        result.stops += 1
-        if not every_walk and observe is None:
-            return  # ground truth alone
-        expected = frames[::-1] if emulator.system is None else frames[:0:-1]  # a process's first frame: no caller
-        frame, stack = _frame(pc, regs, cpsr, vfp), emulator.stack(regs[13])
-        run.walk(number, pc, every_walk, frame, stack, expected, state, thread)
-        if observe is not None:
-            observe(ObservedStop(pc, frame, stack, tuple(expected)))
-
-    return check
-
-
-def _run_in_python(program: Program, emulator: Emulator, run: Verification, result: ProgramResult,
-                   limits: abi.Limits, observe, every: int, shard: tuple[int, int],
-                   resumes: bytes | None = None) -> bytes:
-    """The Python hook, the reference csrc/trace.c mirrors, guards included
-    (the emulator checks the instruction budget, the clock and memory; the
-    hook, in the same order as trace.c, an endless self-loop and the depth);
-    the frames that resumed (a bit per serial)."""
-    decoded_at: dict[tuple[int, bool], tuple] = {}  # (pc, Thumb) -> decode(...)
-    threads = ThreadStacks(lambda address: instruction_size(emulator.code(address, 4)),
-                           frozenset(raise_entries(program)), resumes)
-    uses_vfp, max_depth = program.uses_vfp, limits.depth
-    check = _checker(emulator, run, result, observe, every, shard)
-    last: tuple = (None, None)  # pc and registers of the stop before
-
-    def on_stop(pc: int) -> None:
-        nonlocal last
-        if uses_vfp:
-            regs = emulator.registers_and_vfp()
-            vfp = tuple(regs[17:])
-        else:
-            regs, vfp = emulator.registers(), None
-        if pc == last[0] and regs == last[1] and emulator.deadline is None:  # (a timer, a thread may end it)
-            raise EmulationFault(pc, guard_cause(abi.GUARD_SELF_LOOP, limits))
-        last = pc, regs
-        shadow = threads.shadow
-        if shadow is None:  # the thread's first stop
-            shadow = threads.start(emulator.placement.sentinel, regs, vfp)
-        else:
-            shadow.observe(pc, regs[13])
-        if len(shadow.frames) > max_depth:
-            raise EmulationFault(pc, guard_cause(abi.GUARD_DEPTH, limits))
-        inside = emulator.deadline is not None and threads.it_blocks.at(pc)[0]
-        for skipped, state in threads.it_blocks.passed_over(pc):
-            check(skipped, regs, with_it_state(regs[16], state), vfp, shadow.frames, shadow.state, shadow.thread)
-        if not inside and emulator.expired():  # a timer or a time slice ended: the engine goes on elsewhere
-            return
-        check(pc, regs, regs[16], vfp, shadow.frames, shadow.state, shadow.thread)
-        thumb = bool(regs[16] & 0x20)
-        decoded = decoded_at.get((pc, thumb))
-        if decoded is None:
-            decoded = decoded_at[(pc, thumb)] = decode(emulator.code(pc, 4), thumb)
-        if decoded[2]:
-            shadow.before_return(pc, decoded[3])
-        if decoded[0] and executes(decoded[5], regs[16]):
-            shadow.before(pc, decoded[0], regs, vfp)
-        if decoded[1]:
-            threads.it_blocks.entered(pc, int.from_bytes(decoded[4], "little"), decoded[1])
-
-    emulator.follow(RunEvents(lambda: result.instructions, lambda context: threads.interrupted(context, uses_vfp),
-                              lambda switch: threads.switch(switch.left, switch.tid),
-                              lambda pc, data: threads.faulted(pc, emulator.registers()[13], data), True,
-                              lambda deadline, expire: None))  # the hook asks (emulator.expired)
-    try:
-        result.result = emulator.call(program.entry, on_stop, limits, program.args)
-    finally:
-        result.tally = Tally.of(run.tally())
-        result.failure_log = FailureLog(entries=[entry for _, _, entry in run.log.entries()],
-                                        truncated=result.tally.logged() > run.log_cap)
-    return threads.resumed()

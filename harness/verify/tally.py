@@ -2,12 +2,12 @@
 failed, and the kind each is counted under.
 
 A Tally holds them by ids, (where id, cause id, walks) entries over lists of
-wheres and causes, as the kernel counts them (csrc/trace.c). Every sum a
-report makes of a run (its counts, its digest, its culprits) adds entries up
-under keys made of parts of the where and the cause: `Tally.sums` makes each
-part once per where and per cause, and adds up the entries in C where the
-kernel is built (`sum_by` here is its twin, the reference); `Tally.grouped`
-numbers the keys too, so that a digest reads each entry's group (`group_by`).
+wheres and causes, as the kernel counts them (csrc/trace_stop.c). Every sum
+a report makes of a run (its counts, its digest, its culprits) adds entries
+up under keys made of parts of the where and the cause: `Tally.sums` makes
+each part once per where and per cause, and adds up the entries (`sum_by`);
+`Tally.grouped` numbers the keys too, so that a digest reads each entry's
+group (`group_by`).
 """
 
 from __future__ import annotations
@@ -19,12 +19,6 @@ from functools import cached_property
 from typing import NamedTuple, Optional
 
 from harness.classify import MODULES, OWN, Where
-
-try:
-    from harness.verify._kernel import group_by as _compiled_group_by
-    from harness.verify._kernel import sum_by as _compiled_sum_by
-except ImportError:  # not built
-    _compiled_group_by = _compiled_sum_by = None
 
 # A walk that refused (no_info) at a frame in a module other than the
 # program's own, every frame before it right: an honest stop, counted
@@ -66,17 +60,13 @@ class KeyParts(NamedTuple):
 def sum_by(target: dict, entries: Sequence[Entry], heads: Sequence[Part], middles: Sequence[Part],
            tails: Sequence[tuple]) -> dict:
     """Add each entry's walks to target[heads[cause] + middles[where] +
-    tails[cause]], but for entries whose head or middle is None (C twin:
-    csrc/module.c)."""
+    tails[cause]], but for entries whose head or middle is None."""
     for where, cause, walks in entries:
         head, middle = heads[cause], middles[where]
         if head is not None and middle is not None:
             key = head + middle + tails[cause]
             target[key] = target.get(key, 0) + walks
     return target
-
-
-add_up = _compiled_sum_by or sum_by  # sum_by, in C where the kernel is built
 
 
 class Grouping(NamedTuple):
@@ -92,9 +82,9 @@ class Grouping(NamedTuple):
 def group_by(entries: Sequence[Entry], heads: Sequence[Part], middles: Sequence[Part],
              tails: Sequence[tuple]) -> Grouping:
     """The Grouping of `entries` by heads[cause] + middles[where] +
-    tails[cause] (none where the head or middle is None). C twin:
-    csrc/module.c (a digest groups every entry of its run: numbered once,
-    for its counts and its logged pcs both)."""
+    tails[cause] (none where the head or middle is None): a digest groups
+    every entry of its run, numbered once for its counts and its logged pcs
+    both."""
     numbers: dict[tuple, int] = {}
     keys: list[tuple] = []
     walks: list[int] = []
@@ -181,14 +171,11 @@ class Tally:
         middles, no tails: empty parts)."""
         middles = [()] * len(self.wheres) if middles is None else middles
         tails = [()] * len(self.causes) if tails is None else tails
-        return add_up({} if into is None else into, self.entries, list(heads), list(middles), list(tails))
+        return sum_by({} if into is None else into, self.entries, heads, middles, tails)
 
     def grouped(self, key: KeyParts) -> Grouping:
         """The entries grouped by `key` (`group_by`)."""
-        parts = list(key.heads), list(key.middles), list(key.tails)
-        if _compiled_group_by is None:
-            return group_by(self.entries, *parts)
-        return Grouping(*_compiled_group_by(self.entries, *parts))
+        return group_by(self.entries, key.heads, key.middles, key.tails)
 
     def counter(self) -> Counter:
         """(where, cause) -> walks."""

@@ -9,11 +9,12 @@ from functools import partial
 from itertools import islice
 from typing import Sequence
 
+from harness import abi
 from harness.classify import Classifier, Where, where_in_state
 from harness.program import Program
 from harness.unwind.frame import Frame
 from harness.unwind.walk import Unwinder
-from harness.verify import abi, kernel
+from harness.verify import kernel
 from harness.verify.failures import (
     MISMATCHES,
     FailureCause,
@@ -26,7 +27,7 @@ from harness.verify.failures import (
     mismatch_of,
 )
 from harness.verify.groundtruth import ShadowFrame
-from harness.verify.tally import Grouping, KeyParts, add_up, is_stop
+from harness.verify.tally import Grouping, KeyParts, is_stop, sum_by
 from harness.verify.walks import INVENTED, MemoizedWalk, chain_frames, first_difference
 
 
@@ -38,7 +39,7 @@ class Verification:
                  past_bottom: bool = False):
         self.classify = Classifier(program.function_at, program.module_at)
         self.names = [u.name for u in unwinders]
-        self.chains = {index: u for index, u in enumerate(unwinders) if hasattr(u, "step_by")}
+        self.chains = {index: u for index, u in enumerate(unwinders) if u.step_by is not None}
         self.methods = result.methods
         # past_bottom: a process's threads, whose first frames have no caller (walks.first_difference)
         self.walks = [MemoizedWalk(u, past_bottom) if memoize else partial(first_difference, u, past_bottom=past_bottom)
@@ -69,7 +70,7 @@ class Verification:
         if where_id is None:
             where_id = self._where_ids[where] = len(self.wheres)
             self.wheres.append(where)
-        return self.stop_classes.setdefault((where[1], where[2]), len(self.stop_classes)), where_id, low, high
+        return self.stop_classes.setdefault((where.traits, where.position), len(self.stop_classes)), where_id, low, high
 
     def failure_cause(self, unwinder: str, outcome: Outcome, frame_pc: int) -> FailureCause:
         """The cause of a failing walk (frame, kind, register, detail) whose
@@ -124,9 +125,9 @@ class Verification:
                     self.methods[(self.names[index], method, right)] += frames
             outcome = self.walks[index](frame, stack, expected)
             if outcome is None or outcome == INVENTED:
-                self.counts[(self.names[index], where[1], where[2], None)] += 1
+                self.counts[(self.names[index], where.traits, where.position, None)] += 1
                 if outcome == INVENTED:
-                    self.invented[(self.names[index], where[1], where[2])] += 1
+                    self.invented[(self.names[index], where.traits, where.position)] += 1
                 continue
             if outcome[1] == "wrong_register":  # would not be compared if that frame never resumes
                 self.questioned.add(expected[outcome[0] - 1].serial)
@@ -143,8 +144,8 @@ class Verification:
         that invented a caller past a thread's first frame, and a chain's
         frames per method."""
         names, classes = [(name,) for name in self.names], list(self.stop_classes)
-        add_up(self.counts, stop_kernel.passes(), names, classes, [(None,)] * len(names))
-        add_up(self.invented, stop_kernel.verifier.invented(), names, classes, [()] * len(names))
+        sum_by(self.counts, stop_kernel.passes(), names, classes, [(None,)] * len(names))
+        sum_by(self.invented, stop_kernel.verifier.invented(), names, classes, [()] * len(names))
         self.methods.update(stop_kernel.chain_frames())
 
     def shared(self, cause: FailureCause) -> tuple[FailureCause, str | None]:

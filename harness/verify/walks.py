@@ -11,7 +11,7 @@ from typing import Sequence
 from harness.errors import UnwindFailure
 from harness.registers import DWARF_D0, PC, SP
 from harness.unwind.frame import Frame, StackReader
-from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder, restores_of, walk, without_scratch
+from harness.unwind.walk import ALL_CALLEE_SAVED, Restores, Unwinder, walk, without_scratch
 from harness.verify.failures import Outcome, difference
 from harness.verify.groundtruth import ShadowFrame
 
@@ -63,7 +63,7 @@ def first_difference(unwinder: Unwinder, frame: Frame, stack: StackReader, expec
     frame (frames after the innermost are no longer innermost). With
     `past_bottom` (the outermost expected frame has no caller), a walk that
     matched takes one more step, and is INVENTED where that `invents`."""
-    restores = restores_of(unwinder)
+    restores = unwinder.restores
     for index, got in enumerate(walk(unwinder, frame, stack, len(expected) + past_bottom, first == 0), first):
         if index - first == len(expected):
             return INVENTED if invents(got) else None
@@ -75,7 +75,7 @@ def first_difference(unwinder: Unwinder, frame: Frame, stack: StackReader, expec
     return None
 
 
-class _Naming:
+class _Naming(Unwinder):
     """A chain that keeps the name of the method behind its last step."""
 
     def __init__(self, chain):
@@ -91,7 +91,7 @@ def chain_frames(chain, frame: Frame, stack: StackReader, expected: Sequence[Sha
     (method, right) -> the frames each method gave, up to the first wrong
     one; right as the verifier judges the chain's frames. rules.c's
     verifier_walk counts the same for the walks it answers."""
-    named, counted, restores = _Naming(chain), Counter(), restores_of(chain)
+    named, counted, restores = _Naming(chain), Counter(), chain.restores
     for got, want in zip(walk(named, frame, stack, len(expected)), expected):
         if isinstance(got, UnwindFailure):
             break
@@ -158,7 +158,7 @@ class MemoizedWalk:
 
     def __init__(self, unwinder: Unwinder, past_bottom: bool = False):
         self.unwinder = unwinder
-        self.restores = restores_of(unwinder)
+        self.restores = unwinder.restores
         self.past_bottom = past_bottom
         self.proven: dict[tuple[int, Frame], _Proven | _ProvenLines] = {}
 

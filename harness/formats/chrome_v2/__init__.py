@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
 
-from harness.collector import collector_paused
 from harness.errors import InputError
 from harness.formats.breakpad import StackCfi
 from harness.formats.chrome_v2.chrome_builder import chrome_tables, chrome_unwinds
@@ -32,6 +31,7 @@ from harness.formats.chrome_v2.layout import LAYOUTS, Layout, header_fields, ser
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.formats.chrome_v2.synthesize import synthesize_epilogues
 from harness.formats.chrome_v2.tables import V2Tables, build_tables
+from harness.gc_pause import collector_paused
 from harness.program import FunctionCfi
 
 __all__ = [

@@ -36,7 +36,6 @@ class Segment(NamedTuple):
     address: int
     run: bytes
     in_body: bool  # the run that covers most of its function's bytes
-    starts_function: bool
     owner: str  # the function (or filler) it lies in
 
 
@@ -59,14 +58,11 @@ def segments(covering: Sequence[FunctionUnwind]) -> list[Segment]:
     found: list[Segment] = []
     for function in covering:
         body = None if function.name.startswith("<") else body_run(function)
-        for index, unwind in enumerate(function.address_unwinds):
-            starts = index == 0 and body is not None
+        for unwind in function.address_unwinds:
             if found and found[-1].run == unwind.instructions:
-                if starts:
-                    found[-1] = found[-1]._replace(starts_function=True)
                 continue
             found.append(Segment(function.start + unwind.offset, unwind.instructions,
-                                 unwind.instructions == body, starts, function.name))
+                                 unwind.instructions == body, function.name))
     return found
 
 

@@ -13,8 +13,8 @@
  * harness.verify.kernel.pack_rule packs it) and kept by the plan's steps,
  * as bytes, in the process's book (harness.verify.rule_book.RuleBook.plans):
  * an epilogue these instructions make costs no call into Python
- * (sources.c). Before, Python planned some 45 a generated program, at
- * about 10 us each.
+ * (sources.c), where Python takes about 10 us a plan (some 45 plans a
+ * generated program).
  *
  * Each handler is headed by its encoding (ARM ARM, Thumb); `first` and
  * `second` are the instruction's half-words. */

@@ -1,15 +1,16 @@
 /* The compiled verification kernel (the Python module harness._kernel),
- * shared declarations.
+ * shared declarations. Each file calls only into those listed before it:
  *
- * rules.c  walks every unwinder's rules (harness/unwind/rule.py) over the stack and
- *          compares each caller frame with the shadow stack (Verifier).
- * trace.c  the per-instruction hook: the shadow stack, the stops an IT block
- *          skips, and a Verifier walk at every stop, calling into Python only
- *          where the rules do not answer (Tracer).
- * memo.c   the outer part of each walk, kept from one stop to the next.
- * sources.c where each unwinder's rule at a pc comes from: its table's rows, or Python.
+ * ranges.c   sorted ranges of pcs, each with a value and an id.
+ * memo.c     the outer part of each walk, kept from one stop to the next.
  * epilogue.c the plans of the epilogues compilers write, and their rules (v2+epilogue).
- * module.c the module itself, and the key of a tally entry's parts (sum_by).
+ * sources.c  where each unwinder's rule at a pc comes from: its table's rows, or Python.
+ * rules.c    walks every unwinder's rules (harness/unwind/rule.py) over the stack and
+ *            compares each caller frame with the shadow stack (Verifier).
+ * trace*.c   the per-instruction hook: the shadow stack, the stops an IT block
+ *            skips, and a Verifier walk at every stop, calling into Python only
+ *            where the rules do not answer (Tracer; trace.h says which file holds what).
+ * module.c   the module itself.
  *
  * Python's definitions stay the reference: harness.verify.groundtruth for the
  * shadow stack, each unwinder's `step` for its walk. Registers are int64 so
@@ -113,14 +114,6 @@ PyObject *sources_fallback_rule(Sources *s, Py_ssize_t unwinder, int64_t pc, Py_
 int sources_set_map(Sources *s, PyObject *args);
 int sources_set_chain(Sources *s, PyObject *args);
 int sources_set_epilogue(Sources *s, PyObject *args);
-/* Leave a new tuple out of the cycle collector where none of its items is in it (strings, numbers, such
- * tuples): the collector would itself at its first pass over it, after walking it (a summary's keys and
- * ranges, thousands a program, outlive the collector's pause over a run). */
-static inline void untrack_if_flat(PyObject *tuple) {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++)
-        if (PyObject_GC_IsTracked(PyTuple_GET_ITEM(tuple, i))) return;
-    if (PyObject_GC_IsTracked(tuple)) PyObject_GC_UnTrack(tuple);
-}
 /* A new tuple of `type` (NULL: a plain tuple) of the `n` items, which it takes; NULL, the items
  * released, where one is NULL (its making failed) or the tuple cannot be made. */
 static inline PyObject *tuple_taking(PyTypeObject *type, Py_ssize_t n, PyObject *const *items) {
@@ -143,7 +136,7 @@ static inline PyObject *int_triple(long long a, long long b, unsigned long long 
 }
 
 /* Whether the Thumb instruction of these half-words may write memory or
- * trap to the system: 0 only where it surely does not (trace.c). */
+ * trap to the system: 0 only where it surely does not (trace_pcs.c). */
 int thumb_may_store(uint16_t first, uint16_t second);
 /* harness.thumb.encoding.may_start_epilogue over the n bytes at `code`. */
 int may_start_epilogue(const uint8_t *code, Py_ssize_t n);

@@ -319,48 +319,6 @@ static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
     return sources_init(&self->sources, self->count, provide, provide_book, provide_plan);
 }
 
-/* ------------------------------------------------------------ ranges */
-
-const Range *ranges_find(Ranges *set, int64_t pc, Py_ssize_t *slot) {
-    if (set->last < set->count && set->items[set->last].low <= pc && pc < set->items[set->last].high)
-        return &set->items[set->last];  /* stops come in runs of nearby pcs */
-    Py_ssize_t lo = 0, hi = set->count;
-    while (lo < hi) {  /* the first range starting above pc */
-        Py_ssize_t mid = (lo + hi) / 2;
-        if (set->items[mid].low <= pc) lo = mid + 1; else hi = mid;
-    }
-    if (lo > 0 && pc < set->items[lo - 1].high) {
-        set->last = lo - 1;
-        return &set->items[lo - 1];
-    }
-    *slot = lo;
-    return NULL;
-}
-
-int ranges_insert(Ranges *set, Py_ssize_t slot, Range range) {
-    if (slot > 0 && range.low < set->items[slot - 1].high) range.low = set->items[slot - 1].high;
-    if (slot < set->count && range.high > set->items[slot].low) range.high = set->items[slot].low;
-    if (set->count == set->capacity) {
-        Py_ssize_t capacity = set->capacity ? 2 * set->capacity : 64;
-        Range *items = PyMem_Realloc(set->items, capacity * sizeof(Range));
-        if (!items) { PyErr_NoMemory(); return -1; }
-        set->items = items;
-        set->capacity = capacity;
-    }
-    memmove(&set->items[slot + 1], &set->items[slot], (set->count - slot) * sizeof(Range));
-    Py_XINCREF(range.value);
-    set->items[slot] = range;
-    set->count++;
-    set->last = slot;
-    return 0;
-}
-
-void ranges_clear(Ranges *set) {
-    for (Py_ssize_t i = 0; i < set->count; i++) Py_XDECREF(set->items[i].value);
-    PyMem_Free(set->items);
-    memset(set, 0, sizeof *set);
-}
-
 /* Mismatch between a caller frame and its shadow frame: the register
  * (15 pc, 13 sp, 4-11, or 264-271 for d8-d15), or -1 if none. */
 static int mismatch(const KFrame *c, const Expected *want, uint32_t core_mask, int vfp,
