@@ -80,11 +80,11 @@ def test_functions_are_small(name):
 
 
 # What a run is told travels as named records (harness.verify.stops.Verify,
-# abi.TraceSettings, the jobs' parts), not as long lists of positions. Two
-# remain: the compiled tracer's callback at a deferred stop, whose
-# arguments trace_stop.c passes, and frame_analysis.analyse_calling.
+# abi.TraceSettings, the jobs' parts, frame_analysis.ProgramFacts), not as
+# long lists of positions. One remains: the compiled tracer's callback at a
+# deferred stop, whose arguments trace_stop.c passes.
 MAX_PARAMETERS = 8
-MANY_PARAMETERS = {("harness.verify.stops", "slow"), ("harness.thumb.frame_analysis", "analyse_calling")}
+MANY_PARAMETERS = {("harness.verify.stops", "slow")}
 
 
 def _parameters(node) -> int:

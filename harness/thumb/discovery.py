@@ -33,7 +33,7 @@ from collections.abc import Callable
 from harness.program import CfiRow, CodeMap, FunctionCfi
 from harness.registers import LR, SP
 from harness.thumb.disasm import decode_one, forget_addresses
-from harness.thumb.frame_analysis import Analysed, analyse_calling
+from harness.thumb.frame_analysis import Analysed, ProgramFacts, analyse_calling
 
 GAP = "<not analysed>"  # the name of the refusing rows between functions
 # Functions of the C and C++ runtimes that never return, by name (objtool
@@ -111,9 +111,10 @@ def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
         marks = [*modes[first:bisect_left(modes, (end, ""))], (end, "")]
         data = tuple((max(low, start), high) for (low, kind), (high, _) in zip(marks, marks[1:])
                      if kind == "d" and high > start)
-        return analyse_calling(name, start, end, code_at, labels[bisect_left(labels, start):bisect_left(labels, end)],
-                               noreturn, bounded=pads or (not name.startswith(FOUND) and start not in unsized),
-                               arm=arm, data=data)
+        facts = ProgramFacts(labels=labels[bisect_left(labels, start):bisect_left(labels, end)], noreturn=noreturn,
+                             data_spans=data)
+        return analyse_calling(name, start, end, code_at, facts,
+                               bounded=pads or (not name.startswith(FOUND) and start not in unsized), arm=arm)
 
     return analyse
 

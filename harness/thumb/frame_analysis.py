@@ -93,24 +93,31 @@ def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes
     kept where that meets no problem (data decoded by chance soon does);
     otherwise its rows refuse (rounds, as one pad may lead to the next).
     `labels`: addresses the program's data holds (formats.elf.code_pointers)."""
-    return analyse_calling(name, start, end, code_at, labels, arm=arm).function
+    return analyse_calling(name, start, end, code_at, ProgramFacts(labels=labels), arm=arm).function
+
+
+class ProgramFacts(NamedTuple):
+    """What the program around a function tells its analysis, each gathered
+    by discovery from the whole program and handed on together."""
+
+    labels: Iterable[int] = ()  # addresses the program's data holds (formats.elf.code_pointers): jump targets
+    noreturn: frozenset[int] = frozenset()  # functions that never return: a call to one ends its path
+    data_spans: tuple[tuple[int, int], ...] = ()  # [low, high) its mapping symbols mark as data: a path ends there
 
 
 def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int], bytes],
-                    labels: Iterable[int] = (), noreturn: frozenset[int] = frozenset(),
-                    bounded: bool = True, arm: bool = False,
-                    data: tuple[tuple[int, int], ...] = ()) -> Analysed:
+                    facts: ProgramFacts = ProgramFacts(), bounded: bool = True, arm: bool = False) -> Analysed:
     """`analyse`, with the targets of its paths' calls and tail calls
     (where functions no symbol names begin, in the state each is entered
-    in) and whether it returns; a call to a function of `noreturn` ends
-    its path (the code after it, another function, is not this one's), as
-    does reaching `data` (what mapping symbols mark: a literal pool after
-    a call that never returns, or after `bxeq lr; nop`, a weak call the
-    linker removed). Not `bounded` (the
+    in) and whether it returns; a call to a function of `facts.noreturn`
+    ends its path (the code after it, another function, is not this
+    one's), as does reaching `facts.data_spans` (what mapping symbols mark:
+    a literal pool after a call that never returns, or after `bxeq lr;
+    nop`, a weak call the linker removed). Not `bounded` (the
     end is a guess: no symbol gave it), code no path reaches may be other
     functions: no landing pad is looked for there."""
-    watched = _Asked(noreturn)
-    body = _body(start, end, code_at, labels, arm)._replace(noreturn=watched, data=data)
+    watched = _Asked(facts.noreturn)
+    body = _body(start, end, code_at, facts.labels, arm)._replace(noreturn=watched, data=facts.data_spans)
     analysis = _analysed(body, pads=bounded)
     if analysis.returns:  # it must give its caller r4-r11 back: where one is overwritten unsaved, it is lost
         analysis.refused.update(address for address, states in analysis.reached.items()
