@@ -99,6 +99,13 @@ bench: setup
 compare: setup
 	$(VENV)/bin/python -m harness.compare_corpus --json reports/compare.json
 
+# Function starts without symbols (docs/synthesis.md): our builds read as
+# `strip` leaves them, the starts found against their symbols', and v2-code
+# verified at samples on each as built and stripped: reports/stripped.json.
+.PHONY: stripped
+stripped: setup toolchains
+	$(VENV)/bin/python -m harness.stripped --verify --every 50 --json reports/stripped.json
+
 # The rows from code beside the compiler's CFI on csmith's random programs:
 # COUNT programs from seed SEED, each built by gcc and clang in six flag sets,
 # judged by running where they disagree (docs/synthesis.md): reports/synth-fuzz.{json,md}.

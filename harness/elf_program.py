@@ -20,6 +20,7 @@ from harness.formats.dwarf_cfi import has_cfi, read_cfi
 from harness.formats.elf import (
     ElfImage,
     code_pointers,
+    entry_points,
     executable_ranges,
     function_spans,
     load_segments,
@@ -28,6 +29,7 @@ from harness.formats.elf import (
     plt_entries,
     symbol_address,
     text_base,
+    unsized_functions,
 )
 from harness.program import CfiRow, CodeMap, FunctionCfi, Program, relocated
 from harness.registers import DWARF_D0, LR, SP
@@ -141,17 +143,21 @@ def code_reader(image):
 
 def code_map(image: ElfImage, exidx) -> CodeMap:
     """Where the ELF's functions are, by address only: its Thumb and ARM
-    function symbols, the words of its data pointing at code, its executable sections, and the
+    function symbols, the words of its data pointing at code, its executable sections, the
     starts of its `.ARM.exidx` index entries (`exidx`, parsed; their
-    unwind rules are not read), and its PLT entries of functions that
-    never return (discovery.NORETURN), and its mapping symbols (ARM code,
-    Thumb code, data)."""
+    unwind rules are not read), its PLT entries of functions that
+    never return (discovery.NORETURN), its mapping symbols (ARM code,
+    Thumb code, data), its entry points (e_entry, DT_INIT, DT_FINI),
+    whether it runs where it is linked (literal pools then hold addresses),
+    and which function symbols have no size."""
     ranges = tuple(executable_ranges(image))
     bounds = sorted({entry.start for entry in parse_sections(exidx)}) if exidx is not None else []
     noreturn = sorted(address for address, name in plt_entries(image).items() if name in NORETURN)
     spans = function_spans(image)
     return CodeMap(tuple(s[:3] for s in spans if s[3]), code_pointers(image, ranges), ranges, tuple(bounds),
-                   tuple(noreturn), tuple(s[:3] for s in spans if not s[3]), mapping_symbols(image))
+                   tuple(noreturn), tuple(s[:3] for s in spans if not s[3]), mapping_symbols(image),
+                   entry_points(image), image.elf["e_type"] == "ET_EXEC",
+                   unsized_functions(image))
 
 
 def elf_functions(image, from_code: bool) -> list:
@@ -162,5 +168,6 @@ def elf_functions(image, from_code: bool) -> list:
         return read_cfi(image)
     functions = list(analyse_all(code_map(image, read_exidx_sections(image)), code_reader(image)))
     if not functions:
-        raise InputError(f"{image.path}: no Thumb function symbols to synthesize tables for")
+        raise InputError(f"{image.path}: no function found to synthesize tables for (no Thumb function symbols, "
+                         "no entry point in its code, no .ARM.exidx index)")
     return functions

@@ -98,6 +98,9 @@ class CodeMap(NamedTuple):
     noreturn: tuple[int, ...] = ()  # PLT entries of functions that never return (abort, exit...)
     arm_spans: tuple[tuple[int, int, str], ...] = ()  # ARM function symbols (start, end, name), sorted
     modes: tuple[tuple[int, str], ...] = ()  # mapping symbols: (address, "a" | "t" | "d"), sorted
+    entries: tuple[int, ...] = ()  # where the loader enters (e_entry, DT_INIT, DT_FINI), bit 0 set: Thumb
+    fixed: bool = False  # linked where it runs (ET_EXEC): the words its code loads are addresses as they stand
+    unsized: tuple[int, ...] = ()  # starts of the function symbols of size 0: where they end is not known
 
     def moved(self, base: int) -> CodeMap:
         def move(addresses: tuple[int, ...]) -> tuple[int, ...]:
@@ -109,7 +112,8 @@ class CodeMap(NamedTuple):
         return CodeMap(move_spans(self.spans), move(self.pointers),
                        tuple((low + base, high + base) for low, high in self.ranges), move(self.bounds),
                        move(self.noreturn), move_spans(self.arm_spans),
-                       tuple((address + base, kind) for address, kind in self.modes))
+                       tuple((address + base, kind) for address, kind in self.modes), move(self.entries),
+                       self.fixed, move(self.unsized))
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,14 @@ SHF_EXECINSTR = 0x4
 
 @dataclass(frozen=True)
 class ElfImage:
-    """A parsed ELF file. `elf` reads from an in-memory copy of the file."""
+    """A parsed ELF file. `elf` reads from an in-memory copy of the file.
+    `stripped`: its `.symtab` is not read, as if `strip` had removed it
+    (`.dynsym` stays, as in Debian's binaries): what a stripped build of
+    the same code would show."""
 
     path: str
     elf: ELFFile
+    stripped: bool = False
 
 
 def open_elf(path: str) -> ElfImage:
@@ -118,7 +122,7 @@ def symbols(image: ElfImage) -> Iterator[Symbol]:
     each with `construct`, some 40 µs, where this takes about one."""
     try:
         for section in image.elf.iter_sections():
-            if not isinstance(section, SymbolTableSection):
+            if not isinstance(section, SymbolTableSection) or (image.stripped and section.name == ".symtab"):
                 continue
             data, strings = section.data(), image.elf.get_section(section["sh_link"]).data()
             size = section["sh_entsize"] or SYMBOL.size
@@ -166,6 +170,17 @@ def function_spans(image: ElfImage) -> tuple[tuple[int, int, str, bool], ...]:
     return tuple(found)
 
 
+def unsized_functions(image: ElfImage) -> tuple[int, ...]:
+    """The starts of the function symbols of size 0 (assembly without
+    `.size`: crt1's `_start`, much of glibc's), sorted: where such a
+    function ends, no symbol says."""
+    sized: dict[int, bool] = {}
+    for sym in symbols(image):
+        if sym.defined_function:
+            sized[sym.value & ~1] = sized.get(sym.value & ~1, False) or sym.size > 0
+    return tuple(sorted(start for start, has_size in sized.items() if not has_size))
+
+
 def mapping_symbols(image: ElfImage) -> tuple[tuple[int, str], ...]:
     """The ARM ELF mapping symbols (`$a`, `$t`, `$d`, or with a `.suffix`)
     as sorted (address, "a" | "t" | "d"): from each, up to the next, the
@@ -179,6 +194,26 @@ def mapping_symbols(image: ElfImage) -> tuple[tuple[int, str], ...]:
             if found.get(sym.value, "d") == "d":  # data of no length, then code: code
                 found[sym.value] = name[1]
     return tuple(sorted(found.items()))
+
+
+DT_INIT, DT_FINI = 12, 13
+
+
+def entry_points(image: ElfImage) -> tuple[int, ...]:
+    """Where the kernel and the dynamic linker enter the ELF's code, as
+    written (bit 0 set: Thumb): `e_entry` and DT_INIT, DT_FINI (`_init`,
+    `_fini`), those of them that lie in an executable section; sorted."""
+    ranges = executable_ranges(image)
+    found = {image.elf["e_entry"]}
+    try:
+        dynamic = image.elf.get_section_by_name(".dynamic")
+        if dynamic is not None and dynamic["sh_type"] == "SHT_DYNAMIC":
+            data = dynamic.data()
+            found.update(value for tag, value in struct.iter_unpack("<iI", data[:len(data) // 8 * 8])
+                         if tag in (DT_INIT, DT_FINI))
+    except PARSE_ERRORS as e:
+        raise ElfError(f"{image.path}: corrupt .dynamic: {e}") from e
+    return tuple(sorted(value for value in found if any(low <= value & ~1 < high for low, high in ranges)))
 
 
 R_ARM_RELATIVE = 23  # a word the dynamic linker moves with the module: an address

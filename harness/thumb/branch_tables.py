@@ -204,3 +204,20 @@ def formed_address(insn: Instruction, code_at) -> int | None:
         if earlier.transfers:
             return None
     return None
+
+
+def wide_constant(insn: Instruction, code_at) -> int | None:
+    """The 32-bit value `movt rX, #hi` completes, with `movw rX, #lo` just
+    before it on the straight run (as code linked where it runs takes an
+    address: `movw r3, #:lower16:f; movt r3, #:upper16:f`); else None."""
+    if insn.op != "movt" or insn.imm is None or insn.conditional:
+        return None
+    target = insn.regs[0]
+    for earlier in reversed(decode_before(code_at, insn.address, arm=insn.arm)):
+        if target in earlier.writes:
+            if earlier.op != "movw" or earlier.conditional or earlier.imm is None:
+                return None
+            return earlier.imm | insn.imm << 16
+        if earlier.transfers:
+            return None
+    return None

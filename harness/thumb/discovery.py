@@ -2,19 +2,27 @@
 and each function's rows (harness.thumb.frame_analysis).
 
 Function starts come from addresses, never from unwind rules: the Thumb
-function symbols (`.symtab`, or `.dynsym` alone in a stripped library) and
-the ARM ones (glibc's memcpy, memmove, memset: analysed in ARM state),
-then the targets of the calls and tail calls the analysed paths make,
+function symbols (`.symtab`, or `.dynsym` alone in a stripped binary) and
+the ARM ones (glibc's memcpy, memmove, memset: analysed in ARM state);
+the Thumb code the data points at; the loader's entry points (e_entry,
+DT_INIT, DT_FINI); the start of every `.ARM.exidx` index entry (the
+linker writes one per function it has unwind information for, or
+CANTUNWIND; only the addresses are read, never the rules; ARM where the
+code reads so); then the targets of the calls and tail calls the analysed
+paths make and the Thumb code addresses they form or load (pc-relative;
+in code linked where it runs, from literal pools and movw/movt pairs),
 round after round, in the state the branch enters (`bl` keeps it, `blx`
-switches) unless a mapping symbol (`$a`, `$t`) says otherwise; in a
-function found so, code no path reaches that begins with a push of lr
-(after a call that never returns, the next function) starts one. A
-function found by a call ends where the next known function begins, or
-at a bound: the end of its section, or the start of an `.ARM.exidx`
-index entry (addresses the linker wrote for each function it had unwind
-information for; the table's rules are not read). Data the mapping
-symbols mark (`$d`: literal pools) is never decoded. Code between functions
-is not analysed: its rows refuse, where Chrome's tables would return to lr.
+switches) unless a mapping symbol (`$a`, `$t`) says otherwise. In a
+function found so (or named by a symbol of size 0), code no path reaches
+starts another function where, past its padding, it pushes lr within its
+first instructions (after a call that never returns, the next function),
+or where, analysed alone, every path of it returns or tail-calls a known
+start with no problem met, through none of the code around it (a leaf
+function no call reaches, in a run of functions whose index entries the
+linker merged). A function found so ends where the next known function
+begins, or at the end of its section. Data the mapping symbols mark (`$d`:
+literal pools) is never decoded. Code between functions is not analysed:
+its rows refuse, where Chrome's tables would return to lr.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from collections.abc import Callable
 from harness.program import CfiRow, CodeMap, FunctionCfi
 from harness.registers import LR, SP
 from harness.thumb.disasm import decode_one, forget_addresses
-from harness.thumb.frame_analysis import Analysed, analyse_calling
+from harness.thumb.frame_analysis import Analysed, ProgramFacts, analyse_calling
 
 GAP = "<not analysed>"  # the name of the refusing rows between functions
 # Functions of the C and C++ runtimes that never return, by name (objtool
@@ -38,7 +46,8 @@ NORETURN = frozenset({
     "_ZSt9terminatev", "_ZSt17__throw_bad_allocv", "_ZSt20__throw_length_errorPKc",
     "_ZSt20__throw_out_of_rangePKc", "_ZSt24__throw_out_of_range_fmtPKcz", "_ZSt19__throw_logic_errorPKc",
     "_ZSt21__throw_bad_array_new_lengthv"})
-FOUND = "fn_"  # names a function found by a call, by its address
+FOUND = "fn_"
+ORIGIN = {}  # names a function found by a call, by its address
 
 
 def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> tuple[FunctionCfi, ...]:
@@ -49,16 +58,27 @@ def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> tupl
     round (without symbols, the code after such a call is the next
     function, which the caller's frame must not describe)."""
     try:
-        return _all_analysed(code_map, code_at)
+        found, _ = _all_analysed(code_map, code_at)
+        return _with_gaps([found[start].function for start in sorted(found)])
     finally:
         forget_addresses()
 
 
-def _all_analysed(code_map: CodeMap, code_at) -> tuple[FunctionCfi, ...]:
+def function_starts(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> dict[int, bool]:
+    """Where analyse_all's functions start, each with whether it is ARM code."""
+    try:
+        found, arm = _all_analysed(code_map, code_at)
+        return {start: start in arm for start in sorted(found)}
+    finally:
+        forget_addresses()
+
+
+def _all_analysed(code_map: CodeMap, code_at) -> tuple[dict[int, Analysed], set[int]]:
     noreturn = frozenset(code_map.noreturn)  # through the PLT: known by name
     analyse = _analyser(code_map, code_at)
-    found, arm = _discovered(code_map, code_at, analyse, noreturn)
-    analysed_with = dict.fromkeys(found, noreturn)  # the noreturn set each analysis had
+    found, arm, ended = _discovered(code_map, code_at, analyse, noreturn)
+    analysed_with = dict.fromkeys(found, noreturn)  # the noreturn set each analysis had (at least)
+    noreturn = ended
     while True:
         ended = noreturn.union(start for start, one in found.items() if not one.returns)
         if ended == noreturn:
@@ -67,65 +87,134 @@ def _all_analysed(code_map: CodeMap, code_at) -> tuple[FunctionCfi, ...]:
         for start, one in list(found.items()):
             # Analysed again where it calls one that never returns, unless
             # what it asked of noreturn is answered as before (the same analysis)
-            if (one.callees | one.arm_callees) & noreturn and one.asked & (noreturn - analysed_with[start]):
+            if (one.callees | one.arm_callees | one.branched) & noreturn and one.asked & (noreturn - analysed_with[start]):
                 found[start] = analyse(one.function.name, start, one.function.end, noreturn, start in arm)
                 analysed_with[start] = noreturn
-    return _with_gaps([found[start].function for start in sorted(found)])
+    for start, one in found.items():
+        # What no path reaches and starts no function may be a landing pad (entered by the unwinder)
+        if one.unreached and (one.function.name.startswith(FOUND) or start in code_map.unsized):
+            found[start] = analyse(one.function.name, start, one.function.end, noreturn, start in arm, pads=True)
+    return found, arm
 
 
 def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
-    """analyse(name, start, end, noreturn, arm): one function's analysis,
-    with the labels the program's data holds (a computed goto's targets,
-    among them) and the data its mapping symbols mark, in it."""
+    """analyse(name, start, end, noreturn, arm, pads): one function's
+    analysis, with the labels the program's data holds (a computed goto's
+    targets, among them) and the data its mapping symbols mark, in it;
+    landing pads looked for where a symbol gives its end, or with `pads`."""
     labels = sorted({word & ~1 for word in code_map.pointers})
     modes = code_map.modes
+    unsized = frozenset(code_map.unsized)
 
-    def analyse(name: str, start: int, end: int, noreturn: frozenset[int], arm: bool) -> Analysed:
+    def analyse(name: str, start: int, end: int, noreturn: frozenset[int], arm: bool, pads: bool = False) -> Analysed:
         first = max(bisect_right(modes, (start, "~")) - 1, 0)
         marks = [*modes[first:bisect_left(modes, (end, ""))], (end, "")]
         data = tuple((max(low, start), high) for (low, kind), (high, _) in zip(marks, marks[1:])
                      if kind == "d" and high > start)
-        return analyse_calling(name, start, end, code_at, labels[bisect_left(labels, start):bisect_left(labels, end)],
-                               noreturn, bounded=not name.startswith(FOUND), arm=arm, data=data)
+        facts = ProgramFacts(labels=labels[bisect_left(labels, start):bisect_left(labels, end)], noreturn=noreturn,
+                             data_spans=data)
+        return analyse_calling(name, start, end, code_at, facts,
+                               bounded=pads or (not name.startswith(FOUND) and start not in unsized), arm=arm)
 
     return analyse
 
 
-def _discovered(code_map: CodeMap, code_at, analyse, noreturn: frozenset[int]) -> tuple[dict[int, Analysed], set[int]]:
+def _discovered(code_map: CodeMap, code_at, analyse,
+                noreturn: frozenset[int]) -> tuple[dict[int, Analysed], set[int], frozenset[int]]:
     """Every function the symbols name, the data points at (Thumb bit
-    set) or the analysed calls reach, analysed; and which are ARM code."""
-    symbols = {start: (end, name) for start, end, name in (*code_map.spans, *code_map.arm_spans)}
-    arm = {start for start, _, _ in code_map.arm_spans}
-    symbol_starts = sorted(symbols)
-    pointed = [word & ~1 for word in code_map.pointers if word & 1]
-    starts = sorted(set(symbol_starts).union(
-        word for word in pointed if _new_function(word, symbol_starts, symbols, code_map)))
-    found: dict[int, Analysed] = {}
-    pending, queued = list(reversed(starts)), set(starts)
-    while pending:
-        start = pending.pop()
-        end, name = symbols.get(start) or (_end_of(start, starts, code_map), f"{FOUND}{start:x}")
-        found[start] = analyse(name, start, end, noreturn, start in arm)
-        prologues = set() if start in symbols else \
-            {gap for gap in found[start].unreached if _pushes_lr(code_at, gap, start in arm)}
-        entered = [(target, False) for target in found[start].callees] \
-            + [(target, True) for target in found[start].arm_callees] \
-            + [(target, start in arm) for target in prologues]  # code of the same state
-        for target, in_arm in sorted(entered):
-            if target in queued or not _new_function(target, symbol_starts, symbols, code_map):
-                continue
-            if _marked(code_map.modes, target, "a" if in_arm else "t"):
-                arm.add(target)
-            insort(starts, target)
-            queued.add(target)
-            pending.append(target)
-            index = bisect_left(starts, target)
-            before = starts[index - 1] if index else None
-            if before is not None and before not in symbols and before in found \
-                    and found[before].function.end > target:
-                del found[before]  # a function found by a call ends earlier now: again
-                pending.append(before)
-    return found, arm
+    set), the loader enters, the `.ARM.exidx` index begins, or the
+    analysed calls reach, analysed; and which are ARM code. In code linked
+    where it runs, any word of the data or of a literal pool may look like
+    an address (an integer of sqlite3's): one is taken for a start only
+    once everything else is found, and only where it lies in code no path
+    of the function around it reaches. Also the functions found never to
+    return (`noreturn`, and more: see _Finder.ended)."""
+    finder = _Finder(code_map, code_at, analyse, noreturn)
+    while True:
+        finder.drain()
+        taken = [target for target in sorted(finder.deferred - finder.queued) if finder.unreached(target)]
+        finder.deferred.clear()
+        if not taken:
+            return finder.found, finder.arm, finder.noreturn
+        for target in taken:
+            finder.add(target, False)
+
+
+class _Finder:
+    """The search for function starts: the starts known, the functions
+    analysed, those still to analyse."""
+
+    def __init__(self, code_map: CodeMap, code_at, analyse, noreturn: frozenset[int]):
+        self.code_map, self.code_at, self.analyse, self.noreturn = code_map, code_at, analyse, noreturn
+        unsized = frozenset(code_map.unsized)  # their functions end as found ones do: the size is not known
+        self.symbols = {start: (end, name) for start, end, name in (*code_map.spans, *code_map.arm_spans)
+                        if start not in unsized}
+        self.names = {start: name for start, _, name in (*code_map.spans, *code_map.arm_spans)}
+        self.symbol_starts = sorted(self.symbols)
+        first = _first_starts(code_map._replace(pointers=()) if code_map.fixed else code_map, code_at,
+                              self.symbol_starts, self.symbols)
+        self.deferred = {word & ~1 for word in code_map.pointers if word & 1} if code_map.fixed else set()
+        self.arm = {start for start, in_arm in first.items() if in_arm}
+        self.starts = sorted(first)
+        self.found: dict[int, Analysed] = {}
+        self.pending, self.queued, self.shared = list(reversed(self.starts)), set(self.starts), set()
+
+    def drain(self) -> None:
+        """Analyse every pending start, and the starts their code leads to."""
+        while self.pending:
+            start = self.pending.pop()
+            in_arm = start in self.arm
+            end, name = self.symbols.get(start) or (_end_of(start, self.starts, self.code_map),
+                                                    self.names.get(start, f"{FOUND}{start:x}"))
+            one = self.found[start] = self.analyse(name, start, end, self.noreturn, in_arm)
+            if start not in self.symbols and self.ended(one, in_arm):
+                one = self.found[start] = self.analyse(name, start, end, self.noreturn, in_arm)
+            self.shared.update(one.branched)
+            begun = set() if start in self.symbols else \
+                {begun for gap in one.unreached if (begun := _begun(self.code_at, self.analyse, one, gap, in_arm,
+                                                                    self.noreturn, (self.queued, self.shared)))
+                 is not None}  # (start, ARM?)
+            if self.code_map.fixed:
+                self.deferred.update(word & ~1 for word in one.loaded if word & 1)
+            entered = [(target, False) for target in one.callees] + [(target, True) for target in one.arm_callees] \
+                + sorted(begun)
+            for target, target_arm in sorted(entered):
+                self.add(target, target_arm)
+
+    def ended(self, one: Analysed, in_arm: bool) -> bool:
+        """Does a call of `one`, found without a symbol's end, return into
+        code that pushes lr (a prologue: the next function)? Its callee
+        then never returns (std::terminate, abort: in a static program no
+        PLT entry names them), and joins `noreturn`."""
+        ended = {target for target, after in one.call_sites if target not in self.noreturn
+                 and after < one.function.end and _pushes_lr(self.code_at, after, one.function.end, in_arm)}
+        self.noreturn = self.noreturn | ended
+        return bool(ended)
+
+    def add(self, target: int, in_arm: bool) -> None:
+        """A start found: analysed next, with the function before it again
+        where that one, found without a symbol's end, ran past it."""
+        if target in self.queued or not _new_function(target, self.symbol_starts, self.symbols, self.code_map, in_arm):
+            return
+        if _marked(self.code_map.modes, target, "a" if in_arm else "t"):
+            self.arm.add(target)
+        insort(self.starts, target)
+        self.queued.add(target)
+        self.pending.append(target)
+        index = bisect_left(self.starts, target)
+        before = self.starts[index - 1] if index else None
+        if before is not None and before not in self.symbols and before in self.found \
+                and self.found[before].function.end > target:
+            del self.found[before]  # a function found by a call ends earlier now: again
+            self.pending.append(before)
+
+    def unreached(self, target: int) -> bool:
+        """Does `target` lie in no function found, or in code no path of
+        the one around it reaches?"""
+        index = bisect_right(self.starts, target) - 1
+        around = self.found.get(self.starts[index]) if index >= 0 else None
+        return around is None or target >= around.function.end \
+            or any(low <= target < high for low, high in around.unreached)
 
 
 def _marked(modes: tuple[tuple[int, str], ...], address: int, entered: str) -> bool:
@@ -135,12 +224,109 @@ def _marked(modes: tuple[tuple[int, str], ...], address: int, entered: str) -> b
     return (modes[index][1] if index >= 0 and modes[index][1] != "d" else entered) == "a"
 
 
-def _pushes_lr(code_at, address: int, arm: bool) -> bool:
+def _first_starts(code_map: CodeMap, code_at, symbol_starts: list[int], symbols) -> dict[int, bool]:
+    """The starts known before any code is analysed, each with whether it
+    is ARM code: the symbols', then those of no symbol's function: the
+    Thumb code the data points at, the loader's entry points (bit 0 says
+    the state) and the `.ARM.exidx` index entries (whose addresses carry
+    no state: ARM only where the mapping symbols or the code say so)."""
+    first = {start: False for start, _, _ in code_map.spans}  # those of no size among them
+    first.update((start, True) for start, _, _ in code_map.arm_spans)
+    given = [(word & ~1, not word & 1) for word in code_map.entries] \
+        + [(word & ~1, False) for word in code_map.pointers if word & 1]
+    for bound in code_map.bounds:  # the linker's entry for a section may begin at its alignment padding
+        start = _past_padding(code_at, bound, _next_bound(code_map, bound), False)
+        given.append((start, _marked(code_map.modes, start, "a" if _looks_arm(code_at, start) else "t")))
+    for start, in_arm in given:
+        if start not in first and _new_function(start, symbol_starts, symbols, code_map, in_arm):
+            first[start] = in_arm
+    return first
+
+
+def _looks_arm(code_at, address: int, always: int = 3) -> bool:
+    """Is the code at a start of unknown state ARM code: word-aligned, its
+    first three words ARM instructions, the first `always` of them ones that
+    always execute (condition AL)? Thumb code reads so only where each
+    second half-word is an unconditional `b.n` or opens a 32-bit
+    instruction of a few classes (floating point, most of all: those read
+    as coprocessor instructions in ARM state)."""
+    if address % 4:
+        return False
+    words = code_at(address, 12)
+    if len(words) < 12 or any(words[k] >> 4 != 0xE for k in (3, 7, 11)[:always]):
+        return False
+    decoded = [decode_one(words[k:k + 4], address + k, True) for k in (0, 4, 8)]
+    return all(insn is not None and not insn.op.startswith(COPROCESSOR) for insn in decoded)
+
+
+# ARM's reading of Thumb floating-point code: instructions rare at an ARM function's start
+COPROCESSOR = ("v", "stc", "ldc", "mcr", "mrc", "cdp")
+
+
+# `nop`, `nop.w`, zeros; ARM `nop`, `mov r0, r0`, zeros
+PADDING = {False: (b"\x00\xbf", b"\x00\x00", b"\xaf\xf3\x00\x80"),
+           True: (b"\x00\xf0\x20\xe3", b"\x00\x00\xa0\xe1", b"\x00" * 4)}
+
+
+def _begun(code_at, analyse, around: Analysed, gap: tuple[int, int], arm: bool, noreturn,
+           seen: tuple[set[int], set[int]]) -> tuple[int, bool] | None:
+    """Where a function begins in code `gap` [low, high) that no path of
+    the function found `around` it reaches, if one does: past the padding
+    there (`nop`, zeros), code that pushes lr among its first few
+    instructions, or code that, taken as a function of its own, has every
+    path end in a return or in a tail call to a known start (none runs
+    on past the function's code), with no problem met, that no conditional
+    branch from another function enters (libgcc's shared division by
+    zero), and runs through none of the code `around` reaches (a
+    leaf function no call reaches; a C++ landing pad jumps back into its
+    function's body or pops the frame it does not have from there, and
+    fails so; code of the other state, read so, soon branches anywhere).
+    The code is in the state of the function around it, or ARM where it
+    reads so (glibc's ARM `__memcpy_neon` after Thumb code, its index
+    entry merged with those before it); with that state."""
+    high = gap[1]
+    low = _past_padding(code_at, *gap, arm)
+    known, shared = seen  # the starts known, the targets of conditional branches out of functions
+    if low >= high or low in shared:
+        return None
+    arm = arm or _looks_arm(code_at, low, always=2)  # the analysis below must then hold in ARM state
+    if _pushes_lr(code_at, low, high, arm):
+        return low, arm
+    end = around.function.end
+    alone = analyse(f"{FOUND}{low:x}", low, end, noreturn, arm)
+    if not alone.returns or alone.falls_through or alone.function.problems or alone.branched \
+            or not known.issuperset(alone.callees | alone.arm_callees):
+        return None
+    bounds = [low, *(edge for span in alone.unreached for edge in span), end]  # what it runs through, in pairs
+    return (low, arm) if all(any(gap_low <= ran_low and ran_high <= gap_high for gap_low, gap_high in around.unreached)
+                             for ran_low, ran_high in zip(bounds[::2], bounds[1::2]) if ran_low < ran_high) else None
+
+
+def _past_padding(code_at, low: int, high: int, arm: bool) -> int:
+    """The first address of [low, high) past the padding there (or high)."""
+    while low < high:
+        if code_at(low, 2) in PADDING[arm]:
+            low += 2
+        elif code_at(low, 4) in PADDING[arm]:
+            low += 4
+        else:
+            break
+    return low
+
+
+def _next_bound(code_map: CodeMap, address: int) -> int:
+    """The next `.ARM.exidx` entry's start after `address`, or the end of its section."""
+    later = bisect_right(code_map.bounds, address)
+    section = next((high for low, high in code_map.ranges if low <= address < high), address)
+    return min(code_map.bounds[later], section) if later < len(code_map.bounds) else section
+
+
+def _pushes_lr(code_at, address: int, end: int, arm: bool) -> bool:
     """Does the code at `address` push lr among its first few instructions,
-    before any branch or other change of sp: a prologue (GCC schedules a
-    `movs` or two ahead of the push)?"""
+    before any branch or other change of sp (GCC schedules a `movs` or two
+    ahead of the push)?"""
     for _ in range(6):
-        insn = decode_one(code_at(address, 4), address, arm)
+        insn = decode_one(code_at(address, 4), address, arm) if address < end else None
         if insn is None or insn.transfers or insn.op.startswith("it"):
             return False
         if SP in insn.writes or insn.op == "push":
@@ -149,9 +335,9 @@ def _pushes_lr(code_at, address: int, arm: bool) -> bool:
     return False
 
 
-def _new_function(target: int, symbol_starts: list[int], symbols, code_map: CodeMap) -> bool:
+def _new_function(target: int, symbol_starts: list[int], symbols, code_map: CodeMap, arm: bool = False) -> bool:
     """Is `target` code of no symbol's function (so the start of another)?"""
-    if target % 2 or not any(low <= target < high for low, high in code_map.ranges):
+    if target % (4 if arm else 2) or not any(low <= target < high for low, high in code_map.ranges):
         return False
     index = bisect_right(symbol_starts, target) - 1
     return index < 0 or target >= symbols[symbol_starts[index]][0]

@@ -34,8 +34,8 @@ from __future__ import annotations
 from typing import Callable, Iterable, NamedTuple
 
 from harness.program import CfiRow, FunctionCfi
-from harness.registers import LR, SP
-from harness.thumb.branch_tables import data_read, formed_address
+from harness.registers import LR, PC, SP
+from harness.thumb.branch_tables import data_read, formed_address, wide_constant
 from harness.thumb.disasm import Instruction, decode_one
 from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, lost, torn_down
 from harness.thumb.successors import Body, Path, successors
@@ -52,11 +52,20 @@ class Analysed(NamedTuple):
     function: FunctionCfi
     callees: frozenset[int]  # entered in Thumb state
     returns: bool
-    unreached: tuple[int, ...] = ()  # where code no path reaches begins
+    unreached: tuple[tuple[int, int], ...] = ()  # code no path reaches: [low, high)
     arm_callees: frozenset[int] = frozenset()  # entered in ARM state (`blx` from Thumb, `bl` or `b` from ARM)
     # the branch targets the analysis asked `noreturn` about: with the same
     # answers for these, another `noreturn` gives the same analysis
     asked: frozenset[int] = frozenset()
+    # conditional branches out of the function with the frame torn down:
+    # shared code of hand-written routines (libgcc's division by zero), not
+    # the starts of functions (compilers make no conditional tail calls)
+    branched: frozenset[int] = frozenset()
+    # the words its literal pools hold and its movw/movt pairs make (`ldr rX, =f`): in code
+    # linked where it runs, addresses
+    loaded: frozenset[int] = frozenset()
+    falls_through: bool = False  # a path runs on past its end (into whatever follows)
+    call_sites: frozenset[tuple[int, int]] = frozenset()  # (target, return address) of its direct calls
 
 
 class _Asked(frozenset):
@@ -84,31 +93,40 @@ def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes
     kept where that meets no problem (data decoded by chance soon does);
     otherwise its rows refuse (rounds, as one pad may lead to the next).
     `labels`: addresses the program's data holds (formats.elf.code_pointers)."""
-    return analyse_calling(name, start, end, code_at, labels, arm=arm).function
+    return analyse_calling(name, start, end, code_at, ProgramFacts(labels=labels), arm=arm).function
+
+
+class ProgramFacts(NamedTuple):
+    """What the program around a function tells its analysis, each gathered
+    by discovery from the whole program and handed on together."""
+
+    labels: Iterable[int] = ()  # addresses the program's data holds (formats.elf.code_pointers): jump targets
+    noreturn: frozenset[int] = frozenset()  # functions that never return: a call to one ends its path
+    data_spans: tuple[tuple[int, int], ...] = ()  # [low, high) its mapping symbols mark as data: a path ends there
 
 
 def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int], bytes],
-                    labels: Iterable[int] = (), noreturn: frozenset[int] = frozenset(),
-                    bounded: bool = True, arm: bool = False,
-                    data: tuple[tuple[int, int], ...] = ()) -> Analysed:
+                    facts: ProgramFacts = ProgramFacts(), bounded: bool = True, arm: bool = False) -> Analysed:
     """`analyse`, with the targets of its paths' calls and tail calls
     (where functions no symbol names begin, in the state each is entered
-    in) and whether it returns; a call to a function of `noreturn` ends
-    its path (the code after it, another function, is not this one's), as
-    does reaching `data` (what mapping symbols mark: a literal pool after
-    a call that never returns, or after `bxeq lr; nop`, a weak call the
-    linker removed). Not `bounded` (the
+    in) and whether it returns; a call to a function of `facts.noreturn`
+    ends its path (the code after it, another function, is not this
+    one's), as does reaching `facts.data_spans` (what mapping symbols mark:
+    a literal pool after a call that never returns, or after `bxeq lr;
+    nop`, a weak call the linker removed). Not `bounded` (the
     end is a guess: no symbol gave it), code no path reaches may be other
     functions: no landing pad is looked for there."""
-    watched = _Asked(noreturn)
-    body = _body(start, end, code_at, labels, arm)._replace(noreturn=watched, data=data)
+    watched = _Asked(facts.noreturn)
+    body = _body(start, end, code_at, facts.labels, arm)._replace(noreturn=watched, data=facts.data_spans)
     analysis = _analysed(body, pads=bounded)
     if analysis.returns:  # it must give its caller r4-r11 back: where one is overwritten unsaved, it is lost
         analysis.refused.update(address for address, states in analysis.reached.items()
                                 if any(lost(state) for state in states.values()))
     rows = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused)
     return Analysed(FunctionCfi(name, start, end, rows, tuple(analysis.problems)), frozenset(analysis.callees),
-                    analysis.returns, tuple(analysis.gaps()), frozenset(analysis.arm_callees), frozenset(watched.asked))
+                    analysis.returns, tuple(analysis.gap_spans()), frozenset(analysis.arm_callees), frozenset(watched.asked),
+                    frozenset(analysis.branched), frozenset(analysis.loaded), analysis.falls_through,
+                    frozenset(analysis.call_sites))
 
 
 def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes],
@@ -167,7 +185,11 @@ class _Analysis:
         self.calls: set[int] = set()  # addresses of calls on some path
         self.callees: set[int] = set()  # where its calls go, and code addresses it forms (see Analysed)
         self.arm_callees: set[int] = set()
+        self.branched: set[int] = set()  # see Analysed
+        self.call_sites: set[tuple[int, int]] = set()
+        self.loaded: set[int] = set()
         self.returns = False  # a path left by a return or a tail call
+        self.falls_through = False
         self.problems: list[str] = []
         self.refused: set[int] = set()
         # bytes of data: marked so ($d), or read as data (jump tables, literal pools)
@@ -181,7 +203,8 @@ class _Analysis:
         while pending:
             address, path = pending.pop()
             if address == self.end:  # falls through into the code after: it goes on there, no noreturn
-                self.returns = True  # (libgcc's `cmp r1, #0; beq div0` runs into its division routine)
+                self.returns = self.falls_through = True  # (libgcc's `cmp r1, #0; beq div0` runs into its
+                # division routine)
             if not self.start <= address < self.end or address in self.data:
                 continue  # data (a path into it is one no run takes: after a call that never returns)
             states = self.reached.setdefault(address, {})
@@ -216,13 +239,15 @@ class _Analysis:
                         self._refuse(address, f"'{insn.text}' calls with lr saved nowhere")
                     if insn.imm is not None:  # `blx` switches state, `bl` keeps it
                         (self.arm_callees if (insn.op == "blx") != insn.arm else self.callees).add(insn.imm)
+                        self.call_sites.add((insn.imm, address + insn.size))
                 elif insn.op == "b" and not self.start <= insn.imm < self.end and torn_down(path.state):
-                    (self.arm_callees if insn.arm else self.callees).add(insn.imm)  # a tail call: a function
+                    (self.branched if insn.conditional else self.arm_callees if insn.arm else self.callees).add(
+                        insn.imm)  # a tail call: a function
                 elif insn.op == "add" and first_visit \
                         and (formed := formed_address(insn, self.code_at)) is not None and formed & 1:
                     self.callees.add(formed & ~1)  # a Thumb code address taken pc-relative: a function
                 if first_visit:
-                    self.data.update(data_read(insn, self.code_at))
+                    self._read(insn)
                 onward = list(successors(insn, path, self.body))
                 pending.extend(onward)
                 if not onward and insn.op not in ("udf", "bkpt", "bl", "blx") \
@@ -232,6 +257,16 @@ class _Analysis:
                 self._refuse(address, str(why))
                 if insn is not None and path.state != UNKNOWN:
                     self._unknown_onward(insn, path, pending)
+
+    def _read(self, insn: Instruction) -> None:
+        """What the code itself says at `insn`, once: the data it reads, and
+        the words it loads (a literal; a movw/movt pair) that may be addresses."""
+        read = data_read(insn, self.code_at)
+        self.data.update(read)
+        if insn.op == "ldr" and read and insn.mem[0] == PC and PC not in insn.writes:
+            self.loaded.add(int.from_bytes(self.code_at(min(read), 4), "little"))
+        elif (constant := wide_constant(insn, self.code_at)) is not None:
+            self.loaded.add(constant)
 
     def _unknown_onward(self, insn: Instruction, path: Path, pending: list) -> None:
         """Go on past an instruction whose effect is unknowable with no
@@ -246,6 +281,8 @@ class _Analysis:
         twin.reached = {address: dict(states) for address, states in self.reached.items()}
         twin.sizes, twin.calls, twin.data = dict(self.sizes), set(self.calls), set(self.data)
         twin.callees, twin.arm_callees, twin.returns = set(self.callees), set(self.arm_callees), self.returns
+        twin.branched, twin.loaded, twin.falls_through = set(self.branched), set(self.loaded), self.falls_through
+        twin.call_sites = set(self.call_sites)
         twin.problems, twin.refused = list(self.problems), set(self.refused)
         twin.visited, twin.decoded = self.visited, self.decoded  # what the code says, whatever the paths
         return twin
@@ -271,13 +308,17 @@ class _Analysis:
 
     def gaps(self) -> list[int]:
         """Where code no path reached begins (not data the code reads)."""
+        return [low for low, _ in self.gap_spans()]
+
+    def gap_spans(self) -> list[tuple[int, int]]:
+        """The code no path reached, [low, high) each (not data the code reads)."""
         found, covered = [], self.start
         extents = {**{a: 1 for a in self.data}, **self.sizes}
         for address in sorted(extents):
             if address > covered and covered not in self.data and covered % 2 == 0:
-                found.append(covered)
+                found.append((covered, address))
             covered = max(covered, address + extents[address])
-        return found + ([covered] if covered < self.end else [])
+        return found + ([(covered, self.end)] if covered < self.end else [])
 
 
 def _join(known: FrameState, other: FrameState) -> FrameState | None:

@@ -1,0 +1,58 @@
+"""Function starts without a symbol table: discovery on the committed
+compiled corpus read as `strip` leaves it (`.symtab` gone), against the
+true starts its symbols name (harness.stripped)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+from harness.formats.elf import open_elf
+from harness.manifest import ELF_CORPUS, elf_builds
+from harness.stripped import STRIP, compared, found_starts, start_row, table_lines, true_starts
+
+BUILDS = sorted(build["file"] for build in elf_builds())
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[str, dict]:
+    return {name: start_row(str(ELF_CORPUS / name)) for name in BUILDS}
+
+
+def test_starts_of_the_stripped_compiled_corpus(rows):
+    """Every true start is found, in the right state; the false ones are
+    libgcc's division entry `.divsi3_skip_div0_test`, which `bl` calls but
+    no function symbol names (a label), one a build. With the symbols,
+    exactly the symbols' starts."""
+    for name, row in rows.items():
+        bare, full = row["stripped"], row["symbols"]
+        assert bare["hit"] == bare["true"] > 100 and bare["wrong_state"] == 0, name
+        assert bare["false"] <= 1, (name, bare["false_addresses"])
+        assert full["hit"] == full["found"] == full["true"] and full["false"] == 0, name
+    true, false, found = (sum(row["stripped"][key] for row in rows.values()) for key in ("true", "false", "found"))
+    assert false / found < 0.01 and true >= 1200
+
+
+def test_a_stripped_file_is_read_as_the_stripped_view(tmp_path):
+    """The in-memory reading (`.symtab` ignored) finds what discovery finds
+    in the file `arm-linux-gnueabihf-strip` writes."""
+    if shutil.which(STRIP) is None:
+        pytest.skip(f"{STRIP} not installed (make toolchains)")
+    source = ELF_CORPUS / "clang-O2-nofp.elf"
+    copy = tmp_path / "stripped.elf"
+    subprocess.run([STRIP, "-o", str(copy), str(source)], check=True)
+    image = open_elf(str(copy))
+    assert not any(section.name == ".symtab" for section in image.elf.iter_sections())
+    view = replace(open_elf(str(source)), stripped=True)
+    assert found_starts(image) == found_starts(view)
+    measured = compared(true_starts(open_elf(str(source))), found_starts(image), {})
+    assert measured["hit"] == measured["true"] and measured["false"] <= 1
+
+
+def test_the_table_has_a_row_per_build_and_the_total(rows):
+    lines = table_lines([{"build": name, **row} for name, row in rows.items()])
+    assert len(lines) == 2 + len(BUILDS) + 1 and lines[-1].startswith("| **all** | 1,2")
+    assert "100.00%" in lines[-1]
