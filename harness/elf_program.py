@@ -151,12 +151,17 @@ def code_map(image: ElfImage, exidx) -> CodeMap:
     whether it runs where it is linked (literal pools then hold addresses),
     and which function symbols have no size."""
     ranges = tuple(executable_ranges(image))
-    bounds = sorted({entry.start for entry in parse_sections(exidx)}) if exidx is not None else []
+
+    def in_code(address: int) -> bool:  # an index entry or entry point elsewhere (a hostile file's) starts nothing
+        return any(low <= address < high for low, high in ranges)
+    bounds = sorted({entry.start for entry in parse_sections(exidx) if in_code(entry.start)}) \
+        if exidx is not None else []
+    entries = tuple(entry for entry in entry_points(image) if in_code(entry & ~1))
     noreturn = sorted(address for address, name in plt_entries(image).items() if name in NORETURN)
     spans = function_spans(image)
     return CodeMap(tuple(s[:3] for s in spans if s[3]), code_pointers(image, ranges), ranges, tuple(bounds),
                    tuple(noreturn), tuple(s[:3] for s in spans if not s[3]), mapping_symbols(image),
-                   entry_points(image), image.elf["e_type"] == "ET_EXEC",
+                   entries, image.elf["e_type"] == "ET_EXEC",
                    unsized_functions(image))
 
 

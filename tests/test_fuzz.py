@@ -283,6 +283,19 @@ def test_mutated_elfs_load_or_are_refused(data, tmp_path):
         event(f"accepted, {name} mutated")
 
 
+def test_an_index_entry_outside_the_code_starts_no_function(tmp_path):
+    """An .ARM.exidx entry whose address lies outside the code (the last
+    entry's prel31 0x7f000100: 0xff010304, as a mutation found) is no
+    function start to look for (the finder read the code there: KeyError)."""
+    raw, regions = elf_regions()
+    _, offset, size = next(region for region in regions if region[0] == ".ARM.exidx")
+    at = offset + size - 8
+    path = tmp_path / "far.elf"
+    path.write_bytes(raw[:at] + (0x7F00_0100).to_bytes(4, "little") + raw[at + 4 :])
+    with bounded():
+        assert build_unwinders(program_from_elf(str(path), "entry"))
+
+
 # --- shard reports and manifests -----------------------------------------------------------
 
 json_values = st.recursive(
