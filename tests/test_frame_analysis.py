@@ -243,6 +243,31 @@ def test_an_alloca_on_one_path_joins_the_other_through_the_frame_pointer():
     ]
 
 
+def test_a_shrink_wrapped_function_returns_as_a_leaf_before_its_push_and_lr_stays_saved_as_scratch():
+    """GCC -O2's mix (tests/linux_src/shapes.c), its loop cut to one
+    instruction: it compares and returns before `push {r4-r11, lr}` (the
+    return, placed after the epilogue, is reached with nothing pushed),
+    then uses lr as a general register: the caller's lr is still in its
+    save slot, which the rows keep naming."""
+    code = bytes.fromhex(
+        "002a"  # 0x00 cmp r2, #0
+        "0bdd"  # 0x02 ble.n 0x1c: nothing to do
+        "2de9f04f"  # 0x04 push.w {r4-r11, lr}
+        "47f6b91e"  # 0x08 movw lr, #0x79b9: lr a general register from here
+        "c9f6376e"  # 0x0c movt lr, #0x9e37
+        "83ea0e0e"  # 0x10 eor.w lr, r3, lr
+        "013a"  # 0x14 subs r2, #1
+        "fbd1"  # 0x16 bne.n 0x10
+        "bde8f08f"  # 0x18 pop.w {r4-r11, pc}
+        "1846"  # 0x1c mov r0, r3
+        "7047")  # 0x1e bx lr
+    rows, problems = rows_of(code)
+    saves = ((4, -36), (5, -32), (6, -28), (FP, -24), (8, -20), (9, -16), (10, -12), (11, -8), (LR, -4))
+    assert not problems
+    assert [(r.address - BASE, r.problem or (r.cfa_reg, r.cfa_offset, r.saved)) for r in rows] == [
+        (0, (SP, 0, ())), (8, (SP, 36, saves)), (0x1c, (SP, 0, ()))]
+
+
 def test_stack_clash_probes_below_an_alloca_keep_the_cfa_on_the_frame_pointer():
     """GCC -O2 -fstack-clash-protection's alloca (with_alloca in
     tests/programs/shapes.c): sp steps down a page at a time to the
