@@ -375,6 +375,34 @@ def test_after_a_call_that_never_returns_the_next_function_is_found():
     assert not any(f.problems for f in found)
 
 
+def test_after_a_call_that_never_returns_a_shrink_wrapped_function_is_found():
+    """As above, with h as GCC -O2 builds a shrink-wrapped function
+    (`void free_list(struct node *p)`, freeing a list): it returns, as a
+    leaf, before its push of lr where there is nothing to do. That is its
+    prologue still: h is a function of its own, not code of g's that only
+    the unwinder enters (whose frame it would have been given)."""
+    head = assemble(["push {r3, lr}", "pop {r3, lr}", "b 0x100008",  # s (symbol): 0x0-0x8, a tail call
+                     "push {r4, lr}", "bl 0x100040"], BASE)  # g: 0x8, abort@plt at 0x40
+    code = head + bytes.fromhex(
+        "40b1"  # 0x0e cbz r0, 0x22: an empty list
+        "10b5"  # 0x10 push {r4, lr}
+        "0446"  # 0x12 mov r4, r0
+        "2046"  # 0x14 mov r0, r4
+        "2468"  # 0x16 ldr r4, [r4]
+    ) + assemble(["bl 0x100024"], BASE + 0x18) + bytes.fromhex(  # 0x18 bl free (k, 0x24, called by h alone)
+        "002c"  # 0x1c cmp r4, #0
+        "f9d1"  # 0x1e bne.n 0x14
+        "10bd"  # 0x20 pop {r4, pc}
+        "7047"  # 0x22 bx lr
+        "7047")  # 0x24 k: bx lr
+    code_map = CodeMap(((BASE, BASE + 8, "s"),), ranges=((BASE, BASE + len(code)),), noreturn=(BASE + 0x40,))
+    found = analyse_all(code_map, lambda address, size: code[address - BASE:address - BASE + size])
+    assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [
+        ("s", 0, 8), ("fn_100008", 8, 0xE), ("fn_10000e", 0xE, 0x24), ("fn_100024", 0x24, 0x26)]
+    assert [(r.address - BASE, r.cfa_offset) for r in found[2].rows] == [(0xE, 0), (0x12, 8), (0x22, 0)]
+    assert not any(f.problems for f in found)
+
+
 def test_calls_with_and_without_r7_set_share_one_frame_for_landing_pads():
     pad = ["push {r4, r7, lr}", "sub sp, #4", "bl 0x100040", "add r7, sp, #0", "bl 0x100040", "add sp, #4",
            "pop {r4, r7, pc}", "movs r0, #1", "b 0x10000e"]  # @ 0x12: the pad
