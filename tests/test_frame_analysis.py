@@ -9,6 +9,7 @@ from collections import Counter
 from functools import partial
 
 import pytest
+from test_linux_process import build, sysroot
 
 from generators.assembler import assemble
 from generators.corpus import generate_program
@@ -242,6 +243,95 @@ def test_an_alloca_on_one_path_joins_the_other_through_the_frame_pointer():
     ]
 
 
+def test_a_shrink_wrapped_function_returns_as_a_leaf_before_its_push_and_lr_stays_saved_as_scratch():
+    """GCC -O2's mix (tests/linux_src/shapes.c), its loop cut to one
+    instruction: it compares and returns before `push {r4-r11, lr}` (the
+    return, placed after the epilogue, is reached with nothing pushed),
+    then uses lr as a general register: the caller's lr is still in its
+    save slot, which the rows keep naming."""
+    code = bytes.fromhex(
+        "002a"  # 0x00 cmp r2, #0
+        "0bdd"  # 0x02 ble.n 0x1c: nothing to do
+        "2de9f04f"  # 0x04 push.w {r4-r11, lr}
+        "47f6b91e"  # 0x08 movw lr, #0x79b9: lr a general register from here
+        "c9f6376e"  # 0x0c movt lr, #0x9e37
+        "83ea0e0e"  # 0x10 eor.w lr, r3, lr
+        "013a"  # 0x14 subs r2, #1
+        "fbd1"  # 0x16 bne.n 0x10
+        "bde8f08f"  # 0x18 pop.w {r4-r11, pc}
+        "1846"  # 0x1c mov r0, r3
+        "7047")  # 0x1e bx lr
+    rows, problems = rows_of(code)
+    saves = ((4, -36), (5, -32), (6, -28), (FP, -24), (8, -20), (9, -16), (10, -12), (11, -8), (LR, -4))
+    assert not problems
+    assert [(r.address - BASE, r.problem or (r.cfa_reg, r.cfa_offset, r.saved)) for r in rows] == [
+        (0, (SP, 0, ())), (8, (SP, 36, saves)), (0x1c, (SP, 0, ()))]
+
+
+def test_stack_clash_probes_below_an_alloca_keep_the_cfa_on_the_frame_pointer():
+    """GCC -O2 -fstack-clash-protection's alloca (with_alloca in
+    tests/programs/shapes.c): sp steps down a page at a time to the
+    computed size, touching each page, then by the rest. Each step moves sp
+    by a constant from where only r7 knows the frame: still unknown, the
+    CFA still through r7 (not a refusal from the loop to the return)."""
+    code = bytes.fromhex(
+        "b0b5"  # 0x00 push {r4, r5, r7, lr}
+        "82b0"  # 0x02 sub sp, #8
+        "00af"  # 0x04 add r7, sp, #0: r7 = CFA - 24
+        "6846"  # 0x06 mov r0, sp
+        "adeb0303"  # 0x08 sub.w r3, sp, r3: where sp must get to, whole pages
+        "9842"  # 0x0c cmp r0, r3
+        "06d0"  # 0x0e beq.n 0x1e: less than a page
+        "adf5805d"  # 0x10 sub.w sp, sp, #4096: the probing loop
+        "6846"  # 0x14 mov r0, sp
+        "9842"  # 0x16 cmp r0, r3
+        "cdf8fc0f"  # 0x18 str.w r0, [sp, #4092]: touch the page
+        "f8d1"  # 0x1c bne.n 0x10
+        "c2f30b02"  # 0x1e ubfx r2, r2, #0, #12: the rest of the size
+        "adeb020d"  # 0x22 sub.w sp, sp, r2: sp 0 to 4095 bytes lower still
+        "0837"  # 0x26 adds r7, #8: r7 = CFA - 16
+        "bd46"  # 0x28 mov sp, r7
+        "b0bd")  # 0x2a pop {r4, r5, r7, pc}
+    rows, problems = rows_of(code)
+    saves = ((4, -16), (5, -12), (FP, -8), (LR, -4))
+    assert not problems
+    assert [(r.address - BASE, r.problem or (r.cfa_reg, r.cfa_offset, r.saved)) for r in rows] == [
+        (0, (SP, 0, ())),
+        (2, (SP, 16, saves)),
+        (4, (SP, 24, saves)),
+        (0x10, (FP, 24, saves)),  # the loop's head: sp at one page or another below, r7 where it was
+        (0x28, (FP, 16, saves)),  # r7 moved up by 8
+        (0x2a, (SP, 16, saves)),  # sp set from r7: known again
+    ]
+
+
+def test_a_push_below_an_alloca_saves_nothing_and_keeps_the_cfa_on_the_frame_pointer():
+    """The same rule for a push (`str rX, [sp, #-4]!` too): below a
+    dynamic allocation a push stores r4 at a slot nothing places relative
+    to the CFA, so it is no save; r4's stays at the prologue's slot."""
+    found = states(["push {r4, r7, lr}", "add r7, sp, #4", "sub sp, sp, r3", "push {r4, r5}", "movs r0, #1",
+                    "sub sp, r7, #4", "pop {r4, r7, pc}"])
+    assert found == [(0, (SP, 0, ())), (2, (SP, 12, ((4, -12), (FP, -8), (LR, -4)))),
+                     (8, (FP, 8, ((4, -12), (FP, -8), (LR, -4)))), (0x10, (SP, 12, ((4, -12), (FP, -8), (LR, -4))))]
+
+
+@pytest.mark.parametrize("optimization", ["-O2", "-Os"])
+def test_gccs_shrink_wrapped_and_stack_clash_shapes_are_known_at_every_instruction(tmp_path, capsys, optimization):
+    """tests/linux_src/shapes.c built as distributions build packages
+    (-fstack-clash-protection): its shrink-wrapped function using lr as a
+    general register and its probed alloca and VLAs, compared with GCC's
+    CFI at every instruction of its five functions and run: no refusal,
+    and no stop where the rows disagree (at -Os, a `nop` after a call that
+    never returns, which no run executes, has a row GCC's CFI leaves
+    unchanged)."""
+    program = build("shapes.c", optimization, "-fstack-clash-protection")
+    assert main(["encode", program, "--from-code", "--compare", "--run", "--sysroot", sysroot(),
+                 "-o", str(tmp_path / "x.bin")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"of 5 functions with CFI: \d+ agree, \d+ disagree \(0 more where the analysis refuses\)", out), out
+    assert "ran the program: 0 stops at disagreeing instructions" in out
+
+
 def test_a_computed_goto_jumps_to_the_labels_the_data_holds():
     """Lua's dispatch: `bx r3` with the frame set up is no tail call."""
     code = assemble(["push {r4, lr}", "bx r3", "movs r0, #1", "bx r3", "pop {r4, pc}"], BASE)
@@ -282,6 +372,34 @@ def test_after_a_call_that_never_returns_the_next_function_is_found():
     assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [
         ("s", 0, 8), ("fn_100008", 8, 0xE), ("fn_10000e", 0xE, 0x14)]
     assert [(r.address - BASE, r.cfa_offset) for r in found[2].rows] == [(0xE, 0), (0x12, 8)]
+    assert not any(f.problems for f in found)
+
+
+def test_after_a_call_that_never_returns_a_shrink_wrapped_function_is_found():
+    """As above, with h as GCC -O2 builds a shrink-wrapped function
+    (`void free_list(struct node *p)`, freeing a list): it returns, as a
+    leaf, before its push of lr where there is nothing to do. That is its
+    prologue still: h is a function of its own, not code of g's that only
+    the unwinder enters (whose frame it would have been given)."""
+    head = assemble(["push {r3, lr}", "pop {r3, lr}", "b 0x100008",  # s (symbol): 0x0-0x8, a tail call
+                     "push {r4, lr}", "bl 0x100040"], BASE)  # g: 0x8, abort@plt at 0x40
+    code = head + bytes.fromhex(
+        "40b1"  # 0x0e cbz r0, 0x22: an empty list
+        "10b5"  # 0x10 push {r4, lr}
+        "0446"  # 0x12 mov r4, r0
+        "2046"  # 0x14 mov r0, r4
+        "2468"  # 0x16 ldr r4, [r4]
+    ) + assemble(["bl 0x100024"], BASE + 0x18) + bytes.fromhex(  # 0x18 bl free (k, 0x24, called by h alone)
+        "002c"  # 0x1c cmp r4, #0
+        "f9d1"  # 0x1e bne.n 0x14
+        "10bd"  # 0x20 pop {r4, pc}
+        "7047"  # 0x22 bx lr
+        "7047")  # 0x24 k: bx lr
+    code_map = CodeMap(((BASE, BASE + 8, "s"),), ranges=((BASE, BASE + len(code)),), noreturn=(BASE + 0x40,))
+    found = analyse_all(code_map, lambda address, size: code[address - BASE:address - BASE + size])
+    assert [(f.name, f.start - BASE, f.end - BASE) for f in found] == [
+        ("s", 0, 8), ("fn_100008", 8, 0xE), ("fn_10000e", 0xE, 0x24), ("fn_100024", 0x24, 0x26)]
+    assert [(r.address - BASE, r.cfa_offset) for r in found[2].rows] == [(0xE, 0), (0x12, 8), (0x22, 0)]
     assert not any(f.problems for f in found)
 
 

@@ -15,7 +15,8 @@ round after round, in the state the branch enters (`bl` keeps it, `blx`
 switches) unless a mapping symbol (`$a`, `$t`) says otherwise. In a
 function found so (or named by a symbol of size 0), code no path reaches
 starts another function where, past its padding, it pushes lr within its
-first instructions (after a call that never returns, the next function),
+first instructions, a compare and return as a leaf allowed before (after a
+call that never returns, the next function; a shrink-wrapped prologue),
 or where, analysed alone, every path of it returns or tail-calls a known
 start with no problem met, through none of the code around it (a leaf
 function no call reaches, in a run of functions whose index entries the
@@ -323,14 +324,30 @@ def _next_bound(code_map: CodeMap, address: int) -> int:
 
 def _pushes_lr(code_at, address: int, end: int, arm: bool) -> bool:
     """Does the code at `address` push lr among its first few instructions,
-    before any branch or other change of sp (GCC schedules a `movs` or two
-    ahead of the push)?"""
+    before any other branch or change of sp (GCC schedules a `movs` or two
+    ahead of the push; a shrink-wrapped function compares first and
+    returns as a leaf where it has nothing to do)?"""
     for _ in range(6):
         insn = decode_one(code_at(address, 4), address, arm) if address < end else None
-        if insn is None or insn.transfers or insn.op.startswith("it"):
+        if insn is None or insn.op.startswith("it") or insn.transfers and not _to_leaf_return(code_at, insn, end, arm):
             return False
         if SP in insn.writes or insn.op == "push":
             return insn.op == "push" and LR in insn.regs
+        address += insn.size
+    return False
+
+
+def _to_leaf_return(code_at, branch, end: int, arm: bool) -> bool:
+    """Is `branch` a conditional one forward to a `bx lr` among the next
+    few instructions there, with no other branch or change of sp?"""
+    if branch.op not in ("b", "cbz", "cbnz") or not (branch.conditional or branch.op != "b") \
+            or not branch.address < branch.imm < end:
+        return False
+    address = branch.imm
+    for _ in range(3):
+        insn = decode_one(code_at(address, 4), address, arm)
+        if insn is None or SP in insn.writes or insn.transfers:
+            return insn is not None and insn.op == "bx" and insn.regs == (LR,)
         address += insn.size
     return False
 

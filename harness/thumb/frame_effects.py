@@ -130,6 +130,11 @@ def _clobber(state: FrameState, regs) -> FrameState:
 def _moved(state: FrameState, delta: int) -> FrameState:
     """sp moved down by `delta` bytes (up when negative)."""
     if state.depth is None:
+        if state.cfa_reg == FP:
+            # sp below a dynamic allocation moved by a constant (GCC's
+            # stack-clash probes step an alloca down a page at a time): still
+            # unknown, and r7 still holds the frame
+            return state
         raise Unknowable("sp moves where its distance to the frame is unknown")
     depth = state.depth + delta
     if state.cfa_reg == FP and delta < 0:  # an epilogue: sp is known, the CFA goes back to it
@@ -138,8 +143,12 @@ def _moved(state: FrameState, delta: int) -> FrameState:
 
 
 def _push(state: FrameState, stored: list[tuple[int, int]]) -> FrameState:
-    """Registers stored below sp, the first lowest, sp moved down past them."""
+    """Registers stored below sp, the first lowest, sp moved down past them.
+    Where sp's distance to the CFA is unknown (the frame held by r7), no
+    slot is known: nothing is saved, each register keeps its own value."""
     moved = _moved(state, sum(size for _, size in stored))
+    if moved.depth is None:
+        return moved
     saved = dict(state.saved)
     slot = -moved.depth
     for reg, size in stored:
