@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -34,10 +35,27 @@ from harness.runner import in_processes
 from harness.synth_fuzz_judge import Build, judged_build
 from harness.synth_fuzz_report import assemble, markdown, report_json
 
-# Small programs that mostly end soon: at most 8 functions besides main (the
-# default 10 makes longer runs for no new shapes), and no `#pragma pack(1)`
-# structs (unaligned halfword and word accesses everywhere).
-CSMITH_OPTIONS = ("--no-packed-struct", "--max-funcs", "8")
+
+class Generated(NamedTuple):
+    """How csmith's programs are made. No `#pragma pack(1)` structs
+    (unaligned halfword and word accesses everywhere); at most `max_funcs`
+    functions besides main. csmith declares each `static`, and above -O0 a
+    compiler inlines a static function called once and keeps no copy: about
+    3.5 functions a build whatever `max_funcs` (gcc -O2, seeds 1-5).
+    `out_of_line` drops that `static` from csmith's func_N, so that each
+    keeps its copy while callers still inline it: 10.4 functions a build
+    at 8, 29.2 at 30."""
+
+    max_funcs: int = 8
+    out_of_line: bool = False
+
+    def options(self) -> tuple[str, ...]:
+        return ("--no-packed-struct", "--max-funcs", str(self.max_funcs))
+
+
+# The volume run's (make synth-fuzz): 300 programs x 12 builds, some 100,000 functions.
+VOLUME = Generated(max_funcs=30, out_of_line=True)
+CSMITH_STATIC = re.compile(r"^static (?=[^;=\n]*\bfunc_\d+\s*\()", re.MULTILINE)  # csmith's func_N, declared static
 CSMITH_INCLUDE = "/usr/include/csmith"  # csmith.h and its safe-math wrappers (libcsmith-dev)
 COMMON_FLAGS = ("-g", "-fasynchronous-unwind-tables", "-mthumb", "-march=armv7-a", "-mfpu=vfpv3-d16",
                 "-mfloat-abi=hard", "-w")
@@ -73,6 +91,7 @@ class FuzzJob(NamedTuple):
     budget: int
     csmith: str
     sysroot: str
+    generated: Generated
 
 
 def program_records(job: FuzzJob) -> dict:
@@ -80,7 +99,7 @@ def program_records(job: FuzzJob) -> dict:
     failed to build), in compiler and flag-set order."""
     with tempfile.TemporaryDirectory(prefix="synth-fuzz-") as directory:
         source = Path(directory) / "program.c"
-        source.write_text(csmith_source(job.csmith, job.seed, directory))
+        source.write_text(csmith_source(job.csmith, job.seed, directory, job.generated))
         builds = []
         for compiler in job.compilers:
             for flag_set in job.flag_sets:
@@ -95,17 +114,17 @@ def program_records(job: FuzzJob) -> dict:
     return {"seed": job.seed, "builds": builds}
 
 
-def csmith_source(csmith: str, seed: int, directory: str) -> str:
-    """The program csmith writes for `seed` (it leaves platform.info in
-    the directory it runs in: `directory`, never the caller's)."""
+def csmith_source(csmith: str, seed: int, directory: str, generated: Generated) -> str:
+    """The program csmith writes for `seed` as `generated` says (it leaves
+    platform.info in the directory it runs in: `directory`, never the caller's)."""
     try:
-        made = subprocess.run([csmith, "--seed", str(seed), *CSMITH_OPTIONS], cwd=directory, capture_output=True,
-                              text=True, timeout=120)
+        made = subprocess.run([csmith, "--seed", str(seed), *generated.options()], cwd=directory,
+                              capture_output=True, text=True, timeout=120)
     except FileNotFoundError:
         raise ToolMissing(f"{csmith}: csmith is not installed (apt-get install csmith libcsmith-dev)") from None
     if made.returncode != 0:
         raise ToolMissing(f"{csmith} --seed {seed} failed: {made.stderr.strip()[:200]}")
-    return made.stdout
+    return CSMITH_STATIC.sub("", made.stdout) if generated.out_of_line else made.stdout
 
 
 def compile_program(build: Build, source: Path, directory: str) -> str | None:
@@ -155,6 +174,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="instructions a judged run may execute")
     parser.add_argument("--jobs", type=int, default=2, help="programs built and judged at once")
     parser.add_argument("--csmith", default="csmith", help="the csmith to run")
+    parser.add_argument("--max-funcs", type=int, default=VOLUME.max_funcs,
+                        help=f"csmith's functions besides main (default {VOLUME.max_funcs})")
+    parser.add_argument("--static", action="store_true",
+                        help="keep csmith's functions static (most then inline away above -O0: Generated)")
     parser.add_argument("--json", default=str(ROOT / "reports" / "synth-fuzz.json"))
     parser.add_argument("--markdown", default=str(ROOT / "reports" / "synth-fuzz.md"))
     return parser
@@ -164,11 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     compilers, flag_sets = tuple(args.compilers.split(",")), tuple(args.flag_sets.split(","))
     unknown = sorted(set(compilers) - set(COMPILERS)) + sorted(set(flag_sets) - set(FLAG_SETS))
-    if unknown or args.count < 1 or args.budget < 1:
-        print(f"synth-fuzz: unknown compilers or flag sets {unknown}, or a count or budget below 1", file=sys.stderr)
+    if unknown or args.count < 1 or args.budget < 1 or args.max_funcs < 1:
+        print(f"synth-fuzz: unknown compilers or flag sets {unknown}, or a count, budget or --max-funcs below 1",
+              file=sys.stderr)
         return 2
     try:
-        report = fuzz(args.seed, args.count, compilers, flag_sets, args.budget, args.jobs, args.csmith)
+        report = fuzz(args.seed, args.count, compilers, flag_sets, args.budget, args.jobs, args.csmith,
+                      Generated(args.max_funcs, not args.static))
     except HarnessError as error:
         print(f"synth-fuzz: {error}", file=sys.stderr)
         return 2
@@ -178,15 +203,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def fuzz(seed: int, count: int, compilers: tuple[str, ...], flag_sets: tuple[str, ...], budget: int = DEFAULT_BUDGET,
-         jobs: int = 2, csmith: str = "csmith") -> dict:
+         jobs: int = 2, csmith: str = "csmith", generated: Generated = Generated()) -> dict:
     """The report of programs seed..seed+count-1 in every build asked for."""
     started, sysroot = time.monotonic(), str(cache() / "sysroot")
     versions = tool_versions(csmith, compilers, sysroot)
-    work = [FuzzJob(n, compilers, flag_sets, budget, csmith, sysroot) for n in range(seed, seed + count)]
+    work = [FuzzJob(n, compilers, flag_sets, budget, csmith, sysroot, generated) for n in range(seed, seed + count)]
     records = in_processes(program_records, work, jobs, lambda r: print(f"synth-fuzz: seed {r['seed']} done",
                                                                         file=sys.stderr),
                            name=lambda job: f"csmith seed {job.seed}")
-    settings = {"seed": seed, "count": count, "budget": budget, "csmith_options": list(CSMITH_OPTIONS),
+    settings = {"seed": seed, "count": count, "budget": budget, "csmith_options": list(generated.options()),
+                "out_of_line": generated.out_of_line,
                 "common_flags": list(COMMON_FLAGS + LINK_FLAGS), "versions": versions,
                 "flag_sets": {c: {f: list(flags_of(c, f)) for f in flag_sets} for c in compilers}}
     return assemble(records, settings, time.monotonic() - started)

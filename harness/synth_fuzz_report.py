@@ -80,7 +80,8 @@ def markdown(report: dict) -> str:
     s = report
     lines = ["# Synthesis fuzz: rows from code beside the compiler's CFI", "",
              f"csmith seeds {s['seed']}..{s['seed'] + s['count'] - 1} ({s['versions']['csmith']}; "
-             f"`{' '.join(s['csmith_options'])}`), instruction budget {s['budget']:,} a run.", ""]
+             f"`{' '.join(s['csmith_options'])}`{'; every function kept out of line' if s['out_of_line'] else ''}), "
+             f"instruction budget {s['budget']:,} a run.", ""]
     lines += [f"- {name}: {version}" for name, version in sorted(s["versions"].items()) if name != "csmith"]
     lines += ["", "| compiler | flags | builds | functions | instructions | agree | disagree (run, in data) | refused | "
               "stops judged | code right | compiler right | both right | both wrong | runs out of budget |",

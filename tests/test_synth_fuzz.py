@@ -8,13 +8,15 @@ without them these tests fail, naming what is missing."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from harness.errors import ToolMissing
-from harness.synth_fuzz import COMPILERS, flags_of, fuzz
-from harness.synth_fuzz_judge import BUDGET_FAULT, reason_key, window
+from harness.synth_fuzz import COMPILERS, VOLUME, compile_program, csmith_source, flags_of, fuzz
+from harness.synth_fuzz_judge import BUDGET_FAULT, Build, reason_key, window
 from harness.synth_fuzz_report import VERDICTS, grouped_findings, markdown, report_json
 
 # Seed 1 ends after some 330,000 instructions; seed 2 loops for ever, so its
@@ -92,6 +94,26 @@ def test_the_summary_names_the_settings_and_every_group(report):
     assert report["flag_sets"]["clang"]["O2-fp"] == ["-O2", "-fno-omit-frame-pointer"]
     assert set(report["versions"]) == {"csmith", *COMPILERS}
     assert not Path("platform.info").exists()  # csmith writes it where it runs: never here
+
+
+def test_the_volume_run_keeps_each_function_out_of_line(tmp_path):
+    """`make synth-fuzz`'s programs (VOLUME): csmith's func_N lose their
+    `static` (its globals keep theirs), and gcc -O2 keeps a copy of each
+    where most of them would inline away."""
+    kept = {}
+    for generated in (VOLUME, VOLUME._replace(out_of_line=False)):
+        directory = tmp_path / str(generated.out_of_line)
+        directory.mkdir()
+        source = directory / "program.c"
+        source.write_text(csmith_source("csmith", 1, str(directory), generated))
+        text = source.read_text()
+        assert ("static uint32_t  func_1(void);" in text) != generated.out_of_line
+        assert re.search(r"^static .*\bg_\d+", text, re.MULTILINE)  # its globals stay static
+        build = Build(1, "gcc", "O2", str(directory / "program"))
+        assert compile_program(build, source, str(directory)) is None
+        symbols = subprocess.run(["arm-linux-gnueabihf-nm", build.path], capture_output=True, text=True).stdout
+        kept[generated.out_of_line] = len(re.findall(r" [Tt] func_\d+$", symbols, re.MULTILINE))
+    assert kept[True] == VOLUME.max_funcs > 3 * kept[False]  # every one of its functions besides main
 
 
 def test_a_missing_csmith_is_named():
