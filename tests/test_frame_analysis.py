@@ -85,6 +85,22 @@ def test_a_large_frame_through_movw_movt():
     assert (14, (SP, 8 + 0x11000, ((4, -8), (LR, -4)))) in found
 
 
+def test_the_bytes_before_a_function_are_none_of_its_code():
+    """gcc -O2 (csmith seed 32, func_207, no shrink-wrapping) starts with a
+    push of r10 straight after the literal pool of the function before it,
+    whose last half-word 0x46ea reads as `mov sl, sp`: a push of sp's value
+    (a register dump) to a look-back crossing the function's start, which
+    refused the whole function. The look-back stops at the start."""
+    pool = bytes.fromhex("f2300000" "fc460000" "ea460000" "ca300000")  # the words 0x30f2, 0x46fc, 0x46ea, 0x30ca
+    code = bytes.fromhex("2de9f047" "0025" "8c46" "bde8f087")  # push.w {r4-r10, lr}; movs r5, #0; mov ip, r1; pop.w
+    function = analyse("func_207", BASE, BASE + len(code),
+                       lambda address, size: (pool + code)[address - BASE + 16:address - BASE + 16 + size])
+    assert not function.problems
+    assert [(r.address - BASE, r.cfa_offset) for r in function.rows][:2] == [(0, 0), (4, 32)]
+    mov_ip_sp_first = bytes.fromhex("ec46" "00b5" "2de90050" "bde80050" "00bd")  # mov ip, sp; push {lr}; push.w {ip, lr}
+    assert "a register dump" in "".join(rows_of(mov_ip_sp_first)[1])  # inside it, the dump is still one
+
+
 def test_str_with_writeback_pushes_and_ldr_post_index_pops():
     code = bytes.fromhex("80b5" "4df8048d" "0120" "5df8048b" "80bd")  # push {r7, lr}; str.w r8, [sp, #-4]!; ...
     rows, problems = rows_of(code)

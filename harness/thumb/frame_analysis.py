@@ -38,7 +38,7 @@ from harness.registers import LR, PC, SP
 from harness.thumb.branch_tables import data_read, formed_address, wide_constant
 from harness.thumb.disasm import Instruction, decode_one
 from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, lost, torn_down
-from harness.thumb.successors import Body, Path, successors
+from harness.thumb.successors import Body, FromStart, Path, successors
 
 MAX_STATES = 200_000  # (address, fact) pairs visited per function, a guard against pathological code
 LANDING_ROUNDS = 8  # rounds of analysing code only the unwinder enters (landing pads)
@@ -153,6 +153,7 @@ def _one_frame(states, address: int) -> CfiRow | None:
 
 def _body(start: int, end: int, code_at, labels: Iterable[int], arm: bool = False) -> Body:
     return Body(start, end, code_at, tuple(sorted(label for label in set(labels) if start <= label < end)),
+                own_code=FromStart(start, code_at),
                 arm=arm)
 
 

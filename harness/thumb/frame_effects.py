@@ -285,7 +285,10 @@ def _constant_before(insn: Instruction, sources: tuple[int, ...], code_at) -> in
         return None
     value = None
     for back in (8, 4):
-        found = decode_one(code_at(insn.address - back, 4), insn.address - back, insn.arm)
+        try:
+            found = decode_one(code_at(insn.address - back, 4), insn.address - back, insn.arm)
+        except KeyError:  # before the function's start: none of its code
+            continue
         if found is None or found.size != 4 or found.regs[:1] != sources or found.imm is None:
             continue
         if found.op == "movw":

@@ -33,6 +33,24 @@ class Body(NamedTuple):
     noreturn: frozenset[int] = frozenset()  # functions that never return: a call to one ends the path
     arm: bool = False  # it starts in ARM state (glibc's string functions), not Thumb
     data: tuple[tuple[int, int], ...] = ()  # [low, high) of its bytes the mapping symbols call data
+    # Its code from its start on, what an instruction's effect looks back at
+    # (frame_effects: a `mov rX, sp` straight before a push): the bytes before
+    # its start are another function's (its literal pool's 0x46ea reads as
+    # `mov sl, sp`). None: code_at.
+    own_code: Callable[[int, int], bytes] | None = None
+
+
+class FromStart(NamedTuple):
+    """`code_at` for the bytes at `start` and after it; KeyError before it
+    (as before a program's first byte: disasm.decode_before goes on)."""
+
+    start: int
+    code_at: Callable[[int, int], bytes]
+
+    def __call__(self, address: int, size: int) -> bytes:
+        if address < self.start:
+            raise KeyError(f"{address:#x} lies before the function at {self.start:#x}")
+        return self.code_at(address, size)
 
 
 class Path(NamedTuple):
@@ -99,8 +117,8 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
     """Successors of `insn` when it runs."""
     start, end, code_at = body.start, body.end, body.code_at
     fact = None if _sets_flags(insn) else path.fact
-    onward = Path(path.state if path.state == UNKNOWN else after(insn, path.state, code_at), fact, path.block,
-                  path.arm)
+    onward = Path(path.state if path.state == UNKNOWN else after(insn, path.state, body.own_code or code_at), fact,
+                  path.block, path.arm)
     op = insn.op
     if op in ("cbz", "cbnz"):
         return [(insn.imm, onward), (following, onward)]
