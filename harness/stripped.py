@@ -93,12 +93,9 @@ def v2_code_failures(build: dict, every: int, stripped: bool) -> tuple[int, int]
     stride `every`, the build as it is or stripped; InputError where the
     run goes wrong (a fault, a wrong output)."""
     if build["entry"] is not None:
-        image = open_elf(build["path"])
         program = program_from_elf(build["path"], build["entry"], build["expected"])
-        if stripped:
-            stripped_image = replace(image, stripped=True)
-            program = replace(program, code_map=code_map(stripped_image, read_exidx_sections(stripped_image)))
-        result = verify_program(program, build_unwinders(program, [UNWINDER]), Verify(every=every))
+        own = partial(_read_stripped, program.name) if stripped else partial(build_unwinders, names=[UNWINDER])
+        result = verify_program(program, own(program), Verify(every=every))
         ok = result.fault is None and result.result == result.expected
     else:
         run, entry = linux_run(build["linux"]), build["linux"]
@@ -116,8 +113,8 @@ def v2_code_failures(build: dict, every: int, stripped: bool) -> tuple[int, int]
 
 
 def _read_stripped(path: str, program: Program) -> list[Unwinder]:
-    """v2-code over a process's module `program`, the executable at `path`
-    read as `strip` leaves it (where the loader put it)."""
+    """v2-code over `program` (a bare-metal build, or a process's module),
+    the ELF at `path` read as `strip` leaves it (where the loader put it)."""
     if program.name == path:
         image = replace(open_elf(path), stripped=True)
         read = code_map(image, read_exidx_sections(image)).moved(program.text_base - text_base(image))
