@@ -57,3 +57,18 @@ def test_the_table_has_a_row_per_build_and_the_total(rows):
     lines = table_lines([{"build": name, **row} for name, row in rows.items()])
     assert len(lines) == 2 + len(BUILDS) + 1 and lines[-1].startswith("| **all** | 1,2")
     assert "100.00%" in lines[-1]
+
+
+def test_the_stripped_tables_are_made_from_the_stripped_reading(monkeypatch):
+    """`make stripped`'s second run really reads the build without its
+    symbols (a path that named another file would verify the same tables
+    twice, and find no cost)."""
+    import harness.stripped as stripped
+    from harness.elf_program import program_from_elf
+
+    program = program_from_elf(str(ELF_CORPUS / "gcc-O2-nofp.elf"), "entry")
+    given = []
+    monkeypatch.setattr(stripped, "build_unwinders", lambda read, names: given.append(read) or [])
+    stripped._read_stripped(program.name, program)
+    assert program.code_map.spans and not given[0].code_map.spans  # its function symbols gone
+    assert given[0].code_map.ranges == program.code_map.ranges  # the same code, where it was
