@@ -69,21 +69,36 @@ def digest_groups(keys: Sequence[tuple], walks: Sequence[int], logged: Sequence[
     (logged[g]: (failures, ranges), or None): each group's pcs where every
     failing walk of its unwinder was logged, and they are at most `cap`;
     else None. In the order of `keys` (what a report writes of a digest is
-    sorted)."""
+    sorted). One pass over the groups, each unwinder's then put right where
+    it is not complete (a group's tuple made by tuple.__new__: a digest has
+    hundreds of groups a program, and a NamedTuple's own __new__ costs twice that)."""
+    out: dict[str, dict[GroupKey, Group]] = {}
     totals: dict[str, int] = {}  # failing walks per unwinder
     counted: dict[str, int] = {}  # logged failing walks per unwinder
-    for (unwinder, _, _, _), count, found in zip(keys, walks, logged):
-        totals[unwinder] = totals.get(unwinder, 0) + count
-        if found is not None:
-            logged_walks, _ = found
-            counted[unwinder] = counted.get(unwinder, 0) + logged_walks
-    complete = {unwinder for unwinder, total in totals.items() if counted.get(unwinder) == total <= cap}
-    out: dict[str, dict[GroupKey, Group]] = {}
+    unlogged: set[str] = set()  # unwinders with a group none of whose walks was logged
+    make = tuple.__new__
+    current = groups = None
     for (unwinder, function, position, kind), count, found in zip(keys, walks, logged):
-        pcs = None
-        if unwinder in complete:
-            _, pcs = found or (0, ())
-        out.setdefault(unwinder, {})[(function, position, kind)] = Group(count, pcs)
+        if unwinder != current:  # keys come mostly unwinder by unwinder
+            current, groups = unwinder, out.get(unwinder)
+            if groups is None:
+                groups = out[unwinder] = {}
+                totals[unwinder] = counted[unwinder] = 0
+        totals[unwinder] += count
+        if found is None:
+            unlogged.add(unwinder)
+            pcs = None
+        else:
+            logged_walks, pcs = found
+            counted[unwinder] += logged_walks
+        groups[(function, position, kind)] = make(Group, (count, pcs))
+    for unwinder, groups in out.items():
+        complete = counted[unwinder] == totals[unwinder] <= cap
+        if complete and unwinder not in unlogged:
+            continue
+        for key, group in groups.items():  # no pcs where incomplete; none logged of a complete unwinder's: none there
+            if not complete or group.pcs is None:
+                groups[key] = make(Group, (group.stops, () if complete else None))
     return out
 
 

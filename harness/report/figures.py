@@ -82,7 +82,10 @@ def speed(reports: dict) -> list[str]:
     """The bench's main figures (rates and ratios of one run)."""
     bench = reports["bench"]
     o, e, r = bench["overhead"], bench["encoder"], bench["reader"]
-    steps = ", ".join(f"`{name}` {us:.1f}" for name, us in bench["step_us"].items())
+    step_us = bench["step_us"]
+    cheapest, dearest = min(step_us, key=step_us.get), max(step_us, key=step_us.get)
+    steps = (f"{step_us[cheapest]:.1f} (`{cheapest}`) to {step_us[dearest]:.1f} (`{dearest}`); "
+             f"`v2` {step_us['v2']:.1f}, `dwarf` {step_us['dwarf']:.1f} (each unwinder's: docs/bench.md)")
     figures = [
         ("verified stops per second, all unwinders", f"{o['verified_stops_per_second']:,.0f}"),
         ("verifier overhead ratio (against a no-op Python hook; target 0.30)", f"{o['verifier_overhead_ratio']:.3f}"),
