@@ -251,7 +251,7 @@ def stride_note(sampling: dict | None) -> str:
     return f" (samples of mean stride {sampling['every']})"
 
 
-def _progress(console):
+def progress_bar(console):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -297,7 +297,7 @@ def cmd_run(args) -> int:
     units = units_of(args.seed, args.programs, names, not args.no_elf, limits, linux, args.linux_every)
     mine = [u for u in units if args.shard.takes(u.index)]
     started = time.perf_counter()
-    with _progress(console) as progress:
+    with progress_bar(console) as progress:
         task = progress.add_task("verifying programs", total=len(mine))
         records = run_units(mine, args.jobs, lambda record: progress.advance(task))
     seconds = time.perf_counter() - started
@@ -366,7 +366,7 @@ def cmd_mutants(args) -> int:
     check_output(args.json)
     console = _console()
     results = []
-    with _progress(console) as progress:
+    with progress_bar(console) as progress:
         task = progress.add_task("mutating and verifying", total=args.programs)
         for number in range(args.programs):
             results += check_program(generate_program(args.seed, number), args.per_program, args.seed)

@@ -34,7 +34,7 @@ from harness.formats.elf import (
 from harness.program import CfiRow, CodeMap, FunctionCfi, Program, relocated
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb.disasm import moves_sp_by_register, sweep
-from harness.thumb.discovery import NORETURN, analyse_all
+from harness.thumb.discovery import NORETURN, Progress, analyse_all
 from harness.thumb.epilogue import find_epilogues
 
 
@@ -165,13 +165,13 @@ def code_map(image: ElfImage, exidx) -> CodeMap:
                    unsized_functions(image))
 
 
-def elf_functions(image, from_code: bool) -> list:
+def elf_functions(image, from_code: bool, progress: Progress | None = None) -> list:
     """The rows to encode: the ELF's DWARF CFI, or with `from_code` rows
     from its machine code alone (no unwind section read), per Thumb
-    function symbol."""
+    function symbol (`progress` told the starts analysed and known)."""
     if not from_code:
         return read_cfi(image)
-    functions = list(analyse_all(code_map(image, read_exidx_sections(image)), code_reader(image)))
+    functions = list(analyse_all(code_map(image, read_exidx_sections(image)), code_reader(image), progress))
     if not functions:
         raise InputError(f"{image.path}: no function found to synthesize tables for (no Thumb function symbols, "
                          "no entry point in its code, no .ARM.exidx index)")

@@ -5,9 +5,14 @@ CFI, its code, or a Breakpad symbol file), `dump` (a blob, readable) and
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from harness.commands import EXIT_OK, read_v2_table
+from rich.console import Console
+
+from harness.commands import EXIT_OK, progress_bar, read_v2_table
 from harness.compare_rows import compare_elf
 from harness.elf_program import elf_functions
 from harness.errors import ElfError, InputError
@@ -25,9 +30,11 @@ from harness.formats.elf import (
     text_base,
 )
 from harness.linux.process import LinuxRun
-from harness.thumb.discovery import coverage_lines
+from harness.thumb.discovery import Progress, coverage_lines
 from harness.unwind.registry import ENCODE_OPTIONS, table_format
 from harness.unwind.writers import TableInput
+
+SHOWN_EVERY = 10.0  # seconds between progress lines where stderr is not a terminal
 
 
 def _rows(args) -> tuple[list, int, object, tuple]:
@@ -47,7 +54,40 @@ def _rows(args) -> tuple[list, int, object, tuple]:
         return list(module.functions), base, None, module.stack_cfi
     image = open_elf(args.elf)
     base = text_base(image) if args.text_start is None else args.text_start
-    return elf_functions(image, args.from_code), base, image, ()
+    if not args.from_code:
+        return elf_functions(image, False), base, image, ()
+    with _analysis_shown(args.elf) as progress:
+        return elf_functions(image, True, progress), base, image, ()
+
+
+@contextmanager
+def _analysis_shown(path: str) -> Iterator[Progress]:
+    """A progress callback for the analysis of `path`'s code, shown on
+    stderr: a bar on a terminal, else a line every SHOWN_EVERY seconds; and
+    a line at the end saying how many starts were analysed, how fast."""
+    started = time.monotonic()
+    counts = [0, 0, started]  # analysed, known, when last shown
+    console = Console(stderr=True)
+
+    def line(analysed: int, known: int) -> None:
+        counts[:] = analysed, known, counts[2]
+        if (now := time.monotonic()) - counts[2] >= SHOWN_EVERY:
+            counts[2] = now
+            print(f"{path}: {analysed:,} of {known:,} function starts analysed", file=sys.stderr)
+
+    if console.is_terminal:
+        with progress_bar(console) as bar:
+            task = bar.add_task("analysing code", total=None)
+
+            def on_bar(analysed: int, known: int) -> None:
+                counts[:2] = analysed, known
+                bar.update(task, completed=analysed, total=known)
+            yield on_bar
+    else:
+        yield line
+    seconds = time.monotonic() - started
+    print(f"{path}: {counts[0]:,} function starts analysed in {seconds:.1f} s "
+          f"({counts[0] / max(seconds, 1e-9):,.0f} a second)", file=sys.stderr)
 
 
 def _given_options(args) -> list[str]:

@@ -13,6 +13,7 @@ from test_linux_process import build, sysroot
 
 from generators.assembler import assemble
 from generators.corpus import generate_program
+from harness import table_commands
 from harness.cli import main
 from harness.compare_rows import agrees, compare, judge
 from harness.elf_program import code_map, elf_functions, program_from_elf
@@ -686,10 +687,19 @@ def test_function_starts_come_from_thumb_symbols():
     assert all(end <= following for (_, end, _), (following, _, _) in zip(spans, spans[1:]))
 
 
-def test_encode_from_code_writes_tables_that_unwind_every_stop(tmp_path, capsys):
+def test_encode_from_code_writes_tables_that_unwind_every_stop(tmp_path, capsys, monkeypatch):
     elf, blob = "corpus/elf/clang-O2-nofp.elf", tmp_path / "code.bin"
+    monkeypatch.setattr(table_commands, "SHOWN_EVERY", 0.0)  # stderr is no terminal here: a line each start
     assert main(["encode", elf, "--from-code", "--epilogue", "keep", "-o", str(blob)]) == 0
-    assert "CFI the encoder could not express or ignored: 0" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "CFI the encoder could not express or ignored: 0" in out
+    shown = err.splitlines()
+    image = open_elf(elf)
+    functions = sum(f.name != GAP for f in analyse_all(code_map(image, read_exidx_sections(image)), load_code(image)))
+    assert shown[0] == f"{elf}: 1 of {shown[0].split(' of ')[1].split()[0]} function starts analysed"
+    assert re.fullmatch(rf"{elf}: {functions} function starts analysed in [0-9.]+ s \([0-9,]+ a second\)", shown[-1])
+    counts = [re.fullmatch(rf"{elf}: (\d+) of (\d+) function starts analysed", line).groups() for line in shown[:-1]]
+    assert len(counts) >= functions and all(int(done) <= int(known) for done, known in counts)  # a line an analysis
     report = tmp_path / "report.json"
     assert main(["verify-elf", elf, "--entry", "entry", "--unwinder", "v2", "--v2-table", str(blob),
                  "--json", str(report)]) == 0

@@ -32,9 +32,9 @@ from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable
 
 from harness.program import CfiRow, CodeMap, FunctionCfi
-from harness.registers import LR, SP
-from harness.thumb.disasm import decode_one, forget_addresses
+from harness.thumb.disasm import forget_addresses
 from harness.thumb.frame_analysis import Analysed, ProgramFacts, analyse_calling
+from harness.thumb.start_shapes import looks_arm, past_padding, pushes_lr
 
 GAP = "<not analysed>"  # the name of the refusing rows between functions
 # Functions of the C and C++ runtimes that never return, by name (objtool
@@ -49,17 +49,21 @@ NORETURN = frozenset({
     "_ZSt21__throw_bad_array_new_lengthv"})
 FOUND = "fn_"
 ORIGIN = {}  # names a function found by a call, by its address
+Progress = Callable[[int, int], None]  # told (starts analysed, starts known)
+_silent: Progress = lambda analysed, known: None  # noqa: E731
 
 
-def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> tuple[FunctionCfi, ...]:
+def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes],
+                progress: Progress | None = None) -> tuple[FunctionCfi, ...]:
     """The rows of every function `code_map` names or its calls reach, in
     address order, with a refusing row over each gap between them. A
     function no path of which returns is noreturn: its callers are
     analysed again with their paths ending at calls to it, round after
     round (without symbols, the code after such a call is the next
-    function, which the caller's frame must not describe)."""
+    function, which the caller's frame must not describe). `progress` is
+    told the starts analysed and known as the search goes."""
     try:
-        found, _ = _all_analysed(code_map, code_at)
+        found, _ = _all_analysed(code_map, code_at, progress)
         return _with_gaps([found[start].function for start in sorted(found)])
     finally:
         forget_addresses()
@@ -74,10 +78,11 @@ def function_starts(code_map: CodeMap, code_at: Callable[[int, int], bytes]) -> 
         forget_addresses()
 
 
-def _all_analysed(code_map: CodeMap, code_at) -> tuple[dict[int, Analysed], set[int]]:
+def _all_analysed(code_map: CodeMap, code_at,
+                  progress: Progress | None = None) -> tuple[dict[int, Analysed], set[int]]:
     noreturn = frozenset(code_map.noreturn)  # through the PLT: known by name
     analyse = _analyser(code_map, code_at)
-    found, arm, ended = _discovered(code_map, code_at, analyse, noreturn)
+    found, arm, ended = _discovered(code_map, code_at, analyse, noreturn, progress)
     analysed_with = dict.fromkeys(found, noreturn)  # the noreturn set each analysis had (at least)
     noreturn = ended
     while True:
@@ -120,8 +125,8 @@ def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
     return analyse
 
 
-def _discovered(code_map: CodeMap, code_at, analyse,
-                noreturn: frozenset[int]) -> tuple[dict[int, Analysed], set[int], frozenset[int]]:
+def _discovered(code_map: CodeMap, code_at, analyse, noreturn: frozenset[int],
+                progress: Progress | None = None) -> tuple[dict[int, Analysed], set[int], frozenset[int]]:
     """Every function the symbols name, the data points at (Thumb bit
     set), the loader enters, the `.ARM.exidx` index begins, or the
     analysed calls reach, analysed; and which are ARM code. In code linked
@@ -130,7 +135,7 @@ def _discovered(code_map: CodeMap, code_at, analyse,
     once everything else is found, and only where it lies in code no path
     of the function around it reaches. Also the functions found never to
     return (`noreturn`, and more: see _Finder.ended)."""
-    finder = _Finder(code_map, code_at, analyse, noreturn)
+    finder = _Finder(code_map, code_at, analyse, noreturn, progress or _silent)
     while True:
         finder.drain()
         taken = [target for target in sorted(finder.deferred - finder.queued) if finder.unreached(target)]
@@ -145,8 +150,9 @@ class _Finder:
     """The search for function starts: the starts known, the functions
     analysed, those still to analyse."""
 
-    def __init__(self, code_map: CodeMap, code_at, analyse, noreturn: frozenset[int]):
+    def __init__(self, code_map: CodeMap, code_at, analyse, noreturn: frozenset[int], progress: Progress):
         self.code_map, self.code_at, self.analyse, self.noreturn = code_map, code_at, analyse, noreturn
+        self.progress = progress
         unsized = frozenset(code_map.unsized)  # their functions end as found ones do: the size is not known
         self.symbols = {start: (end, name) for start, end, name in (*code_map.spans, *code_map.arm_spans)
                         if start not in unsized}
@@ -168,6 +174,7 @@ class _Finder:
             end, name = self.symbols.get(start) or (_end_of(start, self.starts, self.code_map),
                                                     self.names.get(start, f"{FOUND}{start:x}"))
             one = self.found[start] = self.analyse(name, start, end, self.noreturn, in_arm)
+            self.progress(len(self.found), len(self.queued))
             if start not in self.symbols and self.ended(one, in_arm):
                 one = self.found[start] = self.analyse(name, start, end, self.noreturn, in_arm)
             self.shared.update(one.branched)
@@ -188,7 +195,7 @@ class _Finder:
         then never returns (std::terminate, abort: in a static program no
         PLT entry names them), and joins `noreturn`."""
         ended = {target for target, after in one.call_sites if target not in self.noreturn
-                 and after < one.function.end and _pushes_lr(self.code_at, after, one.function.end, in_arm)}
+                 and after < one.function.end and pushes_lr(self.code_at, after, one.function.end, in_arm)}
         self.noreturn = self.noreturn | ended
         return bool(ended)
 
@@ -236,37 +243,12 @@ def _first_starts(code_map: CodeMap, code_at, symbol_starts: list[int], symbols)
     given = [(word & ~1, not word & 1) for word in code_map.entries] \
         + [(word & ~1, False) for word in code_map.pointers if word & 1]
     for bound in code_map.bounds:  # the linker's entry for a section may begin at its alignment padding
-        start = _past_padding(code_at, bound, _next_bound(code_map, bound), False)
-        given.append((start, _marked(code_map.modes, start, "a" if _looks_arm(code_at, start) else "t")))
+        start = past_padding(code_at, bound, _next_bound(code_map, bound), False)
+        given.append((start, _marked(code_map.modes, start, "a" if looks_arm(code_at, start) else "t")))
     for start, in_arm in given:
         if start not in first and _new_function(start, symbol_starts, symbols, code_map, in_arm):
             first[start] = in_arm
     return first
-
-
-def _looks_arm(code_at, address: int, always: int = 3) -> bool:
-    """Is the code at a start of unknown state ARM code: word-aligned, its
-    first three words ARM instructions, the first `always` of them ones that
-    always execute (condition AL)? Thumb code reads so only where each
-    second half-word is an unconditional `b.n` or opens a 32-bit
-    instruction of a few classes (floating point, most of all: those read
-    as coprocessor instructions in ARM state)."""
-    if address % 4:
-        return False
-    words = code_at(address, 12)
-    if len(words) < 12 or any(words[k] >> 4 != 0xE for k in (3, 7, 11)[:always]):
-        return False
-    decoded = [decode_one(words[k:k + 4], address + k, True) for k in (0, 4, 8)]
-    return all(insn is not None and not insn.op.startswith(COPROCESSOR) for insn in decoded)
-
-
-# ARM's reading of Thumb floating-point code: instructions rare at an ARM function's start
-COPROCESSOR = ("v", "stc", "ldc", "mcr", "mrc", "cdp")
-
-
-# `nop`, `nop.w`, zeros; ARM `nop`, `mov r0, r0`, zeros
-PADDING = {False: (b"\x00\xbf", b"\x00\x00", b"\xaf\xf3\x00\x80"),
-           True: (b"\x00\xf0\x20\xe3", b"\x00\x00\xa0\xe1", b"\x00" * 4)}
 
 
 def _begun(code_at, analyse, around: Analysed, gap: tuple[int, int], arm: bool, noreturn,
@@ -286,12 +268,12 @@ def _begun(code_at, analyse, around: Analysed, gap: tuple[int, int], arm: bool, 
     reads so (glibc's ARM `__memcpy_neon` after Thumb code, its index
     entry merged with those before it); with that state."""
     high = gap[1]
-    low = _past_padding(code_at, *gap, arm)
+    low = past_padding(code_at, *gap, arm)
     known, shared = seen  # the starts known, the targets of conditional branches out of functions
     if low >= high or low in shared:
         return None
-    arm = arm or _looks_arm(code_at, low, always=2)  # the analysis below must then hold in ARM state
-    if _pushes_lr(code_at, low, high, arm):
+    arm = arm or looks_arm(code_at, low, always=2)  # the analysis below must then hold in ARM state
+    if pushes_lr(code_at, low, high, arm):
         return low, arm
     end = around.function.end
     alone = analyse(f"{FOUND}{low:x}", low, end, noreturn, arm)
@@ -303,53 +285,11 @@ def _begun(code_at, analyse, around: Analysed, gap: tuple[int, int], arm: bool, 
                              for ran_low, ran_high in zip(bounds[::2], bounds[1::2]) if ran_low < ran_high) else None
 
 
-def _past_padding(code_at, low: int, high: int, arm: bool) -> int:
-    """The first address of [low, high) past the padding there (or high)."""
-    while low < high:
-        if code_at(low, 2) in PADDING[arm]:
-            low += 2
-        elif code_at(low, 4) in PADDING[arm]:
-            low += 4
-        else:
-            break
-    return low
-
-
 def _next_bound(code_map: CodeMap, address: int) -> int:
     """The next `.ARM.exidx` entry's start after `address`, or the end of its section."""
     later = bisect_right(code_map.bounds, address)
     section = next((high for low, high in code_map.ranges if low <= address < high), address)
     return min(code_map.bounds[later], section) if later < len(code_map.bounds) else section
-
-
-def _pushes_lr(code_at, address: int, end: int, arm: bool) -> bool:
-    """Does the code at `address` push lr among its first few instructions,
-    before any other branch or change of sp (GCC schedules a `movs` or two
-    ahead of the push; a shrink-wrapped function compares first and
-    returns as a leaf where it has nothing to do)?"""
-    for _ in range(6):
-        insn = decode_one(code_at(address, 4), address, arm) if address < end else None
-        if insn is None or insn.op.startswith("it") or insn.transfers and not _to_leaf_return(code_at, insn, end, arm):
-            return False
-        if SP in insn.writes or insn.op == "push":
-            return insn.op == "push" and LR in insn.regs
-        address += insn.size
-    return False
-
-
-def _to_leaf_return(code_at, branch, end: int, arm: bool) -> bool:
-    """Is `branch` a conditional one forward to a `bx lr` among the next
-    few instructions there, with no other branch or change of sp?"""
-    if branch.op not in ("b", "cbz", "cbnz") or not (branch.conditional or branch.op != "b") \
-            or not branch.address < branch.imm < end:
-        return False
-    address = branch.imm
-    for _ in range(3):
-        insn = decode_one(code_at(address, 4), address, arm)
-        if insn is None or SP in insn.writes or insn.transfers:
-            return insn is not None and insn.op == "bx" and insn.regs == (LR,)
-        address += insn.size
-    return False
 
 
 def _new_function(target: int, symbol_starts: list[int], symbols, code_map: CodeMap, arm: bool = False) -> bool:
