@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from rich.console import Console
@@ -65,29 +65,24 @@ def _analysis_shown(path: str) -> Iterator[Progress]:
     """A progress callback for the analysis of `path`'s code, shown on
     stderr: a bar on a terminal, else a line every SHOWN_EVERY seconds; and
     a line at the end saying how many starts were analysed, how fast."""
-    started = time.monotonic()
-    counts = [0, 0, started]  # analysed, known, when last shown
     console = Console(stderr=True)
+    started = last_line = time.monotonic()
+    analysed_at_end = 0
+    with progress_bar(console) if console.is_terminal else nullcontext() as bar:
+        task = bar.add_task("analysing code", total=None) if bar else None
 
-    def line(analysed: int, known: int) -> None:
-        counts[:] = analysed, known, counts[2]
-        if (now := time.monotonic()) - counts[2] >= SHOWN_EVERY:
-            counts[2] = now
-            print(f"{path}: {analysed:,} of {known:,} function starts analysed", file=sys.stderr)
-
-    if console.is_terminal:
-        with progress_bar(console) as bar:
-            task = bar.add_task("analysing code", total=None)
-
-            def on_bar(analysed: int, known: int) -> None:
-                counts[:2] = analysed, known
+        def progress(analysed: int, known: int) -> None:
+            nonlocal analysed_at_end, last_line
+            analysed_at_end = analysed
+            if bar:
                 bar.update(task, completed=analysed, total=known)
-            yield on_bar
-    else:
-        yield line
+            elif (now := time.monotonic()) - last_line >= SHOWN_EVERY:
+                last_line = now
+                print(f"{path}: {analysed:,} of {known:,} function starts analysed", file=sys.stderr)
+        yield progress
     seconds = time.monotonic() - started
-    print(f"{path}: {counts[0]:,} function starts analysed in {seconds:.1f} s "
-          f"({counts[0] / max(seconds, 1e-9):,.0f} a second)", file=sys.stderr)
+    print(f"{path}: {analysed_at_end:,} function starts analysed in {seconds:.1f} s "
+          f"({analysed_at_end / max(seconds, 1e-9):,.0f} a second)", file=sys.stderr)
 
 
 def _given_options(args) -> list[str]:
