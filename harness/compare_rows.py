@@ -21,7 +21,7 @@ from harness.errors import HarnessError
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
 from harness.linux.process import LinuxRun
-from harness.linux_verify.modules import discover, module_program
+from harness.linux_verify.modules import discover, module_program, process_trampolines
 from harness.linux_verify.verify import verify_process
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import SP
@@ -30,6 +30,7 @@ from harness.thumb.frame_analysis import analyse, frame_states
 from harness.thumb.frame_effects import FP, FrameState
 from harness.unwind import code_cfi
 from harness.unwind.dwarf import DwarfUnwinder
+from harness.unwind.sigframes import SignalFrames
 from harness.verify.stops import Verify, verify_program
 
 
@@ -138,11 +139,16 @@ JUDGE_LIMITS = Limits(seconds=1800.0)
 def judge_process(found: Comparison, run: LinuxRun, limits: Limits = JUDGE_LIMITS) -> tuple[int, str | None]:
     """As `judge`, for an executable run as a Linux process: both rule sets
     are moved to where it is loaded; verdicts stay by link-time address.
+    Each side crosses signal frames by their trampolines: a handler's caller
+    in the shadow stack is the context the signal interrupted, which a step
+    by CFI reaches only through the trampoline the handler returns to.
     (The stops judged, the run's fault or None.)"""
-    executable = next(m for m in discover(run, limits).modules if m.label == OWN)
+    modules = discover(run, limits).modules
+    executable = next(m for m in modules if m.label == OWN)
     program = module_program(executable)
-    observe, judged = _observer(found, DwarfUnwinder(program.cfi["reference"]),
-                                DwarfUnwinder(code_cfi(program)), executable.base)
+    trampolines = process_trampolines([module_program(m) for m in modules])
+    observe, judged = _observer(found, SignalFrames(DwarfUnwinder(program.cfi["reference"]), trampolines),
+                                SignalFrames(DwarfUnwinder(code_cfi(program)), trampolines), executable.base)
     result = verify_process(run, [], lambda program: [], Verify(limits=limits, compiled=True), observe=observe,
                             observe_at=_pcs(found, executable.base))
     return judged[0], result.fault

@@ -19,7 +19,9 @@ from linux_calls import SCRATCH, call, made_kernel, made_roots, open_path
 from test_linux_process import Names, build, qemu
 
 from harness.cli import main
+from harness.compare_rows import Comparison, Disagreement, judge_process
 from harness.emulation.machine import Context
+from harness.formats.elf import function_spans, open_elf
 from harness.linux import signals
 from harness.linux.call_table import SystemCallFault
 from harness.linux.process import LinuxRun, LinuxSystem
@@ -378,3 +380,22 @@ def test_a_fault_inside_an_it_block_returns_into_it(compiled):
     system = LinuxSystem(LinuxRun(program))
     result = verify_program(process_program(system), [], how=Verify(compiled=compiled), system=system)
     assert result.fault is None and (system.outcome().exit_status, system.outcome().stdout) == (0, b"pick 42\n")
+
+
+def test_the_rows_judged_in_a_handler_are_judged_against_the_interrupted_context():
+    """`encode --compare`'s judging by running (compare_rows.judge_process)
+    at every instruction of csig's handlers: one step from a handler's frame
+    must give the context the signal interrupted (the shadow stack's caller
+    there), which both gcc's CFI and the rows from code reach through the
+    trampoline the handler returns to. Stepped plainly, both would stop at
+    the trampoline and be judged wrong at every one of these stops."""
+    path = program()
+    handlers = [(start, end) for start, end, name, _ in function_spans(open_elf(path))
+                if name in ("with_info", "where", "clobber")]
+    assert len(handlers) == 3
+    found = Comparison(disagreements=[Disagreement("handler", address, "", "", "")
+                                      for start, end in handlers for address in range(start, end, 2)])
+    judged, fault = judge_process(found, LinuxRun(path))
+    outcomes = sum(found.outcomes.values(), Counter())
+    assert fault is None and judged >= 40
+    assert outcomes == Counter({"both right": judged})

@@ -210,6 +210,13 @@ def own_tables(program: Program, own_unwinders: Callable[[Program], list[Unwinde
     return {unwinder.name: unwinder for unwinder in own_unwinders(program)}
 
 
+def process_trampolines(programs: Sequence[Program]) -> dict[int, bool]:
+    """The sigreturn trampolines of a process whose modules' code `programs`
+    hold, and the kernel's in its vectors page (harness.unwind.sigframes)."""
+    return trampolines_in([*(segment for program in programs for segment in program.segments),
+                           (KUSER_PAGE, kuser_page())])
+
+
 def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], programs: Sequence[Program],
                       own_unwinders: Callable[[Program], list[Unwinder]], signal_frames: bool = False) -> list[Unwinder]:
     """Each strategy over the process: for each module the unwinder built
@@ -225,8 +232,7 @@ def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], pro
     process_strategy = partial(_process_strategy, _Process(modules, programs, own_index, own, {}))
     if not signal_frames:
         return [process_strategy(name) for name in names]
-    trampolines = trampolines_in([*(segment for program in programs for segment in program.segments),
-                                  (KUSER_PAGE, kuser_page())])
+    trampolines = process_trampolines(programs)
     return [SignalFrames(process_strategy(name), trampolines) if strategy(name).signal_frames
             else process_strategy(name) for name in names]
 
