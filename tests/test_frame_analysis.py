@@ -803,3 +803,29 @@ def test_gccs_position_independent_switch_is_followed():
     assert not problems
     assert [(r.address - BASE, r.problem or r.cfa_offset) for r in rows] == [
         (0, 0), (2, 8), (0x10, "no path reaches this code"), (0x18, 8)]  # the table is data; both cases run
+
+
+def test_clangs_frame_pointer_copy_scheduled_far_before_sp_is_set_from_it():
+    """clang-14 -O2's epilogue of a function with variable-length arrays
+    (tests/linux_src/shapes.c, with_vla): `sub.w r4, r7, #12` is 18 bytes
+    before `mov sp, r4`, the epilogue's arithmetic between them; the return
+    after it is known, not refused."""
+    code = bytes.fromhex(
+        "2de9f04f"  # push.w {r4-r11, lr}
+        "03af"  # add r7, sp, #12
+        "81b0"  # sub sp, #4
+        "ebad0601"  # sub.w r6, sp, r1: sp moves by a computed amount
+        "b546"  # mov sp, r6
+        "55f82410"  # ldr.w r1, [r5, r4, lsl #2]
+        "a7f10c04"  # sub.w r4, r7, #12
+        "89ea0802"  # eor.w r2, r9, r8
+        "86ea0a03"  # eor.w r3, r6, sl
+        "1a44"  # add r2, r3
+        "4840"  # eors r0, r1
+        "1044"  # add r0, r2
+        "a546"  # mov sp, r4
+        "bde8f08f")  # ldmia.w sp!, {r4-r11, pc}
+    rows, problems = rows_of(code)
+    assert not problems
+    saves = tuple((reg, -36 + 4 * n) for n, reg in enumerate((4, 5, 6, FP, 8, 9, 10, 11))) + ((LR, -4),)
+    assert (rows[-1].address - BASE, rows[-1].cfa_reg, rows[-1].cfa_offset, rows[-1].saved) == (38, SP, 36, saves)

@@ -21,6 +21,10 @@ from harness.thumb.encoding import FRAME_POINTERS
 
 FP = FRAME_POINTERS[0]  # r7, the Thumb frame pointer
 CALLEE_SAVED = frozenset(TRACKED_REGS)
+# How far before `mov sp, rX` the copy `sub.w rX, r7, #k` is looked for: clang
+# schedules the epilogue's arithmetic between them (18 bytes in a VLA's
+# function at -O2: tests/test_frame_analysis.py).
+FRAME_POINTER_COPY_SPAN = 32
 
 
 class FrameState(NamedTuple):
@@ -268,7 +272,7 @@ def _frame_pointer_copy_before(insn: Instruction, reg: int, code_at) -> int | No
     """k when the last instruction to write `reg`, among the few straight
     before `insn`, set it to r7 - k (clang schedules `sub.w r4, r7, #16`
     a few instructions ahead of `mov sp, r4`)."""
-    for earlier in reversed(decode_before(code_at, insn.address, arm=insn.arm)):
+    for earlier in reversed(decode_before(code_at, insn.address, span=FRAME_POINTER_COPY_SPAN, arm=insn.arm)):
         if reg in earlier.writes:
             if earlier.op in ("sub", "add") and earlier.regs == (reg, FP) and earlier.imm is not None:
                 return earlier.imm if earlier.op == "sub" else -earlier.imm
