@@ -159,10 +159,11 @@ def code_map(image: ElfImage, exidx) -> CodeMap:
     entries = tuple(entry for entry in entry_points(image) if in_code(entry & ~1))
     noreturn = sorted(address for address, name in plt_entries(image).items() if name in NORETURN)
     spans = function_spans(image)
-    return CodeMap(tuple(s[:3] for s in spans if s[3]), code_pointers(image, ranges), ranges, tuple(bounds),
+    pointers = code_pointers(image, ranges)
+    return CodeMap(tuple(s[:3] for s in spans if s[3]), pointers.words, ranges, tuple(bounds),
                    tuple(noreturn), tuple(s[:3] for s in spans if not s[3]), mapping_symbols(image),
                    entries, image.elf["e_type"] == "ET_EXEC",
-                   unsized_functions(image))
+                   unsized_functions(image), pointers.tabled)
 
 
 def elf_functions(image, from_code: bool, progress: Progress | None = None) -> list:

@@ -101,6 +101,7 @@ class CodeMap(NamedTuple):
     entries: tuple[int, ...] = ()  # where the loader enters (e_entry, DT_INIT, DT_FINI), bit 0 set: Thumb
     fixed: bool = False  # linked where it runs (ET_EXEC): the words its code loads are addresses as they stand
     unsized: tuple[int, ...] = ()  # starts of the function symbols of size 0: where they end is not known
+    labels: tuple[int, ...] = ()  # sorted words of pointers in tables of them: a computed goto's targets
 
     def moved(self, base: int) -> CodeMap:
         def move(addresses: tuple[int, ...]) -> tuple[int, ...]:
@@ -113,7 +114,7 @@ class CodeMap(NamedTuple):
                        tuple((low + base, high + base) for low, high in self.ranges), move(self.bounds),
                        move(self.noreturn), move_spans(self.arm_spans),
                        tuple((address + base, kind) for address, kind in self.modes), move(self.entries),
-                       self.fixed, move(self.unsized))
+                       self.fixed, move(self.unsized), move(self.labels))
 
 
 @dataclass(frozen=True)

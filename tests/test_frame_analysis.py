@@ -41,10 +41,10 @@ def rows_of(code: bytes, arm: bool = False) -> tuple[tuple[CfiRow, ...], tuple[s
     return function.rows, function.problems
 
 
-def discovered(lines: list[str], spans, **found_from) -> tuple:
-    """(functions, code map) of `lines` at BASE by harness.thumb.discovery,
-    the code one executable range, `spans` its symbols."""
-    code = assemble(lines, BASE)
+def discovered(lines: list[str], spans, code: bytes | None = None, **found_from) -> tuple:
+    """(functions, code map) of `lines` (or `code`) at BASE by
+    harness.thumb.discovery, the code one executable range, `spans` its symbols."""
+    code = assemble(lines, BASE) if code is None else code
     code_map = CodeMap(spans, ranges=((BASE, BASE + len(code)),), **found_from)
     return analyse_all(code_map, lambda address, size: code[address - BASE:address - BASE + size]), code_map
 
@@ -710,7 +710,8 @@ def test_encode_from_code_writes_tables_that_unwind_every_stop(tmp_path, capsys,
 
 def test_encode_from_code_of_a_stripped_elf_finds_its_functions_else_a_one_line_error(tmp_path, capsys):
     """Without `.symtab`, the functions are found from the entry point, the
-    `.ARM.exidx` index and the calls; with neither of the first two, none."""
+    `.ARM.exidx` index, the data's pointers at code (.rodata holds a table
+    of six) and the calls; with none of the first three, none."""
     data = bytearray(open("corpus/elf/gcc-O2-fp.elf", "rb").read())
     elf = open_elf("corpus/elf/gcc-O2-fp.elf").elf
     headers = {section.name: elf["e_shoff"] + index * elf["e_shentsize"]
@@ -722,6 +723,8 @@ def test_encode_from_code_of_a_stripped_elf_finds_its_functions_else_a_one_line_
     data[0x18:0x1C] = bytes(4)  # e_entry 0
     name = elf.get_section(elf["e_shstrndx"])["sh_offset"] + elf.get_section_by_name(".ARM.exidx")["sh_name"]
     data[name:name + 10] = b".ARM.other"  # no index by that name
+    rodata = elf.get_section_by_name(".rodata")
+    data[rodata["sh_offset"]:rodata["sh_offset"] + rodata["sh_size"]] = bytes(rodata["sh_size"])
     stripped.write_bytes(bytes(data))
     (tmp_path / "out.bin").unlink()
     capsys.readouterr()
@@ -829,3 +832,35 @@ def test_clangs_frame_pointer_copy_scheduled_far_before_sp_is_set_from_it():
     assert not problems
     saves = tuple((reg, -36 + 4 * n) for n, reg in enumerate((4, 5, 6, FP, 8, 9, 10, 11))) + ((LR, -4),)
     assert (rows[-1].address - BASE, rows[-1].cfa_reg, rows[-1].cfa_offset, rows[-1].saved) == (38, SP, 36, saves)
+
+
+def _switch_through_lr(at: int) -> bytes:
+    """GCC's switch in CPython's code (python3.11, 0x787b6): the table's
+    address made with `addw lr, pc, #4`, then `ldr.w pc, [lr, r1, lsl #2]`;
+    the function at `at`, three cases each returning."""
+    words = b"".join((at + case + 1).to_bytes(4, "little") for case in (0x1C, 0x20, 0x24))
+    return bytes.fromhex(
+        "10b5"  # 0x00 push {r4, lr}
+        "0229"  # 0x02 cmp r1, #2
+        "0cd8"  # 0x04 bhi.n 0x20
+        "00bf"  # 0x06 nop
+        "0ff2040e"  # 0x08 addw lr, pc, #4: the table, at 0x10
+        "5ef821f0"  # 0x0c ldr.w pc, [lr, r1, lsl #2]
+    ) + words + bytes.fromhex("002010bd" "012010bd" "022010bd")  # 0x1c, 0x20, 0x24: movs r0, #n; pop {r4, pc}
+
+
+def test_a_switch_whose_table_address_gcc_makes_with_addw_is_followed():
+    rows, problems = rows_of(_switch_through_lr(BASE))
+    assert not problems
+    assert [(r.address - BASE, r.cfa_offset) for r in rows if not r.problem] == [(0, 0), (2, 8), (0x1C, 8)]
+
+
+def test_a_word_inside_a_function_found_by_a_pointer_is_no_start_of_its_own():
+    """In code linked where it runs, words of the data that look like Thumb
+    addresses are taken one at a time, lowest first: the function a pointer
+    leads to (no symbol names it) is found before the word pointing at one
+    of its cases is looked at, and that case is then code it reaches."""
+    code = assemble(["push {r4, lr}", "pop {r4, pc}"], BASE) + _switch_through_lr(BASE + 4)
+    found, _ = discovered([], (), pointers=(BASE + 4 + 0x20 + 1, BASE + 4 + 1), fixed=True, code=code)
+    assert [(f.name, f.start - BASE, f.end - BASE) for f in found if f.name != GAP] == [("fn_100004", 4, 0x2C)]
+    assert not found[-1].problems

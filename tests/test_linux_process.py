@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.elf_program import elf_functions
 from harness.formats.elf import code_pointers, executable_ranges, function_symbols, open_elf, thumb_functions
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux_verify.modules import process_program
@@ -295,8 +296,28 @@ def test_the_data_points_at_the_labels_of_a_computed_goto_and_at_functions():
     spans = {name: (start, end) for start, end, name in thumb_functions(image)}
     pointers = code_pointers(image, executable_ranges(image))
     start, end = spans["interpret"]
-    assert len({word & ~1 for word in pointers if start <= word < end}) == 4
-    assert {spans["frame_dummy"][0] | 1, spans["__do_global_dtors_aux"][0] | 1} <= set(pointers)
+    assert len({word & ~1 for word in pointers.words if start <= word < end}) == 4
+    assert {word & ~1 for word in pointers.tabled if start <= word < end} == \
+        {word & ~1 for word in pointers.words if start <= word < end}  # one table of them
+    assert {spans["frame_dummy"][0] | 1, spans["__do_global_dtors_aux"][0] | 1} <= set(pointers.words)
+
+
+def test_a_table_of_labels_in_the_codes_segment_is_read_and_a_lone_word_is_no_label():
+    """Linked where it runs with .rodata in the code's segment (as Debian's
+    python3.11 is: no -z separate-code), every word is an address or an
+    integer: the computed goto's three labels come in a table (.rodata,
+    read by section), `stray` (an integer 8 bytes into `run`, in .data)
+    alone, so it is no label; `run` is analysed whole."""
+    image = open_elf(build("goto_table.c", "-no-pie", "-Wl,-z,noseparate-code"))
+    assert any(segment["p_flags"] & 1 and segment["p_vaddr"] <= image.elf.get_section_by_name(".rodata")["sh_addr"]
+               < segment["p_vaddr"] + segment["p_memsz"] for segment in image.elf.iter_segments())
+    start, end = next((start, end) for start, end, name in thumb_functions(image) if name == "run")
+    pointers = code_pointers(image, executable_ranges(image))
+    stray = start + 1 + 8
+    assert stray in pointers.words and stray not in pointers.tabled
+    assert len([word for word in pointers.tabled if start <= word < end]) == 3
+    run = next(f for f in elf_functions(image, True) if f.name == "run")
+    assert not run.problems
 
 
 def test_the_clock_moves_with_the_instructions_alike_in_every_kind_of_run(tmp_path):

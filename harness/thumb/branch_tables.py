@@ -101,10 +101,13 @@ def address_table(insn: Instruction, code_at, start: int, end: int) -> list[int]
     return targets
 
 def table_address(insn: Instruction, code_at) -> int | None:
-    """The address `adr rX, #n` right before `insn` put in its base register."""
+    """The address `adr rX, #n` right before `insn` put in its base register
+    (or `addw rX, pc, #n`, the same instruction as GCC writes it for lr)."""
     for back in (2, 4):
         found = decode_one(code_at(insn.address - back, 4), insn.address - back)
-        if found is not None and found.size == back and found.op == "adr" and found.regs == (insn.mem[0],):
+        if found is not None and found.size == back and found.imm is not None and (
+                found.op == "adr" and found.regs == (insn.mem[0],)
+                or found.op == "add" and found.regs == (insn.mem[0], PC)):
             return pc_base(found) + found.imm
     return None
 

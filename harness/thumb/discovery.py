@@ -105,10 +105,11 @@ def _all_analysed(code_map: CodeMap, code_at,
 
 def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
     """analyse(name, start, end, noreturn, arm, pads): one function's
-    analysis, with the labels the program's data holds (a computed goto's
-    targets, among them) and the data its mapping symbols mark, in it;
-    landing pads looked for where a symbol gives its end, or with `pads`."""
-    labels = sorted({word & ~1 for word in code_map.pointers})
+    analysis, with the labels the program's data holds in tables (a
+    computed goto's targets, among them: formats.elf.CodePointers) and the
+    data its mapping symbols mark, in it; landing pads looked for where a
+    symbol gives its end, or with `pads`."""
+    labels = sorted({word & ~1 for word in code_map.labels})
     modes = code_map.modes
     unsized = frozenset(code_map.unsized)
 
@@ -133,17 +134,22 @@ def _discovered(code_map: CodeMap, code_at, analyse, noreturn: frozenset[int],
     where it runs, any word of the data or of a literal pool may look like
     an address (an integer of sqlite3's): one is taken for a start only
     once everything else is found, and only where it lies in code no path
-    of the function around it reaches. Also the functions found never to
-    return (`noreturn`, and more: see _Finder.ended)."""
+    of the function around it reaches. Such words are taken one at a time,
+    lowest first, each function found before the next word is looked at:
+    a word inside a function no start was known for yet (a static one a
+    pointer leads to) may be a target of that function's own jump table.
+    Also the functions found never to return (`noreturn`, and more: see
+    _Finder.ended)."""
     finder = _Finder(code_map, code_at, analyse, noreturn, progress or _silent)
     while True:
         finder.drain()
-        taken = [target for target in sorted(finder.deferred - finder.queued) if finder.unreached(target)]
+        words = sorted(finder.deferred - finder.queued)
         finder.deferred.clear()
-        if not taken:
+        taken = next((index for index, target in enumerate(words) if finder.unreached(target)), None)
+        if taken is None:
             return finder.found, finder.arm, finder.noreturn
-        for target in taken:
-            finder.add(target, False)
+        finder.deferred.update(words[taken + 1:])  # looked at again once this one's function is found
+        finder.add(words[taken], False)
 
 
 class _Finder:
