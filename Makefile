@@ -116,6 +116,16 @@ JOBS ?= 2
 synth-fuzz: setup toolchains linux-slice
 	$(VENV)/bin/python -m harness.synth_fuzz --seed $(SEED) --count $(COUNT) --jobs $(JOBS)
 
+# One finding of synth-fuzz shown by a small program: creduce cuts seed SEED's
+# program down while its build COMPILER FLAGS keeps a finding of key KEY (the
+# report's); the result in OUT (minutes to an hour: each candidate is built,
+# compared and run).
+.PHONY: synth-reduce
+OUT ?= reduced.c
+synth-reduce: setup toolchains linux-slice
+	$(VENV)/bin/python -m harness.synth_fuzz_reduce --seed $(SEED) --compiler $(COMPILER) --flags $(FLAGS) \
+		--key "$(KEY)" --jobs $(JOBS) --out $(OUT)
+
 # The README's figure tables (and those of docs/: bench.md, synthesis.md, comparators.md), regenerated
 # from reports/latest.json, reports/bench.json and reports/compare.json.
 readme: setup

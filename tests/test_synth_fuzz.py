@@ -141,3 +141,33 @@ def test_a_finding_keeps_its_smallest_example_and_the_code_around_it():
     found, = grouped_findings(builds, {"clang": 1, "O0": 0})
     assert found["example"]["seed"] == 2 and found["occurrences"] == 4 and found["programs"] == 3
     assert found["refused"] == 12
+
+
+# A register dump creduce left of a larger program (make synth-reduce): the
+# analysis refuses the push of sp's copy, the compiler's CFI knows no push.
+DUMP = 'void a(void) { __asm__ volatile("mov r0, sp\\n\\tpush {r0, lr}\\n\\tpop {r0, lr}" ::: "r0"); }\n' \
+    "int main(void) { a(); return 0; }\n"
+DUMP_KEY = "'push' stores sp's value: a register dump a callee may rewrite"
+
+
+def test_creduces_test_finds_a_finding_by_its_key_and_nothing_else(tmp_path, capsys):
+    """`synth_fuzz_reduce --check`, the test creduce runs on each candidate:
+    0 where the build has a finding of that key, 1 where it has none, or
+    does not build."""
+    from harness.synth_fuzz_reduce import main as reduce_main
+    source = tmp_path / "program.c"
+    source.write_text(DUMP)
+    check = ["--check", str(source), "--compiler", "gcc", "--flags", "O2", "--key"]
+    assert reduce_main([*check, DUMP_KEY]) == 0
+    assert reduce_main([*check, "paths meet with different frames"]) == 1
+    source.write_text(DUMP.replace('"mov r0, sp\\n\\t', '"'))  # push {r0, lr} of r0 alone: a save, no dump
+    assert reduce_main([*check, DUMP_KEY]) == 1
+    source.write_text("int main(void) { return undeclared; }\n")
+    assert reduce_main([*check, DUMP_KEY]) == 1
+
+
+def test_a_reduction_asked_for_a_finding_the_program_has_not_says_so(tmp_path):
+    from harness.errors import InputError
+    from harness.synth_fuzz_reduce import reduced
+    with pytest.raises(InputError, match="has no finding 'paths meet with different frames'.*register dump"):
+        reduced(DUMP, "clang", "O2", "paths meet with different frames")
