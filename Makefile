@@ -126,6 +126,15 @@ synth-reduce: setup toolchains linux-slice
 	$(VENV)/bin/python -m harness.synth_fuzz_reduce --seed $(SEED) --compiler $(COMPILER) --flags $(FLAGS) \
 		--key "$(KEY)" --jobs $(JOBS) --out $(OUT)
 
+# Debian's armhf Chromium and its library closure (about 380 packages, 240 MB
+# of downloads) unpacked into the cache, and its two runs under qemu-user
+# (--version; a headless render of corpus/chromium/page.html) checked
+# against corpus/chromium/runs.json (docs/chromium.md). Not CI: a download.
+.PHONY: chromium
+chromium:
+	bash corpus/chromium/fetch.sh
+	python3 corpus/chromium/check.py
+
 # The README's figure tables (and those of docs/: bench.md, synthesis.md, comparators.md), regenerated
 # from reports/latest.json, reports/bench.json and reports/compare.json.
 readme: setup

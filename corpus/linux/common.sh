@@ -38,3 +38,37 @@ ship_one() {
     printf '%s' "$stamp" >"$BIN/.stamps/$name"
     log "shipped $name from $pkg $ver"
 }
+
+# Make the unpacked tree DIR a root of its own for `qemu-arm -L DIR` and the
+# harness's loader: absolute symlinks (lib/ld-linux-armhf.so.3 ->
+# /lib/arm-linux-gnueabihf/ld-linux-armhf.so.3) would point into the host's
+# filesystem, so each is rewritten to the same target relative to DIR, and a
+# link that still leaves DIR is refused. qemu-arm -L looks a path up in DIR
+# first and falls back to the host's file when DIR has none: without the two
+# files below the guest's ld.so would read the host's /etc/ld.so.cache (and
+# try the x86 libraries it lists) and any host /etc/ld.so.preload. Empty
+# files mean "no cache, nothing preloaded": ld.so then searches its default
+# directories, which exist only in DIR. Needs log.
+self_contained_root() {
+    local dir=$1 link target rel root resolved
+    while IFS= read -r -d '' link; do
+        target=$(readlink "$link")
+        case $target in
+            /*)
+                rel=$(realpath -m --relative-to="$(dirname "$link")" "$dir$target")
+                ln -sfn "$rel" "$link"
+                ;;
+        esac
+    done < <(find "$dir" -type l -print0)
+    root=$(realpath "$dir")
+    while IFS= read -r -d '' link; do
+        resolved=$(realpath -m "$link")
+        case $resolved in
+            "$root"|"$root"/*) ;;
+            *) log "symlink ${link#"$dir"} leaves the root ($(readlink "$link"))"; return 1 ;;
+        esac
+    done < <(find "$dir" -type l -print0)
+    mkdir -p "$dir/etc"
+    : >"$dir/etc/ld.so.cache"
+    : >"$dir/etc/ld.so.preload"
+}

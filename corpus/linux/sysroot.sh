@@ -125,37 +125,7 @@ while read -r p v; do
     dpkg -x "$f" "$tmp"
 done <<<"$want"
 
-# Absolute symlinks (e.g. lib/ld-linux-armhf.so.3 -> /lib/arm-linux-gnueabihf/
-# ld-linux-armhf.so.3) would point into the host's filesystem.  Rewrite each
-# to the same target relative to the sysroot, then refuse any link that still
-# leaves the sysroot.
-while IFS= read -r -d '' link; do
-    target=$(readlink "$link")
-    case $target in
-        /*)
-            rel=$(realpath -m --relative-to="$(dirname "$link")" "$tmp$target")
-            ln -sfn "$rel" "$link"
-            ;;
-    esac
-done < <(find "$tmp" -type l -print0)
-root=$(realpath "$tmp")
-while IFS= read -r -d '' link; do
-    resolved=$(realpath -m "$link")
-    case $resolved in
-        "$root"|"$root"/*) ;;
-        *) log "symlink ${link#"$tmp"} leaves the sysroot ($(readlink "$link"))"; exit 1 ;;
-    esac
-done < <(find "$tmp" -type l -print0)
-
-# qemu-arm -L looks a path up in the sysroot first and falls back to the
-# host's file when the sysroot has none.  Without these two files the guest's
-# ld.so would read the host's /etc/ld.so.cache (and try the x86 libraries it
-# lists, e.g. /lib32/libc.so.6) and any host /etc/ld.so.preload.  Empty files
-# mean "no cache, nothing preloaded": ld.so then searches its default
-# directories, which exist only in the sysroot.
-mkdir -p "$tmp/etc"
-: >"$tmp/etc/ld.so.cache"
-: >"$tmp/etc/ld.so.preload"
+self_contained_root "$tmp" || exit 1
 
 echo "$want" >"$tmp/VERSIONS"
 echo "$LAYOUT" >"$tmp/.layout"
