@@ -120,7 +120,8 @@ def _gate(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_run(subparsers) -> None:
-    run = subparsers.add_parser("run", help="the main job: verify the generated corpus at every stop")
+    run = subparsers.add_parser("run", help="the main job: every unwinder verified at every stop of the generated "
+                                            "programs, the compiled corpus and (--linux) the Linux corpus")
     run.add_argument("--seed", type=int, default=DEFAULT_SEED,
                      help=f"the generated corpus's seed (default {DEFAULT_SEED}; the baseline's)")
     run.add_argument("--programs", type=_positive, default=DEFAULT_PROGRAMS,

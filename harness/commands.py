@@ -27,7 +27,7 @@ from harness.report.ci import junit_xml, summary_markdown
 from harness.report.data import dumps, report_data, with_timing, without_seconds
 from harness.report.failing import new_failure_json
 from harness.report.files import report_directory, report_paths, write_reports
-from harness.report.summary import ProgramSummary, combine, from_json, summary_of, to_json
+from harness.report.summary import ProgramSummary, combine, from_json, outcome_line, summary_of, to_json
 from harness.report.tables import not_verified
 from harness.report.terminal import print_table, print_verdict, verdict_line
 from harness.report.verdict import verdicts
@@ -235,6 +235,7 @@ def cmd_verify_elf(args) -> int:
     print_table(data, console)
     console.print(f"verified {summary.stops} stops x {len(names)} unwinders in {seconds:.1f} s"
                   + stride_note(summary.sampling), highlight=False)
+    console.print(f"{args.elf}: {outcome_line(summary)}", highlight=False)
     check = data["programs"][0]["self_check"]
     if check != "ok":
         print(f"unwind-harness: {args.elf}: {check}", file=sys.stderr)

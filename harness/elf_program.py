@@ -171,7 +171,11 @@ def elf_functions(image, from_code: bool, progress: Progress | None = None) -> l
     from its machine code alone (no unwind section read), per Thumb
     function symbol (`progress` told the starts analysed and known)."""
     if not from_code:
-        return read_cfi(image)
+        functions = read_cfi(image) if has_cfi(image) else []
+        if not functions:
+            raise InputError(f"{image.path}: no .debug_frame or .eh_frame describes a function (shipped binaries "
+                             "leave them out): --from-code makes the rows from its machine code")
+        return functions
     functions = list(analyse_all(code_map(image, read_exidx_sections(image)), code_reader(image), progress))
     if not functions:
         raise InputError(f"{image.path}: no function found to synthesize tables for (no Thumb function symbols, "

@@ -1,5 +1,6 @@
 """`encode` and `dump` on the committed compiler-built fixtures, and bad input."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,25 @@ def test_encode_refuses_the_options_a_format_does_not_take(format_name, options,
     assert main(["encode", str(FIXTURES[0]), "--format", format_name, *options, "-o", str(blob)]) == 2
     assert f"--format {format_name} does not take {refused}" in capsys.readouterr().err
     assert not blob.exists()
+
+
+def test_encode_of_an_elf_without_cfi_names_it_and_points_at_from_code(tmp_path, capsys):
+    """A shipped binary has no .debug_frame or .eh_frame: the error names
+    the file and the option that makes rows without them."""
+    data = bytearray(FIXTURES[0].read_bytes())
+    elf = open_elf(str(FIXTURES[0])).elf
+    names = elf.get_section(elf["e_shstrndx"])["sh_offset"]
+    for section in elf.iter_sections():
+        if section.name in (".debug_frame", ".eh_frame"):
+            data[names + section["sh_name"] + 1] = ord("x")  # .xebug_frame: no CFI section by that name
+    stripped = tmp_path / "shipped.elf"
+    stripped.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["encode", str(stripped), "-o", str(tmp_path / "out.bin")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"{stripped}: no .debug_frame or .eh_frame describes a function" in error and "--from-code" in error
+    assert "\n" not in error and not (tmp_path / "out.bin").exists()
+    assert main(["encode", str(stripped), "--from-code", "-o", str(tmp_path / "out.bin")]) == 0
 
 
 @pytest.mark.parametrize("name, refused", [("calls-clang-nofp", 0), ("calls-clang-fp", 7)])
@@ -197,3 +217,20 @@ def test_dump_finds_the_layout_and_says_the_text_base_is_not_in_the_blob(tmp_pat
     listing = capsys.readouterr().out
     assert listing.startswith("v2 unwind info (chrome layout), addresses are offsets from the text base")
     assert "function 0 at 0x0 " in listing
+
+
+def test_the_top_level_help_says_what_run_verifies(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "run the main job: every unwinder verified at every stop of the generated programs, the compiled " \
+           "corpus and (--linux) the Linux corpus" in said
+
+
+def test_verify_elf_ends_saying_whether_the_run_ended_as_expected(capsys):
+    """Its last line: what the run returned (a process: its exit status and
+    output) and whether that was expected, or that nothing was."""
+    elf = str(ROOT / "corpus" / "elf" / "gcc-O2-fp.elf")
+    assert main(["verify-elf", elf, "--entry", "entry", "--unwinder", "v2"]) == 0
+    last = " ".join(capsys.readouterr().out.split()).rsplit("stops x 1 unwinders", 1)[1]
+    assert re.search(rf"{re.escape(elf)}: returned 0x[0-9a-f]+: as expected$", last), last

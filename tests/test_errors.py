@@ -384,7 +384,7 @@ BAD_ELF = {
     "text": "not an ELF file",
     "cut": "truncated or corrupt ELF",
     "x86": "not a 32-bit ARM ELF (machine EM_386",
-    "nocfi": "has no .debug_frame or .eh_frame",
+    "nocfi": "no .debug_frame or .eh_frame",
 }
 
 

@@ -55,6 +55,21 @@ def test_every_label_and_number_is_shown_whole(main_job_report, width):
     assert "corpus/elf/" not in text  # build labels stand without their directory
 
 
+def test_a_report_of_no_generated_program_names_no_seed(main_job_report):
+    """verify-elf's report (its seed None) says what it read, and no seed;
+    the main job's names its seed."""
+    from harness.report.markdown import markdown
+    seeded = markdown(main_job_report, "t")
+    assert f"seed: {main_job_report['seed']}." in seeded
+    alone = {**main_job_report, "seed": None, "input": "corpus/elf/gcc-O2-fp.elf"}
+    out = io.StringIO()
+    print_table(alone, Console(width=120, file=out, color_system=None))
+    said = next(line for line in markdown(alone, "t").splitlines() if "input:" in line)
+    title = next(line for line in out.getvalue().splitlines() if "Unwind failures per category" in line)
+    for line in (said, title):
+        assert "corpus/elf/gcc-O2-fp.elf" in line and "seed" not in line and "None" not in line
+
+
 def test_columns_are_split_into_tables_that_fit():
     """Label columns of widths 10 and 5 repeat in each part; a value column
     that fits nowhere beside them gets a part of its own."""

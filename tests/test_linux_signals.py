@@ -56,9 +56,12 @@ def test_the_signal_program_runs_as_under_qemu(tmp_path):
 def test_a_process_killed_by_its_default_action_is_not_verified(tmp_path, capsys):
     assert qemu(program(), ["abort"])[0] == -6
     assert main(["verify-elf", program(), "--unwinder", "dwarf", "--jobs", "1", "--", "abort"]) == 1
-    assert "killed by signal 6 (SIGABRT)" in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "killed by signal 6 (SIGABRT)" in said.err
+    assert "killed by signal 6 (SIGABRT), its stdout of sha256" in " ".join(said.out.split())
     assert main(["verify-elf", program(), "--unwinder", "dwarf", "--jobs", "1", "--expect-exit", "-6", "--",
                  "abort"]) == 0
+    assert ": as expected" in capsys.readouterr().out
 
 
 def _stops(compiled: bool) -> tuple[list, Names]:

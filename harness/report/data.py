@@ -207,5 +207,11 @@ def dumps(data: dict) -> str:
     return json.dumps(data, indent=1) + "\n"
 
 
+def input_label(data: dict, seed_mark: str = " ") -> str:
+    """What a report's title says it read: its input, and the generator's
+    seed (after `seed_mark`) when generated programs were among it."""
+    return data["input"] if data.get("seed") is None else f"{data['input']}, seed{seed_mark}{data['seed']}"
+
+
 def index_rows(rows: Iterable[dict]) -> dict[tuple[str, str, str], dict]:
     return {(r["unwinder"], r["category"], r["position"]): r for r in rows}

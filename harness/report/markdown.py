@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.classify import POSITIONS
 from harness.report.ci import verdict_markdown
-from harness.report.data import ALL, index_rows
+from harness.report.data import ALL, index_rows, input_label
 from harness.report.tables import (
     chain_cells,
     elf_cells,
@@ -27,7 +27,7 @@ from harness.report.tables import (
 def markdown(data: dict, title: str) -> str:
     header, body = table_cells(data)
     out = [f"# {title}", ""]
-    out.append(f"unwind-harness {data['version']}, input: {data['input']}, seed: {data['seed']}. "
+    out.append(f"unwind-harness {data['version']}, input: {input_label(data, ': ')}. "
                "Failure rate = stops where the unwinder did not reproduce every frame of the shadow "
                "call stack (pc, sp and the registers it restores, listed under the table), over stops "
                "in that category and position; the category is the innermost function's.")

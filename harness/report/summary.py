@@ -83,6 +83,25 @@ class ProgramSummary:
         return f"returned {got}, expected {self.expected:#x}"
 
 
+def outcome_line(summary: ProgramSummary) -> str:
+    """How the run ended, and whether that is what was expected of it, or
+    that nothing was (verify-elf's last line)."""
+    if summary.fault:
+        return f"the run ended early: {summary.fault}"
+    if summary.stdout_sha256 is not None:  # a process
+        ended = f"killed by signal {-summary.result} ({signal_name(-summary.result)})" if killed(summary.result) \
+            else f"exited with status {summary.result}"
+        ended += f", its stdout of sha256 {summary.stdout_sha256}"
+        if summary.expected is None and summary.expected_stdout_sha256 is None:
+            return f"{ended}: nothing was expected (--expect-exit and --expect-stdout-sha256 say what a correct " \
+                   "run does)"
+    else:
+        ended = "returned nothing" if summary.result is None else f"returned {summary.result:#x}"
+        if summary.expected is None:
+            return f"{ended}: nothing was expected"
+    return f"{ended}: as expected" if summary.self_check_ok else f"{ended}: NOT as expected ({summary.self_check})"
+
+
 def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name

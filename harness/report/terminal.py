@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from harness.report.baseline import Regression
-from harness.report.data import ALL, index_rows
+from harness.report.data import ALL, index_rows, input_label
 from harness.report.failing import by_function, new_failure_from_json
 from harness.report.tables import (
     elf_cells,
@@ -107,7 +107,7 @@ def verdict_line(data: dict) -> str:
 def print_table(data: dict, console) -> None:
     """The detailed tables."""
     header, body = table_cells(data)
-    _print(console, f"Unwind failures per category ({data['input']}, seed {data['seed']})", header, body, left=2)
+    _print(console, f"Unwind failures per category ({input_label(data)})", header, body, left=2)
     console.print("checked per frame: " + "; ".join(f"{u}: {c}" for u, c in data["checked"].items()),
                   highlight=False)
     index = index_rows(data["results"])
