@@ -38,6 +38,9 @@ def test_encode_then_dump(elf, layout, tmp_path, capsys):
     listing = capsys.readouterr().out
     assert f"function 0 at {base:#x}" in listing
     assert "finish" in listing
+    entries = re.search(r"function table entries: (\d+), as dump lists them", summary).group(1)
+    assert f"function table entries: {entries}\n" in listing  # encode and dump count alike
+    assert len(re.findall(r"^  function \d+ at ", listing, re.MULTILINE)) == int(entries)
 
 
 @pytest.mark.parametrize("format_name, options, refused", [

@@ -51,7 +51,8 @@ def v2_summary(encoded: chrome_v2.Encoded, layout: str) -> str:
     functions = len(encoded.functions)
     lines = [
         f"text base: {encoded.text_base:#x}",
-        f"functions: {functions}, CFI rows: {encoded.rows}, "
+        f"functions: {functions} (function table entries: {len(encoded.tables.function_table)}, as dump lists "
+        f"them: the gaps between functions have entries too), CFI rows: {encoded.rows}, "
         f"rows dropped by epilogue policy '{encoded.policy}': {encoded.dropped_rows}",
         f"addresses: {encoded.addresses}, distinct instruction runs: {encoded.distinct_runs}",
         f"table bytes ({layout} layout):",

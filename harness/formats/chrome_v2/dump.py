@@ -24,7 +24,7 @@ def dump(reader: V2Reader, text_base: int | None, layout: str) -> str:
         address = text_base + (page << PAGE_SHIFT)
         note = " (continues a function from an earlier page)" if tables.continuation[page] else ""
         lines.append(f"  page {page} at {address:#x}: first function entry {first}{note}")
-    lines.append(f"functions: {len(tables.function_table)}")
+    lines.append(f"function table entries: {len(tables.function_table)}")
     for index, entry in enumerate(tables.function_table):
         page = reader.entry_page[index]
         start = (page << PAGE_SHIFT) + (entry.page_offset << 1)
