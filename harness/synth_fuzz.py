@@ -17,6 +17,7 @@ count, same tools: the same report, byte for byte, but for its seconds.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -34,6 +35,7 @@ from harness.linux_verify.corpus import ROOT, cache
 from harness.runner import in_processes
 from harness.synth_fuzz_judge import Build, judged_build
 from harness.synth_fuzz_report import assemble, markdown, report_json
+from harness.table_cache import cached, key_of
 
 
 class Generated(NamedTuple):
@@ -92,6 +94,15 @@ class FuzzJob(NamedTuple):
     csmith: str
     sysroot: str
     generated: Generated
+    tools: str = ""  # the versions of csmith, the compilers and the sysroot (tool_versions), as JSON
+
+
+def kept_program_records(job: FuzzJob) -> dict:
+    """program_records, kept on disk (harness.table_cache) under a digest
+    of the job, the tools' versions and the harness's source: a run
+    stopped part way and started again judges only the programs it had not
+    (300 programs take hours)."""
+    return json.loads(cached(key_of("synth-fuzz program", *job), lambda: json.dumps(program_records(job)).encode()))
 
 
 def program_records(job: FuzzJob) -> dict:
@@ -178,6 +189,9 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"csmith's functions besides main (default {VOLUME.max_funcs})")
     parser.add_argument("--static", action="store_true",
                         help="keep csmith's functions static (most then inline away above -O0: Generated)")
+    parser.add_argument("--afresh", action="store_true",
+                        help="judge every program again, not taking those an earlier run of the same harness and "
+                             "tools kept (kept_program_records)")
     parser.add_argument("--json", default=str(ROOT / "reports" / "synth-fuzz.json"))
     parser.add_argument("--markdown", default=str(ROOT / "reports" / "synth-fuzz.md"))
     return parser
@@ -193,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         report = fuzz(args.seed, args.count, compilers, flag_sets, args.budget, args.jobs, args.csmith,
-                      Generated(args.max_funcs, not args.static))
+                      Generated(args.max_funcs, not args.static), kept=not args.afresh)
     except HarnessError as error:
         print(f"synth-fuzz: {error}", file=sys.stderr)
         return 2
@@ -203,13 +217,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def fuzz(seed: int, count: int, compilers: tuple[str, ...], flag_sets: tuple[str, ...], budget: int = DEFAULT_BUDGET,
-         jobs: int = 2, csmith: str = "csmith", generated: Generated = Generated()) -> dict:
-    """The report of programs seed..seed+count-1 in every build asked for."""
+         jobs: int = 2, csmith: str = "csmith", generated: Generated = Generated(), kept: bool = False) -> dict:
+    """The report of programs seed..seed+count-1 in every build asked for
+    (with `kept`, each program's records as an earlier run kept them:
+    kept_program_records)."""
     started, sysroot = time.monotonic(), str(cache() / "sysroot")
     versions = tool_versions(csmith, compilers, sysroot)
-    work = [FuzzJob(n, compilers, flag_sets, budget, csmith, sysroot, generated) for n in range(seed, seed + count)]
-    records = in_processes(program_records, work, jobs, lambda r: print(f"synth-fuzz: seed {r['seed']} done",
-                                                                        file=sys.stderr),
+    tools = json.dumps(versions, sort_keys=True)
+    work = [FuzzJob(n, compilers, flag_sets, budget, csmith, sysroot, generated, tools)
+            for n in range(seed, seed + count)]
+    records = in_processes(kept_program_records if kept else program_records, work, jobs,
+                           lambda r: print(f"synth-fuzz: seed {r['seed']} done", file=sys.stderr),
                            name=lambda job: f"csmith seed {job.seed}")
     settings = {"seed": seed, "count": count, "budget": budget, "csmith_options": list(generated.options()),
                 "out_of_line": generated.out_of_line,

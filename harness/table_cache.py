@@ -1,4 +1,6 @@
-"""Tables built from a module's code, kept on disk across processes and runs.
+"""Tables built from a module's code, kept on disk across processes and runs
+(and `make synth-fuzz`'s records of each program it judged, alike:
+harness.synth_fuzz.kept_program_records).
 
 Analysing a library's machine code for `v2-code` (harness.thumb.discovery)
 takes glibc about twenty seconds, and every Linux corpus program loads

@@ -171,3 +171,19 @@ def test_a_reduction_asked_for_a_finding_the_program_has_not_says_so(tmp_path):
     from harness.synth_fuzz_reduce import reduced
     with pytest.raises(InputError, match="has no finding 'paths meet with different frames'.*register dump"):
         reduced(DUMP, "clang", "O2", "paths meet with different frames")
+
+
+def test_a_run_started_again_takes_each_program_an_earlier_run_kept(report, monkeypatch):
+    """`make synth-fuzz` keeps each program's records (kept_program_records):
+    run again with the same harness and tools, it judges none of them anew,
+    and its report is the one a fresh run makes."""
+    import harness.synth_fuzz as driver
+    s = SLICE
+    fuzz(s["seed"], s["count"], s["compilers"], s["flag_sets"], s["budget"], jobs=2, kept=True)
+
+    def judged_anew(job):
+        raise AssertionError(f"seed {job.seed} judged again")
+    monkeypatch.setattr(driver, "program_records", judged_anew)
+    again = fuzz(s["seed"], s["count"], s["compilers"], s["flag_sets"], s["budget"], jobs=1, kept=True)
+    strip = lambda r: report_json({k: v for k, v in r.items() if k != "timing"})  # noqa: E731
+    assert strip(again) == strip(report)
