@@ -43,10 +43,11 @@ _held: dict[str, bytes | None] = {}
 
 @lru_cache(maxsize=1)
 def source_digest() -> str:
-    """The digest of the harness's Python source: tables it built are valid
-    for that source only."""
+    """The digest of the harness's source, Python and C (the compiled
+    kernel judges synth-fuzz's runs): what it built is valid for that
+    source only."""
     digest = hashlib.sha256()
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(path for pattern in ("*.py", "*.c", "*.h") for path in PACKAGE.rglob(pattern)):
         digest.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:24]
 

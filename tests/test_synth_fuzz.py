@@ -8,8 +8,10 @@ without them these tests fail, naming what is missing."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,8 @@ from harness.errors import ToolMissing
 from harness.synth_fuzz import COMPILERS, VOLUME, compile_program, csmith_source, flags_of, fuzz
 from harness.synth_fuzz_judge import BUDGET_FAULT, Build, reason_key, window
 from harness.synth_fuzz_report import VERDICTS, grouped_findings, markdown, report_json
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Seed 1 ends after some 330,000 instructions; seed 2 loops for ever, so its
 # runs end at the budget (its disagreements still judged up to there).
@@ -187,3 +191,19 @@ def test_a_run_started_again_takes_each_program_an_earlier_run_kept(report, monk
     again = fuzz(s["seed"], s["count"], s["compilers"], s["flag_sets"], s["budget"], jobs=1, kept=True)
     strip = lambda r: report_json({k: v for k, v in r.items() if k != "timing"})  # noqa: E731
     assert strip(again) == strip(report)
+
+
+def test_a_run_past_its_budget_stops_even_while_it_writes_where_code_was_translated(tmp_path):
+    """csmith seed 81 built by clang -O2 reaches the 10,000,000-instruction
+    budget in a loop whose stores invalidate translated code: the engine
+    lost the tracer's stop request there and ran on for ever (an hour in a
+    300-program run) until the hook asked again each time it was called.
+    Run in a process of its own, so that a hang fails the test."""
+    command = [sys.executable, "-m", "harness.synth_fuzz", "--seed", "81", "--count", "1", "--compilers", "clang",
+               "--flag-sets", "O2", "--jobs", "1", "--afresh", "--json", str(tmp_path / "r.json"),
+               "--markdown", str(tmp_path / "r.md")]
+    done = subprocess.run(command, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-500:]
+    build, = json.loads((tmp_path / "r.json").read_text())["builds"]
+    assert build["fault"] == BUDGET_FAULT

@@ -165,7 +165,8 @@ class Emulator(ProcessRun):
         started = self._started
 
         def hook(uc_, address, size, user_data):
-            if stopped:
+            if stopped:  # the engine lost the stop request (a store into translated code): asked again
+                uc_.emu_stop()
                 return
             self.instructions += 1
             guard = abi.GUARD_INSTRUCTIONS if self.instructions > budget else abi.GUARD_NONE

@@ -19,6 +19,14 @@ static void halt(Tracer *t) {
     t->engine.emu_stop(t->engine.handle);
 }
 
+/* A hook called after the run halted: the engine lost the stop request (a
+ * store into a page of translated code invalidates the block that runs and
+ * restarts it, csmith seed 81's clang -O2 build ran 50 minutes past its
+ * budget so), so it is asked again, each time, until it stops. */
+static void halted_yet_running(Tracer *t) {
+    t->engine.emu_stop(t->engine.handle);
+}
+
 /* Keep the Python error raised in a callback for run() to raise, and stop. */
 static void fail(Tracer *t) {
     PyErr_Fetch(&t->error_type, &t->error_value, &t->error_traceback);
@@ -163,7 +171,10 @@ static int read_entry_registers(Tracer *t, uint64_t address) {
 
 static void on_code(void *engine, uint64_t address, uint32_t size, void *user_data) {
     Tracer *t = user_data;
-    if (t->halted) return;
+    if (t->halted) {
+        halted_yet_running(t);
+        return;
+    }
     if (++t->instructions > t->budget) {
         guard_stop(t, GUARD_INSTRUCTIONS, (uint32_t)address);
         return;
@@ -256,7 +267,10 @@ static int entered_block(Tracer *t, uint32_t pc, uint32_t size) {
 
 static void on_block(void *engine, uint64_t address, uint32_t size, void *user_data) {
     Tracer *t = user_data;
-    if (t->halted) return;
+    if (t->halted) {
+        halted_yet_running(t);
+        return;
+    }
     if (read_entry_registers(t, address)) return;
     /* the same block again with the same registers: a self loop, unless a deadline may end it */
     if (!t->resuming && address == t->last_pc && t->deadline == UINT64_MAX) {
