@@ -50,6 +50,7 @@ class Generated(NamedTuple):
 
     max_funcs: int = 8
     out_of_line: bool = False
+    csmith: str = "csmith"  # the csmith that makes them
 
     def options(self) -> tuple[str, ...]:
         return ("--no-packed-struct", "--max-funcs", str(self.max_funcs))
@@ -91,7 +92,6 @@ class FuzzJob(NamedTuple):
     compilers: tuple[str, ...]
     flag_sets: tuple[str, ...]
     budget: int
-    csmith: str
     sysroot: str
     generated: Generated
     tools: str = ""  # the versions of csmith, the compilers and the sysroot (tool_versions), as JSON
@@ -110,7 +110,7 @@ def program_records(job: FuzzJob) -> dict:
     failed to build), in compiler and flag-set order."""
     with tempfile.TemporaryDirectory(prefix="synth-fuzz-") as directory:
         source = Path(directory) / "program.c"
-        source.write_text(csmith_source(job.csmith, job.seed, directory, job.generated))
+        source.write_text(csmith_source(job.generated.csmith, job.seed, directory, job.generated))
         builds = []
         for compiler in job.compilers:
             for flag_set in job.flag_sets:
@@ -206,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        report = fuzz(args.seed, args.count, compilers, flag_sets, args.budget, args.jobs, args.csmith,
-                      Generated(args.max_funcs, not args.static), kept=not args.afresh)
+        report = fuzz(args.seed, args.count, compilers, flag_sets, args.budget, args.jobs,
+                      Generated(args.max_funcs, not args.static, args.csmith), kept=not args.afresh)
     except HarnessError as error:
         print(f"synth-fuzz: {error}", file=sys.stderr)
         return 2
@@ -217,14 +217,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def fuzz(seed: int, count: int, compilers: tuple[str, ...], flag_sets: tuple[str, ...], budget: int = DEFAULT_BUDGET,
-         jobs: int = 2, csmith: str = "csmith", generated: Generated = Generated(), kept: bool = False) -> dict:
+         jobs: int = 2, generated: Generated = Generated(), kept: bool = False) -> dict:
     """The report of programs seed..seed+count-1 in every build asked for
     (with `kept`, each program's records as an earlier run kept them:
     kept_program_records)."""
     started, sysroot = time.monotonic(), str(cache() / "sysroot")
-    versions = tool_versions(csmith, compilers, sysroot)
+    versions = tool_versions(generated.csmith, compilers, sysroot)
     tools = json.dumps(versions, sort_keys=True)
-    work = [FuzzJob(n, compilers, flag_sets, budget, csmith, sysroot, generated, tools)
+    work = [FuzzJob(n, compilers, flag_sets, budget, sysroot, generated, tools)
             for n in range(seed, seed + count)]
     records = in_processes(kept_program_records if kept else program_records, work, jobs,
                            lambda r: print(f"synth-fuzz: seed {r['seed']} done", file=sys.stderr),

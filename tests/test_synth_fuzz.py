@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ToolMissing
-from harness.synth_fuzz import COMPILERS, VOLUME, compile_program, csmith_source, flags_of, fuzz
+from harness.synth_fuzz import COMPILERS, VOLUME, Generated, compile_program, csmith_source, flags_of, fuzz
 from harness.synth_fuzz_judge import BUDGET_FAULT, Build, reason_key, window
 from harness.synth_fuzz_report import VERDICTS, grouped_findings, markdown, report_json
 
@@ -121,7 +121,8 @@ def test_the_volume_run_keeps_each_function_out_of_line(tmp_path):
 
 
 def test_a_missing_csmith_is_named():
-    error = pytest.raises(ToolMissing, fuzz, 0, 1, ("gcc",), ("O0",), csmith="/nonexistent/csmith").value
+    error = pytest.raises(ToolMissing, fuzz, 0, 1, ("gcc",), ("O0",),
+                          generated=Generated(csmith="/nonexistent/csmith")).value
     assert "/nonexistent/csmith" in str(error) and "apt-get install csmith" in str(error)
 
 
