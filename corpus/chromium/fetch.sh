@@ -23,7 +23,7 @@ DEBS=$CACHE/debs
 ROOT=$CACHE/root
 
 log() { echo "chromium/fetch.sh: $*" >&2; }
-. "$HERE/../linux/common.sh"  # deb_for, self_contained_root
+. "$HERE/../linux/common.sh"  # unpack_packages, self_contained_root
 
 SUDO=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then SUDO=sudo; fi
@@ -70,24 +70,12 @@ if [ -f "$ROOT/VERSIONS" ] && [ "$(cat "$ROOT/VERSIONS")" = "$want" ] \
     exit 0
 fi
 
-mkdir -p "$DEBS"
-missing=()
-while read -r p v; do
-    deb_for "$p" "$v" >/dev/null || missing+=("$p:armhf=$v")
-done <<<"$want"
-if [ ${#missing[@]} -gt 0 ]; then
-    log "downloading ${#missing[@]} packages"
-    (cd "$DEBS" && apt-get download -q -o APT::Sandbox::User="$(id -un)" "${missing[@]}" >&2)
-fi
-
 # Unpacked into a fresh directory and swapped in at the end: an interrupted
 # run never leaves a half root that looks complete.
+mkdir -p "$DEBS"  # and the cache above it
 tmp=$(mktemp -d "$CACHE/root.tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-while read -r p v; do
-    f=$(deb_for "$p" "$v") || { log "no .deb for $p $v in $DEBS"; exit 1; }
-    dpkg -x "$f" "$tmp"
-done <<<"$want"
+unpack_packages "$want" "$tmp" || exit 1
 self_contained_root "$tmp" || exit 1
 [ -x "$tmp/usr/lib/chromium/chromium" ] || { log "no usr/lib/chromium/chromium in the packages"; exit 1; }
 echo "$want" >"$tmp/VERSIONS"

@@ -72,3 +72,24 @@ self_contained_root() {
     : >"$dir/etc/ld.so.cache"
     : >"$dir/etc/ld.so.preload"
 }
+
+# Download into $DEBS the packages of WANT ("package version" lines, armhf)
+# not there yet, and unpack every one of them into DIR (dpkg -x: never
+# installed). The cache is usually under /root, where apt's _apt user cannot
+# write: apt downloads as the calling user instead of warning about it.
+# Needs DEBS and log.
+unpack_packages() {
+    local want=$1 dir=$2 p v f missing=()
+    mkdir -p "$DEBS"
+    while read -r p v; do
+        deb_for "$p" "$v" >/dev/null || missing+=("$p:armhf=$v")
+    done <<<"$want"
+    if [ ${#missing[@]} -gt 0 ]; then
+        log "downloading ${#missing[@]} packages"
+        (cd "$DEBS" && apt-get download -q -o APT::Sandbox::User="$(id -un)" "${missing[@]}" >&2)
+    fi
+    while read -r p v; do
+        f=$(deb_for "$p" "$v") || { log "no .deb for $p $v in $DEBS"; return 1; }
+        dpkg -x "$f" "$dir"
+    done <<<"$want"
+}

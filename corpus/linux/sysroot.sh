@@ -102,28 +102,14 @@ if [ -f "$SYSROOT/VERSIONS" ] && [ "$(cat "$SYSROOT/VERSIONS")" = "$want" ] \
     exit 0
 fi
 
-. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # deb_for
-
-mkdir -p "$DEBS"
-missing=()
-while read -r p v; do
-    deb_for "$p" "$v" >/dev/null || missing+=("$p:armhf=$v")
-done <<<"$want"
-if [ ${#missing[@]} -gt 0 ]; then
-    log "downloading ${missing[*]}"
-    # The cache is usually under /root, where apt's _apt user cannot write:
-    # download as the calling user instead of warning about it.
-    (cd "$DEBS" && apt-get download -q -o APT::Sandbox::User="$(id -un)" "${missing[@]}" >&2)
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # unpack_packages, self_contained_root
 
 # Unpack into a fresh directory and swap it in at the end, so that an
 # interrupted run never leaves a half sysroot that looks complete.
+mkdir -p "$DEBS"  # and the cache above it
 tmp=$(mktemp -d "$CACHE/sysroot.tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-while read -r p v; do
-    f=$(deb_for "$p" "$v") || { log "no .deb for $p $v in $DEBS"; exit 1; }
-    dpkg -x "$f" "$tmp"
-done <<<"$want"
+unpack_packages "$want" "$tmp" || exit 1
 
 self_contained_root "$tmp" || exit 1
 
