@@ -66,6 +66,12 @@ test: setup toolchains linux-slice hostile
 	$(VENV)/bin/python -m pytest
 	$(VENV)/bin/unwind-harness run --linux slice --check-baseline
 
+# The committed record of the main job (reports/latest.*, where the README's
+# figures come from: make readme); make run writes to out/, which git ignores.
+.PHONY: record
+record: setup linux-slice
+	$(VENV)/bin/unwind-harness run --linux slice --reports reports
+
 # Rebuild the committed ARM32 Thumb-2 ELF fixtures (installs GCC/clang with apt when missing).
 fixtures:
 	bash corpus/fixtures/build.sh

@@ -109,7 +109,8 @@ def _gate(parser: argparse.ArgumentParser) -> None:
                              "the baseline is of another program set, seed, unwinder set or sampling)")
     parser.add_argument("--write-baseline", action="store_true", help="record this run as the baseline")
     parser.add_argument("--baseline", metavar="PATH",
-                        help="the baseline file (default: REPORTS/baseline.json)")
+                        help="the baseline file (default: the committed reports/baseline.json, or "
+                             "REPORTS/baseline.json with --reports)")
     parser.add_argument("--quiet", action="store_true", help="print the verdict block only, not the tables")
     parser.add_argument("--junit", metavar="PATH",
                         help="write JUnit XML: a test case per corpus, build or program x unwinder x position, "
@@ -137,8 +138,8 @@ def _add_run(subparsers) -> None:
     run.add_argument("--linux-every", type=_positive, default=1, metavar="N",
                      help="verify each Linux program at samples of mean stride N instructions (default 1: "
                           "every stop; the full corpus has about 750 million); not with the baseline options")
-    run.add_argument("--reports", help="write latest.json, latest.md and latest.png here (default: reports, "
-                                       "unless only --json is given); the baseline is read from here")
+    run.add_argument("--reports", help="write latest.json, latest.md and latest.png here (default: out, which git "
+                                       "ignores, unless only --json is given); the baseline is read from here")
     _gate(run)
     _parallel(run, "programs")
     _limits(run, f"; a Linux corpus program, unless any limit is given: {LINUX_LIMITS.instructions:,} "
@@ -150,8 +151,8 @@ def _add_merge(subparsers) -> None:
     merge = subparsers.add_parser("merge", help="join shard reports of run or verify-elf into the full report")
     merge.add_argument("shards", nargs="+", help="the shard reports (JSON)")
     merge.add_argument("--json", help="write the JSON report here (alone, unless --reports is given too)")
-    merge.add_argument("--reports", help="write latest.json, latest.md and latest.png here (default: reports, "
-                                         "unless only --json is given); the baseline is read from here")
+    merge.add_argument("--reports", help="write latest.json, latest.md and latest.png here (default: out, which git "
+                                         "ignores, unless only --json is given); the baseline is read from here")
     _gate(merge)
     merge.set_defaults(handler=commands.cmd_merge)
 

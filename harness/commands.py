@@ -26,7 +26,7 @@ from harness.report.baseline import RunIdentity, comparable_baseline, failing_un
 from harness.report.ci import junit_xml, summary_markdown
 from harness.report.data import dumps, report_data, with_timing, without_seconds
 from harness.report.failing import new_failure_json
-from harness.report.files import report_directory, report_paths, write_reports
+from harness.report.files import OUTPUT, baseline_file, report_directory, report_paths, write_reports
 from harness.report.summary import ProgramSummary, combine, from_json, outcome_line, summary_of, to_json
 from harness.report.tables import not_verified
 from harness.report.terminal import print_table, print_verdict, verdict_line
@@ -40,7 +40,7 @@ from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 RUN_TITLE = "unwind-harness: generated corpus"
-VERIFY_ELF_REPORTS = Path("reports") / "verify-elf"  # merged verify-elf shards, by default
+VERIFY_ELF_REPORTS = OUTPUT / "verify-elf"  # merged verify-elf shards, by default
 
 
 def _console():
@@ -67,15 +67,11 @@ def elf_unwinders(program, names, v2_table: str | None, layout: str) -> list:
     return with_v2_tables(unwinders, reader, program.text_base, found)
 
 
-def baseline_path(args) -> Path:
-    return Path(args.baseline) if args.baseline else Path(args.reports or "reports") / "baseline.json"
-
-
 def gate_baseline(args, planned: RunIdentity) -> dict | None:
     """The baseline, read and checked before any work: the gate's with
     --check-baseline (a baseline of another run is refused); otherwise
     the verdict's comparison, where one of the same run is at hand."""
-    path = baseline_path(args)
+    path = baseline_file(args.baseline, args.reports)
     if args.check_baseline:
         return comparable_baseline(path, planned)
     if args.write_baseline or not path.is_file():
@@ -99,7 +95,7 @@ def with_verdict(data: dict, baseline: dict | None, risen: list | None, new: lis
 def conclude(data: dict, args, console, baseline: dict | None, title: str) -> int:
     """The verdict (and the gate) into the report, the report files, the
     verdict block and the tables, CI's files, and the baseline written."""
-    path = baseline_path(args)
+    path = baseline_file(args.baseline, args.reports)
     risen, new = gate_outcome(data, baseline, path) if args.check_baseline else (None, [])
     with_verdict(data, baseline, risen, new, path)
     write_reports(data, report_directory(args.reports, args.json), args.json, title)
@@ -120,6 +116,7 @@ def conclude(data: dict, args, console, baseline: dict | None, title: str) -> in
         status = EXIT_FAILED
     if args.write_baseline:
         kept = {key: value for key, value in data.items() if key not in ("verdict", "gate")}
+        _make_directory(path.parent)
         write_output(path, dumps(without_seconds(kept)))  # committed: the same for the same run
         console.print(f"wrote {path}")
     return status
@@ -312,7 +309,7 @@ def cmd_run(args) -> int:
     if args.linux_every > 1:
         config["linux_every"] = args.linux_every
     if args.shard.count > 1:
-        path = Path(args.json or Path(args.reports or "reports") / f"shard-{args.shard.index}-of-{args.shard.count}.json")
+        path = Path(args.json or Path(args.reports or OUTPUT) / f"shard-{args.shard.index}-of-{args.shard.count}.json")
         _make_directory(path.parent)
         write_output(path, dumps(partial("run", config, args.shard, records, seconds)))
         console.print(f"shard {args.shard}: {len(records)} of {len(units)} units in {path}; "

@@ -1,10 +1,13 @@
 """`run`: deterministic reports, the JSON schema, and the baseline check."""
 
 import json
+from pathlib import Path
 
 from harness.classify import POSITIONS, TRAITS
 from harness.cli import main
 from harness.report.data import without_seconds
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(tmp_path, *extra):
@@ -111,3 +114,21 @@ def test_blame_counts_each_unwinders_registers_and_culprits_in_the_order_of_thei
     entries = [(0, 1, 2), (1, 0, 3), (2, 1, 4)]  # cause 2 has no stops
     traits = [(trait, {"leaf": 9, "alloca": 3}[trait]) for trait in causes[0].culprit_traits]  # as cause 0 has them
     assert ordered(blame(entries, causes)) == ([("v2", [("r4", 3)])], [("v2", 6, 3, traits)])
+
+
+def test_a_run_writes_to_the_ignored_folder_and_gates_on_the_committed_baseline(tmp_path, monkeypatch):
+    """Without --reports, reports go to out/ (which git ignores) and the
+    gate reads reports/baseline.json, which only --write-baseline changes:
+    `make run` and `make test` rewrite no tracked file."""
+    monkeypatch.chdir(tmp_path)
+    job = ["run", "--programs", "1", "--seed", "5", "--no-elf", "--jobs", "1", "--unwinder", "v2"]
+    assert main([*job, "--write-baseline"]) == 0
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == ["baseline.json"]
+    recorded = (tmp_path / "reports" / "baseline.json").read_bytes()
+    (tmp_path / "out" / "latest.md").unlink()
+    assert main([*job, "--check-baseline"]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["latest.json", "latest.md", "latest.png"]
+    assert json.loads((tmp_path / "out" / "latest.json").read_text())["gate"]["baseline"] == "reports/baseline.json"
+    assert (tmp_path / "reports" / "baseline.json").read_bytes() == recorded
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert "out/" in ignored and not any(line.startswith("reports") and "baseline" in line for line in ignored)

@@ -428,16 +428,16 @@ def test_a_merged_report_times_the_shards_together(genuine, tmp_path):
 def test_verify_elf_shards_merge_like_run_shards(genuine, tmp_path, monkeypatch):
     """merge makes a new --reports directory and writes json, md and png
     there; without --reports it leaves the main job's reports alone and
-    writes to reports/verify-elf."""
+    writes to out/verify-elf."""
     new = tmp_path / "new" / "directory"
     assert main(["merge", str(genuine["v0"]), str(genuine["v1"]), "--reports", str(new)]) == 0
     assert sorted(p.name for p in new.iterdir()) == ["latest.json", "latest.md", "latest.png"]
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "reports").mkdir()
-    (tmp_path / "reports" / "latest.json").write_text("the main job's")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "latest.json").write_text("the main job's")
     assert main(["merge", str(genuine["v0"]), str(genuine["v1"])]) == 0
-    assert (tmp_path / "reports" / "latest.json").read_text() == "the main job's"
-    assert json.loads((tmp_path / "reports" / "verify-elf" / "latest.json").read_text())["input"].endswith(".elf")
+    assert (tmp_path / "out" / "latest.json").read_text() == "the main job's"
+    assert json.loads((tmp_path / "out" / "verify-elf" / "latest.json").read_text())["input"].endswith(".elf")
 
 
 def test_a_shard_of_another_run_is_named(genuine, tmp_path, capsys):

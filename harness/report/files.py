@@ -12,14 +12,28 @@ from harness.report.data import dumps
 from harness.report.markdown import markdown
 
 REPORT_FILES = ("latest.json", "latest.md", "latest.png")
+# Where a run writes unless told: a folder git ignores, so that `make run`
+# and `make test` change no tracked file.
+OUTPUT = Path("out")
+# The committed records: the baseline the gate reads, and the reports the
+# README's figures come from (rewritten only on request: `make record`).
+RECORDS = Path("reports")
 
 
 def report_directory(reports: str | None, json_path: str | None) -> Path | None:
     """Where latest.md and latest.png go: `--reports` if given, else
-    `reports` unless only `--json` was asked for (then nowhere)."""
+    OUTPUT unless only `--json` was asked for (then nowhere)."""
     if reports is not None:
         return Path(reports)
-    return Path("reports") if json_path is None else None
+    return OUTPUT if json_path is None else None
+
+
+def baseline_file(baseline: str | None, reports: str | None) -> Path:
+    """The gate's baseline: `--baseline`, else the one beside `--reports`,
+    else the committed one."""
+    if baseline:
+        return Path(baseline)
+    return (Path(reports) if reports else RECORDS) / "baseline.json"
 
 
 def report_paths(directory: Path | None, json_path: str | None) -> list[Path]:
