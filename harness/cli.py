@@ -16,6 +16,7 @@ from harness.errors import HarnessError, InputError
 from harness.formats import chrome_v2
 from harness.linux_verify.corpus import CHOICES as LINUX_CHOICES
 from harness.runner import LINUX_LIMITS, Shard, parse_shard
+from harness.sysroot import cmd_sysroot
 from harness.unwind.registry import FORMAT_NAMES, UNWINDER_NAMES, table_formats
 from harness.verify import kernel
 from harness.verify.sampling import AUTO
@@ -271,6 +272,19 @@ def _add_dump(subparsers) -> None:
     dump_cmd.set_defaults(handler=table_commands.cmd_dump)
 
 
+def _add_sysroot(subparsers) -> None:
+    sysroot = subparsers.add_parser("sysroot", help="the armhf sysroot Linux programs run against: where it is, "
+                                                    "and Debian packages added to it for programs of your own")
+    actions = sysroot.add_subparsers(dest="action", parser_class=_Parser, metavar="{show,add}",
+                                     help="show (the default) or add")
+    actions.add_parser("show", help="where the sysroot is and what it holds (the default)")
+    add = actions.add_parser("add", help="fetch Debian armhf packages, with every armhf package they depend on, "
+                                         "into the sysroot (apt-get download and dpkg -x: nothing installed); "
+                                         "kept across rebuilds (make linux-sysroot)")
+    add.add_argument("packages", nargs="+", metavar="PACKAGE", help="a Debian package name (libssl3, libzstd1...)")
+    sysroot.set_defaults(handler=cmd_sysroot, action="show")
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors in one line, pointing at --help for the usage itself."""
 
@@ -285,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_add_run, _add_merge, _add_encode, _add_verify_elf, _add_mutants, _add_bench, _add_dump):
+    for add in (_add_run, _add_merge, _add_encode, _add_verify_elf, _add_mutants, _add_bench, _add_dump,
+                _add_sysroot):
         add(subparsers)
     return parser
 

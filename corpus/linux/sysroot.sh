@@ -49,6 +49,12 @@ PACKAGES=(
     zlib1g
 )
 
+# Packages added for programs of one's own (`unwind-harness sysroot add PKG`,
+# which runs this script with SYSROOT_ADD="PKG ..."), kept in EXTRA once the
+# sysroot holds them: each with every armhf package it reaches through
+# Depends and Pre-Depends.
+EXTRA=$CACHE/extra-packages
+
 # Bump when this script changes what it puts in the sysroot, so that a
 # sysroot made by an older version is rebuilt.
 LAYOUT=3
@@ -76,6 +82,33 @@ if ! command -v qemu-arm >/dev/null 2>&1; then
     $SUDO apt-get install -y -q qemu-user >&2
 fi
 
+# The added packages and what they depend on (armhf packages only: apt lists
+# virtual ones in <angle brackets>).
+added=()
+[ -f "$EXTRA" ] && mapfile -t added <"$EXTRA"
+# shellcheck disable=SC2206  # one package name a word
+added+=(${SYSROOT_ADD:-})
+reach() {
+    apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
+        --no-enhances "${added[@]/%/:armhf}" 2>/dev/null | grep -E '^[^ <].*:armhf$' | sed 's/:armhf$//'
+}
+unknown() {
+    for p in "${added[@]}"; do
+        printf '%s\n' "${reached[@]}" | grep -qx -- "$p" || echo "$p"
+    done
+}
+if [ ${#added[@]} -gt 0 ]; then
+    mapfile -t reached < <(reach)
+    if [ -n "$(unknown)" ] && [ $updated = no ]; then
+        apt_update; updated=yes
+        mapfile -t reached < <(reach)
+    fi
+    if [ -n "$(unknown)" ]; then
+        log "no armhf package named $(unknown | paste -sd' ') (apt-cache knows none)"; exit 1
+    fi
+    mapfile -t PACKAGES < <(printf '%s\n' "${PACKAGES[@]}" "${reached[@]}" | LC_ALL=C sort -u)
+fi
+
 # "package version" for each package, the version apt would download now
 # ("(none)" when apt knows none).  One apt-cache call: each one reads the
 # whole package cache, which takes a second.
@@ -83,6 +116,12 @@ candidates() {
     apt-cache policy "${PACKAGES[@]/%/:armhf}" 2>/dev/null | awk '
         /^[^ ].*:$/   { pkg = $1; sub(/:armhf:$/, "", pkg) }
         /Candidate:/  { print pkg, $2 }'
+}
+# The added packages kept for the next rebuild, once the sysroot holds them.
+keep_added() {
+    [ ${#added[@]} -gt 0 ] || return 0
+    printf '%s\n' "${added[@]}" | LC_ALL=C sort -u >"$EXTRA.tmp"
+    mv "$EXTRA.tmp" "$EXTRA"
 }
 want=$(candidates | LC_ALL=C sort)
 if ! echo "$want" | grep -q '^libc6 [0-9]'; then
@@ -99,6 +138,7 @@ if [ -f "$SYSROOT/VERSIONS" ] && [ "$(cat "$SYSROOT/VERSIONS")" = "$want" ] \
    && [ "$(cat "$SYSROOT/.layout" 2>/dev/null)" = "$LAYOUT" ] \
    && [ -e "$SYSROOT/lib/ld-linux-armhf.so.3" ]; then
     log "up to date: $SYSROOT ($(echo "$want" | wc -l) packages)"
+    keep_added
     exit 0
 fi
 
@@ -122,4 +162,5 @@ chmod 755 "$tmp"
 rm -rf "$SYSROOT"
 mv "$tmp" "$SYSROOT"
 trap - EXIT
+keep_added
 log "unpacked $(echo "$want" | wc -l) packages into $SYSROOT"
