@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup toolchains run test fixtures
 
-$(STAMP): pyproject.toml setup.py harness/abi.py $(wildcard harness/verify/csrc/*.c harness/verify/csrc/*.h)
+$(STAMP): pyproject.toml setup.py harness/abi.py $(wildcard harness/verify/csrc/*.c harness/verify/csrc/*.h harness/thumb/csrc/*.c harness/thumb/csrc/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $(STAMP)

@@ -17,6 +17,7 @@ from harness.formats import chrome_v2
 from harness.linux_verify.corpus import CHOICES as LINUX_CHOICES
 from harness.runner import LINUX_LIMITS, Shard, parse_shard
 from harness.sysroot import cmd_sysroot
+from harness.thumb import native
 from harness.unwind.registry import FORMAT_NAMES, UNWINDER_NAMES, table_formats
 from harness.verify import kernel
 from harness.verify.sampling import AUTO
@@ -340,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "dump":
             return _fail("standard output is closed: nowhere to write the listing", EXIT_BAD_INPUT)
         sys.stdout = open(os.devnull, "w")
+    if (getattr(args, "from_code", False) or args.command in ("run", "verify-elf", "bench")) and not native.AVAILABLE:
+        print("unwind-harness: note: the compiled frame analysis (harness/thumb/csrc) is not built; rows from "
+              "code are made in Python alone, the same rows several times slower (`pip install -e .` builds it)",
+              file=sys.stderr)
     if args.command in ("run", "verify-elf", "bench", "mutants") and not kernel.AVAILABLE:
         print("unwind-harness: note: the compiled kernel (harness/verify/csrc) is not built; verifying "
               "in Python alone, several times slower (`pip install -e .` builds it)", file=sys.stderr)

@@ -35,6 +35,7 @@ from harness.program import CfiRow, CodeMap, FunctionCfi, Program, relocated
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb.disasm import moves_sp_by_register, sweep
 from harness.thumb.discovery import NORETURN, Progress, analyse_all
+from harness.thumb.native import ProgramCode
 from harness.thumb.epilogue import find_epilogues
 
 
@@ -128,17 +129,9 @@ def _code_of(program: Program, function: FunctionCfi) -> bytes:
     return code
 
 
-def code_reader(image):
+def code_reader(image) -> ProgramCode:
     """`code_at(address, size)` over an ELF's loaded segments (b"" outside them)."""
-    segments = load_segments(image)
-
-    def code_at(address: int, size: int) -> bytes:
-        for start, data in segments:
-            if start <= address < start + len(data):
-                return data[address - start : address - start + size]
-        return b""
-
-    return code_at
+    return ProgramCode(load_segments(image))
 
 
 def code_map(image: ElfImage, exidx) -> CodeMap:

@@ -16,6 +16,7 @@ from capstone import (
     Cs,
     CsError,
 )
+from capstone import _cs as capstone_library
 from capstone import arm as cs_arm
 
 from harness.registers import DWARF_D0, PC, SP
@@ -25,6 +26,9 @@ _CS.detail = True
 _CS_ARM = Cs(CS_ARCH_ARM, CS_MODE_ARM)  # glibc's string functions, _dl_runtime_resolve...
 _CS_ARM.detail = True
 CC_ALWAYS = cs_arm.ARM_CC_AL
+# The library the capstone package loaded: the compiled frame analysis
+# (harness.thumb.native) decodes with the same one.
+CAPSTONE_LIBRARY = capstone_library._name
 _NAMED = {"sb": 9, "sl": 10, "fp": 11, "ip": 12, "sp": 13, "lr": 14, "pc": 15}
 
 

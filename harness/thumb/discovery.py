@@ -33,7 +33,9 @@ from collections.abc import Callable
 
 from harness.program import CfiRow, CodeMap, FunctionCfi
 from harness.thumb.disasm import forget_addresses
-from harness.thumb.frame_analysis import Analysed, ProgramFacts, analyse_calling
+from harness.thumb.analysed import Analysed, ProgramFacts
+from harness.thumb.frame_analysis import analyse_calling
+from harness.thumb.native import NONE
 from harness.thumb.start_shapes import looks_arm, past_padding, pushes_lr
 
 GAP = "<not analysed>"  # the name of the refusing rows between functions
@@ -194,6 +196,10 @@ class _Finder:
                 + sorted(begun)
             for target, target_arm in sorted(entered):
                 self.add(target, target_arm)
+            if self.found.get(start) is one:  # (not analysed again for a start found in it)
+                # where its calls return and the words it loads are read here only: a large
+                # program's analyses keep a million functions' records at once
+                self.found[start] = one._replace(call_sites=NONE, loaded=NONE)
 
     def ended(self, one: Analysed, in_arm: bool) -> bool:
         """Does a call of `one`, found without a symbol's end, return into

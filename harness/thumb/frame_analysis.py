@@ -31,41 +31,19 @@ from there, and `problems` names the reason and address.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable, Iterable
 
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR, PC, SP
 from harness.thumb.branch_tables import data_read, formed_address, wide_constant
 from harness.thumb.disasm import Instruction, decode_one
+from harness.thumb.analysed import NOT_SINGLE, UNREACHED, Analysed, ProgramFacts, labels_in
 from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, lost, torn_down
+from harness.thumb.native import compiled_analysis
 from harness.thumb.successors import Body, FromStart, Path, successors
 
 MAX_STATES = 200_000  # (address, fact) pairs visited per function, a guard against pathological code
 LANDING_ROUNDS = 8  # rounds of analysing code only the unwinder enters (landing pads)
-
-
-class Analysed(NamedTuple):
-    """A function's rows, where its calls and tail calls go (and the Thumb
-    code addresses it forms pc-relative: functions too), and whether any
-    path returns (or leaves by a tail call)."""
-
-    function: FunctionCfi
-    callees: frozenset[int]  # entered in Thumb state
-    returns: bool
-    unreached: tuple[tuple[int, int], ...] = ()  # code no path reaches: [low, high)
-    arm_callees: frozenset[int] = frozenset()  # entered in ARM state (`blx` from Thumb, `bl` or `b` from ARM)
-    # the branch targets the analysis asked `noreturn` about: with the same
-    # answers for these, another `noreturn` gives the same analysis
-    asked: frozenset[int] = frozenset()
-    # conditional branches out of the function with the frame torn down:
-    # shared code of hand-written routines (libgcc's division by zero), not
-    # the starts of functions (compilers make no conditional tail calls)
-    branched: frozenset[int] = frozenset()
-    # the words its literal pools hold and its movw/movt pairs make (`ldr rX, =f`): in code
-    # linked where it runs, addresses
-    loaded: frozenset[int] = frozenset()
-    falls_through: bool = False  # a path runs on past its end (into whatever follows)
-    call_sites: frozenset[tuple[int, int]] = frozenset()  # (target, return address) of its direct calls
 
 
 class _Asked(frozenset):
@@ -96,15 +74,6 @@ def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes
     return analyse_calling(name, start, end, code_at, ProgramFacts(labels=labels), arm=arm).function
 
 
-class ProgramFacts(NamedTuple):
-    """What the program around a function tells its analysis, each gathered
-    by discovery from the whole program and handed on together."""
-
-    labels: Iterable[int] = ()  # addresses the program's data holds (formats.elf.code_pointers): jump targets
-    noreturn: frozenset[int] = frozenset()  # functions that never return: a call to one ends its path
-    data_spans: tuple[tuple[int, int], ...] = ()  # [low, high) its mapping symbols mark as data: a path ends there
-
-
 def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int], bytes],
                     facts: ProgramFacts = ProgramFacts(), bounded: bool = True, arm: bool = False) -> Analysed:
     """`analyse`, with the targets of its paths' calls and tail calls
@@ -116,6 +85,9 @@ def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int
     nop`, a weak call the linker removed). Not `bounded` (the
     end is a guess: no symbol gave it), code no path reaches may be other
     functions: no landing pad is looked for there."""
+    found = compiled_analysis(name, start, end, code_at, facts, bounded, arm)
+    if found is not None:
+        return found
     watched = _Asked(facts.noreturn)
     body = _body(start, end, code_at, facts.labels, arm)._replace(noreturn=watched, data=facts.data_spans)
     analysis = _analysed(body, pads=bounded)
@@ -152,7 +124,7 @@ def _one_frame(states, address: int) -> CfiRow | None:
 
 
 def _body(start: int, end: int, code_at, labels: Iterable[int], arm: bool = False) -> Body:
-    return Body(start, end, code_at, tuple(sorted(label for label in set(labels) if start <= label < end)),
+    return Body(start, end, code_at, labels_in(labels, start, end),
                 own_code=FromStart(start, code_at),
                 arm=arm)
 
@@ -300,7 +272,7 @@ class _Analysis:
         states = [state for address in self.calls for state in self.reached[address].values()]
         if not states:
             return None
-        frame = states[0]._replace(clobbered=frozenset({LR}))
+        frame = states[0]._replace(clobbered=states[0].clobbered | {LR})
         for state in states[1:]:
             frame = _join(frame, state)
             if frame is None:
@@ -366,13 +338,13 @@ def _rows(start: int, end: int, reached, sizes: dict[int, int], refused: set[int
     covered = start
     for address in sorted(reached):
         if address > covered:
-            add(CfiRow(covered, problem="no path reaches this code"))
+            add(CfiRow(covered, problem=UNREACHED))
         one = _one_frame(reached[address].values(), address)
         if address in refused or one is None:
-            add(CfiRow(address, problem="no single frame state is known here"))
+            add(CfiRow(address, problem=NOT_SINGLE))
         else:
             add(one)
         covered = max(covered, address + sizes.get(address, 2))
     if covered < end:
-        add(CfiRow(covered, problem="no path reaches this code"))
+        add(CfiRow(covered, problem=UNREACHED))
     return tuple(rows)

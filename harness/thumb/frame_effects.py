@@ -25,6 +25,7 @@ CALLEE_SAVED = frozenset(TRACKED_REGS)
 # schedules the epilogue's arithmetic between them (18 bytes in a VLA's
 # function at -O2: tests/test_frame_analysis.py).
 FRAME_POINTER_COPY_SPAN = 32
+LOST_RETURN = "the return address is lost: lr was overwritten and saved nowhere"
 
 
 class FrameState(NamedTuple):
@@ -40,7 +41,7 @@ class FrameState(NamedTuple):
         if LR in self.clobbered and not _saved(self, LR):
             # a call overwrote lr, saved nowhere (libstdc++'s __cxa_end_cleanup:
             # `push {r1-r4}; bl ...; pop; bl _Unwind_Resume`): the caller is lost
-            return CfiRow(address, problem="the return address is lost: lr was overwritten and saved nowhere")
+            return CfiRow(address, problem=LOST_RETURN)
         offset = self.depth if self.cfa_reg == SP else self.fp_offset
         return CfiRow(address, self.cfa_reg, offset, self.saved)
 

@@ -31,6 +31,7 @@ from harness.formats.vmkunwind import VmkTable, dump_vmkunwind, encode_vmkunwind
 from harness.program import CodeMap, FunctionCfi, Program
 from harness.registers import SP
 from harness.thumb.discovery import analyse_all
+from harness.thumb.native import ProgramCode
 from harness.unwind import writers
 from harness.unwind.dwarf import DwarfUnwinder
 from harness.unwind.exidx import ExidxUnwinder, exidx_unwinder_for
@@ -87,7 +88,8 @@ def code_cfi(program: Program) -> tuple[FunctionCfi, ...]:
     """Rows from the program's machine code alone, per Thumb function (by
     symbol; a generated program's by its layout), no unwind table read."""
     code_map = program.code_map or CodeMap(tuple((f.start, f.end, f.name) for f in program.functions))
-    return tuple(f for f in analyse_all(code_map, program.code) if f.start >= program.text_base)
+    code_at = ProgramCode(program.segments, missing=True)  # Program.code's reads, with the compiled analysis
+    return tuple(f for f in analyse_all(code_map, code_at) if f.start >= program.text_base)
 
 
 def _v2_epilogue(program: Program, tables: Unwinder) -> Unwinder:

@@ -1,0 +1,340 @@
+/* frame_analysis._Analysis.explore, _join, gap_spans and _rows: every path
+ * of the function followed from its entry, and the rows written from the
+ * states before each instruction. */
+#include "paths.h"
+
+#include <string.h>
+
+#define LANDING_ROUNDS 8 /* frame_analysis.LANDING_ROUNDS */
+
+enum { PROBLEM_NONE, PROBLEM_UNREACHED, PROBLEM_NOT_SINGLE, PROBLEM_LOST_RETURN }; /* frame_analysis.PROBLEMS */
+
+/* _join: the state where two paths meet, false where the frames differ. */
+static bool join(const State *known, const State *other, State *out) {
+    bool fp_agree = known->fp_known == other->fp_known && (!known->fp_known || known->fp_offset == other->fp_offset);
+    bool fp_known = fp_agree && known->fp_known;
+    *out = *known;
+    out->clobbered = known->clobbered | other->clobbered;
+    out->fp_known = fp_known;
+    State same = *known;
+    same.clobbered = other->clobbered;
+    same.fp_known = other->fp_known;
+    same.fp_offset = other->fp_offset;
+    if (state_equal(&same, other) && (fp_known || known->cfa_reg == REG_SP)) return true;
+    bool saves_agree = known->nsaved == other->nsaved
+        && !memcmp(known->saved, other->saved, sizeof(Save) * (size_t)known->nsaved);
+    if (fp_known && saves_agree) {
+        out->depth_known = false;
+        out->cfa_reg = REG_FP;
+        return true;
+    }
+    return false;
+}
+
+static Entry *entry_of(Analysis *a, Py_ssize_t index, int fact) {
+    for (int at = a->head[index]; at >= 0; at = a->entries[at].next)
+        if (a->entries[at].path.fact == fact) return &a->entries[at];
+    return NULL;
+}
+
+static void add_entry(Analysis *a, Py_ssize_t index, const Path *path) {
+    if (a->nentries == a->entries_capacity) {
+        a->entries_capacity = a->entries_capacity ? 2 * a->entries_capacity : 64;
+        a->entries = PyMem_Realloc(a->entries, sizeof(Entry) * (size_t)a->entries_capacity);
+    }
+    Entry *entry = &a->entries[a->nentries];
+    entry->next = -1;
+    entry->path = *path;
+    if (a->tail[index] >= 0) a->entries[a->tail[index]].next = a->nentries;
+    else a->head[index] = a->nentries;
+    a->tail[index] = a->nentries++;
+}
+
+/* What explore does at one instruction before its successors. */
+static Step visit(Analysis *a, const Insn *insn, const State *state) {
+    bool first_visit = !a->sizes[(insn->address - a->start) / 2];
+    a->sizes[(insn->address - a->start) / 2] = insn->size;
+    int64_t formed;
+    if ((insn->opcode == OP_BL) || (insn->opcode == OP_BLX)) {
+        ints_add(&a->calls, insn->address);
+        if (!saved_reg(state, REG_LR)) return refuse("a call with lr saved nowhere", insn->address);
+        if (insn->has_imm) {
+            ints_add((insn->opcode == OP_BLX) ? &a->arm_callees : &a->callees, insn->imm);
+            ints_add(&a->call_sites, insn->imm);
+            ints_add(&a->call_sites, (int64_t)insn->address + insn->size);
+        }
+    } else if ((insn->opcode == OP_B) && !in_function(a, insn->imm) && torn_down(state)) {
+        ints_add(insn->conditional ? &a->branched : &a->callees, insn->imm); /* a tail call */
+    } else if ((insn->opcode == OP_ADD) && first_visit && formed_address(a, insn, &formed) && formed & 1) {
+        ints_add(&a->callees, formed & ~(int64_t)1);
+    }
+    return first_visit ? read_code(a, insn) : GO_ON;
+}
+
+/* Follow the pending paths; one meeting a state at an address of `kept`
+ * (per halfword; NULL: none) with another frame ends there. */
+Step explore(Analysis *a, const uint8_t *kept) {
+    while (a->npending) {
+        Pending next = a->pending[--a->npending];
+        int64_t address = next.address;
+        Path path = next.path;
+        if (address == a->end) a->returns = a->falls_through = true;
+        if (!in_function(a, address) || is_data(a, address)) continue;
+        if (address & 1) return give_up("a path to an odd address", address);
+        Py_ssize_t index = (address - a->start) / 2;
+        Entry *known = entry_of(a, index, path.fact);
+        if (known) {
+            State joined;
+            bool joins = join(&known->path.state, &path.state, &joined);
+            bool changed = !joins || !state_equal(&joined, &known->path.state);
+            if (changed && kept && kept[index]) continue;
+            if (!joins) return refuse("paths meet with different frames", address);
+            if (!changed) continue;
+            path.state = joined;
+            known->path.state = joined;
+        } else {
+            add_entry(a, index, &path);
+        }
+        if (++a->visited > MAX_STATES) return refuse("too many states", address);
+        const Insn *insn = decoded(a, address);
+        if (!insn || address + insn->size > a->end) return refuse("undecodable, or past the end", address);
+        Step step = visit(a, insn, &path.state);
+        if (step) return step;
+        int count = 0;
+        if ((step = successors(a, insn, &path, &count))) return step;
+        bool ends = false;
+        if (!count && !(insn->opcode == OP_UDF) && !(insn->opcode == OP_BKPT) && !(insn->opcode == OP_BL) && !(insn->opcode == OP_BLX)) {
+            if ((insn->opcode == OP_B) && (step = never_returns(a, insn->has_imm, insn->imm, &ends))) return step;
+            if (!ends) a->returns = true;
+        }
+    }
+    return GO_ON;
+}
+
+typedef struct {
+    int64_t address, cfa_reg, offset;
+    int nsaved;
+    Save saved[MAX_SAVED];
+    int problem;
+} Row;
+
+static bool row_of(const State *s, int64_t address, Row *row) {
+    memset(row, 0, sizeof *row);
+    row->address = address;
+    row->cfa_reg = REG_SP;
+    if ((s->clobbered & tracked_bit(REG_LR)) && !saved_reg(s, REG_LR)) {
+        row->problem = PROBLEM_LOST_RETURN;
+        return true;
+    }
+    bool on_sp = s->cfa_reg == REG_SP;
+    if (on_sp ? !s->depth_known : !s->fp_known) return false; /* an offset None: never met */
+    row->cfa_reg = s->cfa_reg;
+    row->offset = on_sp ? s->depth : s->fp_offset;
+    row->nsaved = s->nsaved;
+    memcpy(row->saved, s->saved, sizeof(Save) * (size_t)s->nsaved);
+    return true;
+}
+
+static bool rows_equal(const Row *a, const Row *b) {
+    return a->cfa_reg == b->cfa_reg && a->offset == b->offset && a->problem == b->problem && a->nsaved == b->nsaved
+        && !memcmp(a->saved, b->saved, sizeof(Save) * (size_t)a->nsaved);
+}
+
+static int add_row(PyObject *rows, Row *last, bool *any, const Row *row) {
+    if (*any && rows_equal(last, row)) return 0;
+    *last = *row;
+    *any = true;
+    PyObject *saved = PyTuple_New(row->nsaved);
+    if (!saved) return -1;
+    for (int i = 0; i < row->nsaved; i++)
+        PyTuple_SET_ITEM(saved, i, Py_BuildValue("(LL)", (long long)row->saved[i].reg, (long long)row->saved[i].slot));
+    PyObject *item = Py_BuildValue("(LLLNi)", (long long)row->address, (long long)row->cfa_reg,
+                                   (long long)row->offset, saved, row->problem);
+    if (!item) return -1;
+    int failed = PyList_Append(rows, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+static bool any_lost(const Analysis *a, Py_ssize_t index) {
+    for (int at = a->head[index]; at >= 0; at = a->entries[at].next)
+        if (lost(&a->entries[at].path.state)) return true;
+    return false;
+}
+
+/* _rows (with _one_frame): the function's rows, as (address, cfa_reg, offset, saved, problem). */
+Step rows_of(const Analysis *a, PyObject *rows) {
+    Row last, row, other;
+    bool any = false;
+    int64_t covered = a->start;
+    for (Py_ssize_t index = 0; index < a->halfwords; index++) {
+        if (a->head[index] < 0) continue;
+        int64_t address = a->start + 2 * index;
+        if (address > covered) {
+            Row gap = {.address = covered, .cfa_reg = REG_SP, .problem = PROBLEM_UNREACHED};
+            if (add_row(rows, &last, &any, &gap)) return FAILED;
+        }
+        const Entry *entry = &a->entries[a->head[index]];
+        if (!row_of(&entry->path.state, address, &row)) return give_up("a row with no offset", address);
+        bool single = true;
+        for (int at = entry->next; at >= 0; at = a->entries[at].next) {
+            if (!row_of(&a->entries[at].path.state, address, &other)) return give_up("a row with no offset", address);
+            single &= rows_equal(&row, &other);
+        }
+        if (!single || (a->returns && any_lost(a, index))) { /* refused: a register lost where it returns */
+            memset(&row, 0, sizeof row);
+            row.address = address, row.cfa_reg = REG_SP, row.problem = PROBLEM_NOT_SINGLE;
+        }
+        if (add_row(rows, &last, &any, &row)) return FAILED;
+        int64_t reach = address + (a->sizes[index] ? a->sizes[index] : 2);
+        if (reach > covered) covered = reach;
+    }
+    if (covered < a->end) {
+        Row gap = {.address = covered, .cfa_reg = REG_SP, .problem = PROBLEM_UNREACHED};
+        if (add_row(rows, &last, &any, &gap)) return FAILED;
+    }
+    return GO_ON;
+}
+
+static int compare_ints(const void *x, const void *y) {
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* gap_spans: the code no path reached, [low, high) each (not data the code
+ * reads), as low, high pairs. */
+void gap_spans(Analysis *a, Ints *spans) {
+    qsort(a->outer_data.items, (size_t)a->outer_data.count, sizeof(int64_t), compare_ints);
+    int64_t covered = a->start;
+    Py_ssize_t outer = 0, count = a->outer_data.count;
+    spans->count = 0;
+    for (int part = 0; part < 3; part++) { /* data below the function, the function, data above it */
+        int64_t limit = part == 0 ? a->start : INT64_MAX;
+        while (part != 1 && outer < count && a->outer_data.items[outer] < limit) {
+            int64_t address = a->outer_data.items[outer++];
+            if (address > covered && !is_data(a, covered) && covered % 2 == 0)
+                ints_add(spans, covered), ints_add(spans, address);
+            if (address + 1 > covered) covered = address + 1;
+        }
+        for (int64_t offset = 0; part == 1 && offset < a->end - a->start; offset++) {
+            int64_t address = a->start + offset, extent = 0;
+            if (offset % 2 == 0 && a->sizes[offset / 2]) extent = a->sizes[offset / 2];
+            else if (a->data[offset]) extent = 1;
+            if (!extent) continue;
+            if (address > covered && !is_data(a, covered) && covered % 2 == 0)
+                ints_add(spans, covered), ints_add(spans, address);
+            if (address + extent > covered) covered = address + extent;
+        }
+    }
+    if (covered < a->end) ints_add(spans, covered), ints_add(spans, a->end);
+}
+
+static void ints_copy(Ints *to, const Ints *from) {
+    to->count = to->capacity = 0;
+    to->items = NULL;
+    for (Py_ssize_t i = 0; i < from->count; i++) ints_add(to, from->items[i]);
+}
+
+static void *copied(const void *from, size_t size) {
+    void *to = PyMem_Malloc(size ? size : 1);
+    if (to && size) memcpy(to, from, size);
+    return to;
+}
+
+/* _Analysis.copy: a trial's own states, sizes and data; the decoded
+ * instructions and what noreturn was asked shared. */
+static bool analysis_copy(const Analysis *from, Analysis *to) {
+    *to = *from;
+    to->owns_decoded = false;
+    size_t halfwords = (size_t)from->halfwords;
+    to->head = copied(from->head, sizeof(int) * halfwords);
+    to->tail = copied(from->tail, sizeof(int) * halfwords);
+    to->sizes = copied(from->sizes, halfwords);
+    to->data = copied(from->data, (size_t)(from->end - from->start));
+    to->entries = copied(from->entries, sizeof(Entry) * (size_t)from->nentries);
+    to->entries_capacity = from->nentries;
+    to->pending = NULL, to->npending = to->pending_capacity = 0;
+    ints_copy(&to->outer_data, &from->outer_data), ints_copy(&to->calls, &from->calls);
+    ints_copy(&to->callees, &from->callees), ints_copy(&to->arm_callees, &from->arm_callees);
+    ints_copy(&to->branched, &from->branched), ints_copy(&to->loaded, &from->loaded);
+    ints_copy(&to->call_sites, &from->call_sites), ints_copy(&to->labels, &from->labels);
+    Py_INCREF(to->asked);
+    return to->head && to->tail && to->sizes && to->data && to->entries;
+}
+
+void analysis_free(Analysis *a) {
+    PyMem_Free(a->head), PyMem_Free(a->tail), PyMem_Free(a->sizes), PyMem_Free(a->data);
+    if (a->owns_decoded) PyMem_Free(a->decoded), PyMem_Free(a->decode_known);
+    PyMem_Free(a->entries), PyMem_Free(a->pending);
+    ints_free(&a->outer_data), ints_free(&a->calls), ints_free(&a->callees), ints_free(&a->arm_callees);
+    ints_free(&a->branched), ints_free(&a->loaded), ints_free(&a->call_sites), ints_free(&a->labels);
+    Py_XDECREF(a->asked);
+}
+
+void start_path(Analysis *a, int64_t address, const State *state) {
+    Path path = {.state = *state, .fact = -1};
+    if (!a->pending) {
+        a->pending = PyMem_Malloc(sizeof(Pending) * 64);
+        a->pending_capacity = a->pending ? 64 : 0;
+    }
+    a->pending[0].address = address;
+    a->pending[0].path = path;
+    a->npending = 1;
+}
+
+/* call_frame: the one frame every call is made with (lr then gone), false when none or they differ. */
+static bool call_frame(const Analysis *a, State *frame) {
+    bool any = false;
+    for (Py_ssize_t i = 0; i < a->calls.count; i++) {
+        Py_ssize_t index = (a->calls.items[i] - a->start) / 2;
+        for (int at = a->head[index]; at >= 0; at = a->entries[at].next) {
+            const State *state = &a->entries[at].path.state;
+            if (!any) {
+                *frame = *state;
+                frame->clobbered |= tracked_bit(REG_LR);
+                any = true;
+            } else if (!join(frame, state, frame)) {
+                return false;
+            }
+        }
+    }
+    return any;
+}
+
+/* _analysed's rounds: code no branch reaches analysed from the frame of the
+ * calls (a landing pad), each piece kept where it meets no problem. */
+Step landing_pads(Analysis *a) {
+    State frame;
+    if (!call_frame(a, &frame)) return GO_ON;
+    uint8_t *kept = copied(a->sizes, (size_t)a->halfwords);
+    Ints gaps = {0};
+    Step step = kept ? GO_ON : FAILED;
+    for (int round = 0; step == GO_ON && round < LANDING_ROUNDS; round++) {
+        bool grown = false;
+        gap_spans(a, &gaps);
+        for (Py_ssize_t i = 0; step == GO_ON && i < gaps.count; i += 2) {
+            Analysis trial;
+            if (!analysis_copy(a, &trial)) {
+                analysis_free(&trial);
+                step = FAILED;
+                break;
+            }
+            start_path(&trial, gaps.items[i], &frame);
+            Step tried = trial.pending ? explore(&trial, kept) : FAILED;
+            if (tried == GO_ON) {
+                trial.owns_decoded = a->owns_decoded;
+                a->owns_decoded = false;
+                analysis_free(a);
+                *a = trial;
+                grown = true;
+            } else {
+                analysis_free(&trial);
+                if (tried != REFUSED) step = tried; /* a rule not ported, or an error */
+            }
+        }
+        if (!grown) break;
+    }
+    ints_free(&gaps);
+    PyMem_Free(kept);
+    return step;
+}

@@ -1,0 +1,211 @@
+/* harness.thumb._analysis: Code(segments, capstone_library), a program's
+ * loaded bytes, whose analyse(start, end, noreturn, data_spans, labels, bounded)
+ * gives a Thumb function's analysis as frame_analysis.analyse_calling's
+ * parts, or None where the Python must make it (see analysis.h). */
+#include "paths.h"
+
+#include <string.h>
+
+#define LARGEST_FUNCTION (16 << 20) /* bytes: past this the Python analyses (and refuses) */
+
+const char *capstone_load(const char *path, csh *handle);
+
+static const char *bail_why = "";
+static int64_t bail_at;
+
+Step give_up(const char *why, int64_t address) {
+    bail_why = why;
+    bail_at = address;
+    return BAIL;
+}
+
+Step refuse(const char *why, int64_t address) {
+    give_up(why, address);
+    return REFUSED;
+}
+
+static PyObject *last_bail(PyObject *self, PyObject *unused) { return Py_BuildValue("(sL)", bail_why, (long long)bail_at); }
+
+static PyMethodDef functions[] = {
+    {"last_bail", last_bail, METH_NOARGS, "(why, address) the last analysis that gave up did"},
+    {NULL, NULL, 0, NULL},
+};
+
+typedef struct {
+    PyObject_HEAD
+    Code code;
+    PyObject *segments; /* the bytes objects, kept alive */
+} CodeObject;
+
+static void code_dealloc(CodeObject *self) {
+    PyMem_Free(self->code.segments);
+    PyMem_Free(self->code.kept), PyMem_Free(self->code.kept_at), PyMem_Free(self->code.kept_decodes);
+    Py_XDECREF(self->segments);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int code_init(CodeObject *self, PyObject *args, PyObject *kwargs) {
+    PyObject *segments;
+    const char *library;
+    if (!PyArg_ParseTuple(args, "O!s", &PyList_Type, &segments, &library)) return -1;
+    Py_ssize_t count = PyList_GET_SIZE(segments);
+    self->code.segments = PyMem_Calloc((size_t)count + 1, sizeof(Segment));
+    if (!self->code.segments) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(segments, i), *data;
+        unsigned long long start;
+        if (!PyArg_ParseTuple(item, "KO!", &start, &PyBytes_Type, &data)) return -1;
+        self->code.segments[i] = (Segment){(uint32_t)start, (const uint8_t *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data)};
+    }
+    self->code.count = (int)count;
+    self->code.kept = PyMem_Malloc(sizeof(Insn) * DECODED_KEPT);
+    self->code.kept_at = PyMem_Malloc(sizeof(int64_t) * DECODED_KEPT);
+    self->code.kept_decodes = PyMem_Calloc(DECODED_KEPT, sizeof(bool));
+    if (!self->code.kept || !self->code.kept_at || !self->code.kept_decodes) return PyErr_NoMemory(), -1;
+    for (size_t i = 0; i < DECODED_KEPT; i++) self->code.kept_at[i] = -1;
+    Py_XSETREF(self->segments, Py_NewRef(segments));
+    const char *why = capstone_load(library, &self->code.handle);
+    if (why) {
+        PyErr_Format(PyExc_ImportError, "%s: %s", library, why);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *ints_list(const Ints *list) {
+    PyObject *out = PyList_New(list->count);
+    for (Py_ssize_t i = 0; out && i < list->count; i++) {
+        PyObject *value = PyLong_FromLongLong(list->items[i]);
+        if (!value) return Py_DECREF(out), NULL;
+        PyList_SET_ITEM(out, i, value);
+    }
+    return out;
+}
+
+static bool allocate(Analysis *a) {
+    Py_ssize_t bytes = a->end - a->start;
+    a->halfwords = (bytes + 1) / 2;
+    a->head = PyMem_Malloc(sizeof(int) * (size_t)a->halfwords);
+    a->tail = PyMem_Malloc(sizeof(int) * (size_t)a->halfwords);
+    a->sizes = PyMem_Calloc((size_t)a->halfwords, 1);
+    a->data = PyMem_Calloc((size_t)bytes, 1);
+    a->decoded = PyMem_Malloc(sizeof(Insn) * (size_t)a->halfwords);
+    a->decode_known = PyMem_Calloc((size_t)a->halfwords, 1);
+    if (!a->head || !a->tail || !a->sizes || !a->data || !a->decoded || !a->decode_known) return false;
+    memset(a->head, -1, sizeof(int) * (size_t)a->halfwords);
+    memset(a->tail, -1, sizeof(int) * (size_t)a->halfwords);
+    return true;
+}
+
+/* The data spans its mapping symbols mark: bytes no path enters. */
+static bool mark_spans(Analysis *a, PyObject *spans) {
+    PyObject *iterator = PyObject_GetIter(spans), *span;
+    if (!iterator) return false;
+    while ((span = PyIter_Next(iterator))) {
+        long long low, high;
+        int parsed = PyArg_ParseTuple(span, "LL", &low, &high);
+        Py_DECREF(span);
+        if (!parsed) return Py_DECREF(iterator), false;
+        for (long long byte = low; byte < high; byte++)
+            if (in_function(a, byte)) a->data[byte - a->start] = 1;
+            else ints_add(&a->outer_data, byte);
+    }
+    Py_DECREF(iterator);
+    return !PyErr_Occurred();
+}
+
+/* The labels (sorted) inside the function. */
+static bool read_labels(Analysis *a, PyObject *labels) {
+    PyObject *iterator = PyObject_GetIter(labels), *label;
+    if (!iterator) return false;
+    while ((label = PyIter_Next(iterator))) {
+        long long value = PyLong_AsLongLong(label);
+        Py_DECREF(label);
+        if (value == -1 && PyErr_Occurred()) break;
+        ints_add(&a->labels, value);
+    }
+    Py_DECREF(iterator);
+    return !PyErr_Occurred();
+}
+
+static PyObject *result_of(Analysis *a) {
+    PyObject *rows = PyList_New(0), *spans = NULL, *result = NULL;
+    Ints gaps = {0};
+    if (!rows) return NULL;
+    gap_spans(a, &gaps);
+    Step step = rows_of(a, rows);
+    if (step == BAIL) result = Py_NewRef(Py_None);
+    if (step == GO_ON && (spans = PyList_New(0))) {
+        for (Py_ssize_t i = 0; i < gaps.count; i += 2) {
+            PyObject *span = Py_BuildValue("(LL)", (long long)gaps.items[i], (long long)gaps.items[i + 1]);
+            if (!span || PyList_Append(spans, span)) {
+                Py_XDECREF(span);
+                goto done;
+            }
+            Py_DECREF(span);
+        }
+        result = Py_BuildValue("(ONOONONNON)", rows, ints_list(&a->callees), a->returns ? Py_True : Py_False,
+                               spans, ints_list(&a->arm_callees), a->asked, ints_list(&a->branched),
+                               ints_list(&a->loaded), a->falls_through ? Py_True : Py_False, ints_list(&a->call_sites));
+        /* (ints_list's lists are stolen: N) */
+    }
+done:
+    ints_free(&gaps);
+    Py_XDECREF(rows);
+    Py_XDECREF(spans);
+    return result;
+}
+
+static PyObject *code_analyse(CodeObject *self, PyObject *args) {
+    long long start, end;
+    PyObject *noreturn, *data_spans, *labels;
+    int bounded;
+    if (!PyArg_ParseTuple(args, "LLOOOp", &start, &end, &noreturn, &data_spans, &labels, &bounded)) return NULL;
+    if (end <= start || end - start > LARGEST_FUNCTION || start & 1 || start < 0) {
+        give_up("a span it does not take", start);
+        Py_RETURN_NONE;
+    }
+    Analysis a = {.code = &self->code, .start = start, .end = end, .noreturn = noreturn, .owns_decoded = true};
+    PyObject *result = NULL;
+    if (!(a.asked = PySet_New(NULL))) return NULL;
+    if (!allocate(&a)) {
+        PyErr_NoMemory();
+    } else if (mark_spans(&a, data_spans) && read_labels(&a, labels)) {
+        State entry = {.depth_known = true, .cfa_reg = REG_SP};
+        start_path(&a, a.start, &entry);
+        Step step = a.pending ? explore(&a, NULL) : FAILED;
+        if (step == GO_ON && bounded) step = landing_pads(&a);
+        if (step == GO_ON) result = result_of(&a);
+        else if (step != FAILED) result = Py_NewRef(Py_None); /* the Python's: a rule not ported, or a refusal */
+        else if (!PyErr_Occurred()) PyErr_NoMemory();
+    }
+    analysis_free(&a);
+    return result;
+}
+
+static PyMethodDef code_methods[] = {
+    {"analyse", (PyCFunction)code_analyse, METH_VARARGS,
+     "analyse(start, end, noreturn, data_spans, labels, bounded): the Thumb function's analysis, or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CodeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "harness.thumb._analysis.Code",
+    .tp_basicsize = sizeof(CodeObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Code(segments, capstone_library): a program's loaded [(start, bytes)]",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)code_init,
+    .tp_dealloc = (destructor)code_dealloc,
+    .tp_methods = code_methods,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_analysis", NULL, -1, functions};
+
+PyMODINIT_FUNC PyInit__analysis(void) {
+    if (PyType_Ready(&CodeType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddObjectRef(m, "Code", (PyObject *)&CodeType) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -1,0 +1,87 @@
+"""The compiled frame analysis (harness/thumb/csrc) gives what the Python
+gives: every function discovery analyses, in the compiled corpus, the Linux
+slice's programs and Debian's libc, ld.so and libstdc++, is analysed both
+ways and the two Analysed records compared field for field (rows, callees,
+landing pads...), and the whole program's functions analysed with the
+compiled analysis set beside those of the Python alone. Where the compiled
+analysis gives a function to the Python (a rule not ported, a refusal), the
+Python's result stands; it must answer most of them, or it is not doing its
+work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.elf_program import code_map, code_reader
+from harness.formats.arm_exidx import read_exidx_sections
+from harness.formats.elf import open_elf
+from harness.linux_verify.corpus import cache as linux_cache
+from harness.thumb import discovery, frame_analysis
+from harness.thumb import native
+from harness.thumb.native import ProgramCode
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPILED = sorted((ROOT / "corpus" / "elf").glob("*.elf"))
+SLICE = (ROOT / "corpus" / "linux" / "ci-slice.txt").read_text().split()
+LIBRARIES = ("lib/arm-linux-gnueabihf/libc.so.6", "lib/arm-linux-gnueabihf/ld-linux-armhf.so.3",
+             "usr/lib/arm-linux-gnueabihf/libstdc++.so.6")
+
+
+def analysed_both_ways(path: Path, monkeypatch) -> tuple[int, int, list[str]]:
+    """(Thumb functions analysed, those the compiled analysis answered, the
+    differences): every function discovery analyses, analysed both ways
+    (the Python's result goes on), then the whole program with the compiled
+    analysis, whose functions must be the Python's."""
+    python_analysis = frame_analysis.analyse_calling
+    counts, differ = [0, 0], []
+
+    def both(name, start, end, code_at, facts=frame_analysis.ProgramFacts(), bounded=True, arm=False):
+        assert isinstance(code_at, ProgramCode) and code_at.native is not None
+        python = python_analysis(name, start, end, lambda address, size: code_at(address, size), facts, bounded, arm)
+        compiled = python_analysis(name, start, end, code_at, facts, bounded, arm)
+        if not arm:  # ARM code (PLT entries, glibc's assembly) is the Python's alone
+            counts[0] += 1
+            counts[1] += native.compiled_analysis(name, start, end, code_at, facts, bounded, arm) is not None
+        # A refused landing pad's trial is dropped; the Python follows it to
+        # its end, asking noreturn more: what the compiled analysis asked
+        # (all its result depends on) is part of that.
+        if compiled._replace(asked=python.asked) != python or not compiled.asked <= python.asked:
+            differ.append(f"{name} {start:#x}")
+        return python
+
+    image = open_elf(str(path))
+    with monkeypatch.context() as patched:
+        patched.setattr(discovery, "analyse_calling", both)
+        by_python = list(discovery.analyse_all(code_map(image, read_exidx_sections(image)), code_reader(image)))
+    compiled = list(discovery.analyse_all(code_map(image, read_exidx_sections(image)), code_reader(image)))
+    if compiled != by_python:
+        differ.append("the program's functions")
+    return counts[0], counts[1], differ
+
+
+def binaries() -> list[Path]:
+    sysroot = linux_cache() / "sysroot"
+    return [*COMPILED, *(linux_cache() / "bin" / name for name in SLICE), *(sysroot / name for name in LIBRARIES)]
+
+
+@pytest.mark.parametrize("path", binaries(), ids=lambda path: path.name)
+def test_the_compiled_analysis_gives_the_pythons_result(path, monkeypatch):
+    assert path.exists(), f"{path}: not built (make linux-slice)"
+    analysed, answered, differ = analysed_both_ways(path, monkeypatch)
+    assert not differ, differ[:5]
+    assert analysed > 0 and answered / analysed > 0.5, (answered, analysed)
+
+
+def test_what_it_does_not_take_is_the_pythons(tmp_path):
+    """A span it does not take (odd, empty) and a refusal (a push of a copy
+    of sp: a register dump) are given to the Python, whose result stands."""
+    # mov ip, sp; push {ip, lr}; pop {ip, lr}; bx lr
+    code = ProgramCode([(0x1000, bytes.fromhex("ec46" "2de90050" "bde80050" "7047"))])
+    assert code.native.analyse(0x1001, 0x100c, frozenset(), (), (), True) is None
+    assert code.native.analyse(0x1000, 0x1000, frozenset(), (), (), True) is None
+    assert code.native.analyse(0x1000, 0x100c, frozenset(), (), (), True) is None
+    python = frame_analysis.analyse_calling("dump", 0x1000, 0x100c, lambda a, s: code(a, s))
+    assert frame_analysis.analyse_calling("dump", 0x1000, 0x100c, code) == python
+    assert "register dump" in python.function.problems[0]
