@@ -864,3 +864,21 @@ def test_a_word_inside_a_function_found_by_a_pointer_is_no_start_of_its_own():
     found, _ = discovered([], (), pointers=(BASE + 4 + 0x20 + 1, BASE + 4 + 1), fixed=True, code=code)
     assert [(f.name, f.start - BASE, f.end - BASE) for f in found if f.name != GAP] == [("fn_100004", 4, 0x2C)]
     assert not found[-1].problems
+
+
+def test_a_long_analysis_of_a_module_says_how_far_it_is(monkeypatch, capsys):
+    """v2-code's tables of a module met for the first time: once the
+    analysis has taken NOTE_AFTER seconds, a line on stderr every NOTE_EVERY
+    names the module and the starts analysed (quick ones stay quiet)."""
+    from harness import unwind
+
+    program = program_from_elf("corpus/elf/gcc-O2-fp.elf", "entry")
+    unwind.code_cfi(program, unwind.AnalysisNote(program.name))
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(unwind, "NOTE_AFTER", -1.0)
+    monkeypatch.setattr(unwind, "NOTE_EVERY", 0.0)
+    unwind.code_cfi(program, unwind.AnalysisNote(program.name))
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) > 10 and all(line.startswith("unwind-harness: v2-code: making gcc-O2-fp.elf's tables from its "
+                                                   "code") for line in lines), lines[:3]
+    assert re.search(r": (\d+) of (\d+) function starts analysed, \d+ s$", lines[-1])

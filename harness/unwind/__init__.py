@@ -10,7 +10,10 @@ share (ehabi_run)."""
 
 from __future__ import annotations
 
+import sys
+import time
 from array import array
+from pathlib import Path
 from typing import Callable, Sequence
 
 from harness import table_cache
@@ -30,7 +33,7 @@ from harness.formats.qut import QutTable, dump_qut, encode_from_cfi, encode_from
 from harness.formats.vmkunwind import VmkTable, dump_vmkunwind, encode_vmkunwind
 from harness.program import CodeMap, FunctionCfi, Program
 from harness.registers import SP
-from harness.thumb.discovery import analyse_all
+from harness.thumb.discovery import Progress, analyse_all
 from harness.thumb.native import ProgramCode
 from harness.unwind import writers
 from harness.unwind.dwarf import DwarfUnwinder
@@ -58,7 +61,8 @@ from harness.unwind.walk import ALL_CALLEE_SAVED, Unwinder
 
 def _v2_unwinder(program: Program, flavour: str, policy: str, name: str) -> Unwinder:
     if flavour == "code" and program.code_map is not None:  # an ELF module's: kept (harness.table_cache)
-        blob = table_cache.cached(_code_key(program, policy), lambda: _v2_blob(program, flavour, policy))
+        blob = table_cache.cached(_code_key(program, policy),
+                                  lambda: _v2_blob(program, flavour, policy, AnalysisNote(program.name)))
     else:
         blob = _v2_blob(program, flavour, policy)
     if blob is None:  # no Thumb function found (a stripped executable): no tables
@@ -67,8 +71,8 @@ def _v2_unwinder(program: Program, flavour: str, policy: str, name: str) -> Unwi
     return V2Unwinder(chrome_v2.V2Reader.from_blob(blob, "seed"), program.text_base, name)
 
 
-def _v2_blob(program: Program, flavour: str, policy: str) -> bytes | None:
-    functions = code_cfi(program) if flavour == "code" else program.cfi[flavour]
+def _v2_blob(program: Program, flavour: str, policy: str, progress: Progress | None = None) -> bytes | None:
+    functions = code_cfi(program, progress) if flavour == "code" else program.cfi[flavour]
     return chrome_v2.encode(functions, program.text_base, policy, code_at=program.code).blob("seed") \
         if functions else None
 
@@ -84,12 +88,33 @@ def _v2(name: str, flavour: str, policy: str) -> Callable[[Program], Unwinder]:
     return lambda program: _v2_unwinder(program, flavour, policy, name)
 
 
-def code_cfi(program: Program) -> tuple[FunctionCfi, ...]:
+def code_cfi(program: Program, progress: Progress | None = None) -> tuple[FunctionCfi, ...]:
     """Rows from the program's machine code alone, per Thumb function (by
     symbol; a generated program's by its layout), no unwind table read."""
     code_map = program.code_map or CodeMap(tuple((f.start, f.end, f.name) for f in program.functions))
     code_at = ProgramCode(program.segments, missing=True)  # Program.code's reads, with the compiled analysis
-    return tuple(f for f in analyse_all(code_map, code_at) if f.start >= program.text_base)
+    return tuple(f for f in analyse_all(code_map, code_at, progress) if f.start >= program.text_base)
+
+
+class AnalysisNote:
+    """Progress of a module's analysis on stderr (v2-code's tables of a
+    library met for the first time: a large one takes a while), once it
+    has taken NOTE_AFTER seconds, then every NOTE_EVERY; quiet for the
+    quick ones."""
+
+    def __init__(self, module: str):
+        self.module, self.started = Path(module).name, time.monotonic()
+        self.next = self.started + NOTE_AFTER
+
+    def __call__(self, analysed: int, known: int) -> None:
+        now = time.monotonic()
+        if now >= self.next:
+            print(f"unwind-harness: v2-code: making {self.module}'s tables from its code (kept for later runs): "
+                  f"{analysed:,} of {known:,} function starts analysed, {now - self.started:.0f} s", file=sys.stderr)
+            self.next = now + NOTE_EVERY
+
+
+NOTE_AFTER, NOTE_EVERY = 2.0, 10.0
 
 
 def _v2_epilogue(program: Program, tables: Unwinder) -> Unwinder:
