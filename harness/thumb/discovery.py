@@ -92,10 +92,15 @@ def _all_analysed(code_map: CodeMap, code_at,
         if ended == noreturn:
             break
         noreturn = ended
+        ended_since: dict[int, frozenset[int]] = {}  # by the noreturn set analyses had (a few: one a round)
         for start, one in list(found.items()):
             # Analysed again where it calls one that never returns, unless
             # what it asked of noreturn is answered as before (the same analysis)
-            if (one.callees | one.arm_callees | one.branched) & noreturn and one.asked & (noreturn - analysed_with[start]):
+            had = analysed_with[start]
+            since = ended_since.get(id(had))
+            if since is None:
+                since = ended_since[id(had)] = noreturn - had
+            if one.asked & since and (one.callees | one.arm_callees | one.branched) & noreturn:
                 found[start] = analyse(one.function.name, start, one.function.end, noreturn, start in arm)
                 analysed_with[start] = noreturn
     for start, one in found.items():

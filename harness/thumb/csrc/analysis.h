@@ -103,7 +103,7 @@ typedef struct {
 /* The program's loaded bytes, a capstone handle, and the instructions
  * decoded lately, by address (direct-mapped: decoding is the same at an
  * address whenever it is done). */
-#define DECODED_KEPT 8192
+#define DECODED_KEPT 32768
 typedef struct {
     Segment *segments;
     int count;

@@ -96,8 +96,10 @@ Step explore(Analysis *a, const uint8_t *kept) {
             add_entry(a, index, &path);
         }
         if (++a->visited > MAX_STATES) return refuse("too many states", address);
-        const Insn *insn = decoded(a, address);
-        if (!insn || address + insn->size > a->end) return refuse("undecodable, or past the end", address);
+        Insn decoded; /* a copy: the code's kept instructions change as others are decoded */
+        const Insn *insn = &decoded;
+        if (!decode_at(a->code, address, &decoded) || address + insn->size > a->end)
+            return refuse("undecodable, or past the end", address);
         Step step = visit(a, insn, &path.state);
         if (step) return step;
         int count = 0;
@@ -241,11 +243,9 @@ static void *copied(const void *from, size_t size) {
     return to;
 }
 
-/* _Analysis.copy: a trial's own states, sizes and data; the decoded
- * instructions and what noreturn was asked shared. */
+/* _Analysis.copy: a trial's own states, sizes and data; what noreturn was asked shared. */
 static bool analysis_copy(const Analysis *from, Analysis *to) {
     *to = *from;
-    to->owns_decoded = false;
     size_t halfwords = (size_t)from->halfwords;
     to->head = copied(from->head, sizeof(int) * halfwords);
     to->tail = copied(from->tail, sizeof(int) * halfwords);
@@ -264,7 +264,6 @@ static bool analysis_copy(const Analysis *from, Analysis *to) {
 
 void analysis_free(Analysis *a) {
     PyMem_Free(a->head), PyMem_Free(a->tail), PyMem_Free(a->sizes), PyMem_Free(a->data);
-    if (a->owns_decoded) PyMem_Free(a->decoded), PyMem_Free(a->decode_known);
     PyMem_Free(a->entries), PyMem_Free(a->pending);
     ints_free(&a->outer_data), ints_free(&a->calls), ints_free(&a->callees), ints_free(&a->arm_callees);
     ints_free(&a->branched), ints_free(&a->loaded), ints_free(&a->call_sites), ints_free(&a->labels);
@@ -322,8 +321,6 @@ Step landing_pads(Analysis *a) {
             start_path(&trial, gaps.items[i], &frame);
             Step tried = trial.pending ? explore(&trial, kept) : FAILED;
             if (tried == GO_ON) {
-                trial.owns_decoded = a->owns_decoded;
-                a->owns_decoded = false;
                 analysis_free(a);
                 *a = trial;
                 grown = true;

@@ -89,9 +89,7 @@ static bool allocate(Analysis *a) {
     a->tail = PyMem_Malloc(sizeof(int) * (size_t)a->halfwords);
     a->sizes = PyMem_Calloc((size_t)a->halfwords, 1);
     a->data = PyMem_Calloc((size_t)bytes, 1);
-    a->decoded = PyMem_Malloc(sizeof(Insn) * (size_t)a->halfwords);
-    a->decode_known = PyMem_Calloc((size_t)a->halfwords, 1);
-    if (!a->head || !a->tail || !a->sizes || !a->data || !a->decoded || !a->decode_known) return false;
+    if (!a->head || !a->tail || !a->sizes || !a->data) return false;
     memset(a->head, -1, sizeof(int) * (size_t)a->halfwords);
     memset(a->tail, -1, sizeof(int) * (size_t)a->halfwords);
     return true;
@@ -165,7 +163,7 @@ static PyObject *code_analyse(CodeObject *self, PyObject *args) {
         give_up("a span it does not take", start);
         Py_RETURN_NONE;
     }
-    Analysis a = {.code = &self->code, .start = start, .end = end, .noreturn = noreturn, .owns_decoded = true};
+    Analysis a = {.code = &self->code, .start = start, .end = end, .noreturn = noreturn};
     PyObject *result = NULL;
     if (!(a.asked = PySet_New(NULL))) return NULL;
     if (!allocate(&a)) {

@@ -49,13 +49,6 @@ Step never_returns(Analysis *a, bool has, int64_t target, bool *answer) {
     return GO_ON;
 }
 
-const Insn *decoded(Analysis *a, int64_t address) {
-    Insn *slot = &a->decoded[(address - a->start) / 2];
-    uint8_t *known = &a->decode_known[(address - a->start) / 2];
-    if (!*known) *known = decode_at(a->code, address, slot) ? 1 : 2;
-    return *known == 1 ? slot : NULL;
-}
-
 /* The word at `address`, of the bytes there (int.from_bytes of code_at(address, 4)). */
 static int64_t word_at(const Analysis *a, int64_t address) {
     uint8_t bytes[4];

@@ -29,9 +29,6 @@ typedef struct {
     int *head, *tail;       /* per halfword: its entries, -1 */
     uint8_t *sizes;         /* per halfword: the instruction's size where paths went, 0 */
     uint8_t *data;          /* per byte: read as data */
-    Insn *decoded;          /* per halfword */
-    uint8_t *decode_known;  /* per halfword: 0 not yet, 1 decoded, 2 undecodable */
-    bool owns_decoded;      /* a landing pad's trial shares them */
     Entry *entries;
     int nentries, entries_capacity;
     Pending *pending;
@@ -52,7 +49,6 @@ void ints_free(Ints *list);
 bool in_function(const Analysis *a, int64_t address);
 bool is_data(const Analysis *a, int64_t address);
 Step never_returns(Analysis *a, bool has, int64_t target, bool *answer);
-const Insn *decoded(Analysis *a, int64_t address);
 bool formed_address(Analysis *a, const Insn *insn, int64_t *formed);
 Step read_code(Analysis *a, const Insn *insn);
 Step successors(Analysis *a, const Insn *insn, const Path *path, int *count);
