@@ -882,3 +882,17 @@ def test_a_long_analysis_of_a_module_says_how_far_it_is(monkeypatch, capsys):
     assert len(lines) > 10 and all(line.startswith("unwind-harness: v2-code: making gcc-O2-fp.elf's tables from its "
                                                    "code") for line in lines), lines[:3]
     assert re.search(r": (\d+) of (\d+) function starts analysed, \d+ s$", lines[-1])
+
+
+def test_a_table_bound_no_compiler_writes_leaves_the_table_unbounded():
+    """`cmp.w r0, #0x7f000000` before `tbb [pc, r0]` (a hostile file's):
+    no two billion entries are read; the table ends at its first case, in
+    the Python and in the compiled analysis alike."""
+    from harness.thumb.native import ProgramCode
+
+    code = assemble(["push {r4, lr}", "cmp.w r0, #0x7f000000", "bhi done", "tbb [pc, r0]", "nop", "done:",
+                     "pop {r4, pc}"], BASE)
+    python = analyse_calling("f", BASE, BASE + len(code), lambda address, size: code[address - BASE:][:size])
+    compiled = analyse_calling("f", BASE, BASE + len(code), ProgramCode([(BASE, code)]))
+    assert compiled == python
+    assert not python.function.problems  # one entry, 0: the nop after it; the next leads out, and ends it

@@ -22,6 +22,10 @@ from harness.thumb.disasm import Instruction, decode_before, decode_one, pc_base
 from harness.thumb.frame_effects import Unknowable
 
 CANNOT_FOLLOW = "leaves for an address the analysis cannot follow"
+# The most entries a guarding `cmp` may allow a table: a larger bound is no
+# switch a compiler wrote (a hostile file's `cmp.w r0, #0x7f000000` would
+# have the analysis read two billion entries), and leaves the table unbounded.
+MAX_TABLE_ENTRIES = 1 << 16
 
 
 def jump_table(insn: Instruction, code_at, start: int, end: int) -> list[int]:
@@ -143,12 +147,13 @@ def guarded_entries(insn: Instruction, code_at) -> int | None:
     among the few instructions before it: rI must not change in between but
     for a reload from the stack (-O0 spills the index and compares the value
     before storing it: there the nearest cmp counts). None when rI was
-    computed after the last cmp (clang's unguarded tables)."""
+    computed after the last cmp (clang's unguarded tables), or the bound is
+    past MAX_TABLE_ENTRIES."""
     index = _index_register(insn)
     reloaded = False
     for earlier in reversed(decode_before(code_at, insn.address)):
         if earlier.op == "cmp" and earlier.imm is not None and (reloaded or earlier.regs[:1] == (index,)):
-            return earlier.imm + 1
+            return earlier.imm + 1 if earlier.imm < MAX_TABLE_ENTRIES else None
         if index in earlier.writes and not earlier.conditional:  # (clang: `itt hi; movwhi r0; bxhi lr`)
             if not (earlier.op == "ldr" and earlier.mem and earlier.mem[0] == SP):
                 return None

@@ -5,6 +5,7 @@
 
 #define LOOKBACK 9 /* instructions decode_before finds in 16 bytes, and one */
 #define ANYWHERE INT64_MIN
+#define MAX_TABLE_ENTRIES (1 << 16) /* branch_tables.MAX_TABLE_ENTRIES */
 
 static int64_t read_le(const Analysis *a, int64_t address, int size, bool is_signed) {
     uint8_t bytes[4] = {0};
@@ -44,7 +45,7 @@ static bool guarded_entries(const Analysis *a, const Insn *insn, int64_t *count)
         const Insn *e = &earlier[i];
         if ((e->opcode == OP_CMP) && e->has_imm && (reloaded || (index >= 0 && e->nregs && e->regs[0] == index))) {
             *count = e->imm + 1;
-            return true;
+            return e->imm < MAX_TABLE_ENTRIES;
         }
         if (index >= 0 && writes_reg(e, index) && !e->conditional) {
             if (!((e->opcode == OP_LDR) && e->has_mem && e->mem_base == REG_SP)) return false;
