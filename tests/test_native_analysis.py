@@ -85,3 +85,21 @@ def test_what_it_does_not_take_is_the_pythons(tmp_path):
     python = frame_analysis.analyse_calling("dump", 0x1000, 0x100c, lambda a, s: code(a, s))
     assert frame_analysis.analyse_calling("dump", 0x1000, 0x100c, code) == python
     assert "register dump" in python.function.problems[0]
+
+
+@pytest.mark.parametrize("path", [*COMPILED[:2], linux_cache() / "bin" / "cjmp-gcc-O2-fp-static"],
+                         ids=lambda path: path.name)
+def test_the_compiled_start_shape_is_the_pythons(path):
+    """start_shapes.pushes_lr (a prologue among a start's first
+    instructions: discovery asks it at every call of a function found
+    without a symbol) at every halfword of the code, in C and in Python."""
+    from harness.formats.elf import executable_ranges
+    from harness.thumb.start_shapes import pushes_lr
+
+    image = open_elf(str(path))
+    code = code_reader(image)
+    python = lambda address, size: code(address, size)  # noqa: E731 (not a ProgramCode: the Python's reading)
+    for low, high in executable_ranges(image):
+        differ = [address for address in range(low, high, 2)
+                  if pushes_lr(code, address, high, False) != pushes_lr(python, address, high, False)]
+        assert not differ, [hex(address) for address in differ[:5]]

@@ -181,7 +181,15 @@ static PyObject *code_analyse(CodeObject *self, PyObject *args) {
     return result;
 }
 
+static PyObject *code_pushes_lr(CodeObject *self, PyObject *args) {
+    long long address, end;
+    if (!PyArg_ParseTuple(args, "LL", &address, &end)) return NULL;
+    return PyBool_FromLong(pushes_lr(&self->code, address, end));
+}
+
 static PyMethodDef code_methods[] = {
+    {"pushes_lr", (PyCFunction)code_pushes_lr, METH_VARARGS,
+     "pushes_lr(address, end): start_shapes.pushes_lr in Thumb state"},
     {"analyse", (PyCFunction)code_analyse, METH_VARARGS,
      "analyse(start, end, noreturn, data_spans, labels, bounded): the Thumb function's analysis, or None"},
     {NULL, NULL, 0, NULL},

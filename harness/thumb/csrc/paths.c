@@ -217,3 +217,41 @@ Step successors(Analysis *a, const Insn *insn, const Path *path, int *count) {
     }
     return executed(a, insn, &rest, following, count);
 }
+
+
+/* start_shapes._to_leaf_return: a conditional branch forward to a `bx lr`
+ * among the next few instructions there, with no other branch or change of sp. */
+static bool to_leaf_return(const Code *code, const Insn *branch, int64_t end) {
+    bool b = branch->opcode == OP_B, cb = branch->opcode == OP_CBZ || branch->opcode == OP_CBNZ;
+    if (!(b || cb) || !(branch->conditional || !b) || !branch->has_imm
+        || !((int64_t)branch->address < branch->imm && branch->imm < end))
+        return false;
+    int64_t address = branch->imm;
+    for (int i = 0; i < 3; i++) {
+        Insn insn;
+        if (!decode_at(code, address, &insn)) return false;
+        if (writes_reg(&insn, REG_SP) || insn.transfers)
+            return insn.opcode == OP_BX && insn.nregs == 1 && insn.regs[0] == REG_LR;
+        address += insn.size;
+    }
+    return false;
+}
+
+/* start_shapes.pushes_lr, in Thumb state: does the code at `address` push
+ * lr among its first few instructions, before any other branch or change of sp? */
+bool pushes_lr(const Code *code, int64_t address, int64_t end) {
+    for (int i = 0; i < 6; i++) {
+        Insn insn;
+        if (address >= end || !decode_at(code, address, &insn) || insn.it
+            || (insn.transfers && !to_leaf_return(code, &insn, end)))
+            return false;
+        if (writes_reg(&insn, REG_SP) || insn.opcode == OP_PUSH) {
+            if (insn.opcode != OP_PUSH) return false;
+            for (int r = 0; r < insn.nregs; r++)
+                if (insn.regs[r] == REG_LR) return true;
+            return false;
+        }
+        address += insn.size;
+    }
+    return false;
+}
