@@ -101,13 +101,21 @@ def _all_analysed(code_map: CodeMap, code_at,
             if since is None:
                 since = ended_since[id(had)] = noreturn - had
             if one.asked & since and (one.callees | one.arm_callees | one.branched) & noreturn:
-                found[start] = analyse(one.function.name, start, one.function.end, noreturn, start in arm)
+                found[start] = _kept(analyse(one.function.name, start, one.function.end, noreturn, start in arm))
                 analysed_with[start] = noreturn
     for start, one in found.items():
         # What no path reaches and starts no function may be a landing pad (entered by the unwinder)
         if one.unreached and (one.function.name.startswith(FOUND) or start in code_map.unsized):
-            found[start] = analyse(one.function.name, start, one.function.end, noreturn, start in arm, pads=True)
+            found[start] = _kept(analyse(one.function.name, start, one.function.end, noreturn, start in arm,
+                                         pads=True))
     return found, arm
+
+
+def _kept(one: Analysed) -> Analysed:
+    """What discovery keeps of an analysis once it has read where its calls
+    return and the words it loads (each once, when it is made): a large
+    program's analyses hold a million functions' records at once."""
+    return one._replace(call_sites=NONE, loaded=NONE)
 
 
 def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
@@ -202,9 +210,7 @@ class _Finder:
             for target, target_arm in sorted(entered):
                 self.add(target, target_arm)
             if self.found.get(start) is one:  # (not analysed again for a start found in it)
-                # where its calls return and the words it loads are read here only: a large
-                # program's analyses keep a million functions' records at once
-                self.found[start] = one._replace(call_sites=NONE, loaded=NONE)
+                self.found[start] = _kept(one)
 
     def ended(self, one: Analysed, in_arm: bool) -> bool:
         """Does a call of `one`, found without a symbol's end, return into
