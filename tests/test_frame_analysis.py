@@ -896,3 +896,15 @@ def test_a_table_bound_no_compiler_writes_leaves_the_table_unbounded():
     compiled = analyse_calling("f", BASE, BASE + len(code), ProgramCode([(BASE, code)]))
     assert compiled == python
     assert not python.function.problems  # one entry, 0: the nop after it; the next leads out, and ends it
+
+
+def test_a_large_function_may_visit_more_states():
+    """The guard against pathological code grows with the function: csmith's
+    main at gcc -O0 (388 KB in one function, seeds 193 and 279 of the fuzz)
+    needs more than 200,000 (path, fact) states, and was refused whole."""
+    from harness.thumb.frame_analysis import MAX_STATES, STATES_PER_BYTE, _Analysis
+    from harness.thumb.successors import Body
+
+    nothing = lambda address, size: b""  # noqa: E731
+    assert _Analysis(Body(BASE, BASE + 1000, nothing)).max_states == MAX_STATES
+    assert _Analysis(Body(BASE, BASE + 388_000, nothing)).max_states == STATES_PER_BYTE * 388_000 > MAX_STATES

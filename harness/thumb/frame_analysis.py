@@ -42,7 +42,12 @@ from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, los
 from harness.thumb.native import compiled_analysis
 from harness.thumb.successors import Body, FromStart, Path, successors
 
-MAX_STATES = 200_000  # (address, fact) pairs visited per function, a guard against pathological code
+# (address, fact) pairs visited per function, a guard against pathological
+# code: at least MAX_STATES, and STATES_PER_BYTE for each byte of a large
+# function (csmith's main at gcc -O0, 388 KB in one function, needs more
+# than 200,000)
+MAX_STATES = 200_000
+STATES_PER_BYTE = 4
 LANDING_ROUNDS = 8  # rounds of analysing code only the unwinder enters (landing pads)
 
 
@@ -168,6 +173,7 @@ class _Analysis:
         # bytes of data: marked so ($d), or read as data (jump tables, literal pools)
         self.data: set[int] = {byte for low, high in body.data for byte in range(low, high)}
         self.visited = 0
+        self.max_states = max(MAX_STATES, STATES_PER_BYTE * (body.end - body.start))
         self.decoded: dict[tuple[int, bool], Instruction] = {}  # (address, ARM state) -> its instruction
 
     def explore(self, pending: list[tuple[int, Path]], kept: set[int] = frozenset()) -> None:
@@ -194,8 +200,8 @@ class _Analysis:
                 path = path._replace(state=joined)  # a register lost on some path: go on with it lost
             states[path.fact] = path.state
             self.visited += 1
-            if self.visited > MAX_STATES:
-                self._refuse(address, f"more than {MAX_STATES} states; the analysis gave up")
+            if self.visited > self.max_states:
+                self._refuse(address, f"more than {self.max_states} states; the analysis gave up")
                 self.refused.update(range(self.start, self.end, 2))
                 return
             insn = None

@@ -25,6 +25,7 @@
 #define MAX_OPERAND_REGS 40
 #define MAX_SAVED 17 /* r4-r11, lr, d8-d15 */
 #define MAX_STATES 200000 /* frame_analysis.MAX_STATES */
+#define STATES_PER_BYTE 4 /* frame_analysis.STATES_PER_BYTE */
 #define ALWAYS 14 /* successors.ALWAYS: a condition that always holds */
 
 /* The mnemonics (disasm.Instruction.op) the analysis tells apart; any other is OP_OTHER. */

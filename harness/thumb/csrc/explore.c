@@ -95,7 +95,7 @@ Step explore(Analysis *a, const uint8_t *kept) {
         } else {
             add_entry(a, index, &path);
         }
-        if (++a->visited > MAX_STATES) return refuse("too many states", address);
+        if (++a->visited > a->max_states) return refuse("too many states", address);
         Insn decoded; /* a copy: the code's kept instructions change as others are decoded */
         const Insn *insn = &decoded;
         if (!decode_at(a->code, address, &decoded) || address + insn->size > a->end)

@@ -163,7 +163,8 @@ static PyObject *code_analyse(CodeObject *self, PyObject *args) {
         give_up("a span it does not take", start);
         Py_RETURN_NONE;
     }
-    Analysis a = {.code = &self->code, .start = start, .end = end, .noreturn = noreturn};
+    Analysis a = {.code = &self->code, .start = start, .end = end, .noreturn = noreturn,
+                  .max_states = end - start > MAX_STATES / STATES_PER_BYTE ? STATES_PER_BYTE * (end - start) : MAX_STATES};
     PyObject *result = NULL;
     if (!(a.asked = PySet_New(NULL))) return NULL;
     if (!allocate(&a)) {

@@ -33,7 +33,7 @@ typedef struct {
     int nentries, entries_capacity;
     Pending *pending;
     int npending, pending_capacity;
-    long visited;
+    long visited, max_states; /* states visited, and the most it may visit (_Analysis.max_states) */
     bool returns, falls_through;
     Ints outer_data; /* data bytes outside the function */
     Ints labels;     /* the program's data's labels inside it, sorted: a computed goto's targets */
