@@ -61,8 +61,9 @@ def _build_code(build: str) -> tuple[CodeMap, int, bytes]:
     low, high = min(r[0] for r in ranges), max(r[1] for r in ranges)
     code = bytearray(high - low)
     for start, data in load_segments(image):
-        for address in range(max(start, low), min(start + len(data), high)):
-            code[address - low] = data[address - start]
+        first, last = max(start, low), min(start + len(data), high)
+        if first < last:
+            code[first - low:last - low] = data[first - start:last - start]
     return code_map(image, read_exidx_sections(image)), low, bytes(code)
 
 

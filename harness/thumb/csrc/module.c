@@ -104,9 +104,7 @@ static bool mark_spans(Analysis *a, PyObject *spans) {
         int parsed = PyArg_ParseTuple(span, "LL", &low, &high);
         Py_DECREF(span);
         if (!parsed) return Py_DECREF(iterator), false;
-        for (long long byte = low; byte < high; byte++)
-            if (in_function(a, byte)) a->data[byte - a->start] = 1;
-            else ints_add(&a->outer_data, byte);
+        if (high > low) mark_data(a, low, high - low);
     }
     Py_DECREF(iterator);
     return !PyErr_Occurred();

@@ -21,17 +21,23 @@ void ints_free(Ints *list) { PyMem_Free(list->items); }
 
 bool in_function(const Analysis *a, int64_t address) { return a->start <= address && address < a->end; }
 
+/* Is the byte at `address` data: in the function, by its map; outside it,
+ * among the outer bytes, which gap_spans has sorted before it asks. */
 bool is_data(const Analysis *a, int64_t address) {
     if (in_function(a, address)) return a->data[address - a->start];
-    for (Py_ssize_t i = 0; i < a->outer_data.count; i++)
-        if (a->outer_data.items[i] == address) return true;
-    return false;
+    Py_ssize_t low = 0, high = a->outer_data.count;
+    while (low < high) {
+        Py_ssize_t middle = (low + high) / 2;
+        if (a->outer_data.items[middle] < address) low = middle + 1;
+        else high = middle;
+    }
+    return low < a->outer_data.count && a->outer_data.items[low] == address;
 }
 
 void mark_data(Analysis *a, int64_t first, int64_t size) {
     for (int64_t byte = first; byte < first + size; byte++) {
         if (in_function(a, byte)) a->data[byte - a->start] = 1;
-        else if (!is_data(a, byte)) ints_add(&a->outer_data, byte);
+        else ints_add(&a->outer_data, byte); /* repeats do no harm: gap_spans passes over them */
     }
 }
 
