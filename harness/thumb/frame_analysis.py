@@ -11,7 +11,8 @@ The state before an instruction (FrameState) is what an unwinder needs:
 the CFA as sp or r7 plus an offset, how far sp lies below the CFA (`depth`,
 None once sp moved by an amount the code computes), where each callee-saved
 register and lr is saved, and which of them no longer hold the caller's
-value (a store of such a register is not a save). Each instruction maps a
+value (a store of such a register is not a save; the save of a register
+no path writes is dropped from every row). Each instruction maps a
 state to the state after it (harness.thumb.frame_effects); paths join where they meet, and
 must agree there.
 
@@ -41,6 +42,7 @@ from harness.thumb.analysed import NOT_SINGLE, UNREACHED, Analysed, ProgramFacts
 from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, lost, torn_down
 from harness.thumb.native import compiled_analysis
 from harness.thumb.successors import Body, FromStart, Path, successors
+from harness.thumb.untouched import dropped, kept_saves
 
 # (address, fact) pairs visited per function, a guard against pathological
 # code: at least MAX_STATES, and STATES_PER_BYTE for each byte of a large
@@ -99,7 +101,7 @@ def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int
     if analysis.returns:  # it must give its caller r4-r11 back: where one is overwritten unsaved, it is lost
         analysis.refused.update(address for address, states in analysis.reached.items()
                                 if any(lost(state) for state in states.values()))
-    rows = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused)
+    rows = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused, analysis.kept_saves())
     return Analysed(FunctionCfi(name, start, end, rows, tuple(analysis.problems)), frozenset(analysis.callees),
                     analysis.returns, tuple(analysis.gap_spans()), frozenset(analysis.arm_callees), frozenset(watched.asked),
                     frozenset(analysis.branched), frozenset(analysis.loaded), analysis.falls_through,
@@ -111,20 +113,23 @@ def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes],
     """The frame before each instruction a path reaches, None where no
     single one is known (what `analyse` writes rows from)."""
     analysis = _analysed(_body(start, end, code_at, labels, arm))
+    kept = analysis.kept_saves()
     found = {}
     for address, states in analysis.reached.items():
-        one = _one_frame(states.values(), address)
-        found[address] = None if one is None or address in analysis.refused else next(iter(states.values()))
+        one = _one_frame(states.values(), address, kept)
+        found[address] = None if one is None or address in analysis.refused else \
+            dropped(next(iter(states.values())), kept)
     return found
 
 
-def _one_frame(states, address: int) -> CfiRow | None:
+def _one_frame(states, address: int, kept: frozenset[int]) -> CfiRow | None:
     """The row all `states` at `address` share (paths under different
-    facts may differ in what no row says: lost registers, r7), or None."""
+    facts may differ in what no row says: lost registers, r7), or None;
+    saves only of the registers `kept` (harness.thumb.untouched)."""
     if len(states) == 1:  # most pcs: one path, or paths under one fact
         state, = states
-        return None if state == UNKNOWN else state.row(address)
-    rows = {None if state == UNKNOWN else state.row(address) for state in states}
+        return None if state == UNKNOWN else dropped(state, kept).row(address)
+    rows = {None if state == UNKNOWN else dropped(state, kept).row(address) for state in states}
     return rows.pop() if len(rows) == 1 else None
 
 
@@ -237,6 +242,10 @@ class _Analysis:
                 if insn is not None and path.state != UNKNOWN:
                     self._unknown_onward(insn, path, pending)
 
+    def kept_saves(self) -> frozenset[int]:
+        return kept_saves((state for states in self.reached.values() for state in states.values()),
+                          self.decoded.values(), self.start, self.end, self.code_at, self.body.arm, self.data)
+
     def _read(self, insn: Instruction) -> None:
         """What the code itself says at `insn`, once: the data it reads, and
         the words it loads (a literal; a movw/movt pair) that may be addresses."""
@@ -328,7 +337,8 @@ def _instruction(code_at: Callable[[int, int], bytes], address: int, end: int, a
     return insn
 
 
-def _rows(start: int, end: int, reached, sizes: dict[int, int], refused: set[int]) -> tuple[CfiRow, ...]:
+def _rows(start: int, end: int, reached, sizes: dict[int, int], refused: set[int],
+          kept: frozenset[int]) -> tuple[CfiRow, ...]:
     """A row wherever the state changes; a refusing row where no single
     state is known, and over code no path reaches (a C++ landing pad is
     entered from the unwinder, not by a branch; data and padding are never
@@ -345,7 +355,7 @@ def _rows(start: int, end: int, reached, sizes: dict[int, int], refused: set[int
     for address in sorted(reached):
         if address > covered:
             add(CfiRow(covered, problem=UNREACHED))
-        one = _one_frame(reached[address].values(), address)
+        one = _one_frame(reached[address].values(), address, kept)
         if address in refused or one is None:
             add(CfiRow(address, problem=NOT_SINGLE))
         else:

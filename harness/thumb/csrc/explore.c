@@ -120,7 +120,8 @@ typedef struct {
     int problem;
 } Row;
 
-static bool row_of(const State *s, int64_t address, Row *row) {
+/* A state's row, with saves only of the registers `kept` (kept_saves). */
+static bool row_of(const State *s, int64_t address, uint32_t kept, Row *row) {
     memset(row, 0, sizeof *row);
     row->address = address;
     row->cfa_reg = REG_SP;
@@ -132,8 +133,8 @@ static bool row_of(const State *s, int64_t address, Row *row) {
     if (on_sp ? !s->depth_known : !s->fp_known) return false; /* an offset None: never met */
     row->cfa_reg = s->cfa_reg;
     row->offset = on_sp ? s->depth : s->fp_offset;
-    row->nsaved = s->nsaved;
-    memcpy(row->saved, s->saved, sizeof(Save) * (size_t)s->nsaved);
+    for (int i = 0; i < s->nsaved; i++)
+        if (kept & tracked_bit(s->saved[i].reg)) row->saved[row->nsaved++] = s->saved[i];
     return true;
 }
 
@@ -164,11 +165,63 @@ static bool any_lost(const Analysis *a, Py_ssize_t index) {
     return false;
 }
 
+/* untouched._transfers_through_sp */
+static bool transfers_through_sp(const Insn *insn) {
+    switch (insn->opcode) {
+    case OP_PUSH: case OP_POP: return true;
+    case OP_STR: case OP_STRD: case OP_STRH: case OP_STRB: case OP_LDR: case OP_LDRD:
+        return insn->has_mem && insn->mem_base == REG_SP;
+    default: return false;
+    }
+}
+
+static uint32_t named_by(const Insn *insn) {
+    uint32_t named = 0;
+    if (transfers_through_sp(insn)) return 0;
+    for (int i = 0; i < insn->nregs; i++) named |= tracked_bit(insn->regs[i]);
+    if (insn->has_mem) named |= tracked_bit(insn->mem_base);
+    return named;
+}
+
+static bool holds_data(const Analysis *a, int64_t at, int size) {
+    for (int i = 0; i < size; i++)
+        if (a->data[at + i - a->start]) return true;
+    return false;
+}
+
+/* untouched.kept_saves, as tracked bits: the saves the rows keep, all but
+ * those of r4-r11 never written (no state has it overwritten, no
+ * instruction names it but to save or restore it through sp, on a path or
+ * in the bytes read in order, data stepped over). */
+static uint32_t kept_saves(const Analysis *a) {
+    uint32_t saved = 0, clobbered = 0, r4_r11 = 0;
+    for (int reg = 4; reg <= 11; reg++) r4_r11 |= tracked_bit(reg);
+    for (int at = 0; at < a->nentries; at++) {
+        const State *s = &a->entries[at].path.state;
+        clobbered |= s->clobbered;
+        for (int i = 0; i < s->nsaved; i++) saved |= tracked_bit(s->saved[i].reg);
+    }
+    uint32_t candidates = saved & r4_r11 & ~clobbered;
+    Insn insn;
+    for (Py_ssize_t index = 0; candidates && index < a->halfwords; index++)
+        if (a->head[index] >= 0 && decode_at(a->code, a->start + 2 * index, &insn)) candidates &= ~named_by(&insn);
+    for (int64_t at = a->start; candidates && at < a->end;) {
+        if (decode_at(a->code, at, &insn) && at + insn.size <= a->end && !holds_data(a, at, insn.size)) {
+            candidates &= ~named_by(&insn);
+            at += insn.size;
+        } else {
+            at += 2;
+        }
+    }
+    return saved & ~candidates;
+}
+
 /* _rows (with _one_frame): the function's rows, as (address, cfa_reg, offset, saved, problem). */
 Step rows_of(const Analysis *a, PyObject *rows) {
     Row last, row, other;
     bool any = false;
     int64_t covered = a->start;
+    uint32_t kept = kept_saves(a);
     for (Py_ssize_t index = 0; index < a->halfwords; index++) {
         if (a->head[index] < 0) continue;
         int64_t address = a->start + 2 * index;
@@ -177,10 +230,10 @@ Step rows_of(const Analysis *a, PyObject *rows) {
             if (add_row(rows, &last, &any, &gap)) return FAILED;
         }
         const Entry *entry = &a->entries[a->head[index]];
-        if (!row_of(&entry->path.state, address, &row)) return give_up("a row with no offset", address);
+        if (!row_of(&entry->path.state, address, kept, &row)) return give_up("a row with no offset", address);
         bool single = true;
         for (int at = entry->next; at >= 0; at = a->entries[at].next) {
-            if (!row_of(&a->entries[at].path.state, address, &other)) return give_up("a row with no offset", address);
+            if (!row_of(&a->entries[at].path.state, address, kept, &other)) return give_up("a row with no offset", address);
             single &= rows_equal(&row, &other);
         }
         if (!single || (a->returns && any_lost(a, index))) { /* refused: a register lost where it returns */
