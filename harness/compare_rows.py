@@ -21,7 +21,7 @@ from harness.errors import HarnessError
 from harness.formats.dwarf_cfi import read_cfi
 from harness.formats.elf import open_elf
 from harness.linux.process import LinuxRun
-from harness.linux_verify.modules import discover, module_program, process_trampolines
+from harness.linux_verify.modules import discover, module_program, process_code, process_trampolines
 from harness.linux_verify.verify import verify_process
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import SP
@@ -146,9 +146,10 @@ def judge_process(found: Comparison, run: LinuxRun, limits: Limits = JUDGE_LIMIT
     modules = discover(run, limits).modules
     executable = next(m for m in modules if m.label == OWN)
     program = module_program(executable)
-    trampolines = process_trampolines([module_program(m) for m in modules])
-    observe, judged = _observer(found, SignalFrames(DwarfUnwinder(program.cfi["reference"]), trampolines),
-                                SignalFrames(DwarfUnwinder(code_cfi(program)), trampolines), executable.base)
+    programs = [module_program(m) for m in modules]
+    trampolines, code = process_trampolines(programs), process_code(programs)
+    observe, judged = _observer(found, SignalFrames(DwarfUnwinder(program.cfi["reference"]), trampolines, code),
+                                SignalFrames(DwarfUnwinder(code_cfi(program)), trampolines, code), executable.base)
     result = verify_process(run, [], lambda program: [], Verify(limits=limits, compiled=True), observe=observe,
                             observe_at=_pcs(found, executable.base))
     return judged[0], result.fault

@@ -270,6 +270,22 @@ def test_a_step_that_lands_on_a_trampoline_gives_the_interrupted_context_with_it
     assert crossing.step(at_trampoline, stack, innermost=True).r == restored.r
 
 
+def test_a_context_interrupted_where_no_code_is_returns_to_its_lr():
+    """csegv's call through a NULL function pointer: the fault is the fetch
+    at pc 0, which no table describes; the call left its return address in
+    lr and sp as it was, so the caller is lr at that sp (the tables are not
+    asked). A restored pc in code is looked up as before."""
+    interrupted = Context(tuple(range(100, 113)) + (0x80F00, 0x10A43, 0), 0x60000030, tuple(range(1000, 1032)), 0)
+    sp, stack = _signal_frame_stack(0x80F00, interrupted)
+    inner = _Step(Frame(r=(0,) * 13 + (sp, 0, 0x20000)))
+    crossing = SignalFrames(inner, {0x20000: True}, [(0x9000, 0x9100), (0x10000, 0x10B00), (0x20000, 0x20010)])
+    restored = crossing.step(Frame(r=(0,) * 13 + (sp - 0x40, 0x20001, 0x9000), cpsr=0x60000030), stack, True)
+    assert restored.pc == 0
+    caller = crossing.step(without_scratch(restored), stack, innermost=False)
+    assert (caller.pc, caller.sp, caller.r[4:12]) == (0x10A42, 0x80F00, tuple(range(104, 112)))
+    assert inner.asked == [(0x9000, True)]
+
+
 def test_crossing_signal_frames_makes_the_table_walks_right_in_handlers():
     """csig (static) at every stop, dwarf plain and crossing signal frames:
     above a signal frame, plain dwarf takes lr (the restorer) for the

@@ -210,6 +210,13 @@ def own_tables(program: Program, own_unwinders: Callable[[Program], list[Unwinde
     return {unwinder.name: unwinder for unwinder in own_unwinders(program)}
 
 
+def process_code(programs: Sequence[Program]) -> list[tuple[int, int]]:
+    """[start, end) of the code of a process whose modules `programs` hold,
+    and the kernel's vectors page."""
+    return [(start, start + len(data)) for program in programs for start, data in program.segments] \
+        + [(KUSER_PAGE, KUSER_PAGE + len(kuser_page()))]
+
+
 def process_trampolines(programs: Sequence[Program]) -> dict[int, bool]:
     """The sigreturn trampolines of a process whose modules' code `programs`
     hold, and the kernel's in its vectors page (harness.unwind.sigframes)."""
@@ -232,8 +239,8 @@ def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], pro
     process_strategy = partial(_process_strategy, _Process(modules, programs, own_index, own, {}))
     if not signal_frames:
         return [process_strategy(name) for name in names]
-    trampolines = process_trampolines(programs)
-    return [SignalFrames(process_strategy(name), trampolines) if strategy(name).signal_frames
+    trampolines, code = process_trampolines(programs), process_code(programs)
+    return [SignalFrames(process_strategy(name), trampolines, code) if strategy(name).signal_frames
             else process_strategy(name) for name in names]
 
 

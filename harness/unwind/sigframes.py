@@ -62,8 +62,10 @@ class SignalFrames(Unwinder):
     (or starts in one) gives the interrupted context instead. No rules for
     the compiled kernel: its walks run in Python (an option for measuring)."""
 
-    def __init__(self, unwinder: Unwinder, trampolines: dict[int, bool]):
+    def __init__(self, unwinder: Unwinder, trampolines: dict[int, bool],
+                 code: Iterable[tuple[int, int]] = ()):
         self.unwinder = unwinder
+        self._code = sorted(code)  # [start, end) of the process's code
         self.name = unwinder.name
         self.restores: Restores = unwinder.restores
         self._trampolines = trampolines
@@ -87,9 +89,18 @@ class SignalFrames(Unwinder):
         rt = self._rt(frame.pc) if exact else None
         if rt is not None:  # stopped in the trampoline itself: sp is the signal frame
             return self._interrupted(frame.sp, stack, rt)
+        if exact and self._code and not self._in_code(frame.pc):
+            # The signal came from fetching where no code is: a call through a
+            # bad pointer (csegv's NULL function pointer). The call left its
+            # return address in lr and sp as it was: that is the caller.
+            return Frame(r=frame.r[:15] + (frame.r[14] & ~1,), d=frame.d)
         caller = self.unwinder.step(frame, stack, exact)
         rt = self._trampolines.get(caller.pc & ~1)  # the handler returns to the trampoline's first instruction
         return caller if rt is None else self._interrupted(caller.sp, stack, rt)
+
+    def _in_code(self, pc: int) -> bool:
+        index = bisect_right(self._code, (pc, 1 << 32)) - 1
+        return index >= 0 and pc < self._code[index][1]
 
     def _interrupted(self, sp: int, stack: StackReader, rt: bool) -> Frame:
         """The context the signal frame at sp holds (its cpsr marks it restored)."""
