@@ -57,7 +57,8 @@ def _limits(parser: argparse.ArgumentParser, linux: str = "") -> None:
                              "process's first run and its verified one). Default: scaled to the run's work, "
                              f"{guards.CLOCK_BASE:g} s + {guards.CLOCK_PER_INSTRUCTION * 1e9:g} ns an instruction "
                              f"+ {guards.CLOCK_PER_STOP * 1e6:g} us a stop verified at every stop (or "
-                             f"{guards.CLOCK_PER_SAMPLE * 1e6:g} us a sample), the instructions being those a "
+                             f"{guards.CLOCK_PER_SAMPLE * 1e6:g} us a sample; {guards.PYTHON_WALKS} times that "
+                             "with --signal-frames, whose walks run in Python), the instructions being those a "
                              f"process's first run counted (its verified run), else the budget (--max-instructions)"
                              f"{linux}")
     parser.add_argument("--max-memory-mb", type=_positive, metavar="MB",

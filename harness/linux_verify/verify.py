@@ -75,7 +75,8 @@ def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[
         if first.exact_faults and hooks == "auto":
             hooks = "instruction"  # a fault the program takes is placed only from every instruction
         stride = every.every(first.instructions) if isinstance(every, AutoStride) else every
-        verified = how._replace(every=stride, limits=clocked(limits, first.instructions, stride), hooks=hooks)
+        verified = how._replace(every=stride, limits=clocked(limits, first.instructions, stride, signal_frames),
+                                hooks=hooks)
         result = verify_program(image, unwinders, verified, system, observe, observe_at, first.resumes)
         result.sampling = sampling_of(every, first.instructions)
         if result.fault is None and modules_of(system) != first.modules:

@@ -58,13 +58,17 @@ def table_cells(data: dict) -> tuple[list[str], list[list[str]]]:
 def stopped_line(row: dict) -> str | None:
     """How many walks of a row stopped honestly (no_info) in modules without
     the unwinder's tables: not failures, apart from those in the program's
-    own code. None when none did (a bare-metal program's report)."""
+    own code; and how many went right to the bottom of the stack, neither
+    failed nor stopped. None when none stopped (a bare-metal program's
+    report)."""
     if not row["stopped"]:
         return None
     where = ", ".join(f"{module} {n}" for module, n in row["stopped_in"].items() if module != OWN)
     own = row["stopped_in"].get(OWN)
+    bottom = row["stops"] - row["failed"] - row["stopped"]
     return (f"stopped, no tables there, at {row['stopped']} stops ({where})"
-            + (f"; in own code at {own}, counted as failed" if own else ""))
+            + (f"; in own code at {own}, counted as failed" if own else "")
+            + f"; right to the bottom at {bottom} ({100 * bottom / row['stops']:.2f}%)")
 
 
 def not_verified(data: dict) -> list[str]:

@@ -244,7 +244,8 @@ class _Analysis:
 
     def kept_saves(self) -> frozenset[int]:
         return kept_saves((state for states in self.reached.values() for state in states.values()),
-                          self.decoded.values(), self.start, self.end, self.code_at, self.body.arm, self.data)
+                          self.decoded.values(), self.start, self.end, self.code_at, self.body.arm, self.data,
+                          self.sizes)
 
     def _read(self, insn: Instruction) -> None:
         """What the code itself says at `insn`, once: the data it reads, and

@@ -12,8 +12,9 @@ what each instruction writes, which misses some (`mrc p15, 0, r5, c13, c0,
 3` is reported as reading r5): a register r4-r11 keeps its save when some
 path's state has it overwritten, or when any instruction names it other
 than to save it to, or restore it from, the stack through sp, whether on a
-path or in the function's bytes read in order (code no path reaches, a
-landing pad, writes too). lr and d8-d15 keep their saves always.
+path or in the code no path reaches, read in order (a landing pad the
+analysis could not follow writes too). lr and d8-d15 keep their saves
+always.
 """
 
 from __future__ import annotations
@@ -31,17 +32,21 @@ _SP_TRANSFERS = frozenset(("str", "strd", "strh", "strb", "ldr", "ldrd"))
 
 
 def kept_saves(states: Iterable[FrameState], decoded: Iterable[Instruction], start: int, end: int,
-               code_at: Callable[[int, int], bytes], arm: bool, data: Container[int]) -> frozenset[int]:
+               code_at: Callable[[int, int], bytes], arm: bool, data: Container[int],
+               reached: dict[int, int]) -> frozenset[int]:
     """The registers whose saves the rows keep: of those `states` save, all
     but r4-r11 never written (see the module). `decoded`: the instructions
-    on the paths; `data`: the bytes of [start, end) known to be data."""
+    on the paths, `reached` their sizes by address; `data`: the bytes of
+    [start, end) known to be data."""
     saved, clobbered = set(), set()
     for state in states:
         clobbered.update(state.clobbered)
         saved.update(reg for reg, _ in state.saved)
     candidates = saved.intersection(CALLEE_SAVED) - clobbered
-    if candidates:
-        for insn in (*decoded, *_in_order(start, end, code_at, arm, data)):
+    for insns in (decoded, _unreached(start, end, code_at, arm, data, reached)):
+        for insn in insns:
+            if not candidates:
+                return frozenset(saved)
             if not _transfers_through_sp(insn):
                 candidates.difference_update(insn.regs)
                 if insn.mem:
@@ -60,13 +65,17 @@ def _transfers_through_sp(insn: Instruction) -> bool:
     return insn.op in _STACK_TRANSFERS or (insn.op in _SP_TRANSFERS and insn.mem is not None and insn.mem[0] == SP)
 
 
-def _in_order(start: int, end: int, code_at: Callable[[int, int], bytes], arm: bool,
-              data: Container[int]) -> Iterator[Instruction]:
-    """The function's code read in order, stepping over undecodable bytes
-    and what the analysis knows as data (a literal pool's words decode as
-    instructions that name registers)."""
+def _unreached(start: int, end: int, code_at: Callable[[int, int], bytes], arm: bool,
+               data: Container[int], reached: dict[int, int]) -> Iterator[Instruction]:
+    """The function's code no path reaches, read in order from each gap
+    the paths leave, stepping over undecodable bytes and what the analysis
+    knows as data (a literal pool's words decode as instructions that name
+    registers)."""
     step, at = 4 if arm else 2, start
     while at < end:
+        if at in reached:
+            at += reached[at]
+            continue
         insn = decode_one(code_at(at, min(4, end - at)), at, arm)
         if insn is None or any(byte in data for byte in range(at, at + insn.size)):
             at += step

@@ -192,7 +192,7 @@ static bool holds_data(const Analysis *a, int64_t at, int size) {
 /* untouched.kept_saves, as tracked bits: the saves the rows keep, all but
  * those of r4-r11 never written (no state has it overwritten, no
  * instruction names it but to save or restore it through sp, on a path or
- * in the bytes read in order, data stepped over). */
+ * in the code no path reaches read in order, data stepped over). */
 static uint32_t kept_saves(const Analysis *a) {
     uint32_t saved = 0, clobbered = 0, r4_r11 = 0;
     for (int reg = 4; reg <= 11; reg++) r4_r11 |= tracked_bit(reg);
@@ -206,6 +206,11 @@ static uint32_t kept_saves(const Analysis *a) {
     for (Py_ssize_t index = 0; candidates && index < a->halfwords; index++)
         if (a->head[index] >= 0 && decode_at(a->code, a->start + 2 * index, &insn)) candidates &= ~named_by(&insn);
     for (int64_t at = a->start; candidates && at < a->end;) {
+        Py_ssize_t index = (at - a->start) / 2;
+        if (a->head[index] >= 0 && a->sizes[index]) { /* on a path: named above */
+            at += a->sizes[index];
+            continue;
+        }
         if (decode_at(a->code, at, &insn) && at + insn.size <= a->end && !holds_data(a, at, insn.size)) {
             candidates &= ~named_by(&insn);
             at += insn.size;
