@@ -17,7 +17,7 @@ from harness.cli import main
 from harness.report.baseline import identity_of
 from harness.report.tables import elf_cells, linux_cells, size_cells, table_cells
 from harness.report.terminal import column_chunks, print_table, print_verdict
-from harness.report.verdict import verdict_cells, verdicts
+from harness.report.verdict import own_tallies, verdict_cells, verdicts
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "reports" / "baseline.json"  # a main-job report: generated, compiled and Linux sections
@@ -46,7 +46,7 @@ def test_every_label_and_number_is_shown_whole(main_job_report, width):
     text = out.getvalue()
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= width
-    tables = [table_cells(main_job_report), verdict_cells(main_job_report["verdict"]),
+    tables = [table_cells(main_job_report), verdict_cells(main_job_report["verdict"], own_tallies(main_job_report)),
               elf_cells(main_job_report["elf"]), linux_cells(main_job_report["linux"]),
               size_cells(main_job_report["sizes"])[:2]]
     cells = {cell for header, body in tables for cell in (*header, *(c for row in body for c in row))}
@@ -85,8 +85,26 @@ def test_the_verdict_comes_first_and_alone_with_quiet(tmp_path, capsys):
     assert run(tmp_path, "--quiet") == 0
     quiet = capsys.readouterr().out
     assert "Verdict" in quiet and "Unwind failures per category" not in quiet
-    header, _ = verdict_cells(json.loads((tmp_path / "latest.json").read_text())["verdict"])
-    assert header == ["unwinder", "failed", "rate", "vs baseline", "worst category", "gate"]
+    data = json.loads((tmp_path / "latest.json").read_text())
+    header, _ = verdict_cells(data["verdict"], own_tallies(data))
+    assert header == ["unwinder", "own code failed", "failed", "rate", "vs baseline", "worst category", "gate"]
+
+
+def test_the_verdict_leads_with_the_programs_own_code():
+    """A Linux program's stops are mostly ld.so's and the libraries': the
+    verdict's first figure is the rate in its own code (category `own`),
+    "-" where a run has none (bare-metal programs)."""
+    def rows(category, failed, stops):
+        return [{"unwinder": "v2", "category": category, "position": "all", "failed": failed, "stops": stops}]
+
+    data = {"results": rows("all", 30, 200_000) + rows("own", 30, 3_000), "elf": [],
+            "linux": [{"results": rows("all", 10, 1_000) + rows("own", 6, 100)}]}
+    verdict = [{"unwinder": "v2", "failed": 40, "stops": 201_000, "baseline_failed": None, "baseline_stops": None,
+                "worst": None, "worst_failed": 0, "worst_stops": 0, "gate": "-"}]
+    _, body = verdict_cells(verdict, own_tallies(data))
+    assert body == [["v2", "1.16% (36 of 3,100)", "40", "0.02%", "-", "-", "-"]]
+    _, body = verdict_cells(verdict, own_tallies({"results": rows("all", 40, 201_000)}))
+    assert body[0][1] == "-"
 
 
 @pytest.mark.parametrize("change, difference", [

@@ -107,11 +107,11 @@ def test_the_compiled_start_shape_is_the_pythons(path):
 
 @pytest.mark.parametrize("text", [
     # csmith seed 278's func_1 (gcc -Os) up to its return, and its literal pool: r4-r6 pushed to make room
-    "7fb5" "4df28371" "04a8" "fff77cfe" "07b0" "5df804fb" "04660000",
+    ("7fb5" "4df28371" "04a8" "fff77cfe" "07b0" "5df804fb" "04660000"),
     # push {r4, r5, r6, lr}; mrc p15, 0, r5, c13, c0, 3 (capstone: r5 read); pop {r4, r5, r6, pc}
-    "70b5" "1dee705f" "70bd",
+    ("70b5" "1dee705f" "70bd"),
     # the same with r4-r6 named only in code no path reaches (after the return)
-    "70b5" "70bd" "2646" "0000"])
+    ("70b5" "70bd" "2646" "0000")])
 def test_saves_of_registers_never_written_are_dropped_alike(text):
     """untouched.kept_saves in C and in Python: the same rows."""
     code = ProgramCode([(0x1000, bytes.fromhex(text))])

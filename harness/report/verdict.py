@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import NamedTuple, Sequence
 
+from harness.classify import OWN
 from harness.report.data import ALL
 
 WORST_MIN_STOPS = 100  # a category with fewer stops is not named the worst (one stop of one is 100%)
@@ -73,9 +74,16 @@ def _percent(failed: int, stops: int) -> str:
     return f"{100 * failed / stops:.2f}%" if stops else "-"
 
 
-def verdict_cells(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
-    """Cells of the verdict rows of a report (its `verdict`)."""
-    header = ["unwinder", "failed", "rate", "vs baseline", "worst category", "gate"]
+def own_tallies(data: dict) -> dict[str, Tally]:
+    """Per unwinder, failed and stops in the program's own code (the sources' code: harness.code_origin)."""
+    return {unwinder: tally for (unwinder, category), tally in tallies(data).items() if category == OWN}
+
+
+def verdict_cells(rows: Sequence[dict], own: dict[str, Tally]) -> tuple[list[str], list[list[str]]]:
+    """Cells of the verdict rows of a report (its `verdict`), led by the
+    rate in the program's own code (`own`: own_tallies), where a run of a
+    Linux program spends most stops in ld.so and libraries."""
+    header = ["unwinder", "own code failed", "failed", "rate", "vs baseline", "worst category", "gate"]
     body = []
     for verdict in map(lambda row: Verdict(**row), rows):
         rate = verdict.failed / verdict.stops if verdict.stops else 0.0
@@ -84,6 +92,8 @@ def verdict_cells(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
             points = round(100 * (rate - verdict.baseline_failed / verdict.baseline_stops), 2) + 0.0  # no -0.00
             change = f"{points:+.2f} pp"
         worst = "-" if verdict.worst is None else f"{verdict.worst} {_percent(verdict.worst_failed, verdict.worst_stops)}"
-        body.append([verdict.unwinder, f"{verdict.failed:,}", _percent(verdict.failed, verdict.stops), change,
+        mine = own.get(verdict.unwinder, Tally(0, 0))
+        body.append([verdict.unwinder, f"{_percent(mine.failed, mine.stops)} ({mine.failed:,} of {mine.stops:,})"
+                     if mine.stops else "-", f"{verdict.failed:,}", _percent(verdict.failed, verdict.stops), change,
                      worst, verdict.gate])
     return header, body

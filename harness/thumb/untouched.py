@@ -19,7 +19,7 @@ always.
 
 from __future__ import annotations
 
-from typing import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 
 from harness.registers import CALLEE_SAVED, SP
 from harness.thumb.disasm import Instruction, decode_one
