@@ -39,7 +39,7 @@ from harness.verify.sampling import AUTO
 from harness.verify.stops import DEFAULT_LIMITS, Verify, verify_program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-RUN_TITLE = "unwind-harness: generated corpus"
+RUN_TITLE = "unwind-harness: the main job"
 VERIFY_ELF_REPORTS = OUTPUT / "verify-elf"  # merged verify-elf shards, by default
 
 

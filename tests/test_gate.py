@@ -17,7 +17,7 @@ from harness.cli import main
 from harness.report.baseline import identity_of
 from harness.report.tables import elf_cells, linux_cells, size_cells, table_cells
 from harness.report.terminal import column_chunks, print_table, print_verdict
-from harness.report.verdict import own_tallies, verdict_cells, verdicts
+from harness.report.verdict import corpus_tallies, own_tallies, verdict_cells, verdicts
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "reports" / "baseline.json"  # a main-job report: generated, compiled and Linux sections
@@ -46,7 +46,8 @@ def test_every_label_and_number_is_shown_whole(main_job_report, width):
     text = out.getvalue()
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= width
-    tables = [table_cells(main_job_report), verdict_cells(main_job_report["verdict"], own_tallies(main_job_report)),
+    tables = [table_cells(main_job_report), verdict_cells(main_job_report["verdict"], own_tallies(main_job_report),
+                                                           corpus_tallies(main_job_report)),
               elf_cells(main_job_report["elf"]), linux_cells(main_job_report["linux"]),
               size_cells(main_job_report["sizes"])[:2]]
     cells = {cell for header, body in tables for cell in (*header, *(c for row in body for c in row))}
@@ -86,25 +87,30 @@ def test_the_verdict_comes_first_and_alone_with_quiet(tmp_path, capsys):
     quiet = capsys.readouterr().out
     assert "Verdict" in quiet and "Unwind failures per category" not in quiet
     data = json.loads((tmp_path / "latest.json").read_text())
-    header, _ = verdict_cells(data["verdict"], own_tallies(data))
-    assert header == ["unwinder", "own code failed", "failed", "rate", "vs baseline", "worst category", "gate"]
+    header, _ = verdict_cells(data["verdict"], own_tallies(data), corpus_tallies(data))
+    assert header == ["unwinder", "own code", "every stop", "vs baseline", "worst category", "gate"]  # one corpus
 
 
-def test_the_verdict_leads_with_the_programs_own_code():
+def test_the_verdict_leads_with_the_programs_own_code_then_each_corpus():
     """A Linux program's stops are mostly ld.so's and the libraries': the
     verdict's first figure is the rate in its own code (category `own`),
-    "-" where a run has none (bare-metal programs)."""
+    "-" where a run has none (bare-metal programs); then each corpus of a
+    run of several, labelled, and every stop."""
     def rows(category, failed, stops):
         return [{"unwinder": "v2", "category": category, "position": "all", "failed": failed, "stops": stops}]
 
-    data = {"results": rows("all", 30, 200_000) + rows("own", 30, 3_000), "elf": [],
+    data = {"input": "generated", "results": rows("all", 30, 200_000) + rows("own", 30, 3_000), "elf": [],
             "linux": [{"results": rows("all", 10, 1_000) + rows("own", 6, 100)}]}
     verdict = [{"unwinder": "v2", "failed": 40, "stops": 201_000, "baseline_failed": None, "baseline_stops": None,
                 "worst": None, "worst_failed": 0, "worst_stops": 0, "gate": "-"}]
-    _, body = verdict_cells(verdict, own_tallies(data))
-    assert body == [["v2", "1.16% (36 of 3,100)", "40", "0.02%", "-", "-", "-"]]
-    _, body = verdict_cells(verdict, own_tallies({"results": rows("all", 40, 201_000)}))
-    assert body[0][1] == "-"
+    header, body = verdict_cells(verdict, own_tallies(data), corpus_tallies(data))
+    assert header == ["unwinder", "own code", "generated", "Linux", "every stop", "vs baseline", "worst category",
+                      "gate"]
+    assert body == [["v2", "1.16% of 3,100", "0.01% of 200,000", "1.00% of 1,000", "0.02% of 201,000", "-", "-",
+                     "-"]]
+    alone = {"input": "/bin/prog", "results": rows("all", 40, 201_000)}
+    header, body = verdict_cells(verdict, own_tallies(alone), corpus_tallies(alone))
+    assert header[1:3] == ["own code", "every stop"] and body[0][1] == "-"
 
 
 @pytest.mark.parametrize("change, difference", [

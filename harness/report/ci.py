@@ -11,7 +11,7 @@ from harness.report.baseline import Regression
 from harness.report.data import ALL, index_rows
 from harness.report.failing import by_function, new_failure_from_json
 from harness.report.tables import not_verified, table_lines
-from harness.report.verdict import own_tallies, verdict_cells
+from harness.report.verdict import corpus_tallies, own_tallies, verdict_cells
 
 GENERATED = "generated"  # the generated corpus, gated as one section
 
@@ -75,7 +75,7 @@ def junit_xml(data: dict) -> str:
 
 def verdict_markdown(data: dict) -> list[str]:
     """The verdict block in Markdown, the programs not verified, and every regression."""
-    header, body = verdict_cells(data["verdict"], own_tallies(data))
+    header, body = verdict_cells(data["verdict"], own_tallies(data), corpus_tallies(data))
     lines = table_lines(header)
     lines += ["| " + " | ".join(f"`{row[0]}`" if n == 0 else cell for n, cell in enumerate(row)) + " |"
               for row in body]

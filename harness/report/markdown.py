@@ -22,6 +22,7 @@ from harness.report.tables import (
     thread_cells,
     unwinder_names,
 )
+from harness.report.verdict import labelled_sections
 
 
 def markdown(data: dict, title: str) -> str:
@@ -33,7 +34,8 @@ def markdown(data: dict, title: str) -> str:
                "in that category and position; the category is the innermost function's.")
     if data.get("verdict"):
         out += ["", "## Verdict", "", *verdict_markdown(data)]
-    out += ["", *table_lines(header)]
+    out += ["", f"## {labelled_sections(data)[0][0]}: failure rate by category and position", "",
+            *table_lines(header)]
     out += ["| " + " | ".join(row) + " |" for row in body]
     out += ["", "Checked in every frame: " + "; ".join(f"`{u}` {c}" for u, c in data["checked"].items())
             + ". v1 and frame-pointer walking restore no other callee-saved register by design, so "

@@ -19,7 +19,7 @@ from harness.report.tables import (
     table_cells,
     unwinder_names,
 )
-from harness.report.verdict import own_tallies, verdict_cells
+from harness.report.verdict import corpus_tallies, own_tallies, verdict_cells
 
 REGRESSIONS_SHOWN = 10  # in the verdict block; the rest in the reports
 NEW_FAILURE_LINES = 20  # likewise
@@ -69,9 +69,8 @@ def _print(console, title: str, header: list[str], body: list[list[str]], left: 
 def print_verdict(data: dict, console) -> None:
     """The verdict block: one row per unwinder, the programs not verified,
     then the gate's outcome (harness.report.baseline)."""
-    header, body = verdict_cells(data["verdict"], own_tallies(data))
-    _print(console, "Verdict: failed stops in the program's own code, and over every stop of the run", header,
-           body)
+    header, body = verdict_cells(data["verdict"], own_tallies(data), corpus_tallies(data))
+    _print(console, "Verdict: failed stops in the program's own code, in each corpus, over every stop", header, body)
     for line in not_verified(data):
         console.print(f"not verified: {line}", highlight=False)
     gate = data.get("gate")

@@ -38,13 +38,36 @@ class Verdict(NamedTuple):
 
 def sections(data: dict) -> list[list[dict]]:
     """Result rows of every corpus in the report: generated, compiled, Linux."""
-    return [data["results"], *(group["results"] for key in ("elf", "linux") for group in data.get(key, []))]
+    return [rows for _, corpus in labelled_sections(data) for rows in corpus]
+
+
+def labelled_sections(data: dict) -> list[tuple[str, list[list[dict]]]]:
+    """The result rows of each corpus, by its label: the main job's
+    generated programs (or verify-elf's program, by its file name), the
+    compiled builds, the Linux programs."""
+    first = "generated" if data.get("input") == "generated" else str(data.get("input", "program")).rsplit("/", 1)[-1]
+    return [(first, [data["results"]]), ("compiled", [group["results"] for group in data.get("elf", [])]),
+            ("Linux", [group["results"] for group in data.get("linux", [])])]
 
 
 def tallies(data: dict) -> dict[tuple[str, str], Tally]:
     """(unwinder, category) -> failed and stops over all positions, summed over every section."""
+    return _summed(sections(data))
+
+
+def corpus_tallies(data: dict) -> list[tuple[str, dict[str, Tally]]]:
+    """Per corpus with stops (labelled_sections), each unwinder's failed and stops over all of it."""
+    found = []
+    for label, corpus in labelled_sections(data):
+        whole = {unwinder: tally for (unwinder, category), tally in _summed(corpus).items() if category == ALL}
+        if any(tally.stops for tally in whole.values()):
+            found.append((label, whole))
+    return found
+
+
+def _summed(corpus: list[list[dict]]) -> dict[tuple[str, str], Tally]:
     sums: dict[tuple[str, str], Tally] = defaultdict(lambda: Tally(0, 0))
-    for rows in sections(data):
+    for rows in corpus:
         for row in rows:
             if row["position"] == ALL:
                 key = (row["unwinder"], row["category"])
@@ -79,11 +102,16 @@ def own_tallies(data: dict) -> dict[str, Tally]:
     return {unwinder: tally for (unwinder, category), tally in tallies(data).items() if category == OWN}
 
 
-def verdict_cells(rows: Sequence[dict], own: dict[str, Tally]) -> tuple[list[str], list[list[str]]]:
-    """Cells of the verdict rows of a report (its `verdict`), led by the
-    rate in the program's own code (`own`: own_tallies), where a run of a
-    Linux program spends most stops in ld.so and libraries."""
-    header = ["unwinder", "own code failed", "failed", "rate", "vs baseline", "worst category", "gate"]
+def verdict_cells(rows: Sequence[dict], own: dict[str, Tally],
+                  corpora: Sequence[tuple[str, dict[str, Tally]]] = ()) -> tuple[list[str], list[list[str]]]:
+    """Cells of the verdict rows of a report (its `verdict`): the failed
+    share of the stops in the program's own code (`own`: own_tallies,
+    where a run of a Linux program spends most stops in ld.so and
+    libraries), in each corpus where a run has more than one (`corpora`:
+    corpus_tallies), and over every stop, each labelled."""
+    several = corpora if len(corpora) > 1 else ()
+    header = ["unwinder", "own code", *(label for label, _ in several), "every stop", "vs baseline",
+              "worst category", "gate"]
     body = []
     for verdict in map(lambda row: Verdict(**row), rows):
         rate = verdict.failed / verdict.stops if verdict.stops else 0.0
@@ -92,8 +120,13 @@ def verdict_cells(rows: Sequence[dict], own: dict[str, Tally]) -> tuple[list[str
             points = round(100 * (rate - verdict.baseline_failed / verdict.baseline_stops), 2) + 0.0  # no -0.00
             change = f"{points:+.2f} pp"
         worst = "-" if verdict.worst is None else f"{verdict.worst} {_percent(verdict.worst_failed, verdict.worst_stops)}"
-        mine = own.get(verdict.unwinder, Tally(0, 0))
-        body.append([verdict.unwinder, f"{_percent(mine.failed, mine.stops)} ({mine.failed:,} of {mine.stops:,})"
-                     if mine.stops else "-", f"{verdict.failed:,}", _percent(verdict.failed, verdict.stops), change,
-                     worst, verdict.gate])
+        cells = [_share(own.get(verdict.unwinder)),
+                 *(_share(tallied.get(verdict.unwinder)) for _, tallied in several),
+                 _share(Tally(verdict.failed, verdict.stops))]
+        body.append([verdict.unwinder, *cells, change, worst, verdict.gate])
     return header, body
+
+
+def _share(tally: Tally | None) -> str:
+    """A failed share with its count of stops: '1.16% of 3,100'; '-' where none."""
+    return f"{_percent(tally.failed, tally.stops)} of {tally.stops:,}" if tally and tally.stops else "-"
