@@ -9,6 +9,7 @@ from typing import NamedTuple, Sequence
 
 from harness.classify import OWN
 from harness.report.data import ALL
+from harness.report.tables import short_label
 
 WORST_MIN_STOPS = 100  # a category with fewer stops is not named the worst (one stop of one is 100%)
 
@@ -45,8 +46,7 @@ def labelled_sections(data: dict) -> list[tuple[str, list[list[dict]]]]:
     """The result rows of each corpus, by its label: the main job's
     generated programs (or verify-elf's program, by its file name), the
     compiled builds, the Linux programs."""
-    first = "generated" if data.get("input") == "generated" else str(data.get("input", "program")).rsplit("/", 1)[-1]
-    return [(first, [data["results"]]), ("compiled", [group["results"] for group in data.get("elf", [])]),
+    return [(short_label(data.get("input", "program")), [data["results"]]), ("compiled", [group["results"] for group in data.get("elf", [])]),
             ("Linux", [group["results"] for group in data.get("linux", [])])]
 
 

@@ -112,11 +112,13 @@ def _noreturn_rounds(found: dict[int, Analysed], arm: set[int], analyse, named: 
             asked_by.setdefault(target, set()).add(start)
     quiet = {start for start, one in found.items() if not one.returns}
     noreturn, stale = ended, set()  # stale: asked of a start that joined since its analysis
+    joined = set(ended - named)  # what the first round tells of besides what it finds
     while grown := quiet - noreturn:
-        joined = grown if noreturn is not ended else grown | (ended - named)  # the first round: all since `named`
+        joined |= grown
         noreturn = noreturn | grown
         for target in joined:
             stale.update(asked_by.get(target, ()))
+        joined = set()
         ended_since: dict[int, frozenset[int]] = {}  # by the noreturn set analyses had (a few: one a round)
         for start in sorted(stale, key=position.__getitem__):
             one, had = found[start], analysed_with[start]
