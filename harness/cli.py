@@ -57,8 +57,7 @@ def _limits(parser: argparse.ArgumentParser, linux: str = "") -> None:
                              "process's first run and its verified one). Default: scaled to the run's work, "
                              f"{guards.CLOCK_BASE:g} s + {guards.CLOCK_PER_INSTRUCTION * 1e9:g} ns an instruction "
                              f"+ {guards.CLOCK_PER_STOP * 1e6:g} us a stop verified at every stop (or "
-                             f"{guards.CLOCK_PER_SAMPLE * 1e6:g} us a sample; {guards.PYTHON_WALKS} times that "
-                             "with --signal-frames, whose walks run in Python), the instructions being those a "
+                             f"{guards.CLOCK_PER_SAMPLE * 1e6:g} us a sample), the instructions being those a "
                              f"process's first run counted (its verified run), else the budget (--max-instructions)"
                              f"{linux}")
     parser.add_argument("--max-memory-mb", type=_positive, metavar="MB",
@@ -228,9 +227,10 @@ def _add_verify_elf(subparsers) -> None:
                              "report says which stride was used and that it was chosen automatically")
     verify.add_argument("--unwinder", action="append", choices=UNWINDER_NAMES,
                         help="verify only these (repeatable; default: all that apply)")
-    verify.add_argument("--signal-frames", action="store_true",
-                        help="Linux: the table-driven unwinders cross signal frames by their sigreturn trampolines, "
-                             "as libunwindstack does (their walks then run in Python)")
+    verify.add_argument("--no-signal-frames", dest="signal_frames", action="store_false",
+                        help="Linux: the table-driven unwinders stop at signal frames, each with its own step at "
+                             "the sigreturn trampoline a handler returns to (by default they cross them by the "
+                             "trampoline, as libunwindstack does)")
     verify.add_argument("--v2-table", help="use this v2 blob for v2 and v2+epilogue (a chrome-layout one for "
                                            "v2-chrome too) instead of encoding the CFI")
     verify.add_argument("--layout", choices=("auto", *chrome_v2.LAYOUTS), default="auto", help="layout of --v2-table")

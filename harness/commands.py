@@ -185,10 +185,10 @@ def _verify_elf_jobs(args, limits: Limits) -> tuple[list, list[str], object]:
         return [(verify_process_part, ProcessPart(run, names, own_unwinders, every, (part.index, part.count),
                                                   limits, expected, args.signal_frames)) for part in parts], \
             names, {"args": list(args.args), "sysroot": args.sysroot, "cwd": args.cwd, "stdin": args.stdin,
-                    **({"signal_frames": True} if args.signal_frames else {})}
-    if args.args or args.sysroot or args.stdin or args.cwd or args.signal_frames:
+                    **({} if args.signal_frames else {"signal_frames": False})}
+    if args.args or args.sysroot or args.stdin or args.cwd or not args.signal_frames:
         raise InputError("verify-elf --entry runs a bare-metal function: program arguments, --sysroot, --cwd, "
-                         "--stdin and --signal-frames are for Linux programs (run without --entry)")
+                         "--stdin and --no-signal-frames are for Linux programs (run without --entry)")
     expected = args.expect if args.expect is not None else expected_checksum(args.elf, args.entry)
     program = program_from_elf(args.elf, args.entry, expected, args.text_start)
     names = args.unwinder or meaningful(program, UNWINDER_NAMES)

@@ -149,7 +149,7 @@ _VERIFY = {"elf": string, "unwinders": UNWINDERS, "every": POSITIVE, "units": PO
 _VERIFY_BARE = object_of({**_VERIFY, "entry": string}, LIMITS)  # a bare-metal function
 _VERIFY_PROCESS = object_of({**_VERIFY, "args": list_of(string), "sysroot": optional(string),  # a Linux process
                              "cwd": optional(string), "stdin": optional(string)},
-                            {**LIMITS, "signal_frames": BOOLEAN,  # with --signal-frames
+                            {**LIMITS, "signal_frames": BOOLEAN,  # false with --no-signal-frames
                              "every_auto": BOOLEAN})  # the stride chosen from the first run (--every auto)
 # The stride of a program verified at samples, or chosen automatically (harness.linux_verify.verify.sampling_of).
 SAMPLING = object_of({"every": POSITIVE, "chosen": one_of(["auto", "given"])},

@@ -18,7 +18,6 @@ from harness.emulation.guards import (
     CLOCK_PER_INSTRUCTION,
     CLOCK_PER_SAMPLE,
     CLOCK_PER_STOP,
-    PYTHON_WALKS,
     as_limits,
     clocked,
     scaled_seconds,
@@ -70,10 +69,6 @@ def test_the_clock_is_scaled_to_the_work():
     assert scaled_seconds(1_234_567, 3) == float(int(scaled_seconds(1_234_567, 3)))  # whole seconds
     assert clocked(abi.Limits(seconds=5.0), BILLION).seconds == 5.0  # given: as given
     assert clocked(abi.Limits(), BILLION, 250).seconds == scaled_seconds(BILLION, 250)
-    # walks in Python (crossing signal frames): the stops' allowance PYTHON_WALKS times as large
-    assert scaled_seconds(BILLION, 250, python_walks=True) == pytest.approx(
-        CLOCK_BASE + BILLION * CLOCK_PER_INSTRUCTION + 4_000_000 * CLOCK_PER_SAMPLE * PYTHON_WALKS, abs=1)
-    assert clocked(abi.Limits(), BILLION, 1, True).seconds == scaled_seconds(BILLION, 1, True)
     budget = abi.Limits(instructions=1000)
     assert clocked(budget, BILLION).seconds == scaled_seconds(1000)  # never past the budget's work
     assert as_limits(abi.Limits()).seconds == scaled_seconds(DEFAULT_LIMITS.instructions, None)

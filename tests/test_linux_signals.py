@@ -28,11 +28,15 @@ from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux.signals import Action
 from harness.linux_verify.modules import process_program
 from harness.linux_verify.verify import verify_process
+from harness.emulation.livestack import LiveStack
+from harness.errors import UnwindFailure
 from harness.unwind.frame import Frame, Stack
+from harness.unwind.rule import EVERYWHERE, NOWHERE, RuleRange
 from harness.unwind.registry import build_unwinders
 from harness.unwind.sigframes import SignalFrames, trampolines_in
 from harness.unwind.walk import Unwinder, without_scratch
 from harness.verify.stops import Verify, verify_program
+from harness.verify.verification import Verification
 
 EXPECTED_OUTPUT = (b"while blocked: 106\nafter unblock: 107\nreset: 1\nnested: 4\non the alternate stack: 1\n"
                    b"registers kept: 1\njumped: 7\nhits: 108\n")
@@ -212,7 +216,7 @@ def test_what_is_pending_of_a_signal_goes_when_its_action_comes_to_ignore_it(ker
     assert struct.unpack("<Q", kernel.machine.read(SCRATCH + 0x40, 8))[0] == 1 << 11
 
 
-# ------------------------------------------------------------ crossing signal frames (--signal-frames)
+# ------------------------------------------------------------ crossing signal frames (the default)
 
 
 def test_trampolines_are_found_by_their_instructions_where_aligned():
@@ -284,6 +288,77 @@ def test_a_context_interrupted_where_no_code_is_returns_to_its_lr():
     caller = crossing.step(without_scratch(restored), stack, innermost=False)
     assert (caller.pc, caller.sp, caller.r[4:12]) == (0x10A42, 0x80F00, tuple(range(104, 112)))
     assert inner.asked == [(0x9000, True)]
+
+
+class _Ranges(Unwinder):
+    """An unwinder whose rule is "R" over every pc."""
+
+    name, restores = "inner", None
+
+    def rule_at(self, pc, innermost):
+        return RuleRange("R", NOWHERE, EVERYWHERE)
+
+
+def test_the_kernel_takes_the_inner_rules_but_where_a_signal_frame_is_crossed():
+    """SignalFrames' rules: the inner unwinder's, clipped, except none (its
+    own step) for a frame in a trampoline (innermost) or at its first
+    instruction (a caller: the handler's return address), and for an
+    innermost frame where no code is."""
+    crossing = SignalFrames(_Ranges(), {0x20000: True}, [(0x10000, 0x20010)])
+    assert crossing.looks_ahead
+    assert crossing.rule_at(0x20000, False) == RuleRange(None, 0x20000, 0x20002)
+    assert crossing.rule_at(0x20004, True) == RuleRange(None, 0x20000, 0x20008)
+    assert crossing.rule_at(0x30000, True) == RuleRange(None, 0x20010, EVERYWHERE)  # no code there
+    assert crossing.rule_at(0x8000, True) == RuleRange(None, NOWHERE, 0x10000)
+    assert crossing.rule_at(0x1FFF0, True) == RuleRange("R", 0x10000, 0x20000)
+    assert crossing.rule_at(0x20008, True) == RuleRange("R", 0x20008, 0x20010)
+    assert crossing.rule_at(0x1FFF0, False) == RuleRange("R", NOWHERE, 0x20000)
+    assert crossing.rule_at(0x20004, False) == RuleRange("R", 0x20002, EVERYWHERE)
+
+
+def test_the_kernel_walks_every_stop_but_those_that_cross_a_signal_frame(monkeypatch):
+    """csig (static) at every stop, dwarf and v2-code crossing signal
+    frames: the compiled kernel's counts are the Python walks' to the
+    stop, and only stops above a signal frame (a walk that reaches a
+    trampoline, a handler on the alternate stack) were walked in Python."""
+    names = ["dwarf", "v2-code"]
+    counts = {}
+    deferred = []
+    walk = Verification.walk
+
+    def counted_walk(self, number, *args, **kwargs):
+        deferred.append(number)
+        return walk(self, number, *args, **kwargs)
+
+    monkeypatch.setattr(Verification, "walk", counted_walk)
+    for compiled in (True, False):
+        result = verify_process(LinuxRun(program()), names, lambda built: build_unwinders(built, names),
+                                Verify(compiled=compiled))
+        assert result.fault is None
+        counts[compiled] = result.counts
+        if compiled:
+            in_python = len(deferred)
+    assert counts[True] == counts[False]
+    above = sum(stops for (unwinder, traits, _, _), stops in counts[True].items()
+                if unwinder == "dwarf" and "through_signal_frame" in traits)
+    assert 0 < in_python <= above < result.stops / 10
+
+
+def test_a_read_where_nothing_is_mapped_inside_the_stack_fails_as_a_bad_read():
+    """A handler on an alternate stack below its thread's stack: the walk's
+    stack runs from its sp to the thread's top, over unmapped pages."""
+    def read(address, size):
+        if 0x1000 <= address < 0x2000:
+            return None
+        return bytes((address + i) & 0xFF for i in range(size))
+
+    stack = LiveStack(read, 0x0F00, 0x3000)
+    assert stack.read_u32(0x0F04) == 0x07060504 and stack.read_u32(0x2000) == 0x03020100
+    for reading in (lambda: stack.read_u32(0x1200), lambda: stack.read_u64(0x0FFC)):
+        with pytest.raises(UnwindFailure, match="nothing is mapped there") as failure:
+            reading()
+        assert failure.value.kind == "bad_read"
+    assert stack.region(0x1000, 8) == bytes(8)  # a memo's proof reads it as zeros
 
 
 def test_crossing_signal_frames_makes_the_table_walks_right_in_handlers():

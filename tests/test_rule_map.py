@@ -229,7 +229,7 @@ def test_a_released_kernel_refuses_to_make_a_rule_and_keeps_those_made():
 def test_a_partition_that_is_not_one_is_refused():
     stop_kernel = StopKernel(build_unwinders(generate_program(0, 0), ("dwarf",)), bytearray(SIZE), BASE,
                              BASE + SIZE)
-    fresh = kernel.Verifier(bytearray(SIZE), BASE, BASE + SIZE, [(0, False)], stop_kernel._provide,
+    fresh = kernel.Verifier(bytearray(SIZE), BASE, BASE + SIZE, [(0, False, False)], stop_kernel._provide,
                             stop_kernel._provide_book, stop_kernel._provide_plan)
     book, numbers = stop_kernel.book.packed, array("q", [0, 0, 0])
     with pytest.raises(ValueError, match="starts must increase"):

@@ -117,7 +117,14 @@ class Emulator(ProcessRun):
         return self._deadline
 
     def stack(self, sp: int) -> LiveStack:
-        return LiveStack(self.read, sp, self._stack_top)  # which keeps this emulator, and its engine
+        return LiveStack(self._mapped, sp, self._stack_top)  # which keeps this emulator, and its engine
+
+    def _mapped(self, address: int, size: int) -> bytes | None:
+        """`size` bytes at `address`, None where not all of them are mapped."""
+        try:
+            return read_memory(self._uc, address, size)
+        except UcError:
+            return None
 
     @property
     def stack_memory(self) -> tuple[mmap.mmap, int, int]:

@@ -47,35 +47,26 @@ CLOCK_BASE = 120.0  # seconds: start-up, the tables, system calls (the work no c
 CLOCK_PER_INSTRUCTION = 100e-9
 CLOCK_PER_STOP = 10e-6  # every = 1
 CLOCK_PER_SAMPLE = 200e-6  # every > 1
-# Walks in Python (crossing signal frames: verify-elf --signal-frames) take
-# far longer than the compiled kernel's: 55 us a stop for two unwinders at
-# every stop of cxxvirt-clang-O2-nofp on a loaded machine, where the
-# allowance above cut the run at 2.78 of its 3.11 million stops.
-PYTHON_WALKS = 100  # the stops' allowance, times this
 
 
-def scaled_seconds(instructions: int, every: int | None = 1, python_walks: bool = False) -> float:
+def scaled_seconds(instructions: int, every: int | None = 1) -> float:
     """The default clock of a run of `instructions` verified at every stop
     (every 1), at samples of mean stride `every`, or not at all (None):
     CLOCK_BASE + instructions x CLOCK_PER_INSTRUCTION + its stops x
-    CLOCK_PER_STOP (every 1) or CLOCK_PER_SAMPLE (instructions / every),
-    PYTHON_WALKS times that where the walks run in Python."""
+    CLOCK_PER_STOP (every 1) or CLOCK_PER_SAMPLE (instructions / every)."""
     stops = 0.0 if every is None else (instructions * CLOCK_PER_STOP if every == 1
                                        else instructions / every * CLOCK_PER_SAMPLE)
-    stops *= PYTHON_WALKS if python_walks else 1
     return float(math.ceil(CLOCK_BASE + instructions * CLOCK_PER_INSTRUCTION + stops))  # whole seconds
 
 
-def clocked(limits: abi.Limits, instructions: int | None = None, every: int | None = 1,
-            python_walks: bool = False) -> abi.Limits:
+def clocked(limits: abi.Limits, instructions: int | None = None, every: int | None = 1) -> abi.Limits:
     """`limits` with its clock: as given, or (seconds None) scaled to the
     run's work: `instructions` (a first run counted them; default, or more
-    than the budget: the budget), verified as `every` says, its walks in
-    Python or not (scaled_seconds)."""
+    than the budget: the budget), verified as `every` says (scaled_seconds)."""
     if limits.seconds is not None:
         return limits
     work = limits.instructions if instructions is None else min(instructions, limits.instructions)
-    return limits._replace(seconds=scaled_seconds(work, every, python_walks))
+    return limits._replace(seconds=scaled_seconds(work, every))
 
 
 def as_limits(limits: abi.Limits | int) -> abi.Limits:

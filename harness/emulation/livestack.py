@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 from typing import Callable
 
-from harness.errors import BadRead
+from harness.errors import BadRead, UnwindFailure
 
 
 class LiveStack:
@@ -20,15 +20,19 @@ class LiveStack:
     give the same answers.
     """
 
-    __slots__ = ("_read", "low", "high", "_chunks", "touched", "lowest")
+    __slots__ = ("_read", "low", "high", "_chunks", "_holes", "touched", "lowest")
     CHUNK = 512  # bytes fetched from the emulator at a time
     LINE = 16  # granularity at which reads are recorded
 
-    def __init__(self, read: Callable[[int, int], bytes], low: int, high: int):
-        self._read = read  # (address, size) -> the engine's bytes
+    def __init__(self, read: Callable[[int, int], bytes | None], low: int, high: int):
+        self._read = read  # (address, size) -> the engine's bytes, None where not all mapped
         self.low = low
         self.high = high
         self._chunks: dict[int, bytes] = {}
+        # Chunks of [low, high) where nothing is mapped: a thread on an alternate signal
+        # stack below its own reads from there to its top. Read as zeros by `region`;
+        # a walk's read there fails.
+        self._holes: set[int] = set()
         self.touched: set[int] | None = None
         self.lowest = high
 
@@ -52,7 +56,11 @@ class LiveStack:
         if data is None:
             start = max(base, self.low)
             end = min(base + self.CHUNK, self.high)
-            data = bytes(start - base) + self._read(start, end - start) if end > start else b""
+            read = self._read(start, end - start) if end > start else b""
+            if read is None:  # chunks lie inside pages: wholly mapped or not at all
+                read = bytes(end - start)
+                self._holes.add(base)
+            data = bytes(start - base) + read
             self._chunks[base] = data
         return data
 
@@ -78,8 +86,18 @@ class LiveStack:
             self.lowest = min(self.lowest, address)
         base = address & ~(self.CHUNK - 1)
         if address + size <= base + self.CHUNK:
-            return self.chunk(base)[address - base : address - base + size]
-        return self.chunk(base)[address - base :] + self.chunk(base + self.CHUNK)[: address + size - base - self.CHUNK]
+            data = self.chunk(base)[address - base : address - base + size]
+        else:
+            data = self.chunk(base)[address - base :] + self.chunk(base + self.CHUNK)[: address + size - base - self.CHUNK]
+        self._mapped(address, size)
+        return data
+
+    def _mapped(self, address: int, size: int) -> None:
+        """Raise where a read of `size` bytes at `address` meets a hole."""
+        if self._holes and any(base in self._holes for base in range(address & ~(self.CHUNK - 1), address + size,
+                                                                          self.CHUNK)):
+            raise UnwindFailure("bad_read", f"read of {size} bytes at {address:#x}: nothing is mapped there "
+                                            f"(inside the stack [{self.low:#x}, {self.high:#x}))")
 
     def read_u32(self, address: int) -> int:
         offset = address & (self.CHUNK - 1)
@@ -92,7 +110,10 @@ class LiveStack:
                 if address < self.lowest:
                     self.lowest = address
             base = address - offset
-            return _U32(self._chunks.get(base) or self.chunk(base), offset)[0]
+            data = self._chunks.get(base) or self.chunk(base)
+            if self._holes and base in self._holes:
+                self._mapped(address, 4)
+            return _U32(data, offset)[0]
         return _U32(self._bytes(address, 4))[0]
 
     def read_u64(self, address: int) -> int:

@@ -225,7 +225,7 @@ def process_trampolines(programs: Sequence[Program]) -> dict[int, bool]:
 
 
 def process_unwinders(names: Sequence[str], modules: Sequence[LoadedModule], programs: Sequence[Program],
-                      own_unwinders: Callable[[Program], list[Unwinder]], signal_frames: bool = False) -> list[Unwinder]:
+                      own_unwinders: Callable[[Program], list[Unwinder]], signal_frames: bool = True) -> list[Unwinder]:
     """Each strategy over the process: for each module the unwinder built
     from its own tables where it has them (CFI for v2, dwarf and v1,
     `.ARM.exidx` for exidx, its code for v2-code); the executable's by `own_unwinders` (which

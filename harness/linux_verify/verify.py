@@ -38,7 +38,7 @@ class Expected:
 
 def prepared_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
                      limits: Limits = DEFAULT_LIMITS, system: LinuxSystem | None = None,
-                     signal_frames: bool = False) -> tuple[FirstRun, Program, list[Unwinder]]:
+                     signal_frames: bool = True) -> tuple[FirstRun, Program, list[Unwinder]]:
     """What verifying `run` needs before it runs: a first run (its modules,
     which frames resume), the image standing for the process
     (harness.linux_verify.modules; the library exports read through `system`, the
@@ -53,7 +53,7 @@ def prepared_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callabl
 
 def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[[Program], list[Unwinder]],
                    how: Verify = Verify(), expected: Expected = Expected(), observe=None, observe_at=None,
-                   signal_frames: bool = False) -> ProgramResult:
+                   signal_frames: bool = True) -> ProgramResult:
     """Run `run` as a process, verifying the unwinders `names` at the stops
     `how` selects (as verify_program's, but for a stride `every` an
     AutoStride may choose from the first run's instructions), each over
@@ -75,7 +75,7 @@ def verify_process(run: LinuxRun, names: Sequence[str], own_unwinders: Callable[
         if first.exact_faults and hooks == "auto":
             hooks = "instruction"  # a fault the program takes is placed only from every instruction
         stride = every.every(first.instructions) if isinstance(every, AutoStride) else every
-        verified = how._replace(every=stride, limits=clocked(limits, first.instructions, stride, signal_frames),
+        verified = how._replace(every=stride, limits=clocked(limits, first.instructions, stride),
                                 hooks=hooks)
         result = verify_program(image, unwinders, verified, system, observe, observe_at, first.resumes)
         result.sampling = sampling_of(every, first.instructions)

@@ -22,6 +22,7 @@ from typing import Iterable
 
 from harness.errors import UnwindFailure
 from harness.unwind.frame import Frame, StackReader
+from harness.unwind.rule import EVERYWHERE, NOWHERE, RuleRange
 from harness.unwind.walk import Restores, Unwinder
 
 # The trampolines' instructions, whether each is rt_sigreturn's, and their
@@ -59,8 +60,16 @@ def trampolines_in(segments: Iterable[tuple[int, bytes]]) -> dict[int, bool]:
 
 class SignalFrames(Unwinder):
     """`unwinder`, crossing signal frames: a step that lands on a trampoline
-    (or starts in one) gives the interrupted context instead. No rules for
-    the compiled kernel: its walks run in Python (an option for measuring)."""
+    (or starts in one) gives the interrupted context instead.
+
+    Its rules are the unwinder's, but none (only `step` can say) for a
+    frame in a trampoline, innermost or at its first instruction as a
+    caller, or innermost where no code is; and it `looks_ahead`: the
+    compiled kernel defers a walk whose step gives a caller there before
+    comparing that caller. So the kernel walks every stop with no signal
+    frame to cross, and the walks that cross one run here."""
+
+    looks_ahead = True
 
     def __init__(self, unwinder: Unwinder, trampolines: dict[int, bool],
                  code: Iterable[tuple[int, int]] = ()):
@@ -84,7 +93,31 @@ class SignalFrames(Unwinder):
         start = self._starts[index]
         return self._trampolines[start] if pc & ~1 < start + 8 else None
 
+    def rule_at(self, pc: int, innermost: bool) -> RuleRange:
+        pc &= ~1
+        index = bisect_right(self._starts, pc) - 1
+        before = self._starts[index] if index >= 0 else None
+        after = self._starts[index + 1] if index + 1 < len(self._starts) else EVERYWHERE
+        if innermost:
+            if before is not None and pc < before + 8:
+                return RuleRange(None, before, before + 8)
+            code = bisect_right(self._code, (pc, EVERYWHERE)) - 1
+            if self._code and not (code >= 0 and pc < self._code[code][1]):  # where no code is
+                return RuleRange(None, self._code[code][1] if code >= 0 else NOWHERE,
+                                 self._code[code + 1][0] if code + 1 < len(self._code) else EVERYWHERE)
+            low = max(before + 8 if before is not None else NOWHERE, self._code[code][0] if self._code else NOWHERE)
+            high = min(after, self._code[code][1] if self._code else EVERYWHERE)
+        else:
+            if pc == before:
+                return RuleRange(None, pc, pc + 2)
+            low, high = before + 2 if before is not None else NOWHERE, after
+        found = self.unwinder.rule_at(pc, innermost) if self.unwinder.rule_at is not None \
+            else RuleRange(None, NOWHERE, EVERYWHERE)
+        return RuleRange(found.rule, max(found.low, low), min(found.high, high))
+
     def step(self, frame: Frame, stack: StackReader, innermost: bool) -> Frame:
+        if innermost:
+            self._restored = None  # a new walk
         exact = innermost or _kept(frame) == self._restored  # innermost, or restored from a signal frame
         rt = self._rt(frame.pc) if exact else None
         if rt is not None:  # stopped in the trampoline itself: sp is the signal frame

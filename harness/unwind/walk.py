@@ -43,6 +43,10 @@ class Unwinder:
     # Its step as data: rule_at(pc, innermost) -> harness.unwind.rule.RuleRange, whose rule
     # None means "only `step` can say, at this pc". Without it, `step` runs at every stop.
     rule_at: Callable[[int, bool], tuple] | None = None
+    # Its step may give another caller than its rule where the caller's own rule is None
+    # (harness.unwind.sigframes: a trampoline's frame becomes the context the signal
+    # interrupted): the compiled kernel defers such a walk before comparing that caller.
+    looks_ahead: bool = False
     # Its table's rules by pc range (two harness.unwind.rule_map.RuleMap: caller frames', the
     # innermost frame's): the compiled kernel looks pcs up there instead of calling rule_at.
     rule_maps: tuple | None = None

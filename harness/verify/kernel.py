@@ -145,10 +145,12 @@ def _partition_of(rule_map) -> tuple:
     return rule_map.partition.starts, rule_map.partition.rows, rule_map.shift
 
 
-def _restores(unwinder: Unwinder) -> tuple[int, bool]:
+def _compared(unwinder: Unwinder) -> tuple[int, bool, bool]:
+    """What the kernel compares of `unwinder`'s callers (the r4-r11 and
+    d8-d15 it restores), and whether it looks ahead (Unwinder.looks_ahead)."""
     restores = unwinder.restores
     assert set(restores.core) <= set(CALLEE_SAVED)
-    return sum(1 << reg for reg in restores.core), restores.vfp
+    return sum(1 << reg for reg in restores.core), restores.vfp, unwinder.looks_ahead
 
 
 class StopKernel:
@@ -169,7 +171,7 @@ class StopKernel:
         self._own: list[int] = []  # numbers of the rules the book holds for this kernel alone
         self._own_rules: dict[int, Rule] = {}  # and those rules, once the book has let them go (`release`)
         self._rule_at = [u.rule_at for u in self.unwinders]
-        self.verifier = Verifier(memory, base, high, [_restores(u) for u in self.unwinders], self._provide,
+        self.verifier = Verifier(memory, base, high, [_compared(u) for u in self.unwinders], self._provide,
                                  self._provide_book, self._provide_plan)
         numbered: dict[int, tuple] = {}  # rows' numbers by their values (which both maps of a table share)
         for index, unwinder in enumerate(self.unwinders):

@@ -227,6 +227,7 @@ struct Verifier {
     Sources sources;     /* where each unwinder's rules come from (sources.c) */
     uint32_t *core_mask; /* per unwinder: the r4-r11 it restores (bit = register) */
     int *vfp;            /* per unwinder: whether it restores d8-d15 */
+    int *looks_ahead;    /* per unwinder: a caller whose own rule is None defers the walk before it is compared */
     PyObject *site_tables;  /* list of bytes: the scans' sorted return addresses (add_sites) */
     uint64_t *methods;   /* [(unwinder * CHAIN_METHODS + method) * 2 + right]: a chain's frames, and right ones */
     uint64_t *passes;    /* [stop class * count + unwinder]: walks that matched every frame */
@@ -272,11 +273,12 @@ static void Verifier_dealloc(Verifier *self) {
     PyMem_Free(self->invented);
     PyMem_Free(self->core_mask);
     PyMem_Free(self->vfp);
+    PyMem_Free(self->looks_ahead);
     memo_free(&self->memo);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Verifier(memory, base, high, restores: [(core mask, vfp)], provide, provide_book, provide_plan) */
+/* Verifier(memory, base, high, compared: [(core mask, vfp, looks ahead)], provide, provide_book, provide_plan) */
 static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
     PyObject *restores, *provide, *provide_book, *provide_plan;
     long long base, high;
@@ -302,19 +304,21 @@ static int Verifier_init(Verifier *self, PyObject *args, PyObject *kwds) {
     self->count = PyList_GET_SIZE(restores);
     self->core_mask = PyMem_Calloc(self->count + 1, sizeof(uint32_t));
     self->vfp = PyMem_Calloc(self->count + 1, sizeof(int));
+    self->looks_ahead = PyMem_Calloc(self->count + 1, sizeof(int));
     self->methods = PyMem_Calloc(2 * CHAIN_METHODS * self->count + 1, sizeof(uint64_t));
     self->site_tables = PyList_New(0);
-    if (!self->core_mask || !self->vfp || !self->methods || !self->site_tables) {
+    if (!self->core_mask || !self->vfp || !self->looks_ahead || !self->methods || !self->site_tables) {
         PyErr_NoMemory();
         return -1;
     }
     if (memo_init(&self->memo, self->count)) return -1;
     for (Py_ssize_t i = 0; i < self->count; i++) {
         unsigned int mask;
-        int vfp;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(restores, i), "Ip", &mask, &vfp)) return -1;
+        int vfp, looks_ahead;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(restores, i), "Ipp", &mask, &vfp, &looks_ahead)) return -1;
         self->core_mask[i] = mask;
         self->vfp[i] = vfp;
+        self->looks_ahead[i] = looks_ahead;
     }
     return sources_init(&self->sources, self->count, provide, provide_book, provide_plan);
 }
@@ -358,6 +362,16 @@ static PyObject *rule_in_it_block(Verifier *self, Py_ssize_t unwinder, PyObject 
     return tables == Py_None ? rule : tables;
 }
 
+/* Does the unwinder's step give another caller than its rule where the
+ * caller's own rule is None (Unwinder.looks_ahead: a signal frame's
+ * trampoline)? 1: defer the walk; -1 on a Python error. */
+static int defers_ahead(Verifier *self, Py_ssize_t unwinder, const KFrame *caller) {
+    if (!self->looks_ahead[unwinder]) return 0;
+    Py_ssize_t rule_id = -1;
+    PyObject *rule = sources_rule(&self->sources, unwinder, caller->r[PC], 0, &rule_id);
+    return rule ? rule == Py_None : -1;
+}
+
 /* A walk that matched every frame, up to the outermost one, which has no
  * caller (a thread's first frame): one more step from it, as
  * walks.first_difference takes it with past_bottom. A step that fails ends
@@ -380,7 +394,9 @@ static int step_past_bottom(Verifier *self, Py_ssize_t unwinder, const KFrame *f
     int method;
     const int result = step((const uint8_t *)PyBytes_AS_STRING(rule), &caller, innermost, s, step_cpsr, &base,
                             &method);
-    if (result == STEP_DEFER) out->kind = ANSWER_DEFER;
+    const int ahead = result == STEP_OK ? defers_ahead(self, unwinder, &caller) : 0;
+    if (ahead < 0) return -1;
+    if (result == STEP_DEFER || ahead) out->kind = ANSWER_DEFER;
     out->invents = result == STEP_OK && caller.r[PC] != 0;
     return 0;
 }
@@ -443,6 +459,9 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
             out->merged = result == STEP_ALIGNED8_FAILS || (out->rule_flags & GUARD_KIND_FIXED);
             continue;
         }
+        const int ahead = defers_ahead(self, unwinder, frame);
+        if (ahead < 0) return -1;
+        if (ahead) { out->kind = ANSWER_DEFER; return 0; }
         out->reg = mismatch(frame, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder],
                             &out->got, &out->want);
         if (out->reg >= 0) out->kind = ANSWER_MISMATCH;

@@ -170,6 +170,7 @@ typedef struct {
     /* a thread's stack, which is not the one the Verifier was made over: [sp, top) copied at each verified stop */
     uint8_t *window;
     size_t window_capacity;
+    int window_missing;  /* this stop's thread window could not be copied: its walks are Python's */
     /* frames that resumed (returned to), a bit per serial: recorded here; and
      * given from an earlier run of the same program, whose frames that never
      * resume are not compared on registers (groundtruth.ShadowStack) */

@@ -245,14 +245,22 @@ static int walk_unwinders(Tracer *t, uint64_t number, const KFrame *frame, uint3
 #define MAX_THREAD_WINDOW (256u << 20)  /* bytes of a thread's stack copied for a stop: more is not a stack */
 
 /* The running thread's own stack as the Verifier reads it: [sp, its top) as
- * it is now, read from the engine (none where sp is not below the top, or
- * where that span is not all mapped: no walk reads there then). */
+ * it is now, read from the engine (none where sp is not below the top: no
+ * walk reads there then). Where that span is larger than a stack or not all
+ * mapped (a handler on an alternate signal stack far below the thread's),
+ * `window_missing`: the stop's walks are deferred to Python, whose stack
+ * reads what is mapped of it (harness.emulation.livestack). */
 static int thread_window(Tracer *t, uint32_t sp) {
     static const uint8_t nothing = 0;
     const uint32_t top = t->s.stack_top;
-    size_t size = sp < top && top - sp <= MAX_THREAD_WINDOW ? top - sp : 0;
+    size_t size = sp < top ? top - sp : 0;
+    t->window_missing = size > MAX_THREAD_WINDOW;
+    if (t->window_missing) size = 0;
     if (size && reserve(&t->window, &t->window_capacity, size, 1)) return -1;
-    if (size && t->engine.mem_read(t->engine.handle, sp, t->window, size)) size = 0;
+    if (size && t->engine.mem_read(t->engine.handle, sp, t->window, size)) {
+        size = 0;
+        t->window_missing = 1;
+    }
     verifier_window(t->verifier, size ? t->window : &nothing, sp, (int64_t)sp + (int64_t)size);
     return 0;
 }
@@ -275,7 +283,12 @@ static int verify_at(Tracer *t, uint64_t number, uint32_t pc, uint32_t cpsr) {
             memcpy(frame.d, &t->values[FIRST_VFP], sizeof frame.d);
             frame.d_known = 0xFF;
         }
+        t->window_missing = 0;
         if (t->s.stack_top && thread_window(t, (uint32_t)t->values[SP])) return -1;
+        if (t->window_missing) {
+            for (Py_ssize_t i = 0; i < unwinders; i++) deferred[deferrals++] = i;
+            return call_slow(t, number, pc, cpsr, deferred, deferrals);
+        }
         /* Stops one instruction apart (or a shard's of them): the outer frames of a walk mostly repeat
          * (on the Verifier's own stack: a thread's window moves with its sp). */
         const int consecutive = t->every == 1 && !t->s.stack_top;
