@@ -50,10 +50,11 @@ def _console():
     return Console(width=None if sys.stdout.isatty() else 120)
 
 
-def read_v2_table(path: str, layout: str) -> tuple[chrome_v2.V2Reader, str]:
+def read_v2_table(path: str, layout: str) -> tuple[tuple[tuple[int, chrome_v2.V2Reader], ...], str]:
+    """The tables of a v2 blob or parts file: (text offset, reader) pairs, and their layout."""
     blob = read_input(path, "v2 blob")
     try:
-        return chrome_v2.read_blob(blob, layout)
+        return chrome_v2.read_tables(blob, layout)
     except InputError as error:
         raise InputError(f"{path}: {error}") from None
 
@@ -63,8 +64,8 @@ def elf_unwinders(program, names, v2_table: str | None, layout: str) -> list:
     unwinders = build_unwinders(program, names)
     if v2_table is None:
         return unwinders
-    reader, found = read_v2_table(v2_table, layout)
-    return with_v2_tables(unwinders, reader, program.text_base, found)
+    tables, found = read_v2_table(v2_table, layout)
+    return with_v2_tables(unwinders, tables, program.text_base, found)
 
 
 def gate_baseline(args, planned: RunIdentity) -> dict | None:

@@ -142,8 +142,14 @@ def cmd_dump(args) -> int:
             raise InputError(f"{args.file}: {error}") from None
         sys.stdout.write(listed.listing(table, args.text_start))
         return EXIT_OK
-    reader, layout = read_v2_table(args.file, args.layout)
-    sys.stdout.write(dump(reader, args.text_start, layout))
+    tables, layout = read_v2_table(args.file, args.layout)
+    if len(tables) > 1:
+        print(f"v2 parts file: {len(tables)} tables, each for the code from its text base up to the next's")
+    for number, (text_offset, reader) in enumerate(tables):
+        if len(tables) > 1:
+            print(f"table {number}: text offset {text_offset:#x}")
+        text_start = args.text_start + text_offset if args.text_start is not None else (text_offset or None)
+        sys.stdout.write(dump(reader, text_start, layout))
     return EXIT_OK
 
 

@@ -26,6 +26,7 @@ from harness.program import CfiRow, CodeMap
 from harness.registers import DWARF_D0, LR, SP
 from harness.thumb import discovery
 from harness.thumb.discovery import GAP, analyse_all, coverage_lines
+from harness.thumb.analysed import ProgramFacts
 from harness.thumb.frame_analysis import analyse, analyse_calling, frame_states
 from harness.unwind.registry import build_unwinders
 from harness.verify.stops import verify_program
@@ -492,6 +493,31 @@ def test_a_thumb_to_arm_veneer_goes_on_in_arm_state():
     assert [(r.address - BASE, r.problem or r.cfa_offset) for r in found.function.rows] == [
         (0, 0), (2, "no path reaches this code"), (4, 0)]
     assert (found.callees, found.arm_callees) == (frozenset(), {BASE + 0x100})
+
+
+def test_a_plt_entrys_thumb_stub_is_a_tail_call_into_its_arm_entry():
+    """Debian's grep (stripped, binutils 2.40): `atexit` tail-calls
+    `__cxa_atexit@plt` at its Thumb stub, `bx pc` then `b.n` back to it
+    (never run); the ARM entry after it jumps through the GOT. The stub's
+    function, found apart from the ARM entry, leaves by a tail call into
+    it: it returns, and so does `atexit`. (Taken for never returning, it
+    had made every caller's code after `atexit(...)` unreachable: grep's
+    main refused from there to its end.)"""
+    stub = bytes.fromhex("7847fde7")  # 0x2310: bx pc; b.n 0x2310
+    arm_entry = bytes.fromhex("00c68fe21cca8ce2bcfbbce5")  # add ip, pc, #0, 12; add ip, ip, #28, 20; ldr pc, [ip, #3004]!
+    atexit = bytes.fromhex("024b00217b441a68e6f794bd")  # 0x1b7dc: ldr r3, [pc, #8]; movs r1, #0; add r3, pc; ...
+    code = {0x2310: stub + arm_entry, 0x1B7DC: atexit}
+
+    def code_at(address, size):  # nothing elsewhere
+        base = max((b for b in code if b <= address < b + len(code[b])), default=None)
+        return b"" if base is None else code[base][address - base:][:size]
+
+    found = analyse_calling("stub", 0x2310, 0x2312, code_at)
+    assert found.returns and found.arm_callees == {0x2314} and not found.function.problems
+    caller = analyse_calling("atexit", 0x1B7DC, 0x1B7E8, code_at)  # ... ldr r2, [r3]; b.w 0x2310
+    assert caller.returns and caller.callees == {0x2310}
+    never = analyse_calling("stub", 0x2310, 0x2312, code_at, ProgramFacts(noreturn=frozenset({0x2314})))
+    assert not never.returns  # into an ARM entry that never returns: neither does the stub
 
 
 def test_blx_enters_arm_state_and_arm_code_calls_in_its_own():

@@ -285,8 +285,8 @@ def _relative_slots(image: ElfImage) -> set[int] | None:
 def plt_entries(image: ElfImage) -> dict[int, str]:
     """The address of each PLT entry (ARM code: `add ip, pc, #a; add ip,
     ip, #b; ldr pc, [ip, #c]!`, found by that pattern) by the name of the
-    function whose GOT slot it loads (.rel.plt); a Thumb `bx pc; nop`
-    stub in front counts as the entry too."""
+    function whose GOT slot it loads (.rel.plt); a Thumb stub in front
+    (`bx pc` into it; then `nop`, or Debian's `b.n` back) counts too."""
     plt, relocations = image.elf.get_section_by_name(".plt"), image.elf.get_section_by_name(".rel.plt")
     if plt is None or not isinstance(relocations, RelocationSection):
         return {}
@@ -304,7 +304,7 @@ def plt_entries(image: ElfImage) -> dict[int, str]:
         slot = base + offset + 8 + _arm_immediate(first) + _arm_immediate(second) + (load & 0xFFF)
         if slot in names:
             found[base + offset] = names[slot]
-            if offset >= 4 and code[offset - 4:offset] == bytes.fromhex("7847c046"):  # bx pc; nop
+            if offset >= 4 and code[offset - 4:offset] in (b"\x78\x47\xc0\x46", b"\x78\x47\xfd\xe7"):
                 found[base + offset - 4] = names[slot]
     return found
 

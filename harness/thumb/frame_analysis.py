@@ -41,7 +41,7 @@ from harness.thumb.disasm import Instruction, decode_one
 from harness.thumb.analysed import NOT_SINGLE, UNREACHED, Analysed, ProgramFacts, labels_in
 from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, lost, torn_down
 from harness.thumb.native import compiled_analysis
-from harness.thumb.successors import Body, FromStart, Path, successors
+from harness.thumb.successors import Body, FromStart, Path, into_arm, successors
 from harness.thumb.untouched import dropped, kept_saves
 
 # (address, fact) pairs visited per function, a guard against pathological
@@ -216,31 +216,42 @@ class _Analysis:
                     insn = self.decoded[(address, path.arm)] = _instruction(self.code_at, address, self.end, path.arm)
                 first_visit = address not in self.sizes  # what the code itself says is read once
                 self.sizes[address] = insn.size
-                if insn.op in ("bl", "blx"):
-                    self.calls.add(address)
-                    if path.state != UNKNOWN and all(reg != LR for reg, _ in path.state.saved):
-                        # while the callee runs, this frame's return address is nowhere
-                        self._refuse(address, f"'{insn.text}' calls with lr saved nowhere")
-                    if insn.imm is not None:  # `blx` switches state, `bl` keeps it
-                        (self.arm_callees if (insn.op == "blx") != insn.arm else self.callees).add(insn.imm)
-                        self.call_sites.add((insn.imm, address + insn.size))
-                elif insn.op == "b" and not self.start <= insn.imm < self.end and torn_down(path.state):
-                    (self.branched if insn.conditional else self.arm_callees if insn.arm else self.callees).add(
-                        insn.imm)  # a tail call: a function
-                elif insn.op == "add" and first_visit \
-                        and (formed := formed_address(insn, self.code_at)) is not None and formed & 1:
-                    self.callees.add(formed & ~1)  # a Thumb code address taken pc-relative: a function
+                veneer = self._note_targets(insn, path, first_visit)
                 if first_visit:
                     self._read(insn)
                 onward = list(successors(insn, path, self.body))
                 pending.extend(onward)
                 if not onward and insn.op not in ("udf", "bkpt", "bl", "blx") \
-                        and not (insn.op == "b" and insn.imm in self.body.noreturn):  # a tail call to one
+                        and not (insn.op == "b" and insn.imm in self.body.noreturn) \
+                        and not (veneer is not None and veneer in self.body.noreturn):  # a tail call to one
                     self.returns = True
             except Unknowable as why:
                 self._refuse(address, str(why))
                 if insn is not None and path.state != UNKNOWN:
                     self._unknown_onward(insn, path, pending)
+
+    def _note_targets(self, insn: Instruction, path: Path, first_visit: bool) -> int | None:
+        """Note the functions `insn` calls, tail-calls or takes the address
+        of (and a call with lr saved nowhere); where a Thumb `bx pc` goes
+        on in ARM state (successors.into_arm), or None."""
+        veneer = into_arm(insn)
+        if insn.op in ("bl", "blx"):
+            self.calls.add(insn.address)
+            if path.state != UNKNOWN and all(reg != LR for reg, _ in path.state.saved):
+                # while the callee runs, this frame's return address is nowhere
+                self._refuse(insn.address, f"'{insn.text}' calls with lr saved nowhere")
+            if insn.imm is not None:  # `blx` switches state, `bl` keeps it
+                (self.arm_callees if (insn.op == "blx") != insn.arm else self.callees).add(insn.imm)
+                self.call_sites.add((insn.imm, insn.address + insn.size))
+        elif insn.op == "b" and not self.start <= insn.imm < self.end and torn_down(path.state):
+            (self.branched if insn.conditional else self.arm_callees if insn.arm else self.callees).add(
+                insn.imm)  # a tail call: a function
+        elif veneer is not None and not self.start <= veneer < self.end and torn_down(path.state):
+            self.arm_callees.add(veneer)  # a Thumb stub's `bx pc` into the ARM function after it
+        elif insn.op == "add" and first_visit \
+                and (formed := formed_address(insn, self.code_at)) is not None and formed & 1:
+            self.callees.add(formed & ~1)  # a Thumb code address taken pc-relative: a function
+        return veneer
 
     def kept_saves(self) -> frozenset[int]:
         return kept_saves((state for states in self.reached.values() for state in states.values()),

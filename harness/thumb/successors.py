@@ -124,10 +124,12 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
         return [(insn.imm, onward), (following, onward)]
     if op in ("bl", "blx") and insn.imm in body.noreturn:
         return []  # never returns: the code after it is not this path's
-    if op == "bx" and insn.regs == (PC,) and not insn.arm:
+    if (target := into_arm(insn)) is not None:
         if insn.address % 4:
             raise Unknowable(f"'{insn.text}' at a halfword: ARM code would start unaligned")
-        return [(insn.address + 4, onward._replace(arm=True))]  # into ARM state (a veneer), same frame
+        if not start <= target < end:
+            return []  # into another function's ARM code (a PLT entry behind its Thumb stub): a tail call
+        return [(target, onward._replace(arm=True))]  # into ARM state (a veneer), same frame
     if op == "b":
         inside = start <= insn.imm < end
         if insn.conditional:  # b<c> outside an IT block: taken or not
@@ -159,6 +161,11 @@ def _executed(insn: Instruction, path: Path, body: Body, following: int):
     if insn.transfers and op not in ("bl", "blx", "svc") or PC in insn.writes and op not in ("bl", "blx"):
         raise Unknowable(f"'{insn.text}' {CANNOT_FOLLOW}")
     return [(following, onward)]
+
+
+def into_arm(insn: Instruction) -> int | None:
+    """Where a Thumb `bx pc` goes on in ARM state (the word after it), or None for any other instruction."""
+    return insn.address + 4 if insn.op == "bx" and insn.regs == (PC,) and not insn.arm else None
 
 
 def _ladder(first: int, body: Body, arm: bool) -> Iterable[int]:

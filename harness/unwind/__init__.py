@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from harness import table_cache
-from harness.errors import EncodeError
+from harness.errors import EncodeError, InputError
 from harness.formats import chrome_v2
 from harness.formats.arm_exidx import parse_sections
 from harness.formats.call_sites import (
@@ -52,7 +52,7 @@ from harness.unwind.registry import (
 )
 from harness.unwind.scan import ChainUnwinder, ScanUnwinder
 from harness.unwind.v1 import V1Unwinder
-from harness.unwind.v2 import V2Unwinder
+from harness.unwind.v2 import V2Unwinder, v2_over_tables
 from harness.unwind.v2_chrome import ChromeV2Unwinder
 from harness.unwind.v2_epilogue import EpilogueFirst, EpilogueSimulator
 from harness.unwind.vmkunwind import VmkunwindUnwinder
@@ -68,13 +68,20 @@ def _v2_unwinder(program: Program, flavour: str, policy: str, name: str) -> Unwi
     if blob is None:  # no Thumb function found (a stripped executable): no tables
         return DwarfUnwinder((), name)
     # Through the bytes, so the verified path is the one a device would run.
-    return V2Unwinder(chrome_v2.V2Reader.from_blob(blob, "seed"), program.text_base, name)
+    return v2_over_tables(chrome_v2.read_tables(blob, "seed")[0], program.text_base, name)
 
 
 def _v2_blob(program: Program, flavour: str, policy: str, progress: Progress | None = None) -> bytes | None:
-    functions = code_cfi(program, progress) if flavour == "code" else program.cfi[flavour]
-    return chrome_v2.encode(functions, program.text_base, policy, code_at=program.code).blob("seed") \
-        if functions else None
+    """The v2 table of `program`'s rows; for rows from its code, where one
+    table cannot hold them, a parts file of several (v2+epilogue reads
+    the CFI flavours' one table)."""
+    if flavour != "code":
+        functions = program.cfi[flavour]
+        return chrome_v2.encode(functions, program.text_base, policy, code_at=program.code).blob("seed") \
+            if functions else None
+    functions = code_cfi(program, progress)
+    return chrome_v2.parts_blob(chrome_v2.encode_parts(functions, program.text_base, policy, code_at=program.code),
+                                "seed") if functions else None
 
 
 def _code_key(program: Program, policy: str) -> str:
@@ -328,11 +335,16 @@ register(
 )
 
 
-def with_v2_tables(unwinders: list[Unwinder], reader: chrome_v2.V2Reader, text_base: int,
+def with_v2_tables(unwinders: list[Unwinder], tables: Sequence[tuple[int, chrome_v2.V2Reader]], text_base: int,
                    layout: str = "seed") -> list[Unwinder]:
-    """`unwinders` with given v2 tables standing in for the ones they built
-    (Strategy.over_given_v2)."""
-    given = V2Unwinder(reader, text_base, "v2")
+    """`unwinders` with given v2 tables ((text offset, reader) pairs: a
+    blob's one, or a parts file's) standing in for the ones they built
+    (Strategy.over_given_v2); v2 alone runs several."""
+    given = v2_over_tables(tables, text_base, "v2")
     over = {unwinder.name: strategy(unwinder.name).over_given_v2 for unwinder in unwinders}
+    one_table = [name for name, over_given in over.items() if over_given is not None and name != "v2"]
+    if len(tables) > 1 and one_table:
+        raise InputError(f"{', '.join(one_table)} run one v2 table, and the parts file given holds {len(tables)}: "
+                         "verify v2 alone with it (--unwinder v2)")
     return [unwinder if over[unwinder.name] is None else over[unwinder.name](unwinder, given, layout)
             for unwinder in unwinders]

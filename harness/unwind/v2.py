@@ -8,12 +8,14 @@ is it: its opcode subset, 8-byte alignment, vsp never below the frame's sp."""
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Sequence
 
 from harness.errors import UnwindFailure
 from harness.formats import ehabi
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.unwind.ehabi_run import caller_by_run, rule_of_run
 from harness.unwind.frame import Frame, StackReader
+from harness.unwind.modules import Covered, PerModule
 from harness.unwind.rule import RuleRange
 from harness.unwind.rule_map import RuleMap, partition_of, rule_maps
 from harness.unwind.walk import Unwinder
@@ -65,6 +67,20 @@ class NoCache(PcCache):
 
     def put(self, pc: int, run: Run) -> None:
         pass
+
+
+def v2_over_tables(tables: Sequence[tuple[int, V2Reader]], text_base: int, name: str = "v2") -> Unwinder:
+    """The v2 unwinder over one table, or over the several tables of a
+    parts file (harness.formats.chrome_v2.parts: (text offset, reader)
+    pairs), each for the code from its base up to the next one's."""
+    if len(tables) == 1:
+        return V2Unwinder(tables[0][1], text_base, name)
+    covered = []
+    for number, (offset, reader) in enumerate(tables):
+        base = text_base + offset
+        end = text_base + tables[number + 1][0] if number + 1 < len(tables) else base + reader.function_starts()[1]
+        covered.append(Covered(base, end, V2Unwinder(reader, base, name)))
+    return PerModule(name, covered)
 
 
 class V2Unwinder(Unwinder):

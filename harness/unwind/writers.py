@@ -40,9 +40,29 @@ def write_v2(given: TableInput) -> Written:
         encoded = chrome_v2.encode_as_chrome(given.records or given.functions, given.base)
     else:
         code_at = code_reader(given.image) if given.epilogue == "synthesize" else None
-        encoded = chrome_v2.encode(given.functions, given.base, given.epilogue, code_at=code_at,
-                                   layout=given.layout or "seed")
+        parts = chrome_v2.encode_parts(given.functions, given.base, given.epilogue, code_at=code_at,
+                                       layout=given.layout or "seed")
+        if len(parts) > 1:
+            return Written(chrome_v2.parts_blob(parts), v2_parts_summary(parts))
+        encoded = parts[0]
     return Written(encoded.blob(), v2_summary(encoded, encoded.layout))
+
+
+def v2_parts_summary(parts: Sequence[chrome_v2.Encoded]) -> str:
+    """What encode prints of several tables (harness.formats.chrome_v2.parts)."""
+    functions = sum(len(part.functions) for part in parts)
+    sizes = [sum(part.table_sizes().values()) for part in parts]
+    lines = [f"{len(parts)} tables ({parts[0].layout} layout) in a parts file: one table cannot index the offset "
+             f"lists of all {functions} functions with its 16-bit field; each covers its functions from its text "
+             "base up to the next table's"]
+    lines += [f"  table {number}: text base {part.text_base:#x}, {len(part.functions)} functions, {size} bytes "
+              f"(function offset table {part.table_sizes()['function offset table']})"
+              for number, (part, size) in enumerate(zip(parts, sizes))]
+    lines.append(f"table bytes: {sum(sizes)}, bytes per function: {sum(sizes) / max(functions, 1):.2f}")
+    problems = [problem for part in parts for problem in part.problems]
+    lines.append(f"CFI the encoder could not express or ignored: {len(problems)}")
+    lines += [f"  {name}: {problem}" for name, problem in problems]
+    return "\n".join(lines)
 
 
 def v2_summary(encoded: chrome_v2.Encoded, layout: str) -> str:

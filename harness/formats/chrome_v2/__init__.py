@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
 
-from harness.errors import InputError
+from harness.errors import InputError, TableOverflow
 from harness.formats.breakpad import StackCfi
 from harness.formats.chrome_v2.chrome_builder import chrome_tables, chrome_unwinds
 from harness.formats.chrome_v2.encoder import (
@@ -28,6 +28,7 @@ from harness.formats.chrome_v2.encoder import (
 )
 from harness.formats.chrome_v2.grouping import group_at_excursions
 from harness.formats.chrome_v2.layout import LAYOUTS, Layout, header_fields, serialize
+from harness.formats.chrome_v2.parts import is_parts, pack_parts, unpack_parts
 from harness.formats.chrome_v2.reader import V2Reader
 from harness.formats.chrome_v2.synthesize import synthesize_epilogues
 from harness.formats.chrome_v2.tables import V2Tables, build_tables
@@ -36,7 +37,7 @@ from harness.program import FunctionCfi
 
 __all__ = [
     "EPILOGUE_POLICIES", "LAYOUTS", "Encoded", "EpiloguePolicy", "Layout",
-    "V2Reader", "encode", "encode_as_chrome", "read_blob",
+    "V2Reader", "encode", "encode_as_chrome", "encode_parts", "parts_blob", "read_blob", "read_tables",
 ]
 
 
@@ -96,6 +97,23 @@ class Encoded:
         return [(f.name, p) for f in self.functions for p in f.problems]
 
 
+def read_tables(blob: bytes, layout: Layout | Literal["auto"] = "auto") -> tuple[tuple[tuple[int, V2Reader], ...], Layout]:
+    """The tables of a blob or of a parts file: (text offset, reader)
+    pairs, the first at 0, and their layout (read_blob's; a parts file's
+    tables in one layout)."""
+    if not is_parts(blob):
+        reader, found = read_blob(blob, layout)
+        return ((0, reader),), found
+    tables, found = [], layout
+    for number, (text_offset, part) in enumerate(unpack_parts(blob)):
+        try:
+            reader, found = read_blob(part, found)
+        except InputError as error:
+            raise InputError(f"table {number} of the parts file: {error}") from None
+        tables.append((text_offset, reader))
+    return tuple(tables), found
+
+
 def read_blob(blob: bytes, layout: Layout | Literal["auto"] = "auto") -> tuple[V2Reader, Layout]:
     """A reader of `blob` in `layout`, or in whichever layout reads it
     ("auto": seed first); InputError naming both attempts otherwise."""
@@ -134,6 +152,29 @@ def encode(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePol
             if len(serialize(regrouped, "chrome")) < len(serialize(tables, "chrome")):
                 covering, tables = grouped, regrouped
     return Encoded(text_base, policy, encoded, covering, tables, layout)
+
+
+def encode_parts(functions: Sequence[FunctionCfi], text_base: int, policy: EpiloguePolicy = "drop",
+                 code_at: Callable[[int, int], bytes] | None = None, layout: Layout = "seed") -> tuple[Encoded, ...]:
+    """`encode`'s tables for `functions`; where one table cannot hold them
+    (TableOverflow: its 16-bit offset list index, say), halves of them
+    each in tables of their own, the later ones based at their first
+    function's start (harness.formats.chrome_v2.parts)."""
+    try:
+        return (encode(functions, text_base, policy, code_at, layout),)
+    except TableOverflow:
+        if len(functions) < 2:
+            raise
+    half = len(functions) // 2
+    return encode_parts(functions[:half], text_base, policy, code_at, layout) \
+        + encode_parts(functions[half:], functions[half].start, policy, code_at, layout)
+
+
+def parts_blob(parts: Sequence[Encoded], layout: Layout | None = None) -> bytes:
+    """One table's blob, or several tables' in a parts file (text offsets from the first's base)."""
+    if len(parts) == 1:
+        return parts[0].blob(layout)
+    return pack_parts([(part.text_base - parts[0].text_base, part.blob(layout)) for part in parts])
 
 
 def encode_as_chrome(functions: Sequence[StackCfi | FunctionCfi], text_base: int) -> Encoded:

@@ -25,6 +25,7 @@ from harness.formats.chrome_v2.encoder import FunctionUnwind
 
 PAGE_SHIFT = 17  # 128 KiB pages
 U16_MAX = 0xFFFF
+OFFSET_INDEX_MAX = U16_MAX  # a function table entry's offset list index: 16 bits
 
 
 @dataclass(frozen=True, slots=True)  # one per function of the text: no per-instance dict
@@ -174,10 +175,11 @@ def tables_from(functions: Sequence[FunctionUnwind], list_indices: Sequence[int]
     pages: list[int] = []
     for function, index in zip(functions, list_indices):
         relative = function.start - text_base
-        if index > U16_MAX:
+        if index > OFFSET_INDEX_MAX:
             raise TableOverflow(
                 f"function offset table index {index} for {function.name} does not fit "
-                f"the 16-bit field (the table is {len(offset_table)} bytes; at most 65,535 are addressable)"
+                f"the 16-bit field (the table is {len(offset_table)} bytes; at most {OFFSET_INDEX_MAX:,} are "
+                "addressable)"
             )
         halfwords.append((relative >> 1) & U16_MAX)
         halfwords.append(index)
