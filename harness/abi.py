@@ -182,11 +182,13 @@ class Limits(NamedTuple):
     """How far one program's run may go (both hooks: harness.verify.stops
     and csrc/trace.c); past any of them the run ends as a fault, with the pc
     and the guard (GUARDS) that stopped it. The clock's None: scaled to
-    the run's work (harness.emulation.guards.clocked) before the run starts."""
+    the run's work (harness.emulation.guards.clocked) before the run starts;
+    the memory's None: DEFAULT_MEMORY beyond what the harness holds as the
+    run starts and what the files the program maps hold (guards.memory_ceiling)."""
 
     instructions: int = 4_000_000_000  # instructions executed: a billion-instruction program runs to its end
     seconds: float | None = None  # wall clock, from the start of the run (None: scaled to the work)
-    memory_bytes: int = 1 << 30  # the process's resident size (/proc/self/statm; else the peak, getrusage)
+    memory_bytes: int | None = None  # the process's resident size (/proc/self/statm; else the peak, getrusage)
     depth: int = 10_000  # shadow frames, the harness's own bottom frame included
 
 
@@ -201,6 +203,8 @@ FAILURE_LOG_CAP = 1_000_000
 # (and after every system call): a few thousand, so that a guest touching a
 # page an instruction grows by 16 MiB at most between checks.
 CHECK_EVERY = 1 << 12
+# What a run may add to the harness's resident size by default (Limits.memory_bytes None).
+DEFAULT_MEMORY = 1 << 30
 # What the process may grow by between two checks of its resident size: one
 # system call (a 16 MiB read copied through the host: 32 MiB) and one check
 # interval of stores (16 MiB). The memory guard fires this far below the limit.

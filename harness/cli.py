@@ -9,7 +9,7 @@ import os
 import sys
 
 from generators.corpus import DEFAULT_PROGRAMS, DEFAULT_SEED
-from harness import __version__, commands, gc_pause, table_commands
+from harness import __version__, abi, commands, gc_pause, table_commands
 from harness.commands import EXIT_BAD_INPUT, EXIT_FAILED
 from harness.emulation import guards
 from harness.errors import HarnessError, InputError
@@ -61,8 +61,10 @@ def _limits(parser: argparse.ArgumentParser, linux: str = "") -> None:
                              f"process's first run counted (its verified run), else the budget (--max-instructions)"
                              f"{linux}")
     parser.add_argument("--max-memory-mb", type=_positive, metavar="MB",
-                        help="fault a program once the process's resident size is over this many MiB "
-                             f"(default {defaults.memory_bytes >> 20})")
+                        help="fault a program once the process's resident size is over this many MiB. "
+                             f"Default: {abi.DEFAULT_MEMORY >> 20} MiB beyond what the harness holds as the run "
+                             "starts (its tables, the ELFs read) and twice what the files the program maps hold "
+                             "(its executable and libraries: a program's own allocations count against the limit)")
     parser.add_argument("--max-depth", type=_positive, metavar="N",
                         help=f"fault a program nested deeper than N calls (default {defaults.depth:,})")
 

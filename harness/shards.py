@@ -144,7 +144,7 @@ UNWINDERS = list_of(one_of(UNWINDER_NAMES, "an unwinder's name"))
 LIMIT = integer(1, math.inf, "a positive integer")
 LIMITS = {"limits": row("limits [instructions, seconds, memory bytes, depth]", LIMIT,  # where not the defaults
                          optional(number(sys.float_info.min, sys.float_info.max, "a positive number of seconds")),
-                         LIMIT, LIMIT)}  # seconds null: the clock scaled to the work
+                         optional(LIMIT), LIMIT)}  # seconds null: the clock scaled to the work; memory null: the default
 _VERIFY = {"elf": string, "unwinders": UNWINDERS, "every": POSITIVE, "units": POSITIVE}
 _VERIFY_BARE = object_of({**_VERIFY, "entry": string}, LIMITS)  # a bare-metal function
 _VERIFY_PROCESS = object_of({**_VERIFY, "args": list_of(string), "sysroot": optional(string),  # a Linux process

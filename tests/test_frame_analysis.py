@@ -495,6 +495,21 @@ def test_a_thumb_to_arm_veneer_goes_on_in_arm_state():
     assert (found.callees, found.arm_callees) == (frozenset(), {BASE + 0x100})
 
 
+def test_an_arm_function_restores_sp_from_its_r11_frame():
+    """Chromium's ARM-mode code (Rust, its 0x1a00094): `push {r4, r5, fp,
+    lr}; add fp, sp, #8` ... `sub sp, fp, #8; pop {r4, r5, fp, pc}`. In ARM
+    state r11 is the frame pointer as r7 is in Thumb: sp set from it is
+    known (4,600 such instructions of Chromium's refused before)."""
+    code = bytes.fromhex("30482de908b08de218d04de20240a0e10020a0e108008de200408de504308de50130a0e1090000eb"
+                         "08209be508009de5000052e30c109de514509d1510409d15f040c21108d04be23088bde8fedeffe7")
+    base = 0x1A00094
+    found = analyse_calling("f", base, base + len(code), lambda address, size: code[address - base:][:size], arm=True)
+    rows = {row.address - base: (row.cfa_reg, row.cfa_offset, row.saved) for row in found.function.rows}
+    saves = ((4, -16), (5, -12), (11, -8), (LR, -4))
+    assert rows[0x48] == (SP, 16, saves)  # after `sub sp, fp, #8`: sp at the saves again, for the pop
+    assert rows[0x0C] == (SP, 40, saves) and not found.function.problems and found.returns
+
+
 def test_a_plt_entrys_thumb_stub_is_a_tail_call_into_its_arm_entry():
     """Debian's grep (stripped, binutils 2.40): `atexit` tail-calls
     `__cxa_atexit@plt` at its Thumb stub, `bx pc` then `b.n` back to it

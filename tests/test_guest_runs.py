@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import abi
+from harness.emulation import guards
 from harness.emulation.emulator import Emulator
 from harness.emulation.guards import EmulationFault, resident_bytes
 from harness.linux.process import LinuxRun, LinuxSystem
@@ -128,3 +129,24 @@ def test_a_runaway_under_an_automatic_stride_ends_at_the_budget(tmp_path):
     assert "more than 200000 instructions" in result.fault
     assert result.sampling["every"] == auto.every(first.instructions) in (2_000, 2_001)
     assert 50 < result.stops < 150  # about 100 samples
+
+
+def test_by_default_what_a_program_allocates_counts_and_the_files_it_maps_do_not(tmp_path, monkeypatch):
+    """With no limit given, a run may add abi.DEFAULT_MEMORY (here made
+    128 MiB) to what the harness held as it began and twice the bytes of
+    the files the program maps: touch_memory's 300 MiB of anonymous pages
+    end the run, its 32 MiB do not, and the ceiling counts the executable
+    it was started from (guards.memory_ceiling)."""
+    monkeypatch.setattr(abi, "DEFAULT_MEMORY", 128 << 20)
+    with pytest.raises(EmulationFault, match="the default memory limit: 128 MiB") as raised:
+        discover(the_run("touch_memory", tmp_path, "300"), abi.Limits())
+    assert raised.value.guard == abi.GUARD_MEMORY
+    system = LinuxSystem(the_run("touch_memory", tmp_path, "32"))
+    result = verify_program(process_program(system), [], how=Verify(), system=system, resumes=None)
+    assert result.fault is None and system.outcome().stdout == b"touched=32 MiB\n"
+    executable = os.path.getsize(CACHE / "hostile" / "touch_memory")
+    assert system.mapped_file_bytes() == executable
+    held = resident_bytes()
+    assert guards.memory_ceiling(abi.Limits(), held, executable) == \
+        held + guards.memory_threshold(128 << 20) + guards.FILE_COPIES * executable
+    assert guards.memory_ceiling(abi.Limits(memory_bytes=1 << 30), held, executable) == guards.memory_threshold(1 << 30)

@@ -302,7 +302,7 @@ def test_a_tracer_is_set_up_once_and_runs_once():
     assert emulator.call_traced(program.entry, once, DEFAULT_BUDGET, program.args) == program.expected_result
     assert once.stops > 100
     with pytest.raises(RuntimeError, match="runs once"):
-        once.run(program.entry | 1, SENTINEL, abi.Limits(seconds=120.0))
+        once.run(program.entry | 1, SENTINEL, abi.Limits(seconds=120.0, memory_bytes=1 << 30))
 
 
 # ------------------------------------------- the kernel against `step`, on random states

@@ -32,7 +32,7 @@ from unicorn import arm_const as arm
 from harness import abi
 from harness.emulation import engine_pool
 from harness.emulation.binding import ENGINE_FUNCTIONS, BatchReader, delete_hook, engine_handle, read_memory
-from harness.emulation.guards import EmulationFault, as_limits, exhausted, guard_cause, memory_threshold
+from harness.emulation.guards import EmulationFault, as_limits, exhausted, guard_cause, memory_ceiling, resident_bytes
 from harness.emulation.livestack import LiveStack
 from harness.emulation.placement import DEFAULT, PAGE, Placement, pages_of, place
 from harness.emulation.process_machine import ProcessMachine
@@ -91,6 +91,7 @@ class Emulator(ProcessRun):
         fill the low half of their 64-bit slot, whose high half stays 0."""
         self._start_sp, self._start_lr = where.stack_top, where.sentinel | 1
         self._limits, self._started = abi.Limits(), 0.0  # the run under way's, for the system-call hook's guards
+        self._held = 0  # the resident size as the run began (guards.memory_ceiling)
         self._machine: ProcessMachine | None = None  # a process's, as its system calls see the engine
         self._begin_process()
         self._stack_top = where.stack_top  # the running thread's (a thread's stack is its own mapping)
@@ -178,10 +179,10 @@ class Emulator(ProcessRun):
             self.instructions += 1
             guard = abi.GUARD_INSTRUCTIONS if self.instructions > budget else abi.GUARD_NONE
             if not guard and not self.instructions % CHECK_EVERY:
-                guard = exhausted(limits, started)
+                guard = exhausted(limits, started, self.memory_ceiling())
             try:
                 if guard:
-                    raise EmulationFault(address, guard_cause(guard, limits), guard)
+                    raise EmulationFault(address, guard_cause(guard, limits, self.memory_ceiling()), guard)
                 on_stop(address)
             except EmulationFault as fault:
                 stopped.append(fault)
@@ -206,6 +207,10 @@ class Emulator(ProcessRun):
             return self._returned(abi.GUARD_SECONDS if late else abi.GUARD_INSTRUCTIONS,
                                   uc.reg_read(arm.UC_ARM_REG_PC), limits)
         return self._returned(abi.GUARD_NONE, 0, limits)
+
+    def memory_ceiling(self) -> int:
+        """The resident size the run under way may reach (guards.memory_ceiling)."""
+        return memory_ceiling(self._limits, self._held, self.system.mapped_file_bytes() if self.system else 0)
 
     def _ended(self) -> bool:
         """Did the run end as a program ends: a process exited, a bare-metal
@@ -233,7 +238,7 @@ class Emulator(ProcessRun):
         try:
             with self._hooks((UC_HOOK_MEM_FETCH_UNMAPPED, _unmapped, start, end - 1) for start, end in code):
                 status, guard, pc = tracer.run(self._entry(entry), self.placement.sentinel,
-                                               limits._replace(memory_bytes=memory_threshold(limits)), log_cap)
+                                               limits._replace(memory_bytes=self.memory_ceiling()), log_cap)
                 while status and not guard:  # a fault: its handler runs (then on from there), or the run ends
                     begin = self._resumes_after(status)
                     if begin is None:
@@ -284,7 +289,7 @@ class Emulator(ProcessRun):
     def _start(self, args: tuple[int, ...], limits: abi.Limits) -> Uc:
         uc = self._uc
         self._ends_well = False  # until the run returns (`_returned`)
-        self._limits, self._started = limits, time.monotonic()
+        self._limits, self._started, self._held = limits, time.monotonic(), resident_bytes()
         for index, value in enumerate(args):
             uc.reg_write(arm.UC_ARM_REG_R0 + index, value)
         uc.reg_write(arm.UC_ARM_REG_SP, self._start_sp)
@@ -298,7 +303,7 @@ class Emulator(ProcessRun):
         if self._fault is not None:
             raise self._fault
         if guard != abi.GUARD_NONE:
-            raise EmulationFault(pc, guard_cause(guard, limits), guard)
+            raise EmulationFault(pc, guard_cause(guard, limits, self.memory_ceiling()), guard)
         pc = self._uc.reg_read(arm.UC_ARM_REG_PC)
         if self.system is not None:
             if self.system.exit_status is None:

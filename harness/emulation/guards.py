@@ -73,11 +73,13 @@ def as_limits(limits: abi.Limits | int) -> abi.Limits:
     """`limits`, or for a number the default limits with that instruction
     budget; a clock not given scaled to the budget, with no stop verified
     (clocked: a verifying run's is scaled before); each at most 2**64 - 1
-    (as trace.c reads them); ValueError unless each is positive."""
+    (as trace.c reads them; the memory's None, the default, stays);
+    ValueError unless each is positive."""
     limits = abi.Limits(instructions=limits) if isinstance(limits, int) else abi.Limits(*limits)
-    if limits.instructions <= 0 or not all(value > 0 for value in clocked(limits, every=None)):
+    if limits.instructions <= 0 or not all(value is None or value > 0 for value in clocked(limits, every=None)):
         raise ValueError(f"limits must be positive: {limits}")
-    return abi.Limits(*(min(value, (1 << 64) - 1) for value in clocked(limits, every=None)))
+    return abi.Limits(*(value if value is None else min(value, (1 << 64) - 1)
+                        for value in clocked(limits, every=None)))
 
 
 def _size(count: int) -> str:
@@ -87,35 +89,60 @@ def _size(count: int) -> str:
     return f"{count} bytes"
 
 
-def guard_cause(guard: int, limits: abi.Limits) -> str:
-    """The cause of a fault by one of the guards (abi.GUARDS): the guard and its limit."""
+def guard_cause(guard: int, limits: abi.Limits, ceiling: int | None = None) -> str:
+    """The cause of a fault by one of the guards (abi.GUARDS): the guard and
+    its limit (for memory by default, the `ceiling` the run had reached)."""
     if guard == abi.GUARD_INSTRUCTIONS:
         return f"more than {limits.instructions} instructions (runaway loop?)"
     if guard == abi.GUARD_SELF_LOOP:
         return "branches to itself without changing any register: an endless loop"
     if guard == abi.GUARD_SECONDS:
         return f"more than {limits.seconds:g} seconds of emulation (the time limit; runaway loop?)"
+    if guard == abi.GUARD_MEMORY and limits.memory_bytes is None:
+        return (f"the process's resident size passed {_size(ceiling or 0)} (the default memory limit: "
+                f"{_size(abi.DEFAULT_MEMORY)}, less what one system call or check interval may add, beyond what the "
+                f"harness held as the run began and {FILE_COPIES} times what the files the program maps hold; "
+                "--max-memory-mb sets one)")
     if guard == abi.GUARD_MEMORY:
-        return (f"the process's resident size passed {_size(memory_threshold(limits))} (the memory limit, "
-                f"{_size(limits.memory_bytes)}, less what one system call or check interval may add)")
+        return (f"the process's resident size passed {_size(memory_threshold(limits.memory_bytes))} (the memory "
+                f"limit, {_size(limits.memory_bytes)}, less what one system call or check interval may add)")
     if guard == abi.GUARD_DEPTH:
         return f"more than {limits.depth} nested calls: endless recursion?"
     raise ValueError(f"no guard {guard}")
 
 
-def memory_threshold(limits: abi.Limits) -> int:
-    """The resident size the memory guard fires past: the limit less the
+def memory_threshold(limit: int) -> int:
+    """How far a limit of `limit` bytes lets the resident size go: less the
     most the process can grow between two checks (abi.MEMORY_RESERVE; a
     quarter of a small limit), so that it never holds more than the limit."""
-    return limits.memory_bytes - min(abi.MEMORY_RESERVE, limits.memory_bytes // 4)
+    return limit - min(abi.MEMORY_RESERVE, limit // 4)
 
 
-def exhausted(limits: abi.Limits, started: float) -> int:
+# A file the program maps is held twice: the bytes it was read with (harness.linux.contents) and the mapping.
+FILE_COPIES = 2
+
+
+def memory_ceiling(limits: abi.Limits, held: int, files: int) -> int:
+    """The resident size the memory guard fires past. A limit given
+    (--max-memory-mb) is on the harness's whole resident size. By default,
+    the run may add abi.DEFAULT_MEMORY to what the harness `held` as it
+    began (the tables, the ELFs read) and FILE_COPIES times the bytes of the
+    distinct files the program has mapped (`files`): a large program's
+    executable and libraries (Chromium's 670 MB) come from the files the
+    user gave, while whatever a program allocates, anonymous memory, the
+    heap, copies of its files, counts against the limit."""
+    if limits.memory_bytes is not None:
+        return memory_threshold(limits.memory_bytes)
+    return held + memory_threshold(abi.DEFAULT_MEMORY) + FILE_COPIES * files
+
+
+def exhausted(limits: abi.Limits, started: float, ceiling: int) -> int:
     """abi.GUARD_SECONDS or GUARD_MEMORY for a run started at `started`
-    (time.monotonic) that is past that limit, else GUARD_NONE."""
+    (time.monotonic) that is past its clock or its memory `ceiling`
+    (memory_ceiling), else GUARD_NONE."""
     if time.monotonic() - started > limits.seconds:
         return abi.GUARD_SECONDS
-    if resident_bytes() > memory_threshold(limits):
+    if resident_bytes() > ceiling:
         return abi.GUARD_MEMORY
     return abi.GUARD_NONE
 

@@ -79,6 +79,7 @@ class RunEvents(NamedTuple):
     fault: Callable[[int, bool], None]  # a fault at pc (data: of the instruction there; else of its fetch)
     precise: bool  # does the hook know where a fault happens? (not from block entries: ImpreciseFault)
     deadline: Callable[[int | None, Callable[[], bool]], None]  # stop before that instruction count, and call back
+    memory: Callable[[int], None]  # the resident size the run may reach now (a file mapped raised it)
 
 
 # What a Linux kernel makes of each engine error in user code: the fault

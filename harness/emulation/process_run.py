@@ -20,13 +20,14 @@ SVC_ARGUMENTS = [getattr(arm, f"UC_ARM_REG_R{n}") for n in range(6)]
 class ProcessRun:
     """The Emulator's part for a process (`system`): its hooks and what
     they tell the run's hook. Needs the Emulator's `_uc`, `system`,
-    `placement`, `_machine`, `_limits` and `_started`."""
+    `placement`, `_machine`, `_limits`, `_started` and `memory_ceiling`."""
 
     def _begin_process(self) -> None:
         self._events: RunEvents | None = None  # what the run's hook is told (`follow`)
         self._fault: EmulationFault | None = None  # raised in a hook, reported after the run
         self._fault_address = 0  # the address of the last access that faulted (`_invalid`)
         self._deadline: int | None = None  # the instruction count at which a timer expires (`_arm`)
+        self._ceiling_told: int | None = None  # the memory ceiling the hook was last told (RunEvents.memory)
 
     def _interrupt(self, uc: Uc, number: int, user_data) -> None:
         """A system call (SVC) of the program, answered by the system; any
@@ -55,10 +56,15 @@ class ProcessRun:
                     self._events.signal(interrupted)
                 self._arm(call_pc)
             # One call can take long or grow the process (a read of 16 MiB): the
-            # clock and memory are checked after each, whatever the hook.
-            guard = exhausted(self._limits, self._started)
+            # clock and memory are checked after each, whatever the hook; a
+            # file mapped raises the default ceiling, which the hook is told.
+            ceiling = self.memory_ceiling()
+            if self._events is not None and ceiling != self._ceiling_told:
+                self._events.memory(ceiling)
+                self._ceiling_told = ceiling
+            guard = exhausted(self._limits, self._started, ceiling)
             if guard:
-                raise EmulationFault(call_pc, guard_cause(guard, self._limits), guard)
+                raise EmulationFault(call_pc, guard_cause(guard, self._limits, ceiling), guard)
         except HarnessError as error:
             self._fault = error if isinstance(error, EmulationFault) else EmulationFault(pc, str(error))
             uc.emu_stop()

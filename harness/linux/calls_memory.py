@@ -23,6 +23,7 @@ MAP_FIXED_NOREPLACE = 0x100000
 MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 MADV_DONTNEED = 4
+COPY_CHUNK = 16 << 20  # a file mapping's bytes are copied in pieces this large, never a whole file at once
 
 
 def _protect(kernel, start: int, size: int, protection: int) -> None:
@@ -94,19 +95,21 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
         start = address if hinted else kernel.space.find(size)
         if start is None:
             raise GuestError(errno.ENOMEM)
-    contents, source = b"", None
+    opened, source = None, None
     if not flags & MAP_ANONYMOUS:
         opened = kernel.file(fd)
         if not stat.S_ISREG(opened.node.mode):
             raise GuestError(errno.ENODEV)
-        offset = page_offset * PAGE
-        contents = opened.node.data.read(offset, length)
-        kernel.file_mappings.append((start, start + size, opened.path, offset))
-        source = (opened.path, offset)
+        source = (opened.path, page_offset * PAGE)
+        kernel.file_mappings.append((start, start + size, *source))
+        kernel.note_mapped(opened.path, len(opened.node.data))
     _map_fresh(kernel, start, size)
     kernel.vmas.mapped(start, start + size, protection, flags, source)  # for /proc/self/maps
-    if contents:
-        kernel.machine.write(start, contents)
+    for done in range(0, length, COPY_CHUNK) if opened is not None else ():  # a chunk at a time: no copy of it all
+        chunk = opened.node.data.read(source[1] + done, min(COPY_CHUNK, length - done))
+        if not chunk:
+            break
+        kernel.machine.write(start + done, chunk)
     _protect(kernel, start, size, protection)
     return start
 

@@ -99,6 +99,15 @@ class LinuxKernel:
         self.calls: dict[str, int] = {}  # name -> times called, for the report
         # (start, end, guest path, file offset) of every file mapping: where ld.so put the libraries
         self.file_mappings: list[tuple[int, int, str, int]] = []
+        # each distinct file mapped (exec's, the program's own mmaps) and its size, and their sum:
+        # what the default memory limit allows for (harness.emulation.guards.memory_ceiling)
+        self.mapped_files: dict[str, int] = {}
+        self.mapped_file_bytes = 0
+
+    def note_mapped(self, path: str, size: int) -> None:
+        if path not in self.mapped_files:
+            self.mapped_files[path] = size
+            self.mapped_file_bytes += size
 
     def system_call(self, number: int, args: tuple[int, ...], pc: int) -> int:
         """Run call `number` with r0-r5 = args; the value for r0. Raises

@@ -10,6 +10,7 @@ LinuxKernel, and the run ends when it exits.
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
 from dataclasses import dataclass
 
@@ -133,7 +134,14 @@ class LinuxSystem:
         executable = posixpath.normpath(posixpath.join(WORKDIR, self.argv[0]))
         self.kernel = LinuxKernel(machine, self.files, self.space, page_up(self.executable.end), self.stdin,
                                   executable, self._image(machine, sp, placement, executable))
+        for loaded_elf in (self.executable, self.interpreter):
+            if loaded_elf is not None:
+                self.kernel.note_mapped(loaded_elf.path, os.path.getsize(loaded_elf.path))
         return sp
+
+    def mapped_file_bytes(self) -> int:
+        """The bytes of the distinct files the process has mapped (exec's, and its own mmaps)."""
+        return 0 if self.kernel is None else self.kernel.mapped_file_bytes
 
     def _image(self, machine: Machine, sp: int, placement: Placement, executable: str) -> Image:
         """What exec left that /proc shows (harness.linux.special_files.Image)."""

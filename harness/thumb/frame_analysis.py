@@ -39,7 +39,7 @@ from harness.registers import LR, PC, SP
 from harness.thumb.branch_tables import data_read, formed_address, wide_constant
 from harness.thumb.disasm import Instruction, decode_one
 from harness.thumb.analysed import NOT_SINGLE, UNREACHED, Analysed, ProgramFacts, labels_in
-from harness.thumb.frame_effects import FP, UNKNOWN, FrameState, Unknowable, lost, torn_down
+from harness.thumb.frame_effects import UNKNOWN, FrameState, Unknowable, frame_pointer, lost, torn_down
 from harness.thumb.native import compiled_analysis
 from harness.thumb.successors import Body, FromStart, Path, into_arm, successors
 from harness.thumb.untouched import dropped, kept_saves
@@ -194,7 +194,7 @@ class _Analysis:
             states = self.reached.setdefault(address, {})
             known = states.get(path.fact)
             if known is not None:
-                joined = _join(known, path.state)
+                joined = _join(known, path.state, frame_pointer(path.arm))
                 if joined != known and address in kept:
                     continue
                 if joined is None:
@@ -301,7 +301,7 @@ class _Analysis:
             return None
         frame = states[0]._replace(clobbered=states[0].clobbered | {LR})
         for state in states[1:]:
-            frame = _join(frame, state)
+            frame = _join(frame, state, frame_pointer(self.body.arm))
             if frame is None:
                 return None
         return None if frame == UNKNOWN else frame
@@ -321,7 +321,7 @@ class _Analysis:
         return found + ([(covered, self.end)] if covered < self.end else [])
 
 
-def _join(known: FrameState, other: FrameState) -> FrameState | None:
+def _join(known: FrameState, other: FrameState, fp: int) -> FrameState | None:
     """The state where two paths meet: the same frame (CFA, depth, saves),
     a register that lost the caller's value on either path lost, and r7's
     distance to the CFA where both agree (where sp is known, r7 may hold
@@ -336,7 +336,7 @@ def _join(known: FrameState, other: FrameState) -> FrameState | None:
             and (fp_offset is not None or known.cfa_reg == SP):
         return known._replace(clobbered=lost, fp_offset=fp_offset)
     if fp_offset is not None and known.saved == other.saved:
-        return known._replace(depth=None, cfa_reg=FP, clobbered=lost)
+        return known._replace(depth=None, cfa_reg=fp, clobbered=lost)
     return None
 
 

@@ -7,7 +7,9 @@ loads from a save slot restore, sp moves by constants (an immediate, or a
 register movw/movt set just before), is set from the frame pointer or a
 copy of it, or by a computed amount (then only the frame pointer knows the
 frame); r7 becomes the frame pointer, or moves by a constant (GCC's large
-frames). Anything else that sets sp or the frame pointer is Unknowable.
+frames); in ARM code r11 does (`add fp, sp, #k` ... `sub sp, fp, #k`: GCC's
+and Rust's ARM frames, glibc's assembly). Anything else that sets sp or the
+frame pointer is Unknowable.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from harness.thumb.disasm import Instruction, decode_before, decode_one
 from harness.thumb.encoding import FRAME_POINTERS
 
 FP = FRAME_POINTERS[0]  # r7, the Thumb frame pointer
+
+
+def frame_pointer(arm: bool) -> int:
+    """The frame pointer of code in that state: r7 in Thumb, r11 (fp) in ARM."""
+    return FRAME_POINTERS[1] if arm else FRAME_POINTERS[0]
 CALLEE_SAVED = frozenset(TRACKED_REGS)
 # How far before `mov sp, rX` the copy `sub.w rX, r7, #k` is looked for: clang
 # schedules the epilogue's arithmetic between them (18 bytes in a VLA's
@@ -33,7 +40,7 @@ class FrameState(NamedTuple):
 
     depth: int | None = 0  # CFA - sp
     cfa_reg: int = SP
-    fp_offset: int | None = None  # CFA - r7, while r7 holds sp + k from an `add r7, sp, #k`
+    fp_offset: int | None = None  # CFA - r7 (ARM: r11), while it holds sp + k from an `add r7, sp, #k`
     saved: tuple[tuple[int, int], ...] = ()  # (register, offset from the CFA), sorted
     clobbered: frozenset[int] = frozenset()  # callee-saved registers written: no longer the caller's value
 
@@ -97,8 +104,9 @@ def _effect(insn: Instruction, state: FrameState, code_at) -> FrameState:
         return _push(state, [(reg, 4) for reg in regs])
     if op == "vpush":
         return _push(state, [(reg, 8) for reg in regs])
+    fp = frame_pointer(insn.arm)
     if op in ("pop", "vpop"):
-        return _pop(state, regs, 4 if op == "pop" else 8)
+        return _pop(state, regs, 4 if op == "pop" else 8, fp)
     if op in ("str", "strd", "strh", "strb") and insn.mem and insn.mem[0] == SP:
         return _store(insn, state)
     if op in ("ldr", "ldrd") and insn.mem and insn.mem[0] == SP:
@@ -107,14 +115,14 @@ def _effect(insn: Instruction, state: FrameState, code_at) -> FrameState:
         return _clobber(state, (LR,))
     if SP in insn.writes:
         return _sp_written(insn, state, code_at)
-    if op in ("add", "mov") and regs[:2] == (FP, SP) and state.depth is not None:
+    if op in ("add", "mov") and regs[:2] == (fp, SP) and state.depth is not None:
         # r7 = sp + k: the frame pointer, should sp later move by a computed
         # amount or be set from it; the CFA stays on sp while sp is known
         # (clang's frameless code uses r7 for other things too)
         return state._replace(fp_offset=state.depth - (insn.imm or 0),
-                       clobbered=state.clobbered | {FP})
-    if FP in insn.writes and state.fp_offset is not None:
-        return _fp_written(insn, state)
+                       clobbered=state.clobbered | {fp})
+    if fp in insn.writes and state.fp_offset is not None:
+        return _fp_written(insn, state, fp)
     return _clobber(state, [reg for reg in insn.writes if reg in CALLEE_SAVED])
 
 
@@ -135,14 +143,14 @@ def _clobber(state: FrameState, regs) -> FrameState:
 def _moved(state: FrameState, delta: int) -> FrameState:
     """sp moved down by `delta` bytes (up when negative)."""
     if state.depth is None:
-        if state.cfa_reg == FP:
+        if state.cfa_reg in FRAME_POINTERS:
             # sp below a dynamic allocation moved by a constant (GCC's
             # stack-clash probes step an alloca down a page at a time): still
             # unknown, and r7 still holds the frame
             return state
         raise Unknowable("sp moves where its distance to the frame is unknown")
     depth = state.depth + delta
-    if state.cfa_reg == FP and delta < 0:  # an epilogue: sp is known, the CFA goes back to it
+    if state.cfa_reg in FRAME_POINTERS and delta < 0:  # an epilogue: sp is known, the CFA goes back to it
         return state._replace(depth=depth, cfa_reg=SP)
     return state._replace(depth=depth)
 
@@ -163,7 +171,7 @@ def _push(state: FrameState, stored: list[tuple[int, int]]) -> FrameState:
     return moved._replace(saved=tuple(sorted(saved.items())))
 
 
-def _pop(state: FrameState, regs: tuple[int, ...], size: int) -> FrameState:
+def _pop(state: FrameState, regs: tuple[int, ...], size: int, fp: int) -> FrameState:
     """Registers loaded from sp up, sp moved up past them: a register loaded
     from its own save slot holds the caller's value again. The CFA is
     defined through sp from here (r7 may be among them)."""
@@ -181,7 +189,7 @@ def _pop(state: FrameState, regs: tuple[int, ...], size: int) -> FrameState:
         elif reg in CALLEE_SAVED:
             saved.pop(reg, None)
             clobbered.add(reg)
-    return FrameState(state.depth - size * len(regs), SP, None if FP in regs else state.fp_offset,
+    return FrameState(state.depth - size * len(regs), SP, None if fp in regs else state.fp_offset,
                       tuple(sorted(saved.items())), frozenset(clobbered))
 
 
@@ -219,7 +227,7 @@ def _load(insn: Instruction, state: FrameState) -> FrameState:
     if insn.post_index:  # sp moves up after: by more than the load in glibc's `ldr r8, [sp], #32`
         if insn.imm is None or insn.imm < 4 * count or insn.imm % 4:
             return _unknown_sp(insn, state)
-        popped = _pop(state, loaded, 4)
+        popped = _pop(state, loaded, 4, frame_pointer(insn.arm))
         return _moved(popped, 4 * count - insn.imm) if insn.imm > 4 * count else popped
     if insn.text.endswith("!"):
         return _unknown_sp(insn, state)
@@ -246,7 +254,8 @@ def _sp_written(insn: Instruction, state: FrameState, code_at) -> FrameState:
         amount = insn.imm if not sources else _constant_before(insn, sources, code_at)
         if amount is not None and len(sources) <= 1 and (not sources or insn.imm is None):
             return _moved(state, amount if op == "sub" else -amount)
-    if op in ("mov", "sub", "add") and regs[:1] == (SP,) and sources == (FP,) and state.fp_offset is not None:
+    if op in ("mov", "sub", "add") and regs[:1] == (SP,) and sources == (frame_pointer(insn.arm),) \
+            and state.fp_offset is not None:
         below = (insn.imm or 0) if op != "add" else -(insn.imm or 0)
         return state._replace(depth=state.fp_offset + below, cfa_reg=SP)
     if op == "mov" and len(sources) == 1 and state.fp_offset is not None:
@@ -275,9 +284,10 @@ def _frame_pointer_copy_before(insn: Instruction, reg: int, code_at) -> int | No
     a few instructions ahead of `mov sp, r4`)."""
     for earlier in reversed(decode_before(code_at, insn.address, span=FRAME_POINTER_COPY_SPAN, arm=insn.arm)):
         if reg in earlier.writes:
-            if earlier.op in ("sub", "add") and earlier.regs == (reg, FP) and earlier.imm is not None:
+            fp = frame_pointer(insn.arm)
+            if earlier.op in ("sub", "add") and earlier.regs == (reg, fp) and earlier.imm is not None:
                 return earlier.imm if earlier.op == "sub" else -earlier.imm
-            return 0 if earlier.op == "mov" and earlier.regs == (reg, FP) else None
+            return 0 if earlier.op == "mov" and earlier.regs == (reg, fp) else None
         if earlier.transfers:
             return None
     return None
@@ -307,16 +317,16 @@ def _unknown_sp(insn: Instruction, state: FrameState) -> FrameState:
     """sp moved by an amount the code computes: known again only through
     the frame pointer, which the CFA is then defined by."""
     if state.fp_offset is not None:
-        return state._replace(depth=None, cfa_reg=FP)
+        return state._replace(depth=None, cfa_reg=frame_pointer(insn.arm))
     raise Unknowable(f"'{insn.text}' sets sp in a way the analysis does not model")
 
 
-def _fp_written(insn: Instruction, state: FrameState) -> FrameState:
-    """r7 written while it is the frame pointer: GCC moves it by a constant
-    before `mov sp, r7` in large frames; anything else loses the frame."""
-    if insn.op in ("add", "adds", "sub", "subs") and insn.imm is not None and all(r == FP for r in insn.regs):
+def _fp_written(insn: Instruction, state: FrameState, fp: int) -> FrameState:
+    """r7 (`fp`) written while it is the frame pointer: GCC moves it by a
+    constant before `mov sp, r7` in large frames; anything else loses the frame."""
+    if insn.op in ("add", "adds", "sub", "subs") and insn.imm is not None and all(r == fp for r in insn.regs):
         delta = insn.imm if insn.op.startswith("add") else -insn.imm
         return state._replace(fp_offset=state.fp_offset - delta)
-    if state.cfa_reg == FP:
+    if state.cfa_reg == fp:
         raise Unknowable(f"'{insn.text}' overwrites the frame pointer the CFA is defined by")
     return state._replace(fp_offset=None)

@@ -133,7 +133,7 @@ def run_in_python(parts: RunParts, observe=None, resumes: bytes | None = None) -
     emulator.follow(RunEvents(lambda: result.instructions, lambda context: threads.interrupted(context, uses_vfp),
                               lambda switch: threads.switch(switch.left, switch.tid),
                               lambda pc, data: threads.faulted(pc, emulator.registers()[13], data), True,
-                              lambda deadline, expire: None))  # the hook asks (emulator.expired)
+                              lambda deadline, expire: None, lambda ceiling: None))  # the hook asks the emulator
     try:
         result.result = emulator.call(program.entry, on_stop, limits, program.args)
     finally:

@@ -269,7 +269,7 @@ def _run_compiled(parts: RunParts, observe=None, resumes: bytes | None = None,
 
     emulator.follow(RunEvents(lambda: tracer.seen, on_signal,
                               lambda switch: tracer.switch(switch.left, switch.tid, switch.stack_top),
-                              tracer.faulted, not parts.by_blocks, tracer.set_deadline))
+                              tracer.faulted, not parts.by_blocks, tracer.set_deadline, tracer.set_memory))
     try:
         result.result = emulator.call_traced(program.entry, tracer, parts.limits, program.args, cap, program.code_spans())
     finally:  # the stops before a fault count too

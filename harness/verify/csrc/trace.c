@@ -323,6 +323,15 @@ static PyObject *Tracer_finish(Tracer *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* set_memory(bytes): the resident size the run may reach from now on (a
+ * process mapped a file: harness.emulation.guards.memory_ceiling). */
+static PyObject *Tracer_set_memory(Tracer *self, PyObject *arg) {
+    const unsigned long long bytes = PyLong_AsUnsignedLongLong(arg);
+    if (bytes == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    self->max_memory = bytes;
+    Py_RETURN_NONE;
+}
+
 /* set_deadline(count, expire): before the instruction at which the stops
  * seen reach `count` (None: never), call expire(); from block entries, the
  * block that holds it is run up to it first, as for a sample. */
@@ -366,6 +375,8 @@ static PyObject *Tracer_resumed(Tracer *self, PyObject *unused) {
 static PyMethodDef Tracer_methods[] = {
     {"resume", (PyCFunction)Tracer_resume, METH_VARARGS, "On from begin after a fault the program's handler takes."},
     {"finish", (PyCFunction)Tracer_finish, METH_NOARGS, "The run is over: let go of what it called."},
+    {"set_memory", (PyCFunction)Tracer_set_memory, METH_O,
+     "set_memory(bytes): the resident size past which the run ends (GUARD_MEMORY) from now on."},
     {"set_deadline", (PyCFunction)Tracer_set_deadline, METH_VARARGS,
      "Before the instruction at which the stops seen reach count, call expire()."},
     {"faulted", (PyCFunction)Tracer_faulted, METH_VARARGS,
