@@ -141,6 +141,14 @@ chromium:
 	bash corpus/chromium/fetch.sh
 	python3 corpus/chromium/check.py
 
+# Both runs verified by the harness with every unwinder at samples of mean
+# stride EVERY, each run's output held to qemu-user's: reports/chromium-*.json
+# and .txt (corpus/chromium/verify.py; docs/chromium.md).
+EVERY ?= 10000
+.PHONY: chromium-verify
+chromium-verify: setup chromium
+	python3 corpus/chromium/verify.py --every $(EVERY)
+
 # The README's figure tables (and those of docs/: bench.md, synthesis.md, comparators.md), regenerated
 # from reports/latest.json, reports/bench.json and reports/compare.json.
 readme: setup

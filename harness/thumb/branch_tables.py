@@ -18,7 +18,7 @@ position-independent `ldr rX, [pc, #n]; add rX, pc` forms (`formed_address`).
 from __future__ import annotations
 
 from harness.registers import LR, PC, SP
-from harness.thumb.disasm import Instruction, decode_before, decode_one, pc_base
+from harness.thumb.disasm import Instruction, decode_before, decode_one, pc_base, register_number
 from harness.thumb.frame_effects import Unknowable
 
 CANNOT_FOLLOW = "leaves for an address the analysis cannot follow"
@@ -162,10 +162,11 @@ def guarded_entries(insn: Instruction, code_at) -> int | None:
 
 
 def _index_register(insn: Instruction) -> int | None:
-    """rI of `tbb [pc, rI]`, `ldr rX, [rT, rI, lsl #2]` (the last register operand)."""
+    """rI of `tbb [pc, rI]`, `ldr rX, [rT, rI, lsl #2]` (the last register
+    operand; capstone names r12 `ip`: Debian's gawk indexes a tbb by it)."""
     names = [part.strip(" []!") for part in insn.text.split(" ", 1)[-1].split(",")]
-    registers = [name for name in names if name[:1] == "r" and name[1:].isdigit()]
-    return int(registers[-1][1:]) if registers else None
+    registers = [number for name in names if (number := register_number(name)) is not None and number < SP]
+    return registers[-1] if registers else None
 
 
 def data_read(insn: Instruction, code_at) -> set[int]:

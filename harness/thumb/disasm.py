@@ -58,6 +58,13 @@ def pc_base(insn: Instruction) -> int:
     return insn.address + 8 if insn.arm else (insn.address + 4) & ~3
 
 
+def register_number(name: str) -> int | None:
+    """r0-r15 by either name (`r12` or `ip`), else None."""
+    if name in _NAMED:
+        return _NAMED[name]
+    return int(name[1:]) if name[:1] == "r" and name[1:].isdigit() else None
+
+
 def _reg(name: str) -> int:
     if name in _NAMED:
         return _NAMED[name]

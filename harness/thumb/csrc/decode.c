@@ -111,8 +111,10 @@ static void plain(const char *mnemonic, bool conditional, char *op) {
 
 static bool strippable(char c) { return c == ' ' || c == '[' || c == ']' || c == '!'; }
 
-/* branch_tables._index_register: the last operand written rN (not sb..pc). */
+/* branch_tables._index_register: the last operand that names r0-r12, as rN
+ * or by capstone's names for r9-r12 (sb, sl, fp, ip). */
 static int16_t index_register(const char *operands) {
+    static const char *const named[] = {"sb", "sl", "fp", "ip"};
     int16_t found = -1;
     while (*operands) {
         const char *end = strchr(operands, ',');
@@ -125,6 +127,8 @@ static int16_t index_register(const char *operands) {
             for (const char *c = first + 1; c < last; c++) all &= *c >= '0' && *c <= '9';
             if (all) found = (int16_t)atoi(first + 1);
         }
+        for (int i = 0; i < 4; i++)
+            if (last - first == 2 && !strncmp(first, named[i], 2)) found = (int16_t)(9 + i);
         operands = *end ? end + 1 : end;
     }
     return found;
