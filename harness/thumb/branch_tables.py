@@ -215,6 +215,21 @@ def formed_address(insn: Instruction, code_at) -> int | None:
     return None
 
 
+def thunk_target(insn: Instruction, code_at) -> int | None:
+    """Where a long-branch thunk goes, its state in bit 0: `movw rX, #lo;
+    movt rX, #hi; add rX, pc; bx rX` (lld's, to a far function or a PLT
+    entry: Chromium's calls of `__stack_chk_fail` go through one); None for
+    any other instruction."""
+    if insn.op != "bx" or insn.arm or len(insn.regs) != 1 or insn.regs[0] in (LR, PC):
+        return None
+    before = decode_before(code_at, insn.address, span=12)
+    if len(before) < 3 or before[-1].op != "add" or before[-1].regs != (insn.regs[0], PC) \
+            or before[-1].imm is not None or before[-2].regs[:1] != insn.regs:
+        return None
+    value = wide_constant(before[-2], code_at)
+    return None if value is None else (value + before[-1].address + 4) & 0xFFFFFFFF
+
+
 def wide_constant(insn: Instruction, code_at) -> int | None:
     """The 32-bit value `movt rX, #hi` completes, with `movw rX, #lo` just
     before it on the straight run (as code linked where it runs takes an

@@ -36,7 +36,7 @@ from typing import Callable, Iterable
 
 from harness.program import CfiRow, FunctionCfi
 from harness.registers import LR, PC, SP
-from harness.thumb.branch_tables import data_read, formed_address, wide_constant
+from harness.thumb.branch_tables import data_read, formed_address, thunk_target, wide_constant
 from harness.thumb.disasm import Instruction, decode_one
 from harness.thumb.analysed import NOT_SINGLE, UNREACHED, Analysed, ProgramFacts, labels_in
 from harness.thumb.frame_effects import UNKNOWN, FrameState, Unknowable, frame_pointer, lost, torn_down
@@ -216,14 +216,14 @@ class _Analysis:
                     insn = self.decoded[(address, path.arm)] = _instruction(self.code_at, address, self.end, path.arm)
                 first_visit = address not in self.sizes  # what the code itself says is read once
                 self.sizes[address] = insn.size
-                veneer = self._note_targets(insn, path, first_visit)
+                leaves_to = self._note_targets(insn, path, first_visit)
                 if first_visit:
                     self._read(insn)
                 onward = list(successors(insn, path, self.body))
                 pending.extend(onward)
                 if not onward and insn.op not in ("udf", "bkpt", "bl", "blx") \
                         and not (insn.op == "b" and insn.imm in self.body.noreturn) \
-                        and not (veneer is not None and veneer in self.body.noreturn):  # a tail call to one
+                        and not (leaves_to is not None and leaves_to in self.body.noreturn):  # a tail call to one
                     self.returns = True
             except Unknowable as why:
                 self._refuse(address, str(why))
@@ -233,8 +233,10 @@ class _Analysis:
     def _note_targets(self, insn: Instruction, path: Path, first_visit: bool) -> int | None:
         """Note the functions `insn` calls, tail-calls or takes the address
         of (and a call with lr saved nowhere); where a Thumb `bx pc` goes
-        on in ARM state (successors.into_arm), or None."""
+        on in ARM state (successors.into_arm), or a thunk's `bx` goes
+        (branch_tables.thunk_target), else None."""
         veneer = into_arm(insn)
+        thunk = thunk_target(insn, self.code_at) if insn.op == "bx" else None
         if insn.op in ("bl", "blx"):
             self.calls.add(insn.address)
             if path.state != UNKNOWN and all(reg != LR for reg, _ in path.state.saved):
@@ -248,6 +250,9 @@ class _Analysis:
                 insn.imm)  # a tail call: a function
         elif veneer is not None and not self.start <= veneer < self.end and torn_down(path.state):
             self.arm_callees.add(veneer)  # a Thumb stub's `bx pc` into the ARM function after it
+        elif thunk is not None and torn_down(path.state):
+            (self.callees if thunk & 1 else self.arm_callees).add(thunk & ~1)  # a tail call to a far function
+            return thunk & ~1
         elif insn.op == "add" and first_visit \
                 and (formed := formed_address(insn, self.code_at)) is not None and formed & 1:
             self.callees.add(formed & ~1)  # a Thumb code address taken pc-relative: a function

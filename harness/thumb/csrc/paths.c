@@ -173,6 +173,14 @@ static Step executed(Analysis *a, const Insn *insn, const Path *path, int64_t fo
     if ((insn->opcode == OP_BX) && insn->nregs == 1 && insn->regs[0] == REG_PC) /* into ARM state */
         return insn->address % 4 ? refuse("ARM code would start unaligned", insn->address)
                                  : give_up("into ARM state", insn->address);
+    if ((insn->opcode == OP_BX) && insn->nregs == 1 && insn->regs[0] < REG_SP && insn->address >= 2) {
+        /* `add rX, pc; bx rX`: a thunk (branch_tables.thunk_target), whose target the Python computes */
+        uint8_t before[2];
+        const int rx = insn->regs[0];
+        if (code_read(a->code, insn->address - 2, before, 2) == 2
+            && (before[0] | before[1] << 8) == (0x4478 | (rx & 7) | (rx & 8) << 4))
+            return give_up("a thunk", insn->address);
+    }
     if ((insn->opcode == OP_B)) {
         if (in_function(a, insn->imm)) go(a, insn->imm, &onward), (*count)++;
         if (insn->conditional) go(a, following, &onward), (*count)++;
