@@ -150,3 +150,18 @@ def test_by_default_what_a_program_allocates_counts_and_the_files_it_maps_do_not
     assert guards.memory_ceiling(abi.Limits(), held, executable) == \
         held + guards.memory_threshold(128 << 20) + guards.FILE_COPIES * executable
     assert guards.memory_ceiling(abi.Limits(memory_bytes=1 << 30), held, executable) == guards.memory_threshold(1 << 30)
+
+
+def test_a_program_inside_the_sysroot_is_told_its_path_there(tmp_path):
+    """argv[0] and /proc/self/exe name a program that lies in the sysroot
+    by its path there, as the guest sees it (Chromium looks for its ICU
+    data beside /proc/self/exe: the host path named nothing in the guest's
+    files, and it stopped at a failed CHECK); a program elsewhere by its
+    path as given; argv0 given, by that."""
+    inside = tmp_path / "root" / "usr" / "bin" / "touch_memory"
+    inside.parent.mkdir(parents=True)
+    inside.write_bytes((CACHE / "hostile" / "touch_memory").read_bytes())
+    assert LinuxSystem(LinuxRun(str(inside), ("1",), str(tmp_path / "root"))).argv == ["/usr/bin/touch_memory", "1"]
+    outside = str(CACHE / "hostile" / "touch_memory")
+    assert LinuxSystem(LinuxRun(outside, (), str(tmp_path / "root"))).argv == [outside]
+    assert LinuxSystem(LinuxRun(str(inside), (), str(tmp_path / "root"), argv0="prog")).argv == ["prog"]

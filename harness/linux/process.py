@@ -51,7 +51,7 @@ class LinuxRun:
     cwd: str = "."
     stdin: str | None = None
     lazy_binding: bool = False
-    argv0: str | None = None  # what the process is told it is (default: `program` as given)
+    argv0: str | None = None  # what the process is told it is (default: its path in the sysroot, else `program`)
 
     @property
     def environment(self) -> tuple[str, ...]:
@@ -118,7 +118,18 @@ class LinuxSystem:
 
     @property
     def argv(self) -> list[str]:
-        return [self.run.argv0 or self.run.program, *self.run.args]
+        return [self.run.argv0 or self._guest_path(), *self.run.args]
+
+    def _guest_path(self) -> str:
+        """The program as the process is told it is by default: where it lies
+        in the sysroot, as the guest sees it (Chromium finds its ICU data
+        beside /proc/self/exe: a host path would name nothing in the guest's
+        files), else its path as given."""
+        if self.run.sysroot:
+            inside = os.path.relpath(os.path.realpath(self.run.program), os.path.realpath(self.run.sysroot))
+            if not inside.startswith(os.pardir):
+                return "/" + inside.replace(os.sep, "/")
+        return self.run.program
 
     def attach(self, machine: Machine, placement: Placement) -> int:
         """Map the helper page, write the initial stack; the initial sp."""
