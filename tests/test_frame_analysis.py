@@ -553,6 +553,18 @@ def test_a_plt_entrys_thumb_stub_is_a_tail_call_into_its_arm_entry():
     assert not never.returns  # into an ARM entry that never returns: neither does the stub
 
 
+def test_the_halfword_after_a_thumb_bx_pc_begins_no_function():
+    """A stripped reading of grep's stub: a function found by a call at the
+    stub (`bx pc; b.n` back, then the ARM entry) keeps its ARM word; the
+    `b.n`, never run, is no start of its own (taken for one, it cut the
+    stub short and made the ARM word a false start: `___fini_from_thumb`
+    in the static builds)."""
+    code = bytes.fromhex("00b500f005f800bd") + bytes(8) + bytes.fromhex("7847fde700c68fe21cca8ce2bcfbbce5")
+    found, _ = discovered([], ((BASE, BASE + 8, "f"),), code=code)
+    starts = [(f.name, f.start - BASE, f.end - BASE) for f in found if not f.name.startswith("<")]
+    assert ("fn_100010", 0x10, 0x20) in starts and not any(start in (0x12, 0x14) for _, start, _ in starts)
+
+
 def test_blx_enters_arm_state_and_arm_code_calls_in_its_own():
     """`blx` from Thumb enters ARM code, which no symbol names; its `bl`
     stays in ARM state and its `blx` enters Thumb: each found function is

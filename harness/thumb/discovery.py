@@ -317,7 +317,7 @@ def _begun(code_at, analyse, around: Analysed, gap: tuple[int, int], arm: bool, 
     high = gap[1]
     low = past_padding(code_at, *gap, arm)
     known, shared = seen  # the starts known, the targets of conditional branches out of functions
-    if low >= high or low in shared:
+    if low >= high or low in shared or _after_into_arm(code_at, low, arm):
         return None
     arm = arm or looks_arm(code_at, low, always=2)  # the analysis below must then hold in ARM state
     if pushes_lr(code_at, low, high, arm):
@@ -330,6 +330,13 @@ def _begun(code_at, analyse, around: Analysed, gap: tuple[int, int], arm: bool, 
     bounds = [low, *(edge for span in alone.unreached for edge in span), end]  # what it runs through, in pairs
     return (low, arm) if all(any(gap_low <= ran_low and ran_high <= gap_high for gap_low, gap_high in around.unreached)
                              for ran_low, ran_high in zip(bounds[::2], bounds[1::2]) if ran_low < ran_high) else None
+
+
+def _after_into_arm(code_at, address: int, arm: bool) -> bool:
+    """Is `address` the halfword after a word-aligned Thumb `bx pc`, which
+    goes on at the next word in ARM state? Never run: a veneer's filler
+    (`nop`, or Debian's `b.n` back to the `bx`), no function's start."""
+    return not arm and address % 4 == 2 and code_at(address - 2, 2) == b"\x78\x47"
 
 
 def _next_bound(code_map: CodeMap, address: int) -> int:
