@@ -290,6 +290,7 @@ class Emulator(ProcessRun):
         uc = self._uc
         self._ends_well = False  # until the run returns (`_returned`)
         self._limits, self._started, self._held = limits, time.monotonic(), resident_bytes()
+        self._ceiling_told = None  # this run's hook has been told no ceiling but the one it starts with
         for index, value in enumerate(args):
             uc.reg_write(arm.UC_ARM_REG_R0 + index, value)
         uc.reg_write(arm.UC_ARM_REG_SP, self._start_sp)

@@ -89,13 +89,13 @@ class LiveStack:
             data = self.chunk(base)[address - base : address - base + size]
         else:
             data = self.chunk(base)[address - base :] + self.chunk(base + self.CHUNK)[: address + size - base - self.CHUNK]
-        self._mapped(address, size)
+        if self._holes:
+            self._mapped(address, size)
         return data
 
     def _mapped(self, address: int, size: int) -> None:
         """Raise where a read of `size` bytes at `address` meets a hole."""
-        if self._holes and any(base in self._holes for base in range(address & ~(self.CHUNK - 1), address + size,
-                                                                          self.CHUNK)):
+        if any(base in self._holes for base in range(address & ~(self.CHUNK - 1), address + size, self.CHUNK)):
             raise UnwindFailure("bad_read", f"read of {size} bytes at {address:#x}: nothing is mapped there "
                                             f"(inside the stack [{self.low:#x}, {self.high:#x}))")
 

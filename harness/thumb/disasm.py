@@ -66,10 +66,9 @@ def register_number(name: str) -> int | None:
 
 
 def _reg(name: str) -> int:
-    if name in _NAMED:
-        return _NAMED[name]
-    if name[0] == "r":
-        return int(name[1:])
+    number = register_number(name)
+    if number is not None:
+        return number
     if name[0] == "d":
         return DWARF_D0 + int(name[1:])
     return -1  # a register this tool does not model (s registers, APSR...)

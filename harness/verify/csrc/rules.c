@@ -364,12 +364,15 @@ static PyObject *rule_in_it_block(Verifier *self, Py_ssize_t unwinder, PyObject 
 
 /* Does the unwinder's step give another caller than its rule where the
  * caller's own rule is None (Unwinder.looks_ahead: a signal frame's
- * trampoline)? 1: defer the walk; -1 on a Python error. */
-static int defers_ahead(Verifier *self, Py_ssize_t unwinder, const KFrame *caller) {
+ * trampoline)? 1: defer the walk; -1 on a Python error. The caller's rule
+ * looked up (borrowed) and its id in *rule, *rule_id: its own step's, taken
+ * from there (NULL where not looked up). */
+static int defers_ahead(Verifier *self, Py_ssize_t unwinder, const KFrame *caller, PyObject **rule,
+                        Py_ssize_t *rule_id) {
+    *rule = NULL;
     if (!self->looks_ahead[unwinder]) return 0;
-    Py_ssize_t rule_id = -1;
-    PyObject *rule = sources_rule(&self->sources, unwinder, caller->r[PC], 0, &rule_id);
-    return rule ? rule == Py_None : -1;
+    *rule = sources_rule(&self->sources, unwinder, caller->r[PC], 0, rule_id);
+    return *rule ? *rule == Py_None : -1;
 }
 
 /* A walk that matched every frame, up to the outermost one, which has no
@@ -394,7 +397,9 @@ static int step_past_bottom(Verifier *self, Py_ssize_t unwinder, const KFrame *f
     int method;
     const int result = step((const uint8_t *)PyBytes_AS_STRING(rule), &caller, innermost, s, step_cpsr, &base,
                             &method);
-    const int ahead = result == STEP_OK ? defers_ahead(self, unwinder, &caller) : 0;
+    PyObject *ahead_rule;
+    Py_ssize_t ahead_id = -1;
+    const int ahead = result == STEP_OK ? defers_ahead(self, unwinder, &caller, &ahead_rule, &ahead_id) : 0;
     if (ahead < 0) return -1;
     if (result == STEP_DEFER || ahead) out->kind = ANSWER_DEFER;
     out->invents = result == STEP_OK && caller.r[PC] != 0;
@@ -408,6 +413,8 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
                        const KStack *s, uint32_t cpsr, const Expected *expected, Py_ssize_t frames, Answer *out,
                        MethodCounts *counted, PyObject *first_rule, Py_ssize_t first_id, Py_ssize_t *taken_at) {
     const int in_it = it_state(cpsr) != 0;
+    PyObject *ahead_rule = NULL;  /* the frame's rule, where the step before looked it up (defers_ahead) */
+    Py_ssize_t ahead_id = -1;
     for (Py_ssize_t index = from; index < to && out->kind == ANSWER_PASS; index++) {
         const int innermost = index == 0;
         if (!innermost && self->memo.active) {  /* the rest of the walk, as an earlier stop's walk made it? */
@@ -425,12 +432,13 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
                 return 0;
             }
         }
-        Py_ssize_t rule_id = first_id;
+        Py_ssize_t rule_id = ahead_rule ? ahead_id : first_id;
         out->frame = index;
         out->pc = frame->r[PC];  /* of the frame being unwound */
         out->sp = frame->r[SP];
         PyObject *rule = innermost && first_rule ? first_rule
-                       : sources_rule(&self->sources, unwinder, out->pc, innermost, &rule_id);
+                       : ahead_rule ? ahead_rule : sources_rule(&self->sources, unwinder, out->pc, innermost, &rule_id);
+        ahead_rule = NULL;
         if (!rule) return -1;
         uint32_t step_cpsr = cpsr;
         if (innermost && in_it && rule != Py_None &&
@@ -459,7 +467,7 @@ static int walk_frames(Verifier *self, Py_ssize_t unwinder, KFrame *frame, Py_ss
             out->merged = result == STEP_ALIGNED8_FAILS || (out->rule_flags & GUARD_KIND_FIXED);
             continue;
         }
-        const int ahead = defers_ahead(self, unwinder, frame);
+        const int ahead = defers_ahead(self, unwinder, frame, &ahead_rule, &ahead_id);
         if (ahead < 0) return -1;
         if (ahead) { out->kind = ANSWER_DEFER; return 0; }
         out->reg = mismatch(frame, &expected[frames - 1 - index], self->core_mask[unwinder], self->vfp[unwinder],
