@@ -16,10 +16,10 @@ from harness.classify import OWN, FrameFacts, FunctionInfo, traits_of
 from harness.code_origin import origin_spans
 from harness.errors import ElfError, InputError
 from harness.formats.arm_exidx import parse_sections, read_exidx_sections
+from harness.formats.data_pointers import code_pointers
 from harness.formats.dwarf_cfi import has_cfi, read_cfi
 from harness.formats.elf import (
     ElfImage,
-    code_pointers,
     entry_points,
     executable_ranges,
     function_spans,

@@ -92,7 +92,7 @@ class CodeMap(NamedTuple):
     rule): what tables from code alone start from (harness.thumb.discovery)."""
 
     spans: tuple[tuple[int, int, str], ...]  # Thumb function symbols (start, end, name), sorted
-    pointers: tuple[int, ...] = ()  # sorted words of its data pointing at code (formats.elf.code_pointers)
+    pointers: tuple[int, ...] = ()  # sorted words of its data pointing at code (formats.data_pointers.code_pointers)
     ranges: tuple[tuple[int, int], ...] = ()  # its executable sections [low, high)
     bounds: tuple[int, ...] = ()  # sorted addresses no function runs past: .ARM.exidx index entries
     noreturn: tuple[int, ...] = ()  # PLT entries of functions that never return (abort, exit...)

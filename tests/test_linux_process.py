@@ -22,7 +22,8 @@ import pytest
 
 from harness.cli import main
 from harness.elf_program import elf_functions
-from harness.formats.elf import code_pointers, executable_ranges, function_symbols, open_elf, thumb_functions
+from harness.formats.data_pointers import code_pointers
+from harness.formats.elf import executable_ranges, function_symbols, open_elf, thumb_functions
 from harness.linux.process import LinuxRun, LinuxSystem
 from harness.linux_verify.modules import process_program
 from harness.report.data import without_seconds
@@ -289,7 +290,7 @@ def test_tables_from_code_follow_a_computed_goto_and_an_alloca_join(tmp_path):
 
 
 def test_the_data_points_at_the_labels_of_a_computed_goto_and_at_functions():
-    """formats.elf.code_pointers: in a position-independent module only the
+    """formats.data_pointers.code_pointers: in a position-independent module only the
     words the dynamic linker relocates are addresses (dispatch.c's table of
     four labels; .init_array's and .fini_array's Thumb functions)."""
     image = open_elf(build("dispatch.c", "-fno-omit-frame-pointer", "-Wl,-z,now"))

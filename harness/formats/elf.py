@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
@@ -214,72 +213,6 @@ def entry_points(image: ElfImage) -> tuple[int, ...]:
     except PARSE_ERRORS as e:
         raise ElfError(f"{image.path}: corrupt .dynamic: {e}") from e
     return tuple(sorted(value for value in found if any(low <= value & ~1 < high for low, high in ranges)))
-
-
-R_ARM_RELATIVE = 23  # a word the dynamic linker moves with the module: an address
-
-
-# Consecutive words pointing at code that make a table of addresses (a
-# computed goto's labels, `static void *targets[] = {&&a, &&b, ...}`). A lone
-# word may be an integer that only looks like one: in a program linked where
-# it runs, any constant within the code's addresses does (CPython's data holds
-# some 60 such words inside its interpreter loop, most not at an instruction).
-LABEL_TABLE_RUN = 2
-
-
-class CodePointers(NamedTuple):
-    """The words of an ELF's data that point into its code, as they are
-    (with the Thumb bit, a Thumb function's address: a callback, a vtable
-    entry), sorted; and those of them in tables (LABEL_TABLE_RUN words or
-    more in a row, each pointing into the code): a computed goto's labels
-    are among these."""
-
-    words: tuple[int, ...] = ()
-    tabled: tuple[int, ...] = ()
-
-
-def code_pointers(image: ElfImage, ranges) -> CodePointers:
-    """The CodePointers of the ELF's data: every allocated section that is
-    not code (.rodata too where the linker put it in the code's segment,
-    as it does without -z separate-code) pointing into the executable
-    `ranges` [low, high). In a module the dynamic linker moves, only words
-    it relocates (R_ARM_RELATIVE) are addresses; elsewhere every word is
-    taken (an integer that looks like an address is then taken too)."""
-    ranges = sorted(ranges)
-    lows = [low for low, _ in ranges]
-    found, tabled = set(), set()
-    try:
-        relocated = _relative_slots(image)
-        for section in image.elf.iter_sections():
-            if not section["sh_flags"] & SHF_ALLOC or section["sh_flags"] & SHF_EXECINSTR \
-                    or section["sh_type"] == "SHT_NOBITS" or not section["sh_size"]:
-                continue
-            data, address = section.data(), section["sh_addr"]
-            skip = -address % 4
-            run: list[int] = []
-            for offset, (word,) in enumerate(struct.iter_unpack("<I", data[skip:skip + (len(data) - skip) // 4 * 4])):
-                index = bisect_right(lows, word) - 1
-                if index >= 0 and word < ranges[index][1] \
-                        and (relocated is None or address + skip + 4 * offset in relocated):
-                    found.add(word)
-                    run.append(word)
-                    continue
-                if len(run) >= LABEL_TABLE_RUN:
-                    tabled.update(run)
-                run = []
-            if len(run) >= LABEL_TABLE_RUN:
-                tabled.update(run)
-    except PARSE_ERRORS as e:
-        raise ElfError(f"{image.path}: corrupt sections or relocations: {e}") from e
-    return CodePointers(tuple(sorted(found)), tuple(sorted(tabled)))
-
-
-def _relative_slots(image: ElfImage) -> set[int] | None:
-    """Where the R_ARM_RELATIVE relocations of the ELF apply; None without any."""
-    slots = {relocation["r_offset"] for section in image.elf.iter_sections()
-             if isinstance(section, RelocationSection) for relocation in section.iter_relocations()
-             if relocation["r_info_type"] == R_ARM_RELATIVE}
-    return slots or None
 
 
 def plt_entries(image: ElfImage) -> dict[int, str]:

@@ -40,7 +40,7 @@ class ProgramFacts(NamedTuple):
     """What the program around a function tells its analysis, each gathered
     by discovery from the whole program and handed on together."""
 
-    labels: Iterable[int] = ()  # addresses the program's data holds (formats.elf.code_pointers): jump targets
+    labels: Iterable[int] = ()  # addresses the program's data holds (formats.data_pointers.code_pointers): jump targets
     noreturn: frozenset[int] = frozenset()  # functions that never return: a call to one ends its path
     data_spans: tuple[tuple[int, int], ...] = ()  # [low, high) its mapping symbols mark as data: a path ends there
 

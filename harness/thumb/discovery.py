@@ -28,10 +28,11 @@ its rows refuse, where Chrome's tables would return to lr.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
 from harness.program import CfiRow, CodeMap, FunctionCfi
+from harness.sorted_ints import SortedInts
 from harness.thumb.disasm import forget_addresses
 from harness.thumb.analysed import Analysed, ProgramFacts
 from harness.thumb.frame_analysis import analyse_calling
@@ -145,7 +146,7 @@ def _kept(one: Analysed) -> Analysed:
 def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
     """analyse(name, start, end, noreturn, arm, pads): one function's
     analysis, with the labels the program's data holds in tables (a
-    computed goto's targets, among them: formats.elf.CodePointers) and the
+    computed goto's targets, among them: formats.data_pointers.CodePointers) and the
     data its mapping symbols mark, in it; landing pads looked for where a
     symbol gives its end, or with `pads`."""
     labels = sorted({word & ~1 for word in code_map.labels})
@@ -207,9 +208,9 @@ class _Finder:
                               self.symbol_starts, self.symbols)
         self.deferred = {word & ~1 for word in code_map.pointers if word & 1} if code_map.fixed else set()
         self.arm = {start for start, in_arm in first.items() if in_arm}
-        self.starts = sorted(first)
+        self.starts = SortedInts(first)
         self.found: dict[int, Analysed] = {}
-        self.pending, self.queued, self.shared = list(reversed(self.starts)), set(self.starts), set()
+        self.pending, self.queued, self.shared = sorted(first, reverse=True), set(first), set()
 
     def drain(self) -> None:
         """Analyse every pending start, and the starts their code leads to."""
@@ -253,11 +254,10 @@ class _Finder:
             return
         if _marked(self.code_map.modes, target, "a" if in_arm else "t"):
             self.arm.add(target)
-        insort(self.starts, target)
+        self.starts.add(target)
         self.queued.add(target)
         self.pending.append(target)
-        index = bisect_left(self.starts, target)
-        before = self.starts[index - 1] if index else None
+        before = self.starts.before(target)
         if before is not None and before not in self.symbols and before in self.found \
                 and self.found[before].function.end > target:
             del self.found[before]  # a function found by a call ends earlier now: again
@@ -266,8 +266,8 @@ class _Finder:
     def unreached(self, target: int) -> bool:
         """Does `target` lie in no function found, or in code no path of
         the one around it reaches?"""
-        index = bisect_right(self.starts, target) - 1
-        around = self.found.get(self.starts[index]) if index >= 0 else None
+        start = self.starts.at_or_before(target)
+        around = self.found.get(start) if start is not None else None
         return around is None or target >= around.function.end \
             or any(low <= target < high for low, high in around.unreached)
 
@@ -354,10 +354,10 @@ def _new_function(target: int, symbol_starts: list[int], symbols, code_map: Code
     return index < 0 or target >= symbols[symbol_starts[index]][0]
 
 
-def _end_of(start: int, starts: list[int], code_map: CodeMap) -> int:
+def _end_of(start: int, starts: SortedInts, code_map: CodeMap) -> int:
     """Where a function found by a call ends: the next known start or bound."""
-    index = bisect_right(starts, start)
-    following = starts[index] if index < len(starts) else 1 << 32
+    following = starts.after(start)
+    following = 1 << 32 if following is None else following
     later = bisect_right(code_map.bounds, start)
     bound = code_map.bounds[later] if later < len(code_map.bounds) else 1 << 32
     section = next(high for low, high in code_map.ranges if low <= start < high)

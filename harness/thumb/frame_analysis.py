@@ -77,7 +77,7 @@ def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes
     without a problem, each such piece is analysed from that frame, and
     kept where that meets no problem (data decoded by chance soon does);
     otherwise its rows refuse (rounds, as one pad may lead to the next).
-    `labels`: addresses the program's data holds (formats.elf.code_pointers)."""
+    `labels`: addresses the program's data holds (formats.data_pointers.code_pointers)."""
     return analyse_calling(name, start, end, code_at, ProgramFacts(labels=labels), arm=arm).function
 
 

@@ -50,11 +50,13 @@ static void add_entry(Analysis *a, Py_ssize_t index, const Path *path) {
     a->tail[index] = a->nentries++;
 }
 
-/* What explore does at one instruction before its successors. */
-static Step visit(Analysis *a, const Insn *insn, const State *state) {
+/* What explore does at one instruction before its successors; `leaves_to`
+ * where a thunk's tail call goes (frame_analysis._note_targets), else -1. */
+static Step visit(Analysis *a, const Insn *insn, const State *state, int64_t *leaves_to) {
     bool first_visit = !a->sizes[(insn->address - a->start) / 2];
     a->sizes[(insn->address - a->start) / 2] = insn->size;
-    int64_t formed;
+    int64_t formed, thunk;
+    *leaves_to = -1;
     if ((insn->opcode == OP_BL) || (insn->opcode == OP_BLX)) {
         ints_add(&a->calls, insn->address);
         if (!saved_reg(state, REG_LR)) return refuse("a call with lr saved nowhere", insn->address);
@@ -65,6 +67,9 @@ static Step visit(Analysis *a, const Insn *insn, const State *state) {
         }
     } else if ((insn->opcode == OP_B) && !in_function(a, insn->imm) && torn_down(state)) {
         ints_add(insn->conditional ? &a->branched : &a->callees, insn->imm); /* a tail call */
+    } else if ((insn->opcode == OP_BX) && thunk_target(a, insn, &thunk) && torn_down(state)) {
+        *leaves_to = thunk & ~(int64_t)1; /* a tail call to a far function */
+        ints_add(thunk & 1 ? &a->callees : &a->arm_callees, *leaves_to);
     } else if ((insn->opcode == OP_ADD) && first_visit && formed_address(a, insn, &formed) && formed & 1) {
         ints_add(&a->callees, formed & ~(int64_t)1);
     }
@@ -100,13 +105,15 @@ Step explore(Analysis *a, const uint8_t *kept) {
         const Insn *insn = &decoded;
         if (!decode_at(a->code, address, &decoded) || address + insn->size > a->end)
             return refuse("undecodable, or past the end", address);
-        Step step = visit(a, insn, &path.state);
+        int64_t leaves_to;
+        Step step = visit(a, insn, &path.state, &leaves_to);
         if (step) return step;
         int count = 0;
         if ((step = successors(a, insn, &path, &count))) return step;
         bool ends = false;
         if (!count && !(insn->opcode == OP_UDF) && !(insn->opcode == OP_BKPT) && !(insn->opcode == OP_BL) && !(insn->opcode == OP_BLX)) {
             if ((insn->opcode == OP_B) && (step = never_returns(a, insn->has_imm, insn->imm, &ends))) return step;
+            if (!ends && leaves_to >= 0 && (step = never_returns(a, true, leaves_to, &ends))) return step;
             if (!ends) a->returns = true;
         }
     }

@@ -107,6 +107,23 @@ static bool wide_constant(Analysis *a, const Insn *insn, int64_t *value) {
     return false;
 }
 
+/* branch_tables.thunk_target: where `movw rX, #lo; movt rX, #hi; add rX, pc;
+ * bx rX` (an lld long-branch thunk) goes, its state in bit 0. */
+bool thunk_target(Analysis *a, const Insn *insn, int64_t *target) {
+    if (!(insn->opcode == OP_BX) || insn->nregs != 1 || insn->regs[0] == REG_LR || insn->regs[0] == REG_PC)
+        return false;
+    Insn earlier[LOOKBACK];
+    int n = decode_before(a->code, insn->address, 12, ANYWHERE, earlier, LOOKBACK);
+    if (n < 3) return false;
+    const Insn *add = &earlier[n - 1], *movt = &earlier[n - 2];
+    int64_t value;
+    if (!(add->opcode == OP_ADD) || add->nregs != 2 || add->regs[0] != insn->regs[0] || add->regs[1] != REG_PC
+        || add->has_imm || !movt->nregs || movt->regs[0] != insn->regs[0] || !wide_constant(a, movt, &value))
+        return false;
+    *target = (value + add->address + 4) & 0xFFFFFFFF;
+    return true;
+}
+
 /* A table branch: tbb/tbh, `ldr pc, [rX, ...]`, `bx rN` (data_read reads their tables). */
 static bool reads_table(const Insn *insn) {
     return (insn->opcode == OP_TBB) || (insn->opcode == OP_TBH)
@@ -173,14 +190,6 @@ static Step executed(Analysis *a, const Insn *insn, const Path *path, int64_t fo
     if ((insn->opcode == OP_BX) && insn->nregs == 1 && insn->regs[0] == REG_PC) /* into ARM state */
         return insn->address % 4 ? refuse("ARM code would start unaligned", insn->address)
                                  : give_up("into ARM state", insn->address);
-    if ((insn->opcode == OP_BX) && insn->nregs == 1 && insn->regs[0] < REG_SP && insn->address >= 2) {
-        /* `add rX, pc; bx rX`: a thunk (branch_tables.thunk_target), whose target the Python computes */
-        uint8_t before[2];
-        const int rx = insn->regs[0];
-        if (code_read(a->code, insn->address - 2, before, 2) == 2
-            && (before[0] | before[1] << 8) == (0x4478 | (rx & 7) | (rx & 8) << 4))
-            return give_up("a thunk", insn->address);
-    }
     if ((insn->opcode == OP_B)) {
         if (in_function(a, insn->imm)) go(a, insn->imm, &onward), (*count)++;
         if (insn->conditional) go(a, following, &onward), (*count)++;

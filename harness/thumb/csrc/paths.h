@@ -50,6 +50,7 @@ bool in_function(const Analysis *a, int64_t address);
 bool is_data(const Analysis *a, int64_t address);
 Step never_returns(Analysis *a, bool has, int64_t target, bool *answer);
 bool formed_address(Analysis *a, const Insn *insn, int64_t *formed);
+bool thunk_target(Analysis *a, const Insn *insn, int64_t *target);
 Step read_code(Analysis *a, const Insn *insn);
 Step successors(Analysis *a, const Insn *insn, const Path *path, int *count);
 void start_path(Analysis *a, int64_t address, const State *state);
