@@ -1018,3 +1018,27 @@ def test_a_large_function_may_visit_more_states():
     nothing = lambda address, size: b""  # noqa: E731
     assert _Analysis(Body(BASE, BASE + 1000, nothing)).max_states == MAX_STATES
     assert _Analysis(Body(BASE, BASE + 388_000, nothing)).max_states == STATES_PER_BYTE * 388_000 > MAX_STATES
+
+
+def test_padding_and_code_that_runs_off_the_end_are_no_landing_pads():
+    """Code no branch reaches is tried as a landing pad from the frame of the
+    function's calls. Padding before data or the function's end (the `nop`
+    before a literal pool, those before the next function, which a function
+    found without a symbol ends at) is never run and never a pad: no gap,
+    its rows refuse, and discovery has nothing to analyse again for pads
+    there. Nor is code whose path runs off the end into the next function.
+    A real pad (it returns) is kept. The compiled analysis and the Python
+    agree."""
+    body = ["push {r7, lr}", "bl 0x100040", "pop {r7, pc}"]
+    pool = ["push {r7, lr}", "ldr r0, [pc, #8]", "bl 0x100040", "pop {r7, pc}", "nop", ".word 0x12345678"]
+    for lines, tail, pad, gaps in ((body + ["nop", "nop"], 8, False, ()),
+                                   (body + ["movs r0, #1", "movs r0, #2"], 8, False, ((8, 12),)),
+                                   (body + ["movs r0, #1", "pop {r7, pc}"], 8, True, ()), (pool, 10, False, ())):
+        code = assemble(lines, BASE)
+        compiled = ProgramCode([(BASE, code)])
+        found = analyse_calling("f", BASE, BASE + len(code), compiled)
+        python = analyse_calling("f", BASE, BASE + len(code), lambda address, size: compiled(address, size))
+        assert found == python and not found.falls_through
+        assert tuple((low - BASE, high - BASE) for low, high in found.unreached) == gaps
+        in_force = [row for row in found.function.rows if row.address <= BASE + tail][-1]
+        assert bool(in_force.problem) != pad, (lines, found.function.rows)

@@ -51,7 +51,6 @@ NORETURN = frozenset({
     "_ZSt20__throw_out_of_rangePKc", "_ZSt24__throw_out_of_range_fmtPKcz", "_ZSt19__throw_logic_errorPKc",
     "_ZSt21__throw_bad_array_new_lengthv"})
 FOUND = "fn_"
-ORIGIN = {}  # names a function found by a call, by its address
 Progress = Callable[[int, int], None]  # told (starts analysed, starts known)
 _silent: Progress = lambda analysed, known: None  # noqa: E731
 

@@ -41,6 +41,7 @@ from harness.thumb.disasm import Instruction, decode_one
 from harness.thumb.analysed import NOT_SINGLE, UNREACHED, Analysed, ProgramFacts, labels_in
 from harness.thumb.frame_effects import UNKNOWN, FrameState, Unknowable, frame_pointer, lost, torn_down
 from harness.thumb.native import compiled_analysis
+from harness.thumb.start_shapes import past_padding
 from harness.thumb.successors import Body, FromStart, Path, into_arm, successors
 from harness.thumb.untouched import dropped, kept_saves
 
@@ -148,8 +149,11 @@ def _analysed(body: Body, pads: bool = True) -> "_Analysis":
         grown = False
         for gap in analysis.gaps():
             trial = analysis.copy()
+            trial.falls_through = False
             trial.explore([(gap, Path(frame, arm=body.arm))], branched)
-            if not trial.problems:  # code, not data decoded by chance: keep it
+            # code, not data decoded by chance, nor padding that runs on into the next function: keep it
+            if not trial.problems and not trial.falls_through:
+                trial.falls_through = analysis.falls_through
                 analysis, grown = trial, True
         if not grown:
             break
@@ -316,14 +320,17 @@ class _Analysis:
         return [low for low, _ in self.gap_spans()]
 
     def gap_spans(self) -> list[tuple[int, int]]:
-        """The code no path reached, [low, high) each (not data the code reads)."""
+        """The code no path reached, [low, high) each (not data the code
+        reads, nor padding before data or the end: never run, never a pad)."""
         found, covered = [], self.start
         extents = {**{a: 1 for a in self.data}, **self.sizes}
         for address in sorted(extents):
-            if address > covered and covered not in self.data and covered % 2 == 0:
+            if address > covered and covered not in self.data and covered % 2 == 0 \
+                    and (address in self.sizes or past_padding(self.code_at, covered, address, self.body.arm) < address):
                 found.append((covered, address))
             covered = max(covered, address + extents[address])
-        return found + ([(covered, self.end)] if covered < self.end else [])
+        last = [(covered, self.end)] if past_padding(self.code_at, covered, self.end, self.body.arm) < self.end else []
+        return found + last
 
 
 def _join(known: FrameState, other: FrameState, fp: int) -> FrameState | None:

@@ -270,6 +270,24 @@ static int compare_ints(const void *x, const void *y) {
 
 /* gap_spans: the code no path reached, [low, high) each (not data the code
  * reads), as low, high pairs. */
+/* start_shapes.past_padding in Thumb state: is [low, high) only `nop`, `nop.w` and zeros? */
+static bool padding_only(const Analysis *a, int64_t low, int64_t high) {
+    uint8_t bytes[4];
+    while (low < high) {
+        int got = code_read(a->code, low, bytes, 4);
+        if (got >= 2 && ((bytes[0] == 0x00 && bytes[1] == 0xBF) || (bytes[0] == 0 && bytes[1] == 0))) low += 2;
+        else if (got == 4 && bytes[0] == 0xAF && bytes[1] == 0xF3 && bytes[2] == 0x00 && bytes[3] == 0x80) low += 4;
+        else return false;
+    }
+    return true;
+}
+
+/* A span no path reached, unless it is padding before data or the end (never run, never a pad). */
+static void add_gap(Analysis *a, Ints *spans, int64_t low, int64_t high, bool before_data) {
+    if ((before_data || high == a->end) && padding_only(a, low, high)) return;
+    ints_add(spans, low), ints_add(spans, high);
+}
+
 void gap_spans(Analysis *a, Ints *spans) {
     qsort(a->outer_data.items, (size_t)a->outer_data.count, sizeof(int64_t), compare_ints);
     int64_t covered = a->start;
@@ -279,8 +297,7 @@ void gap_spans(Analysis *a, Ints *spans) {
         int64_t limit = part == 0 ? a->start : INT64_MAX;
         while (part != 1 && outer < count && a->outer_data.items[outer] < limit) {
             int64_t address = a->outer_data.items[outer++];
-            if (address > covered && !is_data(a, covered) && covered % 2 == 0)
-                ints_add(spans, covered), ints_add(spans, address);
+            if (address > covered && !is_data(a, covered) && covered % 2 == 0) add_gap(a, spans, covered, address, true);
             if (address + 1 > covered) covered = address + 1;
         }
         for (int64_t offset = 0; part == 1 && offset < a->end - a->start; offset++) {
@@ -289,11 +306,11 @@ void gap_spans(Analysis *a, Ints *spans) {
             else if (a->data[offset]) extent = 1;
             if (!extent) continue;
             if (address > covered && !is_data(a, covered) && covered % 2 == 0)
-                ints_add(spans, covered), ints_add(spans, address);
+                add_gap(a, spans, covered, address, !(offset % 2 == 0 && a->sizes[offset / 2]));
             if (address + extent > covered) covered = address + extent;
         }
     }
-    if (covered < a->end) ints_add(spans, covered), ints_add(spans, a->end);
+    if (covered < a->end) add_gap(a, spans, covered, a->end, false);
 }
 
 static void ints_copy(Ints *to, const Ints *from) {
@@ -384,8 +401,11 @@ Step landing_pads(Analysis *a) {
                 break;
             }
             start_path(&trial, gaps.items[i], &frame);
+            trial.falls_through = false;
             Step tried = trial.pending ? explore(&trial, kept) : FAILED;
+            if (tried == GO_ON && trial.falls_through) tried = REFUSED; /* padding into the next function */
             if (tried == GO_ON) {
+                trial.falls_through = a->falls_through;
                 analysis_free(a);
                 *a = trial;
                 grown = true;
