@@ -38,8 +38,11 @@ PACKAGES = os.path.join(HERE, "packages.txt")  # the root's packages and version
 PAGE = os.path.join(HERE, "page.html")
 TIMEOUT = 600
 ENVIRONMENT = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C"}
+# --disable-crashpad-for-testing (Chrome's own switch): without it Chrome forks a
+# child that execs chrome_crashpad_handler, a second program, and the harness
+# emulates one process; the page's DOM is the same either way.
 RENDER = ["--headless", "--single-process", "--no-sandbox", "--no-zygote", "--disable-gpu",
-          "--user-data-dir={profile}", "--dump-dom", "file://{page}"]
+          "--disable-crashpad-for-testing", "--user-data-dir={profile}", "--dump-dom", "file://{page}"]
 COMMANDS = {"chromium-version": ["--version"], "chromium-render": RENDER}
 
 
