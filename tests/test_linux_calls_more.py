@@ -384,10 +384,11 @@ def test_select_as_poll(kernel):
 
 
 def test_refused_sources_of_events(kernel):
-    assert call(kernel, "socket", 1, 1, 0) == -errno.EAFNOSUPPORT  # AF_UNIX: no family built in
-    assert call(kernel, "socket", 2, 0x80001, 0) == -errno.EAFNOSUPPORT  # SOCK_STREAM | SOCK_CLOEXEC
+    assert call(kernel, "socket", 2, 0x80001, 0) == -errno.EAFNOSUPPORT  # AF_INET: no network built in
+    assert call(kernel, "socket", 10, 2, 0) == -errno.EAFNOSUPPORT  # AF_INET6
+    assert call(kernel, "socket", 16, 3, 0) == -errno.EAFNOSUPPORT  # AF_NETLINK: nor netlink
     assert call(kernel, "socket", 2, 0x40, 0) == -errno.EINVAL  # not a type flag
-    assert call(kernel, "socketpair", 1, 1, 0, SCRATCH) == -errno.EAFNOSUPPORT
+    assert call(kernel, "socketpair", 2, 1, 0, SCRATCH) == -errno.EAFNOSUPPORT
     assert call(kernel, "inotify_init1", 0) == -errno.EMFILE
     assert call(kernel, "inotify_init1", 1) == -errno.EINVAL
 

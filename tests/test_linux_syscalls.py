@@ -293,8 +293,8 @@ def test_a_pipe_without_writers_reads_as_ended_and_polls_forever_with_one_thread
         call(kernel, "poll", SCRATCH + 0x100, 1, (-1) & 0xFFFFFFFF)
 
 
-def test_sockets_are_refused(kernel):
-    assert call(kernel, "socket", 1, 1, 0) == -errno.EAFNOSUPPORT
+def test_network_sockets_are_refused(kernel):
+    assert call(kernel, "socket", 2, 1, 0) == -errno.EAFNOSUPPORT
 
 
 def test_ids_ignore_whatever_the_registers_hold(kernel):

@@ -1,5 +1,5 @@
 """Waiting for events (harness.linux.call_table): eventfd, epoll, and the
-event sources a sandboxed kernel refuses (inotify, sockets). Whatever is
+event source a sandboxed kernel refuses (inotify). Whatever is
 ready is ready by the rules poll follows (harness.linux.calls_pipes.readiness).
 A read of an eventfd at 0 or a write that would pass its counter's
 limit, and an epoll_wait with nothing ready, wait (harness.linux.threads.Blocked)
@@ -30,7 +30,6 @@ EPOLLERR = 0x8
 EPOLLEXCLUSIVE, EPOLLONESHOT, EPOLLET = 1 << 28, 1 << 30, 1 << 31
 EPOLL_EVENT = struct.Struct("<I4xQ")  # struct epoll_event of ARM EABI: not packed, 16 bytes
 ANON_MODE = 0o600  # an anonymous inode's mode: no file type
-SOCK_MAX, SOCK_TYPE_MASK, NPROTO = 11, 0xF, 46  # socket types and families Linux knows, the type's bits
 
 
 def _anonymous(kernel, kind: str, device: Device, flags: int) -> int:
@@ -238,34 +237,7 @@ def sys_epoll_pwait2(kernel, epfd, events, most, timeout, mask, size):
     return _epoll_wait(kernel, epfd, events, most, ends)
 
 
-# ---- what a sandbox without network or file watches refuses
-
-
-def _socket_arguments(family: int, kind: int) -> None:
-    """socket's checks before it looks for the family, in Linux's order."""
-    if kind & ~(SOCK_TYPE_MASK | O_NONBLOCK | O_CLOEXEC):
-        raise GuestError(errno.EINVAL)
-    if not 0 <= signed(family) < NPROTO:
-        raise GuestError(errno.EAFNOSUPPORT)
-    if kind & SOCK_TYPE_MASK >= SOCK_MAX:
-        raise GuestError(errno.EINVAL)
-
-
-@handles(281, "socket")
-def sys_socket(kernel, family, kind, protocol):
-    """No network, not even AF_UNIX: the kernel has no protocol family to
-    make a socket of, and says so as Linux does for a family it was built
-    without (EAFNOSUPPORT). glibc's nscd and syslog lookups fall back to
-    files or go without."""
-    _socket_arguments(family, kind)
-    raise GuestError(errno.EAFNOSUPPORT)
-
-
-@handles(288, "socketpair")
-def sys_socketpair(kernel, family, kind, protocol, pair):
-    """As socket: no family to make the pair of (EAFNOSUPPORT)."""
-    _socket_arguments(family, kind)
-    raise GuestError(errno.EAFNOSUPPORT)
+# ---- file watches, which a sandbox refuses
 
 
 def _inotify(flags: int) -> int:

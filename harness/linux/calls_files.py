@@ -91,8 +91,7 @@ def sys_openat(kernel, dirfd, path, flags, mode):
 
 @handles(6, "close")
 def sys_close(kernel, fd):
-    kernel.file(fd)
-    del kernel.fds[fd]
+    kernel.close_fd(fd)
     return 0
 
 
@@ -216,7 +215,10 @@ def sys_dup2(kernel, fd, target):
     opened = kernel.file(fd)
     if target >= MAX_FDS:
         raise GuestError(errno.EBADF)  # as Linux past RLIMIT_NOFILE
+    replaced = kernel.fds.get(target)
     kernel.fds[target] = opened
+    if replaced is not None and replaced is not opened:
+        kernel.dropped(replaced)
     return target
 
 

@@ -92,13 +92,7 @@ def _rename(kernel, old: str, new: str, flags: int) -> int:
     if flags & ~RENAME_NOREPLACE:  # RENAME_EXCHANGE, RENAME_WHITEOUT: Linux has them, the harness does not
         raise SystemCallFault(f"renameat2 with flags {flags:#x}: only RENAME_NOREPLACE is emulated")
     if flags & RENAME_NOREPLACE:
-        try:
-            kernel.files.lookup(new, follow_last=False)
-        except GuestError as error:
-            if error.code != errno.ENOENT:
-                raise
-        else:
-            raise GuestError(errno.EEXIST)
+        kernel.files.refuse_existing(new, errno.EEXIST)
     kernel.files.rename(old, new)
     return 0
 

@@ -178,7 +178,7 @@ def sys_pwrite64(kernel, fd, buffer, count, _pad, low, high):
     return _write_from(kernel, kernel.file(fd), buffer, count, _offset(low, high, count))
 
 
-def _vector(kernel, vector: int, count: int) -> list[tuple[int, int]]:
+def io_vector(kernel, vector: int, count: int) -> list[tuple[int, int]]:
     if count > 1024:
         raise GuestError(errno.EINVAL)
     raw = kernel.machine.read(vector, 8 * count)
@@ -193,7 +193,7 @@ def _each_buffer(kernel, fd: int, vector: int, count: int, move) -> int:
     MAX_TRANSFER bytes at most in all, up to the first short one (or one
     that would wait, once some bytes moved)."""
     opened, total = kernel.file(fd), 0
-    for base, length in _vector(kernel, vector, count):
+    for base, length in io_vector(kernel, vector, count):
         length = min(length, MAX_TRANSFER - total)
         try:
             moved = move(kernel, opened, base, length) if length else 0
@@ -219,7 +219,7 @@ def sys_writev(kernel, fd, vector, count):
     if not opened.writable or not _pipe(kernel, opened.node):
         return _each_buffer(kernel, fd, vector, count, _write_from)
     data = bytearray()
-    for base, length in _vector(kernel, vector, count):
+    for base, length in io_vector(kernel, vector, count):
         length = min(length, MAX_TRANSFER - len(data))
         _user_range(base, length)
         data += kernel.machine.read(base, length) if length else b""

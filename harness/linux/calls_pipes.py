@@ -24,7 +24,7 @@ from harness.linux.files import MAX_FDS, GuestError, Node, OpenFile
 from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND, wait_mask
 from harness.linux.threads import Blocked, Wait
 
-POLLIN, POLLOUT, POLLHUP, POLLNVAL = 0x1, 0x4, 0x10, 0x20
+POLLIN, POLLOUT, POLLERR, POLLHUP, POLLNVAL = 0x1, 0x4, 0x8, 0x10, 0x20
 O_NONBLOCK, O_CLOEXEC, O_DIRECT = 0o4000, 0o2000000, 0o200000  # ARM's values
 MAX_POLLED = 1024
 NSEC = 1_000_000_000
@@ -60,10 +60,12 @@ def readiness(kernel, opened: OpenFile, events: int) -> int:
     devices that do not say otherwise never block; a pipe is readable when
     it holds bytes, writable while it has room (stdout and stderr always);
     a pipe's read end whose writers are all closed is hung up (POLLHUP,
-    reported whatever was asked)."""
+    reported whatever was asked, as a device's `hangup` events: a
+    socket's)."""
     node, ready = opened.node, 0
     if node.device is not None:
         can_read, can_write = node.device.ready()
+        ready = node.device.hangup() & (events | POLLHUP | POLLERR)
     elif stat.S_ISFIFO(node.mode) and node not in (kernel.stdout, kernel.stderr):
         can_read, can_write = bool(node.data), len(node.data) < PIPE_CAPACITY
     else:
@@ -200,7 +202,7 @@ def _ready_sets(kernel, count: int, wanted: list[int]) -> tuple[list[int], int]:
         if opened is None or not any(bits >> fd & 1 for bits in wanted):
             continue
         answer = readiness(kernel, opened, POLLIN | POLLOUT)
-        for which, mask in ((0, POLLIN | POLLHUP), (1, POLLOUT)):  # no file here has exceptions (POLLPRI)
+        for which, mask in ((0, POLLIN | POLLHUP | POLLERR), (1, POLLOUT | POLLERR)):  # no file has POLLPRI
             if wanted[which] >> fd & 1 and answer & mask:
                 ready_sets[which] |= 1 << fd
                 total += 1

@@ -63,6 +63,13 @@ class Device:
         """(a read would not wait, a write would not wait), for poll."""
         return True, True
 
+    def hangup(self) -> int:
+        """The poll events it reports whatever was asked (POLLHUP, POLLERR)."""
+        return 0
+
+    def release(self, kernel) -> None:
+        """Its open file's last descriptor was closed (LinuxKernel.dropped)."""
+
     def read(self, kernel, count: int) -> bytes:
         raise GuestError(errno.EINVAL)
 
@@ -224,6 +231,17 @@ class GuestFiles:
             elif part and part != ".":
                 out.append(part)
         return "/" + "/".join(out)
+
+    def refuse_existing(self, path: str, code: int) -> None:
+        """GuestError(code) where a file is at `path` (its link not followed);
+        where none is, nothing; any other error of the lookup, raised."""
+        try:
+            self.lookup(path, follow_last=False)
+        except GuestError as error:
+            if error.code != errno.ENOENT:
+                raise
+            return
+        raise GuestError(code)
 
     def create(self, path: str) -> tuple[str, Node]:
         """A new empty file at `path` (in memory), in a directory that exists."""

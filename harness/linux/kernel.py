@@ -25,10 +25,12 @@ from harness.linux import (  # noqa: F401  (they register the handlers)
     calls_fs,
     calls_io,
     calls_memory,
+    calls_messages,
     calls_pipes,
     calls_prctl,
     calls_process,
     calls_sigwait,
+    calls_sockets,
     calls_tasks,
     calls_threads,
     calls_timers,
@@ -254,6 +256,17 @@ class LinuxKernel:
             raise GuestError(errno.EMFILE)
         self.fds[fd] = opened
         return fd
+
+    def close_fd(self, fd: int) -> None:
+        """close(fd): EBADF where it is not open."""
+        self.dropped(self.fds.pop(fd) if fd in self.fds else self.file(fd))
+
+    def dropped(self, opened: OpenFile) -> None:
+        """`opened` lost a descriptor or left a message: where no descriptor
+        holds it any more, its device is told (a socket may be released)."""
+        device = opened.node.device
+        if device is not None and not any(held is opened for held in self.fds.values()):
+            device.release(self)
 
     def output(self, node: Node, data: bytes) -> None:
         if len(node.data) + len(data) > OUTPUT_CAP:
