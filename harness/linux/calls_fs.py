@@ -1,5 +1,6 @@
 """System calls on the file system itself (harness.linux.call_table): its
-figures (statfs), directories, renames, sizes, modes, owners and the
+figures (statfs), directories, renames, symlinks, sizes and room
+(fallocate), modes, owners and the
 calls that only ask for data to be safe (fsync). Files live in memory
 (harness.linux.files): the file system is one tmpfs of FileStore's cap,
 and the process is root.
@@ -19,7 +20,8 @@ import struct
 from harness.emulation.machine import read_c_string
 from harness.linux.call_table import SystemCallFault, handles, signed
 from harness.linux.calls_files import AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, _at, _path
-from harness.linux.files import NAME_MAX, GuestError, Node, OpenFile
+from harness.linux.contents import MAX_FILE_SIZE
+from harness.linux.files import NAME_MAX, GuestError, Node, OpenFile, as_bytes
 
 AT_REMOVEDIR = 0x200
 RENAME_NOREPLACE = 1
@@ -31,6 +33,7 @@ INODES = 1 << 16  # the files the tmpfs holds at most, as statfs says (fixed)
 STATFS64 = struct.Struct("<IIQQQQQ2iIII16x")
 UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2
 LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
 
 
 # ---- statfs
@@ -178,6 +181,59 @@ def sys_truncate64(kernel, path, _pad, low, high):
 def sys_ftruncate64(kernel, fd, _pad, low, high):
     opened = kernel.file(fd)
     return _truncate(opened.node, signed(high) << 32 | low, opened)
+
+
+@handles(352, "fallocate")
+def sys_fallocate(kernel, fd, mode, offset_low, offset_high, length_low, length_high):
+    """Room for a range of a regular file (vfs_fallocate's checks, then
+    tmpfs's modes): a file in memory holds whatever it is given, so only
+    its size grows (not under FALLOC_FL_KEEP_SIZE); a punched hole reads
+    as zeros. Other modes are not emulated: a fault names them."""
+    offset, length = signed(offset_high) << 32 | offset_low, signed(length_high) << 32 | length_low
+    opened = kernel.file(fd)
+    if offset < 0 or length <= 0 or mode & FALLOC_FL_PUNCH_HOLE and not mode & FALLOC_FL_KEEP_SIZE:
+        raise GuestError(errno.EINVAL if offset < 0 or length <= 0 else errno.EOPNOTSUPP)
+    if mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE):
+        raise SystemCallFault(f"fallocate with mode {mode:#x}: only FALLOC_FL_KEEP_SIZE and PUNCH_HOLE are emulated")
+    node = opened.node
+    if not opened.writable:
+        raise GuestError(errno.EBADF)
+    if not stat.S_ISREG(node.mode):
+        raise GuestError(errno.ESPIPE if stat.S_ISFIFO(node.mode) else errno.EISDIR if stat.S_ISDIR(node.mode)
+                         else errno.ENODEV)
+    if offset + length > MAX_FILE_SIZE:
+        raise GuestError(errno.EFBIG)
+    if mode & FALLOC_FL_PUNCH_HOLE:
+        end = min(offset + length, len(node.data))
+        if end > offset:
+            node.data.write(offset, bytes(end - offset))
+    elif not mode & FALLOC_FL_KEEP_SIZE and offset + length > len(node.data):
+        node.data.truncate(offset + length)
+    return 0
+
+
+# ---- symbolic links
+
+
+def _symlink(kernel, target: int, path: str) -> int:
+    """A symlink the program makes, in memory (followed by files.GuestFiles.lookup)."""
+    text = _path(kernel, target)
+    if not text:
+        raise GuestError(errno.ENOENT)
+    kernel.files.refuse_existing(path, errno.EEXIST)
+    _, node = kernel.files.create(path)
+    node.mode, node.data = stat.S_IFLNK | 0o777, kernel.files.contents(as_bytes(text))
+    return 0
+
+
+@handles(83, "symlink")
+def sys_symlink(kernel, target, path):
+    return _symlink(kernel, target, kernel.files.guest_path(_path(kernel, path), kernel.cwd))
+
+
+@handles(331, "symlinkat")
+def sys_symlinkat(kernel, target, dirfd, path):
+    return _symlink(kernel, target, _at(kernel, dirfd, path))
 
 
 # ---- data made safe: nothing to do in memory

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import struct
 
-from harness.linux.call_table import handles, signed
+from harness.linux.call_table import SystemCallFault, handles, signed
 from harness.linux.calls_files import _at, _path
 from harness.linux.calls_process import PID
 from harness.linux.files import GuestError
@@ -23,7 +23,7 @@ CAPABILITY_VERSIONS = {0x19980330: 1, 0x20071026: 2, CAPABILITY_VERSION_3: 2}  #
 CAPABILITY_COUNT = 41  # CAP_LAST_CAP + 1: Linux 6.1's capabilities
 
 
-# ---- scheduling: one CPU, the normal policy
+# ---- scheduling: one CPU, the normal policy, each thread's nice value
 
 
 def _this_process(kernel, pid: int) -> None:
@@ -53,6 +53,92 @@ def sys_sched_setaffinity(kernel, pid, size, mask):
     if not size or not kernel.machine.read(mask, 1)[0] & 1:
         raise GuestError(errno.EINVAL)
     return 0
+
+
+PRIO_PROCESS, PRIO_PGRP, PRIO_USER = 0, 1, 2
+SCHED_ATTR = struct.Struct("<IIQiIQQQII")  # struct sched_attr (SCHED_ATTR_SIZE_VER1): 56 bytes
+SCHED_ATTR_SIZE_VER0 = 48
+UCLAMP_MAX = 1024  # the utilisation clamps a task has by default: 0 to 1024
+
+
+def _niced(kernel, which: int, who: int) -> list:
+    """The threads `which` and `who` name: one thread (PRIO_PROCESS: 0 is
+    the caller, else a tid), or all of them (the process's group, root's
+    processes); ESRCH for any other, EINVAL for another `which`."""
+    if which not in (PRIO_PROCESS, PRIO_PGRP, PRIO_USER):
+        raise GuestError(errno.EINVAL)
+    if which != PRIO_PROCESS:
+        if who not in (0, PID if which == PRIO_PGRP else 0):
+            raise GuestError(errno.ESRCH)
+        return kernel.threads.live()
+    thread = kernel.threads.current if who == 0 else kernel.threads.find(who)
+    if thread is None:
+        raise GuestError(errno.ESRCH)
+    return [thread]
+
+
+@handles(97, "setpriority")
+def sys_setpriority(kernel, which, who, value):
+    """The nice value, kept in -20..19 (root may lower it); it changes no
+    thread's share here: one CPU, turns of a fixed length."""
+    for thread in _niced(kernel, which, who):
+        thread.nice = min(max(signed(value), -20), 19)
+    return 0
+
+
+@handles(96, "getpriority")
+def sys_getpriority(kernel, which, who):
+    return max(20 - thread.nice for thread in _niced(kernel, which, who))  # the kernel's 40..1 form
+
+
+@handles(381, "sched_getattr")
+def sys_sched_getattr(kernel, pid, attr, size, flags):
+    """SCHED_OTHER at the thread's nice value, no deadline, the default clamps."""
+    if not attr or flags or not SCHED_ATTR_SIZE_VER0 <= size <= 4096:
+        raise GuestError(errno.EINVAL)
+    thread = kernel.threads.current if pid == 0 else kernel.threads.find(pid)
+    if thread is None:
+        raise GuestError(errno.ESRCH)
+    given = min(size, SCHED_ATTR.size)
+    kernel.machine.write(attr, SCHED_ATTR.pack(given, SCHED_OTHER, 0, thread.nice, 0, 0, 0, 0, 0, UCLAMP_MAX)[:given])
+    return 0
+
+
+@handles(380, "sched_setattr")
+def sys_sched_setattr(kernel, pid, attr, flags):
+    """SCHED_OTHER at a nice value: the thread's nice value set (as
+    setpriority); another policy or a scheduling flag is not emulated."""
+    if not attr or flags:
+        raise GuestError(errno.EINVAL)
+    size = struct.unpack("<I", kernel.machine.read(attr, 4))[0] or SCHED_ATTR_SIZE_VER0
+    if not SCHED_ATTR_SIZE_VER0 <= size <= 4096:
+        raise GuestError(errno.E2BIG)
+    _, policy, sched_flags, nice, priority = struct.unpack("<IIQiI", kernel.machine.read(attr, 24))
+    if policy != SCHED_OTHER or sched_flags or priority:
+        raise SystemCallFault(f"sched_setattr policy {policy} flags {sched_flags:#x} priority {priority}: "
+                              "only SCHED_OTHER at a nice value is emulated")
+    thread = kernel.threads.current if pid == 0 else kernel.threads.find(pid)
+    if thread is None:
+        raise GuestError(errno.ESRCH)
+    thread.nice = min(max(nice, -20), 19)
+    return 0
+
+
+@handles(444, "landlock_create_ruleset")
+def sys_landlock_create_ruleset(kernel, attr, size, flags):
+    """The kernel has no Landlock (as one built without it): the program
+    goes on unconfined, as it does where Landlock is missing."""
+    raise GuestError(errno.ENOSYS)
+
+
+@handles(445, "landlock_add_rule")
+def sys_landlock_add_rule(kernel, ruleset, kind, attr, flags):
+    raise GuestError(errno.ENOSYS)
+
+
+@handles(446, "landlock_restrict_self")
+def sys_landlock_restrict_self(kernel, ruleset, flags):
+    raise GuestError(errno.ENOSYS)
 
 
 def _priority_range(policy: int) -> tuple[int, int]:

@@ -1,7 +1,8 @@
 """The emulated program's view of files: two host directories and nothing else.
 
-Absolute guest paths resolve inside the sysroot; relative ones inside the
-working directory (seen by the guest as WORKDIR, so that `getcwd()` and the
+Absolute guest paths resolve inside the sysroot, but /tmp and /dev/shm,
+empty directories in memory (as tmpfs mounts are at boot); relative ones
+inside the working directory (seen by the guest as WORKDIR, so that `getcwd()` and the
 paths built from it resolve there too). Every path is resolved component by
 component on the host, symlinks included, and a path that would leave its
 root (`..` above it, a symlink pointing outside) is refused with ENOENT:
@@ -34,6 +35,7 @@ WORKDIR = "/work"  # the working directory as the guest sees it
 MAX_SYMLINKS = 40  # as Linux (ELOOP past it)
 MAX_FDS = 1024  # open descriptors a process may have (RLIMIT_NOFILE's soft limit: EMFILE past it)
 NAME_MAX = 255  # bytes in one path component (ENAMETOOLONG past it)
+TMPFS_MOUNTS = ("/tmp", "/dev/shm")  # empty directories every Linux system has, in memory here
 
 
 def as_bytes(path: str) -> bytes:
@@ -112,7 +114,10 @@ class GuestFiles:
 
     def __init__(self, sysroot: str | None, workdir: str):
         self._roots = {"/": os.path.realpath(sysroot) if sysroot else None, WORKDIR: os.path.realpath(workdir)}
-        self._written: dict[str, Node] = {}  # guest path -> contents written by the program
+        # guest path -> contents written by the program; /tmp and /dev/shm are
+        # tmpfs mounts of their own, empty at the start (the sysroot's hold none)
+        self._written: dict[str, Node] = {path: Node(stat.S_IFDIR | 0o1777, inode=inode_of(path))
+                                          for path in TMPFS_MOUNTS}
         self._removed: set[str] = set()
         self._read: dict[str, bytes] = {}  # guest path -> the host file's bytes, read once a run
         self.store = FileStore()
@@ -176,8 +181,10 @@ class GuestFiles:
             raise GuestError(errno.ENOENT)  # a hard case the walk missed: refuse, never open
         return guest, host
 
-    def lookup(self, path: str, follow_last: bool = True) -> tuple[str, Node]:
-        """(canonical guest path, node) of an existing file; GuestError otherwise."""
+    def lookup(self, path: str, follow_last: bool = True, hops: int = 0) -> tuple[str, Node]:
+        """(canonical guest path, node) of an existing file; GuestError
+        otherwise. A symlink the program made is followed as the host's are
+        (`hops` of them so far), where it is the path's last component."""
         made = self.special and self.special(self._plain(path), follow_last or path.endswith("/"))
         if made:
             return made
@@ -189,6 +196,8 @@ class GuestFiles:
                 raise
         if guest in self._written:
             node = self._written[guest]
+            if stat.S_ISLNK(node.mode) and follow_last:
+                return self._follow(guest, node, hops)
             if stat.S_ISDIR(node.mode):  # one the program made: what it holds now
                 node.entries = self._listing(guest, ())
             return guest, node
@@ -212,6 +221,14 @@ class GuestFiles:
             except InputError:
                 raise GuestError(errno.EACCES) from None
         return guest, Node(stat.S_IFREG | (info.st_mode & 0o777), self.contents(data), inode=inode)
+
+    def _follow(self, guest: str, node: Node, hops: int) -> tuple[str, Node]:
+        """What a symlink the program made points at (ELOOP past MAX_SYMLINKS)."""
+        if hops >= MAX_SYMLINKS:
+            raise GuestError(errno.ELOOP)
+        target = bytes(node.data).decode("utf-8", "surrogateescape")
+        parent = guest.rsplit("/", 1)[0] or "/"
+        return self.lookup(target if target.startswith("/") else f"{parent}/{target}", True, hops + 1)
 
     def _listing(self, guest: str, host_names: list[str] | tuple[()]) -> tuple[str, ...]:
         """A directory's names: the host's, less those the program removed,

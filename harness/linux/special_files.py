@@ -228,7 +228,7 @@ class SpecialFiles:
 
     def _dev(self, rest: tuple[str, ...]) -> Node | Link | None:
         if not rest:
-            return self._directory("/dev", tuple(sorted((*DEVICES, *DEV_LINKS))))
+            return self._directory("/dev", tuple(sorted((*DEVICES, *DEV_LINKS, "shm"))))  # shm: files.TMPFS_MOUNTS
         if len(rest) > 1:
             return None
         name = rest[0]

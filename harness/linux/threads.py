@@ -95,6 +95,7 @@ class Thread:
     interrupted: bool = False  # a signal ended its wait: the delivery restarts its call or makes it fail
     again: Callable[[], int] | None = None  # its call, to go on when it next runs (Wait.again)
     restart_block: Callable[[], int] | None = None  # what restart_syscall goes on with (a sleep's rest)
+    nice: int = 0  # its nice value (setpriority), a creator's passed on to the threads it makes
 
 
 class Alarm(NamedTuple):
@@ -129,6 +130,7 @@ class Threads:
         parent = self.current.signals
         thread = Thread(self.all[-1].tid + 1, stack_top, Signals(actions=parent.actions, blocked=parent.blocked),
                         context, tls, clear_child_tid)
+        thread.nice = self.current.nice
         self.all.append(thread)
         return thread
 
