@@ -98,3 +98,10 @@ def test_sched_setattr_sets_the_nice_value_and_landlock_is_missing(kernel):
     with pytest.raises(SystemCallFault, match="sched_setattr policy 1"):
         call(kernel, "sched_setattr", 0, SCRATCH + 0x1000, 0)
     assert call(kernel, "landlock_create_ruleset", 0, 0, 1) == -errno.ENOSYS  # as a kernel built without it
+
+
+def test_mkdir_gives_the_mode_asked_under_the_umask(kernel):
+    assert call(kernel, "mkdir", put_string(kernel, "/tmp/private"), 0o700) == 0
+    assert _mode(kernel, "/tmp/private") == stat.S_IFDIR | 0o700  # what Chromium's singleton checks
+    assert call(kernel, "mkdirat", (-100) & 0xFFFFFFFF, put_string(kernel, "/tmp/open"), 0o777) == 0
+    assert _mode(kernel, "/tmp/open") == stat.S_IFDIR | 0o755

@@ -67,13 +67,13 @@ def sys_fstatfs64(kernel, fd, size, buffer):
 
 @handles(39, "mkdir")
 def sys_mkdir(kernel, path, mode):
-    kernel.files.make_directory(kernel.files.guest_path(_path(kernel, path), kernel.cwd))
+    kernel.files.make_directory(kernel.files.guest_path(_path(kernel, path), kernel.cwd), mode)
     return 0
 
 
 @handles(323, "mkdirat")
 def sys_mkdirat(kernel, dirfd, path, mode):
-    kernel.files.make_directory(_at(kernel, dirfd, path))
+    kernel.files.make_directory(_at(kernel, dirfd, path), mode)
     return 0
 
 

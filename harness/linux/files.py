@@ -35,6 +35,7 @@ WORKDIR = "/work"  # the working directory as the guest sees it
 MAX_SYMLINKS = 40  # as Linux (ELOOP past it)
 MAX_FDS = 1024  # open descriptors a process may have (RLIMIT_NOFILE's soft limit: EMFILE past it)
 NAME_MAX = 255  # bytes in one path component (ENAMETOOLONG past it)
+UMASK = 0o022  # the process's file mode creation mask (what umask(2) says)
 TMPFS_MOUNTS = ("/tmp", "/dev/shm")  # empty directories every Linux system has, in memory here
 
 
@@ -293,15 +294,16 @@ class GuestFiles:
         self._written.pop(guest, None)
         self._removed.add(guest)
 
-    def make_directory(self, path: str) -> None:
-        """mkdir: an empty directory in memory (EEXIST where a file is)."""
+    def make_directory(self, path: str, mode: int = 0o755) -> None:
+        """mkdir: an empty directory in memory with `mode`'s permissions
+        under the process's umask (022), EEXIST where a file is."""
         try:
             self.lookup(path, follow_last=False)
         except GuestError as error:
             if error.code != errno.ENOENT:
                 raise
             guest, _ = self.create(path)
-            self._written[guest] = Node(stat.S_IFDIR | 0o755, inode=inode_of(guest))
+            self._written[guest] = Node(stat.S_IFDIR | mode & 0o7777 & ~UMASK, inode=inode_of(guest))
             return
         raise GuestError(errno.EEXIST)
 
