@@ -2,7 +2,8 @@
 (harness.emulation.machine.Machine): its memory, mappings, TLS register and
 user registers, and a way to end the run; what a process's run and the
 hook that follows it tell each other (RunEvents), and what each engine
-error is to a Linux process (FAULT_OF_ENGINE_ERROR)."""
+error is to a Linux process (FAULT_OF_ENGINE_ERROR), and the hints after
+which the engine stops as if at an undefined instruction (hint_before)."""
 
 from __future__ import annotations
 
@@ -94,3 +95,23 @@ FAULT_OF_ENGINE_ERROR = {
 FETCH_ERRORS = frozenset({unicorn_const.UC_ERR_FETCH_UNMAPPED, unicorn_const.UC_ERR_FETCH_PROT,
                           unicorn_const.UC_ERR_FETCH_UNALIGNED})
 FAULT_OF_EXCEPTION = {1: "undefined", 7: "breakpoint"}  # QEMU's EXCP_UDEF, EXCP_BKPT
+
+
+# YIELD and WFE, which a user program may run under Linux (a spin lock's
+# wait: Chromium's base::SpinLock): each is a hint the processor may complete
+# at once, and qemu-user resumes after it (EXCP_YIELD); the engine instead
+# stops after it with UC_ERR_INSN_INVALID, its pc at the next instruction.
+HINTS_THUMB16 = frozenset({0xBF10, 0xBF20})  # YIELD, WFE
+HINTS_THUMB32 = frozenset({0xF3AF8001, 0xF3AF8002})  # YIELD.W, WFE.W
+HINTS_ARM = frozenset({0x0320F001, 0x0320F002})  # YIELD, WFE (any condition)
+
+
+def hint_before(before: bytes, thumb: bool) -> bool:
+    """Do the 4 bytes `before` a pc end with a YIELD or WFE, in the state
+    `thumb`? (A 16-bit Thumb hint is judged first: the halfword before the
+    pc may also end a 32-bit instruction, which the caller resolves.)"""
+    first, second = int.from_bytes(before[:2], "little"), int.from_bytes(before[2:], "little")
+    if thumb:
+        return second in HINTS_THUMB16 or (first << 16 | second) in HINTS_THUMB32
+    word = int.from_bytes(before, "little")
+    return word >> 28 != 0xF and word & 0x0FFFFFFF in HINTS_ARM

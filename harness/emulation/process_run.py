@@ -6,11 +6,14 @@ each told to the hook that follows the run (RunEvents). The Emulator
 
 from __future__ import annotations
 
-from unicorn import Uc
+from unicorn import Uc, UcError
+from unicorn.unicorn_const import UC_ERR_INSN_INVALID
 from unicorn import arm_const as arm
 
 from harness.emulation.guards import EmulationFault, ImpreciseFault, exhausted, guard_cause
-from harness.emulation.process_machine import FAULT_OF_ENGINE_ERROR, FAULT_OF_EXCEPTION, FETCH_ERRORS, RunEvents
+from harness.emulation.binding import read_memory
+from harness.emulation.process_machine import (FAULT_OF_ENGINE_ERROR, FAULT_OF_EXCEPTION, FETCH_ERRORS, RunEvents,
+                                               hint_before)
 from harness.errors import HarnessError
 
 EXCP_SWI = 2  # Unicorn's interrupt number for SVC
@@ -28,6 +31,7 @@ class ProcessRun:
         self._fault_address = 0  # the address of the last access that faulted (`_invalid`)
         self._deadline: int | None = None  # the instruction count at which a timer expires (`_arm`)
         self._ceiling_told: int | None = None  # the memory ceiling the hook was last told (RunEvents.memory)
+        self._hinted: tuple[int, int | None] | None = None  # (pc, count) where a run last went on after a hint
 
     def _interrupt(self, uc: Uc, number: int, user_data) -> None:
         """A system call (SVC) of the program, answered by the system; any
@@ -105,6 +109,10 @@ class ProcessRun:
         if self.system is None or self._fault is not None or kind is None:
             return None
         uc = self._uc
+        if status == UC_ERR_INSN_INVALID:
+            after = self._after_hint()
+            if after is not None:
+                return after
         pc = uc.reg_read(arm.UC_ARM_REG_PC)
         data = status not in FETCH_ERRORS
         if data and kind != "undefined" and not (self._events and self._events.precise):  # (an exception's pc is)
@@ -115,6 +123,32 @@ class ProcessRun:
             return None
         self._fault_address = 0
         return uc.reg_read(arm.UC_ARM_REG_PC) | (uc.reg_read(arm.UC_ARM_REG_CPSR) >> 5 & 1)
+
+    def _after_hint(self) -> int | None:
+        """Where the run goes on (bit 0: Thumb) when the engine stopped after
+        a YIELD or WFE (process_machine.hint_before): at the next
+        instruction, as on a device. None where the instruction at the pc is
+        undefined itself: the engine stops there again, in the same thread,
+        after fewer than the two instructions a loop back over the hint runs."""
+        uc = self._uc
+        pc, thumb = uc.reg_read(arm.UC_ARM_REG_PC), uc.reg_read(arm.UC_ARM_REG_CPSR) >> 5 & 1
+        count = self._events.instructions() if self._events is not None else None
+        last, self._hinted = self._hinted, None
+        if last is not None and last[0] == pc:
+            if count is None or last[1] is None:
+                raise EmulationFault(pc, "the engine stopped twice at this pc after a YIELD or WFE, in a run "
+                                         "without the hook that counts instructions: a loop over the hint, or "
+                                         "an undefined instruction after it, cannot be told apart")
+            if count - last[1] < 2:
+                return None
+        try:
+            before = read_memory(uc, pc - 4, 4)
+        except UcError:
+            return None
+        if not hint_before(before, bool(thumb)):
+            return None
+        self._hinted = (pc, count)
+        return pc | thumb
 
     def _arm(self, pc: int) -> None:
         """Tell the hook the instruction count at which the next timer
@@ -160,6 +194,7 @@ class ProcessRun:
                                                                                str(error)) from None
 
     def _switched(self, switch) -> None:
+        self._hinted = None  # another thread's stop at the same pc is its own
         self._stack_top = switch.stack_top or self.placement.stack_top
         if self._events is not None:
             self._events.switch(switch)
