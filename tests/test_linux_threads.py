@@ -256,10 +256,8 @@ def test_a_timed_wait_times_out_on_the_emulated_clock(kernel):
     assert call(kernel, "futex_time64", WORD, FUTEX_WAIT_BITSET, 0, SCRATCH + 0x200, 0, 1) == -errno.ETIMEDOUT
 
 
-def test_priority_inheritance_futexes_end_the_run_named(kernel):
-    with pytest.raises(SystemCallFault, match="FUTEX_LOCK_PI at .*priority-inheritance futexes are not emulated"):
-        call(kernel, "futex", WORD, 6 | FUTEX_PRIVATE_FLAG, 0)
-    assert call(kernel, "futex", WORD, 2, 0) == -errno.ENOSYS  # FUTEX_FD, gone from Linux
+def test_futex_fd_is_gone_as_from_linux(kernel):
+    assert call(kernel, "futex", WORD, 2, 0) == -errno.ENOSYS  # FUTEX_FD (PI futexes: test_linux_pi_futex.py)
 
 
 # ------------------------------------------------------------- signals to threads

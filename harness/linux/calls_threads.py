@@ -6,7 +6,8 @@ ERESTARTSYS (restarted under SA_RESTART, else EINTR), a timed one and a
 relative sleep ERESTART_RESTARTBLOCK (EINTR where a handler runs, else
 restart_syscall goes on to the same deadline; the sleep writes the time
 left), an absolute sleep ERESTARTNOHAND (harness.linux.signals._restart).
-Priority-inheritance futexes end the run as a fault naming them."""
+Priority-inheritance futexes: harness.linux.pi_futex; their requeue
+commands end the run as a fault naming them."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import struct
 from dataclasses import replace
 
 from harness.emulation.machine import BadAddress
+from harness.linux import pi_futex
 from harness.linux.call_table import SystemCallFault, handles
 from harness.linux.files import GuestError
 from harness.linux.signals import ERESTART_RESTARTBLOCK, ERESTARTNOHAND
@@ -34,8 +36,7 @@ REMAINING = {TIMESPEC: "<ii", TIMESPEC64: "<qq"}  # as written
 
 FUTEX_WAIT, FUTEX_WAKE, FUTEX_FD, FUTEX_REQUEUE, FUTEX_CMP_REQUEUE, FUTEX_WAKE_OP = 0, 1, 2, 3, 4, 5
 FUTEX_WAIT_BITSET, FUTEX_WAKE_BITSET = 9, 10
-PRIORITY_INHERITANCE = {6: "FUTEX_LOCK_PI", 7: "FUTEX_UNLOCK_PI", 8: "FUTEX_TRYLOCK_PI",
-                        11: "FUTEX_WAIT_REQUEUE_PI", 12: "FUTEX_CMP_REQUEUE_PI", 13: "FUTEX_LOCK_PI2"}
+REQUEUE_PI = {11: "FUTEX_WAIT_REQUEUE_PI", 12: "FUTEX_CMP_REQUEUE_PI"}
 FUTEX_PRIVATE_FLAG, FUTEX_CLOCK_REALTIME = 128, 256  # one process, one clock: neither changes anything
 
 
@@ -82,6 +83,7 @@ def sys_exit(kernel, status):
     if len(threads.live()) == 1:
         kernel.end(status & 0xFF)
         return 0
+    pi_futex.check_exit(kernel, thread)
     thread.exited = True
     if thread.clear_child_tid:
         try:
@@ -137,12 +139,18 @@ def sys_futex_time64(kernel, address, operation, value, timeout, address2, value
 def _futex(kernel, address: int, operation: int, value: int, timeout: int, address2: int, value3: int,
            timespec: str) -> int:
     command = operation & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
-    if command in PRIORITY_INHERITANCE:
-        raise SystemCallFault(f"futex {PRIORITY_INHERITANCE[command]} at {address:#x}: priority-inheritance "
-                              "futexes are not emulated")
+    if command in REQUEUE_PI:
+        raise SystemCallFault(f"futex {REQUEUE_PI[command]} at {address:#x}: requeueing to a "
+                              "priority-inheritance futex is not emulated")
     if address & 3:
         raise GuestError(errno.EINVAL)
     threads = kernel.threads
+    if command in (pi_futex.FUTEX_LOCK_PI, pi_futex.FUTEX_LOCK_PI2, pi_futex.FUTEX_TRYLOCK_PI):
+        # An absolute time (CLOCK_REALTIME, or LOCK_PI2's CLOCK_MONOTONIC: the one emulated clock)
+        deadline = _timespec(kernel, timeout, timespec) if timeout and command != pi_futex.FUTEX_TRYLOCK_PI else None
+        return pi_futex.lock(kernel, address, deadline, command == pi_futex.FUTEX_TRYLOCK_PI)
+    if command == pi_futex.FUTEX_UNLOCK_PI:
+        return pi_futex.unlock(kernel, address)
     if command in (FUTEX_WAIT, FUTEX_WAIT_BITSET):
         bitset = FUTEX_BITSET_ANY if command == FUTEX_WAIT else value3
         if not bitset:

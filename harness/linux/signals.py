@@ -52,7 +52,7 @@ FAULTS = {"unmapped": (SIGSEGV, 1), "protected": (SIGSEGV, 2),  # SEGV_MAPERR, S
 SS_ONSTACK, SS_DISABLE = 1, 2
 THUMB = 0x20  # cpsr's T bit
 # What an interrupted call returns (include/linux/errno.h: the kernel's own; harness.linux.threads.Wait)
-ERESTARTSYS, ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 512, 514, 516
+ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 512, 513, 514, 516
 RESTART_SYSCALL = 0  # the call that goes on with a call's restart block
 MINSIGSTKSZ = 2048
 
@@ -227,17 +227,18 @@ def _restart(kernel, thread, flags: int | None) -> None:
     """A call a signal interrupted, its r0 the kernel's restart code, on
     its way back to user mode (arch/arm/kernel/signal.c do_signal): where a
     handler runs (its `flags`), the call fails with EINTR, unless it asked
-    for ERESTARTSYS and the handler has SA_RESTART; otherwise the call runs
+    for ERESTARTSYS and the handler has SA_RESTART, or ERESTARTNOINTR (a
+    PI futex's lock: harness.linux.pi_futex); otherwise the call runs
     again: the pc back on its svc (2 bytes in Thumb, 4 in ARM), r0 as the
     call had it, and for ERESTART_RESTARTBLOCK without a handler r7 the
     number of restart_syscall, which goes on where the call left off. The
     handler's frame keeps that context, so its sigreturn returns to the svc."""
     context = kernel.machine.context()
     code = -(context.r[0] - (1 << 32) if context.r[0] & 0x80000000 else context.r[0])
-    if code not in (ERESTARTSYS, ERESTARTNOHAND, ERESTART_RESTARTBLOCK):
+    if code not in (ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK):
         return  # the call ended otherwise (a sleep with no time left, a partial write, EINTR of epoll_wait)
     registers = list(context.r)
-    if flags is not None and (code != ERESTARTSYS or not flags & SA_RESTART):
+    if flags is not None and code != ERESTARTNOINTR and (code != ERESTARTSYS or not flags & SA_RESTART):
         registers[0] = -errno.EINTR & 0xFFFFFFFF
     else:
         registers[0] = thread.orig_r0

@@ -60,6 +60,7 @@ class Wait:
     ready: Callable[[], bool] | None = None
     again: Callable[[], int] | None = None  # the call going on once ready or at its deadline: its result
     interrupted: Callable[[], int] | None = None
+    pi: bool = False  # a wait to lock a priority-inheritance futex (harness.linux.pi_futex): no FUTEX_WAKE ends it
 
     def timed_out(self) -> int:
         """The call's result where its deadline comes first: a sleep's 0, a
@@ -158,7 +159,7 @@ class Threads:
         for thread in list(self.waiting):
             if woken >= count:
                 break
-            if thread.wait.futex == address and thread.wait.bitset & bitset:
+            if thread.wait.futex == address and thread.wait.bitset & bitset and not thread.wait.pi:
                 self.wake(thread, 0)
                 woken += 1
         return woken
@@ -167,7 +168,7 @@ class Threads:
         """Move up to `count` threads waiting on `address` to wait on `target`; how many."""
         moved = 0
         for thread in self.waiting:
-            if moved < count and thread.wait.futex == address:
+            if moved < count and thread.wait.futex == address and not thread.wait.pi:
                 thread.wait.futex = target
                 moved += 1
         return moved
