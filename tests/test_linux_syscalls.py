@@ -114,6 +114,9 @@ def test_statx_and_seek(kernel):
     mode, size = struct.unpack_from("<H", kernel.machine.read(SCRATCH + 0x400 + 28, 2))[0], \
         struct.unpack("<Q", kernel.machine.read(SCRATCH + 0x400 + 40, 8))[0]
     assert stat.S_ISREG(mode) and size == 12
+    mask, = struct.unpack("<I", kernel.machine.read(SCRATCH + 0x400, 4))
+    assert mask == 0x7FF | 0x1000  # STATX_BASIC_STATS, and STATX_MNT_ID, which Linux 6.1 always gives
+    assert struct.unpack("<IIQ", kernel.machine.read(SCRATCH + 0x400 + 0x88, 16)) == (0, 1, 1)  # dev 0:1, mount 1
     fd = open_path(kernel, "input.txt")
     assert call(kernel, "_llseek", fd, 0, 6, SCRATCH + 0x500, 0) == 0
     assert struct.unpack("<q", kernel.machine.read(SCRATCH + 0x500, 8))[0] == 6

@@ -28,7 +28,11 @@ BLOCK_SIZE = 4096
 # gid, rdev, pad (and 4 bytes aligning size), size, blksize, (4 aligning) blocks,
 # three (sec, nsec) times, ino64: 104 bytes.
 STAT64 = struct.Struct("<Q4xIIIIIQ8xqI4xQIIIIIIQ")
-STATX_BASIC = 0x7FF
+STATX_BASIC, STATX_MNT_ID = 0x7FF, 0x1000
+# Every file is on the one filesystem st_dev names (0:1): its mount's id,
+# which statx gives since Linux 5.8 whatever the mask asks (libudev takes
+# /dev's from statx, and would otherwise go on to name_to_handle_at).
+MOUNT_ID = 1
 
 
 def _path(kernel, address: int) -> str:
@@ -111,10 +115,10 @@ def stat64_bytes(node: Node) -> bytes:
 
 def statx_bytes(node: Node) -> bytes:
     size = len(node.data)
-    head = struct.pack("<IIQIIIHxxQQQQ", STATX_BASIC, BLOCK_SIZE, 0, 1, 0, 0, node.mode, node.inode, size,
+    head = struct.pack("<IIQIIIHxxQQQQ", STATX_BASIC | STATX_MNT_ID, BLOCK_SIZE, 0, 1, 0, 0, node.mode, node.inode, size,
                        (size + 511) // 512, 0)
     times = struct.pack("<qIi", FILE_TIME, 0, 0) * 4
-    return (head + times + struct.pack("<IIII", *_rdev(node), 0, 1)).ljust(0x100, b"\0")
+    return (head + times + struct.pack("<IIIIQ", *_rdev(node), 0, 1, MOUNT_ID)).ljust(0x100, b"\0")
 
 
 def _node_at(kernel, dirfd: int, path: int, flags: int) -> Node:
