@@ -76,6 +76,17 @@ def run_process(program: str, args=(), stdin_path: str | None = None, root: str 
     return result, system
 
 
+def runs_as_under_qemu(source: str, expected: bytes, compiled: bool) -> None:
+    """tests/linux_src/`source`, built static, exits 0 printing `expected`
+    under qemu-user and in a verified run (no fault) alike."""
+    program = build(source, "-static")
+    assert qemu(program) == (0, expected)
+    system = LinuxSystem(LinuxRun(program))
+    result = verify_program(process_program(system), [], how=Verify(compiled=compiled), system=system)
+    assert result.fault is None
+    assert (system.outcome().exit_status, system.outcome().stdout) == (0, expected)
+
+
 class Names:
     """pc -> function name, from the executable's symbols where it was loaded."""
 

@@ -17,6 +17,7 @@ from harness.linux.files import MAX_FDS, GuestError, Node, OpenFile, as_bytes
 AT_FDCWD = -100
 AT_SYMLINK_NOFOLLOW = 0x100
 AT_EMPTY_PATH = 0x1000
+AT_SYMLINK_FOLLOW = 0x400
 O_ACCMODE, O_WRONLY, O_RDWR = 3, 1, 2
 O_CREAT, O_EXCL, O_TRUNC, O_APPEND = 0o100, 0o200, 0o1000, 0o2000
 O_NONBLOCK = 0o4000  # a status flag F_SETFL may change (read and write honour it: calls_io)
@@ -45,8 +46,12 @@ def _path(kernel, address: int) -> str:
 
 
 def _at(kernel, dirfd: int, address: int) -> str:
-    """The guest path `address` names, relative to directory `dirfd`."""
+    """The guest path `address` names, relative to directory `dirfd`; an
+    empty one names nothing (ENOENT, whatever `dirfd` is: AT_EMPTY_PATH's
+    callers look at the descriptor first)."""
     path = _path(kernel, address)
+    if not path:
+        raise GuestError(errno.ENOENT)
     dirfd = signed(dirfd)
     if path.startswith("/") or dirfd == AT_FDCWD:
         return kernel.files.guest_path(path, kernel.cwd)
@@ -109,14 +114,14 @@ def stat64_bytes(node: Node) -> bytes:
     times = (FILE_TIME, 0) * 3
     major, minor = _rdev(node)
     rdev = (minor & 0xFF) | major << 8 | (minor & ~0xFF) << 12  # huge_encode_dev, as stat64 gives it
-    return STAT64.pack(1, node.inode, node.mode, 1, 0, 0, rdev, size, BLOCK_SIZE, (size + 511) // 512, *times,
-                       node.inode)
+    return STAT64.pack(1, node.inode, node.mode, node.links, 0, 0, rdev, size, BLOCK_SIZE, (size + 511) // 512,
+                       *times, node.inode)
 
 
 def statx_bytes(node: Node) -> bytes:
     size = len(node.data)
-    head = struct.pack("<IIQIIIHxxQQQQ", STATX_BASIC | STATX_MNT_ID, BLOCK_SIZE, 0, 1, 0, 0, node.mode, node.inode, size,
-                       (size + 511) // 512, 0)
+    head = struct.pack("<IIQIIIHxxQQQQ", STATX_BASIC | STATX_MNT_ID, BLOCK_SIZE, 0, node.links, 0, 0, node.mode,
+                       node.inode, size, (size + 511) // 512, 0)
     times = struct.pack("<qIi", FILE_TIME, 0, 0) * 4
     return (head + times + struct.pack("<IIIIQ", *_rdev(node), 0, 1, MOUNT_ID)).ljust(0x100, b"\0")
 
@@ -236,6 +241,32 @@ def sys_dup3(kernel, fd, target, flags):
 @handles(10, "unlink")
 def sys_unlink(kernel, path):
     kernel.files.remove(kernel.files.guest_path(_path(kernel, path), kernel.cwd))
+    return 0
+
+
+@handles(9, "link")
+def sys_link(kernel, old, new):
+    files = kernel.files
+    files.link(files.guest_path(_path(kernel, old), kernel.cwd), files.guest_path(_path(kernel, new), kernel.cwd))
+    return 0
+
+
+@handles(330, "linkat")
+def sys_linkat(kernel, old_dirfd, old, new_dirfd, new, flags):
+    """linkat: the symlink itself unless AT_SYMLINK_FOLLOW; with
+    AT_EMPTY_PATH and an empty path, the file open at `old_dirfd` (the
+    process is root: it has CAP_DAC_READ_SEARCH), AT_FDCWD's the directory."""
+    if flags & ~(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH):
+        raise GuestError(errno.EINVAL)
+    if flags & AT_EMPTY_PATH and not read_c_string(kernel.machine, old):
+        if signed(old_dirfd) == AT_FDCWD:
+            source = kernel.files.lookup(kernel.cwd)
+        else:
+            opened = kernel.file(old_dirfd)
+            source = opened.path, opened.node
+    else:
+        source = _at(kernel, old_dirfd, old)
+    kernel.files.link(source, _at(kernel, new_dirfd, new), follow=bool(flags & AT_SYMLINK_FOLLOW))
     return 0
 
 

@@ -10,8 +10,9 @@ the host file is never opened. An absolute symlink inside the sysroot
 means what it would mean on the device, a path from the sysroot's root.
 
 Files are read whole on first open (once a run: every later open shares
-the bytes) and never written back: writes go to pages in memory over them
-(Contents) that later opens of the same path see, so a program can create
+the bytes and the node, as one inode; a hard link shares it too) and
+never written back: writes go to pages in memory over them (Contents)
+that later opens of the same path see, so a program can create
 and reread its own files while the host stays as it was. Those pages are
 the guest's to fill, and a guest is untrusted: FileStore caps what all of
 them hold together, and a write past a file's end stores only what it
@@ -91,6 +92,7 @@ class Node:
     entries: tuple[str, ...] = ()
     inode: int = 0
     device: Device | None = None
+    links: int = 1  # the names it has (st_nlink): hard links add, unlink and rename over take away
 
     def __post_init__(self) -> None:
         if (stat.S_ISREG(self.mode) or stat.S_ISLNK(self.mode)) and not isinstance(self.data, Contents):
@@ -120,7 +122,9 @@ class GuestFiles:
         self._written: dict[str, Node] = {path: Node(stat.S_IFDIR | 0o1777, inode=inode_of(path))
                                           for path in TMPFS_MOUNTS}
         self._removed: set[str] = set()
-        self._read: dict[str, bytes] = {}  # guest path -> the host file's bytes, read once a run
+        # guest path -> the node of a host's regular file, its bytes read once a run: one inode
+        # whatever opens or links it
+        self._host_nodes: dict[str, Node] = {}
         self.store = FileStore()
         # (path, follow_last) -> (path, node) of a file the kernel makes (/dev, /proc:
         # harness.linux.special_files), None for the others; set by the process's kernel.
@@ -215,13 +219,15 @@ class GuestFiles:
             return guest, Node(stat.S_IFLNK | 0o777, Contents(os.fsencode(os.readlink(host))), inode=inode)
         if not stat.S_ISREG(info.st_mode):
             raise GuestError(errno.EACCES)  # devices, FIFOs and sockets of the host stay closed
-        data = self._read.get(guest)
-        if data is None:
+        node = self._host_nodes.get(guest)
+        if node is None:
             try:
-                data = self._read[guest] = read_input(host, "guest file")
+                data = read_input(host, "guest file")
             except InputError:
                 raise GuestError(errno.EACCES) from None
-        return guest, Node(stat.S_IFREG | (info.st_mode & 0o777), self.contents(data), inode=inode)
+            node = self._host_nodes[guest] = Node(stat.S_IFREG | (info.st_mode & 0o777), self.contents(data),
+                                                  inode=inode)
+        return guest, node
 
     def _follow(self, guest: str, node: Node, hops: int) -> tuple[str, Node]:
         """What a symlink the program made points at (ELOOP past MAX_SYMLINKS)."""
@@ -261,15 +267,21 @@ class GuestFiles:
             return
         raise GuestError(code)
 
-    def create(self, path: str) -> tuple[str, Node]:
-        """A new empty file at `path` (in memory), in a directory that exists."""
+    def _new_name(self, path: str) -> str:
+        """`path` normalised, for a new name in a directory that exists
+        (ENOENT, ENOTDIR otherwise)."""
         plain = self._plain(path)
         parent = plain.rsplit("/", 1)[0] or "/"
         _, directory = self.lookup(parent)
         if not stat.S_ISDIR(directory.mode):
             raise GuestError(errno.ENOTDIR)
-        if self._root_of(plain)[1] is None:
-            raise GuestError(errno.ENOENT)
+        if self._root_of(plain)[1] is None and not plain.startswith(tuple(f"{mount}/" for mount in TMPFS_MOUNTS)):
+            raise GuestError(errno.ENOENT)  # no sysroot: / holds only the tmpfs mounts
+        return plain
+
+    def create(self, path: str) -> tuple[str, Node]:
+        """A new empty file at `path` (in memory), in a directory that exists."""
+        plain = self._new_name(path)
         node = Node(stat.S_IFREG | 0o644, self.contents(), inode=inode_of(plain))
         self._written[plain] = node
         self._removed.discard(plain)
@@ -293,6 +305,8 @@ class GuestFiles:
             raise GuestError(errno.ENOTEMPTY)
         self._written.pop(guest, None)
         self._removed.add(guest)
+        if not directory:
+            node.links -= 1
 
     def make_directory(self, path: str, mode: int = 0o755) -> None:
         """mkdir: an empty directory in memory with `mode`'s permissions
@@ -321,7 +335,29 @@ class GuestFiles:
             target, there = self.create(new)
         if stat.S_ISDIR(there.mode):
             raise GuestError(errno.EISDIR)
-        if target != source:
-            self._written[target] = node
-            self._written.pop(source, None)
-            self._removed.add(source)
+        if there is node:
+            return  # the same name, or two hard links of one file: Linux does nothing
+        there.links -= 1
+        self._written[target] = node
+        self._written.pop(source, None)
+        self._removed.add(source)
+
+    def link(self, old: tuple[str, Node] | str, new: str, follow: bool = False) -> None:
+        """link(2): `new`, a second name of the file `old` names (its symlink
+        itself unless `follow`) or of an open file's (guest path, node):
+        both names share the node, its data and link count. Linux's errors,
+        in its order: ENOENT, then ENOTDIR, ENOENT, EEXIST for `new`, EPERM for a
+        directory, ENOENT for a file no name holds any more. A file the
+        kernel makes (/proc, /dev) is on no filesystem of the harness's: a fault."""
+        source, node = old if isinstance(old, tuple) else self.lookup(old, follow_last=follow)
+        plain = self._plain(new)
+        for path in (source, plain):
+            if path.startswith(("/proc/", "/dev/")) and not path.startswith("/dev/shm/"):
+                raise SystemCallFault(f"link of {source} to {plain}: files the kernel makes cannot be linked here")
+        self._new_name(new)
+        self.refuse_existing(new, errno.EEXIST)
+        if stat.S_ISDIR(node.mode) or node.links == 0:
+            raise GuestError(errno.EPERM if stat.S_ISDIR(node.mode) else errno.ENOENT)
+        self._written[plain] = node
+        self._removed.discard(plain)
+        node.links += 1
