@@ -86,13 +86,14 @@ def _read_into(kernel, opened, buffer: int, count: int, offset: int | None = Non
             raise Blocked(Wait(files=f"read from an empty pipe ({fds_named(kernel, [opened])})",
                                ready=lambda: bool(node.data) or not has_writer(kernel, node)))
         data = bytes(node.data[:count])
+        kernel.machine.write(buffer, data)  # EFAULT (a read-only page): the pipe keeps its bytes, as Linux's
         del node.data[: len(data)]
+        return len(data)
     else:
-        start = opened.position if offset is None else offset
-        data = node.data.read(start, count)
-        if offset is None:
-            opened.position += len(data)
-    kernel.machine.write(buffer, data)
+        data = node.data.read(opened.position if offset is None else offset, count)
+    kernel.machine.write(buffer, data)  # before the position moves: EFAULT leaves it
+    if offset is None and node.device is None:
+        opened.position += len(data)
     return len(data)
 
 

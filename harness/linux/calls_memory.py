@@ -109,7 +109,7 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
         chunk = opened.node.data.read(source[1] + done, min(COPY_CHUNK, length - done))
         if not chunk:
             break
-        kernel.machine.write(start + done, chunk)
+        kernel.machine.raw.write(start + done, chunk)
     _protect(kernel, start, size, protection)
     return start
 
@@ -168,9 +168,9 @@ def sys_mremap(kernel, address, old_length, new_length, flags, new_address):
     start = kernel.space.find(new_end - address)
     if start is None:
         raise GuestError(errno.ENOMEM)
-    contents = kernel.machine.read(address, old_end - address)
+    contents = kernel.machine.raw.read(address, old_end - address)
     _map_fresh(kernel, start, new_end - address)
-    kernel.machine.write(start, contents)
+    kernel.machine.raw.write(start, contents)
     _unmap(kernel, address, old_end)
     return start
 
@@ -185,6 +185,6 @@ def sys_madvise(kernel, address, length, advice):
         if any(start < end and address < stop for start, stop, _, _ in kernel.file_mappings):
             raise SystemCallFault(f"madvise(MADV_DONTNEED) of a file's pages at {address:#x}: not emulated")
         for start in range(address, end, PAGE):
-            kernel.machine.write(start, bytes(PAGE))
+            kernel.machine.raw.write(start, bytes(PAGE))
     return 0
 

@@ -48,6 +48,7 @@ from harness.linux.posix_timers import CpuTimes
 from harness.linux.signals import Signals
 from harness.linux.special_files import DEV_MODE, Image, Null, SpecialFiles
 from harness.linux.threads import Alarm, Blocked, Thread, Threads
+from harness.linux.user_memory import UserMemory
 
 FIXED_TIME = 1_700_000_000  # seconds since the epoch the clock starts at (2023-11-14)
 NS_PER_INSTRUCTION = 1
@@ -64,13 +65,13 @@ class LinuxKernel:
 
     def __init__(self, machine: Machine, files: GuestFiles, space: AddressSpace, brk: int,
                  stdin: bytes | None, executable: str, image: Image = Image()):
-        self.machine = machine
+        self.vmas = Vmas()  # the mappings as the program asked for them (/proc/self/maps)
+        self.machine = UserMemory(machine, self.vmas)  # system calls reach memory as the protections let them
         self.files = files
         self.space = space
         self.brk_start = self.brk = brk
         self.executable = executable  # the guest path /proc/self/exe names
         self.image = image  # what exec left that /proc shows
-        self.vmas = Vmas()  # the mappings as the program asked for them (/proc/self/maps)
         for vma in image.vmas:
             self.vmas.set(vma)
         # The task's name (comm): its file's name, 15 bytes at most, until prctl(PR_SET_NAME)

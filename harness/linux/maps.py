@@ -10,6 +10,7 @@ program asked for, which is what it can observe of them on Linux.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, replace
 
 from harness.formats.elf import open_elf
@@ -64,6 +65,7 @@ class Vmas:
 
     def __init__(self):
         self._vmas: list[Vma] = []  # sorted, disjoint
+        self._starts: list[int] = []  # each one's start, for bisect
 
     def set(self, vma: Vma) -> None:
         kept = []
@@ -77,6 +79,20 @@ class Vmas:
                 kept.append(old.at(vma.end, old.end))
         kept.append(vma)
         self._vmas = sorted(kept, key=lambda each: each.start)
+        self._starts = [each.start for each in self._vmas]
+
+    def refuses(self, start: int, end: int, access: str) -> bool:
+        """Does a mapping over [start, end) deny `access` ("r" or "w") to a
+        system call? Reads need any protection (ARMv7: writable or
+        executable pages are readable), writes "w"; pages no mapping names
+        are anonymous and writable."""
+        index = max(0, bisect.bisect_right(self._starts, start) - 1)
+        for vma in self._vmas[index:]:
+            if vma.start >= end:
+                break
+            if vma.end > start and (vma.perms == "---" if access == "r" else "w" not in vma.perms):
+                return True
+        return False
 
     def mapped(self, start: int, end: int, protection: int, flags: int, file: tuple[str, int] | None) -> None:
         """mmap2 placed [start, end): of `file` (guest path, offset) or anonymous."""
