@@ -21,11 +21,14 @@ class UserMemory:
     everything else passed through."""
 
     def __init__(self, machine: Machine, vmas: Vmas):
-        self.raw = machine
-        self._vmas = vmas
+        object.__setattr__(self, "raw", machine)
+        object.__setattr__(self, "_vmas", vmas)
 
     def __getattr__(self, name: str):
         return getattr(self.raw, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self.raw, name, value)  # the machine's own state (its clock...): one copy, the machine's
 
     def read(self, address: int, size: int) -> bytes:
         if size > 0 and self._vmas.refuses(address, address + size, "r"):
