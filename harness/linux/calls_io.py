@@ -90,6 +90,7 @@ def _read_into(kernel, opened, buffer: int, count: int, offset: int | None = Non
         del node.data[: len(data)]
         return len(data)
     else:
+        kernel.shared_maps.check(node, writing=False)
         data = node.data.read(opened.position if offset is None else offset, count)
     kernel.machine.write(buffer, data)  # before the position moves: EFAULT leaves it
     if offset is None and node.device is None:
@@ -112,6 +113,7 @@ def _write_from(kernel, opened, buffer: int, count: int, offset: int | None = No
         return node.device.write(kernel, data)
     if stat.S_ISFIFO(node.mode):
         return _pipe_write(kernel, opened, data) if data else 0
+    kernel.shared_maps.check(node, writing=True)
     start = len(node.data) if opened.append else opened.position if offset is None else offset
     written = node.data.write(start, data)
     if offset is None:

@@ -18,7 +18,7 @@ from harness.linux.files import GuestError
 from harness.linux.loader import KUSER_PAGE
 from harness.linux.memory import MAX_MAPPED, MAX_MAPPINGS, page_up, without
 
-MAP_FIXED, MAP_ANONYMOUS = 0x10, 0x20
+MAP_SHARED, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x10, 0x20
 MAP_FIXED_NOREPLACE = 0x100000
 MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
@@ -52,6 +52,7 @@ def _unmap(kernel, start: int, end: int) -> None:
     if not kernel.space.may_release(start, end):
         raise GuestError(errno.EINVAL)  # the harness's own pages: the stack, the helper page
     freed = kernel.space.release(start, end)
+    kernel.shared_maps.unmapped(start, end)
     for low, high in freed:
         kernel.machine.unmap(low, high - low)
         kernel.space.mapped = max(0, kernel.space.mapped - (high - low))
@@ -104,6 +105,8 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
         kernel.file_mappings.append((start, start + size, *source))
         kernel.note_mapped(opened.path, len(opened.node.data))
     _map_fresh(kernel, start, size)
+    if opened is not None and flags & MAP_SHARED:
+        kernel.shared_maps.add(start, start + size, opened.node, opened.writable, opened.path)
     kernel.vmas.mapped(start, start + size, protection, flags, source)  # for /proc/self/maps
     for done in range(0, length, COPY_CHUNK) if opened is not None else ():  # a chunk at a time: no copy of it all
         chunk = opened.node.data.read(source[1] + done, min(COPY_CHUNK, length - done))

@@ -45,6 +45,7 @@ from harness.linux.files import MAX_FDS, WORKDIR, GuestError, GuestFiles, Node, 
 from harness.linux.maps import Vmas
 from harness.linux.memory import AddressSpace
 from harness.linux.posix_timers import CpuTimes
+from harness.linux.shared_maps import SharedMaps
 from harness.linux.signals import Signals
 from harness.linux.special_files import DEV_MODE, Image, Null, SpecialFiles
 from harness.linux.threads import Alarm, Blocked, Thread, Threads
@@ -102,6 +103,7 @@ class LinuxKernel:
         self.calls: dict[str, int] = {}  # name -> times called, for the report
         # (start, end, guest path, file offset) of every file mapping: where ld.so put the libraries
         self.file_mappings: list[tuple[int, int, str, int]] = []
+        self.shared_maps = SharedMaps()  # the MAP_SHARED ones: a fault where they would differ from the file
         # each distinct file mapped (exec's, the program's own mmaps) and its size, and their sum:
         # what the default memory limit allows for (harness.emulation.guards.memory_ceiling)
         self.mapped_files: dict[str, int] = {}
