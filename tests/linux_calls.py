@@ -46,6 +46,12 @@ class PageMachine:
             assert page not in self.pages, f"{page:#x} mapped twice"
             self.pages[page] = bytearray(PAGE)
 
+    def map_shared(self, address, size, buffer, offset):
+        view = memoryview(buffer)
+        for page in range(0, size, PAGE):
+            assert address + page not in self.pages, f"{address + page:#x} mapped twice"
+            self.pages[address + page] = view[offset + page : offset + page + PAGE]
+
     def unmap(self, address, size):
         for page in range(address, address + size, PAGE):
             del self.pages[page]

@@ -1,11 +1,14 @@
-"""MAP_SHARED mappings of files are copies of their bytes
-(harness.linux.shared_maps): where the program could see one differ from
-its file, the run ends as a fault naming it, never a silent wrong read."""
+"""MAP_SHARED mappings of files (harness.linux.shared_maps): those of a
+file the program made share one set of bytes with each other and with the
+file's reads and writes, as Linux's page cache; a host file's are copies,
+and where the program could see one differ from its file, or where pages a
+mapping has are not emulated, the run ends as a fault naming it."""
 
 from __future__ import annotations
 
 import pytest
 from linux_calls import SCRATCH, call, open_path
+from test_linux_process import runs_as_under_qemu
 
 from harness.linux.call_table import SystemCallFault
 
@@ -14,36 +17,89 @@ PAGE = 0x1000
 PROT_READ, PROT_RW, MAP_SHARED, MAP_PRIVATE = 1, 3, 1, 2
 
 
-def _mapped(kernel, fd: int, protection: int, flags: int) -> int:
-    start = call(kernel, "mmap2", 0, PAGE, protection, flags, fd, 0)
+def _mapped(kernel, fd: int, protection: int, flags: int, size: int = PAGE) -> int:
+    start = call(kernel, "mmap2", 0, size, protection, flags, fd, 0)
     assert 0 < start < 0xFFFFF000
     return start
 
 
-def _write(kernel, fd: int) -> int:
-    kernel.machine.write(SCRATCH, b"data")
-    return call(kernel, "pwrite64", fd, SCRATCH, 4, 0, 0, 0)
+def _write(kernel, fd: int, data: bytes = b"data", offset: int = 0) -> int:
+    kernel.machine.write(SCRATCH, data)
+    return call(kernel, "pwrite64", fd, SCRATCH, len(data), 0, offset, 0)
 
 
-def test_a_file_written_while_mapped_shared_ends_the_run_named(kernel):
-    fd = open_path(kernel, "/tmp/cache", O_RDWR | O_CREAT)
-    assert _write(kernel, fd) == 4
+def _read(kernel, fd: int, count: int = 4, offset: int = 0) -> bytes:
+    done = call(kernel, "pread64", fd, SCRATCH, count, 0, offset, 0)
+    return kernel.machine.read(SCRATCH, done)
+
+
+def _made(kernel, path: str = "/dev/shm/region", size: int = 2 * PAGE) -> int:
+    fd = open_path(kernel, path, O_RDWR | O_CREAT)
+    assert call(kernel, "ftruncate", fd, size) == 0
+    return fd
+
+
+def test_two_shared_mappings_of_a_file_see_each_others_writes(kernel):
+    fd = _made(kernel)
+    writer = _mapped(kernel, fd, PROT_RW, MAP_SHARED, 2 * PAGE)
+    reader = _mapped(kernel, open_path(kernel, "/dev/shm/region"), PROT_READ, MAP_SHARED, 2 * PAGE)
+    assert writer != reader
+    kernel.machine.write(writer + PAGE + 8, b"ipcz")
+    assert kernel.machine.read(reader + PAGE + 8, 4) == b"ipcz"
+    assert call(kernel, "munmap", writer, 2 * PAGE) == 0  # the other mapping keeps the bytes
+    assert kernel.machine.read(reader + PAGE + 8, 4) == b"ipcz"
+    assert call(kernel, "mprotect", reader, PAGE, PROT_RW) == 0  # a part's protection: still one memory
+    kernel.machine.write(reader, b"more")
+    assert _read(kernel, fd) == b"more"
+
+
+def test_a_files_writes_and_reads_agree_with_its_shared_mapping(kernel):
+    fd = _made(kernel, "/tmp/cache")
     start = _mapped(kernel, fd, PROT_RW, MAP_SHARED)
-    with pytest.raises(SystemCallFault, match="write to /tmp/cache through a descriptor while it is mapped MAP_SHA"):
+    assert _write(kernel, fd, b"from write", 100) == 10
+    assert kernel.machine.read(start + 100, 10) == b"from write"
+    kernel.machine.write(start + 200, b"from store")
+    assert _read(kernel, fd, 10, 200) == b"from store"
+    assert call(kernel, "ftruncate", fd, PAGE + 5) == 0  # within its mapped pages: the tail reads zeros
+    assert call(kernel, "ftruncate", fd, 2 * PAGE) == 0
+    assert _read(kernel, fd, 4, PAGE + 4) == b"\0\0\0\0"
+    private = _mapped(kernel, fd, PROT_RW, MAP_PRIVATE)  # a private mapping is a copy
+    kernel.machine.write(private, b"mine")
+    assert kernel.machine.read(start, 4) == b"\0\0\0\0"
+
+
+def test_a_mapping_or_a_file_past_its_mapped_pages_ends_the_run_named(kernel):
+    fd = _made(kernel, "/dev/shm/region", PAGE)
+    with pytest.raises(SystemCallFault, match="MAP_SHARED mapping of /dev/shm/region past its end"):
+        _mapped(kernel, fd, PROT_RW, MAP_SHARED, 2 * PAGE)
+    start = _mapped(kernel, fd, PROT_RW, MAP_SHARED)
+    with pytest.raises(SystemCallFault, match="resized from 4096 to 8192 bytes past its mapped pages"):
+        call(kernel, "ftruncate", fd, 2 * PAGE)
+    with pytest.raises(SystemCallFault, match="mremap growing a MAP_SHARED mapping of /dev/shm/region"):
+        call(kernel, "mremap", start, PAGE, 2 * PAGE, 1, 0)
+    kernel.machine.write(start, b"kept")
+    assert call(kernel, "munmap", start, PAGE) == 0
+    assert call(kernel, "ftruncate", fd, 2 * PAGE) == 0  # no mapping left: the file grows, its bytes kept
+    assert _read(kernel, fd) == b"kept"
+
+
+def test_a_host_files_shared_mapping_is_a_copy_faulting_where_it_could_differ(kernel):
+    fd = open_path(kernel, "/lib/libc.so.6", O_RDWR)
+    start = _mapped(kernel, fd, PROT_RW, MAP_SHARED)
+    with pytest.raises(SystemCallFault, match="write to /lib/libc.so.6 through a descriptor while it is mapped"):
         _write(kernel, fd)
-    with pytest.raises(SystemCallFault, match="read of /tmp/cache through a descriptor"):
-        call(kernel, "pread64", fd, SCRATCH, 4, 0, 0, 0)  # its mapping may have been written
-    with pytest.raises(SystemCallFault, match="a second MAP_SHARED mapping of /tmp/cache"):
-        _mapped(kernel, open_path(kernel, "/tmp/cache"), PROT_READ, MAP_SHARED)
+    with pytest.raises(SystemCallFault, match="read of /lib/libc.so.6 through a descriptor"):
+        _read(kernel, fd)  # its mapping may have been written
+    with pytest.raises(SystemCallFault, match="a second MAP_SHARED mapping of /lib/libc.so.6"):
+        _mapped(kernel, open_path(kernel, "/lib/libc.so.6"), PROT_READ, MAP_SHARED)
     assert call(kernel, "munmap", start, PAGE) == 0
     assert _write(kernel, fd) == 4  # no mapping left: the file alone
 
 
-def test_private_and_read_only_shared_mappings_are_copies_linux_would_show(kernel):
-    fd = open_path(kernel, "/tmp/cache", O_RDWR | O_CREAT)
-    assert _write(kernel, fd) == 4
-    _mapped(kernel, fd, PROT_RW, MAP_PRIVATE)
-    assert _write(kernel, fd) == 4
-    reader = open_path(kernel, "/tmp/cache", O_RDONLY)
-    _mapped(kernel, reader, PROT_READ, MAP_SHARED)  # never writable: reads of the file agree with it
-    assert call(kernel, "pread64", reader, SCRATCH, 4, 0, 0, 0) == 4
+EXPECTED = b"".join(b"%s: the other mapping reads hello\n%s: after write the mapping reads written\n"
+                    b"%s: after a store read gives stored\n%s: unmapped one, the other reads hello\n"
+                    b"%s: the read-only mapping made writable: ok\n" % ((name,) * 5) for name in (b"shm", b"memfd"))
+
+
+def test_shared_mappings_share_bytes_as_under_qemu(compiled):
+    runs_as_under_qemu("shared_maps.c", EXPECTED, compiled)

@@ -47,6 +47,11 @@ class Machine(Protocol):
     def map(self, address: int, size: int) -> None:
         """Map zeroed pages [address, address + size) (page-aligned, free)."""
 
+    def map_shared(self, address: int, size: int, buffer, offset: int) -> None:
+        """Map [address, address + size) (page-aligned, free) onto the
+        bytes of `buffer` (a page-aligned writable buffer, an mmap.mmap)
+        from `offset`: the pages and the buffer one memory."""
+
     def unmap(self, address: int, size: int) -> None:
         """Unmap pages that are mapped (page-aligned)."""
 

@@ -7,6 +7,7 @@ which the engine stops as if at an undefined instruction (hint_before)."""
 
 from __future__ import annotations
 
+import ctypes
 from typing import Callable, NamedTuple
 
 from unicorn import UC_PROT_ALL, Uc, UcError, unicorn_const
@@ -41,6 +42,11 @@ class ProcessMachine:
 
     def map(self, address: int, size: int) -> None:
         self._uc.mem_map(address, size, UC_PROT_ALL)
+
+    def map_shared(self, address: int, size: int, buffer, offset: int) -> None:
+        """Map [address, address + size) onto `buffer` (page-aligned, kept
+        alive by its owner while mapped) from `offset`."""
+        self._uc.mem_map_ptr(address, size, UC_PROT_ALL, ctypes.addressof(ctypes.c_char.from_buffer(buffer, offset)))
 
     def unmap(self, address: int, size: int) -> None:
         self._uc.mem_unmap(address, size)

@@ -17,6 +17,7 @@ from harness.linux.call_table import SystemCallFault, handles
 from harness.linux.files import GuestError
 from harness.linux.loader import KUSER_PAGE
 from harness.linux.memory import MAX_MAPPED, MAX_MAPPINGS, page_up, without
+from harness.linux.shared_maps import shared_pages
 
 MAP_SHARED, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x10, 0x20
 MAP_FIXED_NOREPLACE = 0x100000
@@ -38,14 +39,18 @@ def _protect(kernel, start: int, size: int, protection: int) -> None:
         kernel.machine.protect(low, high - low, allowed | (PROT_READ if allowed else 0))
 
 
-def _map_fresh(kernel, start: int, size: int) -> None:
-    """Map [start, start + size) (free in the address space), zeroed."""
+def _map_fresh(kernel, start: int, size: int, shared=None, offset: int = 0) -> None:
+    """Map [start, start + size) (free in the address space), zeroed, or
+    onto the buffer `shared` from `offset` (a shared file mapping's)."""
     if kernel.space.mapped + size > MAX_MAPPED or kernel.space.regions >= MAX_MAPPINGS:
         raise GuestError(errno.ENOMEM)
     kernel.space.take(start, start + size)
     kernel.space.add_region(start, start + size)
     kernel.space.mapped += size
-    kernel.machine.map(start, size)
+    if shared is None:
+        kernel.machine.map(start, size)
+    else:
+        kernel.machine.map_shared(start, size, shared, offset)
 
 
 def _unmap(kernel, start: int, end: int) -> None:
@@ -96,19 +101,21 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
         start = address if hinted else kernel.space.find(size)
         if start is None:
             raise GuestError(errno.ENOMEM)
-    opened, source = None, None
+    opened, source, shared = None, None, None
     if not flags & MAP_ANONYMOUS:
         opened = kernel.file(fd)
         if not stat.S_ISREG(opened.node.mode):
             raise GuestError(errno.ENODEV)
         source = (opened.path, page_offset * PAGE)
+        if flags & MAP_SHARED and not kernel.files.from_host(opened.node):
+            shared = shared_pages(opened, source[1], size)
         kernel.file_mappings.append((start, start + size, *source))
         kernel.note_mapped(opened.path, len(opened.node.data))
-    _map_fresh(kernel, start, size)
+    _map_fresh(kernel, start, size, shared, source[1] if source else 0)
     if opened is not None and flags & MAP_SHARED:
         kernel.shared_maps.add(start, start + size, opened.node, opened.writable, opened.path)
     kernel.vmas.mapped(start, start + size, protection, flags, source)  # for /proc/self/maps
-    for done in range(0, length, COPY_CHUNK) if opened is not None else ():  # a chunk at a time: no copy of it all
+    for done in range(0, length, COPY_CHUNK) if opened is not None and shared is None else ():  # no copy of it all
         chunk = opened.node.data.read(source[1] + done, min(COPY_CHUNK, length - done))
         if not chunk:
             break
@@ -163,6 +170,9 @@ def sys_mremap(kernel, address, old_length, new_length, flags, new_address):
     if new_end <= old_end:
         _unmap(kernel, new_end, old_end)
         return address
+    shared = kernel.shared_maps.touches(address, old_end)
+    if shared is not None:
+        raise SystemCallFault(f"mremap growing a MAP_SHARED mapping of {shared} at {address:#x}: not emulated")
     if kernel.space.is_free(old_end, new_end):
         _map_fresh(kernel, old_end, new_end - old_end)
         return address

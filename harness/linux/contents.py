@@ -8,8 +8,9 @@ hole reads as zeros), as tmpfs does, and a full store is ENOSPC.
 from __future__ import annotations
 
 import errno
+import mmap
 
-from harness.linux.call_table import GuestError
+from harness.linux.call_table import GuestError, SystemCallFault
 
 PAGE = 0x1000
 STORE_CAP = 256 << 20  # bytes the guest's files may hold in memory together (then ENOSPC, as a full tmpfs)
@@ -42,6 +43,8 @@ class Contents:
         self._pages: dict[int, bytearray] = {}
         self._store = store or FileStore()
         self.size = len(self._base)
+        self.shared: mmap.mmap | None = None  # the bytes while MAP_SHARED mapped (share), as a page cache
+        self.pins = 0  # the shared mappings of `shared` live in the machine: its size is fixed while any are
 
     def __len__(self) -> int:
         return self.size
@@ -52,13 +55,40 @@ class Contents:
     def __del__(self) -> None:
         store = self.__dict__.get("_store")
         if store is not None:  # a file gone (unlinked and closed, or replaced): its pages free again
-            store.held -= PAGE * len(self._pages)
+            store.held -= PAGE * len(self._pages) + (len(self.shared) if self.shared is not None else 0)
+
+    def share(self) -> mmap.mmap:
+        """The file's bytes moved into one page-aligned buffer of its whole
+        pages, which MAP_SHARED mappings map and reads and writes go through."""
+        if self.shared is None:
+            held = bytes(self)
+            capacity = max(PAGE, -(-self.size // PAGE) * PAGE)
+            self._store.charge(capacity)
+            self.shared = mmap.mmap(-1, capacity)
+            self.shared[: len(held)] = held
+            self._store.held -= PAGE * len(self._pages)
+            self._base, self._pages = b"", {}
+        return self.shared
+
+    def _unshare(self, size: int) -> None:
+        """The buffer's bytes back into pages, the file to become `size` bytes
+        long past its pages: where no mapping uses the buffer any more."""
+        if self.pins:
+            raise SystemCallFault(f"a file MAP_SHARED mapped resized from {self.size} to {size} bytes past its "
+                                  "mapped pages: pages a mapping gains or loses are not emulated")
+        held, old_size = bytes(self), self.size
+        self._store.held -= len(self.shared)
+        self.shared, self.size = None, 0
+        self.write(0, held)
+        self.size = old_size
 
     def read(self, offset: int, count: int) -> bytes:
         """Up to `count` bytes from `offset` (fewer at the end of the file)."""
         end = min(self.size, offset + count)
         if offset >= end:
             return b""
+        if self.shared is not None:
+            return self.shared[offset:end]
         if not self._pages:
             return self._base[offset:end].ljust(end - offset, b"\0")
         out = bytearray()
@@ -83,6 +113,12 @@ class Contents:
         if offset >= MAX_FILE_SIZE:
             raise GuestError(errno.EFBIG)
         data = data[: MAX_FILE_SIZE - offset]
+        if self.shared is not None and offset + len(data) > len(self.shared):
+            self._unshare(offset + len(data))
+        if self.shared is not None:
+            self.shared[offset : offset + len(data)] = data
+            self.size = max(self.size, offset + len(data))
+            return len(data)
         first, last = offset // PAGE, (offset + len(data) - 1) // PAGE
         self._store.charge(PAGE * sum(1 for page in range(first, last + 1) if page not in self._pages))
         position = offset
@@ -100,6 +136,12 @@ class Contents:
     def truncate(self, size: int) -> None:
         if size > MAX_FILE_SIZE:
             raise GuestError(errno.EFBIG)
+        if self.shared is not None and -(-size // PAGE) * PAGE != len(self.shared):
+            self._unshare(size)
+        if self.shared is not None:
+            self.shared[min(size, self.size) : self.size] = bytes(max(0, self.size - size))  # what comes back reads 0
+            self.size = size
+            return
         if size < self.size:
             keep = (size + PAGE - 1) // PAGE
             dropped = [page for page in self._pages if page >= keep]
@@ -113,7 +155,7 @@ class Contents:
 
     def copy(self) -> "Contents":
         """The same bytes, to be written apart (the base shared, the pages copied)."""
-        twin = Contents(self._base, self._store)
+        twin = Contents(bytes(self) if self.shared is not None else self._base, self._store)
         self._store.charge(PAGE * len(self._pages))
         twin._pages = {page: bytearray(held) for page, held in self._pages.items()}
         twin.size = self.size

@@ -130,6 +130,10 @@ class GuestFiles:
         # harness.linux.special_files), None for the others; set by the process's kernel.
         self.special = None
 
+    def from_host(self, node: Node) -> bool:
+        """Whether `node` is a host file's (its bytes read from the sysroot or working directory)."""
+        return any(held is node for held in self._host_nodes.values())
+
     def contents(self, data: bytes = b"") -> Contents:
         """A new file's contents, held against this run's store."""
         return Contents(data, self.store)
