@@ -68,19 +68,51 @@ def test_a_files_writes_and_reads_agree_with_its_shared_mapping(kernel):
     assert kernel.machine.read(start, 4) == b"\0\0\0\0"
 
 
-def test_a_mapping_or_a_file_past_its_mapped_pages_ends_the_run_named(kernel):
+def test_a_file_grows_while_mapped_and_its_new_pages_map_with_it(kernel):
+    fd = _made(kernel, "/dev/shm/region", PAGE)
+    first = _mapped(kernel, fd, PROT_RW, MAP_SHARED)
+    assert call(kernel, "ftruncate", fd, 3 * PAGE) == 0  # new pages after the mapped ones
+    assert _write(kernel, fd, b"grown", 4 * PAGE) == 5  # a write past the end grows it too
+    whole = _mapped(kernel, fd, PROT_RW, MAP_SHARED, 5 * PAGE)  # across the file's buffers: one range
+    kernel.machine.write(first + 8, b"old")
+    assert kernel.machine.read(whole + 8, 3) == b"old"
+    assert kernel.machine.read(whole + 4 * PAGE, 5) == b"grown"
+    kernel.machine.write(whole + PAGE - 2, b"span")
+    assert _read(kernel, fd, 4, PAGE - 2) == b"span"
+
+
+def test_mremap_grows_a_shared_mapping_with_the_files_next_pages(kernel):
+    fd = _made(kernel, "/dev/shm/region", 4 * PAGE)
+    start = _mapped(kernel, fd, PROT_READ, MAP_SHARED)
+    _write(kernel, fd, b"next", 2 * PAGE)
+    assert call(kernel, "mremap", start, PAGE, 2 * PAGE, 0, 0) == start  # in place: the space after it free
+    blocker = call(kernel, "mmap2", start + 2 * PAGE, PAGE, PROT_READ, 0x22 | 0x10, -1 & 0xFFFFFFFF, 0)
+    assert blocker == start + 2 * PAGE
+    moved = call(kernel, "mremap", start, 2 * PAGE, 3 * PAGE, 1, 0)  # MREMAP_MAYMOVE: elsewhere, the file's pages
+    assert moved not in (start, blocker)
+    assert kernel.machine.read(moved + 2 * PAGE, 4) == b"next"
+    _write(kernel, fd, b"late", PAGE)
+    assert kernel.machine.read(moved + PAGE, 4) == b"late"
+    assert kernel.machine.protections[moved] == PROT_READ
+    assert call(kernel, "munmap", moved, 3 * PAGE) == 0
+    assert call(kernel, "ftruncate", fd, PAGE) == 0  # no mapping left of it: free to shrink
+
+
+def test_a_mapping_past_the_files_pages_or_a_truncation_short_of_them_ends_the_run_named(kernel):
     fd = _made(kernel, "/dev/shm/region", PAGE)
     with pytest.raises(SystemCallFault, match="MAP_SHARED mapping of /dev/shm/region past its end"):
         _mapped(kernel, fd, PROT_RW, MAP_SHARED, 2 * PAGE)
-    start = _mapped(kernel, fd, PROT_RW, MAP_SHARED)
-    with pytest.raises(SystemCallFault, match="resized from 4096 to 8192 bytes past its mapped pages"):
-        call(kernel, "ftruncate", fd, 2 * PAGE)
-    with pytest.raises(SystemCallFault, match="mremap growing a MAP_SHARED mapping of /dev/shm/region"):
-        call(kernel, "mremap", start, PAGE, 2 * PAGE, 1, 0)
+    assert call(kernel, "ftruncate", fd, 2 * PAGE) == 0
+    start = _mapped(kernel, fd, PROT_RW, MAP_SHARED, 2 * PAGE)
+    with pytest.raises(SystemCallFault, match="truncated from 8192 to 4096 bytes, short of its mapped pages"):
+        call(kernel, "ftruncate", fd, PAGE)
+    with pytest.raises(SystemCallFault, match="MAP_SHARED mapping of /dev/shm/region past its end"):
+        call(kernel, "mremap", start, 2 * PAGE, 3 * PAGE, 1, 0)
     kernel.machine.write(start, b"kept")
-    assert call(kernel, "munmap", start, PAGE) == 0
-    assert call(kernel, "ftruncate", fd, 2 * PAGE) == 0  # no mapping left: the file grows, its bytes kept
-    assert _read(kernel, fd) == b"kept"
+    assert call(kernel, "munmap", start, 2 * PAGE) == 0
+    assert call(kernel, "ftruncate", fd, 0) == 0  # no mapping left: the file alone
+    assert call(kernel, "ftruncate", fd, 4) == 0
+    assert _read(kernel, fd) == b"\0\0\0\0"
 
 
 def test_a_host_files_shared_mapping_is_a_copy_faulting_where_it_could_differ(kernel):
@@ -96,9 +128,10 @@ def test_a_host_files_shared_mapping_is_a_copy_faulting_where_it_could_differ(ke
     assert _write(kernel, fd) == 4  # no mapping left: the file alone
 
 
-EXPECTED = b"".join(b"%s: the other mapping reads hello\n%s: after write the mapping reads written\n"
-                    b"%s: after a store read gives stored\n%s: unmapped one, the other reads hello\n"
-                    b"%s: the read-only mapping made writable: ok\n" % ((name,) * 5) for name in (b"shm", b"memfd"))
+LINES = (b"%s: the other mapping reads hello\n", b"%s: after write the mapping reads written\n",
+         b"%s: after a store read gives stored\n", b"%s: unmapped one, the other reads hello\n",
+         b"%s: half of it made writable, a store there reads through\n")
+EXPECTED = b"".join(line % name for name in (b"shm", b"memfd") for line in LINES)
 
 
 def test_shared_mappings_share_bytes_as_under_qemu(compiled):

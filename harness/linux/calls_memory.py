@@ -39,9 +39,9 @@ def _protect(kernel, start: int, size: int, protection: int) -> None:
         kernel.machine.protect(low, high - low, allowed | (PROT_READ if allowed else 0))
 
 
-def _map_fresh(kernel, start: int, size: int, shared=None, offset: int = 0) -> None:
+def _map_fresh(kernel, start: int, size: int, shared=None) -> None:
     """Map [start, start + size) (free in the address space), zeroed, or
-    onto the buffer `shared` from `offset` (a shared file mapping's)."""
+    onto `shared`, a file's pages from the mapping's start (PageCache.pieces)."""
     if kernel.space.mapped + size > MAX_MAPPED or kernel.space.regions >= MAX_MAPPINGS:
         raise GuestError(errno.ENOMEM)
     kernel.space.take(start, start + size)
@@ -49,8 +49,9 @@ def _map_fresh(kernel, start: int, size: int, shared=None, offset: int = 0) -> N
     kernel.space.mapped += size
     if shared is None:
         kernel.machine.map(start, size)
-    else:
-        kernel.machine.map_shared(start, size, shared, offset)
+        return
+    for low, buffer, at, length in shared:
+        kernel.machine.map_shared(start + low - shared[0][0], length, buffer, at)
 
 
 def _unmap(kernel, start: int, end: int) -> None:
@@ -108,10 +109,10 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
             raise GuestError(errno.ENODEV)
         source = (opened.path, page_offset * PAGE)
         if flags & MAP_SHARED and not kernel.files.from_host(opened.node):
-            shared = shared_pages(opened, source[1], size)
+            shared = shared_pages(opened.node, opened.path, source[1], size)
         kernel.file_mappings.append((start, start + size, *source))
         kernel.note_mapped(opened.path, len(opened.node.data))
-    _map_fresh(kernel, start, size, shared, source[1] if source else 0)
+    _map_fresh(kernel, start, size, shared)
     if opened is not None and flags & MAP_SHARED:
         kernel.shared_maps.add(start, start + size, opened.node, opened.writable, opened.path)
     kernel.vmas.mapped(start, start + size, protection, flags, source)  # for /proc/self/maps
@@ -170,9 +171,8 @@ def sys_mremap(kernel, address, old_length, new_length, flags, new_address):
     if new_end <= old_end:
         _unmap(kernel, new_end, old_end)
         return address
-    shared = kernel.shared_maps.touches(address, old_end)
-    if shared is not None:
-        raise SystemCallFault(f"mremap growing a MAP_SHARED mapping of {shared} at {address:#x}: not emulated")
+    if kernel.shared_maps.touches(address, old_end) is not None:
+        return _grow_shared(kernel, address, old_end, new_end, flags)
     if kernel.space.is_free(old_end, new_end):
         _map_fresh(kernel, old_end, new_end - old_end)
         return address
@@ -186,6 +186,38 @@ def sys_mremap(kernel, address, old_length, new_length, flags, new_address):
     kernel.machine.raw.write(start, contents)
     _unmap(kernel, address, old_end)
     return start
+
+
+def _grow_shared(kernel, address: int, old_end: int, new_end: int, flags: int) -> int:
+    """mremap growing a MAP_SHARED mapping of a file the program made: the
+    file's next pages join it where the address space after it is free,
+    else (MREMAP_MAYMOVE) all of it is mapped anew elsewhere and the old
+    range unmapped; the bytes are the file's, none copied."""
+    node, path = kernel.shared_maps.touches(address, old_end)
+    vma = kernel.vmas.containing(address)
+    if vma is None or not vma.is_file or vma.end < old_end or kernel.files.from_host(node):
+        raise SystemCallFault(f"mremap growing a MAP_SHARED mapping of {path} at {address:#x} (part of a mapping, "
+                              "or a host file's): not emulated")
+    in_place = kernel.space.is_free(old_end, new_end)
+    if not in_place and not flags & MREMAP_MAYMOVE:
+        raise GuestError(errno.ENOMEM)
+    low = old_end if in_place else kernel.space.find(new_end - address)
+    if low is None:
+        raise GuestError(errno.ENOMEM)
+    offset = vma.offset + (old_end if in_place else address) - vma.start
+    size = new_end - (old_end if in_place else address)
+    _map_fresh(kernel, low, size, shared_pages(node, path, offset, size))
+    kernel.shared_maps.add(low, low + size, node, False, path)
+    kernel.file_mappings.append((low, low + size, path, offset))
+    protection = sum(bit for letter, bit in (("r", PROT_READ), ("w", PROT_WRITE), ("x", PROT_EXEC))
+                     if letter in vma.perms)
+    whole = (vma.start, vma.offset) if in_place else (low, offset)  # one mapping as Linux's, grown
+    kernel.vmas.mapped(whole[0], low + size, protection, MAP_SHARED, (path, whole[1]))
+    _protect(kernel, low, size, protection)
+    if in_place:
+        return address
+    _unmap(kernel, address, old_end)
+    return low
 
 
 @handles(220, "madvise")

@@ -8,9 +8,9 @@ hole reads as zeros), as tmpfs does, and a full store is ENOSPC.
 from __future__ import annotations
 
 import errno
-import mmap
 
 from harness.linux.call_table import GuestError, SystemCallFault
+from harness.linux.page_cache import PageCache, page_up
 
 PAGE = 0x1000
 STORE_CAP = 256 << 20  # bytes the guest's files may hold in memory together (then ENOSPC, as a full tmpfs)
@@ -55,32 +55,35 @@ class Contents:
     def __del__(self) -> None:
         store = self.__dict__.get("_store")
         if store is not None:  # a file gone (unlinked and closed, or replaced): its pages free again
-            store.held -= PAGE * len(self._pages) + (len(self.shared) if self.shared is not None else 0)
+            store.held -= PAGE * len(self._pages) + (self.shared.capacity if self.shared is not None else 0)
 
-    def share(self) -> mmap.mmap:
-        """The file's bytes moved into one page-aligned buffer of its whole
-        pages, which MAP_SHARED mappings map and reads and writes go through."""
+    def share(self) -> PageCache:
+        """The file's bytes moved into a page cache (PageCache), which
+        MAP_SHARED mappings map and reads and writes go through."""
         if self.shared is None:
             held = bytes(self)
-            capacity = max(PAGE, -(-self.size // PAGE) * PAGE)
-            self._store.charge(capacity)
-            self.shared = mmap.mmap(-1, capacity)
-            self.shared[: len(held)] = held
+            self._store.charge(max(PAGE, page_up(self.size)))
+            self.shared = PageCache(held)
             self._store.held -= PAGE * len(self._pages)
             self._base, self._pages = b"", {}
         return self.shared
 
     def _unshare(self, size: int) -> None:
-        """The buffer's bytes back into pages, the file to become `size` bytes
-        long past its pages: where no mapping uses the buffer any more."""
+        """The page cache's bytes back into pages, the file to become `size`
+        bytes long, short of its pages: where no mapping maps them any more."""
         if self.pins:
-            raise SystemCallFault(f"a file MAP_SHARED mapped resized from {self.size} to {size} bytes past its "
-                                  "mapped pages: pages a mapping gains or loses are not emulated")
+            raise SystemCallFault(f"a file MAP_SHARED mapped truncated from {self.size} to {size} bytes, short of "
+                                  "its mapped pages: their SIGBUS is not emulated")
         held, old_size = bytes(self), self.size
-        self._store.held -= len(self.shared)
+        self._store.held -= self.shared.capacity
         self.shared, self.size = None, 0
         self.write(0, held)
         self.size = old_size
+
+    def _grow_shared(self, end: int) -> None:
+        if end > self.shared.capacity:
+            self._store.charge(page_up(end) - self.shared.capacity)
+            self.shared.grow(page_up(end))
 
     def read(self, offset: int, count: int) -> bytes:
         """Up to `count` bytes from `offset` (fewer at the end of the file)."""
@@ -88,7 +91,7 @@ class Contents:
         if offset >= end:
             return b""
         if self.shared is not None:
-            return self.shared[offset:end]
+            return self.shared.read(offset, end - offset)
         if not self._pages:
             return self._base[offset:end].ljust(end - offset, b"\0")
         out = bytearray()
@@ -113,10 +116,9 @@ class Contents:
         if offset >= MAX_FILE_SIZE:
             raise GuestError(errno.EFBIG)
         data = data[: MAX_FILE_SIZE - offset]
-        if self.shared is not None and offset + len(data) > len(self.shared):
-            self._unshare(offset + len(data))
         if self.shared is not None:
-            self.shared[offset : offset + len(data)] = data
+            self._grow_shared(offset + len(data))
+            self.shared.write(offset, data)
             self.size = max(self.size, offset + len(data))
             return len(data)
         first, last = offset // PAGE, (offset + len(data) - 1) // PAGE
@@ -136,10 +138,12 @@ class Contents:
     def truncate(self, size: int) -> None:
         if size > MAX_FILE_SIZE:
             raise GuestError(errno.EFBIG)
-        if self.shared is not None and -(-size // PAGE) * PAGE != len(self.shared):
+        if self.shared is not None and max(PAGE, page_up(size)) < self.shared.capacity:
             self._unshare(size)
         if self.shared is not None:
-            self.shared[min(size, self.size) : self.size] = bytes(max(0, self.size - size))  # what comes back reads 0
+            self._grow_shared(size)
+            if size < self.size:  # what comes back reads as zeros
+                self.shared.write(size, bytes(self.shared.capacity - size))
             self.size = size
             return
         if size < self.size:

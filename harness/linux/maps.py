@@ -81,6 +81,10 @@ class Vmas:
         self._vmas = sorted(kept, key=lambda each: each.start)
         self._starts = [each.start for each in self._vmas]
 
+    def containing(self, address: int) -> Vma | None:
+        index = bisect.bisect_right(self._starts, address) - 1
+        return self._vmas[index] if index >= 0 and address < self._vmas[index].end else None
+
     def refuses(self, start: int, end: int, access: str) -> bool:
         """Does a mapping over [start, end) deny `access` ("r" or "w") to a
         system call? Reads need any protection (ARMv7: writable or

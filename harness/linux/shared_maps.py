@@ -2,12 +2,12 @@
 
 A file the program made (in /tmp, /dev/shm: harness.linux.files' memory)
 has one set of bytes, as Linux's page cache gives it: while it is shared
-mapped its bytes live in one page-aligned buffer (Contents.share) that
-every shared mapping of it maps (Machine.map_shared, at any address and
-protection) and its descriptors' reads and writes go through. The buffer
-holds the file's whole pages; a mapping past them (Linux: SIGBUS on their
-access), or the file growing or shrinking by a page while mapped, ends
-the run as a fault naming it.
+mapped its bytes live in page-aligned buffers (harness.linux.page_cache)
+that every shared mapping of it maps (Machine.map_shared, at any address
+and protection) and its descriptors' reads, writes and truncations go
+through; the file may grow while mapped. A mapping past the file's pages
+(Linux: SIGBUS on their access), or the file truncated short of them
+while mapped, ends the run as a fault naming it.
 
 A host file's shared mapping (the sysroot's, the working directory's) is
 a copy of its bytes taken when it was made, never written back: all Linux
@@ -19,7 +19,7 @@ writing, as Linux asks of PROT_WRITE, then or after an mprotect)."""
 
 from __future__ import annotations
 
-from harness.emulation.placement import PAGE
+from harness.linux.memory import page_up
 from harness.linux.call_table import SystemCallFault
 from harness.linux.files import Node
 
@@ -49,9 +49,9 @@ class SharedMaps:
                 kept.append(entry)
         self._maps = kept
 
-    def touches(self, low: int, high: int) -> str | None:
-        """The path of a file shared mapped in [low, high), if any."""
-        return next((path for start, end, _, _, path in self._maps if start < high and low < end), None)
+    def touches(self, low: int, high: int) -> tuple[Node, str] | None:
+        """The file (node, guest path) shared mapped in [low, high), if any."""
+        return next(((node, path) for start, end, node, _, path in self._maps if start < high and low < end), None)
 
     def check(self, node: Node, writing: bool) -> None:
         """A read (`writing` False) or write of `node` through a descriptor."""
@@ -62,12 +62,12 @@ class SharedMaps:
                                       "not kept in step")
 
 
-def shared_pages(opened, offset: int, size: int):
-    """The buffer a shared mapping of `size` bytes from `offset` of a file
-    the program made maps (Contents.share): one with the file and its other
-    shared mappings."""
-    contents = opened.node.data
-    if offset + size > -(-len(contents) // PAGE) * PAGE:
-        raise SystemCallFault(f"a MAP_SHARED mapping of {opened.path} past its end ({len(contents)} bytes, "
+def shared_pages(node: Node, path: str, offset: int, size: int) -> list:
+    """The pieces of buffers a shared mapping of `size` bytes from `offset`
+    of a file the program made maps (PageCache.pieces): one memory with the
+    file and its other shared mappings."""
+    contents = node.data
+    if offset + size > page_up(len(contents)):
+        raise SystemCallFault(f"a MAP_SHARED mapping of {path} past its end ({len(contents)} bytes, "
                               f"mapped to {offset + size:#x}): its pages' SIGBUS is not emulated")
-    return contents.share()
+    return list(contents.share().pieces(offset, size))
