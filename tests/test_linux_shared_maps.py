@@ -12,7 +12,8 @@ from test_linux_process import runs_as_under_qemu
 
 from harness.linux.call_table import SystemCallFault
 
-O_RDONLY, O_RDWR, O_CREAT = 0, 2, 0o100
+O_RDONLY, O_WRONLY, O_RDWR, O_CREAT = 0, 1, 2, 0o100
+EACCES = 13
 PAGE = 0x1000
 PROT_READ, PROT_RW, MAP_SHARED, MAP_PRIVATE = 1, 3, 1, 2
 
@@ -48,9 +49,23 @@ def test_two_shared_mappings_of_a_file_see_each_others_writes(kernel):
     assert kernel.machine.read(reader + PAGE + 8, 4) == b"ipcz"
     assert call(kernel, "munmap", writer, 2 * PAGE) == 0  # the other mapping keeps the bytes
     assert kernel.machine.read(reader + PAGE + 8, 4) == b"ipcz"
-    assert call(kernel, "mprotect", reader, PAGE, PROT_RW) == 0  # a part's protection: still one memory
-    kernel.machine.write(reader, b"more")
-    assert _read(kernel, fd) == b"more"
+    assert call(kernel, "mprotect", reader, PAGE, PROT_RW) == -EACCES  # its descriptor is not open for writing
+    other = _mapped(kernel, fd, PROT_READ, MAP_SHARED, 2 * PAGE)
+    assert call(kernel, "mprotect", other, PAGE, PROT_RW) == 0  # a part's protection: still one memory
+    kernel.machine.write(other, b"more")
+    assert _read(kernel, fd) == b"more" and kernel.machine.read(reader, 4) == b"more"
+
+
+def test_a_mapping_needs_its_descriptor_open_as_linux_asks(kernel):
+    """mmap2 of a descriptor not open for reading, or a shared writable
+    mapping of one not open for writing: EACCES, as Linux checks, before any
+    mapping changes; a private writable one needs reading only."""
+    _made(kernel)
+    read_only, write_only = open_path(kernel, "/dev/shm/region"), open_path(kernel, "/dev/shm/region", O_WRONLY)
+    assert call(kernel, "mmap2", 0, PAGE, PROT_RW, MAP_SHARED, read_only, 0) == -EACCES
+    assert call(kernel, "mmap2", 0, PAGE, PROT_READ, MAP_SHARED, write_only, 0) == -EACCES
+    assert call(kernel, "mmap2", 0, PAGE, PROT_READ, MAP_PRIVATE, write_only, 0) == -EACCES
+    assert _mapped(kernel, read_only, PROT_RW, MAP_PRIVATE)
 
 
 def test_a_files_writes_and_reads_agree_with_its_shared_mapping(kernel):

@@ -84,11 +84,24 @@ def sys_brk(kernel, address):
     return address
 
 
+def _mappable(kernel, fd: int, protection: int, flags: int):
+    """The open file mmap2 maps, as Linux checks it before any mapping
+    changes: a regular file (ENODEV), open for reading (EACCES), and for
+    writing where a shared mapping may be written (EACCES)."""
+    opened = kernel.file(fd)
+    if not stat.S_ISREG(opened.node.mode):
+        raise GuestError(errno.ENODEV)
+    if not opened.readable or flags & MAP_SHARED and protection & PROT_WRITE and not opened.writable:
+        raise GuestError(errno.EACCES)
+    return opened
+
+
 @handles(192, "mmap2")
 def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
     if not length or address & (PAGE - 1) or length > MAX_MAPPED:
         raise GuestError(errno.EINVAL if length <= MAX_MAPPED else errno.ENOMEM)
     size = page_up(length)
+    opened = None if flags & MAP_ANONYMOUS else _mappable(kernel, fd, protection, flags)
     if flags & (MAP_FIXED | MAP_FIXED_NOREPLACE):
         if address + size > KUSER_PAGE:
             raise GuestError(errno.ENOMEM)  # past user memory (Linux: past TASK_SIZE)
@@ -102,11 +115,8 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
         start = address if hinted else kernel.space.find(size)
         if start is None:
             raise GuestError(errno.ENOMEM)
-    opened, source, shared = None, None, None
-    if not flags & MAP_ANONYMOUS:
-        opened = kernel.file(fd)
-        if not stat.S_ISREG(opened.node.mode):
-            raise GuestError(errno.ENODEV)
+    source, shared = None, None
+    if opened is not None:
         source = (opened.path, page_offset * PAGE)
         if flags & MAP_SHARED and not kernel.files.from_host(opened.node):
             shared = shared_pages(opened.node, opened.path, source[1], size)
@@ -150,6 +160,8 @@ def sys_mprotect(kernel, address, length, protection):
     end = _mapped_pages(kernel, address, length)
     if any(low < end and address < high for low, high in RESERVED):
         raise GuestError(errno.ENOMEM)  # the kernel's half and the null page: not the program's mappings
+    if protection & PROT_WRITE and kernel.shared_maps.read_only(address, end):
+        raise GuestError(errno.EACCES)  # a shared mapping of a file not open for writing
     kernel.vmas.protect(address, end, protection)  # for /proc/self/maps
     _protect(kernel, address, end - address, protection)
     return 0

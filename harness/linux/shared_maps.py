@@ -53,6 +53,10 @@ class SharedMaps:
         """The file (node, guest path) shared mapped in [low, high), if any."""
         return next(((node, path) for start, end, node, _, path in self._maps if start < high and low < end), None)
 
+    def read_only(self, low: int, high: int) -> bool:
+        """Is a shared mapping in [low, high) of a file not open for writing?"""
+        return any(start < high and low < end and not writable for start, end, _, writable, _ in self._maps)
+
     def check(self, node: Node, writing: bool) -> None:
         """A read (`writing` False) or write of `node` through a descriptor."""
         for start, _, other, writable, path in self._maps:
