@@ -19,23 +19,33 @@ writing, as Linux asks of PROT_WRITE, then or after an mprotect)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from harness.linux.memory import page_up
 from harness.linux.call_table import SystemCallFault
 from harness.linux.files import Node
 
 
+class SharedMap(NamedTuple):
+    start: int
+    end: int
+    node: Node
+    writable: bool  # its descriptor open for writing
+    path: str  # as the guest named the file
+
+
 class SharedMaps:
-    """The live shared mappings of files: (start, end, node, may be written, guest path)."""
+    """The live shared mappings of files."""
 
     def __init__(self):
-        self._maps: list[tuple[int, int, Node, bool, str]] = []
+        self._maps: list[SharedMap] = []
 
     def add(self, start: int, end: int, node: Node, writable: bool, path: str) -> None:
-        for other_start, _, other, _, _ in self._maps:
-            if other is node and node.data.shared is None:
-                raise SystemCallFault(f"a second MAP_SHARED mapping of {path} (one at {other_start:#x}): mappings "
+        for other in self._maps:
+            if other.node is node and node.data.shared is None:
+                raise SystemCallFault(f"a second MAP_SHARED mapping of {path} (one at {other.start:#x}): mappings "
                                       "that share a host file's pages are not emulated")
-        self._maps.append((start, end, node, writable, path))
+        self._maps.append(SharedMap(start, end, node, writable, path))
         node.data.pins += 1
 
     def unmapped(self, low: int, high: int) -> None:
@@ -43,26 +53,26 @@ class SharedMaps:
         part of one left keeps it, and its file, watched)."""
         kept = []
         for entry in self._maps:
-            if low <= entry[0] and entry[1] <= high:
-                entry[2].data.pins -= 1
+            if low <= entry.start and entry.end <= high:
+                entry.node.data.pins -= 1
             else:
                 kept.append(entry)
         self._maps = kept
 
     def touches(self, low: int, high: int) -> tuple[Node, str] | None:
         """The file (node, guest path) shared mapped in [low, high), if any."""
-        return next(((node, path) for start, end, node, _, path in self._maps if start < high and low < end), None)
+        return next(((m.node, m.path) for m in self._maps if m.start < high and low < m.end), None)
 
     def read_only(self, low: int, high: int) -> bool:
         """Is a shared mapping in [low, high) of a file not open for writing?"""
-        return any(start < high and low < end and not writable for start, end, _, writable, _ in self._maps)
+        return any(m.start < high and low < m.end and not m.writable for m in self._maps)
 
     def check(self, node: Node, writing: bool) -> None:
         """A read (`writing` False) or write of `node` through a descriptor."""
-        for start, _, other, writable, path in self._maps:
-            if other is node and node.data.shared is None and (writing or writable):
-                raise SystemCallFault(f"{'write to' if writing else 'read of'} {path} through a descriptor while "
-                                      f"it is mapped MAP_SHARED at {start:#x}: the host file and its mapping are "
+        for m in self._maps:
+            if m.node is node and node.data.shared is None and (writing or m.writable):
+                raise SystemCallFault(f"{'write to' if writing else 'read of'} {m.path} through a descriptor while "
+                                      f"it is mapped MAP_SHARED at {m.start:#x}: the host file and its mapping are "
                                       "not kept in step")
 
 
