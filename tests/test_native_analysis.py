@@ -10,6 +10,8 @@ work."""
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,21 +31,21 @@ LIBRARIES = ("lib/arm-linux-gnueabihf/libc.so.6", "lib/arm-linux-gnueabihf/ld-li
              "usr/lib/arm-linux-gnueabihf/libstdc++.so.6")
 
 
-def analysed_both_ways(path: Path, monkeypatch) -> tuple[int, int, list[str]]:
-    """(Thumb functions analysed, those the compiled analysis answered, the
-    differences): every function discovery analyses, analysed both ways
-    (the Python's result goes on), then the whole program with the compiled
-    analysis, whose functions must be the Python's."""
+def analysed_both_ways(path: Path, monkeypatch) -> tuple[dict[bool, list[int]], list[str]]:
+    """(functions analysed and those the compiled analysis answered, by
+    whether they are ARM code; the differences): every function discovery
+    analyses, analysed both ways (the Python's result goes on), then the
+    whole program with the compiled analysis, whose functions must be the
+    Python's."""
     python_analysis = frame_analysis.analyse_calling
-    counts, differ = [0, 0], []
+    counts, differ = {False: [0, 0], True: [0, 0]}, []
 
     def both(name, start, end, code_at, facts=frame_analysis.ProgramFacts(), bounded=True, arm=False):
         assert isinstance(code_at, ProgramCode) and code_at.native is not None
         python = python_analysis(name, start, end, lambda address, size: code_at(address, size), facts, bounded, arm)
         compiled = python_analysis(name, start, end, code_at, facts, bounded, arm)
-        if not arm:  # ARM code (PLT entries, glibc's assembly) is the Python's alone
-            counts[0] += 1
-            counts[1] += native.compiled_analysis(name, start, end, code_at, facts, bounded, arm) is not None
+        counts[arm][0] += 1
+        counts[arm][1] += native.compiled_analysis(name, start, end, code_at, facts, bounded, arm) is not None
         # A refused landing pad's trial is dropped; the Python follows it to
         # its end, asking noreturn more: what the compiled analysis asked
         # (all its result depends on) is part of that.
@@ -58,7 +60,26 @@ def analysed_both_ways(path: Path, monkeypatch) -> tuple[int, int, list[str]]:
     compiled = list(discovery.analyse_all(code_map(image, read_exidx_sections(image)), code_reader(image)))
     if compiled != by_python:
         differ.append("the program's functions")
-    return counts[0], counts[1], differ
+    return counts, differ
+
+
+ARM_FLAGS = ("-marm", "-march=armv7-a", "-mfpu=vfpv3-d16", "-mfloat-abi=hard", "-g", "-fasynchronous-unwind-tables")
+COMPILERS = {"gcc": ("arm-linux-gnueabihf-gcc",), "g++": ("arm-linux-gnueabihf-g++",),
+             "clang": ("clang-14", "--target=armv7a-linux-gnueabihf", "-fuse-ld=lld")}  # as corpus/linux/build.sh
+
+
+def build_arm(source: str, compiler: str, flags: tuple[str, ...]) -> Path:
+    """tests/linux_src's `source` built as ARM code (clang++ and g++ for C++), cached by content."""
+    path = ROOT / "tests" / "linux_src" / source
+    command = [*COMPILERS["g++" if compiler == "gcc" and path.suffix == ".cc" else compiler], *ARM_FLAGS, *flags]
+    if compiler == "clang" and path.suffix == ".cc":
+        command[0] = "clang++-14"
+    key = hashlib.sha256(path.read_bytes() + " ".join(command).encode()).hexdigest()[:12]
+    output = linux_cache().parent / "tests" / f"{path.stem}-arm-{key}"
+    if not output.exists():
+        output.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([*command, "-o", str(output), str(path)], check=True)
+    return output
 
 
 def binaries() -> list[Path]:
@@ -69,9 +90,27 @@ def binaries() -> list[Path]:
 @pytest.mark.parametrize("path", binaries(), ids=lambda path: path.name)
 def test_the_compiled_analysis_gives_the_pythons_result(path, monkeypatch):
     assert path.exists(), f"{path}: not built (make linux-slice)"
-    analysed, answered, differ = analysed_both_ways(path, monkeypatch)
+    counts, differ = analysed_both_ways(path, monkeypatch)
     assert not differ, differ[:5]
-    assert analysed > 0 and answered / analysed > 0.5, (answered, analysed)
+    analysed, answered = counts[False]
+    assert analysed > 0 and answered / analysed > 0.5, counts
+
+
+# ARM-mode builds (Chromium's Rust is ARM code; so is GCC's -marm): C,
+# computed gotos, C++ exceptions; with and without frame pointers, GCC and clang.
+ARM_BUILDS = [(source, compiler, flags) for source in ("shapes.c", "goto_table.c", "throw.cc")
+              for compiler in ("gcc", "clang") for flags in (("-O2",), ("-O2", "-fno-omit-frame-pointer"), ("-O0",))]
+
+
+@pytest.mark.parametrize("source, compiler, flags", ARM_BUILDS,
+                         ids=lambda part: "".join(part) if isinstance(part, tuple) else part)
+def test_arm_code_is_analysed_alike(source, compiler, flags, monkeypatch):
+    """Programs built as ARM code: every function both ways, the same
+    result; the compiled analysis answers most of the ARM functions."""
+    counts, differ = analysed_both_ways(Path(build_arm(source, compiler, flags)), monkeypatch)
+    assert not differ, differ[:5]
+    analysed, answered = counts[True]
+    assert analysed > 5 and answered / analysed > 0.5, counts
 
 
 def test_what_it_does_not_take_is_the_pythons(tmp_path):
@@ -79,9 +118,9 @@ def test_what_it_does_not_take_is_the_pythons(tmp_path):
     of sp: a register dump) are given to the Python, whose result stands."""
     # mov ip, sp; push {ip, lr}; pop {ip, lr}; bx lr
     code = ProgramCode([(0x1000, bytes.fromhex("ec46" "2de90050" "bde80050" "7047"))])
-    assert code.native.analyse(0x1001, 0x100c, frozenset(), (), (), True) is None
-    assert code.native.analyse(0x1000, 0x1000, frozenset(), (), (), True) is None
-    assert code.native.analyse(0x1000, 0x100c, frozenset(), (), (), True) is None
+    assert code.native.analyse(0x1001, 0x100c, frozenset(), (), (), True, False) is None
+    assert code.native.analyse(0x1000, 0x1000, frozenset(), (), (), True, False) is None
+    assert code.native.analyse(0x1000, 0x100c, frozenset(), (), (), True, False) is None
     python = frame_analysis.analyse_calling("dump", 0x1000, 0x100c, lambda a, s: code(a, s))
     assert frame_analysis.analyse_calling("dump", 0x1000, 0x100c, code) == python
     assert "register dump" in python.function.problems[0]
@@ -116,7 +155,7 @@ def test_saves_of_registers_never_written_are_dropped_alike(text):
     """untouched.kept_saves in C and in Python: the same rows."""
     code = ProgramCode([(0x1000, bytes.fromhex(text))])
     end = 0x1000 + len(bytes.fromhex(text))
-    compiled = code.native.analyse(0x1000, end, frozenset(), (), (), True)
+    compiled = code.native.analyse(0x1000, end, frozenset(), (), (), True, False)
     assert compiled is not None  # the C's own answer
     python = frame_analysis.analyse_calling("f", 0x1000, end, lambda a, s: code(a, s))
     assert frame_analysis.analyse_calling("f", 0x1000, end, code) == python
@@ -140,7 +179,7 @@ def test_a_table_branch_indexed_by_ip_takes_its_guards_bound_alike():
     text = bytes.fromhex(GAWK_DUFF)
     code = ProgramCode([(0x1000, text)])
     end = 0x1000 + len(text)
-    assert code.native.analyse(0x1000, end, frozenset(), (), (), True) is not None  # the C's own answer
+    assert code.native.analyse(0x1000, end, frozenset(), (), (), True, False) is not None  # the C's own answer
     compiled = frame_analysis.analyse_calling("f", 0x1000, end, code)
     assert compiled == frame_analysis.analyse_calling("f", 0x1000, end, lambda a, s: code(a, s))
     rows = [(row.address - 0x1000, row.problem or row.cfa_offset) for row in compiled.function.rows]

@@ -54,10 +54,10 @@ def compiled_analysis(name: str, start: int, end: int, code_at, facts: ProgramFa
                       arm: bool) -> Analysed | None:
     """The function's analysis, compiled, or None where the compiled analysis
     gives it to the Python (or is not at hand)."""
-    if arm or not isinstance(code_at, ProgramCode) or code_at.native is None:
+    if not isinstance(code_at, ProgramCode) or code_at.native is None:
         return None
     found = code_at.native.analyse(start, end, frozenset(facts.noreturn), facts.data_spans,
-                                   labels_in(facts.labels, start, end), bounded)
+                                   labels_in(facts.labels, start, end), bounded, arm)
     return None if found is None else _analysed(name, start, end, found)
 
 

@@ -1,9 +1,9 @@
 /* The frame analysis of harness/thumb/frame_analysis.py for the common
  * Thumb-2 function, compiled: the same paths, effects and rows, step for
  * step, for functions whose every path the Python states without a
- * refusal. Whatever that Python handles by a rule not ported here (a
- * refusal, a branch table, a jump through a register, ARM state, landing
- * pads) makes the analysis give up (BAIL) and the Python analyses the
+ * refusal, in Thumb or in ARM state. Whatever that Python handles by a rule
+ * not ported here (a refusal, a branch table in ARM code, a path from one
+ * state into the other) makes the analysis give up (BAIL) and the Python analyses the
  * function: the result is the Python's in every case
  * (tests/test_native_analysis.py holds the two together on every function
  * of the corpora). Names follow the Python's. */
@@ -16,7 +16,8 @@
 #include <stdint.h>
 #include <capstone/capstone.h>
 
-#define REG_FP 7
+#define REG_FP 7 /* the frame pointer of Thumb code */
+#define REG_ARM_FP 11 /* of ARM code */
 #define REG_SP 13
 #define REG_LR 14
 #define REG_PC 15
@@ -82,6 +83,8 @@ typedef struct {
     int64_t mem_disp;
     bool post_index;
     bool conditional;
+    int8_t condition; /* its 4-bit condition (capstone's cc - 1); ALWAYS outside an IT block or in ARM's AL */
+    bool arm;         /* decoded in ARM state: every instruction may be conditional, pc reads 8 ahead */
     bool transfers;
     bool writeback_text; /* its text ends with '!' (frame_effects reads it so) */
     uint32_t writes;     /* bit n: rn written */
@@ -108,9 +111,9 @@ typedef struct {
 typedef struct {
     Segment *segments;
     int count;
-    csh handle;
+    csh handle, arm_handle; /* Thumb, ARM */
     Insn *kept;         /* DECODED_KEPT */
-    int64_t *kept_at;   /* the address each holds, -1 none */
+    int64_t *kept_at;   /* the address each holds, twice and ARM's plus one; -1 none */
     bool *kept_decodes; /* whether it decodes there */
 } Code;
 
@@ -149,10 +152,11 @@ Step give_up(const char *why, int64_t address);
 Step refuse(const char *why, int64_t address);
 
 int code_read(const Code *code, int64_t address, uint8_t *out, int want);
-bool decode_at(const Code *code, int64_t address, Insn *out);
-int decode_before(const Code *code, int64_t address, int span, int64_t lowest, Insn *out, int capacity);
+bool decode_at(const Code *code, int64_t address, bool arm, Insn *out);
+int decode_before(const Code *code, int64_t address, int span, int64_t lowest, bool arm, Insn *out, int capacity);
 bool writes_reg(const Insn *insn, int64_t reg);
 int64_t pc_base(const Insn *insn);
+static inline int frame_pointer(bool arm) { return arm ? REG_ARM_FP : REG_FP; }
 int literal_span(const Insn *insn, int64_t *first);
 
 bool callee_saved(int64_t reg);

@@ -1,5 +1,5 @@
 /* Capstone behind one function, as harness/thumb/disasm.py has it: Thumb-2
- * bytes -> Insn. Capstone is the library the Python's capstone package
+ * (or ARM) bytes -> Insn. Capstone is the library the Python's capstone package
  * loaded (its path handed to capstone_load), reached through dlopen, so that
  * both decode with the same build. */
 #include "analysis.h"
@@ -25,7 +25,7 @@ static int16_t number_of[REG_IDS];
 static int16_t written_of[REG_IDS][2];
 static bool names_read;
 
-const char *capstone_load(const char *path, csh *handle) {
+const char *capstone_load(const char *path, csh *handle, csh *arm_handle) {
     void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!library) return "cannot load capstone";
     cs.open = dlsym(library, "cs_open");
@@ -41,7 +41,9 @@ const char *capstone_load(const char *path, csh *handle) {
     cs.version(&major, &minor);
     if (major != CS_API_MAJOR || minor != CS_API_MINOR) return "capstone is not the version it was built with";
     if (cs.open(CS_ARCH_ARM, CS_MODE_THUMB, handle) != CS_ERR_OK) return "capstone will not open Thumb";
+    if (cs.open(CS_ARCH_ARM, CS_MODE_ARM, arm_handle) != CS_ERR_OK) return "capstone will not open ARM";
     cs.option(*handle, CS_OPT_DETAIL, CS_OPT_ON);
+    cs.option(*arm_handle, CS_OPT_DETAIL, CS_OPT_ON);
     return NULL;
 }
 
@@ -78,7 +80,7 @@ static void read_names(csh handle) {
     names_read = true;
 }
 
-static bool decode_uncached(const Code *code, int64_t address, Insn *out);
+static bool decode_uncached(const Code *code, int64_t address, bool arm, Insn *out);
 
 int code_read(const Code *code, int64_t address, uint8_t *out, int want) {
     for (int i = 0; i < code->count; i++) {
@@ -136,9 +138,10 @@ static int16_t index_register(const char *operands) {
 
 /* False where capstone cannot say which registers it writes: the Python's
  * regs_access raises there, and the instruction counts as undecodable. */
-static bool fill(csh handle, const cs_insn *raw, Insn *insn) {
+static bool fill(csh handle, const cs_insn *raw, bool in_arm, Insn *insn) {
     const cs_arm *arm = &raw->detail->arm;
     memset(insn, 0, sizeof *insn);
+    insn->arm = in_arm;
     insn->address = (uint32_t)raw->address;
     insn->size = (uint8_t)raw->size;
     for (int i = 0; i < arm->op_count; i++) {
@@ -156,6 +159,7 @@ static bool fill(csh handle, const cs_insn *raw, Insn *insn) {
         }
     }
     insn->conditional = arm->cc != ARM_CC_AL && arm->cc != ARM_CC_INVALID;
+    insn->condition = (int8_t)(insn->conditional ? arm->cc - 1 : ALWAYS); /* capstone numbers conditions from 1 */
     insn->post_index = arm->post_index;
     plain(raw->mnemonic, insn->conditional && raw->id != ARM_INS_IT, insn->op);
     static const char *names[] = {"",
@@ -189,27 +193,29 @@ static bool fill(csh handle, const cs_insn *raw, Insn *insn) {
     return true;
 }
 
-bool decode_at(const Code *code, int64_t address, Insn *out) {
+bool decode_at(const Code *code, int64_t address, bool arm, Insn *out) {
     size_t slot = (size_t)(address >> 1) & (DECODED_KEPT - 1);
-    if (code->kept_at[slot] == address) {
+    int64_t key = 2 * address + arm;
+    if (code->kept_at[slot] == key) {
         if (code->kept_decodes[slot]) *out = code->kept[slot];
         return code->kept_decodes[slot];
     }
-    code->kept_at[slot] = address;
-    code->kept_decodes[slot] = decode_uncached(code, address, &code->kept[slot]);
+    code->kept_at[slot] = key;
+    code->kept_decodes[slot] = decode_uncached(code, address, arm, &code->kept[slot]);
     if (code->kept_decodes[slot]) *out = code->kept[slot];
     return code->kept_decodes[slot];
 }
 
-static bool decode_uncached(const Code *code, int64_t address, Insn *out) {
+static bool decode_uncached(const Code *code, int64_t address, bool arm, Insn *out) {
     uint8_t bytes[4];
     int got = code_read(code, address, bytes, 4);
     if (!got) return false;
     if (!names_read) read_names(code->handle);
+    csh handle = arm ? code->arm_handle : code->handle;
     cs_insn *raw = NULL;
-    size_t count = cs.disasm(code->handle, bytes, (size_t)got, (uint64_t)address, 1, &raw);
+    size_t count = cs.disasm(handle, bytes, (size_t)got, (uint64_t)address, 1, &raw);
     if (!count) return false;
-    bool decoded = fill(code->handle, raw, out);
+    bool decoded = fill(handle, raw, arm, out);
     cs.free(raw, count);
     return decoded;
 }
@@ -218,12 +224,12 @@ static bool decode_uncached(const Code *code, int64_t address, Insn *out) {
  * `span` bytes of them, ending exactly there (the first start a linear
  * decode lands on `address` from); none lie below `lowest` (the own code of
  * a function: from its start). Their count, or -1 when more than fit. */
-int decode_before(const Code *code, int64_t address, int span, int64_t lowest, Insn *out, int capacity) {
-    for (int64_t low = address - span; low < address; low += 2) {
+int decode_before(const Code *code, int64_t address, int span, int64_t lowest, bool arm, Insn *out, int capacity) {
+    for (int64_t low = address - span; low < address; low += arm ? 4 : 2) {
         if (low < lowest) continue;
         int found = 0;
         int64_t at = low;
-        while (at < address && found < capacity && decode_at(code, at, &out[found])) {
+        while (at < address && found < capacity && decode_at(code, at, arm, &out[found])) {
             at += out[found].size;
             found++;
         }
@@ -240,7 +246,10 @@ bool writes_reg(const Insn *insn, int64_t reg) {
 }
 
 
-int64_t pc_base(const Insn *insn) { return ((int64_t)insn->address + 4) & ~(int64_t)3; }
+/* What pc reads as in a pc-relative operand: Align(address + 4, 4) in Thumb, address + 8 in ARM. */
+int64_t pc_base(const Insn *insn) {
+    return insn->arm ? (int64_t)insn->address + 8 : ((int64_t)insn->address + 4) & ~(int64_t)3;
+}
 
 /* branch_tables._literal: the bytes a pc-relative ldr/vldr reads, [first, first + size). */
 int literal_span(const Insn *insn, int64_t *first) {

@@ -62,11 +62,12 @@ bool lost(const State *s) {
     return left != 0;
 }
 
+/* (The CFA is on sp or on the frame pointer of the function's state.) */
 static Step moved(const State *s, int64_t delta, State *out) {
     *out = *s;
-    if (!s->depth_known) return s->cfa_reg == REG_FP ? GO_ON : BAIL;
+    if (!s->depth_known) return s->cfa_reg != REG_SP ? GO_ON : BAIL;
     out->depth = s->depth + delta;
-    if (s->cfa_reg == REG_FP && delta < 0) out->cfa_reg = REG_SP;
+    if (s->cfa_reg != REG_SP && delta < 0) out->cfa_reg = REG_SP;
     return GO_ON;
 }
 
@@ -84,13 +85,13 @@ static Step push(const State *s, const int64_t *regs, const int64_t *sizes, int 
     return GO_ON;
 }
 
-static Step pop(const State *s, const int64_t *regs, int n, int64_t size, State *out) {
+static Step pop(const State *s, const int64_t *regs, int n, int64_t size, int fp, State *out) {
     if (!s->depth_known) return BAIL;
     *out = *s;
     bool frame_pointer = false;
     for (int i = 0; i < n; i++) {
         int64_t slot = -s->depth + size * i, reg = regs[i];
-        frame_pointer |= reg == REG_FP;
+        frame_pointer |= reg == fp;
         if (reg == REG_PC) continue;
         int at = saved_index(out, reg);
         if (at >= 0 && out->saved[at].slot == slot) {
@@ -112,11 +113,11 @@ static void clobber_regs(State *s, const int64_t *regs, int n) {
         if (callee_saved(regs[i])) s->clobbered |= tracked_bit(regs[i]);
 }
 
-static Step unknown_sp(const State *s, State *out) {
+static Step unknown_sp(const Insn *insn, const State *s, State *out) {
     if (!s->fp_known) return BAIL;
     *out = *s;
     out->depth_known = false;
-    out->cfa_reg = REG_FP;
+    out->cfa_reg = frame_pointer(insn->arm);
     return GO_ON;
 }
 
@@ -131,7 +132,7 @@ static Step store(const Insn *insn, const State *s, State *out) {
     int n;
     operand_regs(insn, 0, (int)(width / 4), regs, &n);
     if (insn->writeback_text) {
-        if (width < 4 || displacement > -width || displacement % 4) return unknown_sp(s, out);
+        if (width < 4 || displacement > -width || displacement % 4) return unknown_sp(insn, s, out);
         regs[n] = NO_REG;
         sizes[n] = -displacement - width;
         return push(s, regs, sizes, n + 1, out);
@@ -156,14 +157,14 @@ static Step load(const Insn *insn, const State *s, State *out) {
     int64_t loaded[2];
     operand_regs(insn, 0, count, loaded, &n);
     if (insn->post_index) {
-        if (!insn->has_imm || insn->imm < 4 * count || insn->imm % 4) return unknown_sp(s, out);
+        if (!insn->has_imm || insn->imm < 4 * count || insn->imm % 4) return unknown_sp(insn, s, out);
         State popped;
-        if (pop(s, loaded, n, 4, &popped)) return BAIL;
+        if (pop(s, loaded, n, 4, frame_pointer(insn->arm), &popped)) return BAIL;
         if (insn->imm > 4 * count) return moved(&popped, 4 * count - insn->imm, out);
         *out = popped;
         return GO_ON;
     }
-    if (insn->writeback_text) return unknown_sp(s, out);
+    if (insn->writeback_text) return unknown_sp(insn, s, out);
     *out = *s;
     if (!s->depth_known) {
         clobber_regs(out, loaded, n);
@@ -187,7 +188,7 @@ static bool constant_before(const Code *own, int64_t lowest, const Insn *insn, i
     for (int back = 8; back >= 4; back -= 4) {
         Insn found;
         int64_t at = (int64_t)insn->address - back;
-        if (at < lowest || !decode_at(own, at, &found)) continue;
+        if (at < lowest || !decode_at(own, at, insn->arm, &found)) continue;
         if (found.size != 4 || found.nregs < 1 || found.regs[0] != source || !found.has_imm) continue;
         if ((found.opcode == OP_MOVW)) {
             *value = found.imm;
@@ -199,14 +200,14 @@ static bool constant_before(const Code *own, int64_t lowest, const Insn *insn, i
     return known;
 }
 
-/* frame_effects._frame_pointer_copy_before: k where `reg` was last set to r7 - k. */
+/* frame_effects._frame_pointer_copy_before: k where `reg` was last set to fp - k. */
 static bool frame_pointer_copy_before(const Code *own, int64_t lowest, const Insn *insn, int64_t reg, int64_t *below) {
     Insn earlier[LOOKBACK];
-    int n = decode_before(own, insn->address, FRAME_POINTER_COPY_SPAN, lowest, earlier, LOOKBACK);
+    int n = decode_before(own, insn->address, FRAME_POINTER_COPY_SPAN, lowest, insn->arm, earlier, LOOKBACK);
     for (int i = n - 1; i >= 0; i--) {
         const Insn *e = &earlier[i];
         if (writes_reg(e, reg)) {
-            bool from_fp = e->nregs == 2 && e->regs[0] == reg && e->regs[1] == REG_FP;
+            bool from_fp = e->nregs == 2 && e->regs[0] == reg && e->regs[1] == frame_pointer(insn->arm);
             if (((e->opcode == OP_SUB) || (e->opcode == OP_ADD)) && from_fp && e->has_imm) {
                 *below = (e->opcode == OP_SUB) ? e->imm : -e->imm;
                 return true;
@@ -222,7 +223,7 @@ static bool frame_pointer_copy_before(const Code *own, int64_t lowest, const Ins
 /* frame_effects._sp_copies_before: does a `mov rX, sp` just before leave sp in one of `insn`'s registers? */
 static bool stores_sp_copy(const Code *own, int64_t lowest, const Insn *insn) {
     Insn earlier[LOOKBACK];
-    int n = decode_before(own, insn->address, 8, lowest, earlier, LOOKBACK);
+    int n = decode_before(own, insn->address, 8, lowest, insn->arm, earlier, LOOKBACK);
     Insn written = {0};
     for (int i = n - 1; i >= 0; i--) {
         const Insn *e = &earlier[i];
@@ -248,7 +249,7 @@ static Step sp_written(const Code *own, int64_t lowest, const Insn *insn, const 
         bool known = nsources ? nsources == 1 && constant_before(own, lowest, insn, source, &amount) : insn->has_imm;
         if (known && nsources <= 1 && (!nsources || !insn->has_imm)) return moved(s, sub ? amount : -amount, out);
     }
-    if ((mov || sub || add) && to_sp && nsources == 1 && source == REG_FP && s->fp_known) {
+    if ((mov || sub || add) && to_sp && nsources == 1 && source == frame_pointer(insn->arm) && s->fp_known) {
         int64_t imm = insn->has_imm ? insn->imm : 0;
         *out = *s;
         out->depth_known = true;
@@ -264,19 +265,19 @@ static Step sp_written(const Code *own, int64_t lowest, const Insn *insn, const 
         out->cfa_reg = REG_SP;
         return GO_ON;
     }
-    return unknown_sp(s, out);
+    return unknown_sp(insn, s, out);
 }
 
 static Step fp_written(const Insn *insn, const State *s, State *out) {
     bool all_fp = true;
-    for (int i = 0; i < insn->nregs; i++) all_fp &= insn->regs[i] == REG_FP;
+    for (int i = 0; i < insn->nregs; i++) all_fp &= insn->regs[i] == frame_pointer(insn->arm);
     *out = *s;
     bool add = (insn->opcode == OP_ADD) || (insn->opcode == OP_ADDS), sub = (insn->opcode == OP_SUB) || (insn->opcode == OP_SUBS);
     if ((add || sub) && insn->has_imm && all_fp) {
         out->fp_offset = s->fp_offset - (add ? insn->imm : -insn->imm);
         return GO_ON;
     }
-    if (s->cfa_reg == REG_FP) return BAIL;
+    if (s->cfa_reg != REG_SP) return BAIL;
     out->fp_known = false;
     return GO_ON;
 }
@@ -291,7 +292,9 @@ static Step effect(const Code *own, int64_t lowest, const Insn *insn, const Stat
         for (int i = 0; i < n; i++) sizes[i] = vpush ? 8 : 4;
         return push(s, regs, sizes, n, out);
     }
-    if ((insn->opcode == OP_POP) || (insn->opcode == OP_VPOP)) return pop(s, regs, n, (insn->opcode == OP_POP) ? 4 : 8, out);
+    int fp = frame_pointer(insn->arm);
+    if ((insn->opcode == OP_POP) || (insn->opcode == OP_VPOP))
+        return pop(s, regs, n, (insn->opcode == OP_POP) ? 4 : 8, fp, out);
     bool on_sp = insn->has_mem && insn->mem_base == REG_SP;
     if (on_sp && ((insn->opcode == OP_STR) || (insn->opcode == OP_STRD) || (insn->opcode == OP_STRH) || (insn->opcode == OP_STRB)))
         return store(insn, s, out);
@@ -302,13 +305,13 @@ static Step effect(const Code *own, int64_t lowest, const Insn *insn, const Stat
         return GO_ON;
     }
     if (writes_reg(insn, REG_SP)) return sp_written(own, lowest, insn, s, out);
-    if (((insn->opcode == OP_ADD) || (insn->opcode == OP_MOV)) && n >= 2 && regs[0] == REG_FP && regs[1] == REG_SP && s->depth_known) {
+    if (((insn->opcode == OP_ADD) || (insn->opcode == OP_MOV)) && n >= 2 && regs[0] == fp && regs[1] == REG_SP && s->depth_known) {
         out->fp_known = true;
         out->fp_offset = s->depth - (insn->has_imm ? insn->imm : 0);
-        out->clobbered |= tracked_bit(REG_FP);
+        out->clobbered |= tracked_bit(fp);
         return GO_ON;
     }
-    if (writes_reg(insn, REG_FP) && s->fp_known) return fp_written(insn, s, out);
+    if (writes_reg(insn, fp) && s->fp_known) return fp_written(insn, s, out);
     for (int reg = 4; reg <= REG_LR; reg++)
         if (callee_saved(reg) && writes_reg(insn, reg)) out->clobbered |= tracked_bit(reg);
     for (int d = 8; d <= 15; d++)

@@ -9,8 +9,8 @@
 
 enum { PROBLEM_NONE, PROBLEM_UNREACHED, PROBLEM_NOT_SINGLE, PROBLEM_LOST_RETURN }; /* frame_analysis.PROBLEMS */
 
-/* _join: the state where two paths meet, false where the frames differ. */
-static bool join(const State *known, const State *other, State *out) {
+/* _join: the state where two paths meet, false where the frames differ; `fp` the frame pointer. */
+static bool join(const State *known, const State *other, int fp, State *out) {
     bool fp_agree = known->fp_known == other->fp_known && (!known->fp_known || known->fp_offset == other->fp_offset);
     bool fp_known = fp_agree && known->fp_known;
     *out = *known;
@@ -25,7 +25,7 @@ static bool join(const State *known, const State *other, State *out) {
         && !memcmp(known->saved, other->saved, sizeof(Save) * (size_t)known->nsaved);
     if (fp_known && saves_agree) {
         out->depth_known = false;
-        out->cfa_reg = REG_FP;
+        out->cfa_reg = fp;
         return true;
     }
     return false;
@@ -60,14 +60,14 @@ static Step visit(Analysis *a, const Insn *insn, const State *state, int64_t *le
     if ((insn->opcode == OP_BL) || (insn->opcode == OP_BLX)) {
         ints_add(&a->calls, insn->address);
         if (!saved_reg(state, REG_LR)) return refuse("a call with lr saved nowhere", insn->address);
-        if (insn->has_imm) {
-            ints_add((insn->opcode == OP_BLX) ? &a->arm_callees : &a->callees, insn->imm);
+        if (insn->has_imm) { /* `blx` switches state, `bl` keeps it */
+            ints_add(((insn->opcode == OP_BLX) != insn->arm) ? &a->arm_callees : &a->callees, insn->imm);
             ints_add(&a->call_sites, insn->imm);
             ints_add(&a->call_sites, (int64_t)insn->address + insn->size);
         }
     } else if ((insn->opcode == OP_B) && !in_function(a, insn->imm) && torn_down(state)) {
-        ints_add(insn->conditional ? &a->branched : &a->callees, insn->imm); /* a tail call */
-    } else if ((insn->opcode == OP_BX) && thunk_target(a, insn, &thunk) && torn_down(state)) {
+        ints_add(insn->conditional ? &a->branched : insn->arm ? &a->arm_callees : &a->callees, insn->imm); /* a tail call */
+    } else if ((insn->opcode == OP_BX) && !insn->arm && thunk_target(a, insn, &thunk) && torn_down(state)) {
         *leaves_to = thunk & ~(int64_t)1; /* a tail call to a far function */
         ints_add(thunk & 1 ? &a->callees : &a->arm_callees, *leaves_to);
     } else if ((insn->opcode == OP_ADD) && first_visit && formed_address(a, insn, &formed) && formed & 1) {
@@ -90,7 +90,7 @@ Step explore(Analysis *a, const uint8_t *kept) {
         Entry *known = entry_of(a, index, path.fact);
         if (known) {
             State joined;
-            bool joins = join(&known->path.state, &path.state, &joined);
+            bool joins = join(&known->path.state, &path.state, frame_pointer(a->arm), &joined);
             bool changed = !joins || !state_equal(&joined, &known->path.state);
             if (changed && kept && kept[index]) continue;
             if (!joins) return refuse("paths meet with different frames", address);
@@ -103,7 +103,7 @@ Step explore(Analysis *a, const uint8_t *kept) {
         if (++a->visited > a->max_states) return refuse("too many states", address);
         Insn decoded; /* a copy: the code's kept instructions change as others are decoded */
         const Insn *insn = &decoded;
-        if (!decode_at(a->code, address, &decoded) || address + insn->size > a->end)
+        if (!decode_at(a->code, address, a->arm, &decoded) || address + insn->size > a->end)
             return refuse("undecodable, or past the end", address);
         int64_t leaves_to;
         Step step = visit(a, insn, &path.state, &leaves_to);
@@ -211,18 +211,18 @@ static uint32_t kept_saves(const Analysis *a) {
     uint32_t candidates = saved & r4_r11 & ~clobbered;
     Insn insn;
     for (Py_ssize_t index = 0; candidates && index < a->halfwords; index++)
-        if (a->head[index] >= 0 && decode_at(a->code, a->start + 2 * index, &insn)) candidates &= ~named_by(&insn);
+        if (a->head[index] >= 0 && decode_at(a->code, a->start + 2 * index, a->arm, &insn)) candidates &= ~named_by(&insn);
     for (int64_t at = a->start; candidates && at < a->end;) {
         Py_ssize_t index = (at - a->start) / 2;
         if (a->head[index] >= 0 && a->sizes[index]) { /* on a path: named above */
             at += a->sizes[index];
             continue;
         }
-        if (decode_at(a->code, at, &insn) && at + insn.size <= a->end && !holds_data(a, at, insn.size)) {
+        if (decode_at(a->code, at, a->arm, &insn) && at + insn.size <= a->end && !holds_data(a, at, insn.size)) {
             candidates &= ~named_by(&insn);
             at += insn.size;
         } else {
-            at += 2;
+            at += a->arm ? 4 : 2;
         }
     }
     return saved & ~candidates;
@@ -270,14 +270,24 @@ static int compare_ints(const void *x, const void *y) {
 
 /* gap_spans: the code no path reached, [low, high) each (not data the code
  * reads), as low, high pairs. */
-/* start_shapes.past_padding in Thumb state: is [low, high) only `nop`, `nop.w` and zeros? */
+/* start_shapes.past_padding: is [low, high) only padding: in Thumb state `nop`, `nop.w` and zeros; in
+ * ARM state `nop`, `mov r0, r0` and zero words? */
 static bool padding_only(const Analysis *a, int64_t low, int64_t high) {
+    static const uint8_t thumb_nop_w[4] = {0xAF, 0xF3, 0x00, 0x80}, arm_nop[4] = {0x00, 0xF0, 0x20, 0xE3},
+                         arm_mov[4] = {0x00, 0x00, 0xA0, 0xE1}, zeros[4] = {0};
     uint8_t bytes[4];
     while (low < high) {
         int got = code_read(a->code, low, bytes, 4);
-        if (got >= 2 && ((bytes[0] == 0x00 && bytes[1] == 0xBF) || (bytes[0] == 0 && bytes[1] == 0))) low += 2;
-        else if (got == 4 && bytes[0] == 0xAF && bytes[1] == 0xF3 && bytes[2] == 0x00 && bytes[3] == 0x80) low += 4;
-        else return false;
+        if (a->arm) {
+            if (got == 4 && (!memcmp(bytes, arm_nop, 4) || !memcmp(bytes, arm_mov, 4) || !memcmp(bytes, zeros, 4))) low += 4;
+            else return false;
+        } else if (got >= 2 && ((bytes[0] == 0x00 && bytes[1] == 0xBF) || (bytes[0] == 0 && bytes[1] == 0))) {
+            low += 2;
+        } else if (got == 4 && !memcmp(bytes, thumb_nop_w, 4)) {
+            low += 4;
+        } else {
+            return false;
+        }
     }
     return true;
 }
@@ -374,7 +384,7 @@ static bool call_frame(const Analysis *a, State *frame) {
                 *frame = *state;
                 frame->clobbered |= tracked_bit(REG_LR);
                 any = true;
-            } else if (!join(frame, state, frame)) {
+            } else if (!join(frame, state, frame_pointer(a->arm), frame)) {
                 return false;
             }
         }

@@ -1,6 +1,6 @@
 /* harness.thumb._analysis: Code(segments, capstone_library), a program's
- * loaded bytes, whose analyse(start, end, noreturn, data_spans, labels, bounded)
- * gives a Thumb function's analysis as frame_analysis.analyse_calling's
+ * loaded bytes, whose analyse(start, end, noreturn, data_spans, labels, bounded, arm)
+ * gives a Thumb (or ARM) function's analysis as frame_analysis.analyse_calling's
  * parts, or None where the Python must make it (see analysis.h). */
 #include "paths.h"
 
@@ -8,7 +8,7 @@
 
 #define LARGEST_FUNCTION (16 << 20) /* bytes: past this the Python analyses (and refuses) */
 
-const char *capstone_load(const char *path, csh *handle);
+const char *capstone_load(const char *path, csh *handle, csh *arm_handle);
 
 static const char *bail_why = "";
 static int64_t bail_at;
@@ -64,7 +64,7 @@ static int code_init(CodeObject *self, PyObject *args, PyObject *kwargs) {
     if (!self->code.kept || !self->code.kept_at || !self->code.kept_decodes) return PyErr_NoMemory(), -1;
     for (size_t i = 0; i < DECODED_KEPT; i++) self->code.kept_at[i] = -1;
     Py_XSETREF(self->segments, Py_NewRef(segments));
-    const char *why = capstone_load(library, &self->code.handle);
+    const char *why = capstone_load(library, &self->code.handle, &self->code.arm_handle);
     if (why) {
         PyErr_Format(PyExc_ImportError, "%s: %s", library, why);
         return -1;
@@ -155,13 +155,13 @@ done:
 static PyObject *code_analyse(CodeObject *self, PyObject *args) {
     long long start, end;
     PyObject *noreturn, *data_spans, *labels;
-    int bounded;
-    if (!PyArg_ParseTuple(args, "LLOOOp", &start, &end, &noreturn, &data_spans, &labels, &bounded)) return NULL;
-    if (end <= start || end - start > LARGEST_FUNCTION || start & 1 || start < 0) {
+    int bounded, arm;
+    if (!PyArg_ParseTuple(args, "LLOOOpp", &start, &end, &noreturn, &data_spans, &labels, &bounded, &arm)) return NULL;
+    if (end <= start || end - start > LARGEST_FUNCTION || start % (arm ? 4 : 2) || start < 0) {
         give_up("a span it does not take", start);
         Py_RETURN_NONE;
     }
-    Analysis a = {.code = &self->code, .start = start, .end = end, .noreturn = noreturn,
+    Analysis a = {.code = &self->code, .start = start, .end = end, .arm = arm, .noreturn = noreturn,
                   .max_states = end - start > MAX_STATES / STATES_PER_BYTE ? STATES_PER_BYTE * (end - start) : MAX_STATES};
     PyObject *result = NULL;
     if (!(a.asked = PySet_New(NULL))) return NULL;
@@ -190,7 +190,7 @@ static PyMethodDef code_methods[] = {
     {"pushes_lr", (PyCFunction)code_pushes_lr, METH_VARARGS,
      "pushes_lr(address, end): start_shapes.pushes_lr in Thumb state"},
     {"analyse", (PyCFunction)code_analyse, METH_VARARGS,
-     "analyse(start, end, noreturn, data_spans, labels, bounded): the Thumb function's analysis, or None"},
+     "analyse(start, end, noreturn, data_spans, labels, bounded, arm): the function's analysis, or None"},
     {NULL, NULL, 0, NULL},
 };
 

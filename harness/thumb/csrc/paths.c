@@ -1,5 +1,5 @@
 /* The paths of one function: harness/thumb/frame_analysis.py's explore,
- * harness/thumb/successors.py's successors and the reading of the code's
+ * harness/thumb/successors.py's successors (in Thumb and in ARM state) and the reading of the code's
  * literals (branch_tables: _literal, formed_address, wide_constant), for
  * the rules ported; BAIL for the others. */
 #include "paths.h"
@@ -75,14 +75,14 @@ bool formed_address(Analysis *a, const Insn *insn, int64_t *formed) {
     }
     if (!(insn->opcode == OP_ADD) || insn->has_imm || !pc_source || !insn->nregs) return false;
     Insn earlier[LOOKBACK];
-    int n = decode_before(a->code, insn->address, 16, ANYWHERE, earlier, LOOKBACK);
+    int n = decode_before(a->code, insn->address, 16, ANYWHERE, insn->arm, earlier, LOOKBACK);
     for (int i = n - 1; i >= 0; i--) {
         const Insn *e = &earlier[i];
         if (writes_reg(e, offset)) {
             int64_t literal;
             if (e->conditional || !(e->opcode == OP_LDR) || !literal_span(e, &literal) || !e->nregs || e->regs[0] != offset)
                 return false;
-            *formed = (word_at(a, literal) + insn->address + 4) & 0xFFFFFFFF;
+            *formed = (word_at(a, literal) + insn->address + (insn->arm ? 8 : 4)) & 0xFFFFFFFF; /* pc as `add` reads it */
             return true;
         }
         if (e->transfers) return false;
@@ -94,7 +94,7 @@ bool formed_address(Analysis *a, const Insn *insn, int64_t *formed) {
 static bool wide_constant(Analysis *a, const Insn *insn, int64_t *value) {
     if (!(insn->opcode == OP_MOVT) || !insn->has_imm || insn->conditional || !insn->nregs) return false;
     Insn earlier[LOOKBACK];
-    int n = decode_before(a->code, insn->address, 16, ANYWHERE, earlier, LOOKBACK);
+    int n = decode_before(a->code, insn->address, 16, ANYWHERE, insn->arm, earlier, LOOKBACK);
     for (int i = n - 1; i >= 0; i--) {
         const Insn *e = &earlier[i];
         if (writes_reg(e, insn->regs[0])) {
@@ -108,12 +108,12 @@ static bool wide_constant(Analysis *a, const Insn *insn, int64_t *value) {
 }
 
 /* branch_tables.thunk_target: where `movw rX, #lo; movt rX, #hi; add rX, pc;
- * bx rX` (an lld long-branch thunk) goes, its state in bit 0. */
+ * bx rX` (an lld long-branch thunk, Thumb code) goes, its state in bit 0. */
 bool thunk_target(Analysis *a, const Insn *insn, int64_t *target) {
-    if (!(insn->opcode == OP_BX) || insn->nregs != 1 || insn->regs[0] == REG_LR || insn->regs[0] == REG_PC)
+    if (!(insn->opcode == OP_BX) || insn->arm || insn->nregs != 1 || insn->regs[0] == REG_LR || insn->regs[0] == REG_PC)
         return false;
     Insn earlier[LOOKBACK];
-    int n = decode_before(a->code, insn->address, 12, ANYWHERE, earlier, LOOKBACK);
+    int n = decode_before(a->code, insn->address, 12, ANYWHERE, false, earlier, LOOKBACK);
     if (n < 3) return false;
     const Insn *add = &earlier[n - 1], *movt = &earlier[n - 2];
     int64_t value;
@@ -137,9 +137,9 @@ static bool jumps_through_table(const Insn *insn) {
                                  && (!insn->nregs || insn->regs[insn->nregs - 1] != REG_LR));
 }
 
-/* _Analysis._read: the data the code reads (literals, tables), and the words it loads. */
+/* _Analysis._read: the data the code reads (literals; tables, in Thumb code), and the words it loads. */
 Step read_code(Analysis *a, const Insn *insn) {
-    if (reads_table(insn)) {
+    if (!insn->arm && reads_table(insn)) {
         table_data(a, insn);
         return GO_ON;
     }
@@ -188,27 +188,56 @@ static Step executed(Analysis *a, const Insn *insn, const Path *path, int64_t fo
         if (step || ends) return step;
     }
     if ((insn->opcode == OP_BX) && insn->nregs == 1 && insn->regs[0] == REG_PC) /* into ARM state */
-        return insn->address % 4 ? refuse("ARM code would start unaligned", insn->address)
-                                 : give_up("into ARM state", insn->address);
+        return insn->address % 4 && !insn->arm ? refuse("ARM code would start unaligned", insn->address)
+                                               : give_up("into ARM state", insn->address);
     if ((insn->opcode == OP_B)) {
         if (in_function(a, insn->imm)) go(a, insn->imm, &onward), (*count)++;
         if (insn->conditional) go(a, following, &onward), (*count)++;
         return GO_ON;
     }
-    if (jumps_through_table(insn)) return table_successors(a, insn, &path->state, &onward, count);
+    if (jumps_through_table(insn)) {
+        if (insn->arm && (insn->opcode == OP_LDR)) return GO_ON; /* ARM: no table is read; a return or tail call */
+        return table_successors(a, insn, &path->state, &onward, count);
+    }
     if ((insn->opcode == OP_BX)
         || (pc_written && ((insn->opcode == OP_POP) || (insn->opcode == OP_LDR) || (insn->opcode == OP_LDM) || (insn->opcode == OP_MOV))))
         return GO_ON; /* a return */
     if ((insn->opcode == OP_UDF) || (insn->opcode == OP_BKPT)) return GO_ON;
+    if (insn->arm && (insn->opcode == OP_ADD) && insn->nregs >= 2 && insn->regs[0] == REG_PC && insn->regs[1] == REG_PC
+        && !insn->has_imm)
+        return give_up("a ladder in ARM state", insn->address); /* glibc's memcpy: `add pc, pc, rN` */
     if ((insn->transfers && !call && !(insn->opcode == OP_SVC)) || (pc_written && !call))
         return refuse("a transfer it cannot follow", insn->address);
     go(a, following, &onward), *count = 1;
     return GO_ON;
 }
 
-/* successors.successors in Thumb state: IT blocks split paths by their condition. */
+/* successors._arm_successors: in ARM state any instruction may carry a
+ * condition of its own, and runs or is passed over by it, as an IT block's
+ * one instruction would; the path's fact decides where it knows the flags. */
+static Step arm_successors(Analysis *a, const Insn *insn, const Path *path, int64_t following, int *count) {
+    if (!insn->conditional) return executed(a, insn, path, following, count);
+    Insn runs = *insn;
+    runs.conditional = false, runs.condition = ALWAYS;
+    int condition = insn->condition;
+    if (path->fact >= 0 && (path->fact >> 1) >> 1 == condition >> 1) {
+        if (holds(path->fact, condition)) return executed(a, &runs, path, following, count);
+        go(a, following, path), *count = 1;
+        return GO_ON;
+    }
+    Path passed = *path, taken = *path;
+    passed.fact = condition * 2;
+    taken.fact = condition * 2 + 1;
+    go(a, following, &passed);
+    Step step = executed(a, &runs, &taken, following, count);
+    (*count)++;
+    return step;
+}
+
+/* successors.successors: in Thumb state IT blocks split paths by their condition. */
 Step successors(Analysis *a, const Insn *insn, const Path *path, int *count) {
     int64_t following = (int64_t)insn->address + insn->size;
+    if (insn->arm) return arm_successors(a, insn, path, following, count);
     if (insn->it) {
         uint8_t bytes[2];
         if (code_read(a->code, insn->address, bytes, 2) < 2) return give_up("an IT block unread", insn->address);
@@ -252,7 +281,7 @@ static bool to_leaf_return(const Code *code, const Insn *branch, int64_t end) {
     int64_t address = branch->imm;
     for (int i = 0; i < 3; i++) {
         Insn insn;
-        if (!decode_at(code, address, &insn)) return false;
+        if (!decode_at(code, address, false, &insn)) return false;
         if (writes_reg(&insn, REG_SP) || insn.transfers)
             return insn.opcode == OP_BX && insn.nregs == 1 && insn.regs[0] == REG_LR;
         address += insn.size;
@@ -265,7 +294,7 @@ static bool to_leaf_return(const Code *code, const Insn *branch, int64_t end) {
 bool pushes_lr(const Code *code, int64_t address, int64_t end) {
     for (int i = 0; i < 6; i++) {
         Insn insn;
-        if (address >= end || !decode_at(code, address, &insn) || insn.it
+        if (address >= end || !decode_at(code, address, false, &insn) || insn.it
             || (insn.transfers && !to_leaf_return(code, &insn, end)))
             return false;
         if (writes_reg(&insn, REG_SP) || insn.opcode == OP_PUSH) {

@@ -23,6 +23,7 @@ typedef struct {
 typedef struct {
     const Code *code;
     int64_t start, end;
+    bool arm;           /* the function is ARM code (the Python's when a path would change state) */
     PyObject *noreturn; /* a set: membership only */
     PyObject *asked;    /* a set: what was asked of noreturn */
     Py_ssize_t halfwords;

@@ -18,7 +18,7 @@ static int64_t read_le(const Analysis *a, int64_t address, int size, bool is_sig
 }
 
 static int before(const Analysis *a, const Insn *insn, Insn *out) {
-    return decode_before(a->code, insn->address, 16, ANYWHERE, out, LOOKBACK);
+    return decode_before(a->code, insn->address, 16, ANYWHERE, insn->arm, out, LOOKBACK);
 }
 
 /* _pc_relative: what the last instruction before `insn` writing `reg` put there pc-relative. */
@@ -67,7 +67,7 @@ static bool jump_table_address(const Analysis *a, const Insn *insn, int64_t *tab
 static bool table_address(const Analysis *a, const Insn *insn, int64_t *table) {
     for (int back = 2; back <= 4; back += 2) {
         Insn found;
-        if (!decode_at(a->code, (int64_t)insn->address - back, &found) || found.size != back || !found.has_imm) continue;
+        if (!decode_at(a->code, (int64_t)insn->address - back, false, &found) || found.size != back || !found.has_imm) continue;
         if (((found.opcode == OP_ADR) && found.nregs == 1 && found.regs[0] == insn->mem_base)
             || ((found.opcode == OP_ADD) && found.nregs == 2 && found.regs[0] == insn->mem_base && found.regs[1] == REG_PC)) {
             *table = pc_base(&found) + found.imm;
@@ -81,7 +81,8 @@ static bool table_address(const Analysis *a, const Insn *insn, int64_t *table) {
 static bool offset_table_at(const Analysis *a, const Insn *insn, int64_t *table, bool *bounded, int64_t *count) {
     Insn add, load, adr;
     int64_t at = insn->address;
-    if (!decode_at(a->code, at - 2, &add) || !decode_at(a->code, at - 6, &load) || !decode_at(a->code, at - 8, &adr))
+    if (insn->arm || !decode_at(a->code, at - 2, false, &add) || !decode_at(a->code, at - 6, false, &load)
+        || !decode_at(a->code, at - 8, false, &adr))
         return false;
     if (!insn->nregs || !load.nregs) return false;
     int64_t reg = insn->regs[0];
@@ -177,7 +178,7 @@ Step table_successors(Analysis *a, const Insn *insn, const State *before_state, 
         for (int64_t address = first; address < a->end;) { /* _ladder */
             go_to(a, address, onward, count);
             Insn step;
-            if (!decode_at(a->code, address, &step) || step.transfers || writes_reg(&step, REG_SP)
+            if (!decode_at(a->code, address, insn->arm, &step) || step.transfers || writes_reg(&step, REG_SP)
                 || writes_reg(&step, REG_PC))
                 break;
             address += step.size;
