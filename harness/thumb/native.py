@@ -64,15 +64,15 @@ def compiled_analysis(name: str, start: int, end: int, code_at, facts: ProgramFa
 def _analysed(name: str, start: int, end: int, found: tuple) -> Analysed:
     """The compiled analysis's parts (harness/thumb/csrc/module.c) as an
     Analysed: rows as (address, cfa_reg, offset, saved, problem number),
-    call sites as target, return address, target... No problems: where it
-    would refuse, it gives the function to the Python."""
-    rows, callees, returns, unreached, arm_callees, asked, branched, loaded, falls_through, sites = found
+    call sites as target, return address, target...; the problems as the
+    Python words them."""
+    rows, callees, returns, unreached, arm_callees, asked, branched, loaded, falls_through, sites, problems = found
     if len(_SAVES) > SAVES_KEPT:
         _SAVES.clear()
     cfi = tuple(CfiRow(address, cfa_reg, offset, _SAVES.setdefault(saved, saved), PROBLEMS[problem])
                 for address, cfa_reg, offset, saved, problem in rows)
     called = _frozen(callees)
-    return Analysed(FunctionCfi(name, start, end, cfi, ()), called, returns, tuple(unreached),
+    return Analysed(FunctionCfi(name, start, end, cfi, tuple(problems)), called, returns, tuple(unreached),
                     _frozen(arm_callees), called if asked == called else _frozen(asked), _frozen(branched),
                     _frozen(loaded), falls_through, _frozen(zip(sites[::2], sites[1::2])))
 

@@ -1,8 +1,9 @@
 /* The frame analysis of harness/thumb/frame_analysis.py for the common
  * Thumb-2 function, compiled: the same paths, effects and rows, step for
  * step, for functions whose every path the Python states without a
- * refusal, in Thumb or in ARM state. Whatever that Python handles by a rule
- * not ported here (a refusal, a branch table in ARM code, a path from one
+ * refusal, in Thumb or in ARM state, refusals included (a problem named as
+ * the Python names it, the state past it UNKNOWN). Whatever that Python
+ * handles by a rule not ported here (a ladder in ARM code, a path from one
  * state into the other) makes the analysis give up (BAIL) and the Python analyses the
  * function: the result is the Python's in every case
  * (tests/test_native_analysis.py holds the two together on every function
@@ -122,8 +123,9 @@ typedef struct {
     int64_t slot;
 } Save;
 
-/* frame_effects.FrameState; never UNKNOWN here (that follows a refusal). */
+/* frame_effects.FrameState, or UNKNOWN (`unknown`, all else zero but cfa_reg -1: the state past a refusal). */
 typedef struct {
+    bool unknown;
     bool depth_known;
     int64_t depth;
     int cfa_reg;
@@ -143,15 +145,19 @@ typedef struct {
 } Path;
 
 /* The outcome of a step: go on; give the function to the Python (a rule
- * not ported); the Python refuses here too (a problem: in a landing pad's
+ * not ported); the Python refuses here too (a problem, named by the last
+ * refuse: the path goes on past it as the Python's does; in a landing pad's
  * trial, the trial is dropped); a Python error is set. */
 typedef enum { GO_ON = 0, BAIL = 1, REFUSED = 2, FAILED = 3 } Step;
 
 /* Why the last analysis gave up, and where (diagnostics: _analysis.last_bail()). */
 Step give_up(const char *why, int64_t address);
 Step refuse(const char *why, int64_t address);
+Step refuse_insn(const Insn *insn, const char *rest); /* the problem "'<its text>'<rest>" */
+extern const State UNKNOWN_STATE;
 
 int code_read(const Code *code, int64_t address, uint8_t *out, int want);
+bool insn_text(const Code *code, int64_t address, bool arm, char *out, size_t size);
 bool decode_at(const Code *code, int64_t address, bool arm, Insn *out);
 int decode_before(const Code *code, int64_t address, int span, int64_t lowest, bool arm, Insn *out, int capacity);
 bool writes_reg(const Insn *insn, int64_t reg);

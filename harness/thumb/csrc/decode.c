@@ -5,6 +5,7 @@
 #include "analysis.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 
 static struct {
@@ -218,6 +219,18 @@ static bool decode_uncached(const Code *code, int64_t address, bool arm, Insn *o
     bool decoded = fill(handle, raw, arm, out);
     cs.free(raw, count);
     return decoded;
+}
+
+/* disasm.Instruction.text: capstone's "mnemonic operands" of the instruction at `address`. */
+bool insn_text(const Code *code, int64_t address, bool arm, char *out, size_t size) {
+    uint8_t bytes[4];
+    int got = code_read(code, address, bytes, 4);
+    cs_insn *raw = NULL;
+    size_t count = got ? cs.disasm(arm ? code->arm_handle : code->handle, bytes, (size_t)got, (uint64_t)address, 1, &raw) : 0;
+    if (!count) return false;
+    snprintf(out, size, raw->op_str[0] ? "%s %s" : "%s", raw->mnemonic, raw->op_str);
+    cs.free(raw, count);
+    return true;
 }
 
 /* disasm.decode_before: the instructions straight before `address`, up to

@@ -1,5 +1,5 @@
 /* What one instruction does to the frame: harness/thumb/frame_effects.py,
- * function for function. Where the Python raises Unknowable, BAIL. */
+ * function for function. Where the Python raises Unknowable, REFUSED, named alike. */
 #include "analysis.h"
 
 #include <string.h>
@@ -45,7 +45,10 @@ static void saved_del(State *s, int64_t reg) {
     s->nsaved--;
 }
 
+const State UNKNOWN_STATE = {.unknown = true, .cfa_reg = -1};
+
 bool state_equal(const State *a, const State *b) {
+    if (a->unknown || b->unknown) return a->unknown == b->unknown;
     if (a->depth_known != b->depth_known || (a->depth_known && a->depth != b->depth)) return false;
     if (a->fp_known != b->fp_known || (a->fp_known && a->fp_offset != b->fp_offset)) return false;
     if (a->cfa_reg != b->cfa_reg || a->nsaved != b->nsaved || a->clobbered != b->clobbered) return false;
@@ -54,7 +57,7 @@ bool state_equal(const State *a, const State *b) {
     return true;
 }
 
-bool torn_down(const State *s) { return s->depth_known && s->depth == 0 && s->cfa_reg == REG_SP && !s->nsaved; }
+bool torn_down(const State *s) { return !s->unknown && s->depth_known && s->depth == 0 && s->cfa_reg == REG_SP && !s->nsaved; }
 
 bool lost(const State *s) {
     uint32_t left = s->clobbered & ~tracked_bit(REG_LR);
@@ -65,7 +68,7 @@ bool lost(const State *s) {
 /* (The CFA is on sp or on the frame pointer of the function's state.) */
 static Step moved(const State *s, int64_t delta, State *out) {
     *out = *s;
-    if (!s->depth_known) return s->cfa_reg != REG_SP ? GO_ON : BAIL;
+    if (!s->depth_known) return s->cfa_reg != REG_SP ? GO_ON : refuse("sp moves where its distance to the frame is unknown", 0);
     out->depth = s->depth + delta;
     if (s->cfa_reg != REG_SP && delta < 0) out->cfa_reg = REG_SP;
     return GO_ON;
@@ -74,7 +77,8 @@ static Step moved(const State *s, int64_t delta, State *out) {
 static Step push(const State *s, const int64_t *regs, const int64_t *sizes, int n, State *out) {
     int64_t total = 0;
     for (int i = 0; i < n; i++) total += sizes[i];
-    if (moved(s, total, out)) return BAIL;
+    Step step = moved(s, total, out);
+    if (step) return step;
     if (!out->depth_known) return GO_ON;
     int64_t slot = -out->depth;
     for (int i = 0; i < n; i++) {
@@ -86,7 +90,7 @@ static Step push(const State *s, const int64_t *regs, const int64_t *sizes, int 
 }
 
 static Step pop(const State *s, const int64_t *regs, int n, int64_t size, int fp, State *out) {
-    if (!s->depth_known) return BAIL;
+    if (!s->depth_known) return refuse("a pop where sp's distance to the frame is unknown", 0);
     *out = *s;
     bool frame_pointer = false;
     for (int i = 0; i < n; i++) {
@@ -114,7 +118,7 @@ static void clobber_regs(State *s, const int64_t *regs, int n) {
 }
 
 static Step unknown_sp(const Insn *insn, const State *s, State *out) {
-    if (!s->fp_known) return BAIL;
+    if (!s->fp_known) return refuse_insn(insn, " sets sp in a way the analysis does not model");
     *out = *s;
     out->depth_known = false;
     out->cfa_reg = frame_pointer(insn->arm);
@@ -137,7 +141,7 @@ static Step store(const Insn *insn, const State *s, State *out) {
         sizes[n] = -displacement - width;
         return push(s, regs, sizes, n + 1, out);
     }
-    if (insn->post_index) return BAIL;
+    if (insn->post_index) return refuse_insn(insn, " moves sp after storing");
     *out = *s;
     if (!s->depth_known) return GO_ON;
     int64_t low = -s->depth + displacement;
@@ -159,7 +163,8 @@ static Step load(const Insn *insn, const State *s, State *out) {
     if (insn->post_index) {
         if (!insn->has_imm || insn->imm < 4 * count || insn->imm % 4) return unknown_sp(insn, s, out);
         State popped;
-        if (pop(s, loaded, n, 4, frame_pointer(insn->arm), &popped)) return BAIL;
+        Step step = pop(s, loaded, n, 4, frame_pointer(insn->arm), &popped);
+        if (step) return step;
         if (insn->imm > 4 * count) return moved(&popped, 4 * count - insn->imm, out);
         *out = popped;
         return GO_ON;
@@ -277,7 +282,7 @@ static Step fp_written(const Insn *insn, const State *s, State *out) {
         out->fp_offset = s->fp_offset - (add ? insn->imm : -insn->imm);
         return GO_ON;
     }
-    if (s->cfa_reg != REG_SP) return BAIL;
+    if (s->cfa_reg != REG_SP) return refuse_insn(insn, " overwrites the frame pointer the CFA is defined by");
     out->fp_known = false;
     return GO_ON;
 }
@@ -288,7 +293,8 @@ static Step effect(const Code *own, int64_t lowest, const Insn *insn, const Stat
     operand_regs(insn, 0, MAX_OPERAND_REGS, regs, &n);
     bool vpush = (insn->opcode == OP_VPUSH);
     if ((insn->opcode == OP_PUSH) || vpush) {
-        if (!vpush && stores_sp_copy(own, lowest, insn)) return BAIL;
+        if (!vpush && stores_sp_copy(own, lowest, insn))
+            return refuse_insn(insn, " stores sp's value: a register dump a callee may rewrite");
         for (int i = 0; i < n; i++) sizes[i] = vpush ? 8 : 4;
         return push(s, regs, sizes, n, out);
     }
@@ -322,7 +328,8 @@ static Step effect(const Code *own, int64_t lowest, const Insn *insn, const Stat
 /* frame_effects.after: the effect, then no save left below sp. `own`: the
  * code from `lowest` (the function's start) on. */
 Step after(const Code *own, int64_t lowest, const Insn *insn, const State *in, State *out) {
-    if (effect(own, lowest, insn, in, out)) return BAIL;
+    Step step = effect(own, lowest, insn, in, out);
+    if (step) return step;
     if (!out->depth_known) return GO_ON;
     int kept = 0;
     for (int i = 0; i < out->nsaved; i++)

@@ -3,14 +3,20 @@
  * states before each instruction. */
 #include "paths.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define LANDING_ROUNDS 8 /* frame_analysis.LANDING_ROUNDS */
 
 enum { PROBLEM_NONE, PROBLEM_UNREACHED, PROBLEM_NOT_SINGLE, PROBLEM_LOST_RETURN }; /* frame_analysis.PROBLEMS */
 
-/* _join: the state where two paths meet, false where the frames differ; `fp` the frame pointer. */
+/* _join: the state where two paths meet, false where the frames differ;
+ * UNKNOWN past a refusal; `fp` the frame pointer. */
 static bool join(const State *known, const State *other, int fp, State *out) {
+    if (known->unknown || other->unknown) {
+        *out = UNKNOWN_STATE;
+        return true;
+    }
     bool fp_agree = known->fp_known == other->fp_known && (!known->fp_known || known->fp_offset == other->fp_offset);
     bool fp_known = fp_agree && known->fp_known;
     *out = *known;
@@ -50,6 +56,29 @@ static void add_entry(Analysis *a, Py_ssize_t index, const Path *path) {
     a->tail[index] = a->nentries++;
 }
 
+/* _Analysis._refuse: the problem the last refuse named, at `address` (one
+ * a pc; a trial's only counted). FAILED on a Python error, else GO_ON:
+ * the analysis goes on, as the Python's does. */
+static Step note_problem(Analysis *a, int64_t address) {
+    Py_ssize_t index = (address - a->start) / 2;
+    if (a->refused[index]) return GO_ON;
+    a->refused[index] = 1;
+    if (a->trial) {
+        a->trial_problems++;
+        return GO_ON;
+    }
+    char text[200], problem[400];
+    if (!last_refusal.named) snprintf(problem, sizeof problem, "0x%llx: %s", (long long)address, last_refusal.why);
+    else if (insn_text(a->code, address, last_refusal.arm, text, sizeof text))
+        snprintf(problem, sizeof problem, "0x%llx: '%s'%s", (long long)address, text, last_refusal.why);
+    else
+        return give_up("an instruction with no text", address);
+    PyObject *item = PyUnicode_FromString(problem);
+    int failed = !item || PyList_Append(a->problems, item);
+    Py_XDECREF(item);
+    return failed ? FAILED : GO_ON;
+}
+
 /* What explore does at one instruction before its successors; `leaves_to`
  * where a thunk's tail call goes (frame_analysis._note_targets), else -1. */
 static Step visit(Analysis *a, const Insn *insn, const State *state, int64_t *leaves_to) {
@@ -59,7 +88,11 @@ static Step visit(Analysis *a, const Insn *insn, const State *state, int64_t *le
     *leaves_to = -1;
     if ((insn->opcode == OP_BL) || (insn->opcode == OP_BLX)) {
         ints_add(&a->calls, insn->address);
-        if (!saved_reg(state, REG_LR)) return refuse("a call with lr saved nowhere", insn->address);
+        if (!state->unknown && !saved_reg(state, REG_LR)) { /* while the callee runs, the return address is nowhere */
+            refuse_insn(insn, " calls with lr saved nowhere");
+            Step step = note_problem(a, insn->address);
+            if (step) return step;
+        }
         if (insn->has_imm) { /* `blx` switches state, `bl` keeps it */
             ints_add(((insn->opcode == OP_BLX) != insn->arm) ? &a->arm_callees : &a->callees, insn->imm);
             ints_add(&a->call_sites, insn->imm);
@@ -93,23 +126,53 @@ Step explore(Analysis *a, const uint8_t *kept) {
             bool joins = join(&known->path.state, &path.state, frame_pointer(a->arm), &joined);
             bool changed = !joins || !state_equal(&joined, &known->path.state);
             if (changed && kept && kept[index]) continue;
-            if (!joins) return refuse("paths meet with different frames", address);
+            if (!joins) {
+                refuse("paths meet with different frames", address);
+                Step step = note_problem(a, address);
+                if (step) return step;
+                joined = UNKNOWN_STATE;
+                changed = !state_equal(&joined, &known->path.state);
+            }
             if (!changed) continue;
             path.state = joined;
             known->path.state = joined;
         } else {
             add_entry(a, index, &path);
         }
-        if (++a->visited > a->max_states) return refuse("too many states", address);
+        if (++a->visited > a->max_states) {
+            static char why[80];
+            snprintf(why, sizeof why, "more than %ld states; the analysis gave up", a->max_states);
+            refuse(why, address);
+            Step step = note_problem(a, address);
+            a->all_refused = true, a->npending = 0;
+            return step;
+        }
         Insn decoded; /* a copy: the code's kept instructions change as others are decoded */
         const Insn *insn = &decoded;
-        if (!decode_at(a->code, address, a->arm, &decoded) || address + insn->size > a->end)
-            return refuse("undecodable, or past the end", address);
+        bool decodes = decode_at(a->code, address, a->arm, &decoded);
+        if (!decodes || address + insn->size > a->end) {
+            refuse(decodes ? "a path runs past the function's end" : "undecodable instruction on a path", address);
+            Step step = note_problem(a, address);
+            if (step) return step;
+            continue;
+        }
+        a->decoded[index] = 1;
         int64_t leaves_to;
         Step step = visit(a, insn, &path.state, &leaves_to);
         if (step) return step;
-        int count = 0;
-        if ((step = successors(a, insn, &path, &count))) return step;
+        int count = 0, before = a->npending;
+        if ((step = successors(a, insn, &path, &count)) == REFUSED) { /* its successors are not this path's */
+            a->npending = before;
+            if ((step = note_problem(a, address))) return step;
+            if (!path.state.unknown) { /* _unknown_onward: on past it with no frame known */
+                Path unknown = path;
+                unknown.state = UNKNOWN_STATE;
+                if ((step = successors(a, insn, &unknown, &count)) == REFUSED) a->npending = before;
+                else if (step) return step;
+            }
+            continue;
+        }
+        if (step) return step;
         bool ends = false;
         if (!count && !(insn->opcode == OP_UDF) && !(insn->opcode == OP_BKPT) && !(insn->opcode == OP_BL) && !(insn->opcode == OP_BLX)) {
             if ((insn->opcode == OP_B) && (step = never_returns(a, insn->has_imm, insn->imm, &ends))) return step;
@@ -211,7 +274,7 @@ static uint32_t kept_saves(const Analysis *a) {
     uint32_t candidates = saved & r4_r11 & ~clobbered;
     Insn insn;
     for (Py_ssize_t index = 0; candidates && index < a->halfwords; index++)
-        if (a->head[index] >= 0 && decode_at(a->code, a->start + 2 * index, a->arm, &insn)) candidates &= ~named_by(&insn);
+        if (a->decoded[index] && decode_at(a->code, a->start + 2 * index, a->arm, &insn)) candidates &= ~named_by(&insn);
     for (int64_t at = a->start; candidates && at < a->end;) {
         Py_ssize_t index = (at - a->start) / 2;
         if (a->head[index] >= 0 && a->sizes[index]) { /* on a path: named above */
@@ -242,11 +305,12 @@ Step rows_of(const Analysis *a, PyObject *rows) {
             if (add_row(rows, &last, &any, &gap)) return FAILED;
         }
         const Entry *entry = &a->entries[a->head[index]];
-        if (!row_of(&entry->path.state, address, kept, &row)) return give_up("a row with no offset", address);
-        bool single = true;
-        for (int at = entry->next; at >= 0; at = a->entries[at].next) {
-            if (!row_of(&a->entries[at].path.state, address, kept, &other)) return give_up("a row with no offset", address);
-            single &= rows_equal(&row, &other);
+        bool single = !a->all_refused && !a->refused[index] && !entry->path.state.unknown; /* _one_frame */
+        if (single && !row_of(&entry->path.state, address, kept, &row)) return give_up("a row with no offset", address);
+        for (int at = entry->next; single && at >= 0; at = a->entries[at].next) {
+            const State *state = &a->entries[at].path.state;
+            if (!state->unknown && !row_of(state, address, kept, &other)) return give_up("a row with no offset", address);
+            single = !state->unknown && rows_equal(&row, &other);
         }
         if (!single || (a->returns && any_lost(a, index))) { /* refused: a register lost where it returns */
             memset(&row, 0, sizeof row);
@@ -335,13 +399,15 @@ static void *copied(const void *from, size_t size) {
     return to;
 }
 
-/* _Analysis.copy: a trial's own states, sizes and data; what noreturn was asked shared. */
+/* _Analysis.copy: a trial's own states, sizes and data; what noreturn was asked, and what was decoded, shared. */
 static bool analysis_copy(const Analysis *from, Analysis *to) {
     *to = *from;
     size_t halfwords = (size_t)from->halfwords;
     to->head = copied(from->head, sizeof(int) * halfwords);
     to->tail = copied(from->tail, sizeof(int) * halfwords);
     to->sizes = copied(from->sizes, halfwords);
+    to->refused = copied(from->refused, halfwords);
+    to->trial = true, to->problems = NULL, to->trial_problems = 0;
     to->data = copied(from->data, (size_t)(from->end - from->start));
     to->entries = copied(from->entries, sizeof(Entry) * (size_t)from->nentries);
     to->entries_capacity = from->nentries;
@@ -351,11 +417,11 @@ static bool analysis_copy(const Analysis *from, Analysis *to) {
     ints_copy(&to->branched, &from->branched), ints_copy(&to->loaded, &from->loaded);
     ints_copy(&to->call_sites, &from->call_sites), ints_copy(&to->labels, &from->labels);
     Py_INCREF(to->asked);
-    return to->head && to->tail && to->sizes && to->data && to->entries;
+    return to->head && to->tail && to->sizes && to->refused && to->data && to->entries;
 }
 
 void analysis_free(Analysis *a) {
-    PyMem_Free(a->head), PyMem_Free(a->tail), PyMem_Free(a->sizes), PyMem_Free(a->data);
+    PyMem_Free(a->head), PyMem_Free(a->tail), PyMem_Free(a->sizes), PyMem_Free(a->refused), PyMem_Free(a->data);
     PyMem_Free(a->entries), PyMem_Free(a->pending);
     ints_free(&a->outer_data), ints_free(&a->calls), ints_free(&a->callees), ints_free(&a->arm_callees);
     ints_free(&a->branched), ints_free(&a->loaded), ints_free(&a->call_sites), ints_free(&a->labels);
@@ -413,9 +479,10 @@ Step landing_pads(Analysis *a) {
             start_path(&trial, gaps.items[i], &frame);
             trial.falls_through = false;
             Step tried = trial.pending ? explore(&trial, kept) : FAILED;
-            if (tried == GO_ON && trial.falls_through) tried = REFUSED; /* padding into the next function */
+            if (tried == GO_ON && (trial.trial_problems || trial.falls_through)) tried = REFUSED; /* (or padding into the next function) */
             if (tried == GO_ON) {
                 trial.falls_through = a->falls_through;
+                trial.trial = a->trial, trial.problems = a->problems;
                 analysis_free(a);
                 *a = trial;
                 grown = true;

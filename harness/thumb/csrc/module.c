@@ -12,6 +12,7 @@ const char *capstone_load(const char *path, csh *handle, csh *arm_handle);
 
 static const char *bail_why = "";
 static int64_t bail_at;
+Refusal last_refusal;
 
 Step give_up(const char *why, int64_t address) {
     bail_why = why;
@@ -21,6 +22,13 @@ Step give_up(const char *why, int64_t address) {
 
 Step refuse(const char *why, int64_t address) {
     give_up(why, address);
+    last_refusal = (Refusal){why, false, false};
+    return REFUSED;
+}
+
+Step refuse_insn(const Insn *insn, const char *rest) {
+    give_up(rest, insn->address);
+    last_refusal = (Refusal){rest, true, insn->arm};
     return REFUSED;
 }
 
@@ -88,8 +96,10 @@ static bool allocate(Analysis *a) {
     a->head = PyMem_Malloc(sizeof(int) * (size_t)a->halfwords);
     a->tail = PyMem_Malloc(sizeof(int) * (size_t)a->halfwords);
     a->sizes = PyMem_Calloc((size_t)a->halfwords, 1);
+    a->refused = PyMem_Calloc((size_t)a->halfwords, 1);
+    a->decoded = PyMem_Calloc((size_t)a->halfwords, 1);
     a->data = PyMem_Calloc((size_t)bytes, 1);
-    if (!a->head || !a->tail || !a->sizes || !a->data) return false;
+    if (!a->head || !a->tail || !a->sizes || !a->refused || !a->decoded || !a->data) return false;
     memset(a->head, -1, sizeof(int) * (size_t)a->halfwords);
     memset(a->tail, -1, sizeof(int) * (size_t)a->halfwords);
     return true;
@@ -140,9 +150,10 @@ static PyObject *result_of(Analysis *a) {
             }
             Py_DECREF(span);
         }
-        result = Py_BuildValue("(ONOONONNON)", rows, ints_list(&a->callees), a->returns ? Py_True : Py_False,
+        result = Py_BuildValue("(ONOONONNONO)", rows, ints_list(&a->callees), a->returns ? Py_True : Py_False,
                                spans, ints_list(&a->arm_callees), a->asked, ints_list(&a->branched),
-                               ints_list(&a->loaded), a->falls_through ? Py_True : Py_False, ints_list(&a->call_sites));
+                               ints_list(&a->loaded), a->falls_through ? Py_True : Py_False, ints_list(&a->call_sites),
+                               a->problems);
         /* (ints_list's lists are stolen: N) */
     }
 done:
@@ -165,18 +176,23 @@ static PyObject *code_analyse(CodeObject *self, PyObject *args) {
                   .max_states = end - start > MAX_STATES / STATES_PER_BYTE ? STATES_PER_BYTE * (end - start) : MAX_STATES};
     PyObject *result = NULL;
     if (!(a.asked = PySet_New(NULL))) return NULL;
+    if (!(a.problems = PyList_New(0))) return Py_DECREF(a.asked), NULL;
     if (!allocate(&a)) {
         PyErr_NoMemory();
     } else if (mark_spans(&a, data_spans) && read_labels(&a, labels)) {
         State entry = {.depth_known = true, .cfa_reg = REG_SP};
         start_path(&a, a.start, &entry);
         Step step = a.pending ? explore(&a, NULL) : FAILED;
-        if (step == GO_ON && bounded) step = landing_pads(&a);
+        if (step == GO_ON && bounded && !PyList_GET_SIZE(a.problems)) step = landing_pads(&a); /* (none past a problem) */
         if (step == GO_ON) result = result_of(&a);
         else if (step != FAILED) result = Py_NewRef(Py_None); /* the Python's: a rule not ported, or a refusal */
         else if (!PyErr_Occurred()) PyErr_NoMemory();
     }
+    PyObject *problems = a.problems;
+    uint8_t *decoded = a.decoded; /* (the trials' too) */
     analysis_free(&a);
+    PyMem_Free(decoded);
+    Py_DECREF(problems);
     return result;
 }
 

@@ -176,7 +176,10 @@ static void go(Analysis *a, int64_t address, const Path *path) {
 static Step executed(Analysis *a, const Insn *insn, const Path *path, int64_t following, int *count) {
     Path onward = *path;
     if (sets_flags(insn)) onward.fact = -1;
-    if (after(a->code, a->start, insn, &path->state, &onward.state)) return refuse("an effect not ported", insn->address);
+    if (!path->state.unknown) {
+        Step step = after(a->code, a->start, insn, &path->state, &onward.state);
+        if (step) return step;
+    }
     *count = 0;
     bool pc_written = writes_reg(insn, REG_PC), call = (insn->opcode == OP_BL) || (insn->opcode == OP_BLX), ends;
     if ((insn->opcode == OP_CBZ) || (insn->opcode == OP_CBNZ)) {
@@ -188,7 +191,7 @@ static Step executed(Analysis *a, const Insn *insn, const Path *path, int64_t fo
         if (step || ends) return step;
     }
     if ((insn->opcode == OP_BX) && insn->nregs == 1 && insn->regs[0] == REG_PC) /* into ARM state */
-        return insn->address % 4 && !insn->arm ? refuse("ARM code would start unaligned", insn->address)
+        return insn->address % 4 && !insn->arm ? refuse_insn(insn, " at a halfword: ARM code would start unaligned")
                                                : give_up("into ARM state", insn->address);
     if ((insn->opcode == OP_B)) {
         if (in_function(a, insn->imm)) go(a, insn->imm, &onward), (*count)++;
@@ -207,7 +210,7 @@ static Step executed(Analysis *a, const Insn *insn, const Path *path, int64_t fo
         && !insn->has_imm)
         return give_up("a ladder in ARM state", insn->address); /* glibc's memcpy: `add pc, pc, rN` */
     if ((insn->transfers && !call && !(insn->opcode == OP_SVC)) || (pc_written && !call))
-        return refuse("a transfer it cannot follow", insn->address);
+        return refuse_insn(insn, " leaves for an address the analysis cannot follow");
     go(a, following, &onward), *count = 1;
     return GO_ON;
 }

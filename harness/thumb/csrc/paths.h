@@ -35,11 +35,24 @@ typedef struct {
     Pending *pending;
     int npending, pending_capacity;
     long visited, max_states; /* states visited, and the most it may visit (_Analysis.max_states) */
+    bool trial;               /* a landing pad's trial: dropped where it meets a problem */
+    PyObject *problems;       /* a list: "address: why" each (_Analysis._refuse), NULL in a trial */
+    int trial_problems;       /* a trial's: counted, not worded */
+    uint8_t *refused;         /* per halfword: a problem named there (_Analysis.refused) */
+    uint8_t *decoded;         /* per halfword: an instruction decoded on a path, in it or a trial (_Analysis.decoded) */
+    bool all_refused;         /* too many states: every row refuses */
     bool returns, falls_through;
     Ints outer_data; /* data bytes outside the function */
     Ints labels;     /* the program's data's labels inside it, sorted: a computed goto's targets */
     Ints calls, callees, arm_callees, branched, loaded, call_sites; /* call_sites: target, return address pairs */
 } Analysis;
+
+/* The last refusal's why: the Python's words, after the instruction's text where `named`. */
+typedef struct {
+    const char *why;
+    bool named, arm;
+} Refusal;
+extern Refusal last_refusal;
 
 void ints_add(Ints *list, int64_t value);
 Pending *pending_slot(Analysis *a);

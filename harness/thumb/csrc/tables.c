@@ -6,6 +6,8 @@
 #define LOOKBACK 9 /* instructions decode_before finds in 16 bytes, and one */
 #define ANYWHERE INT64_MIN
 #define MAX_TABLE_ENTRIES (1 << 16) /* branch_tables.MAX_TABLE_ENTRIES */
+#define CANNOT_FOLLOW " leaves for an address the analysis cannot follow" /* branch_tables.CANNOT_FOLLOW */
+#define LEADS_OUT ": a table entry leads out of the function"
 
 static int64_t read_le(const Analysis *a, int64_t address, int size, bool is_signed) {
     uint8_t bytes[4] = {0};
@@ -140,34 +142,34 @@ Step table_successors(Analysis *a, const Insn *insn, const State *before_state, 
     bool bounded = false, pc_written = writes_reg(insn, REG_PC);
     if ((insn->opcode == OP_TBB) || (insn->opcode == OP_TBH)) {
         int size = (insn->opcode == OP_TBB) ? 1 : 2;
-        if (!jump_table_address(a, insn, &table)) return refuse("a table it cannot find", insn->address);
+        if (!jump_table_address(a, insn, &table)) return refuse_insn(insn, CANNOT_FOLLOW);
         bounded = guarded_entries(a, insn, &entries);
         int64_t lowest = a->end, found = 0;
         while (!bounded || found < entries) {
             int64_t offset = table + size * found;
             target = (int64_t)insn->address + 4 + 2 * read_le(a, offset, size, false);
             if (!bounded && (offset + size > lowest || !in_function(a, target))) break;
-            if (!in_function(a, target)) return refuse("a table entry leads out of the function", insn->address);
+            if (!in_function(a, target)) return refuse_insn(insn, LEADS_OUT);
             if (target < lowest) lowest = target;
             go_to(a, target, onward, count), found++;
         }
-        return found ? GO_ON : refuse("no table found", insn->address);
+        return found ? GO_ON : refuse_insn(insn, ": no table found");
     }
     if ((insn->opcode == OP_LDR) && pc_written && insn->has_mem && insn->mem_base != REG_SP) {
         if (!table_address(a, insn, &table) || !guarded_entries(a, insn, &entries))
-            return refuse("a table it cannot follow", insn->address);
+            return refuse_insn(insn, CANNOT_FOLLOW);
         for (int64_t i = 0; i < entries; i++)
             if (!in_function(a, read_le(a, table + 4 * i, 4, false) & ~(int64_t)1))
-                return refuse("a table entry leads out of the function", insn->address);
+                return refuse_insn(insn, LEADS_OUT);
         for (int64_t i = 0; i < entries; i++) go_to(a, read_le(a, table + 4 * i, 4, false) & ~(int64_t)1, onward, count);
         return GO_ON;
     }
     bool bx = (insn->opcode == OP_BX);
     if (bx && !(insn->nregs == 1 && insn->regs[0] == REG_LR) && offset_table_at(a, insn, &table, &bounded, &entries)) {
-        if (!bounded) return refuse("no bound on its table", insn->address);
+        if (!bounded) return refuse_insn(insn, ": no bound on its table found");
         for (int64_t i = 0; i < entries; i++)
             if (!in_function(a, (table + read_le(a, table + 4 * i, 4, true)) & ~(int64_t)1))
-                return refuse("a table entry leads out of the function", insn->address);
+                return refuse_insn(insn, LEADS_OUT);
         for (int64_t i = 0; i < entries; i++) go_to(a, (table + read_le(a, table + 4 * i, 4, true)) & ~(int64_t)1, onward, count);
         return GO_ON;
     }
@@ -186,7 +188,7 @@ Step table_successors(Analysis *a, const Insn *insn, const State *before_state, 
         return GO_ON;
     }
     if (through_register && !torn_down(before_state)) { /* a computed goto, to the labels the data holds */
-        if (!a->labels.count) return refuse("a jump with the frame set up and no label", insn->address);
+        if (!a->labels.count) return refuse_insn(insn, " jumps with the frame set up, and no data holds a label here");
         for (Py_ssize_t i = 0; i < a->labels.count; i++) go_to(a, a->labels.items[i], onward, count);
         return GO_ON;
     }
