@@ -22,7 +22,7 @@ TRACKED_REGS = frozenset((4, 5, 6, 7, 8, 9, 10, 11, LR)) | frozenset(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a large program's analysis holds millions
 class CfiRow:
     """Unwind state from `address` (inclusive) to the next row.
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
+from harness.gc_pause import collector_paused
 from harness.program import CfiRow, CodeMap, FunctionCfi
 from harness.sorted_ints import SortedInts
 from harness.thumb.disasm import forget_addresses
@@ -65,8 +66,9 @@ def analyse_all(code_map: CodeMap, code_at: Callable[[int, int], bytes],
     function, which the caller's frame must not describe). `progress` is
     told the starts analysed and known as the search goes."""
     try:
-        found, _ = _all_analysed(code_map, code_at, progress)
-        return _with_gaps([found[start].function for start in sorted(found)])
+        with collector_paused():  # a million functions' records, no cycle among them
+            found, _ = _all_analysed(code_map, code_at, progress)
+            return _with_gaps([found[start].function for start in sorted(found)])
     finally:
         forget_addresses()
 
