@@ -125,6 +125,7 @@ def test_mremap_keeps_what_a_mapping_is(kernel):
     keeps its protection and its file (madvise reads the file again)."""
     fd = _file(kernel, b"1" * PAGE + b"2" * PAGE + b"3" * PAGE)
     start = call(kernel, "mmap2", 0, PAGE, PROT_READ, MAP_PRIVATE, fd, 0)
+    assert call(kernel, "mremap", start, 0, PAGE, 1, 0) == -EINVAL  # old size 0: duplicates shared pages alone
     assert call(kernel, "mremap", start, PAGE, 2 * PAGE, 0, 0) == start
     assert kernel.machine.read(start + PAGE, 2) == b"22"
     assert kernel.machine.protections[start + PAGE] == PROT_READ

@@ -196,7 +196,7 @@ def sys_mremap(kernel, address, old_length, new_length, flags, new_address):
     if not old_length:  # Linux's way to map a shared mapping's pages twice
         vma = kernel.vmas.containing(address)
         if vma is None or not vma.shared:
-            raise GuestError(errno.EINVAL)
+            raise GuestError(errno.EFAULT if vma is None else errno.EINVAL)
         raise SystemCallFault(f"mremap of {address:#x} with old size 0 (a second mapping of shared pages): not emulated")
     if new_end <= old_end:
         _unmap(kernel, new_end, old_end)

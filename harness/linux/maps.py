@@ -14,7 +14,7 @@ import bisect
 from dataclasses import dataclass, field, replace
 
 from harness.formats.elf import open_elf
-from harness.linux.files import inode_of
+from harness.linux.files import Node, inode_of
 from harness.linux.memory import page_down, page_up
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
@@ -41,7 +41,7 @@ class Vma:
     name: str = ""
     offset: int = 0
     is_file: bool = False
-    node: object = field(default=None, compare=False, repr=False)
+    node: Node | None = field(default=None, compare=False, repr=False)
     host: str = field(default="", compare=False, repr=False)
 
     def at(self, start: int, end: int) -> "Vma":
@@ -100,7 +100,7 @@ class Vmas:
         return [vma.at(max(vma.start, start), min(vma.end, end)) for vma in self._vmas[index:]
                 if vma.start < end and start < vma.end]
 
-    def of_node(self, node) -> list[Vma]:
+    def of_node(self, node: Node) -> list[Vma]:
         """The private mappings of the file `node`."""
         return [vma for vma in self._vmas if vma.node is node and not vma.shared] if id(node) in self.private_nodes \
             else []
@@ -123,7 +123,7 @@ class Vmas:
         return False
 
     def mapped(self, start: int, end: int, protection: int, flags: int, file: tuple[str, int] | None,
-               node=None) -> None:
+               node: Node | None = None) -> None:
         """mmap2 placed [start, end): of `file` (guest path, offset; its Node
         `node`) or anonymous."""
         shared = bool(flags & MAP_SHARED)
