@@ -5,7 +5,11 @@ each run's exit status and stdout held to what qemu-user gave (runs.json).
 Each writes reports/chromium-NAME.json, and its terminal report beside it
 (reports/chromium-NAME.txt).
 
-    verify.py [--every N] [--run NAME] [--unwinder U ...] [--harness PATH]
+    verify.py [--every N] [--run NAME] [--unwinder U ...] [--jobs N] [--harness PATH]
+
+Each of verify-elf's jobs emulates the whole program (and verifies its
+share of the stops): `--jobs 1` takes one core, the render some four
+minutes at `--every 100000000`.
 
 The guest sees its working directory (this directory) as /work, and no
 host path outside it and the root: the render loads file:///work/page.html
@@ -27,11 +31,12 @@ REPORTS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "reports")
 GUEST_DIRECTORY = "/work"  # harness.linux.files.WORKDIR: the working directory as the guest sees it
 
 
-def command(harness: str, entry: dict, every: int, unwinders: list[str]) -> list[str]:
+def command(harness: str, entry: dict, every: int, unwinders: list[str], jobs: int | None = None) -> list[str]:
     sysroot = root()
     argv = [arg.format(page=f"{GUEST_DIRECTORY}/page.html", profile=f"{GUEST_DIRECTORY}/profile")
             for arg in entry["args"]]
     chosen = [option for name in unwinders for option in ("--unwinder", name)]
+    chosen += ["--jobs", str(jobs)] if jobs else []
     return [harness, "verify-elf", os.path.join(sysroot, "usr", "lib", "chromium", "chromium"), "--sysroot", sysroot,
             "--cwd", HERE, "--every", str(every), *chosen, "--expect-exit", str(entry["exit_status"]),
             "--expect-stdout-sha256", entry["stdout_sha256"],
@@ -43,6 +48,7 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=10_000, help="mean stride of the samples (default 10000)")
     parser.add_argument("--run", action="append", help="only this run of runs.json (repeatable; default: both)")
     parser.add_argument("--unwinder", action="append", default=[], help="only these unwinders (default: all)")
+    parser.add_argument("--jobs", type=int, help="verify-elf's processes (default: its own, all cores)")
     parser.add_argument("--harness", default=os.path.join(os.path.dirname(REPORTS), ".venv", "bin", "unwind-harness"),
                         help="the unwind-harness command (default: the repository's .venv)")
     args = parser.parse_args()
@@ -57,7 +63,7 @@ def main() -> int:
         if args.run and entry["name"] not in args.run:
             continue
         with open(os.path.join(REPORTS, f"{entry['name']}.txt"), "w") as terminal:
-            done = subprocess.run(command(args.harness, entry, args.every, args.unwinder), stdout=terminal,
+            done = subprocess.run(command(args.harness, entry, args.every, args.unwinder, args.jobs), stdout=terminal,
                                   env={**os.environ, "COLUMNS": "200"})
         print(f"verify.py: {entry['name']}: exit {done.returncode} (reports/{entry['name']}.json, .txt)",
               file=sys.stderr)

@@ -11,6 +11,7 @@ import stat
 import struct
 
 from harness.emulation.machine import BadAddress, read_c_string
+from harness.linux import private_maps
 from harness.linux.call_table import handles, signed
 from harness.linux.files import MAX_FDS, GuestError, Node, OpenFile, as_bytes
 
@@ -81,6 +82,7 @@ def _open(kernel, path: str, flags: int) -> int:
         raise GuestError(errno.EISDIR)
     if access in (O_WRONLY, O_RDWR) and stat.S_ISREG(node.mode):
         if flags & O_TRUNC:
+            private_maps.truncated(kernel, node, 0)
             node.data.truncate(0)
         kernel.files.keep(guest, node)  # written in memory, over the host's bytes, which stay as they were
     opened = OpenFile(node, guest, readable=access != O_WRONLY, writable=access != 0,

@@ -18,6 +18,7 @@ import stat
 import struct
 
 from harness.emulation.machine import read_c_string
+from harness.linux import private_maps
 from harness.linux.call_table import SystemCallFault, handles, signed
 from harness.linux.calls_files import AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, _at, _path
 from harness.linux.contents import MAX_FILE_SIZE
@@ -139,7 +140,7 @@ def _change_directory(kernel, guest: str, node: Node) -> int:
 # ---- sizes
 
 
-def _truncate(node: Node, length: int, opened: OpenFile | None = None) -> int:
+def _truncate(kernel, node: Node, length: int, opened: OpenFile | None = None) -> int:
     """ftruncate (`opened`) or truncate of `node` to `length` bytes, with
     Linux's errors: EINVAL for a negative length or a file that is not a
     regular file open for writing, EISDIR for a directory by path."""
@@ -149,6 +150,7 @@ def _truncate(node: Node, length: int, opened: OpenFile | None = None) -> int:
         raise GuestError(errno.EISDIR)
     if not stat.S_ISREG(node.mode):
         raise GuestError(errno.EINVAL)
+    private_maps.truncated(kernel, node, length)
     node.data.truncate(length)
     return 0
 
@@ -163,24 +165,24 @@ def _by_path(kernel, path: int) -> Node:
 
 @handles(92, "truncate")
 def sys_truncate(kernel, path, length):
-    return _truncate(_by_path(kernel, path), signed(length))
+    return _truncate(kernel, _by_path(kernel, path), signed(length))
 
 
 @handles(93, "ftruncate")
 def sys_ftruncate(kernel, fd, length):
     opened = kernel.file(fd)
-    return _truncate(opened.node, signed(length), opened)
+    return _truncate(kernel, opened.node, signed(length), opened)
 
 
 @handles(193, "truncate64")
 def sys_truncate64(kernel, path, _pad, low, high):
-    return _truncate(_by_path(kernel, path), signed(high) << 32 | low)
+    return _truncate(kernel, _by_path(kernel, path), signed(high) << 32 | low)
 
 
 @handles(194, "ftruncate64")
 def sys_ftruncate64(kernel, fd, _pad, low, high):
     opened = kernel.file(fd)
-    return _truncate(opened.node, signed(high) << 32 | low, opened)
+    return _truncate(kernel, opened.node, signed(high) << 32 | low, opened)
 
 
 @handles(352, "fallocate")
@@ -206,6 +208,7 @@ def sys_fallocate(kernel, fd, mode, offset_low, offset_high, length_low, length_
     if mode & FALLOC_FL_PUNCH_HOLE:
         end = min(offset + length, len(node.data))
         if end > offset:
+            private_maps.changed(kernel, node, offset, end, "fallocate(FALLOC_FL_PUNCH_HOLE)")
             node.data.write(offset, bytes(end - offset))
     elif not mode & FALLOC_FL_KEEP_SIZE and offset + length > len(node.data):
         node.data.truncate(offset + length)

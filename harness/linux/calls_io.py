@@ -20,6 +20,7 @@ import errno
 import stat
 import struct
 
+from harness.linux import private_maps
 from harness.linux.call_table import handles, signed
 from harness.linux.calls_files import O_NONBLOCK
 from harness.linux.contents import MAX_FILE_SIZE
@@ -115,6 +116,7 @@ def _write_from(kernel, opened, buffer: int, count: int, offset: int | None = No
         return _pipe_write(kernel, opened, data) if data else 0
     kernel.shared_maps.check(node, writing=True)
     start = len(node.data) if opened.append else opened.position if offset is None else offset
+    private_maps.changed(kernel, node, start, start + len(data), "a write")
     written = node.data.write(start, data)
     if offset is None:
         opened.position = start + written

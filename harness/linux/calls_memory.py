@@ -1,4 +1,4 @@
-"""System calls on memory: brk, mmap2, munmap, mprotect, mremap, madvise, mincore.
+"""System calls on memory: brk, mmap2, munmap, mprotect, mremap, mincore (madvise: calls_madvise).
 
 A mapping's protection binds the program's own accesses as on an ARMv7
 core (writing or executing implies reading): a store to a read-only page
@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import errno
 import stat
+from dataclasses import replace
 
 from harness.emulation.placement import PAGE, RESERVED
 from harness.linux.call_table import SystemCallFault, handles
 from harness.linux.files import GuestError
 from harness.linux.loader import KUSER_PAGE
 from harness.linux.memory import MAX_MAPPED, MAX_MAPPINGS, page_up, without
+from harness.linux.private_maps import refill
 from harness.linux.shared_maps import shared_pages
 
 MAP_SHARED, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x10, 0x20
 MAP_FIXED_NOREPLACE = 0x100000
 MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
-MADV_DONTNEED = 4
 COPY_CHUNK = 16 << 20  # a file mapping's bytes are copied in pieces this large, never a whole file at once
 
 
@@ -59,6 +60,7 @@ def _unmap(kernel, start: int, end: int) -> None:
         raise GuestError(errno.EINVAL)  # the harness's own pages: the stack, the helper page
     freed = kernel.space.release(start, end)
     kernel.shared_maps.unmapped(start, end)
+    kernel.vmas.unmapped(start, end)
     for low, high in freed:
         kernel.machine.unmap(low, high - low)
         kernel.space.mapped = max(0, kernel.space.mapped - (high - low))
@@ -96,6 +98,16 @@ def _mappable(kernel, fd: int, protection: int, flags: int):
     return opened
 
 
+def _beside(kernel, opened, flags: int) -> None:
+    """A private mapping of a file and a shared one that may be written, at
+    once: the private pages the program has not written would show the
+    shared one's stores (harness.linux.private_maps), which is not emulated."""
+    node = opened.node
+    if kernel.shared_maps.writable_of(node) if not flags & MAP_SHARED else opened.writable and kernel.vmas.of_node(node):
+        raise SystemCallFault(f"MAP_PRIVATE and writable MAP_SHARED mappings of {opened.path} at once: the private "
+                              "pages would show the shared one's stores, which is not emulated")
+
+
 @handles(192, "mmap2")
 def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
     if not length or address & (PAGE - 1) or length > MAX_MAPPED:
@@ -117,6 +129,7 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
             raise GuestError(errno.ENOMEM)
     source, shared = None, None
     if opened is not None:
+        _beside(kernel, opened, flags)
         source = (opened.path, page_offset * PAGE)
         if flags & MAP_SHARED and not kernel.files.from_host(opened.node):
             shared = shared_pages(opened.node, opened.path, source[1], size)
@@ -125,7 +138,7 @@ def sys_mmap2(kernel, address, length, protection, flags, fd, page_offset):
     _map_fresh(kernel, start, size, shared)
     if opened is not None and flags & MAP_SHARED:
         kernel.shared_maps.add(start, start + size, opened.node, opened.writable, opened.path)
-    kernel.vmas.mapped(start, start + size, protection, flags, source)  # for /proc/self/maps
+    kernel.vmas.mapped(start, start + size, protection, flags, source, opened and opened.node)
     for done in range(0, length, COPY_CHUNK) if opened is not None and shared is None else ():  # no copy of it all
         chunk = opened.node.data.read(source[1] + done, min(COPY_CHUNK, length - done))
         if not chunk:
@@ -180,13 +193,21 @@ def sys_mremap(kernel, address, old_length, new_length, flags, new_address):
     old_end, new_end = page_up(address + old_length), page_up(address + new_length)
     if address & (PAGE - 1) or not new_length or flags & MREMAP_FIXED:
         raise GuestError(errno.EINVAL)
+    if not old_length:  # Linux's way to map a shared mapping's pages twice
+        vma = kernel.vmas.containing(address)
+        if vma is None or not vma.shared:
+            raise GuestError(errno.EFAULT if vma is None else errno.EINVAL)
+        raise SystemCallFault(f"mremap of {address:#x} with old size 0 (a second mapping of shared pages): not emulated")
     if new_end <= old_end:
         _unmap(kernel, new_end, old_end)
         return address
     if kernel.shared_maps.touches(address, old_end) is not None:
         return _grow_shared(kernel, address, old_end, new_end, flags)
+    pieces = kernel.vmas.within(address, old_end)  # what the pages are: they stay so where they move
+    last = pieces[-1] if pieces and pieces[-1].end == old_end else None  # what the new pages continue
     if kernel.space.is_free(old_end, new_end):
         _map_fresh(kernel, old_end, new_end - old_end)
+        _continue(kernel, last, old_end, new_end)
         return address
     if not flags & MREMAP_MAYMOVE:
         raise GuestError(errno.ENOMEM)
@@ -197,7 +218,29 @@ def sys_mremap(kernel, address, old_length, new_length, flags, new_address):
     _map_fresh(kernel, start, new_end - address)
     kernel.machine.raw.write(start, contents)
     _unmap(kernel, address, old_end)
+    moved = [replace(vma, start=vma.start - address + start, end=vma.end - address + start) for vma in pieces]
+    for vma in moved:
+        kernel.vmas.set(vma)
+        _protect(kernel, vma.start, vma.end - vma.start, _protection(vma))
+    _continue(kernel, moved[-1] if last else None, start + old_end - address, start + new_end - address)
     return start
+
+
+def _protection(vma) -> int:
+    return sum(bit for letter, bit in (("r", PROT_READ), ("w", PROT_WRITE), ("x", PROT_EXEC)) if letter in vma.perms)
+
+
+def _continue(kernel, last, low: int, high: int) -> None:
+    """[low, high), just mapped zeroed after `last` (a mapping's part ending
+    at `low`, None: anonymous writable pages), as mremap grows a mapping: its
+    protection, and a private file mapping's next pages of the file."""
+    if last is None:
+        return
+    grown = replace(last, start=low, end=high, offset=last.offset + last.end - last.start if last.is_file else 0)
+    kernel.vmas.set(grown)
+    if grown.is_file and not grown.shared:
+        refill(kernel, grown)
+    _protect(kernel, low, high - low, _protection(grown))
 
 
 def _grow_shared(kernel, address: int, old_end: int, new_end: int, flags: int) -> int:
@@ -221,27 +264,11 @@ def _grow_shared(kernel, address: int, old_end: int, new_end: int, flags: int) -
     _map_fresh(kernel, low, size, shared_pages(node, path, offset, size))
     kernel.shared_maps.add(low, low + size, node, False, path)
     kernel.file_mappings.append((low, low + size, path, offset))
-    protection = sum(bit for letter, bit in (("r", PROT_READ), ("w", PROT_WRITE), ("x", PROT_EXEC))
-                     if letter in vma.perms)
+    protection = _protection(vma)
     whole = (vma.start, vma.offset) if in_place else (low, offset)  # one mapping as Linux's, grown
-    kernel.vmas.mapped(whole[0], low + size, protection, MAP_SHARED, (path, whole[1]))
+    kernel.vmas.mapped(whole[0], low + size, protection, MAP_SHARED, (path, whole[1]), node)
     _protect(kernel, low, size, protection)
     if in_place:
         return address
     _unmap(kernel, address, old_end)
     return low
-
-
-@handles(220, "madvise")
-def sys_madvise(kernel, address, length, advice):
-    """Advice changes nothing a program sees, but MADV_DONTNEED: anonymous
-    private pages read as zeros after it (glibc's allocator counts on that
-    when it trims a thread's heap); on a file's pages it is not emulated."""
-    if advice == MADV_DONTNEED and length:
-        end = _mapped_pages(kernel, address, length)
-        if any(start < end and address < stop for start, stop, _, _ in kernel.file_mappings):
-            raise SystemCallFault(f"madvise(MADV_DONTNEED) of a file's pages at {address:#x}: not emulated")
-        for start in range(address, end, PAGE):
-            kernel.machine.raw.write(start, bytes(PAGE))
-    return 0
-

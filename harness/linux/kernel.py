@@ -24,6 +24,7 @@ from harness.linux import (  # noqa: F401  (they register the handlers)
     calls_files,
     calls_fs,
     calls_io,
+    calls_madvise,
     calls_memory,
     calls_messages,
     calls_pipes,

@@ -11,10 +11,10 @@ program asked for, which is what it can observe of them on Linux.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from harness.formats.elf import open_elf
-from harness.linux.files import inode_of
+from harness.linux.files import Node, inode_of
 from harness.linux.memory import page_down, page_up
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
@@ -30,7 +30,9 @@ NAME_COLUMN = 25 + 4 * 6 - 1
 class Vma:
     """One mapping as the kernel sees it: [start, end), its rwx
     protections, shared or private, and the file behind it (`name`, at
-    `offset`) or the name Linux gives an anonymous one ([stack]...)."""
+    `offset`) or the name Linux gives an anonymous one ([stack]...). A
+    file's bytes come from `node` (a guest file's Node, mmap2's) or, for
+    the ELFs exec loaded, from `host`, their path on the host."""
 
     start: int
     end: int
@@ -39,6 +41,8 @@ class Vma:
     name: str = ""
     offset: int = 0
     is_file: bool = False
+    node: Node | None = field(default=None, compare=False, repr=False)
+    host: str = field(default="", compare=False, repr=False)
 
     def at(self, start: int, end: int) -> "Vma":
         """The part [start, end) of this mapping."""
@@ -66,20 +70,40 @@ class Vmas:
     def __init__(self):
         self._vmas: list[Vma] = []  # sorted, disjoint
         self._starts: list[int] = []  # each one's start, for bisect
+        self.private_nodes: set[int] = set()
 
     def set(self, vma: Vma) -> None:
+        self._replace(vma.start, vma.end, [vma])
+
+    def unmapped(self, start: int, end: int) -> None:
+        """[start, end) unmapped: no mapping there, until one is made again."""
+        self._replace(start, end, [])
+
+    def _replace(self, start: int, end: int, new: list[Vma]) -> None:
         kept = []
         for old in self._vmas:
-            if old.end <= vma.start or vma.end <= old.start:
+            if old.end <= start or end <= old.start:
                 kept.append(old)
                 continue
-            if old.start < vma.start:
-                kept.append(old.at(old.start, vma.start))
-            if vma.end < old.end:
-                kept.append(old.at(vma.end, old.end))
-        kept.append(vma)
-        self._vmas = sorted(kept, key=lambda each: each.start)
+            if old.start < start:
+                kept.append(old.at(old.start, start))
+            if end < old.end:
+                kept.append(old.at(end, old.end))
+        self._vmas = sorted(kept + new, key=lambda each: each.start)
         self._starts = [each.start for each in self._vmas]
+        # the files privately mapped: a write to one may show in its mapping's pages (harness.linux.private_maps)
+        self.private_nodes = {id(vma.node) for vma in self._vmas if vma.node is not None and not vma.shared}
+
+    def within(self, start: int, end: int) -> list[Vma]:
+        """The mappings' parts in [start, end), in order (pages no mapping names left out)."""
+        index = max(0, bisect.bisect_right(self._starts, start) - 1)
+        return [vma.at(max(vma.start, start), min(vma.end, end)) for vma in self._vmas[index:]
+                if vma.start < end and start < vma.end]
+
+    def of_node(self, node: Node) -> list[Vma]:
+        """The private mappings of the file `node`."""
+        return [vma for vma in self._vmas if vma.node is node and not vma.shared] if id(node) in self.private_nodes \
+            else []
 
     def containing(self, address: int) -> Vma | None:
         index = bisect.bisect_right(self._starts, address) - 1
@@ -98,11 +122,13 @@ class Vmas:
                 return True
         return False
 
-    def mapped(self, start: int, end: int, protection: int, flags: int, file: tuple[str, int] | None) -> None:
-        """mmap2 placed [start, end): of `file` (guest path, offset) or anonymous."""
+    def mapped(self, start: int, end: int, protection: int, flags: int, file: tuple[str, int] | None,
+               node: Node | None = None) -> None:
+        """mmap2 placed [start, end): of `file` (guest path, offset; its Node
+        `node`) or anonymous."""
         shared = bool(flags & MAP_SHARED)
         if file is not None:
-            self.set(Vma(start, end, perms_of(protection), shared, file[0], file[1], is_file=True))
+            self.set(Vma(start, end, perms_of(protection), shared, file[0], file[1], is_file=True, node=node))
         else:  # shared anonymous memory is a deleted shmem file, as Linux names it
             self.set(Vma(start, end, perms_of(protection), shared, "/dev/zero (deleted)" if shared else "",
                          is_file=shared))
@@ -168,7 +194,8 @@ def loaded(host_path: str, base: int, guest_path: str) -> Loaded:
         start, file_end = page_down(address), page_up(address + segment["p_filesz"])
         end = page_up(address + segment["p_memsz"])
         if file_end > start:
-            vmas.append(Vma(start, file_end, perms, False, guest_path, page_down(segment["p_offset"]), is_file=True))
+            vmas.append(Vma(start, file_end, perms, False, guest_path, page_down(segment["p_offset"]), is_file=True,
+                            host=host_path))
         if end > file_end:
             vmas.append(Vma(file_end, end, perms))
         if flags & PF_X:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from harness.linux.memory import page_up
 from harness.linux.call_table import SystemCallFault
 from harness.linux.files import Node
+from harness.linux.memory import page_up
 
 
 class SharedMap(NamedTuple):
@@ -62,6 +62,10 @@ class SharedMaps:
     def touches(self, low: int, high: int) -> tuple[Node, str] | None:
         """The file (node, guest path) shared mapped in [low, high), if any."""
         return next(((m.node, m.path) for m in self._maps if m.start < high and low < m.end), None)
+
+    def writable_of(self, node: Node) -> bool:
+        """Is `node` shared mapped through a descriptor open for writing?"""
+        return any(m.node is node and m.writable for m in self._maps)
 
     def read_only(self, low: int, high: int) -> bool:
         """Is a shared mapping in [low, high) of a file not open for writing?"""
