@@ -141,11 +141,11 @@ def _kept(one: Analysed) -> Analysed:
     """What discovery keeps of an analysis once it has read where its calls
     return and the words it loads (each once, when it is made): a large
     program's analyses hold a million functions' records at once."""
-    return one._replace(call_sites=NONE, loaded=NONE)
+    return one._replace(returned_into=NONE, loaded=NONE)
 
 
 def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
-    """analyse(name, start, end, noreturn, arm, pads): one function's
+    """analyse(name, start, end, noreturn, arm, pads, rows): one function's
     analysis, with the labels the program's data holds in tables (a
     computed goto's targets, among them: formats.data_pointers.CodePointers) and the
     data its mapping symbols mark, in it; landing pads looked for where a
@@ -154,7 +154,8 @@ def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
     modes = code_map.modes
     unsized = frozenset(code_map.unsized)
 
-    def analyse(name: str, start: int, end: int, noreturn: frozenset[int], arm: bool, pads: bool = False) -> Analysed:
+    def analyse(name: str, start: int, end: int, noreturn: frozenset[int], arm: bool, pads: bool = False,
+                rows: bool = True) -> Analysed:
         first = max(bisect_right(modes, (start, "~")) - 1, 0)
         marks = [*modes[first:bisect_left(modes, (end, ""))], (end, "")]
         data = tuple((max(low, start), high) for (low, kind), (high, _) in zip(marks, marks[1:])
@@ -162,7 +163,7 @@ def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
         facts = ProgramFacts(labels=labels[bisect_left(labels, start):bisect_left(labels, end)], noreturn=noreturn,
                              data_spans=data)
         return analyse_calling(name, start, end, code_at, facts,
-                               bounded=pads or (not name.startswith(FOUND) and start not in unsized), arm=arm)
+                               bounded=pads or (not name.startswith(FOUND) and start not in unsized), arm=arm, rows=rows)
 
     return analyse
 
@@ -222,7 +223,7 @@ class _Finder:
                                                     self.names.get(start, f"{FOUND}{start:x}"))
             one = self.found[start] = self.analyse(name, start, end, self.noreturn, in_arm)
             self.progress(len(self.found), len(self.queued))
-            if start not in self.symbols and self.ended(one, in_arm):
+            if start not in self.symbols and self.ended(one):
                 one = self.found[start] = self.analyse(name, start, end, self.noreturn, in_arm)
             self.shared.update(one.branched)
             begun = set() if start in self.symbols else \
@@ -238,13 +239,12 @@ class _Finder:
             if self.found.get(start) is one:  # (not analysed again for a start found in it)
                 self.found[start] = _kept(one)
 
-    def ended(self, one: Analysed, in_arm: bool) -> bool:
+    def ended(self, one: Analysed) -> bool:
         """Does a call of `one`, found without a symbol's end, return into
         code that pushes lr (a prologue: the next function)? Its callee
         then never returns (std::terminate, abort: in a static program no
         PLT entry names them), and joins `noreturn`."""
-        ended = {target for target, after in one.call_sites if target not in self.noreturn
-                 and after < one.function.end and pushes_lr(self.code_at, after, one.function.end, in_arm)}
+        ended = one.returned_into - self.noreturn
         self.noreturn = self.noreturn | ended
         return bool(ended)
 
@@ -324,7 +324,7 @@ def _begun(code_at, analyse, around: Analysed, gap: tuple[int, int], arm: bool, 
     if pushes_lr(code_at, low, high, arm):
         return low, arm
     end = around.function.end
-    alone = analyse(f"{FOUND}{low:x}", low, end, noreturn, arm)
+    alone = analyse(f"{FOUND}{low:x}", low, end, noreturn, arm, rows=False)  # (only its paths are looked at)
     if not alone.returns or alone.falls_through or alone.function.problems or alone.branched \
             or not known.issuperset(alone.callees | alone.arm_callees):
         return None

@@ -51,22 +51,21 @@ class ProgramCode:
 
 
 def compiled_analysis(name: str, start: int, end: int, code_at, facts: ProgramFacts, bounded: bool,
-                      arm: bool) -> Analysed | None:
+                      arm: bool, rows: bool = True) -> Analysed | None:
     """The function's analysis, compiled, or None where the compiled analysis
-    gives it to the Python (or is not at hand)."""
+    gives it to the Python (or is not at hand); with no rows unless `rows`."""
     if not isinstance(code_at, ProgramCode) or code_at.native is None:
         return None
     found = code_at.native.analyse(start, end, frozenset(facts.noreturn), facts.data_spans,
-                                   labels_in(facts.labels, start, end), bounded, arm)
+                                   labels_in(facts.labels, start, end), bounded, arm, rows)
     return None if found is None else _analysed(name, start, end, found)
 
 
 def _analysed(name: str, start: int, end: int, found: tuple) -> Analysed:
     """The compiled analysis's parts (harness/thumb/csrc/module.c) as an
     Analysed: rows as (address, cfa_reg, offset, saved, problem number),
-    call sites as target, return address, target...; the problems as the
-    Python words them."""
-    rows, callees, returns, unreached, arm_callees, asked, branched, loaded, falls_through, sites, problems = found
+    the problems as the Python words them."""
+    rows, callees, returns, unreached, arm_callees, asked, branched, loaded, falls_through, returned, problems = found
     if len(_SAVES) > SAVES_KEPT:
         _SAVES.clear()
     cfi = tuple(CfiRow(address, cfa_reg, offset, _SAVES.setdefault(saved, saved), PROBLEMS[problem])
@@ -74,7 +73,7 @@ def _analysed(name: str, start: int, end: int, found: tuple) -> Analysed:
     called = _frozen(callees)
     return Analysed(FunctionCfi(name, start, end, cfi, tuple(problems)), called, returns, tuple(unreached),
                     _frozen(arm_callees), called if asked == called else _frozen(asked), _frozen(branched),
-                    _frozen(loaded), falls_through, _frozen(zip(sites[::2], sites[1::2])))
+                    _frozen(loaded), falls_through, _frozen(returned))
 
 
 def _frozen(items) -> frozenset:

@@ -1,5 +1,5 @@
 /* harness.thumb._analysis: Code(segments, capstone_library), a program's
- * loaded bytes, whose analyse(start, end, noreturn, data_spans, labels, bounded, arm)
+ * loaded bytes, whose analyse(start, end, noreturn, data_spans, labels, bounded, arm, rows)
  * gives a Thumb (or ARM) function's analysis as frame_analysis.analyse_calling's
  * parts, or None where the Python must make it (see analysis.h). */
 #include "paths.h"
@@ -134,12 +134,14 @@ static bool read_labels(Analysis *a, PyObject *labels) {
     return !PyErr_Occurred();
 }
 
-static PyObject *result_of(Analysis *a) {
+static PyObject *returned_into(const Analysis *a);
+
+static PyObject *result_of(Analysis *a, bool with_rows) {
     PyObject *rows = PyList_New(0), *spans = NULL, *result = NULL;
     Ints gaps = {0};
     if (!rows) return NULL;
     gap_spans(a, &gaps);
-    Step step = rows_of(a, rows);
+    Step step = with_rows ? rows_of(a, rows) : GO_ON;
     if (step == BAIL) result = Py_NewRef(Py_None);
     if (step == GO_ON && (spans = PyList_New(0))) {
         for (Py_ssize_t i = 0; i < gaps.count; i += 2) {
@@ -152,7 +154,7 @@ static PyObject *result_of(Analysis *a) {
         }
         result = Py_BuildValue("(ONOONONNONO)", rows, ints_list(&a->callees), a->returns ? Py_True : Py_False,
                                spans, ints_list(&a->arm_callees), a->asked, ints_list(&a->branched),
-                               ints_list(&a->loaded), a->falls_through ? Py_True : Py_False, ints_list(&a->call_sites),
+                               ints_list(&a->loaded), a->falls_through ? Py_True : Py_False, returned_into(a),
                                a->problems);
         /* (ints_list's lists are stolen: N) */
     }
@@ -166,8 +168,9 @@ done:
 static PyObject *code_analyse(CodeObject *self, PyObject *args) {
     long long start, end;
     PyObject *noreturn, *data_spans, *labels;
-    int bounded, arm;
-    if (!PyArg_ParseTuple(args, "LLOOOpp", &start, &end, &noreturn, &data_spans, &labels, &bounded, &arm)) return NULL;
+    int bounded, arm, with_rows;
+    if (!PyArg_ParseTuple(args, "LLOOOppp", &start, &end, &noreturn, &data_spans, &labels, &bounded, &arm, &with_rows))
+        return NULL;
     if (end <= start || end - start > LARGEST_FUNCTION || start % (arm ? 4 : 2) || start < 0) {
         give_up("a span it does not take", start);
         Py_RETURN_NONE;
@@ -184,7 +187,7 @@ static PyObject *code_analyse(CodeObject *self, PyObject *args) {
         start_path(&a, a.start, &entry);
         Step step = a.pending ? explore(&a, NULL) : FAILED;
         if (step == GO_ON && bounded && !PyList_GET_SIZE(a.problems)) step = landing_pads(&a); /* (none past a problem) */
-        if (step == GO_ON) result = result_of(&a);
+        if (step == GO_ON) result = result_of(&a, with_rows);
         else if (step != FAILED) result = Py_NewRef(Py_None); /* the Python's: a rule not ported, or a refusal */
         else if (!PyErr_Occurred()) PyErr_NoMemory();
     }
@@ -198,15 +201,29 @@ static PyObject *code_analyse(CodeObject *self, PyObject *args) {
 
 static PyObject *code_pushes_lr(CodeObject *self, PyObject *args) {
     long long address, end;
-    if (!PyArg_ParseTuple(args, "LL", &address, &end)) return NULL;
-    return PyBool_FromLong(pushes_lr(&self->code, address, end));
+    int arm;
+    if (!PyArg_ParseTuple(args, "LLp", &address, &end, &arm)) return NULL;
+    return PyBool_FromLong(pushes_lr(&self->code, address, end, arm));
+}
+
+/* Analysed.returned_into: the targets of the calls whose return address
+ * begins code that pushes lr, before the function's end. */
+static PyObject *returned_into(const Analysis *a) {
+    Ints targets = {0};
+    for (Py_ssize_t i = 0; i < a->call_sites.count; i += 2) {
+        int64_t after = a->call_sites.items[i + 1];
+        if (after < a->end && pushes_lr(a->code, after, a->end, a->arm)) ints_add(&targets, a->call_sites.items[i]);
+    }
+    PyObject *list = ints_list(&targets);
+    ints_free(&targets);
+    return list;
 }
 
 static PyMethodDef code_methods[] = {
     {"pushes_lr", (PyCFunction)code_pushes_lr, METH_VARARGS,
-     "pushes_lr(address, end): start_shapes.pushes_lr in Thumb state"},
+     "pushes_lr(address, end, arm): start_shapes.pushes_lr"},
     {"analyse", (PyCFunction)code_analyse, METH_VARARGS,
-     "analyse(start, end, noreturn, data_spans, labels, bounded, arm): the function's analysis, or None"},
+     "analyse(start, end, noreturn, data_spans, labels, bounded, arm, rows): the function's analysis, or None"},
     {NULL, NULL, 0, NULL},
 };
 
