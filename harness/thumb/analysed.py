@@ -49,4 +49,4 @@ class ProgramFacts(NamedTuple):
 
 
 def labels_in(labels: Iterable[int], start: int, end: int) -> tuple[int, ...]:
-    return tuple(sorted(label for label in set(labels) if start <= label < end))
+    return tuple(sorted(label for label in set(labels) if start <= label < end)) if labels else ()

@@ -245,7 +245,8 @@ class _Finder:
         then never returns (std::terminate, abort: in a static program no
         PLT entry names them), and joins `noreturn`."""
         ended = one.returned_into - self.noreturn
-        self.noreturn = self.noreturn | ended
+        if ended:
+            self.noreturn = self.noreturn | ended
         return bool(ended)
 
     def add(self, target: int, in_arm: bool) -> None:
