@@ -200,3 +200,24 @@ def test_a_table_branch_indexed_by_ip_takes_its_guards_bound_alike():
     assert compiled == frame_analysis.analyse_calling("f", 0x1000, end, lambda a, s: code(a, s))
     rows = [(row.address - 0x1000, row.problem or row.cfa_offset) for row in compiled.function.rows]
     assert rows == [(0, 0), (2, 8), (0x20, "no path reaches this code"), (0x28, 8)]
+
+
+# Chromium 150's fn_1d37c9c (armhf, clang): `push {r4, r6, r7, lr}` ... a tail call, then `bmi` back into the body
+# (two bytes after the function's code no path reaches)
+CHROMIUM_TRIAL = ("d0b502af80ed2e0a80ef10000446c0f8a41000208c46c4e926202146c4f8c430002284f8c8006346c4e92f00204601f0"
+                  "b1ffd4f8c42004f16000d4f8a410b7ee000b531c2064a2eb930201ebc20321462246bde8d04001f0e4bed4d4")
+
+
+def test_what_a_dropped_landing_pad_trial_decoded_counts_alike():
+    """A landing pad's trial from the two bytes after the tail call runs
+    into the middle of the function's code and is dropped; the Python
+    keeps what it decoded there (it names r6), so r6's save stays in the
+    rows. The compiled analysis once forgot a dropped trial's instructions
+    and dropped the save: 22 of Chromium's functions differed so."""
+    start = 0x1D37C9C
+    code = ProgramCode([(start, bytes.fromhex(CHROMIUM_TRIAL))])
+    end = start + len(bytes.fromhex(CHROMIUM_TRIAL))
+    python = frame_analysis.analyse_calling("f", start, end, lambda a, s: code(a, s))
+    compiled = native.compiled_analysis("f", start, end, code, frame_analysis.ProgramFacts(), True, False)
+    assert compiled == python
+    assert (6, -12) in python.function.rows[1].saved
