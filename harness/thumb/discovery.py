@@ -36,8 +36,8 @@ from harness.program import CfiRow, CodeMap, FunctionCfi
 from harness.sorted_ints import SortedInts
 from harness.thumb.disasm import forget_addresses
 from harness.thumb.analysed import Analysed, ProgramFacts
+from harness.thumb.noreturn_rounds import analysed_again, kept, noreturn_rounds
 from harness.thumb.frame_analysis import analyse_calling
-from harness.thumb.native import NONE
 from harness.thumb.start_shapes import looks_arm, past_padding, pushes_lr
 
 GAP = "<not analysed>"  # the name of the refusing rows between functions
@@ -87,61 +87,12 @@ def _all_analysed(code_map: CodeMap, code_at,
     named = frozenset(code_map.noreturn)  # through the PLT: known by name
     analyse = _analyser(code_map, code_at)
     found, arm, ended = _discovered(code_map, code_at, analyse, named, progress)
-    noreturn = _noreturn_rounds(found, arm, analyse, named, ended)
-    for start, one in found.items():
-        # What no path reaches and starts no function may be a landing pad (entered by the unwinder)
-        if one.unreached and (one.function.name.startswith(FOUND) or start in code_map.unsized):
-            found[start] = _kept(analyse(one.function.name, start, one.function.end, noreturn, start in arm,
-                                         pads=True))
+    noreturn = noreturn_rounds(found, arm, analyse, named, ended)
+    # What no path reaches and starts no function may be a landing pad (entered by the unwinder)
+    due = [start for start, one in found.items()
+           if one.unreached and (one.function.name.startswith(FOUND) or start in code_map.unsized)]
+    found.update(zip(due, analysed_again(found, due, noreturn, arm, analyse, pads=True)))
     return found, arm
-
-
-def _noreturn_rounds(found: dict[int, Analysed], arm: set[int], analyse, named: frozenset[int],
-                     ended: frozenset[int]) -> frozenset[int]:
-    """Round after round, the functions no path of which returns join the
-    noreturn set (`ended` so far, `named` what every analysis had), and
-    those that asked of one of them whether it returns (a call or branch
-    of their paths) are analysed again, in `found` order, where they call
-    or branch to one that never returns. A round looks only at those that
-    asked of a start that joined since their analysis (indexed by what
-    they asked), not at every function: Chrome's 982,000 functions took
-    minutes of rounds over all of them. The noreturn set at the end."""
-    analysed_with = dict.fromkeys(found, named)  # the noreturn set each analysis had (at least)
-    position = {start: index for index, start in enumerate(found)}
-    asked_by: dict[int, set[int]] = {}
-    for start, one in found.items():
-        for target in one.asked:
-            asked_by.setdefault(target, set()).add(start)
-    quiet = {start for start, one in found.items() if not one.returns}
-    noreturn, stale = ended, set()  # stale: asked of a start that joined since its analysis
-    joined = set(ended - named)  # what the first round tells of besides what it finds
-    while grown := quiet - noreturn:
-        joined |= grown
-        noreturn = noreturn | grown
-        for target in joined:
-            stale.update(asked_by.get(target, ()))
-        joined = set()
-        ended_since: dict[int, frozenset[int]] = {}  # by the noreturn set analyses had (a few: one a round)
-        for start in sorted(stale, key=position.__getitem__):
-            one, had = found[start], analysed_with[start]
-            since = ended_since.get(id(had))
-            if since is None:
-                since = ended_since[id(had)] = noreturn - had
-            if one.asked & since and (one.callees | one.arm_callees | one.branched) & noreturn:
-                one = found[start] = _kept(analyse(one.function.name, start, one.function.end, noreturn, start in arm))
-                analysed_with[start] = noreturn
-                stale.discard(start)
-                for target in one.asked:
-                    asked_by.setdefault(target, set()).add(start)
-                (quiet.discard if one.returns else quiet.add)(start)
-    return noreturn
-
-
-def _kept(one: Analysed) -> Analysed:
-    """What discovery keeps of an analysis once it has read where its calls
-    return and the words it loads (each once, when it is made): a large
-    program's analyses hold a million functions' records at once."""
-    return one._replace(returned_into=NONE, loaded=NONE)
 
 
 def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
@@ -162,8 +113,8 @@ def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
                      if kind == "d" and high > start)
         facts = ProgramFacts(labels=labels[bisect_left(labels, start):bisect_left(labels, end)], noreturn=noreturn,
                              data_spans=data)
-        return analyse_calling(name, start, end, code_at, facts,
-                               bounded=pads or (not name.startswith(FOUND) and start not in unsized), arm=arm, rows=rows)
+        bounded = pads or (not name.startswith(FOUND) and start not in unsized)
+        return analyse_calling(name, start, end, code_at, facts, bounded=bounded, arm=arm, rows=rows)
 
     return analyse
 
@@ -237,7 +188,7 @@ class _Finder:
             for target, target_arm in sorted(entered):
                 self.add(target, target_arm)
             if self.found.get(start) is one:  # (not analysed again for a start found in it)
-                self.found[start] = _kept(one)
+                self.found[start] = kept(one)
 
     def ended(self, one: Analysed) -> bool:
         """Does a call of `one`, found without a symbol's end, return into

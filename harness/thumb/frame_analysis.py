@@ -104,9 +104,11 @@ def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int
     if analysis.returns:  # it must give its caller r4-r11 back: where one is overwritten unsaved, it is lost
         analysis.refused.update(address for address, states in analysis.reached.items()
                                 if any(lost(state) for state in states.values()))
-    written = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused, analysis.kept_saves()) if rows else ()
+    written = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused, analysis.kept_saves()) \
+        if rows else ()
     return Analysed(FunctionCfi(name, start, end, written, tuple(analysis.problems)), frozenset(analysis.callees),
-                    analysis.returns, tuple(analysis.gap_spans()), frozenset(analysis.arm_callees), frozenset(watched.asked),
+                    analysis.returns, tuple(analysis.gap_spans()), frozenset(analysis.arm_callees),
+                    frozenset(watched.asked),
                     frozenset(analysis.branched), frozenset(analysis.loaded), analysis.falls_through,
                     frozenset(target for target, after in analysis.call_sites
                               if after < end and pushes_lr(code_at, after, end, arm)))
@@ -328,8 +330,8 @@ class _Analysis:
         found, covered = [], self.start
         extents = {**{a: 1 for a in self.data}, **self.sizes}
         for address in sorted(extents):
-            if address > covered and covered not in self.data and covered % 2 == 0 \
-                    and (address in self.sizes or past_padding(self.code_at, covered, address, self.body.arm) < address):
+            if address > covered and covered not in self.data and covered % 2 == 0 and (
+                    address in self.sizes or past_padding(self.code_at, covered, address, self.body.arm) < address):
                 found.append((covered, address))
             covered = max(covered, address + extents[address])
         last = [(covered, self.end)] if past_padding(self.code_at, covered, self.end, self.body.arm) < self.end else []
