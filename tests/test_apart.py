@@ -19,7 +19,7 @@ def cores(monkeypatch):
 
 def test_shares_in_children_come_back_in_order(cores):
     parent = os.getpid()
-    found = analysed_apart(lambda value, scale: (value * scale, os.getpid()), [(value, 3) for value in range(10)])
+    found = list(analysed_apart(lambda value, scale: (value * scale, os.getpid()), [(value, 3) for value in range(10)]))
     assert [product for product, _ in found] == [3 * value for value in range(10)]
     assert {pid for _, pid in found[:3]} == {parent}
     assert len({pid for _, pid in found[3:]} - {parent}) == 3  # (shares of 3, 3, 3, 1: three children)
@@ -32,7 +32,7 @@ def test_a_failing_child_is_reported(cores):
         return value
 
     with pytest.raises(ChildFailed, match="ValueError: no such function"):
-        analysed_apart(analyse, [(value,) for value in range(10)])
+        list(analysed_apart(analyse, [(value,) for value in range(10)]))
 
 
 def test_few_jobs_stay_in_the_process(monkeypatch):

@@ -2,15 +2,18 @@
 machine's cores: discovery's rounds (each analysis with the noreturn set
 the round began with) and its landing-pad pass. Each further core takes a
 share in a child forked from the process (copy-on-write: it shares the
-program's code and what discovery holds), and hands its results back
-through a pipe; the results are the same as one analysis after another,
-in the same order, on any number of cores."""
+program's code and what discovery holds), writing its results to a file
+of its own as it goes; they are handed on one at a time, in order, so
+that each replaces the analysis it supersedes before the next is read.
+The results are the same as one analysis after another, in the same
+order, on any number of cores."""
 
 from __future__ import annotations
 
 import os
 import pickle
-from typing import Callable, Sequence
+import tempfile
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 MOST_CORES = 8
 # Jobs a child takes at least: forking a process of a few GB and handing
@@ -22,41 +25,64 @@ class ChildFailed(RuntimeError):
     """A child analysing a share of the jobs failed: says how."""
 
 
-def analysed_apart(analyse: Callable, jobs: Sequence[tuple]) -> list:
-    """[analyse(*job) for job in jobs], the later shares in forked children."""
+class _Failure(NamedTuple):
+    why: str
+
+
+def analysed_apart(analyse: Callable, jobs: Sequence[tuple]) -> Iterator:
+    """analyse(*job) for each job, in order, the later shares in forked children."""
     cores = min(os.cpu_count() or 1, MOST_CORES)
     share = max(-(-len(jobs) // cores), SMALLEST_SHARE)
     if cores < 2 or len(jobs) <= share or not hasattr(os, "fork"):
-        return [analyse(*job) for job in jobs]
+        yield from (analyse(*job) for job in jobs)
+        return
     children = [_forked(analyse, jobs[first:first + share]) for first in range(share, len(jobs), share)]
-    results = [analyse(*job) for job in jobs[:share]]
-    for pid, pipe in children:
-        results.extend(_handed_back(pid, pipe))
-    return results
+    try:
+        yield from (analyse(*job) for job in jobs[:share])
+        for pid, results in children:
+            yield from _handed_on(pid, results)
+    finally:
+        for pid, results in children:
+            results.close()
+            _reaped(pid)
 
 
-def _forked(analyse: Callable, jobs: Sequence[tuple]) -> tuple[int, int]:
-    """A child analysing `jobs`: its pid, and the pipe its results come through."""
-    read, write = os.pipe()
+def _forked(analyse: Callable, jobs: Sequence[tuple]):
+    """A child analysing `jobs`: its pid, and the file its results go to (unlinked: gone when closed)."""
+    results = tempfile.TemporaryFile()
     pid = os.fork()
     if pid:
-        os.close(write)
-        return pid, read
-    os.close(read)
-    try:  # the child: never returns into the parent's code
-        data, status = pickle.dumps([analyse(*job) for job in jobs], pickle.HIGHEST_PROTOCOL), 0
+        return pid, results
+    status = 0  # the child: never returns into the parent's code
+    try:
+        for job in jobs:
+            pickle.dump(analyse(*job), results, pickle.HIGHEST_PROTOCOL)
     except BaseException as error:  # noqa: BLE001 (any failure is the parent's to report)
-        data, status = pickle.dumps(f"{type(error).__name__}: {error}"), 1
-    with os.fdopen(write, "wb") as out:
-        out.write(data)
+        pickle.dump(_Failure(f"{type(error).__name__}: {error}"), results)
+        status = 1
+    results.flush()
     os._exit(status)
 
 
-def _handed_back(pid: int, pipe: int) -> list:
-    with os.fdopen(pipe, "rb") as source:
-        data = source.read()
+def _handed_on(pid: int, results) -> Iterator:
     _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) or not data:
-        why = pickle.loads(data) if data else f"ended with status {os.waitstatus_to_exitcode(status)}"
-        raise ChildFailed(f"a child analysing a share of the functions failed: {why}")
-    return pickle.loads(data)
+    results.seek(0)
+    while True:
+        try:
+            found = pickle.load(results)
+        except EOFError:
+            break
+        if isinstance(found, _Failure):
+            raise ChildFailed(f"a child analysing a share of the functions failed: {found.why}")
+        yield found
+    if os.waitstatus_to_exitcode(status):
+        raise ChildFailed(f"a child analysing a share of the functions ended with status "
+                          f"{os.waitstatus_to_exitcode(status)}")
+
+
+def _reaped(pid: int) -> None:
+    """A child waited for, where it was not yet (the parent's own share failed)."""
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:  # waited for already
+        pass

@@ -5,6 +5,8 @@ returns are analysed again; and how discovery keeps an analysis."""
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from harness.thumb.analysed import Analysed
 from harness.thumb.apart import analysed_apart
 from harness.thumb.native import NONE
@@ -62,9 +64,10 @@ def kept(one: Analysed) -> Analysed:
 
 
 def analysed_again(found: dict[int, Analysed], starts: list[int], noreturn: frozenset[int], arm: set[int], analyse,
-                   pads: bool = False) -> list[Analysed]:
+                   pads: bool = False) -> Iterator[Analysed]:
     """The functions at `starts` analysed again (`pads`: landing pads
-    looked for), each as discovery keeps it; apart (harness.thumb.apart)."""
+    looked for), each as discovery keeps it, one at a time, in order;
+    apart (harness.thumb.apart)."""
     jobs = [(found[start].function.name, start, found[start].function.end, noreturn, start in arm, pads)
             for start in starts]
     return analysed_apart(lambda *job: kept(analyse(*job)), jobs)
