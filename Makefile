@@ -93,7 +93,8 @@ fuzz: setup hostile
 	$(VENV)/bin/python -m pytest tests/test_hostile_guests.py tests/test_guest_runs.py tests/test_guest_bounds.py -q
 	$(VENV)/bin/unwind-harness mutants --programs 10 --per-program 30
 
-# The full bench, recorded for the README's figures (about two minutes).
+# The full bench, recorded for the README's figures (about two minutes; some five more where `make
+# chromium` fetched Chrome's binary, whose rows from code it measures).
 .PHONY: bench readme
 bench: setup
 	$(VENV)/bin/unwind-harness bench --json reports/bench.json

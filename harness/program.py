@@ -45,7 +45,7 @@ class CfiRow:
         return f"{self.address:#x}: {cfa}" + (f" {saves}" if saves else "")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # (a million of them in a large program's analysis)
 class FunctionCfi:
     """One function (one FDE): [start, end), its rows in address order.
 

@@ -524,7 +524,7 @@ def test_a_long_branch_thunk_is_a_tail_call_to_its_target():
     thunk = bytes.fromhex("46f6fc0cc0f2256cfc446047")
     code = ProgramCode([(0x5909C98, thunk)])
     for noreturn in (frozenset(), frozenset({0xBB605A0})):
-        compiled = code.native.analyse(0x5909C98, 0x5909CA4, noreturn, (), (), True, False)
+        compiled = code.native.analyse(0x5909C98, 0x5909CA4, noreturn, (), (), True, False, True)
         assert compiled is not None  # the compiled analysis takes it
         found = analyse_calling("thunk", 0x5909C98, 0x5909CA4, code, ProgramFacts(noreturn=noreturn))
         python = analyse_calling("thunk", 0x5909C98, 0x5909CA4, lambda a, n: code(a, n),

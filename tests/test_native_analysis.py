@@ -40,12 +40,13 @@ def analysed_both_ways(path: Path, monkeypatch) -> tuple[dict[bool, list[int]], 
     python_analysis = frame_analysis.analyse_calling
     counts, differ = {False: [0, 0], True: [0, 0]}, []
 
-    def both(name, start, end, code_at, facts=frame_analysis.ProgramFacts(), bounded=True, arm=False):
+    def both(name, start, end, code_at, facts=frame_analysis.ProgramFacts(), bounded=True, arm=False, rows=True):
         assert isinstance(code_at, ProgramCode) and code_at.native is not None
-        python = python_analysis(name, start, end, lambda address, size: code_at(address, size), facts, bounded, arm)
-        compiled = python_analysis(name, start, end, code_at, facts, bounded, arm)
+        python = python_analysis(name, start, end, lambda address, size: code_at(address, size), facts, bounded, arm,
+                                 rows)
+        compiled = python_analysis(name, start, end, code_at, facts, bounded, arm, rows)
         counts[arm][0] += 1
-        counts[arm][1] += native.compiled_analysis(name, start, end, code_at, facts, bounded, arm) is not None
+        counts[arm][1] += native.compiled_analysis(name, start, end, code_at, facts, bounded, arm, rows) is not None
         # A refused landing pad's trial is dropped; the Python follows it to
         # its end, asking noreturn more: what the compiled analysis asked
         # (all its result depends on) is part of that.
@@ -120,35 +121,43 @@ def test_what_it_does_not_take_is_the_pythons(tmp_path):
     dump) is the compiled analysis's own, problem for problem."""
     # mov ip, sp; push {ip, lr}; pop {ip, lr}; bx lr
     code = ProgramCode([(0x1000, bytes.fromhex("ec46" "2de90050" "bde80050" "7047"))])
-    assert code.native.analyse(0x1001, 0x100c, frozenset(), (), (), True, False) is None
-    assert code.native.analyse(0x1000, 0x1000, frozenset(), (), (), True, False) is None
-    assert code.native.analyse(0x1000, 0x100c, frozenset(), (), (), True, False) is not None
+    assert code.native.analyse(0x1001, 0x100c, frozenset(), (), (), True, False, True) is None
+    assert code.native.analyse(0x1000, 0x1000, frozenset(), (), (), True, False, True) is None
+    assert code.native.analyse(0x1000, 0x100c, frozenset(), (), (), True, False, True) is not None
     python = frame_analysis.analyse_calling("dump", 0x1000, 0x100c, lambda a, s: code(a, s))
     assert frame_analysis.analyse_calling("dump", 0x1000, 0x100c, code) == python
     assert python.function.problems == ("0x1002: 'push.w {ip, lr}' stores sp's value: a register dump a callee may rewrite",)
     # bx pc; nop; (ARM) bx lr
     veneer = ProgramCode([(0x2000, bytes.fromhex("7847" "00bf" "1eff2fe1"))])
-    assert veneer.native.analyse(0x2000, 0x2008, frozenset(), (), (), True, False) is None
+    assert veneer.native.analyse(0x2000, 0x2008, frozenset(), (), (), True, False, True) is None
     python = frame_analysis.analyse_calling("veneer", 0x2000, 0x2008, lambda a, s: veneer(a, s))
     assert frame_analysis.analyse_calling("veneer", 0x2000, 0x2008, veneer) == python and python.returns
 
 
-@pytest.mark.parametrize("path", [*COMPILED[:2], linux_cache() / "bin" / "cjmp-gcc-O2-fp-static"],
-                         ids=lambda path: path.name)
-def test_the_compiled_start_shape_is_the_pythons(path):
+@pytest.mark.parametrize("path, arm", [*((path, False) for path in (*COMPILED[:2], linux_cache() / "bin" / "cjmp-gcc-O2-fp-static")),
+                                       ("shapes-arm", True), ("throw-arm", True)],
+                         ids=lambda part: part.name if isinstance(part, Path) else str(part))
+def test_the_compiled_start_shape_is_the_pythons(path, arm):
     """start_shapes.pushes_lr (a prologue among a start's first
-    instructions: discovery asks it at every call of a function found
-    without a symbol) at every halfword of the code, in C and in Python."""
+    instructions: discovery asks it after every call of a function found
+    without a symbol) at every halfword (word, in ARM state) of the code,
+    in C and in Python."""
     from harness.formats.elf import executable_ranges
     from harness.thumb.start_shapes import pushes_lr
 
+    if not isinstance(path, Path):
+        path = build_arm(f"{path.split('-')[0]}.{'cc' if path.startswith('throw') else 'c'}", "gcc", ("-O2",))
     image = open_elf(str(path))
     code = code_reader(image)
     python = lambda address, size: code(address, size)  # noqa: E731 (not a ProgramCode: the Python's reading)
+    prologues = 0
     for low, high in executable_ranges(image):
-        differ = [address for address in range(low, high, 2)
-                  if pushes_lr(code, address, high, False) != pushes_lr(python, address, high, False)]
+        answers = [(address, pushes_lr(code, address, high, arm), pushes_lr(python, address, high, arm))
+                   for address in range(low, high, 4 if arm else 2)]
+        differ = [address for address, compiled, by_python in answers if compiled != by_python]
         assert not differ, [hex(address) for address in differ[:5]]
+        prologues += sum(compiled for _, compiled, _ in answers)
+    assert prologues > 5
 
 
 @pytest.mark.parametrize("text", [
@@ -162,7 +171,7 @@ def test_saves_of_registers_never_written_are_dropped_alike(text):
     """untouched.kept_saves in C and in Python: the same rows."""
     code = ProgramCode([(0x1000, bytes.fromhex(text))])
     end = 0x1000 + len(bytes.fromhex(text))
-    compiled = code.native.analyse(0x1000, end, frozenset(), (), (), True, False)
+    compiled = code.native.analyse(0x1000, end, frozenset(), (), (), True, False, True)
     assert compiled is not None  # the C's own answer
     python = frame_analysis.analyse_calling("f", 0x1000, end, lambda a, s: code(a, s))
     assert frame_analysis.analyse_calling("f", 0x1000, end, code) == python
@@ -186,8 +195,29 @@ def test_a_table_branch_indexed_by_ip_takes_its_guards_bound_alike():
     text = bytes.fromhex(GAWK_DUFF)
     code = ProgramCode([(0x1000, text)])
     end = 0x1000 + len(text)
-    assert code.native.analyse(0x1000, end, frozenset(), (), (), True, False) is not None  # the C's own answer
+    assert code.native.analyse(0x1000, end, frozenset(), (), (), True, False, True) is not None  # the C's own answer
     compiled = frame_analysis.analyse_calling("f", 0x1000, end, code)
     assert compiled == frame_analysis.analyse_calling("f", 0x1000, end, lambda a, s: code(a, s))
     rows = [(row.address - 0x1000, row.problem or row.cfa_offset) for row in compiled.function.rows]
     assert rows == [(0, 0), (2, 8), (0x20, "no path reaches this code"), (0x28, 8)]
+
+
+# Chromium 150's fn_1d37c9c (armhf, clang): `push {r4, r6, r7, lr}` ... a tail call, then `bmi` back into the body
+# (two bytes after the function's code no path reaches)
+CHROMIUM_TRIAL = ("d0b502af80ed2e0a80ef10000446c0f8a41000208c46c4e926202146c4f8c430002284f8c8006346c4e92f00204601f0"
+                  "b1ffd4f8c42004f16000d4f8a410b7ee000b531c2064a2eb930201ebc20321462246bde8d04001f0e4bed4d4")
+
+
+def test_what_a_dropped_landing_pad_trial_decoded_counts_alike():
+    """A landing pad's trial from the two bytes after the tail call runs
+    into the middle of the function's code and is dropped; the Python
+    keeps what it decoded there (it names r6), so r6's save stays in the
+    rows. The compiled analysis once forgot a dropped trial's instructions
+    and dropped the save: 22 of Chromium's functions differed so."""
+    start = 0x1D37C9C
+    code = ProgramCode([(start, bytes.fromhex(CHROMIUM_TRIAL))])
+    end = start + len(bytes.fromhex(CHROMIUM_TRIAL))
+    python = frame_analysis.analyse_calling("f", start, end, lambda a, s: code(a, s))
+    compiled = native.compiled_analysis("f", start, end, code, frame_analysis.ProgramFacts(), True, False)
+    assert compiled == python
+    assert (6, -12) in python.function.rows[1].saved

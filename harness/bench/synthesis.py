@@ -5,7 +5,9 @@ On the largest binary at hand: the time to analyse every Thumb function
 bytes a function beside the compiler's CFI; and at Chrome's scale, on a
 synthetic text: the clang builds of the compiled corpus laid again and
 again until it holds some 700,000 functions, analysed in a fresh process
-(for its peak resident memory: the text, the analysis and its results)."""
+(for its peak resident memory: the text, the analysis and its results);
+and where `make chromium` fetched it, on Chrome's own armhf binary (about
+a million functions found without symbols), in a fresh process too."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from harness.elf_program import code_map, elf_functions
 from harness.formats import chrome_v2
 from harness.formats.arm_exidx import read_exidx_sections
 from harness.formats.dwarf_cfi import read_cfi
+from harness.filesystem import cache_root
 from harness.formats.elf import executable_ranges, load_segments, open_elf
 from harness.linux_verify.corpus import cache as linux_cache
 from harness.manifest import ELF_CORPUS
@@ -25,6 +28,7 @@ from harness.thumb.discovery import GAP, analyse_all
 from harness.thumb.native import AVAILABLE, ProgramCode
 
 SYNTHESIS_BINARY = "cjmp-gcc-O2-fp-static"  # the Linux slice's static build: glibc's Thumb code and ours
+CHROMIUM = Path("chromium", "root", "usr", "lib", "chromium", "chromium")  # where `make chromium` unpacks it
 COPY_ALIGNMENT = 0x100  # between two copies of a build's code
 
 
@@ -89,6 +93,26 @@ def _merged(maps: list[CodeMap], text: tuple[int, int]) -> CodeMap:
     fields = {field: tuple(item for one in maps for item in getattr(one, field))
               for field in CodeMap._fields if field not in ("fixed", "ranges")}
     return CodeMap(**fields, ranges=(text,), fixed=maps[0].fixed)
+
+
+def chromium_binary() -> Path | None:
+    """Chrome's armhf binary, where `make chromium` has fetched it."""
+    path = cache_root() / CHROMIUM
+    return path if path.exists() else None
+
+
+def synthesis_of_binary(path: str) -> dict:
+    """Runs in a fresh process: every function of `path` found and
+    analysed as encode --from-code does, and its v2 tables made; the time
+    to the rows, the process's peak resident memory, v2 bytes a function."""
+    image = open_elf(path)
+    started = time.perf_counter()
+    functions = tuple(f for f in elf_functions(image, from_code=True) if f.name != GAP)
+    seconds = time.perf_counter() - started
+    blob = chrome_v2.encode(functions, min(f.start for f in functions), "keep", layout="chrome").blob()
+    return {"binary": Path(path).name, "functions": len(functions), "seconds": seconds,
+            "functions_per_second": len(functions) / seconds, "peak_mb": peak_resident_kb() / 1024,
+            "bytes_per_function": len(blob) / len(functions), "compiled": AVAILABLE}
 
 
 def synthesis_of_synthetic(count: int) -> dict:

@@ -33,7 +33,10 @@ class Analysed(NamedTuple):
     # linked where it runs, addresses
     loaded: frozenset[int] = frozenset()
     falls_through: bool = False  # a path runs on past its end (into whatever follows)
-    call_sites: frozenset[tuple[int, int]] = frozenset()  # (target, return address) of its direct calls
+    # the targets of its direct calls whose return address begins code that
+    # pushes lr, before its end (start_shapes.pushes_lr): after a call that
+    # never returns, the next function (without a symbol, nothing else says so)
+    returned_into: frozenset[int] = frozenset()
 
 
 class ProgramFacts(NamedTuple):
@@ -46,4 +49,4 @@ class ProgramFacts(NamedTuple):
 
 
 def labels_in(labels: Iterable[int], start: int, end: int) -> tuple[int, ...]:
-    return tuple(sorted(label for label in set(labels) if start <= label < end))
+    return tuple(sorted(label for label in set(labels) if start <= label < end)) if labels else ()

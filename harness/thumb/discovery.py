@@ -36,8 +36,8 @@ from harness.program import CfiRow, CodeMap, FunctionCfi
 from harness.sorted_ints import SortedInts
 from harness.thumb.disasm import forget_addresses
 from harness.thumb.analysed import Analysed, ProgramFacts
+from harness.thumb.noreturn_rounds import analysed_again, kept, noreturn_rounds
 from harness.thumb.frame_analysis import analyse_calling
-from harness.thumb.native import NONE
 from harness.thumb.start_shapes import looks_arm, past_padding, pushes_lr
 
 GAP = "<not analysed>"  # the name of the refusing rows between functions
@@ -87,65 +87,16 @@ def _all_analysed(code_map: CodeMap, code_at,
     named = frozenset(code_map.noreturn)  # through the PLT: known by name
     analyse = _analyser(code_map, code_at)
     found, arm, ended = _discovered(code_map, code_at, analyse, named, progress)
-    noreturn = _noreturn_rounds(found, arm, analyse, named, ended)
-    for start, one in found.items():
-        # What no path reaches and starts no function may be a landing pad (entered by the unwinder)
-        if one.unreached and (one.function.name.startswith(FOUND) or start in code_map.unsized):
-            found[start] = _kept(analyse(one.function.name, start, one.function.end, noreturn, start in arm,
-                                         pads=True))
+    noreturn = noreturn_rounds(found, arm, analyse, named, ended)
+    # What no path reaches and starts no function may be a landing pad (entered by the unwinder)
+    due = [start for start, one in found.items()
+           if one.unreached and (one.function.name.startswith(FOUND) or start in code_map.unsized)]
+    found.update(zip(due, analysed_again(found, due, noreturn, arm, analyse, pads=True)))
     return found, arm
 
 
-def _noreturn_rounds(found: dict[int, Analysed], arm: set[int], analyse, named: frozenset[int],
-                     ended: frozenset[int]) -> frozenset[int]:
-    """Round after round, the functions no path of which returns join the
-    noreturn set (`ended` so far, `named` what every analysis had), and
-    those that asked of one of them whether it returns (a call or branch
-    of their paths) are analysed again, in `found` order, where they call
-    or branch to one that never returns. A round looks only at those that
-    asked of a start that joined since their analysis (indexed by what
-    they asked), not at every function: Chrome's 982,000 functions took
-    minutes of rounds over all of them. The noreturn set at the end."""
-    analysed_with = dict.fromkeys(found, named)  # the noreturn set each analysis had (at least)
-    position = {start: index for index, start in enumerate(found)}
-    asked_by: dict[int, set[int]] = {}
-    for start, one in found.items():
-        for target in one.asked:
-            asked_by.setdefault(target, set()).add(start)
-    quiet = {start for start, one in found.items() if not one.returns}
-    noreturn, stale = ended, set()  # stale: asked of a start that joined since its analysis
-    joined = set(ended - named)  # what the first round tells of besides what it finds
-    while grown := quiet - noreturn:
-        joined |= grown
-        noreturn = noreturn | grown
-        for target in joined:
-            stale.update(asked_by.get(target, ()))
-        joined = set()
-        ended_since: dict[int, frozenset[int]] = {}  # by the noreturn set analyses had (a few: one a round)
-        for start in sorted(stale, key=position.__getitem__):
-            one, had = found[start], analysed_with[start]
-            since = ended_since.get(id(had))
-            if since is None:
-                since = ended_since[id(had)] = noreturn - had
-            if one.asked & since and (one.callees | one.arm_callees | one.branched) & noreturn:
-                one = found[start] = _kept(analyse(one.function.name, start, one.function.end, noreturn, start in arm))
-                analysed_with[start] = noreturn
-                stale.discard(start)
-                for target in one.asked:
-                    asked_by.setdefault(target, set()).add(start)
-                (quiet.discard if one.returns else quiet.add)(start)
-    return noreturn
-
-
-def _kept(one: Analysed) -> Analysed:
-    """What discovery keeps of an analysis once it has read where its calls
-    return and the words it loads (each once, when it is made): a large
-    program's analyses hold a million functions' records at once."""
-    return one._replace(call_sites=NONE, loaded=NONE)
-
-
 def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
-    """analyse(name, start, end, noreturn, arm, pads): one function's
+    """analyse(name, start, end, noreturn, arm, pads, rows): one function's
     analysis, with the labels the program's data holds in tables (a
     computed goto's targets, among them: formats.data_pointers.CodePointers) and the
     data its mapping symbols mark, in it; landing pads looked for where a
@@ -154,15 +105,16 @@ def _analyser(code_map: CodeMap, code_at) -> Callable[..., Analysed]:
     modes = code_map.modes
     unsized = frozenset(code_map.unsized)
 
-    def analyse(name: str, start: int, end: int, noreturn: frozenset[int], arm: bool, pads: bool = False) -> Analysed:
+    def analyse(name: str, start: int, end: int, noreturn: frozenset[int], arm: bool, pads: bool = False,
+                rows: bool = True) -> Analysed:
         first = max(bisect_right(modes, (start, "~")) - 1, 0)
         marks = [*modes[first:bisect_left(modes, (end, ""))], (end, "")]
         data = tuple((max(low, start), high) for (low, kind), (high, _) in zip(marks, marks[1:])
                      if kind == "d" and high > start)
         facts = ProgramFacts(labels=labels[bisect_left(labels, start):bisect_left(labels, end)], noreturn=noreturn,
                              data_spans=data)
-        return analyse_calling(name, start, end, code_at, facts,
-                               bounded=pads or (not name.startswith(FOUND) and start not in unsized), arm=arm)
+        bounded = pads or (not name.startswith(FOUND) and start not in unsized)
+        return analyse_calling(name, start, end, code_at, facts, bounded=bounded, arm=arm, rows=rows)
 
     return analyse
 
@@ -222,7 +174,7 @@ class _Finder:
                                                     self.names.get(start, f"{FOUND}{start:x}"))
             one = self.found[start] = self.analyse(name, start, end, self.noreturn, in_arm)
             self.progress(len(self.found), len(self.queued))
-            if start not in self.symbols and self.ended(one, in_arm):
+            if start not in self.symbols and self.ended(one):
                 one = self.found[start] = self.analyse(name, start, end, self.noreturn, in_arm)
             self.shared.update(one.branched)
             begun = set() if start in self.symbols else \
@@ -236,16 +188,16 @@ class _Finder:
             for target, target_arm in sorted(entered):
                 self.add(target, target_arm)
             if self.found.get(start) is one:  # (not analysed again for a start found in it)
-                self.found[start] = _kept(one)
+                self.found[start] = kept(one)
 
-    def ended(self, one: Analysed, in_arm: bool) -> bool:
+    def ended(self, one: Analysed) -> bool:
         """Does a call of `one`, found without a symbol's end, return into
         code that pushes lr (a prologue: the next function)? Its callee
         then never returns (std::terminate, abort: in a static program no
         PLT entry names them), and joins `noreturn`."""
-        ended = {target for target, after in one.call_sites if target not in self.noreturn
-                 and after < one.function.end and pushes_lr(self.code_at, after, one.function.end, in_arm)}
-        self.noreturn = self.noreturn | ended
+        ended = one.returned_into - self.noreturn
+        if ended:
+            self.noreturn = self.noreturn | ended
         return bool(ended)
 
     def add(self, target: int, in_arm: bool) -> None:
@@ -324,7 +276,7 @@ def _begun(code_at, analyse, around: Analysed, gap: tuple[int, int], arm: bool, 
     if pushes_lr(code_at, low, high, arm):
         return low, arm
     end = around.function.end
-    alone = analyse(f"{FOUND}{low:x}", low, end, noreturn, arm)
+    alone = analyse(f"{FOUND}{low:x}", low, end, noreturn, arm, rows=False)  # (only its paths are looked at)
     if not alone.returns or alone.falls_through or alone.function.problems or alone.branched \
             or not known.issuperset(alone.callees | alone.arm_callees):
         return None

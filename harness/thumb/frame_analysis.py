@@ -41,7 +41,7 @@ from harness.thumb.disasm import Instruction, decode_one
 from harness.thumb.analysed import NOT_SINGLE, UNREACHED, Analysed, ProgramFacts, labels_in
 from harness.thumb.frame_effects import UNKNOWN, FrameState, Unknowable, frame_pointer, lost, torn_down
 from harness.thumb.native import compiled_analysis
-from harness.thumb.start_shapes import past_padding
+from harness.thumb.start_shapes import past_padding, pushes_lr
 from harness.thumb.successors import Body, FromStart, Path, into_arm, successors
 from harness.thumb.untouched import dropped, kept_saves
 
@@ -83,7 +83,8 @@ def analyse(name: str, start: int, end: int, code_at: Callable[[int, int], bytes
 
 
 def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int], bytes],
-                    facts: ProgramFacts = ProgramFacts(), bounded: bool = True, arm: bool = False) -> Analysed:
+                    facts: ProgramFacts = ProgramFacts(), bounded: bool = True, arm: bool = False,
+                    rows: bool = True) -> Analysed:
     """`analyse`, with the targets of its paths' calls and tail calls
     (where functions no symbol names begin, in the state each is entered
     in) and whether it returns; a call to a function of `facts.noreturn`
@@ -92,8 +93,9 @@ def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int
     a literal pool after a call that never returns, or after `bxeq lr;
     nop`, a weak call the linker removed). Not `bounded` (the
     end is a guess: no symbol gave it), code no path reaches may be other
-    functions: no landing pad is looked for there."""
-    found = compiled_analysis(name, start, end, code_at, facts, bounded, arm)
+    functions: no landing pad is looked for there. Without `rows`, no rows
+    are written (a caller that looks only at the paths)."""
+    found = compiled_analysis(name, start, end, code_at, facts, bounded, arm, rows)
     if found is not None:
         return found
     watched = _Asked(facts.noreturn)
@@ -102,11 +104,14 @@ def analyse_calling(name: str, start: int, end: int, code_at: Callable[[int, int
     if analysis.returns:  # it must give its caller r4-r11 back: where one is overwritten unsaved, it is lost
         analysis.refused.update(address for address, states in analysis.reached.items()
                                 if any(lost(state) for state in states.values()))
-    rows = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused, analysis.kept_saves())
-    return Analysed(FunctionCfi(name, start, end, rows, tuple(analysis.problems)), frozenset(analysis.callees),
-                    analysis.returns, tuple(analysis.gap_spans()), frozenset(analysis.arm_callees), frozenset(watched.asked),
+    written = _rows(start, end, analysis.reached, analysis.sizes, analysis.refused, analysis.kept_saves()) \
+        if rows else ()
+    return Analysed(FunctionCfi(name, start, end, written, tuple(analysis.problems)), frozenset(analysis.callees),
+                    analysis.returns, tuple(analysis.gap_spans()), frozenset(analysis.arm_callees),
+                    frozenset(watched.asked),
                     frozenset(analysis.branched), frozenset(analysis.loaded), analysis.falls_through,
-                    frozenset(analysis.call_sites))
+                    frozenset(target for target, after in analysis.call_sites
+                              if after < end and pushes_lr(code_at, after, end, arm)))
 
 
 def frame_states(start: int, end: int, code_at: Callable[[int, int], bytes],
@@ -325,8 +330,8 @@ class _Analysis:
         found, covered = [], self.start
         extents = {**{a: 1 for a in self.data}, **self.sizes}
         for address in sorted(extents):
-            if address > covered and covered not in self.data and covered % 2 == 0 \
-                    and (address in self.sizes or past_padding(self.code_at, covered, address, self.body.arm) < address):
+            if address > covered and covered not in self.data and covered % 2 == 0 and (
+                    address in self.sizes or past_padding(self.code_at, covered, address, self.body.arm) < address):
                 found.append((covered, address))
             covered = max(covered, address + extents[address])
         last = [(covered, self.end)] if past_padding(self.code_at, covered, self.end, self.body.arm) < self.end else []

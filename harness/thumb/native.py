@@ -13,21 +13,16 @@ from harness.thumb.analysed import NOT_SINGLE, UNREACHED, Analysed, ProgramFacts
 from harness.thumb.disasm import CAPSTONE_LIBRARY
 from harness.thumb.frame_effects import LOST_RETURN
 
+# The problems of rows by number, as the compiled analysis gives them (csrc/explore.c).
+PROBLEMS = (None, UNREACHED, NOT_SINGLE, LOST_RETURN)
 try:
     from harness.thumb import _analysis
 
-    _analysis.Code([], CAPSTONE_LIBRARY)  # ImportError: a capstone of another version than it was built with
+    # ImportError: a capstone of another version than it was built with
+    _analysis.Code([], CAPSTONE_LIBRARY, CfiRow, PROBLEMS)
 except ImportError:  # not built (pip install -e . builds it): the Python alone, several times slower
     _analysis = None
 AVAILABLE = _analysis is not None
-
-# The problems of rows by number, as the compiled analysis gives them (csrc/explore.c).
-PROBLEMS = (None, UNREACHED, NOT_SINGLE, LOST_RETURN)
-# The saves of rows, one object for each value met: a large program's rows
-# hold a few thousand distinct ones (a million functions' rows are most of
-# the memory its analysis takes).
-_SAVES: dict[tuple, tuple] = {}
-SAVES_KEPT = 1 << 16
 NONE: frozenset = frozenset()
 
 
@@ -39,7 +34,9 @@ class ProgramCode:
     def __init__(self, segments: Iterable[tuple[int, bytes]], missing: bool = False):
         self.segments = tuple((start, bytes(data)) for start, data in segments)
         self.missing = missing  # KeyError outside the segments, as Program.code has it, rather than b""
-        self.native = _analysis.Code(list(self.segments), CAPSTONE_LIBRARY) if AVAILABLE else None
+        # the rows it makes share each saves tuple met (a large program's rows hold a few thousand distinct
+        # ones: a million functions' rows are most of the memory its analysis takes)
+        self.native = _analysis.Code(list(self.segments), CAPSTONE_LIBRARY, CfiRow, PROBLEMS) if AVAILABLE else None
 
     def __call__(self, address: int, size: int) -> bytes:
         for start, data in self.segments:
@@ -51,30 +48,24 @@ class ProgramCode:
 
 
 def compiled_analysis(name: str, start: int, end: int, code_at, facts: ProgramFacts, bounded: bool,
-                      arm: bool) -> Analysed | None:
+                      arm: bool, rows: bool = True) -> Analysed | None:
     """The function's analysis, compiled, or None where the compiled analysis
-    gives it to the Python (or is not at hand)."""
+    gives it to the Python (or is not at hand); with no rows unless `rows`."""
     if not isinstance(code_at, ProgramCode) or code_at.native is None:
         return None
     found = code_at.native.analyse(start, end, frozenset(facts.noreturn), facts.data_spans,
-                                   labels_in(facts.labels, start, end), bounded, arm)
+                                   labels_in(facts.labels, start, end), bounded, arm, rows)
     return None if found is None else _analysed(name, start, end, found)
 
 
 def _analysed(name: str, start: int, end: int, found: tuple) -> Analysed:
     """The compiled analysis's parts (harness/thumb/csrc/module.c) as an
-    Analysed: rows as (address, cfa_reg, offset, saved, problem number),
-    call sites as target, return address, target...; the problems as the
-    Python words them."""
-    rows, callees, returns, unreached, arm_callees, asked, branched, loaded, falls_through, sites, problems = found
-    if len(_SAVES) > SAVES_KEPT:
-        _SAVES.clear()
-    cfi = tuple(CfiRow(address, cfa_reg, offset, _SAVES.setdefault(saved, saved), PROBLEMS[problem])
-                for address, cfa_reg, offset, saved, problem in rows)
+    Analysed: its rows made there, the problems as the Python words them."""
+    rows, callees, returns, unreached, arm_callees, asked, branched, loaded, falls_through, returned, problems = found
     called = _frozen(callees)
-    return Analysed(FunctionCfi(name, start, end, cfi, tuple(problems)), called, returns, tuple(unreached),
+    return Analysed(FunctionCfi(name, start, end, rows, tuple(problems)), called, returns, tuple(unreached),
                     _frozen(arm_callees), called if asked == called else _frozen(asked), _frozen(branched),
-                    _frozen(loaded), falls_through, _frozen(zip(sites[::2], sites[1::2])))
+                    _frozen(loaded), falls_through, _frozen(returned))
 
 
 def _frozen(items) -> frozenset:

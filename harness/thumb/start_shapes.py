@@ -50,11 +50,11 @@ def pushes_lr(code_at, address: int, end: int, arm: bool) -> bool:
     """Does the code at `address` push lr among its first few instructions,
     before any other branch or change of sp (GCC schedules a `movs` or two
     ahead of the push; a shrink-wrapped function compares first and
-    returns as a leaf where it has nothing to do)? In Thumb state over a
-    program's code, the compiled twin answers (discovery asks at every call
-    of a function found without a symbol: Chrome's million)."""
-    if not arm and isinstance(code_at, ProgramCode) and code_at.native is not None:
-        return code_at.native.pushes_lr(address, end)
+    returns as a leaf where it has nothing to do)? Over a program's code,
+    the compiled twin answers (asked after every call of every function
+    analysed: Chrome's million)."""
+    if isinstance(code_at, ProgramCode) and code_at.native is not None:
+        return code_at.native.pushes_lr(address, end, arm)
     for _ in range(6):
         insn = decode_one(code_at(address, 4), address, arm) if address < end else None
         if insn is None or insn.op.startswith("it") or insn.transfers and not _to_leaf_return(code_at, insn, end, arm):

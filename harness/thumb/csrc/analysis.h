@@ -165,8 +165,15 @@ int64_t pc_base(const Insn *insn);
 static inline int frame_pointer(bool arm) { return arm ? REG_ARM_FP : REG_FP; }
 int literal_span(const Insn *insn, int64_t *first);
 
-bool callee_saved(int64_t reg);
-uint32_t tracked_bit(int64_t reg);
+static inline bool callee_saved(int64_t reg) {
+    return (reg >= 4 && reg <= 11) || reg == REG_LR || (reg >= DWARF_D0 + 8 && reg <= DWARF_D0 + 15);
+}
+
+static inline uint32_t tracked_bit(int64_t reg) {
+    if (reg >= 0 && reg < 16) return 1u << reg;
+    if (reg >= DWARF_D0 + 8 && reg <= DWARF_D0 + 15) return 1u << (16 + reg - DWARF_D0);
+    return 0;
+}
 bool state_equal(const State *a, const State *b);
 bool torn_down(const State *s);
 bool lost(const State *s);

@@ -137,6 +137,59 @@ static int16_t index_register(const char *operands) {
     return found;
 }
 
+/* What a mnemonic names (Insn's op, opcode, it, ldr_family, flag_named),
+ * worked out once for each mnemonic met (a program's code holds a few
+ * hundred): by its text, as the Python reads it. */
+#define MNEMONICS_KEPT 2048
+typedef struct {
+    char mnemonic[32];
+    bool conditional, used;
+    char op[16];
+    uint8_t opcode;
+    bool it, ldr_family, flag_named;
+} Named;
+static Named mnemonics[MNEMONICS_KEPT];
+
+static void name_op(const char *mnemonic, bool conditional, Named *named) {
+    plain(mnemonic, conditional, named->op);
+    static const char *names[] = {"",
+#define OP_NAME(name, text) text,
+        OPS(OP_NAME)
+#undef OP_NAME
+    };
+    named->opcode = OP_OTHER;
+    for (unsigned i = 1; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(named->op, names[i])) named->opcode = (uint8_t)i;
+    size_t length = strlen(named->op);
+    named->it = !strncmp(named->op, "it", 2);
+    named->ldr_family = !strncmp(named->op, "ldr", 3) || !strncmp(named->op, "vldr", 4);
+    named->flag_named = named->opcode == OP_CMP || named->opcode == OP_CMN || named->opcode == OP_TST
+        || named->opcode == OP_TEQ || (length && named->op[length - 1] == 's' && named->op[0] != 'v');
+}
+
+static void named_op(const char *mnemonic, bool conditional, Insn *insn) {
+    uint32_t hash = 2166136261u + conditional;
+    for (const char *c = mnemonic; *c; c++) hash = (hash ^ (uint8_t)*c) * 16777619u;
+    Named *named = NULL, own;
+    if (strlen(mnemonic) < sizeof own.mnemonic) {
+        for (uint32_t probe = 0; probe < 8 && !named; probe++) {
+            Named *slot = &mnemonics[(hash + probe) & (MNEMONICS_KEPT - 1)];
+            if (!slot->used) {
+                strcpy(slot->mnemonic, mnemonic);
+                slot->conditional = conditional, slot->used = true;
+                name_op(mnemonic, conditional, slot);
+                named = slot;
+            } else if (slot->conditional == conditional && !strcmp(slot->mnemonic, mnemonic)) {
+                named = slot;
+            }
+        }
+    }
+    if (!named) name_op(mnemonic, conditional, named = &own);
+    memcpy(insn->op, named->op, sizeof insn->op);
+    insn->opcode = named->opcode, insn->it = named->it;
+    insn->ldr_family = named->ldr_family, insn->flag_named = named->flag_named;
+}
+
 /* False where capstone cannot say which registers it writes: the Python's
  * regs_access raises there, and the instruction counts as undecodable. */
 static bool fill(csh handle, const cs_insn *raw, bool in_arm, Insn *insn) {
@@ -162,19 +215,7 @@ static bool fill(csh handle, const cs_insn *raw, bool in_arm, Insn *insn) {
     insn->conditional = arm->cc != ARM_CC_AL && arm->cc != ARM_CC_INVALID;
     insn->condition = (int8_t)(insn->conditional ? arm->cc - 1 : ALWAYS); /* capstone numbers conditions from 1 */
     insn->post_index = arm->post_index;
-    plain(raw->mnemonic, insn->conditional && raw->id != ARM_INS_IT, insn->op);
-    static const char *names[] = {"",
-#define OP_NAME(name, text) text,
-        OPS(OP_NAME)
-#undef OP_NAME
-    };
-    for (unsigned i = 1; i < sizeof names / sizeof *names; i++)
-        if (insn->op[0] == names[i][0] && !strcmp(insn->op, names[i])) insn->opcode = (uint8_t)i;
-    size_t length = strlen(insn->op);
-    insn->it = !strncmp(insn->op, "it", 2);
-    insn->ldr_family = !strncmp(insn->op, "ldr", 3) || !strncmp(insn->op, "vldr", 4);
-    insn->flag_named = insn->opcode == OP_CMP || insn->opcode == OP_CMN || insn->opcode == OP_TST
-        || insn->opcode == OP_TEQ || (length && insn->op[length - 1] == 's' && insn->op[0] != 'v');
+    named_op(raw->mnemonic, insn->conditional && raw->id != ARM_INS_IT, insn);
     size_t text = strlen(raw->op_str);
     insn->index_reg = index_register(text ? raw->op_str : raw->mnemonic);
     insn->writeback_text = text ? raw->op_str[text - 1] == '!' : raw->mnemonic[strlen(raw->mnemonic) - 1] == '!';

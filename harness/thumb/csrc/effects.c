@@ -7,15 +7,6 @@
 #define LOOKBACK 17 /* instructions decode_before can find in 32 bytes, and one */
 #define FRAME_POINTER_COPY_SPAN 32 /* frame_effects.FRAME_POINTER_COPY_SPAN */
 
-bool callee_saved(int64_t reg) {
-    return (reg >= 4 && reg <= 11) || reg == REG_LR || (reg >= DWARF_D0 + 8 && reg <= DWARF_D0 + 15);
-}
-
-uint32_t tracked_bit(int64_t reg) {
-    if (reg >= 0 && reg < 16) return 1u << reg;
-    if (reg >= DWARF_D0 + 8 && reg <= DWARF_D0 + 15) return 1u << (16 + reg - DWARF_D0);
-    return 0;
-}
 
 static int saved_index(const State *s, int64_t reg) {
     for (int i = 0; i < s->nsaved; i++)

@@ -276,7 +276,7 @@ Step successors(Analysis *a, const Insn *insn, const Path *path, int *count) {
 
 /* start_shapes._to_leaf_return: a conditional branch forward to a `bx lr`
  * among the next few instructions there, with no other branch or change of sp. */
-static bool to_leaf_return(const Code *code, const Insn *branch, int64_t end) {
+static bool to_leaf_return(const Code *code, const Insn *branch, int64_t end, bool arm) {
     bool b = branch->opcode == OP_B, cb = branch->opcode == OP_CBZ || branch->opcode == OP_CBNZ;
     if (!(b || cb) || !(branch->conditional || !b) || !branch->has_imm
         || !((int64_t)branch->address < branch->imm && branch->imm < end))
@@ -284,7 +284,7 @@ static bool to_leaf_return(const Code *code, const Insn *branch, int64_t end) {
     int64_t address = branch->imm;
     for (int i = 0; i < 3; i++) {
         Insn insn;
-        if (!decode_at(code, address, false, &insn)) return false;
+        if (!decode_at(code, address, arm, &insn)) return false;
         if (writes_reg(&insn, REG_SP) || insn.transfers)
             return insn.opcode == OP_BX && insn.nregs == 1 && insn.regs[0] == REG_LR;
         address += insn.size;
@@ -292,13 +292,14 @@ static bool to_leaf_return(const Code *code, const Insn *branch, int64_t end) {
     return false;
 }
 
-/* start_shapes.pushes_lr, in Thumb state: does the code at `address` push
- * lr among its first few instructions, before any other branch or change of sp? */
-bool pushes_lr(const Code *code, int64_t address, int64_t end) {
+/* start_shapes.pushes_lr: does the code at `address` (in ARM state with
+ * `arm`) push lr among its first few instructions, before any other branch
+ * or change of sp? */
+bool pushes_lr(const Code *code, int64_t address, int64_t end, bool arm) {
     for (int i = 0; i < 6; i++) {
         Insn insn;
-        if (address >= end || !decode_at(code, address, false, &insn) || insn.it
-            || (insn.transfers && !to_leaf_return(code, &insn, end)))
+        if (address >= end || !decode_at(code, address, arm, &insn) || insn.it
+            || (insn.transfers && !to_leaf_return(code, &insn, end, arm)))
             return false;
         if (writes_reg(&insn, REG_SP) || insn.opcode == OP_PUSH) {
             if (insn.opcode != OP_PUSH) return false;

@@ -73,6 +73,6 @@ Step landing_pads(Analysis *a);
 void gap_spans(Analysis *a, Ints *spans);
 Step rows_of(const Analysis *a, PyObject *rows);
 void analysis_free(Analysis *a);
-bool pushes_lr(const Code *code, int64_t address, int64_t end);
+bool pushes_lr(const Code *code, int64_t address, int64_t end, bool arm);
 
 #endif
