@@ -36,9 +36,13 @@ STATE_TRAITS = (CXX_EXCEPTION, SIGNAL_HANDLER, THROUGH_SIGNAL_FRAME, SPAWNED_THR
 NO_INFO = "no_info"  # the trait of stops outside every known function
 # Where code comes from, for a process (harness.linux_verify.modules): the
 # program's own, the C and C++ runtimes, the dynamic linker, PLT stubs, any
-# other library. Stops carry one as a trait; bare-metal programs none.
-MODULES = ("own", "libc", "libstdcxx", "libgcc", "ld.so", "plt", "lib")
-OWN = "own"
+# other library, code in no module (anonymous executable memory: a JIT's,
+# V8's in Chromium). Stops carry one as a trait, and the file their code
+# comes from as another (module_trait); bare-metal programs neither.
+MODULES = ("own", "libc", "libstdcxx", "libgcc", "ld.so", "plt", "lib", "jit")
+OWN, JIT = "own", "jit"
+JIT_NAME = "[jit]"  # the module name of code in no module
+MODULE_PREFIX = "module "
 LARGE_FRAME, HUGE_FRAME = 1024, 256 * 1024  # bytes of stack adjustment
 PAGE = 1 << 17  # the 128 KiB pages of v2's page table
 
@@ -132,6 +136,12 @@ def thread_trait(tid: int) -> str:
 THREAD_PREFIX = "thread "
 
 
+def module_trait(name: str) -> str:
+    """The trait of a stop in the module of file name `name` (a process's:
+    `chromium`, `libc.so.6`, `chromium@plt` for its PLT, JIT_NAME)."""
+    return MODULE_PREFIX + name
+
+
 def where_in_state(where: Where, state: int, thread: int = 0) -> Where:
     """`where` at a stop in `state` (abi.STOP_STATES bits: the shadow
     stack's), with the trait of each bit set; in `thread`, a thread the
@@ -147,11 +157,11 @@ def where_in_state(where: Where, state: int, thread: int = 0) -> Where:
 class Classifier:
     """pc -> where it is (function, traits, position), given which function
     holds a pc (Program.function_at) and, for a process, which module
-    (Program.module_at: its MODULES label becomes a trait, and code without
-    CFI is named by its symbol); cached per pc."""
+    (Program.module_at: its MODULES label and its file's module_trait
+    become traits, and code without CFI is named by its symbol); cached per pc."""
 
     def __init__(self, function_at: Callable[[int], FunctionInfo | None],
-                 module_at: Callable[[int], tuple[str, str, int, int] | None] = lambda pc: None):
+                 module_at: Callable[[int], tuple[str, str, int, int, str] | None] = lambda pc: None):
         self.function_at = function_at
         self.module_at = module_at
         self._cache: dict[int, Where] = {}
@@ -169,9 +179,10 @@ class Classifier:
         if function is None:
             if module is None:
                 return Spanned(Where(f"{pc:#x}", frozenset({NO_INFO}), "body"), pc, pc + 1)
-            return Spanned(Where(module.name, frozenset({NO_INFO, module.label}), "body"), module.low, module.high)
+            return Spanned(Where(module.name, frozenset({NO_INFO, module.label, module_trait(module.file)}), "body"),
+                           module.low, module.high)
         position, low, high = function.position_span(pc)
         if module is None:
             return Spanned(Where(function.name, function.traits, position), low, high)
-        return Spanned(Where(function.name, function.traits | {module.label}, position),
+        return Spanned(Where(function.name, function.traits | {module.label, module_trait(module.file)}, position),
                        max(low, module.low), min(high, module.high))

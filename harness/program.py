@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import NamedTuple
 
-from harness.classify import FunctionInfo, Spanned
+from harness.classify import JIT, JIT_NAME, FunctionInfo, Spanned
 from harness.registers import DWARF_D0, LR, SP, reg_name
 
 TRACKED_REGS = frozenset((4, 5, 6, 7, 8, 9, 10, 11, LR)) | frozenset(
@@ -142,12 +142,14 @@ class ModuleSpan:
 
 class ModuleAt(NamedTuple):
     """pc's module (its MODULES label), a name for its code there (a symbol,
-    else the file's), and the pcs [low, high) that share both."""
+    else the file's), the pcs [low, high) that share both, and the module's
+    name (its file's; `chromium@plt` for its PLT; JIT_NAME)."""
 
     label: str
     name: str
     low: int
     high: int
+    file: str
 
 
 @dataclass(frozen=True)
@@ -185,12 +187,18 @@ class Program:
         return [m.start for m in self.modules]
 
     def module_at(self, pc: int) -> ModuleAt | None:
-        """The module's label and a name for the code at pc, or None outside every module."""
+        """The module's label and a name for the code at pc; None for a
+        bare-metal program. In a process, code outside every module is in
+        anonymous executable memory, a JIT's (V8's in Chromium): JIT."""
+        if not self.modules:
+            return None
         index = bisect_right(self._module_starts, pc) - 1
         if index < 0 or pc >= self.modules[index].end:
-            return None
+            low = self.modules[index].end if index >= 0 else 0
+            high = self.modules[index + 1].start if index + 1 < len(self.modules) else 1 << 32
+            return ModuleAt(JIT, JIT_NAME, low, high, JIT_NAME)
         module = self.modules[index]
-        return ModuleAt(module.label, *module.named(pc))
+        return ModuleAt(module.label, *module.named(pc), module.name)
 
     def code_spans(self) -> tuple[tuple[int, int], ...]:
         """[start, end) of its code: a process's modules, a bare-metal

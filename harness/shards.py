@@ -19,7 +19,7 @@ import sys
 from collections import Counter
 from typing import NamedTuple, Sequence
 
-from harness.classify import MODULES, NO_INFO, POSITIONS, STATE_TRAITS, THREAD_PREFIX, TRAITS
+from harness.classify import MODULE_PREFIX, MODULES, NO_INFO, POSITIONS, STATE_TRAITS, THREAD_PREFIX, TRAITS
 from harness.errors import FAILURE_KINDS, InputError
 from harness.filesystem import read_json
 from harness.report.data import ALL, SCHEMA, elf_group
@@ -124,8 +124,8 @@ _KNOWN_TRAIT = one_of((*TRAITS, NO_INFO, *STATE_TRAITS, *MODULES), "a trait")
 
 
 def _trait(value, where: str) -> None:
-    """A trait, or the label of a thread the process made (classify.thread_trait)."""
-    if isinstance(value, str) and re.fullmatch(rf"{THREAD_PREFIX}[1-9][0-9]{{0,9}}", value):
+    """A trait, a thread's label (classify.thread_trait) or a module's (classify.module_trait)."""
+    if isinstance(value, str) and re.fullmatch(rf"{THREAD_PREFIX}[1-9][0-9]{{0,9}}|{MODULE_PREFIX}.+", value):
         return
     _KNOWN_TRAIT(value, where)
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from harness.cli import main
 from harness.report.baseline import identity_of
 from harness.report.tables import elf_cells, linux_cells, size_cells, table_cells
-from harness.report.terminal import column_chunks, print_table, print_verdict
+from harness.report.terminal import column_chunks, fitted_tables, print_table, print_verdict
 from harness.report.verdict import corpus_tallies, own_tallies, verdict_cells, verdicts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +76,18 @@ def test_columns_are_split_into_tables_that_fit():
     that fits nowhere beside them gets a part of its own."""
     assert column_chunks([10, 5, 20, 20, 20, 60], left=2, width=80) == [[2, 3], [4], [5]]
     assert column_chunks([10, 5, 20, 20], left=2, width=200) == [[2, 3]]
+
+
+def test_cells_are_text_not_markup():
+    """A process's modules include `[jit]` and `[vectors]`, which rich would
+    take for markup tags and drop: every label, header and title is shown
+    as it is."""
+    out = io.StringIO()
+    console = Console(file=out, width=120)
+    for table in fitted_tables("per module [a]", ["module", "[x] stops"], [["[jit]", "4"], ["[vectors]", "1"]], 120):
+        console.print(table)
+    shown = out.getvalue()
+    assert all(text in shown for text in ("per module [a]", "[x] stops", "[jit]", "[vectors]")), shown
 
 
 def test_the_verdict_comes_first_and_alone_with_quiet(tmp_path, capsys):

@@ -5,17 +5,18 @@ module without tables, which the report keeps apart from failures)."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from test_linux_process import build, sysroot
 
 from harness.abi import Limits
-from harness.classify import MODULES, NO_INFO, OWN
+from harness.classify import JIT, JIT_NAME, MODULE_PREFIX, MODULES, NO_INFO, OWN, module_trait
 from harness.errors import UnwindFailure
 from harness.linux.process import LinuxRun
 from harness.linux_verify.modules import discover, label_of
 from harness.linux_verify.verify import verify_process
-from harness.report.data import result_rows
+from harness.report.data import module_table, report_data, result_rows
 from harness.report.summary import summarize
 from harness.unwind.frame import Stack, make_frame
 from harness.unwind.modules import Covered, PerModule
@@ -174,3 +175,35 @@ def test_an_executable_without_cfi_is_verified_and_its_refusals_are_own_failures
     own_refusals = sum(n for (unwinder, traits, _, kind), n in result.counts.items()
                        if unwinder == "dwarf" and OWN in traits and kind == "no_info")
     assert own_refusals > 0
+
+
+def test_each_stop_names_its_module_and_code_in_no_module_is_jit():
+    """A process's stops carry the file their code comes from; code in
+    anonymous executable memory (jit.c's leaf made at run time) is `jit`.
+    There a table-driven walk takes lr for the caller, as for a call through
+    a bad pointer (harness.unwind.sigframes): right at a leaf. The report
+    counts per module the walks right to the bottom."""
+    names = ["dwarf", "exidx"]
+    run = LinuxRun(build("jit.c", "-Wl,-z,now"), (), sysroot())
+    result = verify_process(run, names, own_unwinders(names))
+    assert result.fault is None and result.result == 40
+    assert all(sum(trait.startswith(MODULE_PREFIX) for trait in traits) == 1 for (_, traits, _, _) in result.counts)
+    jit = Counter()
+    for (unwinder, traits, position, kind), n in result.counts.items():
+        assert (JIT in traits) == (module_trait(JIT_NAME) in traits)
+        if JIT in traits:
+            assert NO_INFO in traits and position == "body", traits
+            jit[(unwinder, kind)] += n
+    # two instructions, forty calls: exidx walks on through libc's EXIDX, dwarf stops in libc (no CFI there)
+    assert jit == {("exidx", None): 80, ("dwarf", "stopped:libc"): 80}
+    summary = summarize(result)
+    table = module_table([summary], names)
+    assert table[JIT_NAME] == {"stops": 80, "failed": {"dwarf": 0, "exidx": 0}, "right": {"dwarf": 0, "exidx": 80}}
+    assert {"libc.so.6", "ld-linux-armhf.so.3", Path(run.program).name} <= set(table)
+    assert sum(row["stops"] for row in table.values()) == summary.stops
+    for unwinder in names:
+        assert sum(row["right"][unwinder] for row in table.values()) == sum(
+            n for (u, _, _, kind), n in summary.counts.items() if u == unwinder and kind is None) > 0
+    data = report_data([summary], names, None, run.program)
+    assert data["modules"] == table and not any(row["category"].startswith(MODULE_PREFIX) for row in data["results"])
+    assert ("jit", "all") in {(r["category"], r["position"]) for r in data["results"]}

@@ -19,7 +19,10 @@ from typing import Callable
 
 import pytest
 
+from harness import shards
+from harness.classify import JIT_NAME, module_trait
 from harness.cli import main
+from harness.errors import InputError
 from harness.filesystem import CAPS
 from harness.runner import Shard, Unit, run_unit
 from harness.shards import partial, read_partials
@@ -469,3 +472,14 @@ def test_a_missing_shard_is_refused(genuine, tmp_path, capsys):
 
 def test_the_tampers_are_many():
     assert len(FIELD_CASES) + len(CASES) + len(FILES) >= 85
+
+
+def test_a_stops_module_and_thread_are_traits_a_shard_may_carry():
+    """A process's stops carry their thread's label and their module's
+    (classify.thread_trait, module_trait): a shard report holding them is
+    read; a trait neither known nor such a label is refused."""
+    for trait in ("thread 4243", module_trait("libc.so.6"), module_trait(JIT_NAME), "jit", "no_info"):
+        shards.TRAIT(trait, "counts[0]")
+    for trait in ("module ", "thread 0", "fast"):
+        with pytest.raises(InputError, match="counts.0."):
+            shards.TRAIT(trait, "counts[0]")

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Iterable, Sequence
 
 from harness import __version__
-from harness.classify import MODULES, OWN, POSITIONS, SPAWNED_THREAD, THREAD_PREFIX, TRAITS, in_order
+from harness.classify import MODULE_PREFIX, MODULES, OWN, POSITIONS, SPAWNED_THREAD, THREAD_PREFIX, TRAITS, in_order
 from harness.report.failing import to_json as failing_json
 from harness.report.summary import Culprits, ProgramSummary, combine, methods_json
 from harness.unwind.registry import strategy
@@ -24,7 +24,8 @@ def categories(counts: Counter) -> list[str]:
     seen = {trait for (_, traits, _, _) in counts for trait in traits}
     modules = [module for module in MODULES if module in seen]  # a process's: where the code comes from
     # e.g. no_info for code without CFI; not a thread's label, a program's own (thread_table)
-    extra = sorted(trait for trait in seen - set(TRAITS) - set(MODULES) if not trait.startswith(THREAD_PREFIX))
+    extra = sorted(trait for trait in seen - set(TRAITS) - set(MODULES)
+                   if not trait.startswith((THREAD_PREFIX, MODULE_PREFIX)))  # those have tables of their own
     return [ALL, *TRAITS, *extra, *modules]
 
 
@@ -84,23 +85,45 @@ def past_first_frame(summaries: Sequence[ProgramSummary], unwinders: Sequence[st
     return table
 
 
-def thread_table(summaries: Sequence[ProgramSummary], unwinders: Sequence[str]) -> dict | None:
-    """Per thread of a process that made threads ("main", then each
-    "thread TID" in the order of their tids): its stops, and per unwinder
-    the failed ones (wrong, or refused in the program's own code); None
-    where no stop is in a thread the process made."""
+def _split_rows(summaries: Sequence[ProgramSummary], unwinders: Sequence[str], label_of) -> dict[str, dict]:
+    """Stops by `label_of(traits)`: each label's stops, and per unwinder
+    the failed ones (wrong, or refused in the program's own code) and the
+    right ones (every frame matched, to the thread's first)."""
     rows: dict[str, dict] = {}
     for summary in summaries:
         for (unwinder, traits, _, kind), n in summary.counts.items():
-            label = next((trait for trait in traits if trait.startswith(THREAD_PREFIX)), "main")
-            row = rows.setdefault(label, {"stops": 0, "failed": {u: 0 for u in unwinders}})
+            row = rows.get(label := label_of(traits)) or rows.setdefault(
+                label, {"stops": 0, "failed": dict.fromkeys(unwinders, 0), "right": dict.fromkeys(unwinders, 0)})
             if unwinder == unwinders[0]:
                 row["stops"] += n
-            if kind is not None and not kind.startswith(STOPPED_PREFIX) and unwinder in row["failed"]:
+            if unwinder not in row["failed"]:
+                continue
+            if kind is None:
+                row["right"][unwinder] += n
+            elif not kind.startswith(STOPPED_PREFIX):
                 row["failed"][unwinder] += n
+    return rows
+
+
+def thread_table(summaries: Sequence[ProgramSummary], unwinders: Sequence[str]) -> dict | None:
+    """Per thread of a process that made threads ("main", then each
+    "thread TID" in the order of their tids): _split_rows's; None where no
+    stop is in a thread the process made."""
+    rows = _split_rows(summaries, unwinders,
+                       lambda traits: next((trait for trait in traits if trait.startswith(THREAD_PREFIX)), "main"))
     if set(rows) <= {"main"}:
         return None
     return {label: rows[label] for label in sorted(rows, key=lambda label: (label != "main", len(label), label))}
+
+
+def module_table(summaries: Sequence[ProgramSummary], unwinders: Sequence[str]) -> dict | None:
+    """Per module of a process, by the file the innermost pc's code comes
+    from (`chromium`, `libc.so.6`, `chromium@plt`, `[jit]`: classify.module_trait),
+    most stops first: _split_rows's; None where no stop names one (bare metal)."""
+    rows = _split_rows(summaries, unwinders, lambda traits: next(
+        (trait[len(MODULE_PREFIX):] for trait in traits if trait.startswith(MODULE_PREFIX)), None))
+    rows.pop(None, None)
+    return {name: rows[name] for name in sorted(rows, key=lambda name: (-rows[name]["stops"], name))} or None
 
 
 def culprit_table(summary: ProgramSummary, unwinders: Sequence[str]) -> dict[str, dict]:
@@ -146,9 +169,10 @@ def report_data(summaries: Sequence[ProgramSummary], unwinders: Sequence[str], s
 
 
 def _past_first_frame_field(summaries: Sequence[ProgramSummary], unwinders: Sequence[str]) -> dict:
-    """A process's thread fields: past_first_frame, and the thread_table where it made threads."""
-    table, threads = past_first_frame(summaries, unwinders), thread_table(summaries, unwinders)
-    return {**({} if table is None else {"past_first_frame": table}), **({} if threads is None else {"threads": threads})}
+    """A process's fields: past_first_frame, the thread_table where it made threads, the module_table."""
+    tables = {"past_first_frame": past_first_frame(summaries, unwinders), "threads": thread_table(summaries, unwinders),
+              "modules": module_table(summaries, unwinders)}
+    return {key: table for key, table in tables.items() if table is not None}
 
 
 def process_fields(summary: ProgramSummary) -> dict:

@@ -224,3 +224,14 @@ def thread_cells(threads: dict) -> tuple[list[str], list[list[str]]]:
     body = [[label, f"{row['stops']:,}", *(f"{100 * row['failed'][u] / row['stops']:.2f}%" if row["stops"] else "-"
                                            for u in names)] for label, row in threads.items()]
     return header, body
+
+
+def right_cells(rows: dict, label: str) -> tuple[list[str], list[list[str]]]:
+    """Rows of report.data._split_rows (a process's modules or threads):
+    each one's stops, and per unwinder the share of them walked right to
+    the bottom (every frame matched, to the thread's first)."""
+    names = list(next(iter(rows.values()))["right"])
+    header = [label, "stops", *names]
+    body = [[name, f"{row['stops']:,}", *(f"{100 * row['right'][u] / row['stops']:.2f}%" if row["stops"] else "-"
+                                          for u in names)] for name, row in rows.items()]
+    return header, body

@@ -14,6 +14,7 @@ from harness.report.tables import (
     group_cells,
     linux_cells,
     not_verified,
+    right_cells,
     size_cells,
     stopped_line,
     table_cells,
@@ -43,20 +44,22 @@ def column_chunks(widths: Sequence[int], left: int, width: int) -> list[list[int
 
 def fitted_tables(title: str, header: list[str], body: list[list[str]], width: int, left: int = 1) -> list:
     """Rich tables of `body`, as many as it takes to show every cell whole
-    within `width` columns; the first `left` columns in each."""
+    within `width` columns; the first `left` columns in each. Cells are
+    text, never markup (a module named `[jit]` is shown as it is)."""
     from rich.table import Table
+    from rich.text import Text
 
     widths = [max([len(name), *(len(row[n]) for row in body)]) for n, name in enumerate(header)]
     chunks = column_chunks(widths, left, width)
     tables = []
     for number, chunk in enumerate(chunks, 1):
         part = f" ({number}/{len(chunks)})" if len(chunks) > 1 else ""
-        table = Table(title=title + part)
+        table = Table(title=Text(title + part))
         for column in [*range(left), *chunk]:
-            table.add_column(header[column], justify="left" if column < left else "right",
+            table.add_column(Text(header[column]), justify="left" if column < left else "right",
                              no_wrap=True, min_width=widths[column])
         for row in body:
-            table.add_row(*(row[column] for column in [*range(left), *chunk]))
+            table.add_row(*(Text(row[column]) for column in [*range(left), *chunk]))
         tables.append(table)
     return tables
 
@@ -115,6 +118,10 @@ def print_table(data: dict, console) -> None:
         line = stopped_line(index[(unwinder, ALL, ALL)])
         if line:
             console.print(f"{unwinder}: {line}", highlight=False)
+    for key, label, title in (("modules", "module", "module (of the innermost pc)"), ("threads", "thread", "thread")):
+        if data.get(key):  # a process's
+            header, body = right_cells(data[key], label)
+            _print(console, f"Walks right to the bottom, per {title}", header, body)
     if data.get("sizes"):
         header, totals, ratios = size_cells(data["sizes"])
         _print(console, "Table bytes per format", header, totals)
