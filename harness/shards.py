@@ -214,6 +214,8 @@ def _summary(unwinder: Check) -> Check:
 def _records(unwinder: Check) -> dict[str, Check]:
     """Per kind, the schema of a unit record."""
     summary = _summary(unwinder)
+    # a row of data._split_rows: a thread's or a module's stops
+    split_row = object_of({"stops": COUNT, "failed": map_of(unwinder, COUNT), "right": map_of(unwinder, COUNT)})
     group = object_of({"input": string, "build": string, "compiler": string, "flags": list_of(string),
                      "stops": COUNT, "self_check": string, "v2_epilogue_only_failure_percent": PERCENT,
                      "cfi_not_expressed": map_of(string, COUNT),
@@ -222,7 +224,7 @@ def _records(unwinder: Check) -> dict[str, Check]:
                      "failing": _failing(unwinder), "chain_methods": CHAIN_METHODS},
                     {"every": POSITIVE,  # a Linux program verified at samples of mean stride N
                      "past_first_frame": map_of(unwinder, object_of({thread: PAST for thread in THREADS})),
-                     "threads": map_of(string, object_of({"stops": COUNT, "failed": map_of(unwinder, COUNT)}))})
+                     "threads": map_of(string, split_row), "modules": map_of(string, split_row)})
     more = {"generated": {"size": SIZE, "seconds": SECONDS}, "elf": {"group": group, "size": SIZE, "seconds": SECONDS},
             "linux": {"group": group, "size": optional(SIZE), "seconds": SECONDS}, "stops": {}}
     return {kind: object_of({"index": COUNT, "kind": one_of([kind]), "summary": summary, **more[kind]}) for kind in more}
