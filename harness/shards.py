@@ -212,9 +212,8 @@ def _summary(unwinder: Check) -> Check:
 
 
 def _records(unwinder: Check) -> dict[str, Check]:
-    """Per kind, the schema of a unit record."""
+    """Per kind, the schema of a unit record (split_row: data._split_rows's, a thread's or a module's stops)."""
     summary = _summary(unwinder)
-    # a row of data._split_rows: a thread's or a module's stops
     split_row = object_of({"stops": COUNT, "failed": map_of(unwinder, COUNT), "right": map_of(unwinder, COUNT)})
     group = object_of({"input": string, "build": string, "compiler": string, "flags": list_of(string),
                      "stops": COUNT, "self_check": string, "v2_epilogue_only_failure_percent": PERCENT,
