@@ -73,6 +73,7 @@ COVERAGE = {
     "harness.linux.call_table.SystemCallFault": "test_linux_syscalls.py::test_an_unknown_system_call_is_a_fault_naming_it",
     "harness.errors.HarnessError": "test_every_typed_error_is_a_harness_error",  # base, never raised itself
     "harness.errors.InputError": "test_input_error",
+    "harness.thumb.apart.ChildFailed": "test_apart.py::test_a_failing_child_is_reported",
     "harness.errors.EhabiError": "test_every_typed_error_is_a_harness_error",  # base, never raised itself
     # Exact class and offset for every byte value: test_ehabi.py covers these.
     "harness.errors.SpareEncoding": "test_ehabi.py::test_decode_single_byte_instruction",

@@ -51,11 +51,13 @@ class BenchSize:
     lookups: int
     synthesized: int  # functions of the synthetic text rows are made from code for
     linux: bool  # epilogue rows of the built Linux corpus programs too
+    chromium: bool  # rows from code for Chrome's binary, where `make chromium` fetched it (minutes)
 
 
 FULL = BenchSize(programs=40, recorded_stops=4_000, functions=400_000, lookups=500_000, synthesized=700_000,
-                 linux=True)
-QUICK = BenchSize(programs=1, recorded_stops=200, functions=4_000, lookups=20_000, synthesized=4_000, linux=False)
+                 linux=True, chromium=True)
+QUICK = BenchSize(programs=1, recorded_stops=200, functions=4_000, lookups=20_000, synthesized=4_000, linux=False,
+                  chromium=False)
 
 
 # The flat keys CI and other tools read, by the figure they come from.
@@ -82,7 +84,7 @@ def run_bench(size: BenchSize, note: Callable[[str], None] = lambda step: None) 
     note(f"rows from code for a synthetic text of {size.synthesized:,} functions")
     with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:  # its own peak memory
         figures["synthesis"]["synthetic"] = pool.submit(synthesis_of_synthetic, size.synthesized).result()
-    if (chromium := chromium_binary()) is not None:
+    if size.chromium and (chromium := chromium_binary()) is not None:
         note(f"rows from code for Chrome's binary ({chromium})")
         with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:  # its own peak memory
             figures["synthesis"]["chromium"] = pool.submit(synthesis_of_binary, str(chromium)).result()

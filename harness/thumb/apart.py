@@ -15,13 +15,15 @@ import pickle
 import tempfile
 from typing import Callable, Iterator, NamedTuple, Sequence
 
+from harness.errors import HarnessError
+
 MOST_CORES = 8
 # Jobs a child takes at least: forking a process of a few GB and handing
 # results back costs about as much as some hundreds of analyses.
 SMALLEST_SHARE = 2_000
 
 
-class ChildFailed(RuntimeError):
+class ChildFailed(HarnessError):
     """A child analysing a share of the jobs failed: says how."""
 
 
