@@ -248,29 +248,31 @@ bool decode_at(const Code *code, int64_t address, bool arm, Insn *out) {
     return code->kept_decodes[slot];
 }
 
-static bool decode_uncached(const Code *code, int64_t address, bool arm, Insn *out) {
+/* Capstone's one instruction at `address` (in ARM state with `arm`), NULL where none decodes; cs.free it. */
+static cs_insn *disassembled(const Code *code, int64_t address, bool arm) {
     uint8_t bytes[4];
     int got = code_read(code, address, bytes, 4);
-    if (!got) return false;
-    if (!names_read) read_names(code->handle);
-    csh handle = arm ? code->arm_handle : code->handle;
     cs_insn *raw = NULL;
-    size_t count = cs.disasm(handle, bytes, (size_t)got, (uint64_t)address, 1, &raw);
-    if (!count) return false;
-    bool decoded = fill(handle, raw, arm, out);
-    cs.free(raw, count);
+    csh handle = arm ? code->arm_handle : code->handle;
+    size_t count = got ? cs.disasm(handle, bytes, (size_t)got, (uint64_t)address, 1, &raw) : 0;
+    return count ? raw : NULL;
+}
+
+static bool decode_uncached(const Code *code, int64_t address, bool arm, Insn *out) {
+    if (!names_read) read_names(code->handle);
+    cs_insn *raw = disassembled(code, address, arm);
+    if (!raw) return false;
+    bool decoded = fill(arm ? code->arm_handle : code->handle, raw, arm, out);
+    cs.free(raw, 1);
     return decoded;
 }
 
 /* disasm.Instruction.text: capstone's "mnemonic operands" of the instruction at `address`. */
 bool insn_text(const Code *code, int64_t address, bool arm, char *out, size_t size) {
-    uint8_t bytes[4];
-    int got = code_read(code, address, bytes, 4);
-    cs_insn *raw = NULL;
-    size_t count = got ? cs.disasm(arm ? code->arm_handle : code->handle, bytes, (size_t)got, (uint64_t)address, 1, &raw) : 0;
-    if (!count) return false;
+    cs_insn *raw = disassembled(code, address, arm);
+    if (!raw) return false;
     snprintf(out, size, raw->op_str[0] ? "%s %s" : "%s", raw->mnemonic, raw->op_str);
-    cs.free(raw, count);
+    cs.free(raw, 1);
     return true;
 }
 

@@ -124,22 +124,26 @@ bool thunk_target(Analysis *a, const Insn *insn, int64_t *target) {
     return true;
 }
 
-/* A table branch: tbb/tbh, `ldr pc, [rX, ...]`, `bx rN` (data_read reads their tables). */
+/* A jump through a register other than lr: `bx rN`, `mov pc, rN`. */
+static bool through_register(const Insn *insn) {
+    bool from_lr = insn->nregs && insn->regs[insn->nregs - 1] == REG_LR;
+    return ((insn->opcode == OP_BX) || ((insn->opcode == OP_MOV) && writes_reg(insn, REG_PC))) && !from_lr;
+}
+
+/* A table branch of Thumb code: tbb/tbh, `ldr pc, [rX, ...]`, `bx rN` (data_read reads their tables; in
+ * ARM code no table is read, and `ldr pc` is a return or a tail call). */
 static bool reads_table(const Insn *insn) {
-    return (insn->opcode == OP_TBB) || (insn->opcode == OP_TBH)
+    return !insn->arm && ((insn->opcode == OP_TBB) || (insn->opcode == OP_TBH)
         || ((insn->opcode == OP_LDR) && writes_reg(insn, REG_PC) && insn->has_mem && insn->mem_base != REG_SP)
-        || ((insn->opcode == OP_BX) && !(insn->nregs == 1 && insn->regs[0] == REG_LR));
+        || ((insn->opcode == OP_BX) && !(insn->nregs == 1 && insn->regs[0] == REG_LR)));
 }
 
 /* A jump through a table, a ladder or a register (tables.c). */
-static bool jumps_through_table(const Insn *insn) {
-    return reads_table(insn) || ((insn->opcode == OP_MOV) && writes_reg(insn, REG_PC)
-                                 && (!insn->nregs || insn->regs[insn->nregs - 1] != REG_LR));
-}
+static bool jumps_through_table(const Insn *insn) { return reads_table(insn) || through_register(insn); }
 
 /* _Analysis._read: the data the code reads (literals; tables, in Thumb code), and the words it loads. */
 Step read_code(Analysis *a, const Insn *insn) {
-    if (!insn->arm && reads_table(insn)) {
+    if (reads_table(insn)) {
         table_data(a, insn);
         return GO_ON;
     }
@@ -198,10 +202,7 @@ static Step executed(Analysis *a, const Insn *insn, const Path *path, int64_t fo
         if (insn->conditional) go(a, following, &onward), (*count)++;
         return GO_ON;
     }
-    if (jumps_through_table(insn)) {
-        if (insn->arm && (insn->opcode == OP_LDR)) return GO_ON; /* ARM: no table is read; a return or tail call */
-        return table_successors(a, insn, &path->state, &onward, count);
-    }
+    if (jumps_through_table(insn)) return table_successors(a, insn, &path->state, &onward, count);
     if ((insn->opcode == OP_BX)
         || (pc_written && ((insn->opcode == OP_POP) || (insn->opcode == OP_LDR) || (insn->opcode == OP_LDM) || (insn->opcode == OP_MOV))))
         return GO_ON; /* a return */
